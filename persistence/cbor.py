@@ -1,0 +1,105 @@
+"""Canonical CBOR: RFC 8949 section 4.2.1 core deterministic encoding, and its strict decoder.
+
+Every record the plane stores is encoded here, so the same value always gives the same
+bytes (and so the same hashes, keys and segment bytes) whatever the dict insertion order.
+
+The data model is deliberately small -- what records need and nothing that has more than
+one encoding:
+
+* ``None``, ``bool``, integers in ``[-2**64, 2**64 - 1]`` (CBOR major types 0/1, no bignums),
+  ``bytes``, ``str``, lists/tuples, and maps.
+* Map keys are all text strings or all unsigned integers within one map. For keys of one
+  major type, RFC 7049's "length-first" order (what cbor2's ``canonical`` mode sorts by)
+  is identical to RFC 8949's bytewise order of the encoded keys; mixing types is where
+  they differ, so it is refused.
+* No floats, tags, indefinite lengths or simple values other than false/true/null.
+
+Decoding is strict: a document is accepted only if it is well formed, within the model,
+has no trailing bytes, and re-encodes to exactly the input bytes (shortest integer heads,
+sorted keys, no duplicates).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import cbor2
+
+from persistence.errors import CorruptRecord, Validation
+
+_INT_MIN: Final = -(2**64)
+_INT_MAX: Final = 2**64 - 1
+_MAX_DEPTH: Final = 64
+
+
+class NotCanonical(ValueError):
+    """The value or document is outside the canonical data model."""
+
+
+def _check(value: Any, depth: int) -> None:
+    if depth > _MAX_DEPTH:
+        raise NotCanonical(f"nesting deeper than {_MAX_DEPTH}")
+    kind = type(value)
+    if value is None or kind is bool or kind is bytes or kind is str:
+        return
+    if kind is int:
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise NotCanonical(f"integer {value} outside the 64-bit CBOR range")
+        return
+    if kind is list or kind is tuple:
+        for item in value:
+            _check(item, depth + 1)
+        return
+    if kind is dict:
+        key_kinds = {type(k) for k in value}
+        if key_kinds and key_kinds != {str} and key_kinds != {int}:
+            raise NotCanonical("map keys must be all text or all unsigned integers")
+        if key_kinds == {int} and min(value) < 0:
+            raise NotCanonical("integer map keys must be unsigned")
+        for key, item in value.items():
+            _check(key, depth + 1)
+            _check(item, depth + 1)
+        return
+    raise NotCanonical(f"type {kind.__name__} is not in the canonical data model")
+
+
+def encode(value: Any) -> bytes:
+    """Encode ``value`` deterministically; raise :class:`NotCanonical` outside the model."""
+    _check(value, 0)
+    return bytes(cbor2.dumps(value, canonical=True))
+
+
+def decode(data: bytes | bytearray | memoryview) -> Any:
+    """Decode a canonical document strictly; raise :class:`NotCanonical` otherwise."""
+    raw = bytes(data)
+    try:
+        value = cbor2.loads(
+            raw, allow_indefinite=False, allow_duplicate_keys=False, max_depth=_MAX_DEPTH
+        )
+    except (cbor2.CBORDecodeError, ValueError, TypeError, RecursionError) as exc:
+        raise NotCanonical(f"malformed CBOR: {exc}") from None
+    _check(value, 0)
+    if bytes(cbor2.dumps(value, canonical=True)) != raw:
+        raise NotCanonical(
+            "not in canonical form (non-shortest heads, key order or trailing bytes)"
+        )
+    return value
+
+
+def decode_stored(data: bytes | bytearray | memoryview, what: str) -> Any:
+    """Decode a stored record; a bad document is :class:`~persistence.errors.CorruptRecord`."""
+    try:
+        return decode(data)
+    except NotCanonical as exc:
+        raise CorruptRecord(what, str(exc)) from None
+
+
+def check_canonical(data: object, field: str) -> bytes:
+    """Validate caller-supplied CBOR bytes; a bad document is a ``Validation`` error."""
+    if not isinstance(data, bytes):
+        raise Validation(field, f"expected CBOR bytes, got {type(data).__name__}")
+    try:
+        decode(data)
+    except NotCanonical as exc:
+        raise Validation(field, str(exc)) from None
+    return data

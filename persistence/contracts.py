@@ -1,0 +1,166 @@
+"""The plane's contracts: what every backend guarantees, as typed Protocols.
+
+These are the source specification's section 1 traits. The plane implements them once,
+over the transaction interface of :mod:`persistence.kv`; a third-party backend may implement
+them directly and prove itself with the conformance suite.
+
+Every method raises only :class:`~persistence.errors.PersistError` subclasses; each docstring
+names the ones a caller should expect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
+from persistence.records import InboxItem, SegmentIndexRecord, SnapshotRecord
+
+
+@runtime_checkable
+class CasStore(Protocol):
+    """Universe-scoped, immutable, content-addressed blobs (Protocol A).
+
+    The hash is always computed by the store. Bodies never change once written;
+    a body that does not hash to its key is a ``Corruption`` error, never returned.
+    """
+
+    def put_verified(self, universe: UniverseId, data: bytes) -> Hash:
+        """Store ``data`` and return ``sha256(data)``.
+
+        Idempotent: a second put of the same bytes writes nothing and returns the same
+        hash, also when retried after an unknown commit result.
+        Raises ``Validation`` (not bytes), ``Backend``.
+        """
+        ...
+
+    def get(self, universe: UniverseId, hash: Hash) -> bytes:
+        """Return the body of ``hash`` in ``universe``.
+
+        Raises ``NotFound`` (no such blob in this universe), ``Corruption`` (metadata
+        present but the body is missing or does not hash to ``hash``), ``Backend``.
+        """
+        ...
+
+    def has(self, universe: UniverseId, hash: Hash) -> bool:
+        """Whether ``universe`` holds metadata for ``hash``. Raises ``Backend``."""
+        ...
+
+
+@runtime_checkable
+class WorldJournalStore(Protocol):
+    """A world's append-only journal: heights ``1..head``, contiguous (Protocol B)."""
+
+    def append_batch(
+        self, universe: UniverseId, world: WorldId, expected_head: int, entries: Sequence[bytes]
+    ) -> int:
+        """Append ``entries`` at heights ``expected_head+1 ..`` atomically; return the first.
+
+        All or nothing: no partial batch is ever visible. If the head is not
+        ``expected_head`` raises ``HeadAdvanced(expected, actual)`` and writes nothing.
+        A retry after an unknown commit result that did apply is recognised and returns
+        the same first height (the batch is not written twice).
+        Raises ``Validation`` (empty batch, entry over the size limit), ``NotFound``
+        (no such world), ``Backend``.
+        """
+        ...
+
+    def read_range(
+        self, universe: UniverseId, world: WorldId, from_inclusive: int, limit: int
+    ) -> list[tuple[int, bytes]]:
+        """Up to ``limit`` entries from ``from_inclusive``, ascending and contiguous.
+
+        Returns fewer only at the head. A height missing inside ``1..head`` raises
+        ``MissingJournalEntry`` (a ``Corruption``), never a short or gapped result.
+        """
+        ...
+
+    def head(self, universe: UniverseId, world: WorldId) -> int:
+        """The highest written height (0 for an empty journal). Raises ``NotFound``."""
+        ...
+
+
+@runtime_checkable
+class WorldInboxStore(Protocol):
+    """The one ingress path of a world: a commit-ordered queue and a monotonic cursor."""
+
+    def enqueue(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        item: InboxItem,
+        *,
+        idempotency_key: bytes | None = None,
+    ) -> InboxSeq:
+        """Append ``item``; return its sequence, which sorts after every earlier commit.
+
+        Safe with many concurrent writers. With ``idempotency_key``, a repeated enqueue
+        (e.g. a retry after an unknown commit result) returns the first sequence and
+        stores nothing new. Raises ``Validation``, ``NotFound``, ``Backend``.
+        """
+        ...
+
+    def read_after(
+        self, universe: UniverseId, world: WorldId, after_exclusive: InboxSeq | None, limit: int
+    ) -> list[tuple[InboxSeq, InboxItem]]:
+        """Up to ``limit`` items strictly after ``after_exclusive``, in sequence order."""
+        ...
+
+    def commit_cursor(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        old_cursor: InboxSeq | None,
+        new_cursor: InboxSeq,
+    ) -> None:
+        """Compare-and-swap the drained boundary from ``old_cursor`` to ``new_cursor``.
+
+        The cursor only moves forward: ``new_cursor <= old_cursor`` raises ``Validation``;
+        a cursor that is not ``old_cursor`` raises ``CursorAdvanced``. Re-committing the
+        same swap after an unknown commit result is recognised and succeeds.
+        """
+        ...
+
+
+@runtime_checkable
+class WorldSnapshotStore(Protocol):
+    """Immutable snapshot index by height and a never-regressing active baseline."""
+
+    def index_snapshot(self, universe: UniverseId, world: WorldId, record: SnapshotRecord) -> None:
+        """Index ``record`` at ``record.height``.
+
+        The same record again is a no-op; a different record at that height raises
+        ``SnapshotMismatch``. Raises ``NotFound`` if the snapshot body is not in CAS.
+        """
+        ...
+
+    def active_baseline(self, universe: UniverseId, world: WorldId) -> SnapshotRecord:
+        """The active baseline (every world has one from creation). Raises ``NotFound``."""
+        ...
+
+    def promote_baseline(
+        self, universe: UniverseId, world: WorldId, record: SnapshotRecord
+    ) -> None:
+        """Make the indexed ``record`` the active baseline.
+
+        Raises ``ReceiptHorizonFence`` unless ``record.receipt_horizon_height`` equals
+        ``record.height``, ``BaselineRegression`` if the active baseline is higher, and
+        ``NotFound`` if ``record`` is not the record indexed at its height.
+        """
+        ...
+
+
+@runtime_checkable
+class SegmentIndex(Protocol):
+    """The authoritative list of a world's cold segments, keyed by end height."""
+
+    def put_segment(self, universe: UniverseId, world: WorldId, record: SegmentIndexRecord) -> None:
+        """Index an uploaded segment. The same record again is a no-op; an overlapping or
+        different record for the same end height raises ``Conflict``."""
+        ...
+
+    def list_segments(
+        self, universe: UniverseId, world: WorldId, from_height: int = 1
+    ) -> list[SegmentIndexRecord]:
+        """Segments whose range ends at or after ``from_height``, in height order."""
+        ...

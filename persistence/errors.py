@@ -1,0 +1,215 @@
+"""The one exception hierarchy of the plane.
+
+Every failure a caller can see is a :class:`PersistError`, typed by kind:
+
+* :class:`Conflict` -- the store moved under the caller (an optimistic precondition
+  failed). Each subtype carries what the caller expected and what it found.
+* :class:`NotFound` -- a named thing does not exist.
+* :class:`Validation` -- the caller's input is malformed or over a limit; nothing was
+  written. The error names the field and, where there is one, the limit.
+* :class:`Backend` -- the engine or object store failed (I/O, network, an engine error
+  code). :class:`EngineError` carries FoundationDB's numeric error code.
+* :class:`Corruption` -- stored data violates an invariant. Never healed silently.
+
+Errors carry sizes, heights, keys and hashes -- never payload bytes.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class PersistError(Exception):
+    """Root of every error the plane raises."""
+
+    kind: ClassVar[str] = "error"
+
+
+# --------------------------------------------------------------------------- conflicts
+
+
+class Conflict(PersistError):
+    """An optimistic precondition failed; refresh and retry with new expectations."""
+
+    kind = "conflict"
+
+
+class HeadAdvanced(Conflict):
+    """``append_batch`` was called at a journal head that is no longer current."""
+
+    def __init__(self, expected: int, actual: int) -> None:
+        super().__init__(f"journal head advanced: expected {expected}, actual {actual}")
+        self.expected = expected
+        self.actual = actual
+
+
+class CursorAdvanced(Conflict):
+    """``commit_cursor`` compare-and-swap failed: the cursor is not where the caller said."""
+
+    def __init__(self, expected: str | None, actual: str | None) -> None:
+        super().__init__(f"inbox cursor moved: expected {expected}, actual {actual}")
+        self.expected = expected
+        self.actual = actual
+
+
+class SnapshotMismatch(Conflict):
+    """A different snapshot record is already indexed at this height (the index is immutable)."""
+
+    def __init__(self, height: int, existing: str, attempted: str) -> None:
+        super().__init__(
+            f"snapshot at height {height} already indexed as {existing}, refusing {attempted}"
+        )
+        self.height = height
+        self.existing = existing
+        self.attempted = attempted
+
+
+class BaselineRegression(Conflict):
+    """Promotion would move the active baseline to a lower height."""
+
+    def __init__(self, current: int, attempted: int) -> None:
+        super().__init__(
+            f"baseline may not regress: active at height {current}, attempted {attempted}"
+        )
+        self.current = current
+        self.attempted = attempted
+
+
+class ReceiptHorizonFence(Conflict):
+    """Promotion refused: the snapshot's receipt horizon does not reach its height."""
+
+    def __init__(self, height: int, receipt_horizon_height: int | None) -> None:
+        super().__init__(
+            f"baseline promotion fence: snapshot at height {height} has receipt horizon "
+            f"{receipt_horizon_height}; promotion needs it equal to the height"
+        )
+        self.height = height
+        self.receipt_horizon_height = receipt_horizon_height
+
+
+# --------------------------------------------------------------------------- not found
+
+
+class NotFound(PersistError):
+    """A named object (world, blob, snapshot, segment, key) does not exist."""
+
+    kind = "not_found"
+
+
+# --------------------------------------------------------------------------- validation
+
+
+class Validation(PersistError):
+    """Caller input is malformed or exceeds a limit; nothing was written."""
+
+    kind = "validation"
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+# --------------------------------------------------------------------------- backend
+
+
+class Backend(PersistError):
+    """The engine or object store failed; the operation may be retried."""
+
+    kind = "backend"
+
+
+class EngineError(Backend):
+    """An error of the transactional engine, numbered as FoundationDB numbers them.
+
+    The memory and SQLite engines raise the same codes FoundationDB would, so the retry
+    policy (``persistence.kv.is_retryable``) is written once.
+    """
+
+    def __init__(self, code: int, description: str) -> None:
+        super().__init__(f"engine error {code}: {description}")
+        self.code = code
+        self.description = description
+
+
+class StoreFormatError(Backend):
+    """A file or keyspace is not a store of ours, is damaged, or has a newer layout."""
+
+
+class MissingDependency(Backend):
+    """An optional component is not installed; the message names the pip extra."""
+
+
+# --------------------------------------------------------------------------- corruption
+
+
+class Corruption(PersistError):
+    """Stored data violates an invariant. Fail closed; never heal silently."""
+
+    kind = "corruption"
+
+
+class CorruptRecord(Corruption):
+    """A stored record does not decode strictly (not canonical CBOR, wrong fields)."""
+
+    def __init__(self, what: str, problem: str) -> None:
+        super().__init__(f"corrupt {what}: {problem}")
+        self.what = what
+        self.problem = problem
+
+
+class MissingJournalEntry(Corruption):
+    """A height inside the journal's existing range has no entry."""
+
+    def __init__(self, world: str, height: int) -> None:
+        super().__init__(f"world {world}: journal entry at height {height} is missing")
+        self.world = world
+        self.height = height
+
+
+class CasBodyMissing(Corruption):
+    """CAS metadata exists but the object-store body does not."""
+
+    def __init__(self, hash_hex: str, object_key: str) -> None:
+        super().__init__(f"cas {hash_hex}: body object {object_key!r} is missing")
+        self.hash_hex = hash_hex
+        self.object_key = object_key
+
+
+class CasBodyHashMismatch(Corruption):
+    """A CAS body does not hash to its key."""
+
+    def __init__(self, hash_hex: str, actual_hex: str, where: str) -> None:
+        super().__init__(f"cas {hash_hex}: body at {where} hashes to {actual_hex}")
+        self.hash_hex = hash_hex
+        self.actual_hex = actual_hex
+        self.where = where
+
+
+class SegmentCorruption(Corruption):
+    """A segment object is malformed; names the object key and byte offset."""
+
+    def __init__(self, object_key: str, offset: int, problem: str) -> None:
+        super().__init__(f"segment {object_key!r} at offset {offset}: {problem}")
+        self.object_key = object_key
+        self.offset = offset
+        self.problem = problem
+
+
+class SegmentChecksumMismatch(SegmentCorruption):
+    """A segment's body checksum does not match its header or its index record."""
+
+    def __init__(self, object_key: str, offset: int, expected: str, actual: str) -> None:
+        super().__init__(
+            object_key, offset, f"checksum mismatch: expected {expected}, got {actual}"
+        )
+        self.expected = expected
+        self.actual = actual
+
+
+class SegmentMissing(Corruption):
+    """The segment index names an object the object store does not have."""
+
+    def __init__(self, object_key: str) -> None:
+        super().__init__(f"segment object {object_key!r} is missing")
+        self.object_key = object_key

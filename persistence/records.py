@@ -1,0 +1,414 @@
+"""Stored records: CAS metadata, snapshots, segments, world meta, inbox items, journal records.
+
+Each record is a frozen, slotted dataclass stored as a canonical CBOR map with text keys.
+A record's fields are declared once, with a :class:`Codec` in the field's metadata; the
+generic :func:`encode_record` / :func:`decode_record` turn records into bytes and back.
+Optional fields that are ``None`` are omitted from the map (so adding an optional field
+later does not change the bytes of existing records).
+
+Decoding is strict: unknown keys, missing required keys, wrong types and non-canonical
+bytes are refused. ``from_cbor`` is for stored bytes (a failure is
+:class:`~persistence.errors.CorruptRecord`); constructors validate caller input (a failure
+is :class:`~persistence.errors.Validation`).
+
+Records that share a map shape (the inbox item union, the journal record union) carry a
+``"kind"`` discriminator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Final, TypeVar, Union
+
+from persistence import cbor
+from persistence.errors import CorruptRecord, Validation
+from persistence.ids import MAX_HEIGHT, Hash, InboxSeq
+
+# --------------------------------------------------------------------------- field codecs
+
+
+@dataclass(frozen=True, slots=True)
+class Codec:
+    """How one field is checked, stored and loaded."""
+
+    name: str
+    check: Callable[[Any, str], Any]
+    store: Callable[[Any], Any] = lambda value: value
+    load: Callable[[Any], Any] = lambda value: value
+
+
+def _uint(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_HEIGHT:
+        raise Validation(where, "expected an unsigned 64-bit integer")
+    return value
+
+
+def _bytes(value: Any, where: str) -> bytes:
+    if not isinstance(value, bytes):
+        raise Validation(where, f"expected bytes, got {type(value).__name__}")
+    return value
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise Validation(where, f"expected text, got {type(value).__name__}")
+    if not value:
+        raise Validation(where, "must not be empty")
+    return value
+
+
+def _cbor(value: Any, where: str) -> bytes:
+    return cbor.check_canonical(value, where)
+
+
+def _hash(value: Any, where: str) -> Hash:
+    if not isinstance(value, Hash):
+        raise Validation(where, f"expected a Hash, got {type(value).__name__}")
+    return value
+
+
+def _hash_load(value: Any) -> Hash:
+    if not isinstance(value, bytes) or len(value) != 32:
+        raise Validation("hash", "a sha256 digest is exactly 32 bytes")
+    return Hash(value)
+
+
+def _seq(value: Any, where: str) -> InboxSeq:
+    if not isinstance(value, InboxSeq):
+        raise Validation(where, f"expected an InboxSeq, got {type(value).__name__}")
+    return value
+
+
+def _text_map(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise Validation(where, f"expected a text-to-text map, got {type(value).__name__}")
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise Validation(where, "expected a text-to-text map")
+    return dict(value)
+
+
+U64: Final = Codec("u64", _uint)
+BYTES: Final = Codec("bytes", _bytes)
+TEXT: Final = Codec("text", _text)
+CBOR: Final = Codec("cbor", _cbor)
+HASH: Final = Codec("hash", _hash, store=lambda h: h.digest, load=_hash_load)
+SEQ: Final = Codec("seq", _seq, store=lambda s: s.raw, load=lambda raw: InboxSeq(raw))
+TEXT_MAP: Final = Codec("text_map", _text_map)
+
+
+def _f(codec: Codec) -> Any:
+    """A required field with ``codec``."""
+    return field(metadata={"codec": codec})
+
+
+def _opt(codec: Codec) -> Any:
+    """An optional field with ``codec`` (omitted from the stored map when ``None``)."""
+    return field(default=None, metadata={"codec": codec})
+
+
+class Record:
+    """Base of stored records: validation on construction, canonical CBOR both ways."""
+
+    __slots__ = ()
+    KIND: ClassVar[str | None] = None
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is not None or f.default is dataclasses.MISSING:
+                checked = f.metadata["codec"].check(value, f"{type(self).__name__}.{f.name}")
+                if checked is not value:
+                    object.__setattr__(self, f.name, checked)
+
+    def to_map(self) -> dict[str, Any]:
+        """The record as a CBOR-ready map (with ``"kind"`` for union members)."""
+        out: dict[str, Any] = {} if self.KIND is None else {"kind": self.KIND}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = f.metadata["codec"].store(value)
+        return out
+
+    def to_cbor(self) -> bytes:
+        """Canonical CBOR bytes of the record."""
+        return cbor.encode(self.to_map())
+
+
+R = TypeVar("R", bound=Record)
+
+
+def record_from_map(cls: type[R], value: Any, what: str) -> R:
+    """Build ``cls`` from a decoded map, refusing unknown, missing or mistyped fields."""
+    if not isinstance(value, dict):
+        raise CorruptRecord(what, f"expected a map, got {type(value).__name__}")
+    names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    expected_kind = cls.KIND
+    extra = set(value) - set(names) - ({"kind"} if expected_kind else set())
+    if extra:
+        raise CorruptRecord(what, f"unknown field(s) {sorted(extra)}")
+    if expected_kind is not None and value.get("kind") != expected_kind:
+        raise CorruptRecord(what, f"kind {value.get('kind')!r}, expected {expected_kind!r}")
+    kwargs: dict[str, Any] = {}
+    for name, f in names.items():
+        if name not in value:
+            if f.default is dataclasses.MISSING:
+                raise CorruptRecord(what, f"missing field {name!r}")
+            continue
+        try:
+            kwargs[name] = f.metadata["codec"].load(value[name])
+        except (Validation, ValueError, TypeError) as exc:
+            raise CorruptRecord(what, f"field {name!r}: {exc}") from None
+    try:
+        return cls(**kwargs)
+    except Validation as exc:
+        raise CorruptRecord(what, str(exc)) from None
+
+
+def decode_record(cls: type[R], data: bytes, what: str | None = None) -> R:
+    """Strictly decode stored bytes as ``cls`` (a failure is ``CorruptRecord``)."""
+    label = what or cls.__name__
+    return record_from_map(cls, cbor.decode_stored(data, label), label)
+
+
+# --------------------------------------------------------------------------- plane records
+
+
+@dataclass(frozen=True, slots=True)
+class CasMeta(Record):
+    """``cas/meta/<hash>``: where a blob's body lives. Exactly one of the two is set."""
+
+    size: int = _f(U64)
+    inline_bytes: bytes | None = _opt(BYTES)
+    object_key: str | None = _opt(TEXT)
+
+    def __post_init__(self) -> None:
+        Record.__post_init__(self)
+        if (self.inline_bytes is None) == (self.object_key is None):
+            raise Validation("CasMeta", "exactly one of inline_bytes and object_key is set")
+        if self.inline_bytes is not None and len(self.inline_bytes) != self.size:
+            raise Validation("CasMeta.size", "does not match the inline body length")
+
+    @property
+    def storage(self) -> str:
+        """``"inline"`` or ``"object"``."""
+        return "inline" if self.inline_bytes is not None else "object"
+
+    @classmethod
+    def from_cbor(cls, data: bytes) -> CasMeta:
+        """Decode stored bytes."""
+        return decode_record(cls, data)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRecord(Record):
+    """``snapshot/by_height/<h>`` and ``baseline/active``: one kernel snapshot in CAS."""
+
+    snapshot_ref: Hash = _f(HASH)
+    height: int = _f(U64)
+    logical_time_ns: int = _f(U64)
+    manifest_hash: Hash = _f(HASH)
+    receipt_horizon_height: int | None = _opt(U64)
+
+    @classmethod
+    def from_cbor(cls, data: bytes) -> SnapshotRecord:
+        """Decode stored bytes."""
+        return decode_record(cls, data)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentIndexRecord(Record):
+    """``segments/<world>/<end>``: one immutable cold segment object."""
+
+    start: int = _f(U64)
+    end: int = _f(U64)
+    object_key: str = _f(TEXT)
+    checksum_algorithm: str = _f(TEXT)
+    checksum: bytes = _f(BYTES)
+    entry_count: int = _f(U64)
+    byte_size: int = _f(U64)
+
+    def __post_init__(self) -> None:
+        Record.__post_init__(self)
+        if not 1 <= self.start <= self.end:
+            raise Validation("SegmentIndexRecord", f"bad range {self.start}-{self.end}")
+        if self.entry_count != self.end - self.start + 1:
+            raise Validation("SegmentIndexRecord.entry_count", "does not match the range")
+
+    @classmethod
+    def from_cbor(cls, data: bytes) -> SegmentIndexRecord:
+        """Decode stored bytes."""
+        return decode_record(cls, data)
+
+
+@dataclass(frozen=True, slots=True)
+class WorldMeta(Record):
+    """``w/<world>/meta``: written once at world creation."""
+
+    created_ns: int = _f(U64)
+    handle: str | None = _opt(TEXT)
+
+    @classmethod
+    def from_cbor(cls, data: bytes) -> WorldMeta:
+        """Decode stored bytes."""
+        return decode_record(cls, data)
+
+
+# --------------------------------------------------------------------------- inbox items
+
+
+@dataclass(frozen=True, slots=True)
+class DomainEventIngress(Record):
+    """A domain event addressed to the world (optionally keyed)."""
+
+    KIND: ClassVar[str | None] = "domain_event"
+    schema: str = _f(TEXT)
+    value_cbor: bytes = _f(CBOR)
+    key: bytes | None = _opt(BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptIngress(Record):
+    """An effect adapter's signed receipt for an intent."""
+
+    KIND: ClassVar[str | None] = "receipt"
+    intent_hash: Hash = _f(HASH)
+    effect_kind: str = _f(TEXT)
+    adapter_id: str = _f(TEXT)
+    payload_cbor: bytes = _f(CBOR)
+    signature: bytes = _f(BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class InboxIngress(Record):
+    """A message delivered to a named inbox of the world."""
+
+    KIND: ClassVar[str | None] = "inbox"
+    inbox_name: str = _f(TEXT)
+    payload_cbor: bytes = _f(CBOR)
+    headers: dict[str, str] | None = _opt(TEXT_MAP)
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFiredIngress(Record):
+    """A timer the world set has fired."""
+
+    KIND: ClassVar[str | None] = "timer_fired"
+    timer_id: str = _f(TEXT)
+    payload_cbor: bytes = _f(CBOR)
+
+
+@dataclass(frozen=True, slots=True)
+class ControlIngress(Record):
+    """An operator or host control command."""
+
+    KIND: ClassVar[str | None] = "control"
+    cmd: str = _f(TEXT)
+    payload_cbor: bytes = _f(CBOR)
+
+
+InboxItem = Union[  # noqa: UP007 -- a runtime alias used in isinstance checks
+    DomainEventIngress, ReceiptIngress, InboxIngress, TimerFiredIngress, ControlIngress
+]
+INBOX_ITEM_TYPES: Final[tuple[type[Record], ...]] = (
+    DomainEventIngress,
+    ReceiptIngress,
+    InboxIngress,
+    TimerFiredIngress,
+    ControlIngress,
+)
+_INBOX_BY_KIND: Final = {cls.KIND: cls for cls in INBOX_ITEM_TYPES}
+
+
+def encode_inbox_item(item: InboxItem) -> bytes:
+    """Canonical bytes of an inbox item (with its ``kind``)."""
+    if not isinstance(item, INBOX_ITEM_TYPES):
+        raise Validation("inbox_item", f"not an inbox item: {type(item).__name__}")
+    return item.to_cbor()
+
+
+def decode_inbox_item(data: bytes) -> InboxItem:
+    """Strictly decode a stored inbox item."""
+    value = cbor.decode_stored(data, "inbox item")
+    kind = value.get("kind") if isinstance(value, dict) else None
+    cls = _INBOX_BY_KIND.get(kind)
+    if cls is None:
+        raise CorruptRecord("inbox item", f"unknown kind {kind!r}")
+    return record_from_map(cls, value, f"inbox item ({kind})")  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- journal records
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotJournalRecord(Record):
+    """Journal record written by snapshot commit (Protocol E step 3)."""
+
+    KIND: ClassVar[str | None] = "snapshot"
+    snapshot_ref: Hash = _f(HASH)
+    height: int = _f(U64)
+    logical_time_ns: int = _f(U64)
+    manifest_hash: Hash = _f(HASH)
+    receipt_horizon_height: int | None = _opt(U64)
+
+    @classmethod
+    def of(cls, record: SnapshotRecord) -> SnapshotJournalRecord:
+        """The journal record announcing ``record``."""
+        return cls(**{f.name: getattr(record, f.name) for f in dataclasses.fields(record)})
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineSnapshotJournalRecord(Record):
+    """Journal record written when a snapshot is promoted to the active baseline."""
+
+    KIND: ClassVar[str | None] = "baseline_snapshot"
+    snapshot_ref: Hash = _f(HASH)
+    height: int = _f(U64)
+    logical_time_ns: int = _f(U64)
+    manifest_hash: Hash = _f(HASH)
+    receipt_horizon_height: int | None = _opt(U64)
+
+    @classmethod
+    def of(cls, record: SnapshotRecord) -> BaselineSnapshotJournalRecord:
+        """The journal record announcing the promotion of ``record``."""
+        return cls(**{f.name: getattr(record, f.name) for f in dataclasses.fields(record)})
+
+
+@dataclass(frozen=True, slots=True)
+class IngressJournalRecord(Record):
+    """The default normalization of a drained inbox item: the item and its sequence."""
+
+    KIND: ClassVar[str | None] = "ingress"
+    seq: InboxSeq = _f(SEQ)
+    item: bytes = _f(CBOR)
+
+
+JournalRecord = Union[  # noqa: UP007 -- a runtime alias used in isinstance checks
+    SnapshotJournalRecord, BaselineSnapshotJournalRecord, IngressJournalRecord
+]
+JOURNAL_RECORD_TYPES: Final[tuple[type[Record], ...]] = (
+    SnapshotJournalRecord,
+    BaselineSnapshotJournalRecord,
+    IngressJournalRecord,
+)
+_JOURNAL_BY_KIND: Final = {cls.KIND: cls for cls in JOURNAL_RECORD_TYPES}
+
+
+def decode_journal_record(data: bytes) -> JournalRecord | None:
+    """Decode an entry the plane knows; ``None`` for a caller's own entry format.
+
+    Journal entries are opaque to the plane except the record kinds it writes itself.
+    An entry that is canonical CBOR with a known ``kind`` but the wrong fields is
+    corrupt, not foreign.
+    """
+    try:
+        value = cbor.decode(data)
+    except cbor.NotCanonical:
+        return None
+    kind = value.get("kind") if isinstance(value, dict) else None
+    cls = _JOURNAL_BY_KIND.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        return None
+    return record_from_map(cls, value, f"journal record ({kind})")  # type: ignore[return-value]

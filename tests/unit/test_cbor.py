@@ -1,0 +1,142 @@
+"""Canonical CBOR: RFC 8949 vectors, determinism, strict decoding."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from persistence import cbor
+from persistence.errors import CorruptRecord, Validation
+
+# RFC 8949 Appendix A, the entries inside our data model.
+RFC8949_VECTORS = [
+    (0, "00"),
+    (1, "01"),
+    (10, "0a"),
+    (23, "17"),
+    (24, "1818"),
+    (25, "1819"),
+    (100, "1864"),
+    (1000, "1903e8"),
+    (1000000, "1a000f4240"),
+    (1000000000000, "1b000000e8d4a51000"),
+    (18446744073709551615, "1bffffffffffffffff"),
+    (-18446744073709551616, "3bffffffffffffffff"),
+    (-1, "20"),
+    (-10, "29"),
+    (-100, "3863"),
+    (-1000, "3903e7"),
+    (False, "f4"),
+    (True, "f5"),
+    (None, "f6"),
+    (b"", "40"),
+    (b"\x01\x02\x03\x04", "4401020304"),
+    ("", "60"),
+    ("a", "6161"),
+    ("IETF", "6449455446"),
+    ('"\\', "62225c"),
+    ("\u00fc", "62c3bc"),
+    ("\u6c34", "63e6b0b4"),
+    ("\U00010151", "64f0908591"),
+    ([], "80"),
+    ([1, 2, 3], "83010203"),
+    ([1, [2, 3], [4, 5]], "8301820203820405"),
+    (list(range(1, 26)), "98190102030405060708090a0b0c0d0e0f101112131415161718181819"),
+    ({}, "a0"),
+    ({1: 2, 3: 4}, "a201020304"),
+    ({"a": 1, "b": [2, 3]}, "a26161016162820203"),
+    (["a", {"b": "c"}], "826161a161626163"),
+    (
+        {"a": "A", "b": "B", "c": "C", "d": "D", "e": "E"},
+        "a56161614161626142616361436164614461656145",
+    ),
+]
+
+
+@pytest.mark.parametrize(("value", "expected"), RFC8949_VECTORS)
+def test_rfc8949_vectors_encode_and_decode(value: object, expected: str) -> None:
+    assert cbor.encode(value).hex() == expected
+    assert cbor.decode(bytes.fromhex(expected)) == value
+
+
+def test_map_key_order_is_bytewise_not_insertion_order() -> None:
+    forward = {"b": 1, "a": 2, "aa": 3, "z" * 30: 4, "y" * 24: 5}
+    backward = dict(reversed(list(forward.items())))
+    assert cbor.encode(forward) == cbor.encode(backward)
+    # RFC 8949 4.2.1: keys sorted by their encoded bytes.
+    encoded_keys = [cbor.encode(k) for k in cbor.decode(cbor.encode(forward))]
+    assert encoded_keys == sorted(encoded_keys)
+
+
+values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**64), max_value=2**64 - 1)
+    | st.binary(max_size=40)
+    | st.text(max_size=40),
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.dictionaries(st.text(max_size=10), children, max_size=5)
+        | st.dictionaries(st.integers(min_value=0, max_value=2**64 - 1), children, max_size=5)
+    ),
+    max_leaves=20,
+)
+
+
+@given(values)
+def test_round_trip_and_determinism(value: object) -> None:
+    data = cbor.encode(value)
+    assert cbor.decode(data) == value
+    assert cbor.encode(cbor.decode(data)) == data
+
+
+@given(st.dictionaries(st.text(max_size=8), st.integers(0, 2**64 - 1), min_size=2, max_size=8))
+def test_insertion_order_never_changes_bytes(mapping: dict[str, int]) -> None:
+    items = list(mapping.items())
+    assert cbor.encode(dict(items)) == cbor.encode(dict(reversed(items)))
+
+
+@pytest.mark.parametrize(
+    ("hex_doc", "why"),
+    [
+        ("1817", "non-shortest integer head"),
+        ("190017", "non-shortest integer head"),
+        ("a2616201616102", "map keys out of order"),
+        ("a2616101616102", "duplicate map key"),
+        ("5f42010243030405ff", "indefinite-length bytes"),
+        ("9fff", "indefinite-length array"),
+        ("f93c00", "float"),
+        ("c11a514b67b0", "tag"),
+        ("c249010000000000000000", "bignum"),
+        ("f7", "undefined"),
+        ("0000", "trailing bytes"),
+        ("62c3", "truncated"),
+        ("", "empty"),
+        ("a201020103", "duplicate integer key"),
+        ("a2016161616102", "mixed key types"),
+    ],
+)
+def test_strict_decoder_rejects(hex_doc: str, why: str) -> None:
+    with pytest.raises(cbor.NotCanonical):
+        cbor.decode(bytes.fromhex(hex_doc))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [1.5, 2**64, -(2**64) - 1, {1: "a", "b": 2}, {-1: 0}, object(), {1, 2}, bytearray(b"x")],
+)
+def test_encoder_rejects_values_outside_the_model(value: object) -> None:
+    with pytest.raises(cbor.NotCanonical):
+        cbor.encode(value)
+
+
+def test_stored_and_caller_wrappers_raise_typed_errors() -> None:
+    with pytest.raises(CorruptRecord) as stored:
+        cbor.decode_stored(b"\x18\x17", "snapshot record")
+    assert "snapshot record" in str(stored.value)
+    with pytest.raises(Validation) as caller:
+        cbor.check_canonical(b"\x18\x17", "value_cbor")
+    assert caller.value.field == "value_cbor"
+    with pytest.raises(Validation):
+        cbor.check_canonical("not bytes", "value_cbor")

@@ -1,0 +1,169 @@
+"""Records round-trip through canonical CBOR; malformed stored bytes and bad input are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from persistence import cbor
+from persistence.errors import CorruptRecord, Validation
+from persistence.ids import Hash, InboxSeq
+from persistence.records import (
+    BaselineSnapshotJournalRecord,
+    CasMeta,
+    ControlIngress,
+    DomainEventIngress,
+    InboxIngress,
+    IngressJournalRecord,
+    ReceiptIngress,
+    Record,
+    SegmentIndexRecord,
+    SnapshotJournalRecord,
+    SnapshotRecord,
+    TimerFiredIngress,
+    WorldMeta,
+    decode_inbox_item,
+    decode_journal_record,
+    decode_record,
+    encode_inbox_item,
+)
+
+H1 = Hash.of(b"one")
+H2 = Hash.of(b"two")
+PAYLOAD = cbor.encode({"n": 1})
+SEQ = InboxSeq(bytes(range(12)))
+SNAP = SnapshotRecord(H1, 10, 1_000, H2, receipt_horizon_height=10)
+
+PLAIN_RECORDS: list[Record] = [
+    CasMeta(size=3, inline_bytes=b"abc"),
+    CasMeta(size=100_000, object_key="cas/u/sha256/ab"),
+    SNAP,
+    SnapshotRecord(H1, 0, 0, H2),
+    SegmentIndexRecord(1, 100, "segments/u/w/1-100.log", "blake3", b"\x01" * 32, 100, 4096),
+    WorldMeta(created_ns=5),
+    WorldMeta(created_ns=5, handle="shop-7"),
+]
+INBOX_ITEMS = [
+    DomainEventIngress("demo/Added@1", PAYLOAD),
+    DomainEventIngress("demo/Added@1", PAYLOAD, key=b"k"),
+    ReceiptIngress(H1, "http.request", "adapter-1", PAYLOAD, b"sig"),
+    InboxIngress("orders", PAYLOAD),
+    InboxIngress("orders", PAYLOAD, headers={"b": "2", "a": "1"}),
+    TimerFiredIngress("t-1", PAYLOAD),
+    ControlIngress("pause", PAYLOAD),
+]
+JOURNAL_RECORDS: list[Record] = [
+    SnapshotJournalRecord.of(SNAP),
+    BaselineSnapshotJournalRecord.of(SNAP),
+    IngressJournalRecord(SEQ, encode_inbox_item(INBOX_ITEMS[0])),
+]
+
+
+@pytest.mark.parametrize("record", PLAIN_RECORDS, ids=lambda r: type(r).__name__)
+def test_plain_records_round_trip(record: Record) -> None:
+    data = record.to_cbor()
+    assert decode_record(type(record), data) == record
+    assert cbor.decode(data) == record.to_map()
+
+
+@pytest.mark.parametrize("item", INBOX_ITEMS, ids=lambda r: type(r).__name__)
+def test_inbox_items_round_trip_with_kind(item: object) -> None:
+    data = encode_inbox_item(item)  # type: ignore[arg-type]
+    assert decode_inbox_item(data) == item
+    assert cbor.decode(data)["kind"] == type(item).KIND  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("record", JOURNAL_RECORDS, ids=lambda r: type(r).__name__)
+def test_journal_records_round_trip(record: Record) -> None:
+    assert decode_journal_record(record.to_cbor()) == record
+
+
+def test_foreign_journal_entries_are_not_plane_records() -> None:
+    assert decode_journal_record(b"opaque bytes") is None
+    assert decode_journal_record(cbor.encode({"kind": "app/event", "x": 1})) is None
+    assert decode_journal_record(cbor.encode([1, 2])) is None
+
+
+def test_known_journal_kind_with_bad_fields_is_corrupt() -> None:
+    with pytest.raises(CorruptRecord):
+        decode_journal_record(cbor.encode({"kind": "snapshot", "height": 1}))
+
+
+def test_optional_fields_are_omitted_not_null() -> None:
+    assert "receipt_horizon_height" not in SnapshotRecord(H1, 1, 1, H2).to_map()
+    assert "key" not in DomainEventIngress("s", PAYLOAD).to_map()
+
+
+def test_headers_are_order_independent() -> None:
+    a = InboxIngress("o", PAYLOAD, headers={"x": "1", "y": "2"})
+    b = InboxIngress("o", PAYLOAD, headers={"y": "2", "x": "1"})
+    assert a.to_cbor() == b.to_cbor()
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: SnapshotRecord(H1, -1, 0, H2), "SnapshotRecord.height"),
+        (lambda: SnapshotRecord(H1, 2**64, 0, H2), "SnapshotRecord.height"),
+        (lambda: SnapshotRecord("ab", 1, 0, H2), "SnapshotRecord.snapshot_ref"),  # type: ignore[arg-type]
+        (lambda: DomainEventIngress("s", b"\x18\x01"), "DomainEventIngress.value_cbor"),
+        (lambda: DomainEventIngress("", PAYLOAD), "DomainEventIngress.schema"),
+        (lambda: ReceiptIngress(H1, "k", "a", PAYLOAD, "sig"), "ReceiptIngress.signature"),  # type: ignore[arg-type]
+        (lambda: InboxIngress("o", PAYLOAD, headers={"a": 1}), "InboxIngress.headers"),  # type: ignore[dict-item]
+        (lambda: CasMeta(size=3), "CasMeta"),
+        (lambda: CasMeta(size=3, inline_bytes=b"ab"), "CasMeta.size"),
+        (lambda: CasMeta(size=3, inline_bytes=b"abc", object_key="k"), "CasMeta"),
+        (
+            lambda: SegmentIndexRecord(5, 4, "k", "blake3", b"", 0, 0),
+            "SegmentIndexRecord",
+        ),
+        (
+            lambda: SegmentIndexRecord(1, 10, "k", "blake3", b"", 9, 0),
+            "SegmentIndexRecord.entry_count",
+        ),
+    ],
+)
+def test_bad_input_is_validation_naming_field(make: object, field: str) -> None:
+    with pytest.raises(Validation) as err:
+        make()  # type: ignore[operator]
+    assert err.value.field == field
+
+
+def test_encode_inbox_item_refuses_non_items() -> None:
+    with pytest.raises(Validation):
+        encode_inbox_item(SNAP)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"snapshot_ref": H1.digest, "height": 1, "logical_time_ns": 0},  # missing manifest_hash
+        {**SNAP.to_map(), "extra": 1},  # unknown field
+        {**SNAP.to_map(), "height": "1"},  # wrong type
+        {**SNAP.to_map(), "snapshot_ref": b"short"},  # bad hash length
+        [1, 2, 3],  # not a map
+    ],
+)
+def test_strict_decode_of_stored_snapshot(value: object) -> None:
+    with pytest.raises(CorruptRecord):
+        SnapshotRecord.from_cbor(cbor.encode(value))
+
+
+def test_non_canonical_stored_bytes_are_corrupt() -> None:
+    data = bytearray(SNAP.to_cbor())
+    data.append(0)  # trailing byte
+    with pytest.raises(CorruptRecord):
+        SnapshotRecord.from_cbor(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"kind": "nope", "cmd": "x", "payload_cbor": PAYLOAD},
+        {"cmd": "x", "payload_cbor": PAYLOAD},
+        {"kind": "control", "cmd": "x"},
+        {"kind": "control", "cmd": "x", "payload_cbor": b"\xff"},
+    ],
+)
+def test_strict_decode_of_stored_inbox_items(value: object) -> None:
+    with pytest.raises(CorruptRecord):
+        decode_inbox_item(cbor.encode(value))
