@@ -1,0 +1,68 @@
+"""Transactional ordered key-value engines, opened by URL.
+
+=========================================  ===============================================
+URL                                        engine
+=========================================  ===============================================
+``memory://``                              :class:`~backends.kv.memory.MemoryEngine` (new,
+                                           empty, in this process)
+``sqlite:///abs/path/aos.db``              :class:`~backends.kv.sqlite.SqliteEngine`
+``sqlite://relative/path.db``              (query: ``synchronous=FULL|NORMAL|OFF``,
+                                           ``busy_timeout=<seconds>``)
+``fdb://`` or ``fdb:///etc/fdb/fdb.cluster``  :class:`~backends.kv.fdb.FdbEngine` (default
+                                           cluster file when no path; query:
+                                           ``api_version=<n>``)
+=========================================  ===============================================
+
+Backends are imported lazily, so ``fdb://`` without the bindings fails with a message
+naming the pip extra rather than at import time.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from persistence.errors import Validation
+from persistence.kv import Engine
+
+
+def _options(query: str) -> dict[str, str]:
+    parsed = parse_qs(query, keep_blank_values=True, strict_parsing=False)
+    return {name: values[-1] for name, values in parsed.items()}
+
+
+def open_engine(url: str) -> Engine:
+    """Open the engine named by ``url`` (see the module docstring for the forms)."""
+    parts = urlsplit(url)
+    options = _options(parts.query)
+    path = unquote(parts.netloc + parts.path)
+    if parts.scheme == "memory":
+        from backends.kv.memory import MemoryEngine
+
+        return MemoryEngine()
+    if parts.scheme == "sqlite":
+        from backends.kv.sqlite import SqliteEngine
+
+        if not path:
+            raise Validation("kv url", f"sqlite URL needs a file path: {url!r}")
+        unknown = set(options) - {"synchronous", "busy_timeout"}
+        if unknown:
+            raise Validation("kv url", f"unknown sqlite option(s) {sorted(unknown)}")
+        try:
+            return SqliteEngine(
+                path,
+                synchronous=options.get("synchronous", "FULL"),
+                busy_timeout=float(options.get("busy_timeout", "60")),
+            )
+        except ValueError as exc:
+            raise Validation("kv url", str(exc)) from None
+    if parts.scheme == "fdb":
+        from backends.kv.fdb import DEFAULT_API_VERSION, FdbEngine
+
+        unknown = set(options) - {"api_version"}
+        if unknown:
+            raise Validation("kv url", f"unknown fdb option(s) {sorted(unknown)}")
+        api = options.get("api_version", str(DEFAULT_API_VERSION))
+        if not api.isdigit():
+            raise Validation("kv url", f"api_version must be an integer, not {api!r}")
+        return FdbEngine(path or None, api_version=int(api))
+    raise Validation("kv url", f"unknown engine scheme {parts.scheme!r} in {url!r}")

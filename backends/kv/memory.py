@@ -1,0 +1,233 @@
+"""The memory engine: an in-process model of FoundationDB's transaction semantics.
+
+It is the reference engine and the test bed, so it behaves like FoundationDB rather than
+like a dict:
+
+* **MVCC.** Each key keeps its recent versions. A transaction reads at the read version it
+  takes at its first read (the latest committed version), so it sees one consistent
+  snapshot however long other transactions keep committing.
+* **Optimistic conflicts.** Non-snapshot reads record read-conflict ranges. At commit, the
+  resolver compares them with the write-conflict ranges of every transaction that committed
+  after the read version; any overlap fails the commit with 1020 and applies nothing.
+* **Versionstamps** are assigned at commit in commit order: 8-byte big-endian commit version
+  and 2-byte batch order (always 0: one transaction per version here).
+* **The five-second window.** History older than :data:`persistence.kv.MAX_TRANSACTION_SECONDS`
+  is discarded; a transaction reading or committing past it fails with 1007.
+* **Limits** of :mod:`persistence.kv` (2101/2102/2103) are enforced by the write buffer.
+
+Faults (1020/1021/1007 at commit, crashes at named points) are injected by wrapping the
+engine in :class:`backends.kv.faults.FaultyEngine`. Thread-safe: one lock guards the store.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+
+from backends.kv.buffered import BufferedTransaction
+from persistence import kv
+
+_CHUNK = 256
+
+
+def _overlaps(a: list[tuple[bytes, bytes]], b: list[tuple[bytes, bytes]]) -> bool:
+    return any(ab < be and bb < ae for ab, ae in a for bb, be in b)
+
+
+class MemoryEngine(kv.Engine):
+    """FoundationDB semantics in one process's memory."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.url = "memory://"
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._keys: list[bytes] = []  # sorted; every key with retained history
+        self._history: dict[bytes, list[tuple[int, bytes | None]]] = {}
+        self._version = 0
+        self._floor = 0  # versions at or below this may be compacted: reads below fail 1007
+        self._commits: deque[tuple[int, float, list[tuple[bytes, bytes]]]] = deque()
+        self._dirty: set[bytes] = set()
+        self.commit_count = 0
+
+    def create_transaction(self) -> MemoryTransaction:
+        return MemoryTransaction(self)
+
+    # ------------------------------------------------------------ snapshot reads
+
+    def _read_version(self) -> int:
+        with self._lock:
+            return self._version
+
+    @staticmethod
+    def _visible(history: list[tuple[int, bytes | None]], version: int) -> bytes | None:
+        for at, value in reversed(history):
+            if at <= version:
+                return value
+        return None
+
+    def _get(self, key: bytes, version: int) -> bytes | None:
+        with self._lock:
+            self._check_version(version)
+            history = self._history.get(key)
+            return None if history is None else self._visible(history, version)
+
+    def _scan(
+        self, begin: bytes, end: bytes, reverse: bool, version: int
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Committed rows of ``[begin, end)`` at ``version``, fetched a chunk at a time."""
+        cursor_lo, cursor_hi = begin, end
+        while True:
+            with self._lock:
+                self._check_version(version)
+                lo = bisect.bisect_left(self._keys, cursor_lo)
+                hi = bisect.bisect_left(self._keys, cursor_hi)
+                window = (
+                    self._keys[max(lo, hi - _CHUNK) : hi]
+                    if reverse
+                    else self._keys[lo : min(hi, lo + _CHUNK)]
+                )
+                if reverse:
+                    window.reverse()
+                rows = []
+                for key in window:
+                    value = self._visible(self._history[key], version)
+                    if value is not None:
+                        rows.append((key, value))
+            yield from rows
+            if len(window) < _CHUNK:
+                return
+            if reverse:
+                cursor_hi = window[-1]
+            else:
+                cursor_lo = window[-1] + b"\x00"
+
+    def _check_version(self, version: int) -> None:
+        if version < self._floor:
+            raise kv.engine_error(
+                kv.TRANSACTION_TOO_OLD, f"read version {version} is below the MVCC window"
+            )
+
+    # ------------------------------------------------------------ commit
+
+    def _commit(self, tr: MemoryTransaction) -> bytes | None:
+        buffer = tr.buffer
+        with self._lock:
+            now = self._clock()
+            self._expire(now)
+            read_version = tr.read_version
+            if read_version is not None:
+                if read_version < self._floor or now - tr.started > kv.MAX_TRANSACTION_SECONDS:
+                    raise kv.engine_error(kv.TRANSACTION_TOO_OLD, "transaction older than 5 s")
+                if tr.read_ranges:
+                    for version, _, writes in reversed(self._commits):
+                        if version <= read_version:
+                            break
+                        if _overlaps(tr.read_ranges, writes):
+                            raise kv.engine_error(
+                                kv.NOT_COMMITTED, f"read conflict with commit at version {version}"
+                            )
+            if not buffer.has_writes():
+                return None
+            version = self._version + 1
+            stamp = version.to_bytes(8, "big") + b"\x00\x00"
+            conflict_version = self._version if read_version is None else read_version
+            write_ranges = buffer.write_conflict_ranges(conflict_version)
+            for begin, end in buffer.cleared_ranges():
+                lo = bisect.bisect_left(self._keys, begin)
+                hi = bisect.bisect_left(self._keys, end)
+                for key in self._keys[lo:hi]:
+                    if self._visible(self._history[key], version) is not None:
+                        self._put(key, version, None)
+            latest = self._latest
+            for key, value in list(buffer.final_writes(latest)):
+                self._put(key, version, value)
+            for write in buffer.versionstamped:
+                key, value = write.resolve(stamp)
+                self._put(key, version, value)
+            self._version = version
+            self._commits.append((version, now, write_ranges))
+            self.commit_count += 1
+            return stamp
+
+    def _latest(self, key: bytes) -> bytes | None:
+        history = self._history.get(key)
+        return None if history is None else history[-1][1]
+
+    def _put(self, key: bytes, version: int, value: bytes | None) -> None:
+        history = self._history.get(key)
+        if history is None:
+            if value is None:
+                return
+            bisect.insort(self._keys, key)
+            self._history[key] = [(version, value)]
+        elif history[-1][0] == version:
+            history[-1] = (version, value)
+        else:
+            history.append((version, value))
+        self._dirty.add(key)
+
+    def _expire(self, now: float) -> None:
+        """Drop commits (and key history) that left the five-second window."""
+        horizon = now - kv.MAX_TRANSACTION_SECONDS
+        expired = False
+        while self._commits and self._commits[0][1] < horizon:
+            self._floor = max(self._floor, self._commits.popleft()[0])
+            expired = True
+        if not expired or not self._dirty:
+            return
+        floor = self._floor
+        for key in self._dirty:
+            history = self._history[key]
+            keep = [entry for entry in history if entry[0] > floor]
+            older = [entry for entry in history if entry[0] <= floor]
+            if older and older[-1][1] is not None:
+                keep.insert(0, older[-1])
+            if keep:
+                self._history[key] = keep
+            else:
+                del self._history[key]
+                self._keys.pop(bisect.bisect_left(self._keys, key))
+        self._dirty = {k for k in self._dirty if k in self._history and len(self._history[k]) > 1}
+
+    def key_count(self) -> int:
+        """Number of live keys at the latest version (for tests and inspection)."""
+        with self._lock:
+            return sum(1 for h in self._history.values() if h[-1][1] is not None)
+
+
+class MemoryTransaction(BufferedTransaction):
+    """A transaction of :class:`MemoryEngine`."""
+
+    def __init__(self, engine: MemoryEngine) -> None:
+        super().__init__()
+        self._engine = engine
+        self.read_version: int | None = None
+        self.started = engine._clock()
+        self.read_ranges: list[tuple[bytes, bytes]] = []
+
+    def get_read_version(self) -> int:
+        if self.read_version is None:
+            self.read_version = self._engine._read_version()
+        return self.read_version
+
+    def _check_age(self) -> None:
+        if self._engine._clock() - self.started > kv.MAX_TRANSACTION_SECONDS:
+            raise kv.engine_error(kv.TRANSACTION_TOO_OLD, "transaction older than 5 s")
+
+    def _base_get(self, key: bytes) -> bytes | None:
+        self._check_age()
+        return self._engine._get(key, self.get_read_version())
+
+    def _base_range(self, begin: bytes, end: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+        self._check_age()
+        return self._engine._scan(begin, end, reverse, self.get_read_version())
+
+    def _note_read(self, begin: bytes, end: bytes, rows: list[tuple[bytes, bytes]] | None) -> None:
+        del rows  # the resolver works on ranges, not values
+        self.read_ranges.append((begin, end))
+
+    def _commit(self) -> bytes | None:
+        return self._engine._commit(self)

@@ -1,0 +1,363 @@
+"""The SQLite engine: the embedded, durable default (one file, WAL, stdlib ``sqlite3``).
+
+Layout: one ``WITHOUT ROWID`` table ``kv(key BLOB PRIMARY KEY, value BLOB)`` so that a
+range scan walks one B-tree in key order (SQLite compares BLOBs with ``memcmp``: byte
+order), with 16 KiB pages so that 1 KB journal entries pack ~15 to a leaf and 100 KB values
+spill to overflow chains without deepening the tree; plus ``meta(name, value)`` holding the
+store's identity, format version and commit counter. ``PRAGMA application_id`` marks the
+file as ours; ``PRAGMA user_version`` is the format version, checked at open.
+
+Transactions are optimistic, like FoundationDB's, and serializable:
+
+1. Reads run inside a deferred SQLite read transaction, i.e. one WAL snapshot. The commit
+   counter read at its start is the transaction's read version.
+2. Writes are buffered (read-your-writes, see :mod:`backends.kv.buffered`).
+3. ``commit`` takes the write lock (``BEGIN IMMEDIATE``; writers from every thread and
+   process queue on it) and reads the commit counter. If another commit happened since the
+   read version, every non-snapshot read is **validated**: re-read and compared with a
+   digest of what was seen. Any difference fails the commit with 1020 and nothing is
+   applied -- the same contract as FoundationDB's resolver (value-based rather than
+   range-based, so it reports no false conflicts for unchanged data).
+4. The buffer is applied, the counter incremented (the new value is the versionstamp's
+   commit version, so versionstamps strictly increase in commit order across processes),
+   and SQLite commits: atomically and, with ``synchronous=FULL``, durably.
+
+A process killed at any point leaves the file consistent: SQLite's WAL recovery discards
+the uncommitted transaction on the next open.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+from backends.kv.buffered import BufferedTransaction
+from persistence import kv
+from persistence.errors import EngineError, StoreFormatError
+
+APPLICATION_ID: Final = 0x414F5350  # "AOSP"
+FORMAT_VERSION: Final = 1
+STORE_KIND: Final = b"aos-persistence/kv"
+SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
+_PAGE: Final = 512  # rows fetched per range-scan statement
+
+
+def _digest(rows: list[tuple[bytes, bytes]] | Iterator[tuple[bytes, bytes]]) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for key, value in rows:
+        h.update(len(key).to_bytes(4, "little"))
+        h.update(key)
+        h.update(len(value).to_bytes(4, "little"))
+        h.update(value)
+    return h.digest()
+
+
+class SqliteEngine(kv.Engine):
+    """A store in one SQLite file, shared safely by threads and processes."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: float = 60.0,
+        cache_mib: int = 16,
+    ) -> None:
+        self.path = Path(path)
+        mode = synchronous.upper()
+        if mode not in SYNCHRONOUS_MODES:
+            raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
+        self.synchronous = mode
+        self.busy_timeout = busy_timeout
+        self.cache_mib = cache_mib
+        self.url = f"sqlite://{self.path.resolve()}"
+        self._lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = []  # pooled connections of this process
+        self._pid = os.getpid()
+        self._check_file()
+        conn = self._acquire()
+        try:
+            self._initialise(conn)
+        finally:
+            self._release(conn)
+
+    # ------------------------------------------------------------ opening
+
+    def _check_file(self) -> None:
+        """Refuse, without touching it, a file that is not an SQLite database."""
+        if not self.path.parent.is_dir():
+            raise StoreFormatError(f"{self.path}: directory {self.path.parent} does not exist")
+        if self.path.exists():
+            if not self.path.is_file():
+                raise StoreFormatError(f"{self.path}: not a regular file")
+            with self.path.open("rb") as fh:
+                head = fh.read(len(SQLITE_MAGIC))
+            if head and head != SQLITE_MAGIC:
+                raise StoreFormatError(
+                    f"{self.path}: not an SQLite database, so not a store of ours; left untouched"
+                )
+
+    def _acquire(self) -> sqlite3.Connection:
+        """A connection for one transaction (pooled; never shared by two at once)."""
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's connections are not ours
+                self._idle, self._pid = [], os.getpid()
+            if self._idle:
+                return self._idle.pop()
+        try:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, timeout=self.busy_timeout, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute(f"PRAGMA cache_size = {-1024 * self.cache_mib}")
+        except sqlite3.DatabaseError as exc:
+            raise StoreFormatError(f"{self.path}: cannot open: {exc}") from None
+        return conn
+
+    def _release(self, conn: sqlite3.Connection) -> None:
+        """Return a connection to the pool, ending any transaction it was left in."""
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            conn.close()
+            return
+        with self._lock:
+            if self._pid == os.getpid():
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def _initialise(self, conn: sqlite3.Connection) -> None:
+        """Create the schema in an empty file, or check that the file is our store."""
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            if app_id == 0:
+                # Look before writing anything: a foreign database must stay byte-identical.
+                self._refuse_foreign(conn)
+                conn.execute("PRAGMA page_size = 16384")
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    # Re-check under the write lock: another process may have won the race.
+                    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+                    if app_id == 0:
+                        self._refuse_foreign(conn)
+                        conn.execute(
+                            "CREATE TABLE kv (key BLOB PRIMARY KEY, value BLOB NOT NULL)"
+                            " WITHOUT ROWID"
+                        )
+                        conn.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value NOT NULL)")
+                        conn.executemany(
+                            "INSERT INTO meta VALUES (?, ?)",
+                            [("kind", STORE_KIND), ("commit_version", 0)],
+                        )
+                        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                        conn.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            if app_id != APPLICATION_ID:
+                raise StoreFormatError(
+                    f"{self.path}: SQLite application_id {app_id:#x} is not ours "
+                    f"({APPLICATION_ID:#x}); left untouched"
+                )
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > FORMAT_VERSION:
+                raise StoreFormatError(
+                    f"{self.path}: store format {version} is newer than this software "
+                    f"supports ({FORMAT_VERSION}); upgrade aos-persistence"
+                )
+            kind = conn.execute("SELECT value FROM meta WHERE name = 'kind'").fetchone()
+            if kind is None or kind[0] != STORE_KIND:
+                raise StoreFormatError(f"{self.path}: store identity record is missing or wrong")
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.DatabaseError as exc:
+            raise StoreFormatError(f"{self.path}: damaged or not a database: {exc}") from None
+
+    def _refuse_foreign(self, conn: sqlite3.Connection) -> None:
+        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            raise StoreFormatError(
+                f"{self.path}: an SQLite database with other tables, not a store of ours; "
+                "left untouched"
+            )
+
+    # ------------------------------------------------------------ engine
+
+    def create_transaction(self) -> SqliteTransaction:
+        return SqliteTransaction(self)
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def integrity_check(self) -> list[str]:
+        """SQLite's full ``PRAGMA integrity_check``; an empty list means healthy."""
+        conn = self._acquire()
+        try:
+            rows = conn.execute("PRAGMA integrity_check").fetchall()
+        finally:
+            self._release(conn)
+        return [] if rows == [("ok",)] else [row[0] for row in rows]
+
+
+def _sqlite_error(exc: sqlite3.Error, during: str) -> EngineError:
+    message = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in message:
+        # The write lock was not granted within busy_timeout: nothing was applied.
+        return kv.engine_error(kv.NOT_COMMITTED, f"{during}: {message}")
+    return kv.engine_error(kv.IO_ERROR, f"{during}: {message}")
+
+
+class SqliteTransaction(BufferedTransaction):
+    """A transaction of :class:`SqliteEngine` (see the module docstring for the protocol)."""
+
+    def __init__(self, engine: SqliteEngine) -> None:
+        super().__init__()
+        self._engine = engine
+        self._conn: sqlite3.Connection | None = None
+        self._read_version: int | None = None
+        # Non-snapshot reads to validate at commit: (begin, end, digest of rows seen).
+        self._reads: list[tuple[bytes, bytes, bytes]] = []
+
+    # ------------------------------------------------------------ read snapshot
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._conn = self._engine._acquire()
+        return self._conn
+
+    def get_read_version(self) -> int:
+        if self._read_version is None:
+            conn = self._connection()
+            try:
+                conn.execute("BEGIN")
+                row = conn.execute(
+                    "SELECT value FROM meta WHERE name = 'commit_version'"
+                ).fetchone()
+            except sqlite3.Error as exc:
+                raise _sqlite_error(exc, "begin read") from None
+            self._read_version = int(row[0])
+        return self._read_version
+
+    def _base_get(self, key: bytes) -> bytes | None:
+        self.get_read_version()
+        try:
+            row = self._connection().execute("SELECT value FROM kv WHERE key = ?", (key,))
+            row = row.fetchone()
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc, "get") from None
+        return None if row is None else bytes(row[0])
+
+    def _base_range(self, begin: bytes, end: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
+        self.get_read_version()
+        return _scan(self._connection(), begin, end, reverse)
+
+    def _note_read(self, begin: bytes, end: bytes, rows: list[tuple[bytes, bytes]] | None) -> None:
+        if rows is None:  # a declared conflict range: remember what it holds now
+            self.get_read_version()
+            rows = list(_scan(self._connection(), begin, end, False))
+        self._reads.append((begin, end, _digest(rows)))
+
+    # ------------------------------------------------------------ commit
+
+    def _commit(self) -> bytes | None:
+        try:
+            if not self.buffer.has_writes():
+                return None
+            return self._write(self._connection())
+        finally:
+            self._close()
+
+    def _write(self, conn: sqlite3.Connection) -> bytes:
+        try:
+            if conn.in_transaction:
+                conn.execute("COMMIT")  # end the read snapshot
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc, "begin write") from None
+        try:
+            current = int(
+                conn.execute("SELECT value FROM meta WHERE name = 'commit_version'").fetchone()[0]
+            )
+            if self._read_version is not None and current != self._read_version:
+                for begin, end, digest in self._reads:
+                    if _digest(_scan(conn, begin, end, False)) != digest:
+                        raise kv.engine_error(
+                            kv.NOT_COMMITTED,
+                            f"read conflict: data read at version {self._read_version} "
+                            f"changed by version {current}",
+                        )
+            version = current + 1
+            stamp = version.to_bytes(8, "big") + b"\x00\x00"
+            for begin, end in self.buffer.cleared_ranges():
+                conn.execute("DELETE FROM kv WHERE key >= ? AND key < ?", (begin, end))
+            upserts: list[tuple[bytes, bytes]] = []
+            deletes: list[tuple[bytes]] = []
+
+            def read_committed(key: bytes) -> bytes | None:
+                row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+                return None if row is None else bytes(row[0])
+
+            for key, value in self.buffer.final_writes(read_committed):
+                if value is None:
+                    deletes.append((key,))
+                else:
+                    upserts.append((key, value))
+            upserts.extend(write.resolve(stamp) for write in self.buffer.versionstamped)
+            if deletes:
+                conn.executemany("DELETE FROM kv WHERE key = ?", deletes)
+            if upserts:
+                conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", upserts)
+            conn.execute("UPDATE meta SET value = ? WHERE name = 'commit_version'", (version,))
+            conn.execute("COMMIT")
+            return stamp
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc, "commit") from None
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._engine._release(conn)  # rolls back whatever was not committed
+
+    def __del__(self) -> None:
+        # An abandoned transaction must give back its connection and WAL snapshot.
+        with contextlib.suppress(Exception):
+            self._close()
+
+
+def _scan(
+    conn: sqlite3.Connection, begin: bytes, end: bytes, reverse: bool
+) -> Iterator[tuple[bytes, bytes]]:
+    """Rows of ``[begin, end)`` in key order, one page of rows per statement."""
+    lo, hi = begin, end
+    if reverse:
+        sql = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?"
+    else:
+        sql = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT ?"
+    while True:
+        try:
+            rows = conn.execute(sql, (lo, hi, _PAGE)).fetchall()
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc, "range read") from None
+        for key, value in rows:
+            yield bytes(key), bytes(value)
+        if len(rows) < _PAGE:
+            return
+        if reverse:
+            hi = bytes(rows[-1][0])
+        else:
+            lo = bytes(rows[-1][0]) + b"\x00"

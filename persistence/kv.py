@@ -1,0 +1,344 @@
+"""The transactional ordered key-value interface every engine implements, and the retry runner.
+
+It is shaped like the official FoundationDB Python binding's ``Transaction`` so that the
+plane's protocols are written once and the FoundationDB engine is a thin adapter:
+
+* keys and values are ``bytes``; keys sort bytewise; keys starting with ``0xff`` are reserved;
+* reads see the transaction's own writes (read-your-writes) over a consistent snapshot
+  taken at the transaction's read version;
+* reads add read-conflict ranges unless ``snapshot=True``; at commit, a transaction whose
+  read ranges were written by a transaction that committed after its read version fails
+  with error 1020 (``not_committed``) and nothing is applied;
+* ``add`` is an atomic little-endian add applied at commit (no read, no conflict);
+* ``set_versionstamped_key``/``set_versionstamped_value`` take a 4-byte little-endian offset
+  suffix (API version >= 520) naming where the engine writes the 10-byte versionstamp
+  (8-byte big-endian commit version + 2-byte batch order) at commit;
+* limits: key 10,000 B (2102), value 100,000 B (2103), transaction 10,000,000 B (2101).
+
+Errors are :class:`~persistence.errors.EngineError` carrying FoundationDB's numeric codes.
+:func:`transactional` retries a function as ``fdb.transactional`` does: the function takes
+the transaction first; given a transaction it is called through (so protocols compose into
+one transaction); given an :class:`Engine` it runs in a retry loop. **The body may run more
+than once, including after a commit that applied** (1021 ``commit_unknown_result``), so
+every write protocol must be idempotent.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Concatenate, Final, ParamSpec, TypeVar
+
+from persistence.errors import EngineError
+
+log = logging.getLogger(__name__)
+
+MAX_KEY_SIZE: Final = 10_000
+MAX_VALUE_SIZE: Final = 100_000
+MAX_TRANSACTION_SIZE: Final = 10_000_000
+MAX_TRANSACTION_SECONDS: Final = 5.0
+"""A transaction older than this fails reads and commit with 1007 (transaction_too_old)."""
+
+SYSTEM_KEY_PREFIX: Final = b"\xff"
+
+# FoundationDB error codes used by the engines (fdbclient/error_definitions.h).
+TRANSACTION_TOO_OLD: Final = 1007
+FUTURE_VERSION: Final = 1009
+NOT_COMMITTED: Final = 1020
+COMMIT_UNKNOWN_RESULT: Final = 1021
+TRANSACTION_CANCELLED: Final = 1025
+TRANSACTION_TIMED_OUT: Final = 1031
+ACCESSED_UNREADABLE: Final = 1036
+PROCESS_BEHIND: Final = 1037
+DATABASE_LOCKED: Final = 1038
+CLUSTER_VERSION_CHANGED: Final = 1039
+COMMIT_PROXY_MEMORY_LIMIT_EXCEEDED: Final = 1042
+BATCH_TRANSACTION_THROTTLED: Final = 1051
+GRV_PROXY_MEMORY_LIMIT_EXCEEDED: Final = 1078
+TAG_THROTTLED: Final = 1213
+IO_ERROR: Final = 1510
+CLIENT_INVALID_OPERATION: Final = 2000
+KEY_OUTSIDE_LEGAL_RANGE: Final = 2004
+USED_DURING_COMMIT: Final = 2017
+NO_COMMIT_VERSION: Final = 2021
+TRANSACTION_TOO_LARGE: Final = 2101
+KEY_TOO_LARGE: Final = 2102
+VALUE_TOO_LARGE: Final = 2103
+RETRY_LIMIT_REACHED: Final = 4100
+"""Not a FoundationDB code: raised by :func:`transactional` when retries are exhausted."""
+
+MAYBE_COMMITTED: Final = frozenset({COMMIT_UNKNOWN_RESULT, CLUSTER_VERSION_CHANGED})
+"""Errors after which the transaction may or may not have been applied."""
+
+RETRYABLE_NOT_COMMITTED: Final = frozenset(
+    {
+        NOT_COMMITTED,
+        TRANSACTION_TOO_OLD,
+        FUTURE_VERSION,
+        DATABASE_LOCKED,
+        PROCESS_BEHIND,
+        COMMIT_PROXY_MEMORY_LIMIT_EXCEEDED,
+        BATCH_TRANSACTION_THROTTLED,
+        GRV_PROXY_MEMORY_LIMIT_EXCEEDED,
+        TAG_THROTTLED,
+    }
+)
+"""Errors after which the transaction certainly was not applied and may be retried."""
+
+RETRYABLE: Final = MAYBE_COMMITTED | RETRYABLE_NOT_COMMITTED
+"""FoundationDB's ``fdb_error_predicate(RETRYABLE)``: what ``on_error`` retries."""
+
+ERROR_DESCRIPTIONS: Final = {
+    TRANSACTION_TOO_OLD: "transaction_too_old",
+    FUTURE_VERSION: "future_version",
+    NOT_COMMITTED: "not_committed",
+    COMMIT_UNKNOWN_RESULT: "commit_unknown_result",
+    TRANSACTION_CANCELLED: "transaction_cancelled",
+    TRANSACTION_TIMED_OUT: "transaction_timed_out",
+    ACCESSED_UNREADABLE: "accessed_unreadable",
+    PROCESS_BEHIND: "process_behind",
+    DATABASE_LOCKED: "database_locked",
+    CLUSTER_VERSION_CHANGED: "cluster_version_changed",
+    IO_ERROR: "io_error",
+    CLIENT_INVALID_OPERATION: "client_invalid_operation",
+    KEY_OUTSIDE_LEGAL_RANGE: "key_outside_legal_range",
+    USED_DURING_COMMIT: "used_during_commit",
+    NO_COMMIT_VERSION: "no_commit_version",
+    TRANSACTION_TOO_LARGE: "transaction_too_large",
+    KEY_TOO_LARGE: "key_too_large",
+    VALUE_TOO_LARGE: "value_too_large",
+    RETRY_LIMIT_REACHED: "retry_limit_reached",
+}
+
+
+def engine_error(code: int, detail: str = "") -> EngineError:
+    """An :class:`EngineError` with FoundationDB's name for ``code``."""
+    name = ERROR_DESCRIPTIONS.get(code, "engine_error")
+    return EngineError(code, f"{name}: {detail}" if detail else name)
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Whether ``fdb.transactional`` would retry ``error``."""
+    return isinstance(error, EngineError) and error.code in RETRYABLE
+
+
+class VersionstampFuture(ABC):
+    """The versionstamp of a transaction, known only once it has committed."""
+
+    @abstractmethod
+    def wait(self) -> bytes:
+        """The 10-byte versionstamp; raises ``EngineError`` if the commit did not succeed
+        (2021 ``no_commit_version`` for a transaction that wrote nothing)."""
+
+
+class Transaction(ABC):
+    """One optimistic transaction. Not thread-safe: use it from one thread."""
+
+    @abstractmethod
+    def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
+        """The value of ``key`` or ``None``. Adds a read conflict unless ``snapshot``."""
+
+    @abstractmethod
+    def get_range(
+        self,
+        begin: bytes,
+        end: bytes,
+        *,
+        limit: int = 0,
+        reverse: bool = False,
+        snapshot: bool = False,
+    ) -> list[tuple[bytes, bytes]]:
+        """Key-value pairs with ``begin <= key < end`` in key order (descending when
+        ``reverse``), at most ``limit`` of them (0 means no limit).
+
+        The read conflict range covers only what was read: when ``limit`` stops the scan
+        it ends just past the last key returned (FoundationDB's behaviour).
+        """
+
+    @abstractmethod
+    def set(self, key: bytes, value: bytes) -> None:
+        """Write ``key``. Raises 2102/2103 on oversize keys/values, 2004 on system keys."""
+
+    @abstractmethod
+    def clear(self, key: bytes) -> None:
+        """Delete ``key`` (no error if absent)."""
+
+    @abstractmethod
+    def clear_range(self, begin: bytes, end: bytes) -> None:
+        """Delete every key in ``[begin, end)``."""
+
+    @abstractmethod
+    def add(self, key: bytes, param: bytes) -> None:
+        """Atomically add little-endian ``param`` to the value of ``key`` at commit.
+
+        A missing value counts as zero; the result has ``len(param)`` bytes (wrapping).
+        """
+
+    @abstractmethod
+    def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
+        """Write ``value`` at ``key`` whose 10 bytes at the little-endian offset in the
+        last 4 bytes of ``key`` are replaced by the commit versionstamp."""
+
+    @abstractmethod
+    def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
+        """Write ``value`` (offset suffix as for keys) at ``key``, with the versionstamp
+        written into the value at commit."""
+
+    @abstractmethod
+    def get_versionstamp(self) -> VersionstampFuture:
+        """A future for this transaction's versionstamp; ask before committing."""
+
+    @abstractmethod
+    def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
+        """Make the commit conflict with any write to ``[begin, end)`` after the read version."""
+
+    @abstractmethod
+    def get_read_version(self) -> int:
+        """The version this transaction reads at."""
+
+    @abstractmethod
+    def commit(self) -> None:
+        """Apply every write atomically, or raise ``EngineError`` and apply nothing
+        (except 1021, after which the writes may or may not have been applied)."""
+
+    def add_read_conflict_key(self, key: bytes) -> None:
+        """Make the commit conflict with any write to ``key`` after the read version."""
+        self.add_read_conflict_range(key, key + b"\x00")
+
+
+class Engine(ABC):
+    """A transactional ordered key-value store (a FoundationDB ``Database``)."""
+
+    url: str
+
+    @abstractmethod
+    def create_transaction(self) -> Transaction:
+        """A new transaction."""
+
+    def crash_point(self, name: str) -> None:
+        """A named step of a protocol. Fault-injecting engines may raise here to simulate
+        a crash of the calling process at that step; other engines do nothing."""
+        del name
+
+    def close(self) -> None:  # noqa: B027 -- most engines hold nothing to release
+        """Release connections and files. The engine is unusable afterwards."""
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+class RetryPolicy:
+    """Backoff and limits of :func:`transactional`, as FoundationDB's ``on_error``:
+    exponential backoff from 10 ms, capped at 1 s, with jitter."""
+
+    __slots__ = ("initial_delay", "max_delay", "max_retries")
+
+    def __init__(
+        self, max_retries: int = 100, initial_delay: float = 0.01, max_delay: float = 1.0
+    ) -> None:
+        self.max_retries = max_retries
+        self.initial_delay = initial_delay
+        self.max_delay = max_delay
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to sleep before retry number ``attempt`` (1-based)."""
+        base: float = min(self.max_delay, self.initial_delay * 2.0 ** (attempt - 1))
+        return base * random.uniform(0.5, 1.0)
+
+
+DEFAULT_RETRY_POLICY: Final = RetryPolicy()
+
+
+def run(
+    engine: Engine,
+    body: Callable[[Transaction], T],
+    *,
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+) -> T:
+    """Run ``body`` in a new transaction and commit, retrying retryable errors.
+
+    Returns what the committed attempt of ``body`` returned. Non-retryable errors
+    (and any error raised by ``body`` itself) propagate at once.
+    """
+    attempt = 0
+    while True:
+        tr = engine.create_transaction()
+        try:
+            result = body(tr)
+            tr.commit()
+            return result
+        except EngineError as exc:
+            if exc.code not in RETRYABLE:
+                raise
+            attempt += 1
+            if attempt > policy.max_retries:
+                raise engine_error(
+                    RETRY_LIMIT_REACHED, f"gave up after {policy.max_retries} retries: {exc}"
+                ) from exc
+            log.debug("retrying transaction after engine error %s (attempt %d)", exc.code, attempt)
+            time.sleep(policy.delay(attempt))
+
+
+def transactional(
+    fn: Callable[Concatenate[Transaction, P], T],
+) -> Callable[Concatenate[Transaction | Engine, P], T]:
+    """Decorate a function taking a transaction first, as ``fdb.transactional`` does.
+
+    Called with a :class:`Transaction` it runs inside that transaction (no commit);
+    called with an :class:`Engine` it runs in a fresh transaction with retries.
+    """
+
+    def wrapper(db_or_tr: Transaction | Engine, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if isinstance(db_or_tr, Transaction):
+            return fn(db_or_tr, *args, **kwargs)
+        return run(db_or_tr, lambda tr: fn(tr, *args, **kwargs))
+
+    functools.update_wrapper(wrapper, fn)
+    return wrapper
+
+
+def check_key(key: bytes) -> None:
+    """Raise the engine error FoundationDB raises for an illegal or oversize key."""
+    if not isinstance(key, bytes):
+        raise TypeError(f"keys are bytes, not {type(key).__name__}")
+    if len(key) > MAX_KEY_SIZE:
+        raise engine_error(KEY_TOO_LARGE, f"key of {len(key)} bytes > {MAX_KEY_SIZE}")
+    if key.startswith(SYSTEM_KEY_PREFIX):
+        raise engine_error(KEY_OUTSIDE_LEGAL_RANGE, "keys starting with 0xff are reserved")
+
+
+def check_value(value: bytes) -> None:
+    """Raise the engine error FoundationDB raises for an oversize value."""
+    if not isinstance(value, bytes):
+        raise TypeError(f"values are bytes, not {type(value).__name__}")
+    if len(value) > MAX_VALUE_SIZE:
+        raise engine_error(VALUE_TOO_LARGE, f"value of {len(value)} bytes > {MAX_VALUE_SIZE}")
+
+
+def split_versionstamp_offset(data: bytes, what: str) -> tuple[bytes, int]:
+    """Split ``data`` into the bytes and the placeholder offset of its 4-byte suffix."""
+    if len(data) < 4:
+        raise ValueError(f"versionstamped {what} lacks its 4-byte offset suffix")
+    body, offset = data[:-4], int.from_bytes(data[-4:], "little")
+    if offset + 10 > len(body):
+        raise ValueError(f"versionstamp offset {offset} outside the {len(body)}-byte {what}")
+    return body, offset
+
+
+def apply_add(current: bytes | None, param: bytes) -> bytes:
+    """FoundationDB's ``ADD`` mutation: little-endian add, result as wide as ``param``."""
+    width = len(param)
+    base = int.from_bytes((current or b"")[:width], "little")
+    total = (base + int.from_bytes(param, "little")) % (1 << (8 * width))
+    return total.to_bytes(width, "little")

@@ -1,0 +1,360 @@
+"""The transaction interface's contract, checked identically on every engine."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from persistence import fdbtuple, kv
+from persistence.errors import EngineError
+from persistence.fdbtuple import Versionstamp
+from persistence.kv import Engine, Transaction
+
+
+def commit_all(engine: Engine, items: dict[bytes, bytes]) -> None:
+    def body(tr: Transaction) -> None:
+        for key, value in items.items():
+            tr.set(key, value)
+
+    kv.run(engine, body)
+
+
+def read(engine: Engine, fn):  # type: ignore[no-untyped-def]
+    return kv.run(engine, fn)
+
+
+KEYS = {bytes([0x10 + i]): bytes([i]) * (i + 1) for i in range(10)}
+
+
+def test_range_order_and_limits_both_directions(engine: Engine) -> None:
+    commit_all(engine, KEYS)
+    ordered = sorted(KEYS.items())
+    assert read(engine, lambda tr: tr.get_range(b"\x00", b"\xff")) == ordered
+    assert read(engine, lambda tr: tr.get_range(b"\x00", b"\xff", limit=3)) == ordered[:3]
+    assert read(engine, lambda tr: tr.get_range(b"\x00", b"\xff", reverse=True)) == ordered[::-1]
+    assert (
+        read(engine, lambda tr: tr.get_range(b"\x00", b"\xff", limit=4, reverse=True))
+        == ordered[::-1][:4]
+    )
+    # half-open interval
+    assert read(engine, lambda tr: tr.get_range(b"\x12", b"\x15")) == ordered[2:5]
+    assert read(engine, lambda tr: tr.get_range(b"\x15", b"\x12")) == []
+
+
+def test_range_scan_across_many_pages(engine: Engine) -> None:
+    many = {fdbtuple.pack(("k", i)): i.to_bytes(4, "big") for i in range(3000)}
+    for chunk in range(0, 3000, 1000):
+        commit_all(engine, dict(list(many.items())[chunk : chunk + 1000]))
+    rows = read(engine, lambda tr: tr.get_range(*fdbtuple.range_of(fdbtuple.pack(("k",)))))
+    assert [int.from_bytes(v, "big") for _, v in rows] == list(range(3000))
+    back = read(
+        engine,
+        lambda tr: tr.get_range(
+            *fdbtuple.range_of(fdbtuple.pack(("k",))), reverse=True, limit=1500
+        ),
+    )
+    assert [int.from_bytes(v, "big") for _, v in back] == list(range(2999, 1499, -1))
+
+
+def test_read_your_writes(engine: Engine) -> None:
+    commit_all(engine, KEYS)
+
+    def body(tr: Transaction) -> list[object]:
+        seen: list[object] = []
+        tr.set(b"\x10", b"new")
+        tr.clear(b"\x11")
+        tr.set(b"\x30", b"added")
+        tr.clear_range(b"\x13", b"\x16")
+        tr.set(b"\x14", b"back")
+        tr.add(b"\x19", (1).to_bytes(2, "little"))
+        seen.append(tr.get(b"\x10"))
+        seen.append(tr.get(b"\x11"))
+        seen.append(tr.get(b"\x13"))
+        seen.append(tr.get(b"\x14"))
+        seen.append(tr.get(b"\x19"))
+        seen.append(tr.get_range(b"\x00", b"\xff"))
+        seen.append(tr.get_range(b"\x00", b"\xff", reverse=True, limit=3))
+        return seen
+
+    seen = kv.run(engine, body)
+    base19 = int.from_bytes(KEYS[b"\x19"][:2], "little")
+    expected19 = ((base19 + 1) % 65536).to_bytes(2, "little")
+    assert seen[:5] == [b"new", None, None, b"back", expected19]
+    expected = {**KEYS, b"\x10": b"new", b"\x30": b"added", b"\x14": b"back", b"\x19": expected19}
+    for gone in (b"\x11", b"\x13", b"\x15"):
+        expected.pop(gone)
+    assert seen[5] == sorted(expected.items())
+    assert seen[6] == sorted(expected.items(), reverse=True)[:3]
+    # ... and the committed state is the same view.
+    assert read(engine, lambda tr: tr.get_range(b"\x00", b"\xff")) == sorted(expected.items())
+
+
+def test_atomic_add_is_little_endian_and_wraps(engine: Engine) -> None:
+    def add(tr: Transaction, n: int) -> None:
+        tr.add(b"counter", n.to_bytes(8, "little"))
+
+    for n in (1, 2, 2**40):
+        kv.run(engine, lambda tr, n=n: add(tr, n))
+    assert read(engine, lambda tr: tr.get(b"counter")) == (3 + 2**40).to_bytes(8, "little")
+    kv.run(engine, lambda tr: tr.add(b"small", b"\xff"))
+    kv.run(engine, lambda tr: tr.add(b"small", b"\x02"))
+    assert read(engine, lambda tr: tr.get(b"small")) == b"\x01"
+
+
+def test_concurrent_atomic_adds_do_not_conflict(engine: Engine) -> None:
+    a, b = engine.create_transaction(), engine.create_transaction()
+    for tr in (a, b):
+        tr.get_read_version()
+        tr.add(b"n", (1).to_bytes(8, "little"))
+    a.commit()
+    b.commit()
+    assert read(engine, lambda tr: tr.get(b"n")) == (2).to_bytes(8, "little")
+
+
+def test_versionstamps_increase_across_and_within_transactions(engine: Engine) -> None:
+    stamps = []
+    for i in range(5):
+
+        def body(tr: Transaction, i: int = i) -> kv.VersionstampFuture:
+            for user in (2, 0, 1):
+                key = fdbtuple.pack_with_versionstamp(("q", Versionstamp(None, user)))
+                tr.set_versionstamped_key(key, f"{i}.{user}".encode())
+            return tr.get_versionstamp()
+
+        stamps.append(kv.run(engine, body).wait())
+    assert all(len(s) == 10 for s in stamps)
+    assert stamps == sorted(stamps) and len(set(stamps)) == 5
+    rows = read(engine, lambda tr: tr.get_range(*fdbtuple.range_of(fdbtuple.pack(("q",)))))
+    assert [v for _, v in rows] == [f"{i}.{u}".encode() for i in range(5) for u in (0, 1, 2)]
+    decoded = [fdbtuple.unpack(k)[1] for k, _ in rows]
+    assert [d.tr_version for d in decoded] == [s for s in stamps for _ in range(3)]  # type: ignore[union-attr]
+
+
+def test_versionstamped_value(engine: Engine) -> None:
+    def body(tr: Transaction) -> kv.VersionstampFuture:
+        tr.set_versionstamped_value(
+            b"latest", b"pre" + b"\x00" * 10 + b"post" + (3).to_bytes(4, "little")
+        )
+        return tr.get_versionstamp()
+
+    stamp = kv.run(engine, body).wait()
+    assert read(engine, lambda tr: tr.get(b"latest")) == b"pre" + stamp + b"post"
+
+
+def test_versionstamp_of_read_only_transaction_is_an_error(engine: Engine) -> None:
+    tr = engine.create_transaction()
+    tr.get(b"x")
+    future = tr.get_versionstamp()
+    tr.commit()
+    with pytest.raises(EngineError) as err:
+        future.wait()
+    assert err.value.code == kv.NO_COMMIT_VERSION
+
+
+def test_read_then_write_same_key_exactly_one_commits(engine: Engine) -> None:
+    commit_all(engine, {b"k": b"0"})
+    a, b = engine.create_transaction(), engine.create_transaction()
+    for tr, tag in ((a, b"a"), (b, b"b")):
+        assert tr.get(b"k") == b"0"
+        tr.set(b"k", tag)
+    a.commit()
+    with pytest.raises(EngineError) as err:
+        b.commit()
+    assert err.value.code == kv.NOT_COMMITTED
+    assert read(engine, lambda tr: tr.get(b"k")) == b"a"
+
+
+def test_disjoint_writes_both_commit(engine: Engine) -> None:
+    a, b = engine.create_transaction(), engine.create_transaction()
+    assert a.get(b"x") is None and b.get(b"y") is None
+    a.set(b"x", b"1")
+    b.set(b"y", b"2")
+    a.commit()
+    b.commit()
+    assert read(engine, lambda tr: (tr.get(b"x"), tr.get(b"y"))) == (b"1", b"2")
+
+
+def test_snapshot_reads_do_not_conflict(engine: Engine) -> None:
+    commit_all(engine, {b"k": b"0"})
+    a, b = engine.create_transaction(), engine.create_transaction()
+    assert a.get(b"k", snapshot=True) == b"0"
+    assert b.get_range(b"a", b"z", snapshot=True) == [(b"k", b"0")]
+    a.set(b"other-a", b"1")
+    b.set(b"other-b", b"1")
+    writer = engine.create_transaction()
+    writer.set(b"k", b"changed")
+    writer.commit()
+    a.commit()
+    b.commit()
+
+
+def test_range_read_conflicts_with_insert_inside_it(engine: Engine) -> None:
+    commit_all(engine, {b"r1": b"", b"r5": b""})
+    reader = engine.create_transaction()
+    assert len(reader.get_range(b"r", b"s")) == 2
+    reader.set(b"summary", b"2")
+    writer = engine.create_transaction()
+    writer.set(b"r3", b"")
+    writer.commit()
+    with pytest.raises(EngineError) as err:
+        reader.commit()
+    assert err.value.code == kv.NOT_COMMITTED
+
+
+def test_limited_range_conflicts_only_over_what_was_read(engine: Engine) -> None:
+    commit_all(engine, {b"r1": b"", b"r2": b"", b"r3": b""})
+    reader = engine.create_transaction()
+    assert [k for k, _ in reader.get_range(b"r", b"s", limit=2)] == [b"r1", b"r2"]
+    reader.set(b"summary", b"")
+    writer = engine.create_transaction()
+    writer.set(b"r4", b"")  # beyond the last key read
+    writer.commit()
+    reader.commit()
+
+
+def test_explicit_read_conflict_range(engine: Engine) -> None:
+    reader = engine.create_transaction()
+    reader.get_read_version()
+    reader.add_read_conflict_range(b"p", b"q")
+    reader.set(b"mine", b"")
+    writer = engine.create_transaction()
+    writer.set(b"p1", b"")
+    writer.commit()
+    with pytest.raises(EngineError) as err:
+        reader.commit()
+    assert err.value.code == kv.NOT_COMMITTED
+
+
+def test_a_failed_commit_applies_nothing(engine: Engine) -> None:
+    commit_all(engine, {b"k": b"0"})
+    loser = engine.create_transaction()
+    loser.get(b"k")
+    loser.set(b"a", b"1")
+    loser.set(b"k", b"x")
+    winner = engine.create_transaction()
+    winner.set(b"k", b"w")
+    winner.commit()
+    with pytest.raises(EngineError):
+        loser.commit()
+    assert read(engine, lambda tr: (tr.get(b"a"), tr.get(b"k"))) == (None, b"w")
+
+
+def test_reads_see_one_snapshot(engine: Engine) -> None:
+    commit_all(engine, {b"a": b"1", b"b": b"1"})
+    reader = engine.create_transaction()
+    assert reader.get(b"a") == b"1"
+    commit_all(engine, {b"a": b"2", b"b": b"2"})
+    assert reader.get(b"b") == b"1"
+    assert reader.get_range(b"a", b"c") == [(b"a", b"1"), (b"b", b"1")]
+
+
+@pytest.mark.parametrize(
+    ("make", "code"),
+    [
+        (lambda tr: tr.set(b"k" * (kv.MAX_KEY_SIZE + 1), b""), kv.KEY_TOO_LARGE),
+        (lambda tr: tr.set(b"k", b"v" * (kv.MAX_VALUE_SIZE + 1)), kv.VALUE_TOO_LARGE),
+        (lambda tr: tr.set(b"\xffsystem", b""), kv.KEY_OUTSIDE_LEGAL_RANGE),
+        (
+            lambda tr: [tr.set(i.to_bytes(4, "big"), b"v" * 99_000) for i in range(102)],
+            kv.TRANSACTION_TOO_LARGE,
+        ),
+    ],
+    ids=["key", "value", "system-key", "transaction"],
+)
+def test_size_limits(engine: Engine, make, code: int) -> None:  # type: ignore[no-untyped-def]
+    tr = engine.create_transaction()
+    with pytest.raises(EngineError) as err:
+        make(tr)
+    assert err.value.code == code
+
+
+def test_limits_are_inclusive(engine: Engine) -> None:
+    key = b"k" * kv.MAX_KEY_SIZE
+    kv.run(engine, lambda tr: tr.set(key, b"v" * kv.MAX_VALUE_SIZE))
+    assert len(read(engine, lambda tr: tr.get(key))) == kv.MAX_VALUE_SIZE
+
+
+def test_used_after_commit(engine: Engine) -> None:
+    tr = engine.create_transaction()
+    tr.set(b"a", b"")
+    tr.commit()
+    with pytest.raises(EngineError) as err:
+        tr.set(b"b", b"")
+    assert err.value.code == kv.USED_DURING_COMMIT
+
+
+def test_retry_runner_retries_conflicts_until_commit(engine: Engine) -> None:
+    commit_all(engine, {b"n": (0).to_bytes(8, "big")})
+    attempts = []
+
+    @kv.transactional
+    def increment(tr: Transaction, interfere: bool) -> int:
+        n = int.from_bytes(tr.get(b"n") or b"", "big")
+        attempts.append(n)
+        if interfere and len(attempts) == 1:
+            commit_all(engine, {b"n": (100).to_bytes(8, "big")})  # a concurrent writer
+        tr.set(b"n", (n + 1).to_bytes(8, "big"))
+        return n + 1
+
+    assert increment(engine, True) == 101
+    assert attempts == [0, 100]
+
+
+def test_retry_runner_composes_inside_a_transaction(engine: Engine) -> None:
+    @kv.transactional
+    def put(tr: Transaction, key: bytes) -> None:
+        tr.set(key, b"1")
+
+    @kv.transactional
+    def both(tr: Transaction) -> None:
+        put(tr, b"x")
+        put(tr, b"y")
+        raise RuntimeError("abort before commit")
+
+    with pytest.raises(RuntimeError):
+        both(engine)
+    assert read(engine, lambda tr: (tr.get(b"x"), tr.get(b"y"))) == (None, None)
+
+
+def test_retry_runner_gives_up_after_the_limit(engine: Engine) -> None:
+    calls = []
+
+    def always_conflicts(tr: Transaction) -> None:
+        calls.append(1)
+        raise kv.engine_error(kv.NOT_COMMITTED, "test")
+
+    with pytest.raises(EngineError) as err:
+        kv.run(engine, always_conflicts, policy=kv.RetryPolicy(max_retries=3, initial_delay=0))
+    assert err.value.code == kv.RETRY_LIMIT_REACHED
+    assert len(calls) == 4
+
+
+def test_retry_runner_does_not_retry_permanent_errors(engine: Engine) -> None:
+    calls = []
+
+    def too_big(tr: Transaction) -> None:
+        calls.append(1)
+        tr.set(b"k" * 20_000, b"")
+
+    with pytest.raises(EngineError) as err:
+        kv.run(engine, too_big)
+    assert err.value.code == kv.KEY_TOO_LARGE and len(calls) == 1
+
+
+def test_threads_increment_without_lost_updates(engine: Engine) -> None:
+    @kv.transactional
+    def increment(tr: Transaction) -> None:
+        n = int.from_bytes(tr.get(b"c") or b"\x00", "big")
+        tr.set(b"c", (n + 1).to_bytes(4, "big"))
+
+    def worker() -> None:
+        for _ in range(25):
+            increment(engine)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert read(engine, lambda tr: tr.get(b"c")) == (100).to_bytes(4, "big")

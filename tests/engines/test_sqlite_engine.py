@@ -1,0 +1,192 @@
+"""SQLite engine: several OS processes on one file, SIGKILL mid-transaction, file checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from backends.kv import open_engine
+from backends.kv.sqlite import FORMAT_VERSION, SqliteEngine
+from persistence import fdbtuple, kv
+from persistence.errors import StoreFormatError, Validation
+
+WORKER = Path(__file__).with_name("sqlite_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn(path: Path, mode: str, worker: int, count: int) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, str(WORKER), str(path), mode, str(worker), str(count)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def test_concurrent_processes_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "kv.db"
+    SqliteEngine(path).close()
+    workers, count = 4, 150
+    procs = [spawn(path, "commit", w, count) for w in range(workers)]
+    stamps: list[list[str]] = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        stamps.append(json.loads(out))
+    # each process saw strictly increasing versionstamps; all of them are distinct
+    for seen in stamps:
+        assert seen == sorted(seen) and len(set(seen)) == count
+    everything = [s for seen in stamps for s in seen]
+    assert len(set(everything)) == workers * count
+
+    engine = SqliteEngine(path)
+    rows = kv.run(engine, lambda tr: tr.get_range(*fdbtuple.range_of(fdbtuple.pack(("vs",)))))
+    assert len(rows) == workers * count
+    # keys in versionstamp order are each worker's transactions in its own order
+    per_worker: dict[int, list[int]] = {}
+    for key, value in rows:
+        w, i = fdbtuple.unpack(value)
+        per_worker.setdefault(w, []).append(i)  # type: ignore[arg-type]
+        stamp = fdbtuple.unpack(key)[1]
+        assert stamp.tr_version.hex() == stamps[w][i]  # type: ignore[union-attr,index]
+    assert all(order == list(range(count)) for order in per_worker.values())
+    counter = kv.run(engine, lambda tr: tr.get(fdbtuple.pack(("counter",))))
+    assert counter == (workers * count).to_bytes(8, "little")
+    own = kv.run(engine, lambda tr: tr.get_range(*fdbtuple.range_of(fdbtuple.pack(("w",)))))
+    assert len(own) == workers * count
+    assert engine.integrity_check() == []
+
+
+def _batches(engine: SqliteEngine) -> tuple[set[int], dict[int, int]]:
+    markers = kv.run(engine, lambda tr: tr.get_range(*fdbtuple.range_of(fdbtuple.pack(("tx",)))))
+    done = {fdbtuple.unpack(k)[1] for k, _ in markers}
+    counts: dict[int, int] = {}
+    prefix = fdbtuple.pack(("batch",))
+    begin, end = fdbtuple.range_of(prefix)
+    while True:
+        rows = kv.run(engine, lambda tr, b=begin: tr.get_range(b, end, limit=2000))
+        for key, _ in rows:
+            txid = fdbtuple.unpack(key)[1]
+            counts[txid] = counts.get(txid, 0) + 1  # type: ignore[index]
+        if len(rows) < 2000:
+            break
+        begin = rows[-1][0] + b"\x00"
+    return done, counts  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.7, 1.1])
+def test_sigkill_mid_transaction_leaves_a_consistent_file(tmp_path: Path, delay: float) -> None:
+    path = tmp_path / "kv.db"
+    SqliteEngine(path).close()
+    procs = [spawn(path, "torture", w, 0) for w in (1, 2)]
+    for proc in procs:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+    time.sleep(delay)
+    for proc in procs:
+        proc.send_signal(signal.SIGKILL)
+    for proc in procs:
+        proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+
+    engine = SqliteEngine(path)  # opens: WAL recovery discards the torn transaction
+    assert engine.integrity_check() == []
+    done, counts = _batches(engine)
+    assert done, "the workers committed nothing before being killed"
+    # atomicity: every committed transaction is whole, no partial one is visible
+    assert set(counts) == done
+    assert all(n == 50 for n in counts.values())
+    # and the store keeps working
+    kv.run(engine, lambda tr: tr.set(b"after", b"kill"))
+    assert kv.run(engine, lambda tr: tr.get(b"after")) == b"kill"
+
+
+def test_refuses_a_file_that_is_not_sqlite_and_leaves_it_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"my precious notes\n" * 100)
+    before = path.read_bytes()
+    with pytest.raises(StoreFormatError) as err:
+        SqliteEngine(path)
+    assert str(path) in str(err.value)
+    assert path.read_bytes() == before
+
+
+def test_refuses_a_foreign_sqlite_database(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE customers (id INTEGER)")
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreFormatError, match="not a store of ours"):
+        SqliteEngine(path)
+    assert path.read_bytes() == before
+
+
+def test_refuses_a_newer_format(tmp_path: Path) -> None:
+    path = tmp_path / "kv.db"
+    SqliteEngine(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {FORMAT_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StoreFormatError, match="newer"):
+        SqliteEngine(path)
+
+
+def test_refuses_a_damaged_file(tmp_path: Path) -> None:
+    path = tmp_path / "kv.db"
+    engine = SqliteEngine(path)
+    kv.run(engine, lambda tr: [tr.set(i.to_bytes(4, "big"), b"x" * 500) for i in range(200)])
+    engine.close()
+    data = bytearray(path.read_bytes())
+    data[100:4096] = b"\xa5" * (4096 - 100)  # scribble over the schema page
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreFormatError) as err:
+        SqliteEngine(path)
+    assert str(path) in str(err.value)
+
+
+def test_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(StoreFormatError, match="does not exist"):
+        SqliteEngine(tmp_path / "nope" / "kv.db")
+
+
+def test_reopen_keeps_data_and_versionstamps_keep_increasing(tmp_path: Path) -> None:
+    path = tmp_path / "kv.db"
+
+    def stamp(engine: SqliteEngine) -> bytes:
+        def body(tr: kv.Transaction) -> kv.VersionstampFuture:
+            tr.set(b"k", b"v")
+            return tr.get_versionstamp()
+
+        return kv.run(engine, body).wait()
+
+    first = SqliteEngine(path)
+    a = stamp(first)
+    first.close()
+    second = SqliteEngine(path)
+    b = stamp(second)
+    assert b > a
+    assert kv.run(second, lambda tr: tr.get(b"k")) == b"v"
+
+
+def test_url_options(tmp_path: Path) -> None:
+    engine = open_engine(f"sqlite://{tmp_path}/kv.db?synchronous=normal&busy_timeout=5")
+    assert isinstance(engine, SqliteEngine)
+    assert engine.synchronous == "NORMAL" and engine.busy_timeout == 5.0
+    with pytest.raises(Validation):
+        open_engine(f"sqlite://{tmp_path}/kv.db?synchronous=sometimes")
+    with pytest.raises(Validation):
+        open_engine(f"sqlite://{tmp_path}/kv.db?bogus=1")
+    with pytest.raises(Validation):
+        open_engine("postgres://x")
