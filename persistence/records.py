@@ -412,3 +412,54 @@ def decode_journal_record(data: bytes) -> JournalRecord | None:
     if cls is None:
         return None
     return record_from_map(cls, value, f"journal record ({kind})")  # type: ignore[return-value]
+
+
+# --------------------------------------------------------------------------- plane bookkeeping
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutRecord(Record):
+    """``("layout",)``: the keyspace layout version the store was written with."""
+
+    version: int = _f(U64)
+
+
+@dataclass(frozen=True, slots=True)
+class UniverseInfo(Record):
+    """``u/<universe>/info``: written with the universe's first world."""
+
+    created_ns: int = _f(U64)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalHead(Record):
+    """``journal/head``: the highest height and the batch that reached it.
+
+    ``batch_id`` and ``batch_first`` let a retried ``append_batch`` whose first attempt did
+    commit (FoundationDB's ``commit_unknown_result``) recognise its own batch."""
+
+    height: int = _f(U64)
+    batch_id: bytes | None = _opt(BYTES)
+    batch_first: int | None = _opt(U64)
+
+
+@dataclass(frozen=True, slots=True)
+class InboxCursor(Record):
+    """``inbox/cursor``: the last drained sequence, and the drain that moved it there.
+
+    ``drain_id``/``drain_first``/``drain_count`` let a retried drain whose first attempt
+    did commit return that attempt's result instead of draining again."""
+
+    seq: InboxSeq = _f(SEQ)
+    drain_id: bytes | None = _opt(BYTES)
+    drain_first: int | None = _opt(U64)
+    drain_count: int | None = _opt(U64)
+
+
+@dataclass(frozen=True, slots=True)
+class InboxEnvelope(Record):
+    """``inbox/e/<seq>``: an inbox item as enqueued, with its idempotency key (so the
+    compactor can drop the key together with the item)."""
+
+    item: bytes = _f(CBOR)
+    idempotency_key: bytes | None = _opt(BYTES)

@@ -1,0 +1,224 @@
+"""The keyspace: every key the plane reads or writes is built here, and nowhere else.
+
+Keys are FoundationDB tuples (:mod:`persistence.fdbtuple`) so byte order is logical order.
+The logical layout (source specification section 2), with ``U``/``W`` the universe and
+world UUIDs:
+
+=====================================================  ====================================
+key                                                    value
+=====================================================  ====================================
+``("layout",)``                                        ``LayoutRecord`` (layout version)
+``("u", U, "info")``                                   ``UniverseInfo`` (first world time)
+``("u", U, "cas", "meta", hash)``                      ``CasMeta``
+``("u", U, "segments", W, end)``                       ``SegmentIndexRecord``
+``("u", U, "effects", "pending", seq)``                effect dispatch item (CBOR)
+``("u", U, "effects", "inflight", seq)``               effect in-flight item (CBOR)
+``("u", U, "timers", "due", deliver_at_ns, hash)``     timer due item (CBOR)
+``("u", U, "w", W, "meta")``                           ``WorldMeta``
+``("u", U, "w", W, "journal", "head")``                ``JournalHead``
+``("u", U, "w", W, "journal", "e", h, i, n)``          chunk ``i`` of ``n`` of the entry at ``h``
+``("u", U, "w", W, "snapshot", "by_height", h)``       ``SnapshotRecord``
+``("u", U, "w", W, "baseline", "active")``             ``SnapshotRecord``
+``("u", U, "w", W, "inbox", "e", versionstamp)``       ``InboxEnvelope``
+``("u", U, "w", W, "inbox", "cursor")``                ``InboxCursor``
+``("u", U, "w", W, "inbox", "idem", key)``             12-byte inbox sequence
+``("u", U, "w", W, "notify", "counter")``              u64, little-endian (atomic add)
+``("u", U, "w", W, "gc", "pin", hash)``                pin reason (CBOR)
+=====================================================  ====================================
+
+Journal entries larger than one value are split into chunks of at most
+:data:`CHUNK_SIZE` bytes; every chunk key carries its index and the chunk count, so a missing
+chunk is detected, never read as a short entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from persistence.fdbtuple import Element, Versionstamp, pack, pack_with_versionstamp, range_of
+from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
+
+LAYOUT_VERSION: Final = 1
+"""Version of this layout; a store written by a newer one is refused at open."""
+
+CHUNK_SIZE: Final = 90_000
+"""Bytes per journal-entry chunk (FoundationDB's value limit is 100,000)."""
+
+LAYOUT_KEY: Final = pack(("layout",))
+
+
+def _range(prefix: tuple[Element, ...]) -> tuple[bytes, bytes]:
+    return range_of(pack(prefix))
+
+
+@dataclass(frozen=True, slots=True)
+class UniverseKeys:
+    """Keys of one universe."""
+
+    universe: UniverseId
+
+    @property
+    def _p(self) -> tuple[Element, ...]:
+        return ("u", self.universe.uuid)
+
+    def info(self) -> bytes:
+        """Marker written when the universe gets its first world."""
+        return pack((*self._p, "info"))
+
+    def cas_meta(self, hash: Hash) -> bytes:
+        """CAS metadata of ``hash``."""
+        return pack((*self._p, "cas", "meta", hash.digest))
+
+    def cas_meta_range(self) -> tuple[bytes, bytes]:
+        """Every CAS metadata key of the universe."""
+        return _range((*self._p, "cas", "meta"))
+
+    def segment(self, world: WorldId, end: int) -> bytes:
+        """Index record of the segment of ``world`` ending at height ``end``."""
+        return pack((*self._p, "segments", world.uuid, end))
+
+    def segment_range(self, world: WorldId, from_end: int = 0) -> tuple[bytes, bytes]:
+        """Index records of ``world`` whose end height is at least ``from_end``."""
+        begin, end = _range((*self._p, "segments", world.uuid))
+        return (self.segment(world, from_end) if from_end else begin), end
+
+    def effect(self, state: str, seq: bytes) -> bytes:
+        """An effect in ``state`` ("pending" or "inflight")."""
+        return pack((*self._p, "effects", state, seq))
+
+    def effect_range(self, state: str) -> tuple[bytes, bytes]:
+        """All effects in ``state``."""
+        return _range((*self._p, "effects", state))
+
+    def effect_with_versionstamp(self, state: str, user_version: int) -> bytes:
+        """A pending effect key whose sequence is the commit versionstamp."""
+        return pack_with_versionstamp(
+            (*self._p, "effects", state, Versionstamp(None, user_version))
+        )
+
+    def timer(self, deliver_at_ns: int, intent: Hash) -> bytes:
+        """A timer due at ``deliver_at_ns``."""
+        return pack((*self._p, "timers", "due", deliver_at_ns, intent.digest))
+
+    def timer_range(self, until_ns: int | None = None) -> tuple[bytes, bytes]:
+        """Timers due (strictly) before ``until_ns``, or all timers."""
+        begin, end = _range((*self._p, "timers", "due"))
+        return begin, (end if until_ns is None else pack((*self._p, "timers", "due", until_ns)))
+
+    def world(self, world: WorldId) -> WorldKeys:
+        """Keys of ``world`` in this universe."""
+        return WorldKeys(self.universe, world)
+
+    def worlds_range(self) -> tuple[bytes, bytes]:
+        """Every per-world key of the universe."""
+        return _range((*self._p, "w"))
+
+    def world_meta_prefix_len(self) -> int:
+        """Length of the ``("u", U, "w")`` prefix, to decode world ids from keys."""
+        return len(pack((*self._p, "w")))
+
+
+def universes_range() -> tuple[bytes, bytes]:
+    """Every universe key."""
+    return _range(("u",))
+
+
+@dataclass(frozen=True, slots=True)
+class WorldKeys:
+    """Keys of one world."""
+
+    universe: UniverseId
+    world: WorldId
+
+    @property
+    def _p(self) -> tuple[Element, ...]:
+        return ("u", self.universe.uuid, "w", self.world.uuid)
+
+    def meta(self) -> bytes:
+        """The world's ``WorldMeta``."""
+        return pack((*self._p, "meta"))
+
+    def all(self) -> tuple[bytes, bytes]:
+        """Every key of the world."""
+        return _range(self._p)
+
+    # journal
+
+    def head(self) -> bytes:
+        """The journal head record."""
+        return pack((*self._p, "journal", "head"))
+
+    def entry_prefix(self, height: int) -> tuple[bytes, bytes]:
+        """Every chunk of the entry at ``height``."""
+        return _range((*self._p, "journal", "e", height))
+
+    def entry_chunk(self, height: int, index: int, count: int) -> bytes:
+        """Chunk ``index`` of ``count`` of the entry at ``height``."""
+        return pack((*self._p, "journal", "e", height, index, count))
+
+    def entries_from(self, height: int) -> tuple[bytes, bytes]:
+        """Entry chunks from ``height`` (inclusive) to the end of the journal."""
+        begin = pack((*self._p, "journal", "e", height))
+        return begin, _range((*self._p, "journal", "e"))[1]
+
+    def entries_between(self, first: int, last: int) -> tuple[bytes, bytes]:
+        """Entry chunks of heights ``first..last`` inclusive."""
+        return pack((*self._p, "journal", "e", first)), pack((*self._p, "journal", "e", last + 1))
+
+    def entry_prefix_len(self) -> int:
+        """Length of the journal-entry key prefix, to decode heights from keys."""
+        return len(pack((*self._p, "journal", "e")))
+
+    # snapshots
+
+    def snapshot(self, height: int) -> bytes:
+        """The snapshot record indexed at ``height``."""
+        return pack((*self._p, "snapshot", "by_height", height))
+
+    def snapshots(self) -> tuple[bytes, bytes]:
+        """Every snapshot record of the world."""
+        return _range((*self._p, "snapshot", "by_height"))
+
+    def snapshot_prefix_len(self) -> int:
+        """Length of the snapshot key prefix."""
+        return len(pack((*self._p, "snapshot", "by_height")))
+
+    def baseline(self) -> bytes:
+        """The active baseline."""
+        return pack((*self._p, "baseline", "active"))
+
+    # inbox
+
+    def inbox_item(self, seq: InboxSeq) -> bytes:
+        """The inbox entry of ``seq``."""
+        return pack((*self._p, "inbox", "e", Versionstamp.from_bytes(seq.raw)))
+
+    def inbox_item_with_versionstamp(self, user_version: int) -> bytes:
+        """An inbox entry key (with offset suffix) whose seq is the commit versionstamp."""
+        return pack_with_versionstamp((*self._p, "inbox", "e", Versionstamp(None, user_version)))
+
+    def inbox_after(self, seq: InboxSeq | None) -> tuple[bytes, bytes]:
+        """Inbox entries strictly after ``seq`` (all entries for ``None``)."""
+        begin, end = _range((*self._p, "inbox", "e"))
+        return (begin if seq is None else self.inbox_item(seq) + b"\x00"), end
+
+    def inbox_prefix_len(self) -> int:
+        """Length of the inbox-entry key prefix, to decode sequences from keys."""
+        return len(pack((*self._p, "inbox", "e")))
+
+    def inbox_cursor(self) -> bytes:
+        """The drained boundary."""
+        return pack((*self._p, "inbox", "cursor"))
+
+    def inbox_idempotency(self, key: bytes) -> bytes:
+        """The sequence of the item enqueued with idempotency ``key``."""
+        return pack((*self._p, "inbox", "idem", key))
+
+    def notify_counter(self) -> bytes:
+        """The best-effort notification counter (atomic add)."""
+        return pack((*self._p, "notify", "counter"))
+
+    def gc_pin(self, hash: Hash) -> bytes:
+        """A GC pin of ``hash`` held by this world."""
+        return pack((*self._p, "gc", "pin", hash.digest))

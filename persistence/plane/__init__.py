@@ -1,0 +1,329 @@
+"""The plane: the contracts of :mod:`persistence.contracts` implemented once, over any
+engine and object store.
+
+:class:`Plane` is the facade a world host uses. Each method validates its input, does the
+steps that cannot be inside a transaction (uploading a CAS body, drawing a batch id), and
+runs the protocol's transactional function with retries. Batch ids are drawn once per call,
+outside the retry loop, which is what lets a retry recognise an attempt that committed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from persistence import cbor, kv
+from persistence.errors import CasBodyHashMismatch, CasBodyMissing, NotFound, Validation
+from persistence.ids import Hash, InboxSeq, UniverseId, WorldId, check_height
+from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.kv import Engine
+from persistence.objects import ObjectStore
+from persistence.plane import cas, inbox, journal, snapshots, worlds
+from persistence.plane.inbox import DrainResult, Normalizer
+from persistence.plane.snapshots import SnapshotOutcome
+from persistence.records import (
+    CasMeta,
+    InboxEnvelope,
+    InboxItem,
+    IngressJournalRecord,
+    SnapshotRecord,
+    WorldMeta,
+    encode_inbox_item,
+)
+
+MiB: Final = 1024 * 1024
+GENESIS_STATE: Final = cbor.encode(None)
+"""Default genesis snapshot bytes: a kernel hydrating from them starts empty."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlaneConfig:
+    """Limits and policies. Defaults keep every transaction well inside FoundationDB's."""
+
+    inline_threshold: int = 16 * 1024
+    max_entry_bytes: int = 4 * MiB
+    max_batch_entries: int = 10_000
+    max_batch_bytes: int = 8 * MiB
+    read_page_entries: int = 2_000
+    read_page_bytes: int = 4 * MiB
+
+
+def default_normalizer(seq: InboxSeq, item: InboxItem) -> bytes:
+    """The journal entry of a drained item: an ``ingress`` record of its sequence and bytes."""
+    return IngressJournalRecord(seq, encode_inbox_item(item)).to_cbor()
+
+
+def _batch_id() -> bytes:
+    return os.urandom(16)
+
+
+class Plane:
+    """CAS, journals, inboxes and snapshots of every universe in one engine + object store."""
+
+    def __init__(self, engine: Engine, objects: ObjectStore, config: PlaneConfig | None = None):
+        self.engine = engine
+        self.objects = objects
+        self.config = config or PlaneConfig()
+        worlds.ensure_layout(engine)
+
+    # ------------------------------------------------------------------ CAS (Protocol A)
+
+    @staticmethod
+    def cas_object_key(universe: UniverseId, hash: Hash) -> str:
+        """Object-store key of an external CAS body."""
+        return f"cas/{universe}/sha256/{hash.hex}"
+
+    def put_verified(self, universe: UniverseId, data: bytes) -> Hash:
+        """Store ``data``; return its sha256 (computed here). Idempotent."""
+        if not isinstance(data, bytes):
+            raise Validation("data", f"expected bytes, got {type(data).__name__}")
+        hash = Hash.of(data)
+        keys = UniverseKeys(universe)
+        if cas.read_meta(self.engine, keys, hash) is not None:
+            return hash
+        if len(data) <= self.config.inline_threshold:
+            meta = CasMeta(size=len(data), inline_bytes=data)
+        else:
+            key = self.cas_object_key(universe, hash)
+            self.objects.put(key, data)  # body first: metadata never points at nothing
+            self.engine.crash_point("cas.after_body")
+            meta = CasMeta(size=len(data), object_key=key)
+        cas.put_meta(self.engine, keys, hash, meta)
+        return hash
+
+    def get(self, universe: UniverseId, hash: Hash) -> bytes:
+        """The verified body of ``hash``."""
+        meta = cas.read_meta(self.engine, UniverseKeys(universe), hash)
+        if meta is None:
+            raise NotFound(f"cas {hash} not found in universe {universe}")
+        if meta.inline_bytes is not None:
+            data, where = meta.inline_bytes, "inline metadata"
+        else:
+            assert meta.object_key is not None
+            try:
+                data = self.objects.get(meta.object_key)
+            except NotFound:
+                raise CasBodyMissing(hash.hex, meta.object_key) from None
+            where = meta.object_key
+        actual = Hash.of(data)
+        if actual != hash:
+            raise CasBodyHashMismatch(hash.hex, actual.hex, where)
+        return data
+
+    def has(self, universe: UniverseId, hash: Hash) -> bool:
+        """Whether the universe holds ``hash``."""
+        return cas.read_meta(self.engine, UniverseKeys(universe), hash) is not None
+
+    # ------------------------------------------------------------------ worlds
+
+    def create_world(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        *,
+        genesis_state: bytes = GENESIS_STATE,
+        handle: str | None = None,
+    ) -> SnapshotRecord:
+        """Create a world with its genesis snapshot as active baseline (height 0).
+
+        Returns the genesis record. Repeating the same creation is a no-op; a different
+        world with the same id is ``WorldExists``."""
+        snapshot_ref = self.put_verified(universe, genesis_state)
+        manifest_hash = self.put_verified(universe, cbor.encode([]))
+        genesis = SnapshotRecord(snapshot_ref, 0, 0, manifest_hash, receipt_horizon_height=0)
+        meta = WorldMeta(created_ns=time.time_ns(), handle=handle)
+        worlds.create_world(self.engine, WorldKeys(universe, world), meta, genesis)
+        return genesis
+
+    # ------------------------------------------------------------------ journal (B)
+
+    def _check_entries(self, entries: Sequence[bytes], field: str) -> None:
+        if not entries:
+            raise Validation(field, "a batch needs at least one entry")
+        if len(entries) > self.config.max_batch_entries:
+            raise Validation(field, f"{len(entries)} entries > max {self.config.max_batch_entries}")
+        total = 0
+        for index, entry in enumerate(entries):
+            if not isinstance(entry, bytes):
+                raise Validation(f"{field}[{index}]", "entries are bytes")
+            if len(entry) > self.config.max_entry_bytes:
+                raise Validation(
+                    f"{field}[{index}]",
+                    f"entry of {len(entry)} bytes > max {self.config.max_entry_bytes}",
+                )
+            total += len(entry)
+        if total > self.config.max_batch_bytes:
+            raise Validation(field, f"batch of {total} bytes > max {self.config.max_batch_bytes}")
+
+    def append_batch(
+        self, universe: UniverseId, world: WorldId, expected_head: int, entries: Sequence[bytes]
+    ) -> int:
+        """Append at ``expected_head``; return the first new height (``HeadAdvanced`` if moved)."""
+        check_height(expected_head, "expected_head")
+        self._check_entries(entries, "entries")
+        return journal.append_batch(
+            self.engine, WorldKeys(universe, world), expected_head, list(entries), _batch_id()
+        )
+
+    def read_range(
+        self, universe: UniverseId, world: WorldId, from_inclusive: int, limit: int
+    ) -> list[tuple[int, bytes]]:
+        """Up to ``limit`` contiguous entries from ``from_inclusive``, paged across
+        transactions so no read transaction outgrows FoundationDB's limits."""
+        check_height(from_inclusive, "from_inclusive", allow_zero=False)
+        if limit < 0:
+            raise Validation("limit", "must not be negative")
+        keys = WorldKeys(universe, world)
+        out: list[tuple[int, bytes]] = []
+        page = self.config.read_page_entries
+        while len(out) < limit:
+            first = from_inclusive + len(out)
+            _, rows = journal.read_entries(self.engine, keys, first, min(page, limit - len(out)))
+            out.extend(rows)
+            if len(rows) < min(page, limit - len(out) + len(rows)):
+                break
+        return out
+
+    def head(self, universe: UniverseId, world: WorldId) -> int:
+        """The journal head (0 when empty)."""
+        keys = WorldKeys(universe, world)
+        return journal.read_entries(self.engine, keys, 1, 0)[0]
+
+    # ------------------------------------------------------------------ inbox (C, D)
+
+    def enqueue(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        item: InboxItem,
+        *,
+        idempotency_key: bytes | None = None,
+    ) -> InboxSeq:
+        """Enqueue one item (see :meth:`enqueue_batch`)."""
+        keys = None if idempotency_key is None else [idempotency_key]
+        return self.enqueue_batch(universe, world, [item], idempotency_keys=keys)[0]
+
+    def enqueue_batch(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        items: Sequence[InboxItem],
+        *,
+        idempotency_keys: Sequence[bytes] | None = None,
+    ) -> list[InboxSeq]:
+        """Enqueue ``items`` atomically, in order; return their sequences.
+
+        Items without a caller key get a random one, so a retry after an unknown commit
+        result never duplicates them; a caller key makes repeats across calls return the
+        first sequence too (for as long as the item is in the inbox)."""
+        if not items:
+            raise Validation("items", "a batch needs at least one item")
+        if len(items) > min(self.config.max_batch_entries, 65_536):
+            raise Validation("items", f"{len(items)} items > max {self.config.max_batch_entries}")
+        if idempotency_keys is not None and len(idempotency_keys) != len(items):
+            raise Validation("idempotency_keys", "one key per item")
+        idem = list(idempotency_keys) if idempotency_keys else [_batch_id() for _ in items]
+        for key in idem:
+            if not isinstance(key, bytes) or not 1 <= len(key) <= 256:
+                raise Validation("idempotency_key", "1 to 256 bytes")
+        if len(set(idem)) != len(idem):
+            raise Validation("idempotency_keys", "duplicate key within one batch")
+        envelopes = [
+            InboxEnvelope(encode_inbox_item(i), k) for i, k in zip(items, idem, strict=True)
+        ]
+        if sum(len(e.item) for e in envelopes) > self.config.max_batch_bytes:
+            raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")
+        pending = inbox.enqueue(self.engine, WorldKeys(universe, world), envelopes)
+        return pending.seqs(len(items))
+
+    def read_after(
+        self, universe: UniverseId, world: WorldId, after_exclusive: InboxSeq | None, limit: int
+    ) -> list[tuple[InboxSeq, InboxItem]]:
+        """Up to ``limit`` items after ``after_exclusive`` in sequence order."""
+        return inbox.read_after(self.engine, WorldKeys(universe, world), after_exclusive, limit)
+
+    def inbox_cursor(self, universe: UniverseId, world: WorldId) -> InboxSeq | None:
+        """The drained boundary (``None`` before the first drain)."""
+        keys = WorldKeys(universe, world)
+        record = kv.run(self.engine, lambda tr: inbox.read_cursor(tr, keys))
+        return None if record is None else record.seq
+
+    def commit_cursor(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        old_cursor: InboxSeq | None,
+        new_cursor: InboxSeq,
+    ) -> None:
+        """Compare-and-swap the cursor forward."""
+        inbox.commit_cursor(self.engine, WorldKeys(universe, world), old_cursor, new_cursor)
+
+    def drain_inbox_to_journal(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        max_items: int = 1_000,
+        max_bytes: int = MiB,
+        normalize: Normalizer = default_normalizer,
+    ) -> DrainResult:
+        """Protocol D: move up to ``max_items``/``max_bytes`` of items into the journal and
+        advance the cursor, atomically; each item lands exactly once."""
+        if not 1 <= max_items <= self.config.max_batch_entries:
+            raise Validation("max_items", f"between 1 and {self.config.max_batch_entries}")
+        if not 1 <= max_bytes <= self.config.max_batch_bytes:
+            raise Validation("max_bytes", f"between 1 and {self.config.max_batch_bytes}")
+        return inbox.drain(
+            self.engine, WorldKeys(universe, world), max_items, max_bytes, normalize, _batch_id()
+        )
+
+    # ------------------------------------------------------------------ snapshots (E)
+
+    def snapshot_commit(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        snapshot_bytes: bytes,
+        *,
+        height: int,
+        logical_time_ns: int,
+        manifest: Sequence[Hash] = (),
+        receipt_horizon_height: int | None = None,
+        promote_baseline: bool = False,
+    ) -> tuple[SnapshotRecord, SnapshotOutcome]:
+        """Protocol E: CAS-put the snapshot and its manifest, index, journal, and
+        optionally promote (gated by the receipt-horizon fence)."""
+        check_height(height, "height")
+        snapshot_ref = self.put_verified(universe, snapshot_bytes)
+        manifest_hash = self.put_verified(universe, cbor.encode([h.digest for h in manifest]))
+        self.engine.crash_point("snapshot.after_cas")
+        record = SnapshotRecord(
+            snapshot_ref, height, logical_time_ns, manifest_hash, receipt_horizon_height
+        )
+        outcome = snapshots.commit_snapshot(
+            self.engine, WorldKeys(universe, world), record, promote_baseline, _batch_id()
+        )
+        return record, outcome
+
+    def index_snapshot(self, universe: UniverseId, world: WorldId, record: SnapshotRecord) -> None:
+        """Index an already stored snapshot (no promotion)."""
+        snapshots.commit_snapshot(
+            self.engine, WorldKeys(universe, world), record, False, _batch_id()
+        )
+
+    def active_baseline(self, universe: UniverseId, world: WorldId) -> SnapshotRecord:
+        """The active baseline."""
+        keys = WorldKeys(universe, world)
+        return kv.run(self.engine, lambda tr: snapshots.read_baseline(tr, keys))
+
+    def promote_baseline(
+        self, universe: UniverseId, world: WorldId, record: SnapshotRecord
+    ) -> None:
+        """Promote an indexed snapshot (fence and non-regression checked)."""
+        snapshots.promote_baseline(self.engine, WorldKeys(universe, world), record, _batch_id())
+
+    def list_snapshots(self, universe: UniverseId, world: WorldId) -> list[SnapshotRecord]:
+        """Every indexed snapshot of the world."""
+        return snapshots.list_snapshots(self.engine, WorldKeys(universe, world))

@@ -1,0 +1,75 @@
+"""Exactly-once under FoundationDB's commit_unknown_result: a retry of a commit that did
+apply is recognised by every write protocol (memory engine with scripted faults)."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.kv.faults import FaultInjector, FaultyEngine
+from backends.kv.memory import MemoryEngine
+from persistence import cbor, kv
+from persistence.ids import UniverseId, WorldId
+from persistence.plane import Plane
+from persistence.records import DomainEventIngress
+
+
+def event(n: int) -> DomainEventIngress:
+    return DomainEventIngress("test/Event@1", cbor.encode({"n": n}))
+
+
+@pytest.fixture
+def faulty() -> FaultyEngine:
+    return FaultyEngine(MemoryEngine(), FaultInjector(seed=11))
+
+
+@pytest.fixture
+def plane(faulty: FaultyEngine) -> Plane:  # overrides conftest: faults only here
+    from backends.objects.memory import MemoryObjectStore
+
+    return Plane(faulty, MemoryObjectStore())
+
+
+def test_append_retried_after_applied_unknown_result_is_not_doubled(
+    faulty: FaultyEngine, plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    faulty.injector.fail_commit(1, kv.COMMIT_UNKNOWN_RESULT, applied=True)
+    assert plane.append_batch(universe, world, 0, [b"a", b"b"]) == 1
+    assert plane.read_range(universe, world, 1, 10) == [(1, b"a"), (2, b"b")]
+
+
+def test_enqueue_retried_after_applied_unknown_result_is_not_duplicated(
+    faulty: FaultyEngine, plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    faulty.injector.fail_commit(1, kv.COMMIT_UNKNOWN_RESULT, applied=True)
+    seq = plane.enqueue(universe, world, event(1))
+    assert [s for s, _ in plane.read_after(universe, world, None, 10)] == [seq]
+
+
+def test_drain_retried_after_applied_unknown_result_returns_first_result(
+    faulty: FaultyEngine, plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    seqs = plane.enqueue_batch(universe, world, [event(i) for i in range(4)])
+    faulty.injector.fail_commit(1, kv.COMMIT_UNKNOWN_RESULT, applied=True)
+    result = plane.drain_inbox_to_journal(universe, world, max_items=2)
+    assert (result.first_height, result.count, result.cursor) == (1, 2, seqs[1])
+    assert plane.head(universe, world) == 2
+
+
+def test_snapshot_retried_after_applied_unknown_result_journals_once(
+    faulty: FaultyEngine, plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    plane.append_batch(universe, world, 0, [b"a"])
+    plane.put_verified(universe, b"s1")  # bodies already in CAS: commits 1-2 are CAS lookups
+    faulty.injector.fail_commit(3, kv.COMMIT_UNKNOWN_RESULT, applied=True)
+    _, outcome = plane.snapshot_commit(
+        universe,
+        world,
+        b"s1",
+        height=1,
+        logical_time_ns=1,
+        receipt_horizon_height=1,
+        promote_baseline=True,
+    )
+    assert plane.head(universe, world) == 3  # entry, snapshot, baseline_snapshot: once each
+    assert plane.active_baseline(universe, world).height == 1
+    assert not outcome.indexed  # the retry found the first attempt's work
