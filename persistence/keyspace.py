@@ -11,9 +11,10 @@ key                                                    value
 ``("u", U, "info")``                                   ``UniverseInfo`` (first world time)
 ``("u", U, "cas", "meta", hash)``                      ``CasMeta``
 ``("u", U, "segments", W, end)``                       ``SegmentIndexRecord``
-``("u", U, "effects", "pending", seq)``                effect dispatch item (CBOR)
-``("u", U, "effects", "inflight", seq)``               effect in-flight item (CBOR)
-``("u", U, "timers", "due", deliver_at_ns, hash)``     timer due item (CBOR)
+``("u", U, "effects", "pending", versionstamp)``       ``EffectDispatchItem``
+``("u", U, "effects", "inflight", versionstamp)``      ``EffectInFlightItem``
+``("u", U, "effects", "by_intent", hash)``             sequence of the intent's effect
+``("u", U, "timers", "due", deliver_at_ns, hash)``     ``TimerDueItem``
 ``("u", U, "w", W, "meta")``                           ``WorldMeta``
 ``("u", U, "w", W, "journal", "head")``                ``JournalHead``
 ``("u", U, "w", W, "journal", "e", h, i, n)``          chunk ``i`` of ``n`` of the entry at ``h``
@@ -83,19 +84,25 @@ class UniverseKeys:
         begin, end = _range((*self._p, "segments", world.uuid))
         return (self.segment(world, from_end) if from_end else begin), end
 
-    def effect(self, state: str, seq: bytes) -> bytes:
-        """An effect in ``state`` ("pending" or "inflight")."""
-        return pack((*self._p, "effects", state, seq))
+    def effect(self, state: str, seq: InboxSeq) -> bytes:
+        """An effect in ``state`` ("pending" or "inflight") with sequence ``seq``."""
+        return pack((*self._p, "effects", state, Versionstamp.from_bytes(seq.raw)))
 
     def effect_range(self, state: str) -> tuple[bytes, bytes]:
         """All effects in ``state``."""
         return _range((*self._p, "effects", state))
 
-    def effect_with_versionstamp(self, state: str, user_version: int) -> bytes:
-        """A pending effect key whose sequence is the commit versionstamp."""
-        return pack_with_versionstamp(
-            (*self._p, "effects", state, Versionstamp(None, user_version))
-        )
+    def effect_prefix_len(self, state: str) -> int:
+        """Length of the effect key prefix of ``state``."""
+        return len(pack((*self._p, "effects", state)))
+
+    def pending_effect_with_versionstamp(self) -> bytes:
+        """A pending effect key (with offset suffix) sequenced by the commit versionstamp."""
+        return pack_with_versionstamp((*self._p, "effects", "pending", Versionstamp(None, 0)))
+
+    def effect_by_intent(self, intent: Hash) -> bytes:
+        """The sequence of the pending effect of ``intent`` (idempotent dispatch)."""
+        return pack((*self._p, "effects", "by_intent", intent.digest))
 
     def timer(self, deliver_at_ns: int, intent: Hash) -> bytes:
         """A timer due at ``deliver_at_ns``."""

@@ -18,13 +18,14 @@ Records that share a map shape (the inbox item union, the journal record union) 
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, TypeVar, Union
 
 from persistence import cbor
 from persistence.errors import CorruptRecord, Validation
-from persistence.ids import MAX_HEIGHT, Hash, InboxSeq
+from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, WorldId
 
 # --------------------------------------------------------------------------- field codecs
 
@@ -96,6 +97,21 @@ TEXT: Final = Codec("text", _text)
 CBOR: Final = Codec("cbor", _cbor)
 HASH: Final = Codec("hash", _hash, store=lambda h: h.digest, load=_hash_load)
 SEQ: Final = Codec("seq", _seq, store=lambda s: s.raw, load=lambda raw: InboxSeq(raw))
+
+
+def _world(value: Any, where: str) -> WorldId:
+    if not isinstance(value, WorldId):
+        raise Validation(where, f"expected a WorldId, got {type(value).__name__}")
+    return value
+
+
+def _world_load(value: Any) -> WorldId:
+    if not isinstance(value, bytes) or len(value) != 16:
+        raise Validation("world", "a world id is 16 bytes")
+    return WorldId(uuid.UUID(bytes=value))
+
+
+WORLD: Final = Codec("world", _world, store=lambda w: w.uuid.bytes, load=_world_load)
 TEXT_MAP: Final = Codec("text_map", _text_map)
 
 
@@ -463,3 +479,38 @@ class InboxEnvelope(Record):
 
     item: bytes = _f(CBOR)
     idempotency_key: bytes | None = _opt(BYTES)
+
+
+# --------------------------------------------------------------------------- effects and timers
+
+
+@dataclass(frozen=True, slots=True)
+class EffectDispatchItem(Record):
+    """``effects/pending/<seq>``: an effect intent waiting for a worker (consumed in P3)."""
+
+    world: WorldId = _f(WORLD)
+    intent_hash: Hash = _f(HASH)
+    effect_kind: str = _f(TEXT)
+    payload_cbor: bytes = _f(CBOR)
+
+
+@dataclass(frozen=True, slots=True)
+class EffectInFlightItem(Record):
+    """``effects/inflight/<seq>``: an effect a worker has claimed."""
+
+    world: WorldId = _f(WORLD)
+    intent_hash: Hash = _f(HASH)
+    effect_kind: str = _f(TEXT)
+    payload_cbor: bytes = _f(CBOR)
+    claimed_by: str = _f(TEXT)
+    claimed_at_ns: int = _f(U64)
+
+
+@dataclass(frozen=True, slots=True)
+class TimerDueItem(Record):
+    """``timers/due/<deliver_at_ns>/<intent_hash>``: a timer to fire into a world's inbox."""
+
+    world: WorldId = _f(WORLD)
+    intent_hash: Hash = _f(HASH)
+    deliver_at_ns: int = _f(U64)
+    payload_cbor: bytes = _f(CBOR)

@@ -36,6 +36,12 @@ def load_bindings(api_version: int) -> Any:
     """Import ``fdb`` and select ``api_version``, or explain what to install."""
     global _fdb
     if _fdb is not None:
+        selected = _fdb.get_api_version()
+        if selected != api_version:
+            raise MissingDependency(
+                f"FoundationDB API version {selected} is already selected in this process; "
+                f"cannot also use {api_version}"
+            )
         return _fdb
     try:
         import fdb
@@ -44,8 +50,14 @@ def load_bindings(api_version: int) -> Any:
             "the FoundationDB engine needs the official bindings: "
             "pip install 'aos-persistence[fdb]' (PyPI package 'foundationdb', not 'fdb')"
         ) from None
+    if fdb.is_api_version_selected() and fdb.get_api_version() != api_version:
+        raise MissingDependency(
+            f"FoundationDB API version {fdb.get_api_version()} was already selected by this "
+            f"process (the host application?); cannot also use {api_version}"
+        )
     try:
-        fdb.api_version(api_version)
+        if not fdb.is_api_version_selected():
+            fdb.api_version(api_version)
     except Exception as exc:  # RuntimeError/OSError when libfdb_c cannot be loaded
         raise MissingDependency(
             f"the FoundationDB client library (libfdb_c) could not be loaded for API version "
@@ -99,7 +111,15 @@ class FdbTransaction(kv.Transaction):
         snapshot: bool = False,
     ) -> list[tuple[bytes, bytes]]:
         def read() -> list[tuple[bytes, bytes]]:
-            rows = self._reader(snapshot).get_range(begin, end, limit=limit, reverse=reverse)
+            # Everything is materialised anyway: ask for it all in as few round trips as
+            # the cluster allows instead of the iterator mode's small first batches.
+            rows = self._reader(snapshot).get_range(
+                begin,
+                end,
+                limit=limit,
+                reverse=reverse,
+                streaming_mode=self._fdb.StreamingMode.want_all,
+            )
             return [(bytes(kv_.key), bytes(kv_.value)) for kv_ in rows]
 
         return _translate(self._fdb, read)

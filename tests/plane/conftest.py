@@ -7,24 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from backends.kv.faults import FaultInjector, FaultyEngine
-from backends.kv.memory import MemoryEngine
-from backends.kv.sqlite import SqliteEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence.ids import UniverseId, WorldId
 from persistence.kv import Engine
 from persistence.plane import Plane
+from tests.conftest import ENGINE_KINDS, make_engine
 
 
-@pytest.fixture(params=["memory", "sqlite", "faulty-memory"])
-def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    eng: Engine
-    if request.param == "memory":
-        eng = MemoryEngine()
-    elif request.param == "sqlite":
-        eng = SqliteEngine(tmp_path / "kv.db")
-    else:
-        eng = FaultyEngine(MemoryEngine(), FaultInjector(seed=3))
+@pytest.fixture(params=ENGINE_KINDS)
+def engine(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Engine]:
+    eng = make_engine(request.param, tmp_path, monkeypatch)
     yield eng
     eng.close()
 

@@ -1,0 +1,140 @@
+"""Effects and timers keys (source specification section 2): written by the plane now,
+consumed by the effect and timer workers of a later milestone.
+
+Dispatch is idempotent per intent hash: a retried dispatch of the same intent returns the
+first sequence. Claiming moves an effect from pending to in-flight atomically.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from persistence import fdbtuple, kv
+from persistence.errors import NotFound
+from persistence.fdbtuple import Versionstamp
+from persistence.ids import Hash, InboxSeq
+from persistence.keyspace import UniverseKeys
+from persistence.records import (
+    EffectDispatchItem,
+    EffectInFlightItem,
+    TimerDueItem,
+    decode_record,
+)
+
+PENDING = "pending"
+INFLIGHT = "inflight"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingDispatch:
+    """An existing sequence (a repeat) or the future of a new one."""
+
+    existing: InboxSeq | None
+    stamp: kv.VersionstampFuture | None
+
+    def seq(self) -> InboxSeq:
+        """The dispatched effect's sequence (after the commit)."""
+        if self.existing is not None:
+            return self.existing
+        assert self.stamp is not None
+        return InboxSeq(self.stamp.wait() + b"\x00\x00")
+
+
+@kv.transactional
+def dispatch(tr: kv.Transaction, keys: UniverseKeys, item: EffectDispatchItem) -> PendingDispatch:
+    """Queue an effect under a commit-ordered sequence, once per intent hash."""
+    index = keys.effect_by_intent(item.intent_hash)
+    existing = tr.get(index)
+    if existing is not None:
+        return PendingDispatch(InboxSeq(existing), None)
+    tr.set_versionstamped_key(keys.pending_effect_with_versionstamp(), item.to_cbor())
+    tr.set_versionstamped_value(index, b"\x00" * 12 + (0).to_bytes(4, "little"))
+    return PendingDispatch(None, tr.get_versionstamp())
+
+
+def _seq(key: bytes, prefix: int) -> InboxSeq:
+    stamp = fdbtuple.unpack(key, prefix)[0]
+    assert isinstance(stamp, Versionstamp)
+    return InboxSeq(stamp.to_bytes())
+
+
+@kv.transactional
+def list_pending(
+    tr: kv.Transaction, keys: UniverseKeys, limit: int
+) -> list[tuple[InboxSeq, EffectDispatchItem]]:
+    """Pending effects in dispatch order."""
+    prefix = keys.effect_prefix_len(PENDING)
+    return [
+        (_seq(k, prefix), decode_record(EffectDispatchItem, v, "pending effect"))
+        for k, v in tr.get_range(*keys.effect_range(PENDING), limit=limit)
+    ]
+
+
+@kv.transactional
+def list_inflight(
+    tr: kv.Transaction, keys: UniverseKeys, limit: int
+) -> list[tuple[InboxSeq, EffectInFlightItem]]:
+    """Claimed effects in dispatch order."""
+    prefix = keys.effect_prefix_len(INFLIGHT)
+    return [
+        (_seq(k, prefix), decode_record(EffectInFlightItem, v, "in-flight effect"))
+        for k, v in tr.get_range(*keys.effect_range(INFLIGHT), limit=limit)
+    ]
+
+
+@kv.transactional
+def claim(
+    tr: kv.Transaction, keys: UniverseKeys, seq: InboxSeq, worker: str, now_ns: int
+) -> EffectInFlightItem:
+    """Move a pending effect to in-flight for ``worker``; repeating the claim is a no-op."""
+    raw = tr.get(keys.effect(PENDING, seq))
+    if raw is None:
+        current = tr.get(keys.effect(INFLIGHT, seq))
+        if current is not None:
+            item = decode_record(EffectInFlightItem, current, "in-flight effect")
+            if item.claimed_by == worker:
+                return item
+        raise NotFound(f"no pending effect with sequence {seq}")
+    pending = decode_record(EffectDispatchItem, raw, "pending effect")
+    inflight = EffectInFlightItem(
+        pending.world,
+        pending.intent_hash,
+        pending.effect_kind,
+        pending.payload_cbor,
+        worker,
+        now_ns,
+    )
+    tr.clear(keys.effect(PENDING, seq))
+    tr.set(keys.effect(INFLIGHT, seq), inflight.to_cbor())
+    return inflight
+
+
+@kv.transactional
+def complete(tr: kv.Transaction, keys: UniverseKeys, seq: InboxSeq, intent: Hash) -> None:
+    """Remove a finished effect (pending or in flight) and its intent index entry."""
+    tr.clear(keys.effect(PENDING, seq))
+    tr.clear(keys.effect(INFLIGHT, seq))
+    tr.clear(keys.effect_by_intent(intent))
+
+
+@kv.transactional
+def put_timer(tr: kv.Transaction, keys: UniverseKeys, item: TimerDueItem) -> None:
+    """Schedule a timer (idempotent: its key is its due time and intent hash)."""
+    tr.set(keys.timer(item.deliver_at_ns, item.intent_hash), item.to_cbor())
+
+
+@kv.transactional
+def due_timers(
+    tr: kv.Transaction, keys: UniverseKeys, until_ns: int, limit: int
+) -> list[TimerDueItem]:
+    """Timers due strictly before ``until_ns``, earliest first."""
+    return [
+        decode_record(TimerDueItem, v, "timer")
+        for _, v in tr.get_range(*keys.timer_range(until_ns), limit=limit)
+    ]
+
+
+@kv.transactional
+def remove_timer(tr: kv.Transaction, keys: UniverseKeys, deliver_at_ns: int, intent: Hash) -> None:
+    """Remove a fired or cancelled timer."""
+    tr.clear(keys.timer(deliver_at_ns, intent))

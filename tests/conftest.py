@@ -1,0 +1,37 @@
+"""Shared fixtures: the engines every contract test runs on."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from backends.kv import fdb as fdb_backend
+from backends.kv.faults import FaultInjector, FaultyEngine
+from backends.kv.fdb import FdbEngine
+from backends.kv.memory import MemoryEngine
+from backends.kv.sqlite import SqliteEngine
+from persistence.kv import Engine
+from tests.engines.fake_fdb import make_fake_fdb
+
+ENGINE_KINDS = ["memory", "sqlite", "faulty-memory", "fdb-adapter"]
+"""``faulty-memory`` injects no faults unless a test asks: it checks the wrapper is transparent.
+``fdb-adapter`` is the FoundationDB engine over a fake ``fdb`` module built on the memory
+engine: it catches misuse of the binding's API (not FoundationDB behaviour)."""
+
+
+def make_engine(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Engine:
+    """A fresh, empty engine of ``kind``."""
+    if kind == "memory":
+        return MemoryEngine()
+    if kind == "sqlite":
+        return SqliteEngine(tmp_path / "kv.db")
+    if kind == "faulty-memory":
+        return FaultyEngine(MemoryEngine(), FaultInjector(seed=1))
+    if kind == "fdb-adapter":
+        monkeypatch.setattr(fdb_backend, "_fdb", None)
+        monkeypatch.setitem(sys.modules, "fdb", make_fake_fdb(MemoryEngine()))
+        monkeypatch.delenv("FDB_CLUSTER_FILE", raising=False)
+        return FdbEngine()
+    raise ValueError(kind)

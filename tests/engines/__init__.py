@@ -1,0 +1,1 @@
+"""Tests of the transactional key-value engines (a package so tests can import their fakes)."""
