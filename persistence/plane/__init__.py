@@ -21,15 +21,18 @@ from persistence.ids import Hash, InboxSeq, UniverseId, WorldId, check_height
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
-from persistence.plane import cas, inbox, journal, snapshots, worlds
+from persistence.plane import cas, effects, inbox, journal, snapshots, worlds
 from persistence.plane.inbox import DrainResult, Normalizer
 from persistence.plane.snapshots import SnapshotOutcome
 from persistence.records import (
     CasMeta,
+    EffectDispatchItem,
+    EffectInFlightItem,
     InboxEnvelope,
     InboxItem,
     IngressJournalRecord,
     SnapshotRecord,
+    TimerDueItem,
     WorldMeta,
     encode_inbox_item,
 )
@@ -92,6 +95,7 @@ class Plane:
             self.engine.crash_point("cas.after_body")
             meta = CasMeta(size=len(data), object_key=key)
         cas.put_meta(self.engine, keys, hash, meta)
+        self.engine.crash_point("cas.after_meta")
         return hash
 
     def get(self, universe: UniverseId, hash: Hash) -> bytes:
@@ -136,6 +140,7 @@ class Plane:
         genesis = SnapshotRecord(snapshot_ref, 0, 0, manifest_hash, receipt_horizon_height=0)
         meta = WorldMeta(created_ns=time.time_ns(), handle=handle)
         worlds.create_world(self.engine, WorldKeys(universe, world), meta, genesis)
+        self.engine.crash_point("world.after_create")
         return genesis
 
     # ------------------------------------------------------------------ journal (B)
@@ -164,9 +169,11 @@ class Plane:
         """Append at ``expected_head``; return the first new height (``HeadAdvanced`` if moved)."""
         check_height(expected_head, "expected_head")
         self._check_entries(entries, "entries")
-        return journal.append_batch(
+        first = journal.append_batch(
             self.engine, WorldKeys(universe, world), expected_head, list(entries), _batch_id()
         )
+        self.engine.crash_point("journal.after_append")
+        return first
 
     def read_range(
         self, universe: UniverseId, world: WorldId, from_inclusive: int, limit: int
@@ -237,6 +244,7 @@ class Plane:
         if sum(len(e.item) for e in envelopes) > self.config.max_batch_bytes:
             raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")
         pending = inbox.enqueue(self.engine, WorldKeys(universe, world), envelopes)
+        self.engine.crash_point("inbox.after_enqueue")
         return pending.seqs(len(items))
 
     def read_after(
@@ -260,6 +268,7 @@ class Plane:
     ) -> None:
         """Compare-and-swap the cursor forward."""
         inbox.commit_cursor(self.engine, WorldKeys(universe, world), old_cursor, new_cursor)
+        self.engine.crash_point("inbox.after_commit_cursor")
 
     def drain_inbox_to_journal(
         self,
@@ -275,9 +284,11 @@ class Plane:
             raise Validation("max_items", f"between 1 and {self.config.max_batch_entries}")
         if not 1 <= max_bytes <= self.config.max_batch_bytes:
             raise Validation("max_bytes", f"between 1 and {self.config.max_batch_bytes}")
-        return inbox.drain(
+        result = inbox.drain(
             self.engine, WorldKeys(universe, world), max_items, max_bytes, normalize, _batch_id()
         )
+        self.engine.crash_point("inbox.after_drain")
+        return result
 
     # ------------------------------------------------------------------ snapshots (E)
 
@@ -305,6 +316,7 @@ class Plane:
         outcome = snapshots.commit_snapshot(
             self.engine, WorldKeys(universe, world), record, promote_baseline, _batch_id()
         )
+        self.engine.crash_point("snapshot.after_commit")
         return record, outcome
 
     def index_snapshot(self, universe: UniverseId, world: WorldId, record: SnapshotRecord) -> None:
@@ -327,3 +339,47 @@ class Plane:
     def list_snapshots(self, universe: UniverseId, world: WorldId) -> list[SnapshotRecord]:
         """Every indexed snapshot of the world."""
         return snapshots.list_snapshots(self.engine, WorldKeys(universe, world))
+
+    # ------------------------------------------------------------------ effects and timers
+
+    def dispatch_effect(self, universe: UniverseId, item: EffectDispatchItem) -> InboxSeq:
+        """Queue an effect for the effect workers; once per intent hash."""
+        pending = effects.dispatch(self.engine, UniverseKeys(universe), item)
+        self.engine.crash_point("effects.after_dispatch")
+        return pending.seq()
+
+    def pending_effects(
+        self, universe: UniverseId, limit: int = 1_000
+    ) -> list[tuple[InboxSeq, EffectDispatchItem]]:
+        """Pending effects in dispatch order."""
+        return effects.list_pending(self.engine, UniverseKeys(universe), limit)
+
+    def inflight_effects(
+        self, universe: UniverseId, limit: int = 1_000
+    ) -> list[tuple[InboxSeq, EffectInFlightItem]]:
+        """Claimed effects in dispatch order."""
+        return effects.list_inflight(self.engine, UniverseKeys(universe), limit)
+
+    def claim_effect(self, universe: UniverseId, seq: InboxSeq, worker: str) -> EffectInFlightItem:
+        """Move a pending effect to in-flight for ``worker`` (repeatable by the same worker)."""
+        return effects.claim(self.engine, UniverseKeys(universe), seq, worker, time.time_ns())
+
+    def complete_effect(self, universe: UniverseId, seq: InboxSeq, intent: Hash) -> None:
+        """Forget a finished effect."""
+        effects.complete(self.engine, UniverseKeys(universe), seq, intent)
+
+    def schedule_timer(self, universe: UniverseId, item: TimerDueItem) -> None:
+        """Schedule a timer (idempotent)."""
+        effects.put_timer(self.engine, UniverseKeys(universe), item)
+
+    def due_timers(
+        self, universe: UniverseId, until_ns: int, limit: int = 1_000
+    ) -> list[TimerDueItem]:
+        """Timers due before ``until_ns``, earliest first."""
+        return effects.due_timers(self.engine, UniverseKeys(universe), until_ns, limit)
+
+    def remove_timer(self, universe: UniverseId, item: TimerDueItem) -> None:
+        """Remove a fired or cancelled timer."""
+        effects.remove_timer(
+            self.engine, UniverseKeys(universe), item.deliver_at_ns, item.intent_hash
+        )
