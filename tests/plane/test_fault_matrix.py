@@ -10,6 +10,7 @@ was in, which must therefore be safe to repeat.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, kv
 from persistence.ids import Hash, UniverseId, WorldId
+from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.plane.worlds import WorldExists
 from persistence.records import DomainEventIngress, EffectDispatchItem, TimerDueItem
@@ -38,10 +40,8 @@ def event(n: int) -> DomainEventIngress:
 
 
 def _create(plane: Plane) -> None:
-    try:
+    with contextlib.suppress(WorldExists):  # the crashed attempt had committed it
         plane.create_world(U, W)
-    except WorldExists:
-        pass  # the crashed attempt had committed it
 
 
 def _append(plane: Plane) -> None:
@@ -111,17 +111,8 @@ def logical_state(plane: Plane) -> dict[str, object]:
         "pending": plane.pending_effects(U),
         "inflight": [(s, (i.intent_hash, i.claimed_by)) for s, i in plane.inflight_effects(U)],
         "timers": plane.due_timers(U, 10**18),
-        "notify": kv.run(
-            plane.engine,
-            lambda tr: tr.get(plane_keys_notify()),
-        ),
+        "notify": kv.run(plane.engine, lambda tr: tr.get(WorldKeys(U, W).notify_counter())),
     }
-
-
-def plane_keys_notify() -> bytes:
-    from persistence.keyspace import WorldKeys
-
-    return WorldKeys(U, W).notify_counter()
 
 
 def fresh(injector: FaultInjector) -> Plane:
