@@ -65,3 +65,20 @@ def test_urls(tmp_path: Path) -> None:
     assert isinstance(local, LocalObjectStore) and not local.fsync
     with pytest.raises(Validation):
         open_object_store("ftp://x")
+
+
+def test_streams_ranges_and_declared_hashes(store: ObjectStore) -> None:
+    import hashlib
+    import io
+
+    body = bytes(range(256)) * 1000
+    assert store.put("s/1", io.BytesIO(body), sha256=hashlib.sha256(body).digest())
+    with store.open("s/1", start=1000, length=300) as stream:
+        assert stream.read() == body[1000:1300]
+    with store.open("s/1", start=255_000) as stream:
+        assert stream.read() == body[255_000:]
+    with pytest.raises(Validation, match="sha256"):
+        store.put("s/2", io.BytesIO(body), sha256=b"\x00" * 32)
+    assert store.stat("s/2") is None  # nothing stored on a mismatch
+    with pytest.raises(NotFound):
+        store.open("s/missing")

@@ -10,15 +10,48 @@ under a real key. Keys are validated so that none can escape the root.
 from __future__ import annotations
 
 import errno
+import hashlib
+import io
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO, cast
 
 from persistence.errors import Backend, NotFound
-from persistence.objects import ObjectInfo, ObjectStore, check_object_key
+from persistence.objects import (
+    COPY_CHUNK,
+    ObjectInfo,
+    ObjectStore,
+    check_object_key,
+    check_sha256,
+)
 
 _TMP_PREFIX = ".tmp-"
+
+
+class _Limited(io.RawIOBase):
+    """At most ``remaining`` bytes of an open file (a ranged read)."""
+
+    def __init__(self, fh: BinaryIO, remaining: int) -> None:
+        self._fh = fh
+        self._remaining = remaining
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        n = min(len(buffer), self._remaining)
+        if n <= 0:
+            return 0
+        data = self._fh.read(n)
+        buffer[: len(data)] = data
+        self._remaining -= len(data)
+        return len(data)
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
 
 
 def _fsync_dir(path: Path) -> None:
@@ -47,7 +80,7 @@ class LocalObjectStore(ObjectStore):
             raise Backend(f"object key {key!r} resolves outside {self.root}")
         return path
 
-    def put(self, key: str, data: bytes) -> bool:
+    def put(self, key: str, data: bytes | BinaryIO, *, sha256: bytes | None = None) -> bool:
         path = self._path(key)
         if path.exists():
             return False
@@ -55,11 +88,20 @@ class LocalObjectStore(ObjectStore):
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=path.parent)
             try:
+                digest = hashlib.sha256()
                 with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
+                    if isinstance(data, bytes):
+                        fh.write(data)
+                        if sha256 is not None:
+                            digest.update(data)
+                    else:
+                        while chunk := data.read(COPY_CHUNK):
+                            fh.write(chunk)
+                            digest.update(chunk)
                     fh.flush()
                     if self.fsync:
                         os.fsync(fh.fileno())
+                check_sha256(key, sha256, digest.digest())
                 try:
                     os.link(tmp, path)
                 except FileExistsError:
@@ -72,14 +114,18 @@ class LocalObjectStore(ObjectStore):
         except OSError as exc:
             raise Backend(f"object {key!r}: write failed: {exc}") from None
 
-    def get(self, key: str) -> bytes:
+    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
         path = self._path(key)
         try:
-            return path.read_bytes()
+            fh = path.open("rb")
         except FileNotFoundError:
             raise NotFound(f"object {key!r} not found in {self.root}") from None
         except OSError as exc:
-            raise Backend(f"object {key!r}: read failed: {exc}") from None
+            raise Backend(f"object {key!r}: open failed: {exc}") from None
+        if start:
+            fh.seek(start)
+        stream = fh if length is None else io.BufferedReader(_Limited(fh, length))
+        return cast(BinaryIO, stream)
 
     def stat(self, key: str) -> ObjectInfo | None:
         path = self._path(key)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
 import threading
 from collections.abc import Iterator
+from typing import BinaryIO
 
 from persistence.errors import NotFound
-from persistence.objects import ObjectInfo, ObjectStore, check_object_key
+from persistence.objects import ObjectInfo, ObjectStore, check_object_key, check_sha256
 
 
 class MemoryObjectStore(ObjectStore):
@@ -17,21 +20,25 @@ class MemoryObjectStore(ObjectStore):
         self._objects: dict[str, bytes] = {}
         self._lock = threading.Lock()
 
-    def put(self, key: str, data: bytes) -> bool:
+    def put(self, key: str, data: bytes | BinaryIO, *, sha256: bytes | None = None) -> bool:
         check_object_key(key)
+        body = data if isinstance(data, bytes) else data.read()
+        check_sha256(key, sha256, hashlib.sha256(body).digest() if sha256 else b"")
         with self._lock:
             if key in self._objects:
                 return False
-            self._objects[key] = bytes(data)
+            self._objects[key] = bytes(body)
             return True
 
-    def get(self, key: str) -> bytes:
+    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
         check_object_key(key)
         with self._lock:
             try:
-                return self._objects[key]
+                data = self._objects[key]
             except KeyError:
                 raise NotFound(f"object {key!r} not found") from None
+        end = len(data) if length is None else start + length
+        return io.BytesIO(data[start:end])
 
     def stat(self, key: str) -> ObjectInfo | None:
         check_object_key(key)
@@ -41,9 +48,8 @@ class MemoryObjectStore(ObjectStore):
 
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
         with self._lock:
-            keys = sorted(k for k in self._objects if k.startswith(prefix))
-            items = [ObjectInfo(k, len(self._objects[k])) for k in keys]
-        return iter([i for i in items if start_after is None or i.key > start_after])
+            items = sorted((k, len(v)) for k, v in self._objects.items() if k.startswith(prefix))
+        return iter([ObjectInfo(k, n) for k, n in items if start_after is None or k > start_after])
 
     def delete(self, key: str) -> None:
         check_object_key(key)
