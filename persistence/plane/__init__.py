@@ -13,19 +13,19 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import BinaryIO, Final
 
 from persistence import cbor, kv
-from persistence.errors import CasBodyHashMismatch, CasBodyMissing, NotFound, Validation
+from persistence.errors import Validation
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId, check_height
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
-from persistence.plane import cas, effects, inbox, journal, snapshots, worlds
+from persistence.plane import effects, inbox, journal, snapshots, worlds
+from persistence.plane.cas import Cas, VerifyMode
 from persistence.plane.inbox import DrainResult, Normalizer
 from persistence.plane.snapshots import SnapshotOutcome
 from persistence.records import (
-    CasMeta,
     EffectDispatchItem,
     EffectInFlightItem,
     InboxEnvelope,
@@ -52,6 +52,8 @@ class PlaneConfig:
     max_batch_bytes: int = 8 * MiB
     read_page_entries: int = 2_000
     read_page_bytes: int = 4 * MiB
+    verify_reads: VerifyMode = "always"
+    verify_sample_rate: float = 0.01
 
 
 def default_normalizer(seq: InboxSeq, item: InboxItem) -> bytes:
@@ -70,56 +72,38 @@ class Plane:
         self.engine = engine
         self.objects = objects
         self.config = config or PlaneConfig()
+        self.cas = Cas(
+            engine,
+            objects,
+            inline_threshold=self.config.inline_threshold,
+            verify=self.config.verify_reads,
+            sample_rate=self.config.verify_sample_rate,
+        )
         worlds.ensure_layout(engine)
 
     # ------------------------------------------------------------------ CAS (Protocol A)
 
-    @staticmethod
-    def cas_object_key(universe: UniverseId, hash: Hash) -> str:
-        """Object-store key of an external CAS body."""
-        return f"cas/{universe}/sha256/{hash.hex}"
-
     def put_verified(self, universe: UniverseId, data: bytes) -> Hash:
         """Store ``data``; return its sha256 (computed here). Idempotent."""
-        if not isinstance(data, bytes):
-            raise Validation("data", f"expected bytes, got {type(data).__name__}")
-        hash = Hash.of(data)
-        keys = UniverseKeys(universe)
-        if cas.read_meta(self.engine, keys, hash) is not None:
-            return hash
-        if len(data) <= self.config.inline_threshold:
-            meta = CasMeta(size=len(data), inline_bytes=data)
-        else:
-            key = self.cas_object_key(universe, hash)
-            self.objects.put(key, data)  # body first: metadata never points at nothing
-            self.engine.crash_point("cas.after_body")
-            meta = CasMeta(size=len(data), object_key=key)
-        cas.put_meta(self.engine, keys, hash, meta)
-        self.engine.crash_point("cas.after_meta")
-        return hash
+        return self.cas.put(universe, data)
+
+    def put_stream(
+        self, universe: UniverseId, stream: BinaryIO, expected: Hash | None = None
+    ) -> Hash:
+        """Store a body from ``stream`` with bounded memory (see :class:`Cas`)."""
+        return self.cas.put_stream(universe, stream, expected)
 
     def get(self, universe: UniverseId, hash: Hash) -> bytes:
         """The verified body of ``hash``."""
-        meta = cas.read_meta(self.engine, UniverseKeys(universe), hash)
-        if meta is None:
-            raise NotFound(f"cas {hash} not found in universe {universe}")
-        if meta.inline_bytes is not None:
-            data, where = meta.inline_bytes, "inline metadata"
-        else:
-            assert meta.object_key is not None
-            try:
-                data = self.objects.get(meta.object_key)
-            except NotFound:
-                raise CasBodyMissing(hash.hex, meta.object_key) from None
-            where = meta.object_key
-        actual = Hash.of(data)
-        if actual != hash:
-            raise CasBodyHashMismatch(hash.hex, actual.hex, where)
-        return data
+        return self.cas.get(universe, hash)
+
+    def open_blob(self, universe: UniverseId, hash: Hash) -> BinaryIO:
+        """A verified stream of the body of ``hash``."""
+        return self.cas.open(universe, hash)
 
     def has(self, universe: UniverseId, hash: Hash) -> bool:
         """Whether the universe holds ``hash``."""
-        return cas.read_meta(self.engine, UniverseKeys(universe), hash) is not None
+        return self.cas.has(universe, hash)
 
     # ------------------------------------------------------------------ worlds
 

@@ -1,11 +1,36 @@
-"""Protocol A, metadata path: ``cas/meta/<hash>`` is written once, after the body."""
+"""Protocol A: the universe-scoped content-addressed store.
+
+The hash is always computed here, while the body streams through; a caller may declare the
+hash it expects, and a different one is a ``Validation`` error with nothing stored. Bodies up
+to the inline threshold live in the metadata value; larger ones go to the object store at
+``cas/<universe>/sha256/<hex>`` **before** the metadata commits, so metadata never points at
+nothing. If the metadata commit fails after the body was written, a retry finds the body
+already there (create-only put returns "exists") and commits the metadata: it converges.
+Metadata whose body is missing or does not hash to its key is a hard ``Corruption`` error:
+the plane never heals it silently.
+
+Reads verify the body against its hash: ``always``, ``sampled`` (a fraction of reads), or
+``never``. Streaming reads verify at the end of the stream, before reporting EOF.
+"""
 
 from __future__ import annotations
 
+import io
+import random
+import tempfile
+from typing import BinaryIO, Final, Literal
+
 from persistence import kv
-from persistence.ids import Hash
+from persistence.errors import CasBodyHashMismatch, CasBodyMissing, NotFound, Validation
+from persistence.ids import Hash, UniverseId
 from persistence.keyspace import UniverseKeys
+from persistence.kv import Engine
+from persistence.objects import COPY_CHUNK, HashingReader, ObjectStore
 from persistence.records import CasMeta, decode_record
+
+VerifyMode = Literal["always", "sampled", "never"]
+SPOOL_IN_MEMORY: Final = 8 * 1024 * 1024
+"""Streamed bodies up to this size are spooled in memory, larger ones in a temporary file."""
 
 
 @kv.transactional
@@ -22,3 +47,158 @@ def put_meta(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, meta: CasMeta) 
         return False
     tr.set(keys.cas_meta(hash), meta.to_cbor())
     return True
+
+
+def object_key(universe: UniverseId, hash: Hash) -> str:
+    """Object-store key of an external body."""
+    return f"cas/{universe}/sha256/{hash.hex}"
+
+
+class VerifyingReader(io.RawIOBase):
+    """Streams a body and, at its end, checks its size and sha256 against the metadata."""
+
+    def __init__(self, inner: BinaryIO, hash: Hash, size: int, where: str) -> None:
+        self._inner = HashingReader(inner)
+        self._raw = inner
+        self._hash = hash
+        self._size = size
+        self._where = where
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self._inner.read(len(buffer))
+        if not data:
+            actual = Hash(self._inner.sha256.digest())
+            if actual != self._hash or self._inner.size != self._size:
+                raise CasBodyHashMismatch(self._hash.hex, actual.hex, self._where)
+            return 0
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class Cas:
+    """Protocol A over an engine and an object store."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        objects: ObjectStore,
+        *,
+        inline_threshold: int,
+        verify: VerifyMode = "always",
+        sample_rate: float = 0.01,
+    ) -> None:
+        self.engine = engine
+        self.objects = objects
+        self.inline_threshold = inline_threshold
+        self.verify = verify
+        self.sample_rate = sample_rate
+
+    def put(self, universe: UniverseId, data: bytes, expected: Hash | None = None) -> Hash:
+        """Store ``data``; return its sha256. Idempotent."""
+        if not isinstance(data, bytes):
+            raise Validation("data", f"expected bytes, got {type(data).__name__}")
+        hash = Hash.of(data)
+        self._check_expected(expected, hash)
+        keys = UniverseKeys(universe)
+        if read_meta(self.engine, keys, hash) is not None:
+            return hash
+        if len(data) <= self.inline_threshold:
+            meta = CasMeta(size=len(data), inline_bytes=data)
+        else:
+            meta = self._put_body(universe, hash, data, len(data))
+        put_meta(self.engine, keys, hash, meta)
+        self.engine.crash_point("cas.after_meta")
+        return hash
+
+    def put_stream(
+        self, universe: UniverseId, stream: BinaryIO, expected: Hash | None = None
+    ) -> Hash:
+        """Store a body read from ``stream`` with bounded memory; return its sha256.
+
+        The body is hashed while it is spooled (in memory up to 8 MiB, then to a temporary
+        file), because its object key is its hash."""
+        reader = HashingReader(stream)
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as spool:
+            while chunk := reader.read(COPY_CHUNK):
+                spool.write(chunk)
+            hash = Hash(reader.sha256.digest())
+            self._check_expected(expected, hash)
+            keys = UniverseKeys(universe)
+            if read_meta(self.engine, keys, hash) is not None:
+                return hash
+            spool.seek(0)
+            if reader.size <= self.inline_threshold:
+                meta = CasMeta(size=reader.size, inline_bytes=spool.read())
+            else:
+                meta = self._put_body(universe, hash, spool, reader.size)  # type: ignore[arg-type]
+        put_meta(self.engine, keys, hash, meta)
+        self.engine.crash_point("cas.after_meta")
+        return hash
+
+    def _put_body(
+        self, universe: UniverseId, hash: Hash, body: bytes | BinaryIO, size: int
+    ) -> CasMeta:
+        key = object_key(universe, hash)
+        created = self.objects.put(key, body, sha256=hash.digest)
+        if not created:
+            # Already there: from an earlier attempt whose metadata commit failed, or a
+            # concurrent put. Content-addressed, so it is ours if it hashes right.
+            self._check_existing(hash, key, size)
+        self.engine.crash_point("cas.after_body")
+        return CasMeta(size=size, object_key=key)
+
+    def _check_existing(self, hash: Hash, key: str, size: int) -> None:
+        with VerifyingReader(self.objects.open(key), hash, size, key) as verifying:
+            while verifying.read(COPY_CHUNK):
+                pass
+
+    @staticmethod
+    def _check_expected(expected: Hash | None, actual: Hash) -> None:
+        if expected is not None and expected != actual:
+            raise Validation(
+                "expected_hash", f"body hashes to {actual.hex}, caller declared {expected.hex}"
+            )
+
+    def _meta(self, universe: UniverseId, hash: Hash) -> CasMeta:
+        meta = read_meta(self.engine, UniverseKeys(universe), hash)
+        if meta is None:
+            raise NotFound(f"cas {hash} not found in universe {universe}")
+        return meta
+
+    def _should_verify(self) -> bool:
+        if self.verify == "always":
+            return True
+        return self.verify == "sampled" and random.random() < self.sample_rate
+
+    def open(self, universe: UniverseId, hash: Hash) -> BinaryIO:
+        """A stream of the body (verified at its end, per the verify mode)."""
+        meta = self._meta(universe, hash)
+        if meta.inline_bytes is not None:
+            raw: BinaryIO = io.BytesIO(meta.inline_bytes)
+            where = "inline metadata"
+        else:
+            assert meta.object_key is not None
+            where = meta.object_key
+            try:
+                raw = self.objects.open(meta.object_key)
+            except NotFound:
+                raise CasBodyMissing(hash.hex, meta.object_key) from None
+        if not self._should_verify():
+            return raw
+        return io.BufferedReader(VerifyingReader(raw, hash, meta.size, where), COPY_CHUNK)
+
+    def get(self, universe: UniverseId, hash: Hash) -> bytes:
+        """The whole body (verified per the verify mode)."""
+        with self.open(universe, hash) as stream:
+            return stream.read()
+
+    def has(self, universe: UniverseId, hash: Hash) -> bool:
+        """Whether ``universe`` holds metadata for ``hash``."""
+        return read_meta(self.engine, UniverseKeys(universe), hash) is not None

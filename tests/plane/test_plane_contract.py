@@ -23,6 +23,7 @@ from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import LAYOUT_KEY, WorldKeys
 from persistence.kv import Engine
 from persistence.plane import Plane
+from persistence.plane.cas import object_key as cas_object_key
 from persistence.plane.worlds import WorldExists
 from persistence.records import (
     ControlIngress,
@@ -293,7 +294,7 @@ def test_cas_inline_and_object_bodies(plane: Plane, universe: UniverseId) -> Non
     assert plane.get(universe, hs) == small and plane.get(universe, hl) == large
     objects = plane.objects
     assert isinstance(objects, MemoryObjectStore)
-    assert [o.key for o in objects.list("cas/")] == [plane.cas_object_key(universe, hl)]
+    assert [o.key for o in objects.list("cas/")] == [cas_object_key(universe, hl)]
 
 
 def test_cas_missing_or_tampered_body_is_hard_corruption(
@@ -303,7 +304,7 @@ def test_cas_missing_or_tampered_body_is_hard_corruption(
     h = plane.put_verified(universe, body)
     objects = plane.objects
     assert isinstance(objects, MemoryObjectStore)
-    key = plane.cas_object_key(universe, h)
+    key = cas_object_key(universe, h)
     objects.replace_for_test(key, body[:-1] + b"!")
     with pytest.raises(CasBodyHashMismatch):
         plane.get(universe, h)

@@ -1,0 +1,62 @@
+"""A separate OS process using the CAS on the embedded store (driven by test_cas_processes.py).
+
+Usage:
+  python cas_worker.py same DATA_DIR UNIVERSE       put one shared 1 MiB blob; print its hash
+  python cas_worker.py big DATA_DIR UNIVERSE MIB    stream a MIB-sized generated blob in and
+                                                    out; print hash, bytes read, RSS growth
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import resource
+import sys
+from pathlib import Path
+
+from backends.kv.sqlite import SqliteEngine
+from backends.objects.local import LocalObjectStore
+from persistence.ids import UniverseId
+from persistence.plane import Plane
+
+
+class Generated:
+    """A readable stream of ``size`` deterministic bytes, never held in memory."""
+
+    def __init__(self, size: int) -> None:
+        self.remaining = size
+        self.block = hashlib.shake_256(b"block").digest(1 << 20)
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.remaining if n < 0 else min(n, self.remaining)
+        out = (self.block * (n // len(self.block) + 1))[:n]
+        self.remaining -= n
+        return out
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * resource.getpagesize()
+
+
+def main() -> None:
+    mode, data_dir, universe = sys.argv[1], Path(sys.argv[2]), UniverseId.parse(sys.argv[3])
+    plane = Plane(SqliteEngine(data_dir / "aos.db"), LocalObjectStore(data_dir / "objects"))
+    if mode == "same":
+        blob = hashlib.shake_256(b"shared").digest(1 << 20)
+        print(plane.put_verified(universe, blob).hex)
+    elif mode == "big":
+        size = int(sys.argv[4]) << 20
+        before = rss_bytes()
+        h = plane.put_stream(universe, Generated(size))  # type: ignore[arg-type]
+        read = 0
+        with plane.open_blob(universe, h) as stream:
+            while chunk := stream.read(1 << 20):
+                read += len(chunk)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        print(json.dumps({"hash": h.hex, "read": read, "growth": peak - before}))
+    plane.engine.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""Protocol A with real bodies: streaming, verification modes, the source specification's
+failure modes (body written but metadata commit failed; metadata without a good body)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from backends.kv.faults import FaultInjector, FaultyEngine, SimulatedCrash
+from backends.kv.memory import MemoryEngine
+from backends.objects.local import LocalObjectStore
+from backends.objects.memory import MemoryObjectStore
+from persistence import kv
+from persistence.errors import (
+    CasBodyHashMismatch,
+    CasBodyMissing,
+    EngineError,
+    NotFound,
+    Validation,
+)
+from persistence.ids import Hash, UniverseId
+from persistence.kv import Engine
+from persistence.objects import ObjectStore
+from persistence.plane import Plane, PlaneConfig
+from persistence.plane.cas import object_key
+from tests.conftest import ENGINE_KINDS, make_engine
+
+BIG = hashlib.shake_256(b"big").digest(300_000)
+
+
+@pytest.fixture(params=["memory", "local"])
+def objects(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    if request.param == "local":
+        return LocalObjectStore(tmp_path / "objects")
+    return MemoryObjectStore()
+
+
+@pytest.fixture(params=ENGINE_KINDS)
+def engine(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Engine]:
+    eng = make_engine(request.param, tmp_path, monkeypatch)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture
+def plane(engine: Engine, objects: ObjectStore) -> Plane:
+    return Plane(engine, objects)
+
+
+def tamper(objects: ObjectStore, key: str, data: bytes) -> None:
+    if isinstance(objects, MemoryObjectStore):
+        objects.replace_for_test(key, data)
+    else:
+        assert isinstance(objects, LocalObjectStore)
+        (objects.root / key).write_bytes(data)
+
+
+def test_put_get_bytes_and_streams(plane: Plane) -> None:
+    u = UniverseId.new()
+    h = plane.put_stream(u, io.BytesIO(BIG))
+    assert h == Hash.of(BIG)
+    assert plane.put_verified(u, BIG) == h  # same blob, no second body
+    assert plane.get(u, h) == BIG
+    with plane.open_blob(u, h) as stream:
+        assert stream.read(1000) == BIG[:1000]
+        assert stream.read() == BIG[1000:]
+    small = plane.put_stream(u, io.BytesIO(b"tiny"))
+    assert plane.get(u, small) == b"tiny"
+    assert [o.key for o in plane.objects.list("cas/")] == [object_key(u, h)]
+
+
+def test_declared_hash_must_match(plane: Plane) -> None:
+    u = UniverseId.new()
+    wrong = Hash.of(b"something else")
+    with pytest.raises(Validation, match="expected_hash"):
+        plane.cas.put(u, BIG, expected=wrong)
+    with pytest.raises(Validation, match="expected_hash"):
+        plane.put_stream(u, io.BytesIO(BIG), expected=wrong)
+    assert not plane.has(u, Hash.of(BIG))
+    assert list(plane.objects.list("cas/")) == []
+    assert plane.put_stream(u, io.BytesIO(BIG), expected=Hash.of(BIG)) == Hash.of(BIG)
+
+
+def test_metadata_without_body_or_with_a_wrong_body_is_corruption(plane: Plane) -> None:
+    u = UniverseId.new()
+    h = plane.put_verified(u, BIG)
+    key = object_key(u, h)
+    tamper(plane.objects, key, BIG[:-1] + b"\x00")
+    with pytest.raises(CasBodyHashMismatch) as err:
+        plane.get(u, h)
+    assert err.value.where == key
+    with pytest.raises(CasBodyHashMismatch), plane.open_blob(u, h) as stream:
+        stream.read()
+    tamper(plane.objects, key, BIG + b"extra")
+    with pytest.raises(CasBodyHashMismatch):
+        plane.get(u, h)
+    plane.objects.delete(key)
+    with pytest.raises(CasBodyMissing):
+        plane.get(u, h)
+    # never healed: a later put of the same bytes does not rewrite the metadata's body
+    assert plane.has(u, h)
+
+
+def test_verify_modes(engine: Engine, objects: ObjectStore) -> None:
+    u = UniverseId.new()
+    modes = {
+        mode: Plane(engine, objects, PlaneConfig(verify_reads=mode, verify_sample_rate=rate))
+        for mode, rate in (("always", 0.0), ("sampled", 1.0), ("never", 1.0))
+    }
+    h = modes["always"].put_verified(u, BIG)
+    tamper(objects, object_key(u, h), b"x" * len(BIG))
+    with pytest.raises(CasBodyHashMismatch):
+        modes["always"].get(u, h)
+    with pytest.raises(CasBodyHashMismatch):
+        modes["sampled"].get(u, h)  # sample rate 1.0: every read checked
+    assert modes["never"].get(u, h) == b"x" * len(BIG)  # documented: no check at all
+    never_sampled = Plane(
+        engine, objects, PlaneConfig(verify_reads="sampled", verify_sample_rate=0)
+    )
+    assert never_sampled.get(u, h) == b"x" * len(BIG)
+
+
+def test_universes_are_isolated(plane: Plane) -> None:
+    a, b = UniverseId.new(), UniverseId.new()
+    h = plane.put_verified(a, BIG)
+    assert not plane.has(b, h)
+    with pytest.raises(NotFound):
+        plane.get(b, h)
+    plane.put_verified(b, BIG)
+    assert {o.key for o in plane.objects.list("cas/")} == {object_key(a, h), object_key(b, h)}
+
+
+# --------------------------------------------------------------- failure mode 1: body, no metadata
+
+
+def test_body_written_then_crash_before_metadata_converges_on_retry(objects: ObjectStore) -> None:
+    injector = FaultInjector()
+    plane = Plane(FaultyEngine(MemoryEngine(), injector), objects)
+    u = UniverseId.new()
+    injector.crash_at("cas.after_body")
+    with pytest.raises(SimulatedCrash):
+        plane.put_verified(u, BIG)
+    h = Hash.of(BIG)
+    assert objects.stat(object_key(u, h)) is not None  # the orphan body
+    assert not plane.has(u, h)
+    assert plane.put_verified(u, BIG) == h  # the retry finds the body and commits metadata
+    assert plane.get(u, h) == BIG
+
+
+def test_metadata_commit_failure_leaves_an_orphan_that_a_retry_adopts(objects: ObjectStore) -> None:
+    injector = FaultInjector()
+    plane = Plane(FaultyEngine(MemoryEngine(), injector), objects)
+    u = UniverseId.new()
+    injector.fail_commit(2, kv.IO_ERROR)  # commit 1 is the metadata lookup, 2 the metadata write
+    with pytest.raises(EngineError) as err:
+        plane.put_verified(u, BIG)
+    assert err.value.code == kv.IO_ERROR
+    h = Hash.of(BIG)
+    assert objects.stat(object_key(u, h)) is not None and not plane.has(u, h)
+    assert plane.put_verified(u, BIG) == h
+    assert plane.get(u, h) == BIG
+
+
+def test_an_existing_body_with_wrong_bytes_is_refused(objects: ObjectStore) -> None:
+    plane = Plane(MemoryEngine(), objects)
+    u = UniverseId.new()
+    h = Hash.of(BIG)
+    objects.put(object_key(u, h), b"not the blob")  # squatting under the content address
+    with pytest.raises(CasBodyHashMismatch):
+        plane.put_verified(u, BIG)
+    assert not plane.has(u, h)
