@@ -195,9 +195,24 @@ class Cas:
         return io.BufferedReader(VerifyingReader(raw, hash, meta.size, where), COPY_CHUNK)
 
     def get(self, universe: UniverseId, hash: Hash) -> bytes:
-        """The whole body (verified per the verify mode)."""
-        with self.open(universe, hash) as stream:
-            return stream.read()
+        """The whole body (verified per the verify mode).
+
+        Reads the object in one call and hashes it once: no stream wrappers, no copies."""
+        meta = self._meta(universe, hash)
+        if meta.inline_bytes is not None:
+            data, where = meta.inline_bytes, "inline metadata"
+        else:
+            assert meta.object_key is not None
+            where = meta.object_key
+            try:
+                data = self.objects.get(meta.object_key)
+            except NotFound:
+                raise CasBodyMissing(hash.hex, meta.object_key) from None
+        if self._should_verify():
+            actual = Hash.of(data)
+            if actual != hash or len(data) != meta.size:
+                raise CasBodyHashMismatch(hash.hex, actual.hex, where)
+        return data
 
     def has(self, universe: UniverseId, hash: Hash) -> bool:
         """Whether ``universe`` holds metadata for ``hash``."""
