@@ -1,0 +1,232 @@
+"""The segment object format: an immutable, checksummed run of journal entries.
+
+Byte layout (all integers big-endian; documented with examples in ``docs/segments.md``)::
+
+    offset  size  field
+    0       8     magic            b"AOSPSEG\\x00"
+    8       2     format version   1
+    10      4     header length H
+    14      H     header           canonical CBOR map:
+                                     universe  bytes(16)   world     bytes(16)
+                                     start     u64         end       u64
+                                     count     u64 (= end - start + 1)
+                                     checksum  text (algorithm name, "blake3")
+    14+H    ...   entries          count times: length u32, then that many bytes;
+                                   the i-th entry is the journal entry at height start + i
+    ...     8     trailer magic    b"AOSPEND\\x00"
+    ...     32    checksum         blake3 of every byte before the trailer magic
+
+The checksum covers the preamble, the header and the entries, so any flipped bit anywhere
+is detected. Readers stream: memory stays bounded by one entry whatever the segment size.
+Every failure is a :class:`~persistence.errors.SegmentCorruption` naming the object key
+and the byte offset where reading stopped.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO, Final
+
+import blake3
+
+from persistence import cbor
+from persistence.errors import SegmentChecksumMismatch, SegmentCorruption, Validation
+from persistence.ids import UniverseId, WorldId
+
+MAGIC: Final = b"AOSPSEG\x00"
+TRAILER_MAGIC: Final = b"AOSPEND\x00"
+FORMAT_VERSION: Final = 1
+CHECKSUM_ALGORITHM: Final = "blake3"
+DIGEST_SIZE: Final = 32
+MAX_HEADER: Final = 4096
+MAX_ENTRY: Final = 64 * 1024 * 1024
+_PREAMBLE = struct.Struct(">8sHI")
+_LENGTH = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentHeader:
+    """What a segment says about itself."""
+
+    universe: UniverseId
+    world: WorldId
+    start: int
+    end: int
+
+    @property
+    def count(self) -> int:
+        """Entries in the segment."""
+        return self.end - self.start + 1
+
+    def to_cbor(self) -> bytes:
+        """The canonical header map."""
+        return cbor.encode(
+            {
+                "universe": self.universe.uuid.bytes,
+                "world": self.world.uuid.bytes,
+                "start": self.start,
+                "end": self.end,
+                "count": self.count,
+                "checksum": CHECKSUM_ALGORITHM,
+            }
+        )
+
+
+def segment_key(universe: UniverseId, world: WorldId, start: int, end: int) -> str:
+    """``segments/<universe>/<world>/<start>-<end>.log`` with 20-digit zero-padded heights,
+    so listing order is height order."""
+    return f"segments/{universe}/{world}/{start:020d}-{end:020d}.log"
+
+
+class SegmentWriter:
+    """Writes one segment to a binary stream, entry by entry, computing the checksum."""
+
+    def __init__(self, out: BinaryIO, header: SegmentHeader) -> None:
+        if not 1 <= header.start <= header.end:
+            raise Validation("segment", f"bad range {header.start}-{header.end}")
+        self._out = out
+        self._header = header
+        self._hash = blake3.blake3()
+        self._next = header.start
+        self.size = 0
+        encoded = header.to_cbor()
+        self._emit(_PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(encoded)) + encoded)
+
+    def _emit(self, data: bytes) -> None:
+        self._out.write(data)
+        self._hash.update(data)
+        self.size += len(data)
+
+    def add(self, height: int, entry: bytes) -> None:
+        """Append the entry at ``height`` (heights must arrive in order, without gaps)."""
+        if height != self._next or height > self._header.end:
+            raise Validation("segment entry", f"height {height}, expected {self._next}")
+        if len(entry) > MAX_ENTRY:
+            raise Validation("segment entry", f"{len(entry)} bytes > {MAX_ENTRY}")
+        self._emit(_LENGTH.pack(len(entry)))
+        self._emit(entry)
+        self._next += 1
+
+    def finish(self) -> bytes:
+        """Write the trailer; return the checksum. Every height must have been added."""
+        if self._next != self._header.end + 1:
+            raise Validation(
+                "segment", f"finished at height {self._next - 1}, not {self._header.end}"
+            )
+        digest = self._hash.digest()
+        self._out.write(TRAILER_MAGIC + digest)
+        self.size += len(TRAILER_MAGIC) + len(digest)
+        return digest
+
+
+class _Source:
+    """Reads exactly, hashing, and knows its offset (for error messages)."""
+
+    def __init__(self, stream: BinaryIO, key: str) -> None:
+        self.stream = stream
+        self.key = key
+        self.offset = 0
+        self.hash = blake3.blake3()
+
+    def take(self, n: int, what: str, *, hashed: bool = True) -> bytes:
+        data = self.stream.read(n)
+        while len(data) < n:
+            more = self.stream.read(n - len(data))
+            if not more:
+                raise SegmentCorruption(
+                    self.key, self.offset + len(data), f"truncated: {what} needs {n} bytes"
+                )
+            data += more
+        if hashed:
+            self.hash.update(data)
+        self.offset += n
+        return data
+
+    def fail(self, problem: str) -> SegmentCorruption:
+        return SegmentCorruption(self.key, self.offset, problem)
+
+
+def _read_header(src: _Source) -> SegmentHeader:
+    magic, version, length = _PREAMBLE.unpack(src.take(_PREAMBLE.size, "preamble"))
+    if magic != MAGIC:
+        raise SegmentCorruption(src.key, 0, f"bad magic {magic!r}")
+    if version != FORMAT_VERSION:
+        raise SegmentCorruption(src.key, 8, f"unsupported format version {version}")
+    if length > MAX_HEADER:
+        raise SegmentCorruption(src.key, 10, f"header length {length} > {MAX_HEADER}")
+    raw = src.take(length, "header")
+    try:
+        fields = cbor.decode(raw)
+    except cbor.NotCanonical as exc:
+        raise src.fail(f"header is not canonical CBOR: {exc}") from None
+    expected = {"universe", "world", "start", "end", "count", "checksum"}
+    if not isinstance(fields, dict) or set(fields) != expected:
+        raise src.fail("header fields are wrong")
+    try:
+        header = SegmentHeader(
+            UniverseId(uuid.UUID(bytes=fields["universe"])),
+            WorldId(uuid.UUID(bytes=fields["world"])),
+            fields["start"],
+            fields["end"],
+        )
+    except (TypeError, ValueError) as exc:
+        raise src.fail(f"header values are wrong: {exc}") from None
+    if not (isinstance(header.start, int) and isinstance(header.end, int)):
+        raise src.fail("header range is not integers")
+    if not 1 <= header.start <= header.end or fields["count"] != header.count:
+        raise src.fail(f"header range {header.start}-{header.end} / count {fields['count']}")
+    if fields["checksum"] != CHECKSUM_ALGORITHM:
+        raise src.fail(f"unsupported checksum algorithm {fields['checksum']!r}")
+    return header
+
+
+class SegmentReader:
+    """Streams ``(height, entry)`` pairs out of a segment, validating as it goes.
+
+    The header is read and checked on construction (against ``expect``, from the segment
+    index, when given). The checksum is only known at the end: a consumer must treat what it
+    received as unverified until iteration finishes without error; ``checksum`` is then set.
+    Every failure raises :class:`SegmentCorruption` naming the object key and offset."""
+
+    def __init__(self, stream: BinaryIO, key: str, expect: SegmentHeader | None = None) -> None:
+        self._src = _Source(stream, key)
+        self.key = key
+        self.header = _read_header(self._src)
+        self.checksum: bytes | None = None
+        if expect is not None and expect != self.header:
+            raise SegmentCorruption(
+                key,
+                0,
+                f"header says {self.header.world} {self.header.start}-{self.header.end}, "
+                f"index says {expect.world} {expect.start}-{expect.end}",
+            )
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        src = self._src
+        for height in range(self.header.start, self.header.end + 1):
+            (length,) = _LENGTH.unpack(src.take(_LENGTH.size, f"length of entry {height}"))
+            if length > MAX_ENTRY:
+                raise src.fail(f"entry {height} length {length} > {MAX_ENTRY}")
+            yield height, src.take(length, f"entry {height}")
+        computed = src.hash.digest()
+        trailer = src.take(len(TRAILER_MAGIC), "trailer", hashed=False)
+        if trailer != TRAILER_MAGIC:
+            raise src.fail(f"bad trailer magic {trailer!r} (more entries than the header says?)")
+        stored = src.take(DIGEST_SIZE, "checksum", hashed=False)
+        if stored != computed:
+            raise SegmentChecksumMismatch(
+                self.key, src.offset - DIGEST_SIZE, stored.hex(), computed.hex()
+            )
+        if src.stream.read(1):
+            raise src.fail("trailing bytes after the checksum")
+        self.checksum = stored
+
+    def verify(self) -> bytes:
+        """Read to the end without keeping entries; return the verified checksum."""
+        for _ in self:
+            pass
+        assert self.checksum is not None
+        return self.checksum
