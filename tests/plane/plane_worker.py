@@ -1,0 +1,139 @@
+"""A separate OS process using the plane on one SQLite store (driven by
+test_sqlite_concurrency.py). The world must already exist; the object store is a
+process-local memory store (CAS bodies are not exercised).
+
+Usage: python plane_worker.py PATH UNIVERSE WORLD MODE WORKER_ID COUNT [PAUSE]
+  write  -- enqueue COUNT items whose payloads are ``{"w": WORKER_ID, "i": index}``, in
+            index order: runs of single ``enqueue`` calls alternate with ``enqueue_batch``
+            calls of 5, sleeping up to PAUSE seconds (default 0) between calls. Prints JSON
+            ``{"seqs": [...]}`` (hex, in index order).
+  drain  -- drain in small random batches until the file PATH.stop exists and a drain
+            after that finds nothing. Prints JSON ``{"drains": [[first, count, cursor],
+            ...], "retries": N}`` (the drains that moved items; N transaction retries).
+  churn  -- drain in small random batches forever (until killed), one line per drain.
+
+Every mode prints ``ready`` once its store is open; ``write`` and ``drain`` then wait for a
+line on stdin before starting, so that all workers start at the same moment.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from backends.kv.sqlite import SqliteEngine
+from backends.objects.memory import MemoryObjectStore
+from persistence import cbor
+from persistence.ids import UniverseId, WorldId
+from persistence.plane import Plane
+from persistence.records import DomainEventIngress
+
+SCHEMA = "test/ConcurrentItem@1"
+BATCH = 5
+
+
+def item(worker: int, index: int) -> DomainEventIngress:
+    """The inbox item ``index`` of ``worker``: its payload identifies both."""
+    return DomainEventIngress(SCHEMA, cbor.encode({"w": worker, "i": index}))
+
+
+class RetryCounter(logging.Handler):
+    """Counts the transaction retries :func:`persistence.kv.run` logs (conflicts, busy)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("retrying transaction"):
+            self.count += 1
+
+
+def emit(value: Any) -> None:
+    print(json.dumps(value), flush=True)
+
+
+def write(
+    plane: Plane,
+    universe: UniverseId,
+    world: WorldId,
+    worker: int,
+    count: int,
+    rng: random.Random,
+    pause: float,
+) -> None:
+    seqs: list[str] = []
+    index = 0
+    while index < count:
+        if pause:
+            time.sleep(rng.uniform(0, pause))
+        if (index // BATCH) % 2 == 1 and index + BATCH <= count:
+            batch = [item(worker, i) for i in range(index, index + BATCH)]
+            seqs.extend(str(s) for s in plane.enqueue_batch(universe, world, batch))
+            index += BATCH
+        else:
+            seqs.append(str(plane.enqueue(universe, world, item(worker, index))))
+            index += 1
+    emit({"seqs": seqs})
+
+
+def drain(
+    plane: Plane, universe: UniverseId, world: WorldId, rng: random.Random, stop: Path
+) -> None:
+    counter = RetryCounter()
+    kv_log = logging.getLogger("persistence.kv")
+    kv_log.setLevel(logging.DEBUG)
+    kv_log.addHandler(counter)
+    drains: list[tuple[int, int, str]] = []
+    stopping = False
+    while True:
+        result = plane.drain_inbox_to_journal(universe, world, max_items=rng.randint(1, 8))
+        if result.count:
+            assert result.cursor is not None
+            drains.append((result.first_height, result.count, str(result.cursor)))
+        elif stopping:
+            break
+        else:
+            time.sleep(0.002)
+        # Writers finish before the stop file appears: a drain that began after seeing it
+        # and found nothing proves the inbox is empty.
+        stopping = stopping or stop.exists()
+    emit({"drains": drains, "retries": counter.count})
+
+
+def churn(plane: Plane, universe: UniverseId, world: WorldId, rng: random.Random) -> None:
+    while True:
+        result = plane.drain_inbox_to_journal(universe, world, max_items=rng.randint(1, 8))
+        if result.count:
+            print(result.first_height, result.count, flush=True)
+        else:
+            time.sleep(0.002)
+
+
+def main() -> None:
+    path, universe_text, world_text, mode = sys.argv[1:5]
+    worker, count = int(sys.argv[5]), int(sys.argv[6])
+    pause = float(sys.argv[7]) if len(sys.argv) > 7 else 0.0
+    universe, world = UniverseId.parse(universe_text), WorldId.parse(world_text)
+    plane = Plane(SqliteEngine(path), MemoryObjectStore())
+    rng = random.Random(worker)
+    print("ready", flush=True)
+    if mode in ("write", "drain"):
+        sys.stdin.readline()  # the start signal
+    if mode == "write":
+        write(plane, universe, world, worker, count, rng, pause)
+    elif mode == "drain":
+        drain(plane, universe, world, rng, Path(path + ".stop"))
+    elif mode == "churn":
+        churn(plane, universe, world, rng)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()
