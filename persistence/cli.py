@@ -120,14 +120,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- bench
 
-SUITES = ("engine",)
+SUITES = ("engine", "plane")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run benchmark suites; print each figure against its peer or limit."""
-    from persistence.benchmarks import Figure, engine
+    from persistence.benchmarks import Figure, engine, plane
 
-    runners = {"engine": engine.run}
+    runners = {"engine": engine.run, "plane": plane.run}
     figures: list[Figure] = []
     for suite in args.suites or SUITES:
         figures.extend(runners[suite](seconds=args.seconds, progress=_progress(not args.json)))

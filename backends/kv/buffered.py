@@ -11,6 +11,7 @@ transaction (FoundationDB makes them unreadable; here they are simply absent).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
@@ -140,6 +141,13 @@ class WriteBuffer:
 
     def _is_cleared(self, key: bytes) -> bool:
         return any(begin <= key < end for begin, end in self._cleared)
+
+    def touches(self, begin: bytes, end: bytes) -> bool:
+        """Whether any write of this buffer falls in ``[begin, end)`` (versionstamped
+        writes excepted: reads never see them)."""
+        return any(begin <= k < end for k in self._entries) or any(
+            b < end and e > begin for b, e in self._cleared
+        )
 
     def has_writes(self) -> bool:
         """Whether committing would change anything."""
@@ -271,8 +279,8 @@ class BufferedTransaction(kv.Transaction):
         raise NotImplementedError
 
     def _note_read(self, begin: bytes, end: bytes, rows: list[tuple[bytes, bytes]] | None) -> None:
-        """Record a read conflict range and the committed rows read inside it
-        (``None`` when the range was declared without being read)."""
+        """Record a read conflict range and the committed rows read inside it, in
+        ascending key order (``None`` when the range was declared without being read)."""
         raise NotImplementedError
 
     def _commit(self) -> bytes | None:
@@ -316,20 +324,28 @@ class BufferedTransaction(kv.Transaction):
             raise kv.engine_error(kv.CLIENT_INVALID_OPERATION, f"negative limit {limit}")
         if begin >= end:
             return []
-        consumed: list[tuple[bytes, bytes]] = []
+        out: list[tuple[bytes, bytes]]
+        if not self.buffer.touches(begin, end):
+            # Nothing of ours to overlay: take the committed rows as they come, without
+            # per-row Python; every row returned is then exactly a committed row read.
+            base = self._base_range(begin, end, reverse)
+            out = list(itertools.islice(base, limit)) if limit else list(base)
+            consumed = out
+        else:
+            consumed = []
 
-        def tap(rows: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
-            for row in rows:
-                consumed.append(row)
-                yield row
+            def tap(rows: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+                for row in rows:
+                    consumed.append(row)
+                    yield row
 
-        out: list[tuple[bytes, bytes]] = []
-        for row in self.buffer.merge_range(
-            begin, end, reverse, tap(self._base_range(begin, end, reverse))
-        ):
-            out.append(row)
-            if limit and len(out) >= limit:
-                break
+            out = []
+            for row in self.buffer.merge_range(
+                begin, end, reverse, tap(self._base_range(begin, end, reverse))
+            ):
+                out.append(row)
+                if limit and len(out) >= limit:
+                    break
         if not snapshot:
             lo, hi = begin, end
             if limit and len(out) >= limit:
@@ -337,7 +353,12 @@ class BufferedTransaction(kv.Transaction):
                     lo = out[-1][0]
                 else:
                     hi = out[-1][0] + b"\x00"
-            self._note_read(lo, hi, [r for r in consumed if lo <= r[0] < hi])
+            # Without an overlay every row returned is inside [lo, hi); still a copy, as
+            # the caller owns ``out``.
+            seen = list(out) if consumed is out else [r for r in consumed if lo <= r[0] < hi]
+            if reverse:
+                seen.reverse()  # engines compare with a forward re-read at commit
+            self._note_read(lo, hi, seen)
         return out
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:

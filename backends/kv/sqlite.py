@@ -14,8 +14,9 @@ Transactions are optimistic, like FoundationDB's, and serializable:
 2. Writes are buffered (read-your-writes, see :mod:`backends.kv.buffered`).
 3. ``commit`` takes the write lock (``BEGIN IMMEDIATE``; writers from every thread and
    process queue on it) and reads the commit counter. If another commit happened since the
-   read version, every non-snapshot read is **validated**: re-read and compared with a
-   digest of what was seen. Any difference fails the commit with 1020 and nothing is
+   read version, every non-snapshot read is **validated**: re-read and compared with the
+   rows seen (kept by reference until the transaction ends, so the read path neither
+   copies nor hashes them). Any difference fails the commit with 1020 and nothing is
    applied -- the same contract as FoundationDB's resolver (value-based rather than
    range-based, so it reports no false conflicts for unchanged data).
 4. The buffer is applied, the counter incremented (the new value is the versionstamp's
@@ -29,7 +30,7 @@ the uncommitted transaction on the next open.
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import itertools
 import os
 import sqlite3
 import threading
@@ -47,16 +48,6 @@ STORE_KIND: Final = b"aos-persistence/kv"
 SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
 _PAGE: Final = 512  # rows fetched per range-scan statement
-
-
-def _digest(rows: list[tuple[bytes, bytes]] | Iterator[tuple[bytes, bytes]]) -> bytes:
-    h = hashlib.blake2b(digest_size=16)
-    for key, value in rows:
-        h.update(len(key).to_bytes(4, "little"))
-        h.update(key)
-        h.update(len(value).to_bytes(4, "little"))
-        h.update(value)
-    return h.digest()
 
 
 class SqliteEngine(kv.Engine):
@@ -230,8 +221,8 @@ class SqliteTransaction(BufferedTransaction):
         self._engine = engine
         self._conn: sqlite3.Connection | None = None
         self._read_version: int | None = None
-        # Non-snapshot reads to validate at commit: (begin, end, digest of rows seen).
-        self._reads: list[tuple[bytes, bytes, bytes]] = []
+        # Non-snapshot reads to validate at commit: (begin, end, committed rows seen).
+        self._reads: list[tuple[bytes, bytes, list[tuple[bytes, bytes]]]] = []
 
     # ------------------------------------------------------------ read snapshot
 
@@ -270,7 +261,7 @@ class SqliteTransaction(BufferedTransaction):
         if rows is None:  # a declared conflict range: remember what it holds now
             self.get_read_version()
             rows = list(_scan(self._connection(), begin, end, False))
-        self._reads.append((begin, end, _digest(rows)))
+        self._reads.append((begin, end, rows))
 
     # ------------------------------------------------------------ commit
 
@@ -294,8 +285,8 @@ class SqliteTransaction(BufferedTransaction):
                 conn.execute("SELECT value FROM meta WHERE name = 'commit_version'").fetchone()[0]
             )
             if self._read_version is not None and current != self._read_version:
-                for begin, end, digest in self._reads:
-                    if _digest(_scan(conn, begin, end, False)) != digest:
+                for begin, end, seen in self._reads:
+                    if list(_scan(conn, begin, end, False)) != seen:
                         raise kv.engine_error(
                             kv.NOT_COMMITTED,
                             f"read conflict: data read at version {self._read_version} "
@@ -342,7 +333,16 @@ class SqliteTransaction(BufferedTransaction):
 def _scan(
     conn: sqlite3.Connection, begin: bytes, end: bytes, reverse: bool
 ) -> Iterator[tuple[bytes, bytes]]:
-    """Rows of ``[begin, end)`` in key order, one page of rows per statement."""
+    """Rows of ``[begin, end)`` in key order, fetched a page of rows per statement."""
+    return itertools.chain.from_iterable(_pages(conn, begin, end, reverse))
+
+
+def _pages(
+    conn: sqlite3.Connection, begin: bytes, end: bytes, reverse: bool
+) -> Iterator[list[tuple[bytes, bytes]]]:
+    """Pages of up to ``_PAGE`` rows of ``[begin, end)``. The rows are ``sqlite3``'s own
+    tuples, used as they are: the ``kv`` table holds only BLOBs, which it returns as
+    ``bytes``."""
     lo, hi = begin, end
     if reverse:
         sql = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?"
@@ -350,14 +350,13 @@ def _scan(
         sql = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT ?"
     while True:
         try:
-            rows = conn.execute(sql, (lo, hi, _PAGE)).fetchall()
+            rows: list[tuple[bytes, bytes]] = conn.execute(sql, (lo, hi, _PAGE)).fetchall()
         except sqlite3.Error as exc:
             raise _sqlite_error(exc, "range read") from None
-        for key, value in rows:
-            yield bytes(key), bytes(value)
+        yield rows
         if len(rows) < _PAGE:
             return
         if reverse:
-            hi = bytes(rows[-1][0])
+            hi = rows[-1][0]
         else:
-            lo = bytes(rows[-1][0]) + b"\x00"
+            lo = rows[-1][0] + b"\x00"
