@@ -24,6 +24,7 @@ key                                                    value
 ``("u", U, "w", W, "inbox", "cursor")``                ``InboxCursor``
 ``("u", U, "w", W, "inbox", "idem", key)``             12-byte inbox sequence
 ``("u", U, "w", W, "notify", "counter")``              u64, little-endian (atomic add)
+``("u", U, "w", W, "export", "marker")``               ``ExportMarker`` (export in flight)
 ``("u", U, "w", W, "gc", "pin", hash)``                pin reason (CBOR)
 =====================================================  ====================================
 
@@ -34,10 +35,18 @@ chunk is detected, never read as a short entry.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Final
 
-from persistence.fdbtuple import Element, Versionstamp, pack, pack_with_versionstamp, range_of
+from persistence.fdbtuple import (
+    INT_ZERO,
+    Element,
+    Versionstamp,
+    pack,
+    pack_with_versionstamp,
+    range_of,
+)
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 
 LAYOUT_VERSION: Final = 1
@@ -51,6 +60,28 @@ LAYOUT_KEY: Final = pack(("layout",))
 
 def _range(prefix: tuple[Element, ...]) -> tuple[bytes, bytes]:
     return range_of(pack(prefix))
+
+
+_INT_CODES: Final = [bytes((INT_ZERO + width,)) for width in range(9)]
+_WHOLE: Final = pack((0, 1))
+"""Key suffix after the height of an entry stored whole: chunk 0 of 1."""
+
+
+def _height(height: int) -> bytes:
+    """``pack((height,))`` for heights, built directly: it runs once per entry written or
+    read (a positive integer below 2**63 is type code ``0x14 + width`` then ``width``
+    big-endian bytes). Property-tested against :func:`pack`."""
+    if 0 < height < 2**63:
+        width = (height.bit_length() + 7) // 8
+        return _INT_CODES[width] + height.to_bytes(width, "big")
+    return pack((height,))
+
+
+@functools.lru_cache(maxsize=4096)
+def _journal_prefixes(universe: UniverseId, world: WorldId) -> tuple[bytes, bytes]:
+    """A world's head key and journal-entry prefix, packed once per world."""
+    base = ("u", universe.uuid, "w", world.uuid, "journal")
+    return pack((*base, "head")), pack((*base, "e"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,15 +185,18 @@ class WorldKeys:
 
     def head(self) -> bytes:
         """The journal head record."""
-        return pack((*self._p, "journal", "head"))
+        return _journal_prefixes(self.universe, self.world)[0]
 
     def entry_prefix(self, height: int) -> tuple[bytes, bytes]:
         """Every chunk of the entry at ``height``."""
-        return _range((*self._p, "journal", "e", height))
+        return range_of(_journal_prefixes(self.universe, self.world)[1] + _height(height))
 
     def entry_chunk(self, height: int, index: int, count: int) -> bytes:
         """Chunk ``index`` of ``count`` of the entry at ``height``."""
-        return pack((*self._p, "journal", "e", height, index, count))
+        prefix = _journal_prefixes(self.universe, self.world)[1]
+        if index == 0 and count == 1:
+            return prefix + _height(height) + _WHOLE
+        return prefix + pack((height, index, count))
 
     def entries_from(self, height: int) -> tuple[bytes, bytes]:
         """Entry chunks from ``height`` (inclusive) to the end of the journal."""
@@ -171,11 +205,12 @@ class WorldKeys:
 
     def entries_between(self, first: int, last: int) -> tuple[bytes, bytes]:
         """Entry chunks of heights ``first..last`` inclusive."""
-        return pack((*self._p, "journal", "e", first)), pack((*self._p, "journal", "e", last + 1))
+        prefix = _journal_prefixes(self.universe, self.world)[1]
+        return prefix + _height(first), prefix + _height(last + 1)
 
     def entry_prefix_len(self) -> int:
         """Length of the journal-entry key prefix, to decode heights from keys."""
-        return len(pack((*self._p, "journal", "e")))
+        return len(_journal_prefixes(self.universe, self.world)[1])
 
     # snapshots
 
@@ -221,6 +256,10 @@ class WorldKeys:
     def inbox_idempotency(self, key: bytes) -> bytes:
         """The sequence of the item enqueued with idempotency ``key``."""
         return pack((*self._p, "inbox", "idem", key))
+
+    def export_marker(self) -> bytes:
+        """Progress of the world's in-flight segment export (Protocol F)."""
+        return pack((*self._p, "export", "marker"))
 
     def notify_counter(self) -> bytes:
         """The best-effort notification counter (atomic add)."""

@@ -18,6 +18,7 @@ Records that share a map shape (the inbox item union, the journal record union) 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -125,6 +126,41 @@ def _opt(codec: Codec) -> Any:
     return field(default=None, metadata={"codec": codec})
 
 
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    codec: Codec
+    required: bool
+    where: str
+
+
+_SCHEMAS: dict[type, tuple[_Field, ...]] = {}
+
+
+def _schema(cls: type) -> tuple[_Field, ...]:
+    """The fields of a record class, computed once per class (records are on hot paths)."""
+    schema = _SCHEMAS.get(cls)
+    if schema is None:
+        schema = tuple(
+            _Field(
+                f.name,
+                f.metadata["codec"],
+                f.default is dataclasses.MISSING,
+                f"{cls.__name__}.{f.name}",
+            )
+            for f in dataclasses.fields(cls)
+        )
+        _SCHEMAS[cls] = schema
+    return schema
+
+
+@functools.cache
+def _allowed_keys(cls: type) -> frozenset[str]:
+    """Map keys a stored record of ``cls`` may have."""
+    names = frozenset(f.name for f in _schema(cls))
+    return names | {"kind"} if getattr(cls, "KIND", None) is not None else names
+
+
 class Record:
     """Base of stored records: validation on construction, canonical CBOR both ways."""
 
@@ -132,20 +168,20 @@ class Record:
     KIND: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in _schema(type(self)):
             value = getattr(self, f.name)
-            if value is not None or f.default is dataclasses.MISSING:
-                checked = f.metadata["codec"].check(value, f"{type(self).__name__}.{f.name}")
+            if value is not None or f.required:
+                checked = f.codec.check(value, f.where)
                 if checked is not value:
                     object.__setattr__(self, f.name, checked)
 
     def to_map(self) -> dict[str, Any]:
         """The record as a CBOR-ready map (with ``"kind"`` for union members)."""
         out: dict[str, Any] = {} if self.KIND is None else {"kind": self.KIND}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in _schema(type(self)):
             value = getattr(self, f.name)
             if value is not None:
-                out[f.name] = f.metadata["codec"].store(value)
+                out[f.name] = f.codec.store(value)
         return out
 
     def to_cbor(self) -> bytes:
@@ -160,23 +196,23 @@ def record_from_map(cls: type[R], value: Any, what: str) -> R:
     """Build ``cls`` from a decoded map, refusing unknown, missing or mistyped fields."""
     if not isinstance(value, dict):
         raise CorruptRecord(what, f"expected a map, got {type(value).__name__}")
-    names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    schema = _schema(cls)
     expected_kind = cls.KIND
-    extra = set(value) - set(names) - ({"kind"} if expected_kind else set())
+    extra = value.keys() - _allowed_keys(cls)
     if extra:
-        raise CorruptRecord(what, f"unknown field(s) {sorted(extra)}")
+        raise CorruptRecord(what, f"unknown field(s) {sorted(map(str, extra))}")
     if expected_kind is not None and value.get("kind") != expected_kind:
         raise CorruptRecord(what, f"kind {value.get('kind')!r}, expected {expected_kind!r}")
     kwargs: dict[str, Any] = {}
-    for name, f in names.items():
-        if name not in value:
-            if f.default is dataclasses.MISSING:
-                raise CorruptRecord(what, f"missing field {name!r}")
+    for f in schema:
+        if f.name not in value:
+            if f.required:
+                raise CorruptRecord(what, f"missing field {f.name!r}")
             continue
         try:
-            kwargs[name] = f.metadata["codec"].load(value[name])
+            kwargs[f.name] = f.codec.load(value[f.name])
         except (Validation, ValueError, TypeError) as exc:
-            raise CorruptRecord(what, f"field {name!r}: {exc}") from None
+            raise CorruptRecord(what, f"field {f.name!r}: {exc}") from None
     try:
         return cls(**kwargs)
     except Validation as exc:
@@ -514,3 +550,34 @@ class TimerDueItem(Record):
     intent_hash: Hash = _f(HASH)
     deliver_at_ns: int = _f(U64)
     payload_cbor: bytes = _f(CBOR)
+
+
+# --------------------------------------------------------------------------- segment export
+
+
+EXPORT_STATES: Final = ("copy_started", "copy_finished", "delete_started", "delete_finished")
+
+
+def _export_state(value: Any, where: str) -> str:
+    if value not in EXPORT_STATES:
+        raise Validation(where, f"unknown export state {value!r}")
+    return str(value)
+
+
+EXPORT_STATE: Final = Codec("export_state", _export_state)
+
+
+@dataclass(frozen=True, slots=True)
+class ExportMarker(Record):
+    """``w/<world>/export/marker``: the durable progress of the world's segment export
+    (Protocol F), in the spirit of Kafka tiered storage's segment states. ``checksum`` and
+    ``byte_size`` are known from ``copy_finished`` on; ``deleted_through`` is the highest
+    height whose hot keys are gone."""
+
+    state: str = _f(EXPORT_STATE)
+    start: int = _f(U64)
+    end: int = _f(U64)
+    object_key: str = _f(TEXT)
+    checksum: bytes | None = _opt(BYTES)
+    byte_size: int | None = _opt(U64)
+    deleted_through: int | None = _opt(U64)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from persistence import fdbtuple, kv
-from persistence.errors import CursorAdvanced, Validation
+from persistence.errors import CursorAdvanced, NotFound, Validation
 from persistence.fdbtuple import Versionstamp
 from persistence.ids import InboxSeq
 from persistence.keyspace import WorldKeys
@@ -56,7 +56,10 @@ def enqueue(
 ) -> PendingEnqueue:
     """Protocol C for a batch: versionstamped item keys (user version = position), an
     idempotency index entry per item, one atomic add to the notify counter."""
-    read_head(tr, keys)  # the world must exist
+    # The world must exist. Its meta never changes, so a snapshot read suffices -- and
+    # unlike the head (rewritten by every drain) it cannot make enqueues conflict with drains.
+    if tr.get(keys.meta(), snapshot=True) is None:
+        raise NotFound(f"world {keys.world} not found in universe {keys.universe}")
     known: dict[int, InboxSeq] = {}
     new: dict[int, int] = {}
     for index, envelope in enumerate(envelopes):

@@ -2,41 +2,17 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
-from typing import Final
 
 from persistence import fdbtuple, kv
 from persistence.errors import HeadAdvanced, MissingJournalEntry, NotFound
 from persistence.keyspace import CHUNK_SIZE, WorldKeys
 from persistence.records import JournalHead, decode_record
 
-_WHOLE: Final = fdbtuple.pack((0, 1))
-"""Key suffix after the height of an entry stored whole: chunk 0 of 1."""
-_INT_CODES: Final = [bytes((fdbtuple.INT_ZERO + width,)) for width in range(9)]
-
-
-def _whole(height: int) -> bytes:
-    """``fdbtuple.pack((height, 0, 1))``: the key suffix of an entry stored whole, built
-    directly (the tuple encoding of a positive integer below 2**64 - 1 is the type code
-    ``0x14 + width`` then ``width`` big-endian bytes) -- it runs once per entry read."""
-    if 0 < height < 2**63:
-        width = (height.bit_length() + 7) // 8
-        return _INT_CODES[width] + height.to_bytes(width, "big") + _WHOLE
-    return fdbtuple.pack((height, 0, 1))
-
-
-@functools.lru_cache(maxsize=4096)
-def _journal_keys(keys: WorldKeys) -> tuple[bytes, bytes]:
-    """The head key and the entry-key prefix of a world, cached: packing them afresh was a
-    measurable share of every append and read. The tuple encoding is concatenative, so
-    ``prefix + pack((height, index, count)) == keys.entry_chunk(height, index, count)``."""
-    return keys.head(), keys.entry_chunk(0, 0, 1)[: keys.entry_prefix_len()]
-
 
 def read_head(tr: kv.Transaction, keys: WorldKeys) -> JournalHead:
     """The world's head record; ``NotFound`` if the world does not exist."""
-    raw = tr.get(_journal_keys(keys)[0])
+    raw = tr.get(keys.head())
     if raw is None:
         raise NotFound(f"world {keys.world} not found in universe {keys.universe}")
     return decode_record(JournalHead, raw, f"journal head of world {keys.world}")
@@ -46,16 +22,12 @@ def write_entries(
     tr: kv.Transaction, keys: WorldKeys, first: int, entries: Sequence[bytes]
 ) -> None:
     """Write ``entries`` at heights ``first..``, each split into value-sized chunks."""
-    prefix = _journal_keys(keys)[1]
     for offset, entry in enumerate(entries):
         height = first + offset
-        if len(entry) <= CHUNK_SIZE:
-            tr.set(prefix + _whole(height), entry)
-            continue
-        count = -(-len(entry) // CHUNK_SIZE)
+        count = max(1, -(-len(entry) // CHUNK_SIZE))
         for index in range(count):
-            chunk = entry[index * CHUNK_SIZE : (index + 1) * CHUNK_SIZE]
-            tr.set(prefix + fdbtuple.pack((height, index, count)), chunk)
+            chunk = entry if count == 1 else entry[index * CHUNK_SIZE : (index + 1) * CHUNK_SIZE]
+            tr.set(keys.entry_chunk(height, index, count), chunk)
 
 
 def append_at(
@@ -68,9 +40,7 @@ def append_at(
     """Append after ``head`` (already read in ``tr``) and move the head; return the first height."""
     first = head.height + 1
     write_entries(tr, keys, first, entries)
-    tr.set(
-        _journal_keys(keys)[0], JournalHead(head.height + len(entries), batch_id, first).to_cbor()
-    )
+    tr.set(keys.head(), JournalHead(head.height + len(entries), batch_id, first).to_cbor())
     return first
 
 
@@ -108,13 +78,12 @@ def read_entries(
         return head, []
     last = min(head, first + limit - 1)
     rows = tr.get_range(*keys.entries_between(first, last))
-    entry_prefix = _journal_keys(keys)[1]
-    prefix = len(entry_prefix)
+    prefix = keys.entry_prefix_len()
     out: list[tuple[int, bytes]] = []
     expected = first
     parts: list[bytes] = []
     for key, value in rows:
-        if not parts and key == entry_prefix + _whole(expected):
+        if not parts and key == keys.entry_chunk(expected, 0, 1):
             out.append((expected, value))  # fast path: the next entry, stored whole
             expected += 1
             continue
