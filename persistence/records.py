@@ -18,7 +18,6 @@ Records that share a map shape (the inbox item union, the journal record union) 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -154,11 +153,17 @@ def _schema(cls: type) -> tuple[_Field, ...]:
     return schema
 
 
-@functools.cache
+_ALLOWED: dict[type, frozenset[str]] = {}
+
+
 def _allowed_keys(cls: type) -> frozenset[str]:
-    """Map keys a stored record of ``cls`` may have."""
-    names = frozenset(f.name for f in _schema(cls))
-    return names | {"kind"} if getattr(cls, "KIND", None) is not None else names
+    """Map keys a stored record of ``cls`` may have (computed once per class)."""
+    allowed = _ALLOWED.get(cls)
+    if allowed is None:
+        names = frozenset(f.name for f in _schema(cls))
+        allowed = names | {"kind"} if getattr(cls, "KIND", None) is not None else names
+        _ALLOWED[cls] = allowed
+    return allowed
 
 
 class Record:

@@ -269,6 +269,7 @@ class BufferedTransaction(kv.Transaction):
         self.buffer = WriteBuffer()
         self._future = BufferedFuture()
         self._done = False
+        self.stamp_requested = False
 
     # ------------------------------------------------------------ engine hooks
 
@@ -393,6 +394,7 @@ class BufferedTransaction(kv.Transaction):
         self.buffer.set_versionstamped(key, value, in_key=False)
 
     def get_versionstamp(self) -> kv.VersionstampFuture:
+        self.stamp_requested = True
         return self._future
 
     def commit(self) -> None:

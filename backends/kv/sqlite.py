@@ -9,19 +9,23 @@ file as ours; ``PRAGMA user_version`` is the format version, checked at open.
 
 Transactions are optimistic, like FoundationDB's, and serializable:
 
-1. Reads run inside a deferred SQLite read transaction, i.e. one WAL snapshot. The commit
-   counter read at its start is the transaction's read version.
+1. Reads run inside a deferred SQLite read transaction, i.e. one WAL snapshot.
 2. Writes are buffered (read-your-writes, see :mod:`backends.kv.buffered`).
-3. ``commit`` takes the write lock (``BEGIN IMMEDIATE``; writers from every thread and
-   process queue on it) and reads the commit counter. If another commit happened since the
-   read version, every non-snapshot read is **validated**: re-read and compared with the
-   rows seen (kept by reference until the transaction ends, so the read path neither
-   copies nor hashes them). Any difference fails the commit with 1020 and nothing is
-   applied -- the same contract as FoundationDB's resolver (value-based rather than
-   range-based, so it reports no false conflicts for unchanged data).
-4. The buffer is applied, the counter incremented (the new value is the versionstamp's
-   commit version, so versionstamps strictly increase in commit order across processes),
-   and SQLite commits: atomically and, with ``synchronous=FULL``, durably.
+3. ``commit`` first tries to **upgrade the read transaction in place**: SQLite grants it only
+   while the snapshot is still the newest (nothing committed since our reads), so success
+   needs no further checks. Otherwise SQLite refuses (``SQLITE_BUSY_SNAPSHOT``, or
+   ``SQLITE_BUSY`` while another writer holds the lock) and the commit takes the write lock
+   with ``BEGIN IMMEDIATE`` (writers of every thread and process queue on it) and
+   **validates** every non-snapshot read: re-read and compared with the rows seen. Any
+   difference fails the commit with 1020 and nothing is applied -- the contract of
+   FoundationDB's resolver (value-based rather than range-based, so no false conflicts for
+   unchanged data). A transaction that only wrote goes straight to ``BEGIN IMMEDIATE``.
+4. The buffer is applied and SQLite commits: atomically and, with ``synchronous=FULL``,
+   durably. Transactions that need a versionstamp (versionstamped writes, or
+   ``get_versionstamp()`` asked) increment the commit counter in ``meta`` under the write
+   lock and use it as the versionstamp's commit version, so versionstamps strictly
+   increase in commit order across processes; other transactions leave it alone (one
+   B-tree page fewer per commit).
 
 A process killed at any point leaves the file consistent: SQLite's WAL recovery discards
 the uncommitted transaction on the next open.
@@ -205,9 +209,19 @@ class SqliteEngine(kv.Engine):
         return [] if rows == [("ok",)] else [row[0] for row in rows]
 
 
+_COUNTER: Final = "SELECT value FROM meta WHERE name = 'commit_version'"
+_BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    """SQLITE_BUSY / SQLITE_LOCKED and their extended codes (BUSY_SNAPSHOT, ...)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return (code is not None and code & 0xFF in _BUSY_CODES) or "locked" in str(exc)
+
+
 def _sqlite_error(exc: sqlite3.Error, during: str) -> EngineError:
     message = str(exc)
-    if isinstance(exc, sqlite3.OperationalError) and "locked" in message:
+    if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
         # The write lock was not granted within busy_timeout: nothing was applied.
         return kv.engine_error(kv.NOT_COMMITTED, f"{during}: {message}")
     return kv.engine_error(kv.IO_ERROR, f"{during}: {message}")
@@ -221,6 +235,7 @@ class SqliteTransaction(BufferedTransaction):
         self._engine = engine
         self._conn: sqlite3.Connection | None = None
         self._read_version: int | None = None
+        self._reading = False
         # Non-snapshot reads to validate at commit: (begin, end, committed rows seen).
         self._reads: list[tuple[bytes, bytes, list[tuple[bytes, bytes]]]] = []
 
@@ -231,36 +246,41 @@ class SqliteTransaction(BufferedTransaction):
             self._conn = self._engine._acquire()
         return self._conn
 
-    def get_read_version(self) -> int:
-        if self._read_version is None:
-            conn = self._connection()
+    def _snapshot(self) -> sqlite3.Connection:
+        """The connection, inside the read transaction (its WAL snapshot starts with the
+        first read)."""
+        conn = self._connection()
+        if not self._reading:
             try:
                 conn.execute("BEGIN")
-                row = conn.execute(
-                    "SELECT value FROM meta WHERE name = 'commit_version'"
-                ).fetchone()
             except sqlite3.Error as exc:
                 raise _sqlite_error(exc, "begin read") from None
+            self._reading = True
+        return conn
+
+    def get_read_version(self) -> int:
+        if self._read_version is None:
+            try:
+                row = self._snapshot().execute(_COUNTER).fetchone()
+            except sqlite3.Error as exc:
+                raise _sqlite_error(exc, "read version") from None
             self._read_version = int(row[0])
         return self._read_version
 
     def _base_get(self, key: bytes) -> bytes | None:
-        self.get_read_version()
         try:
-            row = self._connection().execute("SELECT value FROM kv WHERE key = ?", (key,))
+            row = self._snapshot().execute("SELECT value FROM kv WHERE key = ?", (key,))
             row = row.fetchone()
         except sqlite3.Error as exc:
             raise _sqlite_error(exc, "get") from None
         return None if row is None else bytes(row[0])
 
     def _base_range(self, begin: bytes, end: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
-        self.get_read_version()
-        return _scan(self._connection(), begin, end, reverse)
+        return _scan(self._snapshot(), begin, end, reverse)
 
     def _note_read(self, begin: bytes, end: bytes, rows: list[tuple[bytes, bytes]] | None) -> None:
         if rows is None:  # a declared conflict range: remember what it holds now
-            self.get_read_version()
-            rows = list(_scan(self._connection(), begin, end, False))
+            rows = list(_scan(self._snapshot(), begin, end, False))
         self._reads.append((begin, end, rows))
 
     # ------------------------------------------------------------ commit
@@ -273,51 +293,63 @@ class SqliteTransaction(BufferedTransaction):
         finally:
             self._close()
 
-    def _write(self, conn: sqlite3.Connection) -> bytes:
+    def _write(self, conn: sqlite3.Connection) -> bytes | None:
+        if self._reading:
+            # Fast path: upgrade the read transaction in place. SQLite allows it only while
+            # the snapshot is still the newest, i.e. when nothing committed since our reads,
+            # so success needs no validation. Otherwise it refuses (SQLITE_BUSY_SNAPSHOT,
+            # or SQLITE_BUSY when another writer holds the lock) and we take the slow path.
+            try:
+                return self._apply(conn)
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise _sqlite_error(exc, "commit") from None
+                conn.execute("ROLLBACK")
         try:
-            if conn.in_transaction:
-                conn.execute("COMMIT")  # end the read snapshot
-            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("BEGIN IMMEDIATE")  # waits for the write lock (busy_timeout)
         except sqlite3.Error as exc:
             raise _sqlite_error(exc, "begin write") from None
         try:
-            current = int(
-                conn.execute("SELECT value FROM meta WHERE name = 'commit_version'").fetchone()[0]
-            )
-            if self._read_version is not None and current != self._read_version:
-                for begin, end, seen in self._reads:
-                    if list(_scan(conn, begin, end, False)) != seen:
-                        raise kv.engine_error(
-                            kv.NOT_COMMITTED,
-                            f"read conflict: data read at version {self._read_version} "
-                            f"changed by version {current}",
-                        )
-            version = current + 1
-            stamp = version.to_bytes(8, "big") + b"\x00\x00"
-            for begin, end in self.buffer.cleared_ranges():
-                conn.execute("DELETE FROM kv WHERE key >= ? AND key < ?", (begin, end))
-            upserts: list[tuple[bytes, bytes]] = []
-            deletes: list[tuple[bytes]] = []
-
-            def read_committed(key: bytes) -> bytes | None:
-                row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
-                return None if row is None else bytes(row[0])
-
-            for key, value in self.buffer.final_writes(read_committed):
-                if value is None:
-                    deletes.append((key,))
-                else:
-                    upserts.append((key, value))
-            upserts.extend(write.resolve(stamp) for write in self.buffer.versionstamped)
-            if deletes:
-                conn.executemany("DELETE FROM kv WHERE key = ?", deletes)
-            if upserts:
-                conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", upserts)
-            conn.execute("UPDATE meta SET value = ? WHERE name = 'commit_version'", (version,))
-            conn.execute("COMMIT")
-            return stamp
+            for begin, end, seen in self._reads:
+                if list(_scan(conn, begin, end, False)) != seen:
+                    raise kv.engine_error(
+                        kv.NOT_COMMITTED, "read conflict: data read by this transaction changed"
+                    )
+            return self._apply(conn)
         except sqlite3.Error as exc:
             raise _sqlite_error(exc, "commit") from None
+
+    def _apply(self, conn: sqlite3.Connection) -> bytes | None:
+        """Apply the buffer and commit, inside a write transaction (taken by the first
+        write statement when upgrading). Only transactions that need a versionstamp touch
+        the commit counter, so plain writes change one B-tree page fewer."""
+        stamp = None
+        if self.buffer.versionstamped or self.stamp_requested:
+            version = int(conn.execute(_COUNTER).fetchone()[0]) + 1
+            conn.execute("UPDATE meta SET value = ? WHERE name = 'commit_version'", (version,))
+            stamp = version.to_bytes(8, "big") + b"\x00\x00"
+        for begin, end in self.buffer.cleared_ranges():
+            conn.execute("DELETE FROM kv WHERE key >= ? AND key < ?", (begin, end))
+        upserts: list[tuple[bytes, bytes]] = []
+        deletes: list[tuple[bytes]] = []
+
+        def read_committed(key: bytes) -> bytes | None:
+            row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+            return None if row is None else bytes(row[0])
+
+        for key, value in self.buffer.final_writes(read_committed):
+            if value is None:
+                deletes.append((key,))
+            else:
+                upserts.append((key, value))
+        if stamp is not None:
+            upserts.extend(write.resolve(stamp) for write in self.buffer.versionstamped)
+        if deletes:
+            conn.executemany("DELETE FROM kv WHERE key = ?", deletes)
+        if upserts:
+            conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", upserts)
+        conn.execute("COMMIT")
+        return stamp
 
     def _close(self) -> None:
         conn, self._conn = self._conn, None

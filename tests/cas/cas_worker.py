@@ -39,6 +39,16 @@ def rss_bytes() -> int:
         return int(fh.read().split()[1]) * resource.getpagesize()
 
 
+def peak_rss_bytes() -> int:
+    """This process image's peak RSS (VmHWM). Not ``ru_maxrss``: that survives ``exec``
+    and so reports the forking parent's size when the parent is bigger (pytest is)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def main() -> None:
     mode, data_dir, universe = sys.argv[1], Path(sys.argv[2]), UniverseId.parse(sys.argv[3])
     plane = Plane(SqliteEngine(data_dir / "aos.db"), LocalObjectStore(data_dir / "objects"))
@@ -49,12 +59,24 @@ def main() -> None:
         size = int(sys.argv[4]) << 20
         before = rss_bytes()
         h = plane.put_stream(universe, Generated(size))  # type: ignore[arg-type]
+        after_put = peak_rss_bytes()
         read = 0
         with plane.open_blob(universe, h) as stream:
             while chunk := stream.read(1 << 20):
                 read += len(chunk)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        print(json.dumps({"hash": h.hex, "read": read, "growth": peak - before}))
+        peak = peak_rss_bytes()
+        print(
+            json.dumps(
+                {
+                    "hash": h.hex,
+                    "read": read,
+                    "growth": peak - before,
+                    "growth_put": after_put - before,
+                    "rss_before": before,
+                    "rss_end": rss_bytes(),
+                }
+            )
+        )
     plane.engine.close()
 
 
