@@ -69,6 +69,12 @@ def encode(value: Any) -> bytes:
     return bytes(cbor2.dumps(value, canonical=True))
 
 
+def encode_checked(value: Any) -> bytes:
+    """Encode a value already known to be inside the model (a record whose fields were
+    validated on construction) without walking it again."""
+    return bytes(cbor2.dumps(value, canonical=True))
+
+
 def decode(data: bytes | bytearray | memoryview) -> Any:
     """Decode a canonical document strictly; raise :class:`NotCanonical` otherwise."""
     raw = bytes(data)

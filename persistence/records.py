@@ -190,8 +190,9 @@ class Record:
         return out
 
     def to_cbor(self) -> bytes:
-        """Canonical CBOR bytes of the record."""
-        return cbor.encode(self.to_map())
+        """Canonical CBOR bytes of the record (fields were validated on construction, so the
+        map is inside the canonical model by construction)."""
+        return cbor.encode_checked(self.to_map())
 
 
 R = TypeVar("R", bound=Record)

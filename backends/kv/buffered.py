@@ -241,19 +241,20 @@ class BufferedFuture(kv.VersionstampFuture):
 
     def __init__(self) -> None:
         self._stamp: bytes | None = None
-        self._error: Exception | None = kv.engine_error(
-            kv.USED_DURING_COMMIT, "versionstamp requested before the transaction committed"
-        )
+        self._error: Exception | None = None
 
     def resolve(self, stamp: bytes | None, error: Exception | None = None) -> None:
         """Settle the future with a stamp or an error."""
         self._stamp, self._error = stamp, error
 
     def wait(self) -> bytes:
-        if self._stamp is None:
-            assert self._error is not None
+        if self._stamp is not None:
+            return self._stamp
+        if self._error is not None:
             raise self._error
-        return self._stamp
+        raise kv.engine_error(
+            kv.USED_DURING_COMMIT, "versionstamp requested before the transaction committed"
+        )
 
 
 class BufferedTransaction(kv.Transaction):
@@ -405,9 +406,9 @@ class BufferedTransaction(kv.Transaction):
         except Exception as exc:
             self._future.resolve(None, exc)
             raise
-        if stamp is None:
+        if stamp is not None:
+            self._future.resolve(stamp)
+        elif self.stamp_requested:
             self._future.resolve(
                 None, kv.engine_error(kv.NO_COMMIT_VERSION, "read-only transaction has no version")
             )
-        else:
-            self._future.resolve(stamp)
