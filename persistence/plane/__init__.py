@@ -13,7 +13,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Final
+from typing import BinaryIO, Final, Protocol
 
 from persistence import cbor, kv
 from persistence.errors import Validation
@@ -21,7 +21,7 @@ from persistence.ids import Hash, InboxSeq, UniverseId, WorldId, check_height
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
-from persistence.plane import effects, inbox, journal, snapshots, worlds
+from persistence.plane import effects, inbox, journal, segment_index, snapshots, worlds
 from persistence.plane.cas import Cas, VerifyMode
 from persistence.plane.inbox import DrainResult, Normalizer
 from persistence.plane.snapshots import SnapshotOutcome
@@ -31,6 +31,7 @@ from persistence.records import (
     InboxEnvelope,
     InboxItem,
     IngressJournalRecord,
+    SegmentIndexRecord,
     SnapshotRecord,
     TimerDueItem,
     WorldMeta,
@@ -56,6 +57,22 @@ class PlaneConfig:
     verify_sample_rate: float = 0.01
 
 
+class SegmentSource(Protocol):
+    """Where stitched reads get cold entries: the segment objects named by the index."""
+
+    def read(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        record: SegmentIndexRecord,
+        first: int,
+        last: int,
+    ) -> list[tuple[int, bytes]]:
+        """Entries ``first..last`` of the segment ``record``, after verifying the whole
+        object against the index. Raises ``Corruption`` (missing, damaged, mismatched)."""
+        ...
+
+
 def default_normalizer(seq: InboxSeq, item: InboxItem) -> bytes:
     """The journal entry of a drained item: an ``ingress`` record of its sequence and bytes."""
     return IngressJournalRecord(seq, encode_inbox_item(item)).to_cbor()
@@ -68,9 +85,22 @@ def _batch_id() -> bytes:
 class Plane:
     """CAS, journals, inboxes and snapshots of every universe in one engine + object store."""
 
-    def __init__(self, engine: Engine, objects: ObjectStore, config: PlaneConfig | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        objects: ObjectStore,
+        config: PlaneConfig | None = None,
+        segments: SegmentSource | None = None,
+    ) -> None:
         self.engine = engine
         self.objects = objects
+        if segments is None:
+            # The segment format lives a layer up (package ``segments``); imported here,
+            # lazily, as the default way to read cold history from ``objects``.
+            from segments.cold import ObjectStoreSegments
+
+            segments = ObjectStoreSegments(objects)
+        self.segments = segments
         self.config = config or PlaneConfig()
         self.cas = Cas(
             engine,
@@ -162,26 +192,52 @@ class Plane:
     def read_range(
         self, universe: UniverseId, world: WorldId, from_inclusive: int, limit: int
     ) -> list[tuple[int, bytes]]:
-        """Up to ``limit`` contiguous entries from ``from_inclusive``, paged across
-        transactions so no read transaction outgrows FoundationDB's limits."""
+        """Up to ``limit`` contiguous entries from ``from_inclusive``, stitched from cold
+        segments and the hot tail, paged across transactions so no read transaction
+        outgrows FoundationDB's limits. A missing or damaged segment is ``Corruption``."""
         check_height(from_inclusive, "from_inclusive", allow_zero=False)
         if limit < 0:
             raise Validation("limit", "must not be negative")
         keys = WorldKeys(universe, world)
         out: list[tuple[int, bytes]] = []
-        page = self.config.read_page_entries
         while len(out) < limit:
             first = from_inclusive + len(out)
-            _, rows = journal.read_entries(self.engine, keys, first, min(page, limit - len(out)))
-            out.extend(rows)
-            if len(rows) < min(page, limit - len(out) + len(rows)):
+            want = limit - len(out)
+            page = journal.read_entries(
+                self.engine, keys, first, min(self.config.read_page_entries, want)
+            )
+            if page.segment is not None:
+                last = min(page.segment.end, page.head, first + want - 1)
+                out.extend(self.segments.read(universe, world, page.segment, first, last))
+                continue
+            out.extend(page.rows)
+            if len(page.rows) < min(self.config.read_page_entries, want):
                 break
         return out
 
+    def read_hot(
+        self, universe: UniverseId, world: WorldId, from_inclusive: int, limit: int
+    ) -> list[tuple[int, bytes]]:
+        """Entries still held in the engine, from ``from_inclusive`` (one transaction;
+        empty if a segment covers that height). Used by segment export."""
+        page = journal.read_entries(self.engine, WorldKeys(universe, world), from_inclusive, limit)
+        return page.rows
+
     def head(self, universe: UniverseId, world: WorldId) -> int:
         """The journal head (0 when empty)."""
-        keys = WorldKeys(universe, world)
-        return journal.read_entries(self.engine, keys, 1, 0)[0]
+        return journal.read_entries(self.engine, WorldKeys(universe, world), 1, 0).head
+
+    # ------------------------------------------------------------------ segment index
+
+    def put_segment(self, universe: UniverseId, world: WorldId, record: SegmentIndexRecord) -> None:
+        """Index an uploaded segment (it must continue the index without gap or overlap)."""
+        segment_index.put_segment(self.engine, UniverseKeys(universe), world, record)
+
+    def list_segments(
+        self, universe: UniverseId, world: WorldId, from_height: int = 1
+    ) -> list[SegmentIndexRecord]:
+        """Segments of ``world`` ending at or after ``from_height``, in height order."""
+        return segment_index.list_segments(self.engine, UniverseKeys(universe), world, from_height)
 
     # ------------------------------------------------------------------ inbox (C, D)
 

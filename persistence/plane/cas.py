@@ -214,6 +214,13 @@ class Cas:
                 raise CasBodyHashMismatch(hash.hex, actual.hex, where)
         return data
 
+    def require(self, universe: UniverseId, hash: Hash) -> None:
+        """Check that ``hash`` is fully present: metadata, and the body object if external.
+        Raises ``NotFound`` (no metadata) or ``CasBodyMissing``; does not read the body."""
+        meta = self._meta(universe, hash)
+        if meta.object_key is not None and self.objects.stat(meta.object_key) is None:
+            raise CasBodyMissing(hash.hex, meta.object_key)
+
     def has(self, universe: UniverseId, hash: Hash) -> bool:
         """Whether ``universe`` holds metadata for ``hash``."""
         return read_meta(self.engine, UniverseKeys(universe), hash) is not None

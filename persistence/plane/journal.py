@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from persistence import fdbtuple, kv
 from persistence.errors import HeadAdvanced, MissingJournalEntry, NotFound
-from persistence.keyspace import CHUNK_SIZE, WorldKeys
-from persistence.records import JournalHead, decode_record
+from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
+from persistence.plane import segment_index
+from persistence.records import JournalHead, SegmentIndexRecord, decode_record
 
 
 def read_head(tr: kv.Transaction, keys: WorldKeys) -> JournalHead:
@@ -67,15 +69,32 @@ def append_batch(
     return append_at(tr, keys, head, entries, batch_id)
 
 
+@dataclass(frozen=True, slots=True)
+class JournalPage:
+    """One transaction's view of a stretch of journal: the head, and either hot entries or
+    the cold segment that holds ``first`` (hot keys of an indexed range may already be gone,
+    so the index is authoritative)."""
+
+    head: int
+    rows: list[tuple[int, bytes]]
+    segment: SegmentIndexRecord | None = None
+
+
 @kv.transactional
-def read_entries(
-    tr: kv.Transaction, keys: WorldKeys, first: int, limit: int
-) -> tuple[int, list[tuple[int, bytes]]]:
+def read_entries(tr: kv.Transaction, keys: WorldKeys, first: int, limit: int) -> JournalPage:
     """The head and up to ``limit`` entries from ``first``, checked to be contiguous and
-    whole. A missing height or chunk below the head is ``MissingJournalEntry``."""
+    whole -- or the segment that covers ``first``. The segment index and the hot keys are
+    read in the same transaction: an export indexes a segment before deleting its hot keys,
+    so a reader that sees no segment sees every hot key. A missing height or chunk below
+    the head is ``MissingJournalEntry``."""
     head = read_head(tr, keys).height
     if first > head or limit <= 0:
-        return head, []
+        return JournalPage(head, [])
+    covering = segment_index.read_segments(
+        tr, UniverseKeys(keys.universe), keys.world, first, limit=1
+    )
+    if covering and covering[0].start <= first:
+        return JournalPage(head, [], covering[0])
     last = min(head, first + limit - 1)
     rows = tr.get_range(*keys.entries_between(first, last))
     prefix = keys.entry_prefix_len()
@@ -99,4 +118,4 @@ def read_entries(
             expected += 1
     if parts or expected != last + 1:
         raise MissingJournalEntry(str(keys.world), expected)
-    return head, out
+    return JournalPage(head, out)

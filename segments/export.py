@@ -1,0 +1,303 @@
+"""Protocol F: export old journal ranges to immutable segment objects, then delete hot keys.
+
+Safety rules (source specification section 7):
+
+* only heights strictly older than the active baseline minus ``margin`` are exported
+  (``end < baseline.height - margin``), never past the head;
+* a segment is uploaded (create-only) and indexed **before** any hot key of its range is
+  deleted; reads switch to the segment as soon as the index record commits;
+* every step is recorded in a durable marker, so a crash anywhere resumes and converges.
+
+Marker states, as Kafka tiered storage's segment states::
+
+    copy_started    range [start, end_max] chosen; the object may or may not exist yet
+    copy_finished   object uploaded and verified, index record committed (same transaction)
+    delete_started  hot keys of [start, end] being deleted, ``deleted_through`` advances
+    delete_finished all hot keys gone; the next run clears the marker
+
+Each transition is its own small transaction that reads only the marker and the index, so
+exports never conflict with foreground appends and drains (which touch the head and new
+heights). Hot keys are deleted with range clears of at most ``delete_chunk_entries``
+heights per transaction, well inside FoundationDB's limits.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import BinaryIO, Final
+
+from persistence import kv
+from persistence.errors import NotFound, SegmentCorruption, Validation
+from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.plane import Plane, journal, segment_index
+from persistence.plane.snapshots import read_baseline
+from persistence.records import ExportMarker, SegmentIndexRecord, decode_record
+from segments.format import CHECKSUM_ALGORITHM, SegmentHeader, SegmentReader, SegmentWriter
+from segments.format import segment_key as _segment_key
+
+MiB: Final = 1024 * 1024
+SPOOL_IN_MEMORY: Final = 8 * MiB
+
+
+@dataclass(frozen=True, slots=True)
+class ExportConfig:
+    """When and how much to export. Export is off unless ``enabled``."""
+
+    enabled: bool = False
+    margin: int = 0
+    target_entries: int = 10_000
+    target_bytes: int = 64 * MiB
+    min_entries: int = 1
+    delete_chunk_entries: int = 2_000
+    read_page_entries: int = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class ExportPlan:
+    """The next range that may be exported (``end`` is an upper bound: the byte target
+    may end the segment earlier)."""
+
+    start: int
+    end: int
+
+
+def segment_prefix(universe: UniverseId, world: WorldId, start: int) -> str:
+    """Object keys of segments of ``world`` starting at ``start``."""
+    return _segment_key(universe, world, start, 1).rsplit("-", 1)[0] + "-"
+
+
+def _read_marker(tr: kv.Transaction, keys: WorldKeys) -> ExportMarker | None:
+    raw = tr.get(keys.export_marker())
+    return None if raw is None else decode_record(ExportMarker, raw, "export marker")
+
+
+@kv.transactional
+def read_marker(tr: kv.Transaction, keys: WorldKeys) -> ExportMarker | None:
+    """The world's export marker, if an export is in flight."""
+    return _read_marker(tr, keys)
+
+
+@kv.transactional
+def _plan(tr: kv.Transaction, keys: WorldKeys, config: ExportConfig) -> ExportPlan | None:
+    head = journal.read_head(tr, keys).height
+    baseline = read_baseline(tr, keys).height
+    last = segment_index.last_segment(tr, UniverseKeys(keys.universe), keys.world)
+    start = 1 if last is None else last.end + 1
+    limit = min(head, baseline - config.margin - 1)
+    if limit - start + 1 < config.min_entries:
+        return None
+    return ExportPlan(start, min(limit, start + config.target_entries - 1))
+
+
+@kv.transactional
+def _transition(
+    tr: kv.Transaction,
+    keys: WorldKeys,
+    expected: ExportMarker | None,
+    new: ExportMarker | None,
+    index: SegmentIndexRecord | None = None,
+    clear: tuple[int, int] | None = None,
+) -> None:
+    """Move the marker from ``expected`` to ``new`` (``None``: absent), optionally indexing
+    a segment or clearing hot heights in the same transaction. Repeating a transition
+    that already committed is a no-op."""
+    current = _read_marker(tr, keys)
+    if current == new:
+        return
+    if current != expected:
+        raise Validation(
+            "export marker", f"world {keys.world}: expected {expected}, found {current}"
+        )
+    if index is not None:
+        segment_index.put_segment(tr, UniverseKeys(keys.universe), keys.world, index)
+    if clear is not None:
+        tr.clear_range(*keys.entries_between(*clear))
+    if new is None:
+        tr.clear(keys.export_marker())
+    else:
+        tr.set(keys.export_marker(), new.to_cbor())
+
+
+class Exporter:
+    """Runs Protocol F for worlds of one plane."""
+
+    def __init__(self, plane: Plane, config: ExportConfig) -> None:
+        self.plane = plane
+        self.config = config
+
+    def plan(self, universe: UniverseId, world: WorldId) -> ExportPlan | None:
+        """The next exportable range, or ``None``."""
+        return _plan(self.plane.engine, WorldKeys(universe, world), self.config)
+
+    def export_all(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        progress: Callable[[str], None] = lambda _: None,
+    ) -> list[SegmentIndexRecord]:
+        """Finish any interrupted export, then export every safe range; return the new
+        segments. Raises ``Validation`` if export is disabled."""
+        done = []
+        while (record := self.export_once(universe, world, progress)) is not None:
+            done.append(record)
+        return done
+
+    def export_once(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        progress: Callable[[str], None] = lambda _: None,
+    ) -> SegmentIndexRecord | None:
+        """Resume the in-flight export or start the next one; ``None`` if nothing to do."""
+        if not self.config.enabled:
+            raise Validation("export", "segment export is disabled (ExportConfig.enabled)")
+        engine = self.plane.engine
+        keys = WorldKeys(universe, world)
+        marker = read_marker(engine, keys)
+        if marker is None:
+            plan = self.plan(universe, world)
+            if plan is None:
+                return None
+            marker = ExportMarker(
+                "copy_started", plan.start, plan.end, segment_prefix(universe, world, plan.start)
+            )
+            _transition(engine, keys, None, marker)
+            engine.crash_point("export.after_copy_started")
+        record: SegmentIndexRecord | None = None
+        if marker.state == "copy_started":
+            record = self._copy(universe, world, marker, progress)
+            finished = ExportMarker(
+                "copy_finished",
+                record.start,
+                record.end,
+                record.object_key,
+                record.checksum,
+                record.byte_size,
+            )
+            _transition(engine, keys, marker, finished, index=record)
+            engine.crash_point("export.after_index")
+            marker = finished
+        if marker.state == "copy_finished":
+            started = replace(marker, state="delete_started", deleted_through=marker.start - 1)
+            _transition(engine, keys, marker, started)
+            marker = started
+        if marker.state == "delete_started":
+            marker = self._delete(keys, marker, progress)
+        if marker.state == "delete_finished":
+            _transition(engine, keys, marker, None)
+        if record is None:
+            record = self._indexed(universe, world, marker.end)
+        progress(f"world {world}: segment {record.start}-{record.end} exported")
+        return record
+
+    def _indexed(self, universe: UniverseId, world: WorldId, end: int) -> SegmentIndexRecord:
+        for record in self.plane.list_segments(universe, world, end):
+            if record.end == end:
+                return record
+        raise NotFound(f"world {world}: no segment indexed at end height {end}")
+
+    # ------------------------------------------------------------ copy
+
+    def _copy(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        marker: ExportMarker,
+        progress: Callable[[str], None],
+    ) -> SegmentIndexRecord:
+        """Upload the segment of ``marker``'s range (or adopt one a crashed run uploaded)."""
+        objects = self.plane.objects
+        for info in objects.list(marker.object_key):
+            return self._adopt(universe, world, info.key, marker)
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as spool:
+            end, checksum, size = self._write(universe, world, marker, spool)  # type: ignore[arg-type]
+            key = _segment_key(universe, world, marker.start, end)
+            spool.seek(0)
+            created = objects.put(key, spool)  # type: ignore[arg-type]
+        self.plane.engine.crash_point("export.after_upload")
+        if not created:
+            return self._adopt(universe, world, key, marker)
+        progress(f"world {world}: uploaded {key} ({size} bytes)")
+        return SegmentIndexRecord(
+            marker.start, end, key, CHECKSUM_ALGORITHM, checksum, end - marker.start + 1, size
+        )
+
+    def _write(
+        self, universe: UniverseId, world: WorldId, marker: ExportMarker, out: BinaryIO
+    ) -> tuple[int, bytes, int]:
+        """Stream hot entries into ``out`` up to the byte target; return end, checksum, size."""
+        entries: list[tuple[int, bytes]] = []
+        total = 0
+        height = marker.start
+        while height <= marker.end:
+            page = min(self.config.read_page_entries, marker.end - height + 1)
+            rows = self.plane.read_hot(universe, world, height, page)
+            if not rows:
+                raise NotFound(f"world {world}: hot entry {height} vanished during export")
+            for h, entry in rows:
+                if entries and total + len(entry) > self.config.target_bytes:
+                    return self._finish(universe, world, marker.start, entries, out)
+                entries.append((h, entry))
+                total += len(entry)
+                if total >= self.config.target_bytes:
+                    return self._finish(universe, world, marker.start, entries, out)
+            height = rows[-1][0] + 1
+        return self._finish(universe, world, marker.start, entries, out)
+
+    @staticmethod
+    def _finish(
+        universe: UniverseId,
+        world: WorldId,
+        start: int,
+        entries: list[tuple[int, bytes]],
+        out: BinaryIO,
+    ) -> tuple[int, bytes, int]:
+        end = entries[-1][0]
+        writer = SegmentWriter(out, SegmentHeader(universe, world, start, end))
+        for height, entry in entries:
+            writer.add(height, entry)
+        checksum = writer.finish()
+        return end, checksum, writer.size
+
+    def _adopt(
+        self, universe: UniverseId, world: WorldId, key: str, marker: ExportMarker
+    ) -> SegmentIndexRecord:
+        """Verify an object a crashed run uploaded and describe it for the index."""
+        with self.plane.objects.open(key) as stream:
+            reader = SegmentReader(stream, key)
+            header = reader.header
+            if (
+                header.universe != universe
+                or header.world != world
+                or header.start != marker.start
+                or not header.end <= marker.end
+            ):
+                raise SegmentCorruption(key, 0, "found where an export expected its own segment")
+            checksum = reader.verify()
+        info = self.plane.objects.stat(key)
+        assert info is not None
+        return SegmentIndexRecord(
+            header.start, header.end, key, CHECKSUM_ALGORITHM, checksum, header.count, info.size
+        )
+
+    # ------------------------------------------------------------ delete
+
+    def _delete(
+        self, keys: WorldKeys, marker: ExportMarker, progress: Callable[[str], None]
+    ) -> ExportMarker:
+        engine = self.plane.engine
+        done = marker.start - 1 if marker.deleted_through is None else marker.deleted_through
+        while done < marker.end:
+            last = min(marker.end, done + self.config.delete_chunk_entries)
+            advanced = replace(marker, deleted_through=last)
+            _transition(engine, keys, marker, advanced, clear=(done + 1, last))
+            engine.crash_point("export.after_delete_chunk")
+            marker, done = advanced, last
+        finished = replace(marker, state="delete_finished")
+        _transition(engine, keys, marker, finished)
+        engine.crash_point("export.after_delete")
+        progress(f"world {keys.world}: hot keys {marker.start}-{marker.end} deleted")
+        return finished
