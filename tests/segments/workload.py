@@ -19,9 +19,9 @@ def snapshot_now(plane: Plane, universe: UniverseId, world: WorldId, promote: bo
     state = full_replay(plane, universe, world, ReferenceKernel())
     existing = [s for s in plane.list_snapshots(universe, world) if s.height == state.head]
     if existing:
-        if promote and existing[0].receipt_horizon_height == state.head:
-            if plane.active_baseline(universe, world).height < state.head:
-                plane.promote_baseline(universe, world, existing[0])
+        promotable = promote and existing[0].receipt_horizon_height == state.head
+        if promotable and plane.active_baseline(universe, world).height < state.head:
+            plane.promote_baseline(universe, world, existing[0])
         return
     plane.snapshot_commit(
         universe,
