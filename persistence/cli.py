@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import sys
-import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,95 +37,61 @@ def _progress(enabled: bool) -> Any:
 # --------------------------------------------------------------------------- demo
 
 
-def _demo_writer(db_path: str, writer: int, count: int) -> list[str]:
-    """One writer process: ``count`` transactions, each a versionstamped item + counter."""
-    from backends.kv.sqlite import SqliteEngine
-    from persistence import fdbtuple, kv
-    from persistence.fdbtuple import Versionstamp
-
-    engine = SqliteEngine(db_path)
-    stamps = []
-    for i in range(count):
-
-        def body(tr: kv.Transaction, i: int = i) -> kv.VersionstampFuture:
-            tr.set_versionstamped_key(
-                fdbtuple.pack_with_versionstamp(("demo", "items", Versionstamp(None, 0))),
-                fdbtuple.pack((writer, i, os.urandom(200))),
-            )
-            tr.add(fdbtuple.pack(("demo", "count")), (1).to_bytes(8, "little"))
-            return tr.get_versionstamp()
-
-        stamps.append(kv.run(engine, body).wait().hex())
-    engine.close()
-    return stamps
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Several writer processes commit to the embedded store; verify nothing lost."""
-    from backends.kv.sqlite import SqliteEngine
-    from persistence import fdbtuple, kv
+    """Run the world-host simulation on the embedded default store and verify it."""
+    from persistence import demo
 
-    data_dir: Path = args.data_dir
-    data_dir.mkdir(parents=True, exist_ok=True)
-    db_path = data_dir / "aos.db"
-    engine = SqliteEngine(db_path)
-    kv.run(engine, lambda tr: tr.clear_range(*fdbtuple.range_of(fdbtuple.pack(("demo",)))))
-    progress = _progress(not args.json)
-    progress(f"{args.writers} writer processes x {args.items} transactions into {db_path}")
-    start = time.perf_counter()
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(args.writers) as pool:
-        results = pool.starmap(
-            _demo_writer, [(str(db_path), w, args.items) for w in range(args.writers)]
-        )
-    elapsed = time.perf_counter() - start
-    rows = kv.run(
-        engine, lambda tr: tr.get_range(*fdbtuple.range_of(fdbtuple.pack(("demo", "items"))))
+    config = demo.DemoConfig(
+        data_dir=args.data_dir, worlds=args.worlds, writers=args.writers, items=args.items
     )
-    count = kv.run(engine, lambda tr: tr.get(fdbtuple.pack(("demo", "count"))))
-    total = args.writers * args.items
-    seen = [fdbtuple.unpack(v)[:2] for _, v in rows]
-    checks = {
-        "every item stored once": len(rows) == total and len(set(seen)) == total,
-        "counter matches": count == total.to_bytes(8, "little"),
-        "per-writer order kept": all(
-            [i for w2, i in seen if w2 == w] == list(range(args.items)) for w in range(args.writers)
-        ),
-        "versionstamps distinct": len({s for r in results for s in r}) == total,
-        "sqlite integrity": engine.integrity_check() == [],
-    }
-    engine.close()
+    report = demo.run(config, _progress(not args.json))
     summary = {
-        "store": str(db_path),
-        "writers": args.writers,
-        "transactions": total,
-        "seconds": round(elapsed, 3),
-        "commits_per_second": round(total / elapsed, 1),
-        "checks": checks,
-        "all_verified": all(checks.values()),
+        "store": str(args.data_dir),
+        "worlds": report.worlds,
+        "items": report.items,
+        "journal_entries": report.entries,
+        "snapshots": report.snapshots,
+        "segments": report.segments,
+        "worlds_restored": report.restored,
+        "blobs": report.blobs,
+        "blob_bytes": report.blob_bytes,
+        "seconds": round(report.seconds, 3),
+        "items_per_second": round(report.items / report.seconds, 1) if report.seconds else 0,
+        "checks": report.checks,
+        "all_verified": report.all_verified,
     }
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(f"store            {db_path}")
-        print(f"writers          {args.writers} processes")
-        print(f"transactions     {total} in {elapsed:.2f} s ({total / elapsed:.0f} commits/s)")
-        for name, ok in checks.items():
-            print(f"{'ok ' if ok else 'FAIL'} {name}")
-        print("all verified" if summary["all_verified"] else "VERIFICATION FAILED")
-    return EXIT_OK if summary["all_verified"] else EXIT_CHECK_FAILED
+        rows = [
+            ("store", summary["store"]),
+            ("worlds", report.worlds),
+            ("writer processes", args.writers),
+            ("inbox items", f"{report.items} ({summary['items_per_second']} items/s end to end)"),
+            ("journal entries", report.entries),
+            ("snapshots", report.snapshots),
+            ("segments", report.segments),
+            ("blobs", f"{report.blobs} ({report.blob_bytes / 1e6:.1f} MB)"),
+        ]
+        for name, value in rows:
+            print(f"{name:<18}{value}")
+        for name, ok in report.checks.items():
+            print(f"{'ok  ' if ok else 'FAIL'} {name}")
+        verdict = f"all {report.worlds} worlds verified"
+        print(verdict if report.all_verified else "VERIFICATION FAILED")
+    return EXIT_OK if report.all_verified else EXIT_CHECK_FAILED
 
 
 # --------------------------------------------------------------------------- bench
 
-SUITES = ("engine", "plane")
+SUITES = ("engine", "plane", "cas")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run benchmark suites; print each figure against its peer or limit."""
-    from persistence.benchmarks import Figure, engine, plane
+    from persistence.benchmarks import Figure, cas, engine, plane
 
-    runners = {"engine": engine.run, "plane": plane.run}
+    runners = {"engine": engine.run, "plane": plane.run, "cas": cas.run}
     figures: list[Figure] = []
     for suite in args.suites or SUITES:
         figures.extend(runners[suite](seconds=args.seconds, progress=_progress(not args.json)))
@@ -158,8 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the main job on the embedded default store")
     demo.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="store directory")
+    demo.add_argument("--worlds", type=int, default=8, help="worlds to simulate")
     demo.add_argument("--writers", type=int, default=4, help="writer processes")
-    demo.add_argument("--items", type=int, default=200, help="transactions per writer")
+    demo.add_argument("--items", type=int, default=200, help="inbox items per writer")
     demo.add_argument("--json", action="store_true", help="machine-readable summary")
     demo.set_defaults(run=cmd_demo)
 

@@ -1,10 +1,14 @@
 """The main job: a world-host simulation on the embedded default store, verified end to end.
 
 Several writer processes enqueue all five inbox item kinds (some referencing CAS blobs of
-mixed sizes) into many worlds; the host process drains every world, commits snapshots and
-promotes baselines as it goes; at the end every world is checked: the journal is contiguous,
-every item sent to it is there exactly once and in each writer's order, each baseline
-snapshot equals the state recomputed from the journal, and every blob reads back verified.
+mixed sizes) into many worlds; the host process drains every world, commits snapshots of the
+reference kernel's state and promotes baselines as it goes, then exports old journal ranges
+to segments. At the end every world is checked: the journal is contiguous, every item sent
+to it is there exactly once and in each writer's order, restore (baseline + segments + hot
+tail) equals a full replay from genesis byte for byte, and every blob reads back verified.
+
+This module is the top of the stack (it drives segments and the reference kernel), so it
+imports the ``segments`` package inside functions.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class DemoConfig:
     writers: int = 4
     items: int = 200
     snapshot_every: int = 40
+    segment_entries: int = 25
 
 
 @dataclass
@@ -54,6 +59,8 @@ class DemoReport:
     items: int = 0
     entries: int = 0
     snapshots: int = 0
+    segments: int = 0
+    restored: int = 0
     blobs: int = 0
     blob_bytes: int = 0
     seconds: float = 0.0
@@ -106,14 +113,6 @@ def _writer(data_dir: str, universe: str, worlds: list[str], writer: int, items:
     return blob_bytes
 
 
-def _state_digest(entries: list[bytes]) -> bytes:
-    """The demo's kernel state: a hash chain over the journal entries."""
-    state = b"\x00" * 32
-    for entry in entries:
-        state = hashlib.sha256(state + entry).digest()
-    return state
-
-
 def run(config: DemoConfig, progress: Callable[[str], None]) -> DemoReport:
     """Run the simulation and verify it."""
     report = DemoReport(worlds=config.worlds, items=config.writers * config.items)
@@ -161,6 +160,14 @@ def run(config: DemoConfig, progress: Callable[[str], None]) -> DemoReport:
         _snapshot(plane, universe, w)
         report.snapshots += 1
     report.seconds = time.perf_counter() - start
+    from segments.export import ExportConfig, Exporter
+
+    exporter = Exporter(plane, ExportConfig(enabled=True, target_entries=config.segment_entries))
+    for w in world_ids:
+        # a little more history after the baseline, so restore replays a hot tail too
+        plane.append_batch(universe, w, plane.head(universe, w), [b"host tail entry"])
+        report.segments += len(exporter.export_all(universe, w))
+    progress(f"exported {report.segments} segments")
     progress("verifying every world")
     _verify(plane, universe, world_ids, config, report)
     plane.engine.close()
@@ -168,16 +175,19 @@ def run(config: DemoConfig, progress: Callable[[str], None]) -> DemoReport:
 
 
 def _snapshot(plane: Plane, universe: UniverseId, world: WorldId) -> None:
-    head = plane.head(universe, world)
-    entries = [e for _, e in plane.read_range(universe, world, 1, head)]
-    state = cbor.encode({"height": head, "digest": _state_digest(entries)})
+    from persistence.kernel import ReferenceKernel
+    from segments.restore import full_replay
+
+    state = full_replay(plane, universe, world, ReferenceKernel())
+    if any(s.height == state.head for s in plane.list_snapshots(universe, world)):
+        return  # nothing new since the last snapshot
     plane.snapshot_commit(
         universe,
         world,
-        state,
-        height=head,
+        state.state,
+        height=state.head,
         logical_time_ns=time.time_ns(),
-        receipt_horizon_height=head,
+        receipt_horizon_height=state.head,
         promote_baseline=True,
     )
 
@@ -190,7 +200,10 @@ def _verify(
     report: DemoReport,
 ) -> None:
     seen: dict[tuple[int, int], int] = {}
-    contiguous = ordered = baselines_match = blobs_ok = True
+    from persistence.kernel import ReferenceKernel
+    from segments.restore import full_replay, restore
+
+    contiguous = ordered = restore_equal = blobs_ok = True
     blobs: set[bytes] = set()
     for w in worlds:
         head = plane.head(universe, w)
@@ -211,10 +224,10 @@ def _verify(
                 per_writer.setdefault(tag["writer"], []).append(tag["index"])
                 blobs.add(tag["blob"])
         ordered &= all(order == sorted(order) for order in per_writer.values())
-        baseline = plane.active_baseline(universe, w)
-        state = cbor.decode(plane.get(universe, baseline.snapshot_ref))
-        entries = [e for h, e in rows if h <= baseline.height]
-        baselines_match &= state == {"height": baseline.height, "digest": _state_digest(entries)}
+        restored = restore(plane, universe, w, ReferenceKernel())
+        replayed = full_replay(plane, universe, w, ReferenceKernel())
+        restore_equal &= restored.state == replayed.state and restored.head == head
+        report.restored += 1
     for digest in blobs:
         try:
             plane.get(universe, Hash(digest))
@@ -227,7 +240,7 @@ def _verify(
         and all(n == 1 for n in seen.values()),
         "journals contiguous": contiguous,
         "inbox order and writer order kept": ordered,
-        "baselines equal recomputed state": baselines_match,
+        "restore equals full replay": restore_equal,
         "blobs read back verified": blobs_ok,
     }
 

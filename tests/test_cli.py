@@ -26,14 +26,25 @@ def test_help_lists_commands() -> None:
 
 
 def test_demo_verifies_its_workload(tmp_path: Path) -> None:
+    data = tmp_path / "data"
     result = aosp(
-        "demo", "--data-dir", str(tmp_path / "data"), "--writers", "3", "--items", "20", "--json"
+        "demo",
+        "--data-dir",
+        str(data),
+        "--worlds",
+        "3",
+        "--writers",
+        "2",
+        "--items",
+        "30",
+        "--json",
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    assert summary["transactions"] == 60
-    assert summary["all_verified"] is True
-    assert all(summary["checks"].values())
+    assert summary["items"] == 60 and summary["worlds"] == 3
+    assert summary["all_verified"] is True and all(summary["checks"].values())
+    assert summary["segments"] > 0 and summary["worlds_restored"] == 3
+    assert (data / "aos.db").is_file() and (data / "objects" / "segments").is_dir()
 
 
 def test_demo_refuses_a_foreign_store_with_one_line_error(tmp_path: Path) -> None:
