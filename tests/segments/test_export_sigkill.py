@@ -56,7 +56,8 @@ def test_sigkilled_exporter_resumes_and_converges(tmp_path: Path) -> None:
     Exporter(plane, CONFIG).export_all(u, w)  # a last, undisturbed run finishes the job
     segments = plane.list_segments(u, w)
     assert [(s.start, s.end) for s in segments] == [
-        (s, min(s + 39, 1999)) for s in range(1, 2000, 40)  # strictly below the baseline
+        (s, min(s + 39, 1999))
+        for s in range(1, 2000, 40)  # strictly below the baseline
     ]
     assert plane.read_hot(u, w, 1, 10) == []
     assert sorted(o.key for o in plane.objects.list("segments/")) == [

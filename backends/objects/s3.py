@@ -1,0 +1,738 @@
+"""The S3 object store (``s3://bucket/prefix``): AWS S3 or an S3-compatible server.
+
+Create-only without a read-modify-write race: every create is a conditional write,
+``If-None-Match: *`` on ``PutObject`` (bodies up to ``multipart_threshold``) or on
+``CompleteMultipartUpload`` (larger bodies and streams, uploaded in ``part_size`` parts). A
+``412 PreconditionFailed`` means the key already exists: ``put`` returns ``False`` and the
+stored bytes are untouched. A failed multipart upload is always aborted. On a server whose
+conditional ``CompleteMultipartUpload`` is not atomic (SeaweedFS, see below) open the store
+with ``multipart=False``: large streams are then spooled to a temporary file and sent with
+one conditional ``PutObject`` (S3 limit: 5 GiB).
+
+Integrity: every body is sent with ``x-amz-checksum-sha256`` (the caller's declared sha256
+for a single put, the part's own sha256 for each part), so a server that checks it rejects
+bytes damaged on the way (``BadDigest``, raised as ``Validation`` naming the key). Not every
+server checks (moto does not), so by default single-put bodies are also hashed here and a
+wrong declared sha256 is refused before anything is sent. Multipart bodies are always hashed
+here -- S3 cannot verify a whole-object sha256 for them -- and a mismatch aborts the upload
+before ``CompleteMultipartUpload``: nothing is stored.
+
+Retries: botocore's own retrying is switched off for clients this module creates, so that
+one policy governs every call and attempts do not multiply: 5xx, throttling (``SlowDown``,
+``Throttling``, ``RequestLimitExceeded``, ...), ``409 ConditionalRequestConflict`` (which
+botocore never retries) and connection failures are retried up to ``max_attempts`` times
+with exponential backoff and jitter. A create retried after a lost response may answer
+``False`` for an object it did create itself; the stored bytes are then the caller's own.
+
+Errors name the bucket, key and S3 error code -- never payload bytes. ``boto3`` is imported
+only when a store is built; endpoint, region and credentials come from the standard boto3
+chain (environment, config files, instance roles) unless given.
+
+Server behaviour, tested (moto 5.2.5, SeaweedFS 4.48; ``tests/objects``):
+
+* ``If-None-Match: *`` on ``PutObject``: both refuse an existing key with 412. SeaweedFS
+  atomically (6-16 concurrent writers, 0 double winners in 380+ rounds); moto checks then
+  writes without a lock, so concurrent writers can both win.
+* ``If-None-Match: *`` on ``CompleteMultipartUpload``: both refuse an existing key, but
+  neither atomically: two or more concurrent completes of one key succeeded (the last one
+  wins) in a third of SeaweedFS rounds and nearly all moto rounds. Hence ``multipart=False``
+  there.
+* ``ChecksumSHA256``: SeaweedFS rejects a wrong one (``BadDigest``, on puts and parts);
+  moto stores the body regardless (the local check here covers it).
+* Listing order: moto lists in S3's byte order; SeaweedFS path segment by path segment
+  (``a/x`` before ``a-b``), which :meth:`S3ObjectStore.list` refuses rather than passes on.
+
+:meth:`S3ObjectStore.probe_capabilities` checks the sequential behaviour of a live server
+(races cannot be probed cheaply).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import logging
+import random
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from urllib.parse import quote
+
+from persistence.errors import Backend, MissingDependency, NotFound, Validation
+from persistence.objects import (
+    COPY_CHUNK,
+    ObjectInfo,
+    ObjectStore,
+    check_object_key,
+    check_sha256,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+DEFAULT_MULTIPART_THRESHOLD = 8 * MiB
+"""Bodies larger than this go by multipart upload."""
+DEFAULT_PART_SIZE = 8 * MiB
+"""Size of each multipart part but the last."""
+MIN_PART_SIZE = 5 * MiB
+"""S3 refuses smaller parts (except the last) when the upload completes."""
+MAX_PART_SIZE = 5 * 1024 * MiB
+MAX_SINGLE_PUT = 5 * 1024 * MiB
+"""S3's limit on one PutObject body."""
+MAX_PARTS = 10_000
+"""S3's limit on parts per upload: with 8 MiB parts, objects up to ~78 GiB."""
+DEFAULT_LIST_PAGE_SIZE = 1000
+"""Keys per ``ListObjectsV2`` request (S3's maximum)."""
+DEFAULT_MAX_ATTEMPTS = 5
+
+THROTTLING_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "BandwidthLimitExceeded",
+        "ProvisionedThroughputExceededException",
+    }
+)
+"""Error codes that ask the client to slow down; retried with backoff."""
+TRANSIENT_CODES = frozenset(
+    {
+        "ConditionalRequestConflict",  # 409: a concurrent conditional write is in flight
+        "InternalError",
+        "ServiceUnavailable",
+        "RequestTimeout",
+    }
+)
+"""Other error codes retried with backoff (any HTTP 5xx is retried too)."""
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
+
+
+@dataclass(frozen=True, slots=True)
+class S3Capabilities:
+    """What an S3 server was seen to enforce (see :meth:`S3ObjectStore.probe_capabilities`)."""
+
+    conditional_put: bool
+    """``PutObject`` with ``If-None-Match: *`` refuses (412) an existing key."""
+    conditional_complete: bool
+    """``CompleteMultipartUpload`` with ``If-None-Match: *`` refuses (412) an existing key."""
+    checks_sha256: bool
+    """``PutObject`` with a wrong ``ChecksumSHA256`` is refused (``BadDigest``), not stored."""
+    lists_in_key_order: bool
+    """``ListObjectsV2`` lists ``a!`` before ``a/1`` (UTF-8 byte order, as S3 does)."""
+
+
+def _import_boto3() -> tuple[Any, Any, Any]:
+    """``boto3``, ``botocore.config.Config`` and ``botocore.exceptions``, imported lazily."""
+    try:
+        import boto3
+        import botocore.exceptions
+        from botocore.config import Config
+    except ImportError as exc:  # pragma: no cover -- boto3 is a dependency of the package
+        raise MissingDependency(
+            f"the S3 object store needs the 'boto3' package (pip install boto3): {exc}"
+        ) from None
+    return boto3, Config, botocore.exceptions
+
+
+def _b64(digest: bytes) -> str:
+    return base64.b64encode(digest).decode("ascii")
+
+
+def _error_code(exc: Any) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _http_status(exc: Any) -> int:
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return int(status) if status is not None else 0
+
+
+def _is_retryable(exc: Any) -> bool:
+    """Whether a ``ClientError`` is worth another attempt."""
+    code = _error_code(exc)
+    status = _http_status(exc)
+    return code in THROTTLING_CODES or code in TRANSIENT_CODES or status >= 500 or status == 429
+
+
+def _is_precondition_failed(exc: Any) -> bool:
+    return _error_code(exc) == "PreconditionFailed" or _http_status(exc) == 412
+
+
+def _is_not_found(exc: Any) -> bool:
+    return _error_code(exc) in _NOT_FOUND_CODES
+
+
+def _read_up_to(stream: BinaryIO, n: int) -> bytes:
+    """Read ``n`` bytes, fewer only at end of stream (``read`` may return short counts)."""
+    chunks: list[bytes] = []
+    remaining = n
+    while remaining > 0:
+        chunk = stream.read(remaining)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _parts(first: bytes, rest: BinaryIO | None, part_size: int) -> Iterator[bytes]:
+    """``first`` followed by ``rest`` (if any), cut into ``part_size`` pieces (the last may be
+    shorter, never empty). Reads at most one part ahead."""
+    pending = first
+    eof = rest is None
+    while True:
+        if len(pending) < part_size and not eof:
+            assert rest is not None
+            wanted = part_size - len(pending)
+            more = _read_up_to(rest, wanted)
+            eof = len(more) < wanted
+            pending += more
+        if len(pending) >= part_size:
+            yield pending[:part_size]
+            pending = pending[part_size:]
+        elif pending:
+            yield pending
+            return
+        else:
+            return
+
+
+class _BodyReader(io.RawIOBase):
+    """A ``GetObject`` body as a raw stream; read failures surface as ``Backend``."""
+
+    def __init__(self, body: Any, what: str, botocore_error: type[Exception]) -> None:
+        self._body = body
+        self._what = what
+        self._botocore_error = botocore_error
+
+    def readable(self) -> bool:
+        return True
+
+    def _read(self, n: int) -> bytes:
+        try:
+            return cast(bytes, self._body.read(n))
+        except (self._botocore_error, OSError) as exc:
+            raise Backend(f"{self._what}: read failed: {type(exc).__name__}: {exc}") from None
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer).cast("B")
+        data = self._read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def readall(self) -> bytes:
+        chunks = []
+        while chunk := self._read(COPY_CHUNK):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._body.close()
+        super().close()
+
+
+class S3ObjectStore(ObjectStore):
+    """Create-only objects in an S3 bucket, under an optional key prefix.
+
+    ``prefix`` is joined to every key with ``/`` (``prefix="aos/prod"`` stores key ``cas/x``
+    as ``aos/prod/cas/x``); listings return keys relative to it. ``client`` is a ready boto3
+    S3 client (its own retry configuration then applies in addition to ours); otherwise one
+    is made from ``endpoint_url``, ``region`` and the standard boto3 credential chain.
+    ``verify_sha256_locally=False`` leaves the check of a caller's declared sha256 on single
+    puts to the server: only for servers known to answer a wrong ``ChecksumSHA256`` with
+    ``BadDigest`` (AWS S3, SeaweedFS; not moto). ``list_page_size`` is the ``MaxKeys`` of
+    each listing request. ``multipart=False`` never uses multipart uploads (see the module
+    docstring: needed where a conditional ``CompleteMultipartUpload`` is not atomic).
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        client: Any = None,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
+        part_size: int = DEFAULT_PART_SIZE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retry_base_delay: float = 0.1,
+        retry_max_delay: float = 5.0,
+        list_page_size: int = DEFAULT_LIST_PAGE_SIZE,
+        verify_sha256_locally: bool = True,
+        multipart: bool = True,
+    ) -> None:
+        if not bucket or "/" in bucket or any(c.isspace() for c in bucket):
+            raise Validation("s3 bucket", f"not a bucket name: {bucket[:100]!r}")
+        prefix = prefix.strip("/")
+        if prefix:
+            check_object_key(prefix)
+        if multipart_threshold < 0:
+            raise Validation("multipart_threshold", "must be >= 0")
+        if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
+            raise Validation("part_size", f"must be between {MIN_PART_SIZE} and {MAX_PART_SIZE}")
+        if max_attempts < 1:
+            raise Validation("max_attempts", "must be >= 1")
+        if not 1 <= list_page_size <= 1000:
+            raise Validation("list_page_size", "must be between 1 and 1000")
+        boto3, config_cls, exceptions = _import_boto3()
+        self.bucket = bucket
+        self.prefix = prefix
+        self._key_prefix = f"{prefix}/" if prefix else ""
+        self.multipart_threshold = multipart_threshold
+        self.part_size = part_size
+        self.max_attempts = max_attempts
+        self.retry_base_delay = retry_base_delay
+        self.retry_max_delay = retry_max_delay
+        self.list_page_size = list_page_size
+        self.verify_sha256_locally = verify_sha256_locally
+        self.multipart = multipart
+        self._client_error: type[Exception] = exceptions.ClientError
+        self._botocore_error: type[Exception] = exceptions.BotoCoreError
+        self._transport_errors: tuple[type[Exception], ...] = (
+            exceptions.ConnectionError,
+            exceptions.HTTPClientError,
+        )
+        self._sleep: Callable[[float], None] = time.sleep
+        self._owns_client = client is None
+        if client is None:
+            config_args: dict[str, Any] = {
+                # One retry policy: ours (see the module docstring).
+                "retries": {"mode": "standard", "total_max_attempts": 1},
+                "connect_timeout": 10,
+                "read_timeout": 60,
+                "max_pool_connections": 32,
+                # We always send our own ChecksumSHA256; no CRC32 defaults or aws-chunked
+                # bodies that S3-compatible servers may not understand.
+                "request_checksum_calculation": "when_required",
+                "response_checksum_validation": "when_required",
+            }
+            if endpoint_url:
+                config_args["s3"] = {"addressing_style": "path"}
+            session = boto3.session.Session()
+            client = session.client(
+                "s3",
+                endpoint_url=endpoint_url or None,
+                region_name=region or None,
+                config=config_cls(**config_args),
+            )
+        self._client = client
+        query = [
+            f"{name}={quote(value, safe=':/')}"
+            for name, value in (("endpoint_url", endpoint_url), ("region", region))
+            if value
+        ]
+        if not multipart:
+            query.append("multipart=0")
+        self.url = f"s3://{bucket}/{prefix}" + (f"?{'&'.join(query)}" if query else "")
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _full_key(self, key: str) -> str:
+        return self._key_prefix + check_object_key(key)
+
+    def _where(self, full_key: str) -> str:
+        return f"s3://{self.bucket}/{full_key}"
+
+    def _backend(self, op: str, full_key: str, exc: Exception) -> Backend:
+        if isinstance(exc, self._client_error):
+            detail = f"{_error_code(exc) or 'error'} (HTTP {_http_status(exc)})"
+        else:
+            detail = f"{type(exc).__name__}: {exc}"
+        return Backend(f"{op} {self._where(full_key)}: {detail}")
+
+    def _call(self, method: Callable[..., Any], op: str, full_key: str, **params: Any) -> Any:
+        """``method(**params)``, retried on transient failures with exponential backoff.
+
+        A ``ClientError`` that is not retried (or still fails on the last attempt) is
+        re-raised for the caller to classify; other botocore failures become ``Backend``."""
+        attempt = 1
+        while True:
+            try:
+                return method(**params)
+            except self._client_error as exc:
+                if attempt >= self.max_attempts or not _is_retryable(exc):
+                    raise
+                log.debug("%s %s: %s, retrying", op, self._where(full_key), _error_code(exc))
+            except self._transport_errors as exc:
+                if attempt >= self.max_attempts:
+                    raise self._backend(op, full_key, exc) from None
+                log.debug("%s %s: %s, retrying", op, self._where(full_key), type(exc).__name__)
+            except self._botocore_error as exc:
+                raise self._backend(op, full_key, exc) from None
+            delay = min(self.retry_max_delay, self.retry_base_delay * 2 ** (attempt - 1))
+            self._sleep(delay / 2 + random.uniform(0, delay / 2))
+            attempt += 1
+
+    def _bad_digest(self, key: str, exc: Exception, what: str) -> Validation | None:
+        if _error_code(exc) in ("BadDigest", "XAmzContentSHA256Mismatch"):
+            return Validation("sha256", f"{what} of {key!r} does not match its sha256 (BadDigest)")
+        return None
+
+    # ------------------------------------------------------------------ ObjectStore
+
+    def put(self, key: str, data: bytes | BinaryIO, *, sha256: bytes | None = None) -> bool:
+        full_key = self._full_key(key)
+        if sha256 is not None and (not isinstance(sha256, bytes) or len(sha256) != 32):
+            raise Validation("sha256", f"declared sha256 of {key!r} must be 32 bytes")
+        if isinstance(data, bytes | bytearray | memoryview):
+            body = bytes(data)
+            if len(body) <= self.multipart_threshold or not self.multipart:
+                return self._put_single(key, full_key, body, sha256)
+            return self._put_multipart(key, full_key, _parts(body, None, self.part_size), sha256)
+        head = _read_up_to(data, self.multipart_threshold + 1)
+        if len(head) <= self.multipart_threshold:
+            return self._put_single(key, full_key, head, sha256)
+        if not self.multipart:
+            return self._put_spooled(key, full_key, head, data, sha256)
+        return self._put_multipart(key, full_key, _parts(head, data, self.part_size), sha256)
+
+    def _put_single(self, key: str, full_key: str, body: bytes, sha256: bytes | None) -> bool:
+        if len(body) > MAX_SINGLE_PUT:
+            raise Validation("object size", f"{key!r}: {len(body)} bytes > {MAX_SINGLE_PUT}")
+        if sha256 is None or self.verify_sha256_locally:
+            actual = hashlib.sha256(body).digest()
+            check_sha256(key, sha256, actual)
+            sha256 = actual
+        return self._send_put(key, full_key, body, len(body), sha256)
+
+    def _put_spooled(
+        self, key: str, full_key: str, head: bytes, rest: BinaryIO, sha256: bytes | None
+    ) -> bool:
+        """A stream over the threshold with multipart off: spooled (in memory up to the
+        threshold, then to a temporary file) and hashed, then sent with one PutObject."""
+        digest = hashlib.sha256(head)
+        size = len(head)
+        with tempfile.SpooledTemporaryFile(max_size=max(self.multipart_threshold, 1)) as spool:
+            spool.write(head)
+            while chunk := rest.read(COPY_CHUNK):
+                digest.update(chunk)
+                size += len(chunk)
+                if size > MAX_SINGLE_PUT:
+                    raise Validation(
+                        "object size",
+                        f"{key!r} is over {MAX_SINGLE_PUT} bytes: too large for one PutObject "
+                        "(multipart is off for this store)",
+                    )
+                spool.write(chunk)
+            check_sha256(key, sha256, digest.digest())
+            return self._send_put(key, full_key, cast(BinaryIO, spool), size, digest.digest())
+
+    def _send_put(
+        self, key: str, full_key: str, body: bytes | BinaryIO, size: int, sha256: bytes
+    ) -> bool:
+        """``PutObject`` with ``If-None-Match: *`` and the body's sha256; ``False`` on 412."""
+
+        def send(**params: Any) -> Any:
+            if not isinstance(body, bytes):
+                body.seek(0)  # again on each attempt
+            return self._client.put_object(Body=body, **params)
+
+        try:
+            self._call(
+                send,
+                "PutObject",
+                full_key,
+                Bucket=self.bucket,
+                Key=full_key,
+                ContentLength=size,
+                IfNoneMatch="*",
+                ChecksumAlgorithm="SHA256",
+                ChecksumSHA256=_b64(sha256),
+            )
+        except self._client_error as exc:
+            if _is_precondition_failed(exc):
+                return False
+            raise self._bad_digest(key, exc, "body") or self._backend(
+                "PutObject", full_key, exc
+            ) from None
+        return True
+
+    def _put_multipart(
+        self, key: str, full_key: str, parts: Iterator[bytes], sha256: bytes | None
+    ) -> bool:
+        try:
+            created = self._call(
+                self._client.create_multipart_upload,
+                "CreateMultipartUpload",
+                full_key,
+                Bucket=self.bucket,
+                Key=full_key,
+                ChecksumAlgorithm="SHA256",
+            )
+        except self._client_error as exc:
+            raise self._backend("CreateMultipartUpload", full_key, exc) from None
+        upload_id = str(created["UploadId"])
+        digest = hashlib.sha256()
+        completed: list[dict[str, Any]] = []
+        op = "UploadPart"
+        try:
+            for number, part in enumerate(parts, start=1):
+                if number > MAX_PARTS:
+                    raise Validation(
+                        "object size",
+                        f"{key!r} needs more than {MAX_PARTS} parts of {self.part_size} bytes",
+                    )
+                digest.update(part)
+                checksum = _b64(hashlib.sha256(part).digest())
+                uploaded = self._call(
+                    self._client.upload_part,
+                    op,
+                    full_key,
+                    Bucket=self.bucket,
+                    Key=full_key,
+                    UploadId=upload_id,
+                    PartNumber=number,
+                    Body=part,
+                    ChecksumAlgorithm="SHA256",
+                    ChecksumSHA256=checksum,
+                )
+                completed.append(
+                    {"PartNumber": number, "ETag": uploaded["ETag"], "ChecksumSHA256": checksum}
+                )
+            check_sha256(key, sha256, digest.digest())
+            op = "CompleteMultipartUpload"
+            self._call(
+                self._client.complete_multipart_upload,
+                op,
+                full_key,
+                Bucket=self.bucket,
+                Key=full_key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": completed},
+                IfNoneMatch="*",
+            )
+        except self._client_error as exc:
+            self._abort(full_key, upload_id)
+            if op == "CompleteMultipartUpload" and _is_precondition_failed(exc):
+                return False
+            raise self._bad_digest(key, exc, "a part") or self._backend(op, full_key, exc) from None
+        except BaseException:
+            self._abort(full_key, upload_id)
+            raise
+        return True
+
+    def _abort(self, full_key: str, upload_id: str) -> None:
+        """Abort a multipart upload; a failure is logged, not raised (the caller is already
+        failing, and a bucket lifecycle rule reaps what is left)."""
+        try:
+            self._call(
+                self._client.abort_multipart_upload,
+                "AbortMultipartUpload",
+                full_key,
+                Bucket=self.bucket,
+                Key=full_key,
+                UploadId=upload_id,
+            )
+        except (self._client_error, Backend) as exc:
+            if not (isinstance(exc, self._client_error) and _error_code(exc) == "NoSuchUpload"):
+                log.warning("could not abort multipart upload of %s: %s", full_key, exc)
+
+    def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
+        full_key = self._full_key(key)
+        if start < 0 or (length is not None and length < 0):
+            raise Validation("range", f"start and length must be >= 0 (got {start}, {length})")
+        if length == 0:
+            if self.stat(key) is None:
+                raise NotFound(f"object {key!r} not found in {self._where(self._key_prefix)}")
+            return io.BytesIO(b"")
+        params: dict[str, Any] = {"Bucket": self.bucket, "Key": full_key}
+        if start or length is not None:
+            end = "" if length is None else str(start + length - 1)
+            params["Range"] = f"bytes={start}-{end}"
+        try:
+            response = self._call(self._client.get_object, "GetObject", full_key, **params)
+        except self._client_error as exc:
+            if _is_not_found(exc):
+                raise NotFound(
+                    f"object {key!r} not found in {self._where(self._key_prefix)}"
+                ) from None
+            if _error_code(exc) == "InvalidRange" or _http_status(exc) == 416:
+                return io.BytesIO(b"")  # the range starts at or after the end
+            raise self._backend("GetObject", full_key, exc) from None
+        reader = _BodyReader(response["Body"], self._where(full_key), self._botocore_error)
+        return cast(BinaryIO, io.BufferedReader(reader, buffer_size=256 * 1024))
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        full_key = self._full_key(key)
+        try:
+            response = self._call(
+                self._client.head_object,
+                "HeadObject",
+                full_key,
+                Bucket=self.bucket,
+                Key=full_key,
+            )
+        except self._client_error as exc:
+            if _is_not_found(exc):
+                return None
+            raise self._backend("HeadObject", full_key, exc) from None
+        return ObjectInfo(key, int(response["ContentLength"]))
+
+    def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
+        """Objects under ``prefix`` in key (UTF-8 byte) order, after ``start_after``: one
+        ``ListObjectsV2`` request per ``list_page_size`` keys.
+
+        The order is checked as keys arrive: a server that lists in another order raises
+        ``Backend`` instead of handing out keys out of order. SeaweedFS 4.48 does, for keys
+        that differ where one has ``/`` and the other a lower character (it lists
+        ``a/x`` before ``a-b``, comparing path segments); the plane's own key shapes never
+        differ that way."""
+        params: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Prefix": self._key_prefix + prefix,
+            "MaxKeys": self.list_page_size,
+        }
+        if start_after is not None:
+            params["StartAfter"] = self._key_prefix + start_after
+        where = self._where(params["Prefix"])
+        cut = len(self._key_prefix)
+        last = params.get("StartAfter")
+        while True:
+            try:
+                page = self._call(
+                    self._client.list_objects_v2, "ListObjectsV2", params["Prefix"], **params
+                )
+            except self._client_error as exc:
+                raise self._backend("ListObjectsV2", params["Prefix"], exc) from None
+            for item in page.get("Contents", ()):
+                full_key = str(item["Key"])
+                if not full_key.startswith(params["Prefix"]):
+                    raise Backend(f"ListObjectsV2 {where}: listed {full_key!r}, not under it")
+                if last is not None and full_key <= last:
+                    raise Backend(
+                        f"ListObjectsV2 {where}: listed {full_key!r} after {last!r}: the server "
+                        "does not list in key order"
+                    )
+                last = full_key
+                yield ObjectInfo(full_key[cut:], int(item["Size"]))
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
+            if not token:
+                raise Backend(f"ListObjectsV2 {where}: truncated page without a continuation token")
+            params["ContinuationToken"] = token
+
+    def delete(self, key: str) -> None:
+        full_key = self._full_key(key)
+        try:
+            self._call(
+                self._client.delete_object,
+                "DeleteObject",
+                full_key,
+                Bucket=self.bucket,
+                Key=full_key,
+            )
+        except self._client_error as exc:
+            if not _is_not_found(exc):
+                raise self._backend("DeleteObject", full_key, exc) from None
+
+    def close(self) -> None:
+        """Close the HTTP connections of a client this store made (not one passed in)."""
+        if self._owns_client:
+            self._client.close()
+
+    # ------------------------------------------------------------------ diagnostics
+
+    def probe_capabilities(self) -> S3Capabilities:
+        """Check what the server enforces, with a few tiny objects under
+        ``<prefix>/_probe/<random>`` (deleted afterwards).
+
+        Run it against a new endpoint before trusting it: without ``conditional_put`` and
+        ``conditional_complete`` this store cannot be create-only there."""
+        base = self._key_prefix + f"_probe/{uuid.uuid4().hex}"
+        first, second = f"{base}/create-only", f"{base}/checksum"
+        ordered = [f"{base}/order/a!", f"{base}/order/a/1"]
+
+        def attempt(method: Callable[..., Any], op: str, full_key: str, **params: Any) -> str:
+            """``""`` on success, else the error code."""
+            try:
+                self._call(method, op, full_key, Bucket=self.bucket, Key=full_key, **params)
+            except self._client_error as exc:
+                return "PreconditionFailed" if _is_precondition_failed(exc) else _error_code(exc)
+            return ""
+
+        def put(full_key: str, body: bytes, checksum: bytes) -> str:
+            return attempt(
+                self._client.put_object,
+                "PutObject",
+                full_key,
+                Body=body,
+                IfNoneMatch="*",
+                ChecksumAlgorithm="SHA256",
+                ChecksumSHA256=_b64(checksum),
+            )
+
+        try:
+            if code := put(first, b"1", hashlib.sha256(b"1").digest()):
+                raise Backend(f"probe PutObject {self._where(first)} failed: {code}")
+            conditional_put = put(first, b"2", hashlib.sha256(b"2").digest()) != ""
+            upload = self._call(
+                self._client.create_multipart_upload,
+                "CreateMultipartUpload",
+                first,
+                Bucket=self.bucket,
+                Key=first,
+                ChecksumAlgorithm="SHA256",
+            )
+            upload_id = str(upload["UploadId"])
+            checksum = _b64(hashlib.sha256(b"3").digest())
+            try:
+                part = self._call(
+                    self._client.upload_part,
+                    "UploadPart",
+                    first,
+                    Bucket=self.bucket,
+                    Key=first,
+                    UploadId=upload_id,
+                    PartNumber=1,
+                    Body=b"3",
+                    ChecksumAlgorithm="SHA256",
+                    ChecksumSHA256=checksum,
+                )
+                parts = [{"PartNumber": 1, "ETag": part["ETag"], "ChecksumSHA256": checksum}]
+                conditional_complete = (
+                    attempt(
+                        self._client.complete_multipart_upload,
+                        "CompleteMultipartUpload",
+                        first,
+                        UploadId=upload_id,
+                        MultipartUpload={"Parts": parts},
+                        IfNoneMatch="*",
+                    )
+                    != ""
+                )
+            finally:
+                self._abort(first, upload_id)
+            checks_sha256 = put(second, b"4", hashlib.sha256(b"5").digest()) != ""
+            for full_key in reversed(ordered):
+                if code := put(full_key, b"", hashlib.sha256(b"").digest()):
+                    raise Backend(f"probe PutObject {self._where(full_key)} failed: {code}")
+            listed = self._call(
+                self._client.list_objects_v2,
+                "ListObjectsV2",
+                base,
+                Bucket=self.bucket,
+                Prefix=f"{base}/order/",
+            )
+            lists_in_key_order = [item["Key"] for item in listed.get("Contents", ())] == ordered
+        except self._client_error as exc:
+            raise self._backend("probe", base, exc) from None
+        finally:
+            for full_key in (first, second, *ordered):
+                attempt(self._client.delete_object, "DeleteObject", full_key)
+        return S3Capabilities(
+            conditional_put, conditional_complete, checks_sha256, lists_in_key_order
+        )

@@ -1,0 +1,1 @@
+"""Object-store contract tests: local, memory and S3 (moto, SeaweedFS)."""
