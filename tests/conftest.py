@@ -14,6 +14,9 @@ from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
 from persistence.kv import Engine
 from tests.engines.fake_fdb import make_fake_fdb
+from tests.objects.conftest import moto_s3, seaweedfs_s3
+
+__all__ = ["moto_s3", "seaweedfs_s3"]  # session-scoped S3 servers, for every test package
 
 ENGINE_KINDS = ["memory", "sqlite", "faulty-memory", "fdb-adapter"]
 """``faulty-memory`` injects no faults unless a test asks: it checks the wrapper is transparent.

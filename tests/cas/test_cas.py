@@ -14,6 +14,7 @@ from backends.kv.faults import FaultInjector, FaultyEngine, SimulatedCrash
 from backends.kv.memory import MemoryEngine
 from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
+from backends.objects.s3 import S3ObjectStore
 from persistence import kv
 from persistence.errors import (
     CasBodyHashMismatch,
@@ -32,11 +33,19 @@ from tests.conftest import ENGINE_KINDS, make_engine
 BIG = hashlib.shake_256(b"big").digest(300_000)
 
 
-@pytest.fixture(params=["memory", "local"])
-def objects(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+@pytest.fixture(params=["memory", "local", "s3-moto", "s3-seaweedfs"])
+def objects(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
     if request.param == "local":
-        return LocalObjectStore(tmp_path / "objects")
-    return MemoryObjectStore()
+        yield LocalObjectStore(tmp_path / "objects")
+    elif request.param == "memory":
+        yield MemoryObjectStore()
+    else:
+        name = request.param.removeprefix("s3-")
+        server = request.getfixturevalue(f"{name}_s3")
+        client = server.client()
+        bucket = server.create_bucket(client)
+        yield S3ObjectStore(bucket, "aos", client=client, multipart=name != "seaweedfs")
+        server.remove_bucket(bucket, client)
 
 
 @pytest.fixture(params=ENGINE_KINDS)
@@ -54,11 +63,15 @@ def plane(engine: Engine, objects: ObjectStore) -> Plane:
 
 
 def tamper(objects: ObjectStore, key: str, data: bytes) -> None:
+    """Replace a stored body behind the store's back (create-only forbids it through it)."""
     if isinstance(objects, MemoryObjectStore):
         objects.replace_for_test(key, data)
-    else:
-        assert isinstance(objects, LocalObjectStore)
+    elif isinstance(objects, LocalObjectStore):
         (objects.root / key).write_bytes(data)
+    else:
+        assert isinstance(objects, S3ObjectStore)
+        objects.delete(key)
+        objects.put(key, data)
 
 
 def test_put_get_bytes_and_streams(plane: Plane) -> None:
