@@ -21,7 +21,7 @@ import dataclasses
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, TypeVar, Union
+from typing import Any, ClassVar, Final, Self, TypeVar, Union
 
 from persistence import cbor
 from persistence.errors import CorruptRecord, Validation
@@ -401,10 +401,9 @@ def decode_inbox_item(data: bytes) -> InboxItem:
 
 
 @dataclass(frozen=True, slots=True)
-class SnapshotJournalRecord(Record):
-    """Journal record written by snapshot commit (Protocol E step 3)."""
+class _SnapshotAnnouncement(Record):
+    """The fields of a :class:`SnapshotRecord`, as announced in the journal."""
 
-    KIND: ClassVar[str | None] = "snapshot"
     snapshot_ref: Hash = _f(HASH)
     height: int = _f(U64)
     logical_time_ns: int = _f(U64)
@@ -412,26 +411,29 @@ class SnapshotJournalRecord(Record):
     receipt_horizon_height: int | None = _opt(U64)
 
     @classmethod
-    def of(cls, record: SnapshotRecord) -> SnapshotJournalRecord:
+    def of(cls, record: SnapshotRecord) -> Self:
         """The journal record announcing ``record``."""
-        return cls(**{f.name: getattr(record, f.name) for f in dataclasses.fields(record)})
+        return cls(
+            record.snapshot_ref,
+            record.height,
+            record.logical_time_ns,
+            record.manifest_hash,
+            record.receipt_horizon_height,
+        )
 
 
 @dataclass(frozen=True, slots=True)
-class BaselineSnapshotJournalRecord(Record):
+class SnapshotJournalRecord(_SnapshotAnnouncement):
+    """Journal record written by snapshot commit (Protocol E step 3)."""
+
+    KIND: ClassVar[str | None] = "snapshot"
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineSnapshotJournalRecord(_SnapshotAnnouncement):
     """Journal record written when a snapshot is promoted to the active baseline."""
 
     KIND: ClassVar[str | None] = "baseline_snapshot"
-    snapshot_ref: Hash = _f(HASH)
-    height: int = _f(U64)
-    logical_time_ns: int = _f(U64)
-    manifest_hash: Hash = _f(HASH)
-    receipt_horizon_height: int | None = _opt(U64)
-
-    @classmethod
-    def of(cls, record: SnapshotRecord) -> BaselineSnapshotJournalRecord:
-        """The journal record announcing the promotion of ``record``."""
-        return cls(**{f.name: getattr(record, f.name) for f in dataclasses.fields(record)})
 
 
 @dataclass(frozen=True, slots=True)

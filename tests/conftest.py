@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,13 @@ def make_engine(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> E
         monkeypatch.delenv("FDB_CLUSTER_FILE", raising=False)
         return FdbEngine()
     raise ValueError(kind)
+
+
+@pytest.fixture(params=ENGINE_KINDS)
+def engine(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Engine]:
+    """A fresh, empty engine of each kind: every test that asks runs on all of them."""
+    eng = make_engine(request.param, tmp_path, monkeypatch)
+    yield eng
+    eng.close()

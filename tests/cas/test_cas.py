@@ -28,7 +28,6 @@ from persistence.kv import Engine
 from persistence.objects import ObjectStore
 from persistence.plane import Plane, PlaneConfig
 from persistence.plane.cas import object_key
-from tests.conftest import ENGINE_KINDS, make_engine
 
 BIG = hashlib.shake_256(b"big").digest(300_000)
 
@@ -46,15 +45,6 @@ def objects(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectSt
         bucket = server.create_bucket(client)
         yield S3ObjectStore(bucket, "aos", client=client, multipart=name != "seaweedfs")
         server.remove_bucket(bucket, client)
-
-
-@pytest.fixture(params=ENGINE_KINDS)
-def engine(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Engine]:
-    eng = make_engine(request.param, tmp_path, monkeypatch)
-    yield eng
-    eng.close()
 
 
 @pytest.fixture

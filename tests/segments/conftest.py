@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,16 +9,6 @@ import pytest
 from backends.objects.local import LocalObjectStore
 from persistence.kv import Engine
 from persistence.plane import Plane
-from tests.conftest import ENGINE_KINDS, make_engine
-
-
-@pytest.fixture(params=ENGINE_KINDS)
-def engine(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Engine]:
-    eng = make_engine(request.param, tmp_path, monkeypatch)
-    yield eng
-    eng.close()
 
 
 @pytest.fixture
