@@ -82,16 +82,69 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK if report.all_verified else EXIT_CHECK_FAILED
 
 
+# --------------------------------------------------------------------------- conformance
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    """Run the conformance suite against an engine and object store; write the reports."""
+    from backends.kv import open_engine
+    from backends.objects import open_object_store
+    from conformance.cases import PROFILES
+    from conformance.runner import run_suite, skipped_report
+    from persistence.errors import Backend
+    from persistence.plane import Plane
+
+    profile = PROFILES[args.profile]
+    progress = _progress(not args.json)
+    try:
+        plane = Plane(open_engine(args.kv), open_object_store(args.objects))
+    except Backend as exc:
+        # An unreachable backend: every case skipped, said plainly, and a failing exit.
+        report = skipped_report(args.kv, args.objects, profile, f"backend unavailable: {exc}")
+        available = False
+    else:
+        available = True
+        report = run_suite(
+            plane,
+            profile,
+            kv_url=args.kv,
+            objects_url=args.objects,
+            cases=args.case or None,
+            progress=progress,
+        )
+        plane.engine.close()
+    junit, summary_path = report.write(args.report)
+    summary = report.summary()
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        for r in report.results:
+            line = f"{r.outcome.upper():<8}{r.name} ({r.seconds:.1f}s)"
+            print(line + (f": {r.message.splitlines()[0]}" if r.message else ""))
+        print(
+            f"{summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} "
+            f"skipped in {summary['seconds']}s; reports: {junit}, {summary_path}"
+        )
+    if not available:
+        return EXIT_BACKEND
+    return EXIT_OK if report.ok else EXIT_CHECK_FAILED
+
+
 # --------------------------------------------------------------------------- bench
 
-SUITES = ("engine", "plane", "cas")
+SUITES = ("engine", "plane", "cas", "segments")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run benchmark suites; print each figure against its peer or limit."""
-    from persistence.benchmarks import Figure, cas, engine, plane
+    from persistence.benchmarks import Figure, cas, engine, plane, segments
 
-    runners = {"engine": engine.run, "plane": plane.run, "cas": cas.run}
+    runners = {
+        "engine": engine.run,
+        "plane": plane.run,
+        "cas": cas.run,
+        "segments": segments.run,
+    }
     figures: list[Figure] = []
     for suite in args.suites or SUITES:
         figures.extend(runners[suite](seconds=args.seconds, progress=_progress(not args.json)))
@@ -127,6 +180,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--items", type=int, default=200, help="inbox items per writer")
     demo.add_argument("--json", action="store_true", help="machine-readable summary")
     demo.set_defaults(run=cmd_demo)
+
+    conf = sub.add_parser("conformance", help="run the conformance suite against a backend")
+    conf.add_argument("--kv", default="memory://", help="engine URL (default: memory://)")
+    conf.add_argument("--objects", default="memory://", help="object store URL")
+    conf.add_argument("--profile", choices=["quick", "full"], default="quick")
+    conf.add_argument("--report", type=Path, default=Path("conformance-report"), help="report dir")
+    conf.add_argument("--case", action="append", help="run only this case (repeatable)")
+    conf.add_argument("--json", action="store_true", help="print the JSON summary")
+    conf.set_defaults(run=cmd_conformance)
 
     bench = sub.add_parser("bench", help="run benchmarks and print ratios against baselines")
     bench.add_argument("suites", nargs="*", choices=[*SUITES, []], metavar="SUITE")

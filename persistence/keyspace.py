@@ -36,6 +36,7 @@ chunk is detected, never read as a short entry.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -197,6 +198,12 @@ class WorldKeys:
         if index == 0 and count == 1:
             return prefix + _height(height) + _WHOLE
         return prefix + pack((height, index, count))
+
+    def whole_entry_key(self) -> Callable[[int], bytes]:
+        """A function of the height giving ``entry_chunk(height, 0, 1)`` with the world's
+        prefix bound once (readers call it for every row)."""
+        prefix = _journal_prefixes(self.universe, self.world)[1]
+        return lambda height: prefix + _height(height) + _WHOLE
 
     def entries_from(self, height: int) -> tuple[bytes, bytes]:
         """Entry chunks from ``height`` (inclusive) to the end of the journal."""

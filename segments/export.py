@@ -23,15 +23,17 @@ heights per transaction, well inside FoundationDB's limits.
 
 from __future__ import annotations
 
-import tempfile
+import io
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import BinaryIO, Final
+from typing import BinaryIO, Final, cast
 
 from persistence import kv
 from persistence.errors import NotFound, SegmentCorruption, Validation
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.objects import COPY_CHUNK
 from persistence.plane import Plane, journal, segment_index
 from persistence.plane.snapshots import read_baseline
 from persistence.records import ExportMarker, SegmentIndexRecord, decode_record
@@ -39,7 +41,6 @@ from segments.format import CHECKSUM_ALGORITHM, SegmentHeader, SegmentReader, Se
 from segments.format import segment_key as _segment_key
 
 MiB: Final = 1024 * 1024
-SPOOL_IN_MEMORY: Final = 8 * MiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +120,71 @@ def _transition(
         tr.clear(keys.export_marker())
     else:
         tr.set(keys.export_marker(), new.to_cbor())
+
+
+class _Chunks:
+    """Where a :class:`SegmentWriter` writes: a queue of byte runs for :class:`_SegmentStream`."""
+
+    def __init__(self) -> None:
+        self.queue: deque[bytes | bytearray] = deque()
+
+    def write(self, data: bytes | bytearray) -> int:
+        self.queue.append(data)
+        return len(data)
+
+
+class _SegmentStream(io.RawIOBase):
+    """The bytes of one segment, made as they are read.
+
+    The object store's reads drive a :class:`SegmentWriter`, so the segment is neither
+    spooled nor written twice, and memory stays bounded by the entries (already held) plus
+    one write buffer. ``checksum`` and ``size`` are set once the stream
+    has been read to its end; ``produced`` counts the bytes handed out so far."""
+
+    def __init__(self, header: SegmentHeader, entries: list[tuple[int, bytes]]) -> None:
+        super().__init__()
+        self._chunks = _Chunks()
+        self._writer = SegmentWriter(cast(BinaryIO, self._chunks), header)
+        self._entries = iter(entries)
+        self._current = memoryview(b"")
+        self.checksum: bytes | None = None
+        self.size = 0
+        self.produced = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def _next_run(self) -> bool:
+        """Make ``_current`` the next run of bytes; ``False`` at the end of the segment."""
+        queue = self._chunks.queue
+        while not queue:
+            if self.checksum is not None:
+                return False
+            for height, entry in self._entries:
+                self._writer.add(height, entry)
+                if queue:
+                    break
+            else:
+                self.checksum = self._writer.finish()
+                self.size = self._writer.size
+        self._current = memoryview(queue.popleft())
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        """Up to ``size`` bytes (all the rest if ``size`` is negative or ``None``)."""
+        if size is None or size < 0:
+            return b"".join(iter(lambda: self.read(COPY_CHUNK), b""))
+        if not self._current and not self._next_run():
+            return b""
+        data = bytes(self._current[:size])
+        self._current = self._current[len(data) :]
+        self.produced += len(data)
+        return data
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
 
 
 class Exporter:
@@ -212,23 +278,34 @@ class Exporter:
         objects = self.plane.objects
         for info in objects.list(marker.object_key):
             return self._adopt(universe, world, info.key, marker)
-        with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as spool:
-            end, checksum, size = self._write(universe, world, marker, spool)  # type: ignore[arg-type]
-            key = _segment_key(universe, world, marker.start, end)
-            spool.seek(0)
-            created = objects.put(key, spool)  # type: ignore[arg-type]
+        entries = self._collect(universe, world, marker)
+        end = entries[-1][0]
+        key = _segment_key(universe, world, marker.start, end)
+        stream = _SegmentStream(SegmentHeader(universe, world, marker.start, end), entries)
+        created = objects.put(key, cast(BinaryIO, stream))
         self.plane.engine.crash_point("export.after_upload")
         if not created:
             return self._adopt(universe, world, key, marker)
-        progress(f"world {world}: uploaded {key} ({size} bytes)")
+        if stream.checksum is None:
+            raise SegmentCorruption(
+                key, stream.produced, "the object store stored the segment without reading it all"
+            )
+        progress(f"world {world}: uploaded {key} ({stream.size} bytes)")
         return SegmentIndexRecord(
-            marker.start, end, key, CHECKSUM_ALGORITHM, checksum, end - marker.start + 1, size
+            marker.start,
+            end,
+            key,
+            CHECKSUM_ALGORITHM,
+            stream.checksum,
+            end - marker.start + 1,
+            stream.size,
         )
 
-    def _write(
-        self, universe: UniverseId, world: WorldId, marker: ExportMarker, out: BinaryIO
-    ) -> tuple[int, bytes, int]:
-        """Stream hot entries into ``out`` up to the byte target; return end, checksum, size."""
+    def _collect(
+        self, universe: UniverseId, world: WorldId, marker: ExportMarker
+    ) -> list[tuple[int, bytes]]:
+        """Hot entries from ``marker.start``, at most to ``marker.end`` and the byte target
+        (at least one entry)."""
         entries: list[tuple[int, bytes]] = []
         total = 0
         height = marker.start
@@ -237,30 +314,21 @@ class Exporter:
             rows = self.plane.read_hot(universe, world, height, page)
             if not rows:
                 raise NotFound(f"world {world}: hot entry {height} vanished during export")
+            size = sum(len(entry) for _, entry in rows)
+            if total + size < self.config.target_bytes:  # the whole page fits: no row ends it
+                entries.extend(rows)
+                total += size
+                height = rows[-1][0] + 1
+                continue
             for h, entry in rows:
                 if entries and total + len(entry) > self.config.target_bytes:
-                    return self._finish(universe, world, marker.start, entries, out)
+                    return entries
                 entries.append((h, entry))
                 total += len(entry)
                 if total >= self.config.target_bytes:
-                    return self._finish(universe, world, marker.start, entries, out)
+                    return entries
             height = rows[-1][0] + 1
-        return self._finish(universe, world, marker.start, entries, out)
-
-    @staticmethod
-    def _finish(
-        universe: UniverseId,
-        world: WorldId,
-        start: int,
-        entries: list[tuple[int, bytes]],
-        out: BinaryIO,
-    ) -> tuple[int, bytes, int]:
-        end = entries[-1][0]
-        writer = SegmentWriter(out, SegmentHeader(universe, world, start, end))
-        for height, entry in entries:
-            writer.add(height, entry)
-        checksum = writer.finish()
-        return end, checksum, writer.size
+        return entries
 
     def _adopt(
         self, universe: UniverseId, world: WorldId, key: str, marker: ExportMarker

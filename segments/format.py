@@ -45,6 +45,8 @@ MAX_HEADER: Final = 4096
 MAX_ENTRY: Final = 64 * 1024 * 1024
 _PREAMBLE = struct.Struct(">8sHI")
 _LENGTH = struct.Struct(">I")
+WRITE_BUFFER: Final = 1024 * 1024
+"""Bytes a :class:`SegmentWriter` gathers before writing them out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +84,12 @@ def segment_key(universe: UniverseId, world: WorldId, start: int, end: int) -> s
 
 
 class SegmentWriter:
-    """Writes one segment to a binary stream, entry by entry, computing the checksum."""
+    """Writes one segment to a binary stream, entry by entry, computing the checksum.
+
+    Small writes are gathered and passed to ``out`` (and the checksum) in runs of about
+    :data:`WRITE_BUFFER` bytes, so ``out`` holds the whole segment only after :meth:`finish`;
+    an entry of at least that size is written through without being copied. ``size`` counts
+    every byte added so far, buffered or not."""
 
     def __init__(self, out: BinaryIO, header: SegmentHeader) -> None:
         if not 1 <= header.start <= header.end:
@@ -91,14 +98,16 @@ class SegmentWriter:
         self._header = header
         self._hash = blake3.blake3()
         self._next = header.start
-        self.size = 0
         encoded = header.to_cbor()
-        self._emit(_PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(encoded)) + encoded)
+        self._buffer = bytearray(_PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(encoded)) + encoded)
+        self.size = len(self._buffer)
 
-    def _emit(self, data: bytes) -> None:
-        self._out.write(data)
-        self._hash.update(data)
-        self.size += len(data)
+    def _flush(self) -> None:
+        """Write out and hash the gathered bytes."""
+        if self._buffer:
+            data, self._buffer = self._buffer, bytearray()  # ``out`` may keep ``data``
+            self._out.write(data)
+            self._hash.update(data)
 
     def add(self, height: int, entry: bytes) -> None:
         """Append the entry at ``height`` (heights must arrive in order, without gaps)."""
@@ -106,8 +115,17 @@ class SegmentWriter:
             raise Validation("segment entry", f"height {height}, expected {self._next}")
         if len(entry) > MAX_ENTRY:
             raise Validation("segment entry", f"{len(entry)} bytes > {MAX_ENTRY}")
-        self._emit(_LENGTH.pack(len(entry)))
-        self._emit(entry)
+        buffer = self._buffer
+        buffer += _LENGTH.pack(len(entry))
+        if len(entry) >= WRITE_BUFFER:
+            self._flush()
+            self._out.write(entry)
+            self._hash.update(entry)
+        else:
+            buffer += entry
+            if len(buffer) >= WRITE_BUFFER:
+                self._flush()
+        self.size += _LENGTH.size + len(entry)
         self._next += 1
 
     def finish(self) -> bytes:
@@ -116,6 +134,7 @@ class SegmentWriter:
             raise Validation(
                 "segment", f"finished at height {self._next - 1}, not {self._header.end}"
             )
+        self._flush()
         digest = self._hash.digest()
         self._out.write(TRAILER_MAGIC + digest)
         self.size += len(TRAILER_MAGIC) + len(digest)

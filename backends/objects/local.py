@@ -97,7 +97,8 @@ class LocalObjectStore(ObjectStore):
                     else:
                         while chunk := data.read(COPY_CHUNK):
                             fh.write(chunk)
-                            digest.update(chunk)
+                            if sha256 is not None:
+                                digest.update(chunk)
                     fh.flush()
                     if self.fsync:
                         os.fsync(fh.fileno())

@@ -199,6 +199,9 @@ class Plane:
         if limit < 0:
             raise Validation("limit", "must not be negative")
         keys = WorldKeys(universe, world)
+        if limit == 0:
+            journal.read_entries(self.engine, keys, from_inclusive, 0)  # NotFound if no world
+            return []
         out: list[tuple[int, bytes]] = []
         while len(out) < limit:
             first = from_inclusive + len(out)

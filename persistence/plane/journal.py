@@ -98,11 +98,12 @@ def read_entries(tr: kv.Transaction, keys: WorldKeys, first: int, limit: int) ->
     last = min(head, first + limit - 1)
     rows = tr.get_range(*keys.entries_between(first, last))
     prefix = keys.entry_prefix_len()
+    whole_key = keys.whole_entry_key()
     out: list[tuple[int, bytes]] = []
     expected = first
     parts: list[bytes] = []
     for key, value in rows:
-        if not parts and key == keys.entry_chunk(expected, 0, 1):
+        if not parts and key == whole_key(expected):
             out.append((expected, value))  # fast path: the next entry, stored whole
             expected += 1
             continue

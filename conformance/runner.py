@@ -1,0 +1,148 @@
+"""Running the conformance cases and reporting: JUnit XML and a JSON summary."""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from conformance.cases import CASES, CaseSkipped, ConformanceFailure, Context, Profile
+from persistence.plane import Plane
+
+Outcome = Literal["passed", "failed", "error", "skipped"]
+
+
+@dataclass
+class CaseResult:
+    """The verdict on one case."""
+
+    name: str
+    outcome: Outcome
+    seconds: float
+    message: str = ""
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunReport:
+    """A whole run: which backend, which profile, every case's result."""
+
+    kv_url: str
+    objects_url: str
+    profile: str
+    results: list[CaseResult] = field(default_factory=list)
+
+    def count(self, outcome: Outcome) -> int:
+        """How many cases ended with ``outcome``."""
+        return sum(1 for r in self.results if r.outcome == outcome)
+
+    @property
+    def ok(self) -> bool:
+        """No case failed or errored."""
+        return self.count("failed") == 0 and self.count("error") == 0
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON summary."""
+        return {
+            "kv": self.kv_url,
+            "objects": self.objects_url,
+            "profile": self.profile,
+            "cases": len(self.results),
+            "passed": self.count("passed"),
+            "failed": self.count("failed") + self.count("error"),
+            "skipped": self.count("skipped"),
+            "seconds": round(sum(r.seconds for r in self.results), 3),
+            "ok": self.ok,
+            "results": [asdict(r) for r in self.results],
+        }
+
+    def junit(self) -> ET.ElementTree:
+        """The JUnit XML document (one testsuite, one testcase per case)."""
+        suite = ET.Element(
+            "testsuite",
+            name=f"aos-persistence conformance ({self.profile})",
+            tests=str(len(self.results)),
+            failures=str(self.count("failed")),
+            errors=str(self.count("error")),
+            skipped=str(self.count("skipped")),
+            time=f"{sum(r.seconds for r in self.results):.3f}",
+        )
+        props = ET.SubElement(suite, "properties")
+        for name, value in (("kv", self.kv_url), ("objects", self.objects_url)):
+            ET.SubElement(props, "property", name=name, value=value)
+        for result in self.results:
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname="conformance",
+                name=result.name,
+                time=f"{result.seconds:.3f}",
+            )
+            if result.outcome == "failed":
+                ET.SubElement(case, "failure", message=result.message.splitlines()[0][:500])
+            elif result.outcome == "error":
+                ET.SubElement(
+                    case, "error", message=result.message.splitlines()[0][:500]
+                ).text = result.message
+            elif result.outcome == "skipped":
+                ET.SubElement(case, "skipped", message=result.message)
+        return ET.ElementTree(suite)
+
+    def write(self, directory: Path) -> tuple[Path, Path]:
+        """Write ``junit.xml`` and ``summary.json`` into ``directory``."""
+        directory.mkdir(parents=True, exist_ok=True)
+        junit, summary = directory / "junit.xml", directory / "summary.json"
+        self.junit().write(junit, encoding="utf-8", xml_declaration=True)
+        summary.write_text(json.dumps(self.summary(), indent=2) + "\n")
+        return junit, summary
+
+
+def run_case(name: str, ctx: Context) -> CaseResult:
+    """Run one case and classify how it ended."""
+    start = time.perf_counter()
+    ctx.notes = {}
+    try:
+        CASES[name](ctx)
+        outcome: Outcome = "passed"
+        message = ""
+    except CaseSkipped as exc:
+        outcome, message = "skipped", str(exc)
+    except ConformanceFailure as exc:
+        outcome, message = "failed", str(exc)
+    except Exception as exc:  # a crash of the backend or the case: an error, with its trace
+        outcome = "error"
+        message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+    return CaseResult(name, outcome, time.perf_counter() - start, message, dict(ctx.notes))
+
+
+def run_suite(
+    plane: Plane,
+    profile: Profile,
+    *,
+    kv_url: str,
+    objects_url: str,
+    cases: Iterable[str] | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> RunReport:
+    """Run ``cases`` (default: all) against ``plane`` and return the report."""
+    report = RunReport(kv_url, objects_url, profile.name)
+    names = list(cases) if cases is not None else list(CASES)
+    ctx = Context(plane, profile, progress)
+    for index, name in enumerate(names, 1):
+        progress(f"[{index}/{len(names)}] {name}")
+        result = run_case(name, ctx)
+        report.results.append(result)
+        progress(f"[{index}/{len(names)}] {name}: {result.outcome} ({result.seconds:.1f}s)")
+    return report
+
+
+def skipped_report(kv_url: str, objects_url: str, profile: Profile, reason: str) -> RunReport:
+    """A report in which every case is skipped for ``reason`` (backend unavailable)."""
+    report = RunReport(kv_url, objects_url, profile.name)
+    report.results = [CaseResult(name, "skipped", 0.0, reason) for name in CASES]
+    return report
