@@ -293,7 +293,10 @@ class Plane:
     def read_after(
         self, universe: UniverseId, world: WorldId, after_exclusive: InboxSeq | None, limit: int
     ) -> list[tuple[InboxSeq, InboxItem]]:
-        """Up to ``limit`` items after ``after_exclusive`` in sequence order."""
+        """Up to ``limit`` items after ``after_exclusive`` in sequence order (``limit`` 0:
+        none -- unlike the engine's ``get_range``, where 0 means no limit)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise Validation("limit", f"must be a non-negative integer, got {limit!r}")
         return inbox.read_after(self.engine, WorldKeys(universe, world), after_exclusive, limit)
 
     def inbox_cursor(self, universe: UniverseId, world: WorldId) -> InboxSeq | None:

@@ -91,6 +91,8 @@ def read_after(
 ) -> list[tuple[InboxSeq, InboxItem]]:
     """Up to ``limit`` items strictly after ``after``, in sequence order."""
     read_head(tr, keys)
+    if limit == 0:
+        return []
     rows = tr.get_range(*keys.inbox_after(after), limit=limit)
     return [
         (_seq_of(k, keys), decode_inbox_item(decode_record(InboxEnvelope, v, "inbox entry").item))
