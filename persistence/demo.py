@@ -5,7 +5,8 @@ mixed sizes) into many worlds; the host process drains every world, commits snap
 reference kernel's state and promotes baselines as it goes, then exports old journal ranges
 to segments. At the end every world is checked: the journal is contiguous, every item sent
 to it is there exactly once and in each writer's order, restore (baseline + segments + hot
-tail) equals a full replay from genesis byte for byte, and every blob reads back verified.
+tail) equals a full replay from genesis byte for byte, every blob reads back verified, and
+``fsck`` finds no integrity error.
 
 This module is the top of the stack (it drives segments and the reference kernel), so it
 imports the ``segments`` package inside functions.
@@ -64,6 +65,7 @@ class DemoReport:
     blobs: int = 0
     blob_bytes: int = 0
     seconds: float = 0.0
+    fsck_errors: int = 0
     checks: dict[str, bool] = field(default_factory=dict)
 
     @property
@@ -170,6 +172,11 @@ def run(config: DemoConfig, progress: Callable[[str], None]) -> DemoReport:
     progress(f"exported {report.segments} segments")
     progress("verifying every world")
     _verify(plane, universe, world_ids, config, report)
+    progress("fsck of the universe")
+    from persistence.fsck import Fsck
+
+    report.fsck_errors = len(Fsck(plane).run([universe]).errors)
+    report.checks["fsck: no integrity errors"] = report.fsck_errors == 0
     plane.engine.close()
     return report
 

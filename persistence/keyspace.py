@@ -145,6 +145,10 @@ class UniverseKeys:
         begin, end = _range((*self._p, "timers", "due"))
         return begin, (end if until_ns is None else pack((*self._p, "timers", "due", until_ns)))
 
+    def all(self) -> tuple[bytes, bytes]:
+        """Every key of the universe."""
+        return _range(self._p)
+
     def world(self, world: WorldId) -> WorldKeys:
         """Keys of ``world`` in this universe."""
         return WorldKeys(self.universe, world)

@@ -55,6 +55,20 @@ class ExportConfig:
     delete_chunk_entries: int = 2_000
     read_page_entries: int = 2_000
 
+    def __post_init__(self) -> None:
+        if isinstance(self.margin, bool) or not isinstance(self.margin, int) or self.margin < 0:
+            raise Validation("ExportConfig.margin", f"must be an integer >= 0, got {self.margin!r}")
+        for name in (
+            "target_entries",
+            "target_bytes",
+            "min_entries",
+            "delete_chunk_entries",
+            "read_page_entries",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise Validation(f"ExportConfig.{name}", f"must be an integer >= 1, got {value!r}")
+
 
 @dataclass(frozen=True, slots=True)
 class ExportPlan:

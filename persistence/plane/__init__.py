@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Final, Protocol
 
@@ -26,6 +26,7 @@ from persistence.plane.cas import Cas, VerifyMode
 from persistence.plane.inbox import DrainResult, Normalizer
 from persistence.plane.snapshots import SnapshotOutcome
 from persistence.records import (
+    CasMeta,
     EffectDispatchItem,
     EffectInFlightItem,
     InboxEnvelope,
@@ -37,6 +38,7 @@ from persistence.records import (
     WorldMeta,
     encode_inbox_item,
 )
+from persistence.telemetry import traced
 
 MiB: Final = 1024 * 1024
 GENESIS_STATE: Final = cbor.encode(None)
@@ -113,30 +115,41 @@ class Plane:
 
     # ------------------------------------------------------------------ CAS (Protocol A)
 
+    @traced("cas.put")
     def put_verified(self, universe: UniverseId, data: bytes) -> Hash:
         """Store ``data``; return its sha256 (computed here). Idempotent."""
         return self.cas.put(universe, data)
 
+    @traced("cas.put_stream")
     def put_stream(
         self, universe: UniverseId, stream: BinaryIO, expected: Hash | None = None
     ) -> Hash:
         """Store a body from ``stream`` with bounded memory (see :class:`Cas`)."""
         return self.cas.put_stream(universe, stream, expected)
 
+    @traced("cas.get")
     def get(self, universe: UniverseId, hash: Hash) -> bytes:
         """The verified body of ``hash``."""
         return self.cas.get(universe, hash)
 
+    @traced("cas.open")
     def open_blob(self, universe: UniverseId, hash: Hash) -> BinaryIO:
         """A verified stream of the body of ``hash``."""
         return self.cas.open(universe, hash)
 
+    @traced("cas.stat")
+    def blob_meta(self, universe: UniverseId, hash: Hash) -> CasMeta:
+        """Size and location of the body of ``hash`` (``NotFound`` if absent)."""
+        return self.cas.stat(universe, hash)
+
+    @traced("cas.has")
     def has(self, universe: UniverseId, hash: Hash) -> bool:
         """Whether the universe holds ``hash``."""
         return self.cas.has(universe, hash)
 
     # ------------------------------------------------------------------ worlds
 
+    @traced("world.create")
     def create_world(
         self,
         universe: UniverseId,
@@ -156,6 +169,25 @@ class Plane:
         worlds.create_world(self.engine, WorldKeys(universe, world), meta, genesis)
         self.engine.crash_point("world.after_create")
         return genesis
+
+    @traced("world.meta")
+    def world_meta(self, universe: UniverseId, world: WorldId) -> WorldMeta:
+        """Creation time and handle of a world (``NotFound`` if it does not exist)."""
+        return worlds.read_meta(self.engine, WorldKeys(universe, world))
+
+    def universes(self, page: int = 1_000) -> Iterator[UniverseId]:
+        """Every universe in the store, in id byte order (``page`` per transaction)."""
+        after: UniverseId | None = None
+        while batch := worlds.list_universes(self.engine, after, page):
+            yield from batch
+            after = batch[-1]
+
+    def worlds(self, universe: UniverseId, page: int = 1_000) -> Iterator[WorldId]:
+        """Every world of ``universe``, in id byte order (``page`` per transaction)."""
+        after: WorldId | None = None
+        while batch := worlds.list_worlds(self.engine, UniverseKeys(universe), after, page):
+            yield from batch
+            after = batch[-1]
 
     # ------------------------------------------------------------------ journal (B)
 
@@ -177,6 +209,7 @@ class Plane:
         if total > self.config.max_batch_bytes:
             raise Validation(field, f"batch of {total} bytes > max {self.config.max_batch_bytes}")
 
+    @traced("journal.append")
     def append_batch(
         self, universe: UniverseId, world: WorldId, expected_head: int, entries: Sequence[bytes]
     ) -> int:
@@ -189,6 +222,7 @@ class Plane:
         self.engine.crash_point("journal.after_append")
         return first
 
+    @traced("journal.read_range")
     def read_range(
         self, universe: UniverseId, world: WorldId, from_inclusive: int, limit: int
     ) -> list[tuple[int, bytes]]:
@@ -218,6 +252,7 @@ class Plane:
                 break
         return out
 
+    @traced("journal.read_hot")
     def read_hot(
         self, universe: UniverseId, world: WorldId, from_inclusive: int, limit: int
     ) -> list[tuple[int, bytes]]:
@@ -226,16 +261,19 @@ class Plane:
         page = journal.read_entries(self.engine, WorldKeys(universe, world), from_inclusive, limit)
         return page.rows
 
+    @traced("journal.head")
     def head(self, universe: UniverseId, world: WorldId) -> int:
         """The journal head (0 when empty)."""
         return journal.read_entries(self.engine, WorldKeys(universe, world), 1, 0).head
 
     # ------------------------------------------------------------------ segment index
 
+    @traced("segments.put")
     def put_segment(self, universe: UniverseId, world: WorldId, record: SegmentIndexRecord) -> None:
         """Index an uploaded segment (it must continue the index without gap or overlap)."""
         segment_index.put_segment(self.engine, UniverseKeys(universe), world, record)
 
+    @traced("segments.list")
     def list_segments(
         self, universe: UniverseId, world: WorldId, from_height: int = 1
     ) -> list[SegmentIndexRecord]:
@@ -244,6 +282,7 @@ class Plane:
 
     # ------------------------------------------------------------------ inbox (C, D)
 
+    @traced("inbox.enqueue")
     def enqueue(
         self,
         universe: UniverseId,
@@ -256,6 +295,7 @@ class Plane:
         keys = None if idempotency_key is None else [idempotency_key]
         return self.enqueue_batch(universe, world, [item], idempotency_keys=keys)[0]
 
+    @traced("inbox.enqueue_batch")
     def enqueue_batch(
         self,
         universe: UniverseId,
@@ -290,6 +330,7 @@ class Plane:
         self.engine.crash_point("inbox.after_enqueue")
         return pending.seqs(len(items))
 
+    @traced("inbox.read_after")
     def read_after(
         self, universe: UniverseId, world: WorldId, after_exclusive: InboxSeq | None, limit: int
     ) -> list[tuple[InboxSeq, InboxItem]]:
@@ -299,12 +340,14 @@ class Plane:
             raise Validation("limit", f"must be a non-negative integer, got {limit!r}")
         return inbox.read_after(self.engine, WorldKeys(universe, world), after_exclusive, limit)
 
+    @traced("inbox.cursor")
     def inbox_cursor(self, universe: UniverseId, world: WorldId) -> InboxSeq | None:
         """The drained boundary (``None`` before the first drain)."""
         keys = WorldKeys(universe, world)
         record = kv.run(self.engine, lambda tr: inbox.read_cursor(tr, keys))
         return None if record is None else record.seq
 
+    @traced("inbox.commit_cursor")
     def commit_cursor(
         self,
         universe: UniverseId,
@@ -316,6 +359,7 @@ class Plane:
         inbox.commit_cursor(self.engine, WorldKeys(universe, world), old_cursor, new_cursor)
         self.engine.crash_point("inbox.after_commit_cursor")
 
+    @traced("inbox.drain")
     def drain_inbox_to_journal(
         self,
         universe: UniverseId,
@@ -338,6 +382,7 @@ class Plane:
 
     # ------------------------------------------------------------------ snapshots (E)
 
+    @traced("snapshot.commit")
     def snapshot_commit(
         self,
         universe: UniverseId,
@@ -365,65 +410,77 @@ class Plane:
         self.engine.crash_point("snapshot.after_commit")
         return record, outcome
 
+    @traced("snapshot.index")
     def index_snapshot(self, universe: UniverseId, world: WorldId, record: SnapshotRecord) -> None:
         """Index an already stored snapshot (no promotion)."""
         snapshots.commit_snapshot(
             self.engine, WorldKeys(universe, world), record, False, _batch_id()
         )
 
+    @traced("baseline.read")
     def active_baseline(self, universe: UniverseId, world: WorldId) -> SnapshotRecord:
         """The active baseline."""
         keys = WorldKeys(universe, world)
         return kv.run(self.engine, lambda tr: snapshots.read_baseline(tr, keys))
 
+    @traced("baseline.promote")
     def promote_baseline(
         self, universe: UniverseId, world: WorldId, record: SnapshotRecord
     ) -> None:
         """Promote an indexed snapshot (fence and non-regression checked)."""
         snapshots.promote_baseline(self.engine, WorldKeys(universe, world), record, _batch_id())
 
+    @traced("snapshot.list")
     def list_snapshots(self, universe: UniverseId, world: WorldId) -> list[SnapshotRecord]:
         """Every indexed snapshot of the world."""
         return snapshots.list_snapshots(self.engine, WorldKeys(universe, world))
 
     # ------------------------------------------------------------------ effects and timers
 
+    @traced("effects.dispatch")
     def dispatch_effect(self, universe: UniverseId, item: EffectDispatchItem) -> InboxSeq:
         """Queue an effect for the effect workers; once per intent hash."""
         pending = effects.dispatch(self.engine, UniverseKeys(universe), item)
         self.engine.crash_point("effects.after_dispatch")
         return pending.seq()
 
+    @traced("effects.pending")
     def pending_effects(
         self, universe: UniverseId, limit: int = 1_000
     ) -> list[tuple[InboxSeq, EffectDispatchItem]]:
         """Pending effects in dispatch order."""
         return effects.list_pending(self.engine, UniverseKeys(universe), limit)
 
+    @traced("effects.inflight")
     def inflight_effects(
         self, universe: UniverseId, limit: int = 1_000
     ) -> list[tuple[InboxSeq, EffectInFlightItem]]:
         """Claimed effects in dispatch order."""
         return effects.list_inflight(self.engine, UniverseKeys(universe), limit)
 
+    @traced("effects.claim")
     def claim_effect(self, universe: UniverseId, seq: InboxSeq, worker: str) -> EffectInFlightItem:
         """Move a pending effect to in-flight for ``worker`` (repeatable by the same worker)."""
         return effects.claim(self.engine, UniverseKeys(universe), seq, worker, time.time_ns())
 
+    @traced("effects.complete")
     def complete_effect(self, universe: UniverseId, seq: InboxSeq, intent: Hash) -> None:
         """Forget a finished effect."""
         effects.complete(self.engine, UniverseKeys(universe), seq, intent)
 
+    @traced("timers.schedule")
     def schedule_timer(self, universe: UniverseId, item: TimerDueItem) -> None:
         """Schedule a timer (idempotent)."""
         effects.put_timer(self.engine, UniverseKeys(universe), item)
 
+    @traced("timers.due")
     def due_timers(
         self, universe: UniverseId, until_ns: int, limit: int = 1_000
     ) -> list[TimerDueItem]:
         """Timers due before ``until_ns``, earliest first."""
         return effects.due_timers(self.engine, UniverseKeys(universe), until_ns, limit)
 
+    @traced("timers.remove")
     def remove_timer(self, universe: UniverseId, item: TimerDueItem) -> None:
         """Remove a fired or cancelled timer."""
         effects.remove_timer(

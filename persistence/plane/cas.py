@@ -166,6 +166,10 @@ class Cas:
                 "expected_hash", f"body hashes to {actual.hex}, caller declared {expected.hex}"
             )
 
+    def stat(self, universe: UniverseId, hash: Hash) -> CasMeta:
+        """The metadata of ``hash`` (size and where the body lives); ``NotFound`` if absent."""
+        return self._meta(universe, hash)
+
     def _meta(self, universe: UniverseId, hash: Hash) -> CasMeta:
         meta = read_meta(self.engine, UniverseKeys(universe), hash)
         if meta is None:

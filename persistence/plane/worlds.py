@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import uuid
+
 from persistence import kv
-from persistence.errors import Conflict, StoreFormatError
-from persistence.keyspace import LAYOUT_KEY, LAYOUT_VERSION, UniverseKeys, WorldKeys
+from persistence.errors import Conflict, NotFound, StoreFormatError
+from persistence.fdbtuple import unpack
+from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import (
+    LAYOUT_KEY,
+    LAYOUT_VERSION,
+    UniverseKeys,
+    WorldKeys,
+    universes_range,
+)
 from persistence.records import (
     JournalHead,
     LayoutRecord,
@@ -36,6 +46,15 @@ def ensure_layout(tr: kv.Transaction) -> int:
 
 
 @kv.transactional
+def read_meta(tr: kv.Transaction, keys: WorldKeys) -> WorldMeta:
+    """The world's metadata; ``NotFound`` if the world does not exist."""
+    raw = tr.get(keys.meta(), snapshot=True)
+    if raw is None:
+        raise NotFound(f"world {keys.world} not found in universe {keys.universe}")
+    return decode_record(WorldMeta, raw, "world meta")
+
+
+@kv.transactional
 def create_world(
     tr: kv.Transaction, keys: WorldKeys, meta: WorldMeta, genesis: SnapshotRecord
 ) -> bool:
@@ -54,3 +73,48 @@ def create_world(
     tr.set(keys.snapshot(genesis.height), genesis.to_cbor())
     tr.set(keys.baseline(), genesis.to_cbor())
     return True
+
+
+def _id_at(key: bytes, position: int) -> uuid.UUID:
+    element = unpack(key)[position]
+    if not isinstance(element, uuid.UUID):
+        raise StoreFormatError(f"key {key!r} has no id at tuple position {position}")
+    return element
+
+
+@kv.transactional
+def list_universes(tr: kv.Transaction, after: UniverseId | None, limit: int) -> list[UniverseId]:
+    """Up to ``limit`` universes after ``after``, in key order. A skip scan: one single-key
+    snapshot read per universe, jumping past the universe's whole range."""
+    begin, end = universes_range()
+    if after is not None:
+        begin = UniverseKeys(after).all()[1]
+    found: list[UniverseId] = []
+    while len(found) < limit:
+        rows = tr.get_range(begin, end, limit=1, snapshot=True)
+        if not rows:
+            break
+        universe = UniverseId(_id_at(rows[0][0], 1))
+        found.append(universe)
+        begin = UniverseKeys(universe).all()[1]
+    return found
+
+
+@kv.transactional
+def list_worlds(
+    tr: kv.Transaction, universe: UniverseKeys, after: WorldId | None, limit: int
+) -> list[WorldId]:
+    """Up to ``limit`` worlds of ``universe`` after ``after``, in key order (a skip scan
+    like :func:`list_universes`)."""
+    begin, end = universe.worlds_range()
+    if after is not None:
+        begin = universe.world(after).all()[1]
+    found: list[WorldId] = []
+    while len(found) < limit:
+        rows = tr.get_range(begin, end, limit=1, snapshot=True)
+        if not rows:
+            break
+        world = WorldId(_id_at(rows[0][0], 3))
+        found.append(world)
+        begin = universe.world(world).all()[1]
+    return found

@@ -1,40 +1,24 @@
-"""``aosp``: the operator's command-line tool.
-
-Exit codes: 0 success; 1 a check failed (verification, integrity, benchmark target);
-2 usage error; 3 the store or a backend failed (the message names what).
-Errors print as one line on stderr; ``--verbose`` adds the traceback.
-"""
+"""Whole jobs: ``demo`` (the README's main job), ``conformance`` and ``bench``."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
-import traceback
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from persistence.errors import PersistError
-
-EXIT_OK = 0
-EXIT_CHECK_FAILED = 1
-EXIT_USAGE = 2
-EXIT_BACKEND = 3
-
-DEFAULT_DATA_DIR = Path(os.environ.get("AOSP_DATA_DIR", "aosp-data"))
-
-
-def _progress(enabled: bool) -> Any:
-    def show(message: str) -> None:
-        if enabled:
-            print(f"... {message}", file=sys.stderr, flush=True)
-
-    return show
+from persistence.cli.console import (
+    EXIT_BACKEND,
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    Progress,
+    print_json,
+)
+from persistence.cli.store import DEFAULT_DATA_DIR
 
 
-# --------------------------------------------------------------------------- demo
+def _progress(args: argparse.Namespace) -> Callable[[str], None]:
+    return Progress("", enabled=not (args.quiet or args.json)).message
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -44,7 +28,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config = demo.DemoConfig(
         data_dir=args.data_dir, worlds=args.worlds, writers=args.writers, items=args.items
     )
-    report = demo.run(config, _progress(not args.json))
+    report = demo.run(config, _progress(args))
     summary = {
         "store": str(args.data_dir),
         "worlds": report.worlds,
@@ -61,7 +45,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "all_verified": report.all_verified,
     }
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print_json(summary)
     else:
         rows = [
             ("store", summary["store"]),
@@ -82,9 +66,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK if report.all_verified else EXIT_CHECK_FAILED
 
 
-# --------------------------------------------------------------------------- conformance
-
-
 def cmd_conformance(args: argparse.Namespace) -> int:
     """Run the conformance suite against an engine and object store; write the reports."""
     from backends.kv import open_engine
@@ -95,7 +76,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     from persistence.plane import Plane
 
     profile = PROFILES[args.profile]
-    progress = _progress(not args.json)
+    progress = _progress(args)
     try:
         plane = Plane(open_engine(args.kv), open_object_store(args.objects))
     except Backend as exc:
@@ -116,7 +97,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     junit, summary_path = report.write(args.report)
     summary = report.summary()
     if args.json:
-        print(json.dumps(summary, indent=2))
+        print_json(summary)
     else:
         for r in report.results:
             line = f"{r.outcome.upper():<8}{r.name} ({r.seconds:.1f}s)"
@@ -129,8 +110,6 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         return EXIT_BACKEND
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED
 
-
-# --------------------------------------------------------------------------- bench
 
 SUITES = ("engine", "plane", "cas", "segments")
 
@@ -147,9 +126,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     }
     figures: list[Figure] = []
     for suite in args.suites or SUITES:
-        figures.extend(runners[suite](seconds=args.seconds, progress=_progress(not args.json)))
+        figures.extend(runners[suite](seconds=args.seconds, progress=_progress(args)))
     if args.json:
-        print(json.dumps([f.to_json() for f in figures], indent=2))
+        print_json([f.to_json() for f in figures])
     else:
         for f in figures:
             target = (
@@ -160,58 +139,45 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_CHECK_FAILED if any(f.met is False for f in figures) else EXIT_OK
 
 
-# --------------------------------------------------------------------------- main
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (exposed for documentation and tests)."""
-    parser = argparse.ArgumentParser(
-        prog="aosp",
-        description="Operator tool of the AOS hosted persistence plane.",
-        epilog="Exit codes: 0 ok, 1 a check failed, 2 usage error, 3 store/backend error.",
+def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
+    """Add ``demo``, ``conformance`` and ``bench``."""
+    demo = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="run the main job (a verified world-host simulation) on the embedded store",
+        description="Several writer processes enqueue all five inbox item kinds into many "
+        "worlds; drains, snapshots, baseline promotions and segment export run alongside; "
+        "then every world is restored and checked against full replay, and fsck runs.",
     )
-    parser.add_argument("--verbose", action="store_true", help="print tracebacks on errors")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    demo = sub.add_parser("demo", help="run the main job on the embedded default store")
-    demo.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="store directory")
-    demo.add_argument("--worlds", type=int, default=8, help="worlds to simulate")
-    demo.add_argument("--writers", type=int, default=4, help="writer processes")
+    demo.add_argument(
+        "--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="store directory (created)"
+    )
+    demo.add_argument("--worlds", type=int, default=8, help="worlds to simulate (default 8)")
+    demo.add_argument("--writers", type=int, default=4, help="writer processes (default 4)")
     demo.add_argument("--items", type=int, default=200, help="inbox items per writer")
-    demo.add_argument("--json", action="store_true", help="machine-readable summary")
     demo.set_defaults(run=cmd_demo)
 
-    conf = sub.add_parser("conformance", help="run the conformance suite against a backend")
+    conf = sub.add_parser(
+        "conformance",
+        parents=[common],
+        help="run the conformance suite against a backend",
+        description="Runs the suite in fresh universes of the named backend and writes a "
+        "JUnit XML report and a JSON summary.",
+    )
     conf.add_argument("--kv", default="memory://", help="engine URL (default: memory://)")
     conf.add_argument("--objects", default="memory://", help="object store URL")
     conf.add_argument("--profile", choices=["quick", "full"], default="quick")
     conf.add_argument("--report", type=Path, default=Path("conformance-report"), help="report dir")
     conf.add_argument("--case", action="append", help="run only this case (repeatable)")
-    conf.add_argument("--json", action="store_true", help="print the JSON summary")
     conf.set_defaults(run=cmd_conformance)
 
-    bench = sub.add_parser("bench", help="run benchmarks and print ratios against baselines")
+    bench = sub.add_parser(
+        "bench",
+        parents=[common],
+        help="run benchmarks and print ratios against their peers",
+        description="Each figure is measured in the same run as the peer or limit it is "
+        "compared with; exit 1 if a figure misses its target.",
+    )
     bench.add_argument("suites", nargs="*", choices=[*SUITES, []], metavar="SUITE")
     bench.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
-    bench.add_argument("--json", action="store_true", help="machine-readable figures")
     bench.set_defaults(run=cmd_bench)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``aosp`` console command."""
-    args = build_parser().parse_args(argv)
-    try:
-        code: int = args.run(args)
-        return code
-    except PersistError as exc:
-        if args.verbose:
-            traceback.print_exc()
-        print(f"aosp: {exc.kind} error: {exc}", file=sys.stderr)
-        return EXIT_BACKEND
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

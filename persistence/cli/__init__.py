@@ -1,0 +1,100 @@
+"""``aosp``: the operator's command-line tool.
+
+Every command takes ``--help``, ``--json`` (machine-readable output on stdout), ``--verbose``
+(tracebacks), ``--stats`` (per-operation counts and latencies on stderr) and ``--quiet`` (no
+progress). Commands that open a store take ``--data-dir`` (the embedded default) or
+``--kv URL --objects URL``.
+
+Exit codes: 0 success; 1 a check failed (verification, fsck, conformance, a benchmark
+target); 2 usage error or input the plane refused; 3 the store or a backend failed, or the
+named thing does not exist; 4 a conflict (the store moved: retry); 5 an internal error
+(a bug in aosp). Errors print as one line
+on stderr (``aosp: <kind> error: <what>``); ``--verbose`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Sequence
+
+from persistence import telemetry
+from persistence.cli import data, fsck, inspect, jobs, segments
+from persistence.cli.console import (
+    EXIT_BACKEND,
+    EXIT_CONFLICT,
+    EXIT_INTERNAL,
+    EXIT_USAGE,
+    UsageError,
+    common_options,
+    print_json,
+)
+from persistence.cli.store import store_options
+from persistence.errors import Conflict, PersistError, Validation
+
+COMMAND_MODULES = (jobs, inspect, data, segments, fsck)
+"""Each registers its commands with ``register(subparsers, common, store)``."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for documentation and tests)."""
+    parser = argparse.ArgumentParser(
+        prog="aosp",
+        description="Operator tool of the AOS hosted persistence plane.",
+        epilog="Exit codes: 0 ok, 1 a check failed, 2 usage error, 3 store/backend error or "
+        "not found, 4 conflict, 5 internal error.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common, store = common_options(), store_options()
+    for module in COMMAND_MODULES:
+        module.register(sub, common, store)
+    return parser
+
+
+def _exit_code(error: PersistError) -> int:
+    if isinstance(error, Validation):
+        return EXIT_USAGE
+    if isinstance(error, Conflict):
+        return EXIT_CONFLICT
+    return EXIT_BACKEND
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``aosp`` console command."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    with telemetry.collect_stats() as stats:
+        try:
+            code: int = args.run(args)
+        except UsageError as exc:
+            parser.exit(EXIT_USAGE, f"aosp {args.command}: error: {exc}\n")
+        except PersistError as exc:
+            if args.verbose:
+                traceback.print_exc()
+            print(f"aosp: {exc.kind} error: {exc}", file=sys.stderr)
+            code = _exit_code(exc)
+        except KeyboardInterrupt:
+            code = 130
+        except Exception as exc:
+            if args.verbose:
+                traceback.print_exc()
+            hint = "" if args.verbose else " (--verbose shows the traceback)"
+            print(f"aosp: internal error: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
+            code = EXIT_INTERNAL
+        finally:
+            if getattr(args, "stats", False):
+                _print_stats(stats)
+    return code
+
+
+def _print_stats(stats: telemetry.StatsRecorder) -> None:
+    operations = stats.to_json()
+    if not operations:
+        print("stats: no plane operations", file=sys.stderr)
+        return
+    print_json({"stats": operations}, out=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""What every ``aosp`` command shares: exit codes, output (text or ``--json``), progress,
+and the one-line error convention."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Final, TextIO
+
+EXIT_OK: Final = 0
+"""The command did what was asked and every check passed."""
+EXIT_CHECK_FAILED: Final = 1
+"""A check failed: verification, integrity (fsck), conformance, a benchmark target."""
+EXIT_USAGE: Final = 2
+"""Bad arguments or input (argparse's own code), or a value the plane refused."""
+EXIT_BACKEND: Final = 3
+"""The store or a backend failed, or the named thing does not exist; the message says which."""
+EXIT_CONFLICT: Final = 4
+"""The store moved under the command (an optimistic precondition failed): retry."""
+EXIT_INTERNAL: Final = 5
+"""A bug in aosp itself (an unexpected exception); ``--verbose`` shows where."""
+
+
+CLEAR_LINE: Final = "\r\x1b[K"
+"""Carriage return and erase-line: redraws a progress bar in place on a terminal."""
+
+
+class UsageError(Exception):
+    """A command was given arguments it cannot act on; the message says which."""
+
+
+def common_options() -> argparse.ArgumentParser:
+    """Options every command takes (``--json``, ``--verbose``, ``--stats``, ``--quiet``)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    group = parser.add_argument_group("output")
+    group.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    group.add_argument("--verbose", action="store_true", help="print tracebacks on errors")
+    group.add_argument(
+        "--stats", action="store_true", help="print per-operation counts and latencies (stderr)"
+    )
+    group.add_argument("--quiet", action="store_true", help="no progress output")
+    return parser
+
+
+def print_json(value: Any, out: TextIO | None = None) -> None:
+    """``value`` as indented JSON on stdout."""
+    print(json.dumps(value, indent=2, sort_keys=False), file=out or sys.stdout)
+
+
+def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    """Rows as an aligned text table (columns in the order given)."""
+    if not rows:
+        print("(none)")
+        return
+    cells = [[str(row.get(c, "")) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+def print_fields(fields: dict[str, Any]) -> None:
+    """``name  value`` lines, names aligned."""
+    width = max((len(k) for k in fields), default=0)
+    for name, value in fields.items():
+        print(f"{name:<{width}}  {value}")
+
+
+class Progress:
+    """Progress of long work on stderr: a redrawn bar on a terminal, a line at most every
+    ``interval`` seconds otherwise, nothing when disabled. Use as a context manager."""
+
+    def __init__(
+        self,
+        label: str,
+        total: int | None = None,
+        *,
+        enabled: bool = True,
+        unit: str = "",
+        interval: float = 1.0,
+        stream: TextIO | None = None,
+    ) -> None:
+        self.label = label
+        self.total = total
+        self.done = 0
+        self.unit = unit
+        self.enabled = enabled
+        self.interval = interval
+        self.stream = stream or sys.stderr
+        self._tty = self.stream.isatty()
+        self._start = time.perf_counter()
+        self._shown = self._start
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._draw(final=True)
+
+    def advance(self, amount: int = 1, note: str = "") -> None:
+        """Count ``amount`` more units done; redraw if due."""
+        self.done += amount
+        now = time.perf_counter()
+        if now - self._shown >= (0.1 if self._tty else self.interval):
+            self._shown = now
+            self._draw(note=note)
+
+    def message(self, text: str) -> None:
+        """A free-form progress line."""
+        if self.enabled:
+            clear = CLEAR_LINE if self._tty else ""
+            print(f"{clear}... {text}", file=self.stream, flush=True)
+
+    def _draw(self, final: bool = False, note: str = "") -> None:
+        if not self.enabled:
+            return
+        elapsed = time.perf_counter() - self._start
+        unit = f" {self.unit}" if self.unit else ""
+        if self.total:
+            fraction = min(1.0, self.done / self.total)
+            bar = "#" * int(fraction * 24)
+            text = f"{self.label} [{bar:<24}] {self.done}/{self.total}{unit}"
+        else:
+            text = f"{self.label} {self.done}{unit}"
+        text += f" {elapsed:.1f}s" + (f" {note}" if note else "")
+        if self._tty:
+            print(f"{CLEAR_LINE}{text}", end="\n" if final else "", file=self.stream, flush=True)
+        else:
+            print(f"... {text}", file=self.stream, flush=True)

@@ -1,0 +1,343 @@
+"""Commands over single records: ``world create``, ``cas put|get|stat``, ``journal read``,
+``inbox enqueue|read|drain`` and ``snapshot list``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from persistence import cbor
+from persistence.cli.console import EXIT_OK, UsageError, print_fields, print_json, print_table
+from persistence.cli.store import (
+    hash_id,
+    inbox_seq,
+    open_plane,
+    universe_id,
+    world_id,
+    world_options,
+)
+from persistence.ids import Hash, UniverseId, WorldId
+from persistence.kernel import entry_kind
+from persistence.records import (
+    ControlIngress,
+    DomainEventIngress,
+    InboxIngress,
+    InboxItem,
+    ReceiptIngress,
+    TimerFiredIngress,
+)
+
+# --------------------------------------------------------------------------- world
+
+
+def cmd_world_create(args: argparse.Namespace) -> int:
+    """Create a world (a new universe and world id unless given)."""
+    plane = open_plane(args, create=True)
+    universe = args.universe or UniverseId.new()
+    world = args.world or WorldId.new()
+    genesis = plane.create_world(universe, world, handle=args.handle)
+    result = {"universe": str(universe), "world": str(world), "genesis": str(genesis.snapshot_ref)}
+    print_json(result) if args.json else print_fields(result)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- cas
+
+
+def cmd_cas_put(args: argparse.Namespace) -> int:
+    """Store a file (or stdin) in the universe's CAS; print its hash."""
+    plane = open_plane(args, create=True)
+    source: BinaryIO = sys.stdin.buffer if args.file == "-" else Path(args.file).open("rb")  # noqa: SIM115
+    with source:
+        digest = plane.put_stream(args.universe, source, expected=args.expect)
+    meta = plane.blob_meta(args.universe, digest)
+    result = {"hash": str(digest), "size": meta.size, "storage": meta.storage}
+    print_json(result) if args.json else print(digest)
+    return EXIT_OK
+
+
+def cmd_cas_get(args: argparse.Namespace) -> int:
+    """Write a body, verified against its hash, to a file or stdout."""
+    plane = open_plane(args)
+    stream = plane.open_blob(args.universe, args.hash)
+    with stream:
+        if args.output in (None, "-"):
+            shutil.copyfileobj(stream, sys.stdout.buffer)
+            sys.stdout.buffer.flush()
+        else:
+            partial = Path(f"{args.output}.partial")
+            try:
+                with partial.open("wb") as out:
+                    shutil.copyfileobj(stream, out)
+            except BaseException:
+                partial.unlink(missing_ok=True)
+                raise
+            partial.replace(args.output)  # only a verified body gets the name
+    return EXIT_OK
+
+
+def cmd_cas_stat(args: argparse.Namespace) -> int:
+    """Print a body's size and where it is stored."""
+    plane = open_plane(args)
+    meta = plane.blob_meta(args.universe, args.hash)
+    result = {
+        "hash": str(args.hash),
+        "size": meta.size,
+        "storage": meta.storage,
+        "object_key": meta.object_key,
+    }
+    print_json(result) if args.json else print_fields(result)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- journal
+
+
+def _preview(data: bytes, width: int = 48) -> str:
+    text = data[:width].hex()
+    return text + ("…" if len(data) > width else "")
+
+
+def cmd_journal_read(args: argparse.Namespace) -> int:
+    """Print entries from a height (stitched from segments and the hot tail)."""
+    plane = open_plane(args)
+    rows = plane.read_range(args.universe, args.world, args.start, args.limit)
+    if args.raw:
+        for _, entry in rows:
+            sys.stdout.buffer.write(len(entry).to_bytes(4, "big") + entry)
+        sys.stdout.buffer.flush()
+        return EXIT_OK
+    if args.json:
+        out = [
+            {"height": h, "size": len(e), "kind": entry_kind(e), "entry_hex": e.hex()}
+            for h, e in rows
+        ]
+        print_json({"head": plane.head(args.universe, args.world), "entries": out})
+    else:
+        table = [
+            {"height": h, "size": len(e), "kind": entry_kind(e), "entry": _preview(e)}
+            for h, e in rows
+        ]
+        print_table(table, ["height", "size", "kind", "entry"])
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- inbox
+
+ITEM_KINDS = ("domain-event", "receipt", "inbox", "timer", "control")
+
+
+def _payload(text: str) -> bytes:
+    try:
+        return cbor.encode(json.loads(text))
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--payload is not JSON a CBOR payload can hold: {exc}") from None
+
+
+def _need(args: argparse.Namespace, *names: str) -> None:
+    missing = [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is None]
+    if missing:
+        raise UsageError(f"--kind {args.kind} needs {', '.join(missing)}")
+
+
+def build_item(args: argparse.Namespace) -> InboxItem:
+    """The inbox item the ``inbox enqueue`` arguments describe (payloads are JSON, stored
+    as canonical CBOR)."""
+    payload = _payload(args.payload)
+    if args.kind == "domain-event":
+        _need(args, "schema")
+        key = None if args.key is None else args.key.encode()
+        return DomainEventIngress(args.schema, payload, key=key)
+    if args.kind == "receipt":
+        _need(args, "intent", "effect_kind", "adapter")
+        signature = bytes.fromhex(args.signature_hex or "")
+        return ReceiptIngress(args.intent, args.effect_kind, args.adapter, payload, signature)
+    if args.kind == "inbox":
+        _need(args, "source")
+        headers = dict(h.split("=", 1) for h in args.header) if args.header else None
+        return InboxIngress(args.source, payload, headers=headers)
+    if args.kind == "timer":
+        _need(args, "timer_id")
+        return TimerFiredIngress(args.timer_id, payload)
+    _need(args, "command_name")
+    return ControlIngress(args.command_name, payload)
+
+
+def cmd_inbox_enqueue(args: argparse.Namespace) -> int:
+    """Enqueue one item; print its sequence."""
+    item = build_item(args)
+    plane = open_plane(args)
+    key = None if args.idempotency_key is None else args.idempotency_key.encode()
+    seq = plane.enqueue(args.universe, args.world, item, idempotency_key=key)
+    print_json({"seq": str(seq)}) if args.json else print(seq)
+    return EXIT_OK
+
+
+def _plain(value: Any) -> Any:
+    """A record map made JSON-safe: CBOR payloads decoded, other bytes and hashes as hex."""
+    if isinstance(value, dict):
+        return {k: _plain(cbor.decode(v) if k.endswith("_cbor") else v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, Hash):
+        return str(value)
+    return value
+
+
+def cmd_inbox_read(args: argparse.Namespace) -> int:
+    """Print pending items (after the cursor, or after ``--after``)."""
+    plane = open_plane(args)
+    after = args.after if args.after is not None else plane.inbox_cursor(args.universe, args.world)
+    items = plane.read_after(args.universe, args.world, after, args.limit)
+    rows = [
+        {"seq": str(seq), "kind": type(item).KIND, "item": _plain(item.to_map())}
+        for seq, item in items
+    ]
+    if args.json:
+        print_json({"after": None if after is None else str(after), "items": rows})
+    else:
+        print_table(
+            [
+                {"seq": r["seq"], "kind": r["kind"], "item": json.dumps(r["item"])[:80]}
+                for r in rows
+            ],
+            ["seq", "kind", "item"],
+        )
+    return EXIT_OK
+
+
+def cmd_inbox_drain(args: argparse.Namespace) -> int:
+    """Move up to ``--max-items`` pending items into the journal (exactly once)."""
+    plane = open_plane(args)
+    result = plane.drain_inbox_to_journal(args.universe, args.world, max_items=args.max_items)
+    out = {
+        "drained": result.count,
+        "first_height": result.first_height if result.count else None,
+        "cursor": None if result.cursor is None else str(result.cursor),
+    }
+    print_json(out) if args.json else print_fields(out)
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+def cmd_snapshot_list(args: argparse.Namespace) -> int:
+    """List the snapshot index, marking the active baseline."""
+    plane = open_plane(args)
+    baseline = plane.active_baseline(args.universe, args.world)
+    rows: list[dict[str, Any]] = [
+        {
+            "height": s.height,
+            "baseline": s == baseline,
+            "snapshot_ref": str(s.snapshot_ref),
+            "logical_time_ns": s.logical_time_ns,
+            "receipt_horizon": s.receipt_horizon_height,
+        }
+        for s in plane.list_snapshots(args.universe, args.world)
+    ]
+    if args.json:
+        print_json(rows)
+    else:
+        for r in rows:
+            r["baseline"] = "*" if r["baseline"] else ""
+        print_table(rows, ["height", "baseline", "snapshot_ref", "receipt_horizon"])
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- registration
+
+
+def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
+    """Add ``world``, ``cas``, ``journal``, ``inbox`` and ``snapshot``."""
+    one_world = world_options(required=True)
+    group = sub.add_parser("world", help="create worlds").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    create = group.add_parser(
+        "create", parents=[common, store], help="create a world (creating the store if needed)"
+    )
+    create.add_argument("--universe", "-u", type=universe_id, help="universe (default: new)")
+    create.add_argument("--world", "-w", type=world_id, help="world (default: new)")
+    create.add_argument("--handle", help="a human-readable name stored with the world")
+    create.set_defaults(run=cmd_world_create)
+
+    cas = sub.add_parser("cas", help="content-addressed store").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    universe_only = argparse.ArgumentParser(add_help=False)
+    universe_only.add_argument("--universe", "-u", type=universe_id, required=True)
+    put = cas.add_parser(
+        "put", parents=[common, store, universe_only], help="store a file or stdin; print hash"
+    )
+    put.add_argument("file", help="file to store, or - for stdin")
+    put.add_argument("--expect", type=hash_id, help="refuse unless the body has this hash")
+    put.set_defaults(run=cmd_cas_put)
+    get = cas.add_parser(
+        "get", parents=[common, store, universe_only], help="write a verified body out"
+    )
+    get.add_argument("hash", type=hash_id)
+    get.add_argument("--output", "-o", help="file to write (default: stdout)")
+    get.set_defaults(run=cmd_cas_get)
+    stat = cas.add_parser("stat", parents=[common, store, universe_only], help="size and location")
+    stat.add_argument("hash", type=hash_id)
+    stat.set_defaults(run=cmd_cas_stat)
+
+    journal = sub.add_parser("journal", help="world journals").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    read = journal.add_parser(
+        "read", parents=[common, store, one_world], help="entries from a height (stitched)"
+    )
+    read.add_argument("--from", dest="start", type=int, default=1, help="first height")
+    read.add_argument("--limit", type=int, default=100, help="entries at most (default 100)")
+    read.add_argument(
+        "--raw", action="store_true", help="write entries to stdout as u32 length + bytes"
+    )
+    read.set_defaults(run=cmd_journal_read)
+
+    inbox = sub.add_parser("inbox", help="world inboxes").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    enqueue = inbox.add_parser(
+        "enqueue", parents=[common, store, one_world], help="enqueue one item; print its seq"
+    )
+    enqueue.add_argument("--kind", choices=ITEM_KINDS, required=True)
+    enqueue.add_argument("--payload", default="null", help="JSON payload (default null)")
+    enqueue.add_argument("--idempotency-key", help="enqueue at most once per key")
+    enqueue.add_argument("--schema", help="domain-event: schema name")
+    enqueue.add_argument("--key", help="domain-event: partition key")
+    enqueue.add_argument("--intent", type=hash_id, help="receipt: intent hash")
+    enqueue.add_argument("--effect-kind", help="receipt: effect kind")
+    enqueue.add_argument("--adapter", help="receipt: adapter id")
+    enqueue.add_argument("--signature-hex", help="receipt: signature bytes in hex")
+    enqueue.add_argument("--source", help="inbox: inbox name")
+    enqueue.add_argument("--header", action="append", help="inbox: header NAME=VALUE")
+    enqueue.add_argument("--timer-id", help="timer: timer id")
+    enqueue.add_argument("--command-name", help="control: command")
+    enqueue.set_defaults(run=cmd_inbox_enqueue)
+    inbox_read = inbox.add_parser(
+        "read", parents=[common, store, one_world], help="pending items after the cursor"
+    )
+    inbox_read.add_argument("--after", type=inbox_seq, help="sequence to read after")
+    inbox_read.add_argument("--limit", type=int, default=100, help="items at most")
+    inbox_read.set_defaults(run=cmd_inbox_read)
+    drain = inbox.add_parser(
+        "drain", parents=[common, store, one_world], help="move pending items to the journal"
+    )
+    drain.add_argument("--max-items", type=int, default=1_000, help="items at most")
+    drain.set_defaults(run=cmd_inbox_drain)
+
+    snapshot = sub.add_parser("snapshot", help="snapshot index").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    listing = snapshot.add_parser(
+        "list", parents=[common, store, one_world], help="the index; * marks the baseline"
+    )
+    listing.set_defaults(run=cmd_snapshot_list)

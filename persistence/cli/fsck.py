@@ -1,0 +1,46 @@
+"""``aosp fsck``: the full read-only integrity check (see :mod:`persistence.fsck`)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from persistence.cli.console import EXIT_CHECK_FAILED, EXIT_OK, Progress, print_json
+from persistence.cli.store import open_plane, universe_id
+
+
+def cmd_fsck(args: argparse.Namespace) -> int:
+    """Check the store; exit 1 on any error finding (on warnings too with ``--strict``)."""
+    from persistence.fsck import Fsck
+
+    plane = open_plane(args)
+    with Progress("fsck", enabled=not args.quiet, unit="steps") as progress:
+        report = Fsck(plane, lambda note: progress.advance(note=note)).run(
+            None if args.universe is None else [args.universe]
+        )
+    if args.json:
+        print_json(report.to_json())
+    else:
+        for f in report.findings:
+            where = f.universe + (f"/{f.world}" if f.world else "")
+            print(f"{f.severity.upper():<8}{f.area:<10}{where} {f.subject}: {f.message}")
+        checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
+        print(f"checked {checked}")
+        print(f"{len(report.errors)} errors, {len(report.warnings)} warnings")
+    failed = report.errors or (args.strict and report.warnings)
+    return EXIT_CHECK_FAILED if failed else EXIT_OK
+
+
+def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
+    """Add ``fsck``."""
+    parser = sub.add_parser(
+        "fsck",
+        parents=[common, store],
+        help="full integrity check: CAS, segments, journals, indexes, orphans (read-only)",
+        description="Reads everything and reports problems; never repairs. Errors are damage "
+        "or loss (exit 1); warnings (orphaned objects, an export in flight) are not, unless "
+        "--strict.",
+    )
+    parser.add_argument("--universe", "-u", type=universe_id, help="check only this universe")
+    parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    parser.set_defaults(run=cmd_fsck)

@@ -1,0 +1,253 @@
+"""Cold history: ``segments plan|export|list|verify`` and ``restore verify``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from typing import Any
+
+from persistence.cli.console import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    Progress,
+    UsageError,
+    print_json,
+    print_table,
+)
+from persistence.cli.store import open_plane, selected_worlds, world_options
+from persistence.errors import Corruption
+from persistence.kernel import Kernel
+
+
+def _export_config(args: argparse.Namespace) -> Any:
+    from segments.export import ExportConfig
+
+    return ExportConfig(
+        enabled=True,
+        margin=args.margin,
+        target_entries=args.target_entries,
+        target_bytes=args.target_bytes,
+        min_entries=args.min_entries,
+    )
+
+
+def cmd_segments_plan(args: argparse.Namespace) -> int:
+    """Show the next range export would move per world (without moving anything)."""
+    from segments.export import Exporter
+
+    plane = open_plane(args)
+    exporter = Exporter(plane, _export_config(args))
+    rows = []
+    for universe, world in selected_worlds(plane, args):
+        plan = exporter.plan(universe, world)
+        segments = plane.list_segments(universe, world)
+        rows.append(
+            {
+                "universe": str(universe),
+                "world": str(world),
+                "head": plane.head(universe, world),
+                "cold_through": segments[-1].end if segments else 0,
+                "next_start": None if plan is None else plan.start,
+                "next_end_at_most": None if plan is None else plan.end,
+            }
+        )
+    if args.json:
+        print_json(rows)
+    else:
+        print_table(
+            rows, ["universe", "world", "head", "cold_through", "next_start", "next_end_at_most"]
+        )
+    return EXIT_OK
+
+
+def cmd_segments_export(args: argparse.Namespace) -> int:
+    """Export every safe range of the selected worlds (resuming interrupted exports)."""
+    from segments.export import Exporter
+
+    plane = open_plane(args)
+    exporter = Exporter(plane, _export_config(args))
+    worlds = selected_worlds(plane, args)
+    exported: list[dict[str, Any]] = []
+    with Progress("export", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
+        for universe, world in worlds:
+            for record in exporter.export_all(universe, world, progress.message):
+                exported.append(
+                    {
+                        "universe": str(universe),
+                        "world": str(world),
+                        "start": record.start,
+                        "end": record.end,
+                        "bytes": record.byte_size,
+                        "object_key": record.object_key,
+                    }
+                )
+            progress.advance()
+    if args.json:
+        print_json({"worlds": len(worlds), "segments": exported})
+    else:
+        print_table(exported, ["world", "start", "end", "bytes", "object_key"])
+        total = sum(r["bytes"] for r in exported)
+        print(f"{len(exported)} segments ({total} bytes) from {len(worlds)} worlds")
+    return EXIT_OK
+
+
+def cmd_segments_list(args: argparse.Namespace) -> int:
+    """List the segment index of the selected worlds."""
+    plane = open_plane(args)
+    rows = [
+        {
+            "universe": str(universe),
+            "world": str(world),
+            "start": s.start,
+            "end": s.end,
+            "entries": s.entry_count,
+            "bytes": s.byte_size,
+            "checksum": f"{s.checksum_algorithm}:{s.checksum.hex()}",
+            "object_key": s.object_key,
+        }
+        for universe, world in selected_worlds(plane, args)
+        for s in plane.list_segments(universe, world)
+    ]
+    if args.json:
+        print_json(rows)
+    else:
+        print_table(rows, ["world", "start", "end", "entries", "bytes", "object_key"])
+    return EXIT_OK
+
+
+def cmd_segments_verify(args: argparse.Namespace) -> int:
+    """Read every indexed segment to its end: header, checksum and index record agree."""
+    from segments.cold import ObjectStoreSegments
+
+    plane = open_plane(args)
+    source = ObjectStoreSegments(plane.objects)
+    records = [
+        (universe, world, s)
+        for universe, world in selected_worlds(plane, args)
+        for s in plane.list_segments(universe, world)
+    ]
+    failures = []
+    with Progress("verify", len(records), enabled=not args.quiet, unit="segments") as progress:
+        for universe, world, record in records:
+            try:
+                source.read(universe, world, record, 1, 0)  # reads and checks the whole object
+            except Corruption as exc:
+                failures.append({"object_key": record.object_key, "error": str(exc)})
+            progress.advance()
+    if args.json:
+        print_json({"segments": len(records), "failed": failures})
+    else:
+        for failure in failures:
+            print(f"FAIL {failure['object_key']}: {failure['error']}")
+        print(f"{len(records) - len(failures)}/{len(records)} segments verified")
+    return EXIT_CHECK_FAILED if failures else EXIT_OK
+
+
+def load_kernel(path: str) -> Kernel:
+    """A kernel from ``module:Class`` (constructed without arguments)."""
+    module_name, _, class_name = path.partition(":")
+    if not class_name:
+        raise UsageError(f"--kernel must be module:Class, not {path!r}")
+    try:
+        kernel_class = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"cannot load kernel {path!r}: {exc}") from None
+    kernel: Kernel = kernel_class()
+    return kernel
+
+
+def cmd_restore_verify(args: argparse.Namespace) -> int:
+    """For each world, restore (baseline + segments + tail) and full replay must agree."""
+    import hashlib
+
+    from segments.restore import full_replay, restore
+
+    plane = open_plane(args)
+    worlds = selected_worlds(plane, args)
+    rows = []
+    with Progress("restore", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
+        for universe, world in worlds:
+            row: dict[str, Any] = {"universe": str(universe), "world": str(world)}
+            try:
+                restored = restore(plane, universe, world, load_kernel(args.kernel))
+                replayed = full_replay(plane, universe, world, load_kernel(args.kernel))
+            except Corruption as exc:
+                row.update(equal=False, error=str(exc))
+            else:
+                row.update(
+                    head=replayed.head,
+                    baseline=restored.from_height,
+                    replayed=restored.replayed,
+                    restored_sha256=hashlib.sha256(restored.state).hexdigest()[:16],
+                    full_sha256=hashlib.sha256(replayed.state).hexdigest()[:16],
+                    equal=restored.state == replayed.state and restored.head == replayed.head,
+                )
+            rows.append(row)
+            progress.advance()
+    differ = [r for r in rows if not r["equal"]]
+    if args.json:
+        print_json({"worlds": len(rows), "differ": len(differ), "results": rows})
+    else:
+        print_table(
+            rows,
+            ["world", "head", "baseline", "replayed", "restored_sha256", "full_sha256", "equal"],
+        )
+        for r in differ:
+            if "error" in r:
+                print(f"FAIL {r['world']}: {r['error']}")
+        print(f"{len(rows) - len(differ)}/{len(rows)} worlds: restore equals full replay")
+    return EXIT_CHECK_FAILED if differ else EXIT_OK
+
+
+def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
+    """Add ``segments`` and ``restore``."""
+    some_worlds = world_options(required=False)
+    export_options = argparse.ArgumentParser(add_help=False)
+    group = export_options.add_argument_group("export")
+    group.add_argument("--margin", type=int, default=0, help="hot entries to keep below baseline")
+    group.add_argument("--target-entries", type=int, default=10_000, help="entries per segment")
+    group.add_argument("--target-bytes", type=int, default=64 << 20, help="bytes per segment")
+    group.add_argument("--min-entries", type=int, default=1, help="smallest segment to write")
+
+    segments = sub.add_parser("segments", help="cold segments").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    plan = segments.add_parser(
+        "plan",
+        parents=[common, store, some_worlds, export_options],
+        help="what export would move next (nothing is changed)",
+    )
+    plan.set_defaults(run=cmd_segments_plan)
+    export = segments.add_parser(
+        "export",
+        parents=[common, store, some_worlds, export_options],
+        help="move journal history below the baseline to segment objects",
+        description="Exports every safe range (below the active baseline, minus "
+        "--margin) of each selected world; resumes any interrupted export first.",
+    )
+    export.set_defaults(run=cmd_segments_export)
+    listing = segments.add_parser(
+        "list", parents=[common, store, some_worlds], help="the segment index"
+    )
+    listing.set_defaults(run=cmd_segments_list)
+    verify = segments.add_parser(
+        "verify",
+        parents=[common, store, some_worlds],
+        help="read every segment: checksum, header and index agree (exit 1 if not)",
+    )
+    verify.set_defaults(run=cmd_segments_verify)
+
+    restore = sub.add_parser("restore", help="restore checks").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    check = restore.add_parser(
+        "verify",
+        parents=[common, store, some_worlds],
+        help="restore equals full replay for every world (exit 1 if not)",
+    )
+    check.add_argument(
+        "--kernel",
+        default="persistence.kernel:ReferenceKernel",
+        help="kernel as module:Class (default: the reference kernel)",
+    )
+    check.set_defaults(run=cmd_restore_verify)

@@ -1,0 +1,113 @@
+"""Which store a command works on: ``--kv URL --objects URL``, or the embedded default
+(SQLite file ``aos.db`` and object directory ``objects/`` under ``--data-dir``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from persistence.cli.console import UsageError
+from persistence.errors import NotFound, Validation
+from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
+from persistence.plane import Plane
+
+T = TypeVar("T")
+
+DEFAULT_DATA_DIR = Path(os.environ.get("AOSP_DATA_DIR", "aosp-data"))
+"""``--data-dir`` when none is given: ``$AOSP_DATA_DIR``, else ``./aosp-data``."""
+DB_FILE = "aos.db"
+OBJECTS_DIR = "objects"
+
+
+def store_options() -> argparse.ArgumentParser:
+    """Options naming the store (a parent parser for every command that opens one)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    group = parser.add_argument_group("store")
+    group.add_argument(
+        "--data-dir",
+        type=Path,
+        default=DEFAULT_DATA_DIR,
+        help=f"embedded store directory (default: $AOSP_DATA_DIR or {DEFAULT_DATA_DIR})",
+    )
+    group.add_argument("--kv", metavar="URL", help="engine URL (memory://, sqlite:///…, fdb://…)")
+    group.add_argument(
+        "--objects", metavar="URL", help="object store URL (file:///…, s3://bucket/prefix?…)"
+    )
+    return parser
+
+
+def store_urls(args: argparse.Namespace) -> tuple[str, str]:
+    """The engine and object-store URLs the arguments name."""
+    if (args.kv is None) != (args.objects is None):
+        raise UsageError("--kv and --objects go together (or neither, for --data-dir)")
+    if args.kv is not None:
+        return str(args.kv), str(args.objects)
+    root = Path(args.data_dir).resolve()
+    return f"sqlite://{root / DB_FILE}", f"file://{root / OBJECTS_DIR}"
+
+
+def open_plane(args: argparse.Namespace, *, create: bool = False) -> Plane:
+    """Open the store. An embedded store that does not exist yet is created only when
+    ``create`` (commands that write); reading commands refuse a missing one, so a
+    mistyped ``--data-dir`` is an error rather than a new empty store."""
+    from backends.kv import open_engine
+    from backends.objects import open_object_store
+
+    kv_url, objects_url = store_urls(args)
+    if args.kv is None:
+        data_dir = Path(args.data_dir)
+        if not (data_dir / DB_FILE).exists():
+            if not create:
+                raise NotFound(
+                    f"no store in {data_dir} (no {DB_FILE}); run `aosp demo` to create one, "
+                    "or name one with --data-dir or --kv/--objects"
+                )
+            data_dir.mkdir(parents=True, exist_ok=True)
+    return Plane(open_engine(kv_url), open_object_store(objects_url))
+
+
+def _id_type(parse: Callable[[str], T]) -> Callable[[str], T]:
+    def parse_argument(text: str) -> T:
+        try:
+            return parse(text)
+        except Validation as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse_argument.__name__ = parse.__name__
+    return parse_argument
+
+
+universe_id = _id_type(UniverseId.parse)
+"""argparse ``type=`` for a universe id (a bad one is a usage error naming it)."""
+world_id = _id_type(WorldId.parse)
+"""argparse ``type=`` for a world id."""
+hash_id = _id_type(Hash.parse)
+"""argparse ``type=`` for a sha256 hash (64 hex digits)."""
+
+
+def world_options(*, required: bool) -> argparse.ArgumentParser:
+    """``--universe``/``--world``: one world when ``required``, else a filter (omit both for
+    every world in the store, ``--universe`` alone for every world of one universe)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    group = parser.add_argument_group("world")
+    group.add_argument("--universe", "-u", type=universe_id, required=required, help="universe id")
+    group.add_argument("--world", "-w", type=world_id, required=required, help="world id")
+    return parser
+
+
+def selected_worlds(plane: Plane, args: argparse.Namespace) -> list[tuple[UniverseId, WorldId]]:
+    """The worlds ``--universe``/``--world`` select, in store order."""
+    if args.world is not None:
+        if args.universe is None:
+            raise UsageError("--world needs --universe")
+        plane.world_meta(args.universe, args.world)  # NotFound, naming it, if absent
+        return [(args.universe, args.world)]
+    universes = [args.universe] if args.universe is not None else plane.universes()
+    return [(u, w) for u in universes for w in plane.worlds(u)]
+
+
+inbox_seq = _id_type(InboxSeq.parse)
+"""argparse ``type=`` for an inbox sequence (24 hex digits)."""

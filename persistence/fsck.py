@@ -1,0 +1,460 @@
+"""``fsck``: a full, read-only integrity check of a store.
+
+What is checked, per universe:
+
+* **CAS** -- every metadata record decodes; an inline body hashes to its key and has the
+  recorded size; an external body exists, has the recorded size and hashes to its key.
+* **Segments** -- the index of each world is contiguous from height 1 without overlap; every
+  indexed object exists, its header names the world and range the index says, its checksum
+  verifies and matches the index record.
+* **Journal** -- every height from the end of segment coverage to the head is stored whole;
+  no hot key remains below coverage unless an export is deleting them (its marker says so).
+* **Snapshots** -- every indexed snapshot is at or below the head and its state and manifest
+  are in the CAS; the active baseline is one of the indexed snapshots.
+* **Inbox** -- the cursor and every pending envelope decode.
+* **Objects** -- objects no CAS record or segment index names (and no export in flight) are
+  *orphans*: garbage, not damage, so they are warnings.
+
+Findings are ``error`` (data is damaged or missing) or ``warning`` (safe but worth a look).
+Nothing is ever repaired: fsck only reads. It sits at the top of the stack (it reads
+segments), so it imports the ``segments`` package inside functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from persistence import kv
+from persistence.errors import (
+    Corruption,
+    CorruptRecord,
+    MissingJournalEntry,
+    NotFound,
+    PersistError,
+)
+from persistence.ids import Hash, UniverseId, WorldId
+from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.plane import Plane
+from persistence.plane.cas import object_key
+from persistence.records import (
+    CasMeta,
+    ExportMarker,
+    InboxCursor,
+    InboxEnvelope,
+    SegmentIndexRecord,
+    decode_record,
+)
+
+Severity = Literal["error", "warning"]
+READ_CHUNK = 1024 * 1024
+MAX_FINDINGS_PER_WORLD = 100
+"""Past this many journal holes in one world, fsck stops listing them (the count says so)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem: how bad, where (area, universe, world, subject) and what."""
+
+    severity: Severity
+    area: str
+    universe: str
+    world: str | None
+    subject: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain dict for reports."""
+        return {
+            "severity": self.severity,
+            "area": self.area,
+            "universe": self.universe,
+            "world": self.world,
+            "subject": self.subject,
+            "message": self.message,
+        }
+
+
+@dataclass
+class FsckReport:
+    """Everything fsck looked at and found."""
+
+    findings: list[Finding] = field(default_factory=list)
+    checked: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> list[Finding]:
+        """Findings of severity ``error``."""
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        """Findings of severity ``warning``."""
+        return [f for f in self.findings if f.severity == "warning"]
+
+    def count(self, what: str, amount: int = 1) -> None:
+        """Add ``amount`` to the tally of checked ``what``."""
+        self.checked[what] = self.checked.get(what, 0) + amount
+
+    def to_json(self) -> dict[str, Any]:
+        """Counts and findings."""
+        return {
+            "ok": not self.errors,
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
+            "checked": dict(sorted(self.checked.items())),
+            "findings": [f.to_json() for f in self.findings],
+        }
+
+
+@kv.transactional
+def _cas_page(
+    tr: kv.Transaction, keys: UniverseKeys, begin: bytes, limit: int
+) -> list[tuple[bytes, bytes]]:
+    _, end = keys.cas_meta_range()
+    return tr.get_range(begin, end, limit=limit, snapshot=True)
+
+
+@kv.transactional
+def _world_records(
+    tr: kv.Transaction, keys: WorldKeys
+) -> tuple[list[tuple[bytes, bytes]], bytes | None, bytes | None]:
+    """The snapshot index, export marker and inbox cursor of a world (one snapshot read)."""
+    return (
+        tr.get_range(*keys.snapshots(), snapshot=True),
+        tr.get(keys.export_marker(), snapshot=True),
+        tr.get(keys.inbox_cursor(), snapshot=True),
+    )
+
+
+@kv.transactional
+def _first_key(tr: kv.Transaction, begin: bytes, end: bytes) -> bytes | None:
+    rows = tr.get_range(begin, end, limit=1, snapshot=True)
+    return rows[0][0] if rows else None
+
+
+@kv.transactional
+def _inbox_page(
+    tr: kv.Transaction, keys: WorldKeys, begin: bytes, limit: int
+) -> list[tuple[bytes, bytes]]:
+    _, end = keys.inbox_after(None)
+    return tr.get_range(begin, end, limit=limit, snapshot=True)
+
+
+class Fsck:
+    """Checks one store; :meth:`run` returns the report. ``progress`` is called with a
+    short note after each world and each CAS page."""
+
+    def __init__(self, plane: Plane, progress: Callable[[str], None] | None = None) -> None:
+        self.plane = plane
+        self.report = FsckReport()
+        self._progress = progress or (lambda _note: None)
+        self._referenced: set[str] = set()
+        self._in_flight: set[str] = set()
+        """Object-key prefixes of exports in flight (their uploads are not orphans)."""
+
+    def run(self, universes: list[UniverseId] | None = None) -> FsckReport:
+        """Check ``universes`` (default: all), then the object store for orphans."""
+        for universe in universes if universes is not None else list(self.plane.universes()):
+            self.report.count("universes")
+            self._check_cas(universe)
+            for world in self.plane.worlds(universe):
+                self._check_world(universe, world)
+                self._progress(f"world {world}")
+            if universes is not None:
+                self._check_orphans(f"cas/{universe}/")
+                self._check_orphans(f"segments/{universe}/")
+        if universes is None:
+            self._check_orphans("")
+        return self.report
+
+    def _add(
+        self,
+        severity: Severity,
+        area: str,
+        universe: UniverseId,
+        world: WorldId | None,
+        subject: str,
+        message: str,
+    ) -> None:
+        self.report.findings.append(
+            Finding(
+                severity,
+                area,
+                str(universe),
+                None if world is None else str(world),
+                subject,
+                message,
+            )
+        )
+
+    # ------------------------------------------------------------------ CAS
+
+    def _check_cas(self, universe: UniverseId) -> None:
+        keys = UniverseKeys(universe)
+        prefix = len(keys.cas_meta_range()[0]) - 1
+        begin = keys.cas_meta_range()[0]
+        while rows := _cas_page(self.plane.engine, keys, begin, 1_000):
+            for key, raw in rows:
+                self._check_blob(universe, key[prefix:], raw)
+            begin = rows[-1][0] + b"\x00"
+            self._progress(f"cas of {universe}: {self.report.checked.get('cas bodies', 0)} bodies")
+
+    def _check_blob(self, universe: UniverseId, packed_hash: bytes, raw: bytes) -> None:
+        from persistence.fdbtuple import unpack
+
+        self.report.count("cas bodies")
+        (digest,) = unpack(packed_hash)
+        subject = digest.hex() if isinstance(digest, bytes) else repr(digest)
+        try:
+            meta = decode_record(CasMeta, raw, "cas meta")
+        except CorruptRecord as exc:
+            self._add("error", "cas", universe, None, subject, str(exc))
+            return
+        if meta.inline_bytes is not None:
+            if hashlib.sha256(meta.inline_bytes).hexdigest() != subject:
+                self._add("error", "cas", universe, None, subject, "inline body hash mismatch")
+            return
+        assert meta.object_key is not None
+        self._referenced.add(meta.object_key)
+        expected_key = object_key(universe, Hash(bytes.fromhex(subject)))
+        if meta.object_key != expected_key:
+            self._add(
+                "error",
+                "cas",
+                universe,
+                None,
+                subject,
+                f"object key {meta.object_key!r} is not the body's key {expected_key!r}",
+            )
+        try:
+            stream = self.plane.objects.open(meta.object_key)
+        except NotFound:
+            self._add("error", "cas", universe, None, subject, f"body {meta.object_key} missing")
+            return
+        digest_of, size = hashlib.sha256(), 0
+        with stream:
+            while chunk := stream.read(READ_CHUNK):
+                digest_of.update(chunk)
+                size += len(chunk)
+        self.report.count("cas bytes read", size)
+        if size != meta.size:
+            self._add(
+                "error",
+                "cas",
+                universe,
+                None,
+                subject,
+                f"body {meta.object_key} is {size} bytes, metadata says {meta.size}",
+            )
+        elif digest_of.hexdigest() != subject:
+            self._add(
+                "error",
+                "cas",
+                universe,
+                None,
+                subject,
+                f"body {meta.object_key} hashes to {digest_of.hexdigest()}",
+            )
+
+    # ------------------------------------------------------------------ worlds
+
+    def _check_world(self, universe: UniverseId, world: WorldId) -> None:
+        self.report.count("worlds")
+        keys = WorldKeys(universe, world)
+        try:
+            head = self.plane.head(universe, world)
+            segments = self.plane.list_segments(universe, world)
+            snapshot_rows, marker_raw, cursor_raw = _world_records(self.plane.engine, keys)
+            marker = (
+                None
+                if marker_raw is None
+                else decode_record(ExportMarker, marker_raw, "export marker")
+            )
+        except PersistError as exc:
+            self._add("error", "journal", universe, world, "records", str(exc))
+            return
+        if marker is not None:
+            self._in_flight.add(marker.object_key)
+            self._add(
+                "warning",
+                "segments",
+                universe,
+                world,
+                marker.object_key,
+                f"export in flight ({marker.state}, {marker.start}-{marker.end}): run export "
+                "again to finish it",
+            )
+        covered = self._check_segments(universe, world, segments, head)
+        self._check_journal(keys, covered, head, marker)
+        self._check_snapshots(universe, world, snapshot_rows, head)
+        self._check_inbox(keys, cursor_raw)
+
+    def _check_segments(
+        self, universe: UniverseId, world: WorldId, segments: list[SegmentIndexRecord], head: int
+    ) -> int:
+        """Verify each indexed segment; return the end of contiguous coverage."""
+        from segments.cold import ObjectStoreSegments
+
+        source = ObjectStoreSegments(self.plane.objects)
+        covered = 0
+        for record in segments:
+            self.report.count("segments")
+            self._referenced.add(record.object_key)
+            if record.start != covered + 1:
+                self._add(
+                    "error",
+                    "segments",
+                    universe,
+                    world,
+                    record.object_key,
+                    f"index not contiguous: segment {record.start}-{record.end} after "
+                    f"coverage to {covered}",
+                )
+            covered = max(covered, record.end)
+            if record.end > head:
+                self._add(
+                    "error",
+                    "segments",
+                    universe,
+                    world,
+                    record.object_key,
+                    f"segment ends at {record.end}, above the head {head}",
+                )
+            try:
+                source.read(universe, world, record, 1, 0)  # verifies the whole object
+            except Corruption as exc:
+                self._add("error", "segments", universe, world, record.object_key, str(exc))
+            else:
+                self.report.count("segment bytes read", record.byte_size)
+        return covered
+
+    def _check_journal(
+        self, keys: WorldKeys, covered: int, head: int, marker: ExportMarker | None
+    ) -> None:
+        universe, world = keys.universe, keys.world
+        if covered and _first_key(self.plane.engine, *keys.entries_between(1, covered)):
+            deleting = marker is not None and marker.state == "delete_started"
+            if not deleting:
+                self._add(
+                    "warning",
+                    "journal",
+                    universe,
+                    world,
+                    f"heights 1-{covered}",
+                    "hot keys remain below segment coverage (an export did not finish "
+                    "deleting them)",
+                )
+        height, holes = covered + 1, 0
+        page = self.plane.config.read_page_entries
+        while height <= head:
+            try:
+                rows = self.plane.read_hot(universe, world, height, min(page, head - height + 1))
+            except MissingJournalEntry as exc:
+                holes += 1
+                if holes <= MAX_FINDINGS_PER_WORLD:
+                    self._add("error", "journal", universe, world, f"height {exc.height}", str(exc))
+                height = max(height, exc.height) + 1
+                continue
+            if not rows:
+                self._add(
+                    "error",
+                    "journal",
+                    universe,
+                    world,
+                    f"height {height}",
+                    "no hot entry and no segment covers it",
+                )
+                break
+            self.report.count("journal entries", len(rows))
+            height = rows[-1][0] + 1
+        if holes > MAX_FINDINGS_PER_WORLD:
+            self._add(
+                "error",
+                "journal",
+                universe,
+                world,
+                "holes",
+                f"{holes} missing heights in all (first {MAX_FINDINGS_PER_WORLD} listed)",
+            )
+
+    def _check_snapshots(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        rows: list[tuple[bytes, bytes]],
+        head: int,
+    ) -> None:
+        from persistence.records import SnapshotRecord
+
+        heights: dict[int, SnapshotRecord] = {}
+        for _, raw in rows:
+            self.report.count("snapshots")
+            try:
+                record = decode_record(SnapshotRecord, raw, "snapshot record")
+            except CorruptRecord as exc:
+                self._add("error", "snapshots", universe, world, "index", str(exc))
+                continue
+            heights[record.height] = record
+            subject = f"snapshot {record.height}"
+            if record.height > head:
+                self._add("error", "snapshots", universe, world, subject, f"above the head {head}")
+            for what, ref in (("state", record.snapshot_ref), ("manifest", record.manifest_hash)):
+                if not self.plane.has(universe, ref):
+                    self._add(
+                        "error",
+                        "snapshots",
+                        universe,
+                        world,
+                        subject,
+                        f"{what} {ref} is not in the CAS",
+                    )
+        try:
+            baseline = self.plane.active_baseline(universe, world)
+        except PersistError as exc:
+            self._add("error", "snapshots", universe, world, "baseline", str(exc))
+            return
+        if heights.get(baseline.height) != baseline:
+            self._add(
+                "error",
+                "snapshots",
+                universe,
+                world,
+                f"baseline {baseline.height}",
+                "the active baseline is not the snapshot indexed at its height",
+            )
+
+    def _check_inbox(self, keys: WorldKeys, cursor_raw: bytes | None) -> None:
+        universe, world = keys.universe, keys.world
+        try:
+            if cursor_raw is not None:
+                decode_record(InboxCursor, cursor_raw, "inbox cursor")
+            begin = keys.inbox_after(None)[0]
+            while rows := _inbox_page(self.plane.engine, keys, begin, 1_000):
+                for _, raw in rows:
+                    decode_record(InboxEnvelope, raw, "inbox envelope")
+                self.report.count("inbox items", len(rows))
+                begin = rows[-1][0] + b"\x00"
+        except CorruptRecord as exc:
+            self._add("error", "inbox", universe, world, "records", str(exc))
+
+    # ------------------------------------------------------------------ objects
+
+    def _check_orphans(self, prefix: str) -> None:
+        for info in self.plane.objects.list(prefix):
+            self.report.count("objects")
+            if info.key in self._referenced or info.key.startswith(tuple(self._in_flight)):
+                continue
+            universe = info.key.split("/")[1] if info.key.count("/") >= 2 else "?"
+            self.report.findings.append(
+                Finding(
+                    "warning",
+                    "objects",
+                    universe,
+                    None,
+                    info.key,
+                    f"orphaned object ({info.size} bytes): no CAS record or segment names it",
+                )
+            )

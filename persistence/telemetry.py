@@ -1,0 +1,184 @@
+"""Spans and per-operation statistics for plane operations.
+
+Every public :class:`~persistence.plane.Plane` operation is wrapped by :func:`traced`. When
+``opentelemetry-api`` is installed each call is an OpenTelemetry span named
+``aos.<operation>`` carrying ``aos.universe``, ``aos.world``, input sizes
+(``aos.entries``, ``aos.bytes``), result sizes (``aos.rows``) and, on failure,
+``aos.error.kind`` (the :class:`~persistence.errors.PersistError` kind, or ``internal``);
+without an SDK configured those spans are OpenTelemetry's no-op spans. Without the package
+the wrapper costs one flag check.
+
+Independently, :func:`collect_stats` records count, errors and latencies per operation in
+this process (what ``aosp --stats`` prints).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+
+from persistence.errors import PersistError
+
+_otel_trace: types.ModuleType | None
+try:
+    import opentelemetry.trace as _otel_trace
+except ImportError:  # the optional extra is not installed: spans are off
+    _otel_trace = None
+_tracer: Any = None if _otel_trace is None else _otel_trace.get_tracer("aos-persistence")
+"""A proxy: it follows whatever tracer provider the application installs, even later."""
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+SPAN_PREFIX = "aos."
+
+
+@dataclass
+class OperationStats:
+    """Calls of one operation: how many, how many failed, and their latencies."""
+
+    calls: int = 0
+    errors: int = 0
+    seconds: list[float] = field(default_factory=list)
+
+    def quantile(self, q: float) -> float:
+        """The ``q`` quantile of the latencies in seconds (nearest rank; 0 when no calls)."""
+        if not self.seconds:
+            return 0.0
+        ordered = sorted(self.seconds)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def to_json(self) -> dict[str, Any]:
+        """Counts and latency summary in milliseconds."""
+        total = sum(self.seconds)
+        return {
+            "calls": self.calls,
+            "errors": self.errors,
+            "total_ms": round(total * 1e3, 3),
+            "mean_ms": round(total / self.calls * 1e3, 3) if self.calls else 0.0,
+            "p50_ms": round(self.quantile(0.5) * 1e3, 3),
+            "p99_ms": round(self.quantile(0.99) * 1e3, 3),
+            "max_ms": round(max(self.seconds, default=0.0) * 1e3, 3),
+        }
+
+
+class StatsRecorder:
+    """Per-operation statistics of the calls made while it is active (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.operations: dict[str, OperationStats] = {}
+
+    def record(self, operation: str, seconds: float, failed: bool) -> None:
+        """Count one call."""
+        with self._lock:
+            stats = self.operations.setdefault(operation, OperationStats())
+            stats.calls += 1
+            stats.errors += failed
+            stats.seconds.append(seconds)
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        """``{operation: summary}`` sorted by operation name."""
+        with self._lock:
+            return {name: self.operations[name].to_json() for name in sorted(self.operations)}
+
+
+_recorders: list[StatsRecorder] = []
+
+
+@contextmanager
+def collect_stats() -> Iterator[StatsRecorder]:
+    """Record statistics of every traced call in this process until the block ends."""
+    recorder = StatsRecorder()
+    _recorders.append(recorder)
+    try:
+        yield recorder
+    finally:
+        _recorders.remove(recorder)
+
+
+def _input_attributes(arguments: dict[str, Any]) -> dict[str, Any]:
+    attributes: dict[str, Any] = {}
+    for name in ("universe", "world"):
+        if name in arguments:
+            attributes[SPAN_PREFIX + name] = str(arguments[name])
+    entries = arguments.get("entries")
+    if isinstance(entries, Sequence):
+        attributes[SPAN_PREFIX + "entries"] = len(entries)
+        attributes[SPAN_PREFIX + "bytes"] = sum(len(e) for e in entries)
+    data = arguments.get("data", arguments.get("state"))
+    if isinstance(data, bytes):
+        attributes[SPAN_PREFIX + "bytes"] = len(data)
+    return attributes
+
+
+def _result_rows(result: object) -> int | None:
+    if isinstance(result, list | tuple):
+        return len(result)
+    count = getattr(result, "count", None)
+    return count if isinstance(count, int) else None
+
+
+def traced(operation: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """Wrap a plane method: a span named ``aos.<operation>`` and a stats record per call."""
+
+    def decorate(method: Callable[P, T]) -> Callable[P, T]:
+        signature = inspect.signature(method)
+        name = SPAN_PREFIX + operation
+
+        @functools.wraps(method)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+            if _otel_trace is None and not _recorders:
+                return method(*args, **kwargs)
+            start = time.perf_counter()
+            failed = True
+            try:
+                if _otel_trace is None:
+                    result = method(*args, **kwargs)
+                else:
+                    result = _call_in_span(name, signature, method, args, kwargs)
+                failed = False
+                return result
+            finally:
+                elapsed = time.perf_counter() - start
+                for recorder in _recorders:
+                    recorder.record(operation, elapsed, failed)
+
+        return wrapper
+
+    return decorate
+
+
+def _call_in_span(
+    name: str,
+    signature: inspect.Signature,
+    method: Callable[..., T],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> T:
+    assert _otel_trace is not None
+    with _tracer.start_as_current_span(name, record_exception=False) as span:
+        if span.is_recording():
+            bound = signature.bind_partial(*args, **kwargs).arguments
+            span.set_attributes(_input_attributes(bound))
+        try:
+            result = method(*args, **kwargs)
+        except PersistError as exc:
+            span.set_attribute(SPAN_PREFIX + "error.kind", exc.kind)
+            span.set_status(_otel_trace.StatusCode.ERROR, str(exc))
+            raise
+        except Exception as exc:
+            span.set_attribute(SPAN_PREFIX + "error.kind", "internal")
+            span.set_status(_otel_trace.StatusCode.ERROR, type(exc).__name__)
+            raise
+        rows = _result_rows(result)
+        if rows is not None:
+            span.set_attribute(SPAN_PREFIX + "rows", rows)
+        return result

@@ -1,0 +1,143 @@
+"""``aosp fsck`` finds each planted fault (exit 1, the finding names it); a clean store
+exits 0; warnings (orphans) fail only with ``--strict``. Stored data is never changed."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import WorldKeys
+from persistence.plane import Plane
+from tests.cli.conftest import Store, aosp
+from tests.cli.test_commands import open_store
+
+
+def fsck(store: Store, *more: str) -> tuple[int, dict[str, Any]]:
+    result = aosp("fsck", *store.args("--json", "--quiet", *more))
+    return result.code, result.json()
+
+
+def flip_byte(path: Path, offset: int) -> None:
+    body = bytearray(path.read_bytes())
+    body[offset] ^= 0x01
+    path.chmod(0o644)
+    path.write_bytes(bytes(body))
+
+
+def ids(store: Store) -> tuple[UniverseId, WorldId]:
+    return UniverseId.parse(store.universe), WorldId.parse(store.world)
+
+
+def external_blob(store: Store, plane: Plane) -> tuple[str, Path]:
+    u, _ = ids(store)
+    digest = plane.put_verified(u, os.urandom(40_000))
+    key = plane.blob_meta(u, digest).object_key
+    assert key is not None
+    return str(digest), store.data_dir / "objects" / key
+
+
+def first_segment(store: Store, plane: Plane) -> tuple[str, Path]:
+    u, w = ids(store)
+    key = plane.list_segments(u, w)[0].object_key
+    return key, store.data_dir / "objects" / key
+
+
+def snapshot_of(store: Store) -> tuple[list[tuple[bytes, bytes]], dict[str, bytes]]:
+    """Every key-value pair and every object of the store."""
+    plane = open_store(store)
+    pairs = plane.engine.create_transaction().get_range(b"", b"\xff")
+    plane.engine.close()
+    root = store.data_dir / "objects"
+    objects = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    return pairs, objects
+
+
+def test_clean_store_passes(store: Store) -> None:
+    code, report = fsck(store)
+    assert code == 0, report
+    assert report["errors"] == 0 and report["warnings"] == 0
+    checked = report["checked"]
+    assert checked["worlds"] == 3 and checked["segments"] >= 3 and checked["cas bodies"] > 0
+    assert checked["journal entries"] > 0 and checked["snapshots"] >= 6
+
+
+def plant_cas_flip(store: Store, plane: Plane) -> str:
+    digest, path = external_blob(store, plane)
+    flip_byte(path, 1234)
+    return digest
+
+
+def plant_segment_flip(store: Store, plane: Plane) -> str:
+    key, path = first_segment(store, plane)
+    flip_byte(path, path.stat().st_size // 2)
+    return key
+
+
+def plant_segment_deleted(store: Store, plane: Plane) -> str:
+    key, path = first_segment(store, plane)
+    path.unlink()
+    return key
+
+
+def plant_hot_key_deleted(store: Store, plane: Plane) -> str:
+    u, w = ids(store)
+    head = plane.head(u, w)
+    keys = WorldKeys(u, w)
+    tr = plane.engine.create_transaction()
+    tr.clear_range(*keys.entry_prefix(head))
+    tr.commit()
+    return f"height {head}"
+
+
+PLANTS: dict[str, tuple[Callable[[Store, Plane], str], str]] = {
+    "flipped CAS body byte": (plant_cas_flip, "cas"),
+    "flipped segment byte": (plant_segment_flip, "segments"),
+    "deleted segment object": (plant_segment_deleted, "segments"),
+    "deleted hot journal key": (plant_hot_key_deleted, "journal"),
+}
+
+
+@pytest.mark.parametrize("plant", PLANTS, ids=list(PLANTS))
+def test_each_planted_fault_is_found(store: Store, plant: str) -> None:
+    planter, area = PLANTS[plant]
+    subject = planter(store, open_store(store))
+    before = snapshot_of(store)
+    code, report = fsck(store)
+    assert code == 1, report
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert [(f["area"], f["subject"]) for f in errors] == [(area, subject)], errors
+    text = aosp("fsck", *store.args("--quiet"))
+    assert text.code == 1 and subject in text.text and "1 errors" in text.text
+    assert snapshot_of(store) == before  # fsck changed nothing
+
+
+def test_orphaned_object_is_a_warning_unless_strict(store: Store) -> None:
+    u, _ = ids(store)
+    body = os.urandom(30_000)
+    orphan = (
+        store.data_dir / "objects" / "cas" / str(u) / "sha256" / hashlib.sha256(body).hexdigest()
+    )
+    orphan.write_bytes(body)  # an upload whose metadata never committed (failure mode 1)
+    code, report = fsck(store)
+    assert code == 0
+    assert [(f["severity"], f["area"]) for f in report["findings"]] == [("warning", "objects")]
+    assert report["findings"][0]["subject"].endswith(hashlib.sha256(body).hexdigest())
+    strict, _ = fsck(store, "--strict")
+    assert strict == 1
+
+
+def test_universe_filter_checks_only_that_universe(store: Store) -> None:
+    other = UniverseId.new()
+    plane = open_store(store)
+    plane.create_world(other, WorldId.new())
+    plant_segment_deleted(store, plane)  # damage is in the demo universe
+    code, report = fsck(store, "--universe", str(other))
+    assert code == 0 and report["checked"]["universes"] == 1 and report["checked"]["worlds"] == 1
+    code, _ = fsck(store, "--universe", store.universe)
+    assert code == 1

@@ -1,0 +1,115 @@
+"""``aosp segments plan|export|list|verify`` and ``aosp restore verify`` through a real
+subprocess, on a store with history below its baseline that is not exported yet."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from persistence.ids import UniverseId, WorldId
+from persistence.kernel import ReferenceKernel
+from persistence.plane import Plane
+from segments.restore import full_replay
+from tests.cli.conftest import Store, aosp
+from tests.cli.test_commands import open_store
+from tests.cli.test_fsck import flip_byte, ids
+
+
+def grow(plane: Plane, universe: UniverseId, world: WorldId, entries: int) -> int:
+    """Append ``entries`` entries and promote a baseline at the new head; return it."""
+    head = plane.head(universe, world)
+    plane.append_batch(universe, world, head, [os.urandom(100) for _ in range(entries)])
+    state = full_replay(plane, universe, world, ReferenceKernel())
+    plane.snapshot_commit(
+        universe,
+        world,
+        state.state,
+        height=state.head,
+        logical_time_ns=time.time_ns(),
+        receipt_horizon_height=state.head,
+        promote_baseline=True,
+    )
+    return state.head
+
+
+@pytest.fixture
+def grown(store: Store) -> tuple[Store, int]:
+    plane = open_store(store)
+    u, w = ids(store)
+    cold_through = plane.list_segments(u, w)[-1].end
+    new_baseline = grow(plane, u, w, 50)
+    plane.engine.close()
+    assert new_baseline > cold_through
+    return store, new_baseline
+
+
+def test_plan_export_list_verify(grown: tuple[Store, int]) -> None:
+    store, baseline = grown
+    plan = aosp("segments", "plan", *store.world_args("--json")).json()
+    assert len(plan) == 1 and plan[0]["next_start"] == plan[0]["cold_through"] + 1
+    assert plan[0]["next_end_at_most"] == baseline - 1  # the baseline entry stays hot
+    assert aosp("segments", "list", *store.world_args("--json")).json()[-1]["end"] < baseline
+
+    exported = aosp("segments", "export", *store.world_args("--target-entries", "20", "--json"))
+    assert exported.code == 0, exported.err
+    segments = exported.json()["segments"]
+    assert segments[0]["start"] == plan[0]["next_start"] and segments[-1]["end"] == baseline - 1
+    assert all(s["end"] - s["start"] < 20 for s in segments) and len(segments) >= 3
+    listed = aosp("segments", "list", *store.world_args("--json")).json()
+    assert [(s["start"], s["end"]) for s in listed][-len(segments) :] == [
+        (s["start"], s["end"]) for s in segments
+    ]
+    again = aosp("segments", "plan", *store.world_args("--json")).json()
+    assert again[0]["next_start"] is None  # nothing left below the baseline
+    verified = aosp("segments", "verify", *store.args("--json", "--quiet"))
+    assert verified.code == 0 and verified.json()["failed"] == []
+    assert verified.json()["segments"] == len(
+        aosp("segments", "list", *store.args("--json")).json()
+    )
+    restored = aosp("restore", "verify", *store.args("--json", "--quiet")).json()
+    assert restored["differ"] == 0 and restored["worlds"] == 3
+
+
+def test_export_shows_progress_and_refuses_bad_config(grown: tuple[Store, int]) -> None:
+    store, _ = grown
+    result = aosp("segments", "export", *store.args("--target-entries", "0"))
+    assert result.code == 2 and "target_entries" in result.err.lower().replace("-", "_")
+    ok = aosp("segments", "export", *store.args())
+    assert ok.code == 0 and "export [" in ok.err and "segments (" in ok.text
+
+
+def test_verify_names_a_damaged_segment(store: Store) -> None:
+    plane = open_store(store)
+    u, w = ids(store)
+    key = plane.list_segments(u, w)[0].object_key
+    flip_byte(store.data_dir / "objects" / key, 60)
+    result = aosp("segments", "verify", *store.args("--quiet"))
+    assert result.code == 1 and f"FAIL {key}" in result.text and "2/3 segments" in result.text
+
+
+def test_restore_verify_flags_an_inconsistent_baseline(store: Store) -> None:
+    plane = open_store(store)
+    u, w = ids(store)
+    head = plane.head(u, w)
+    plane.append_batch(u, w, head, [b"one more"])
+    plane.snapshot_commit(
+        u,
+        w,
+        b"\xa0",
+        height=head + 1,
+        logical_time_ns=time.time_ns(),
+        receipt_horizon_height=head + 1,
+        promote_baseline=True,
+    )  # a baseline whose state is not the replay of its journal
+    result = aosp("restore", "verify", *store.args("--json", "--quiet"))
+    assert result.code == 1
+    rows = {r["world"]: r for r in result.json()["results"]}
+    assert rows[store.world]["equal"] is False
+    assert [r["equal"] for k, r in rows.items() if k != store.world] == [True, True]
+
+
+def test_restore_verify_with_a_bad_kernel_path(store: Store) -> None:
+    result = aosp("restore", "verify", *store.args("--kernel", "no.such:Kernel"))
+    assert result.code == 2 and "cannot load kernel" in result.err

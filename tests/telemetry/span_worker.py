@@ -1,0 +1,52 @@
+"""Runs plane operations under an OpenTelemetry SDK provider (in its own process, so the
+global provider does not leak into other tests) and prints the finished spans as JSON."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from backends.kv.memory import MemoryEngine
+from backends.objects.memory import MemoryObjectStore
+from persistence.errors import HeadAdvanced
+from persistence.ids import UniverseId, WorldId
+from persistence.plane import Plane
+
+
+def main() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    plane = Plane(MemoryEngine(), MemoryObjectStore())
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    plane.append_batch(u, w, 0, [b"a" * 10, b"b" * 20, b"c" * 30])
+    plane.read_range(u, w, 1, 10)
+    with contextlib.suppress(HeadAdvanced):
+        plane.append_batch(u, w, 0, [b"late"])
+    print(
+        json.dumps(
+            {
+                "universe": str(u),
+                "world": str(w),
+                "spans": [
+                    {
+                        "name": s.name,
+                        "attributes": dict(s.attributes or {}),
+                        "error": s.status.status_code.name == "ERROR",
+                    }
+                    for s in exporter.get_finished_spans()
+                ],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
