@@ -45,9 +45,9 @@ class DemoConfig:
     """Sizes of the simulation."""
 
     data_dir: Path
-    worlds: int = 8
+    worlds: int = 32
     writers: int = 4
-    items: int = 200
+    items: int = 500
     snapshot_every: int = 40
     segment_entries: int = 25
 

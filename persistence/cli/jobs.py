@@ -12,6 +12,7 @@ from persistence.cli.console import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     Progress,
+    UsageError,
     print_json,
 )
 from persistence.cli.store import DEFAULT_DATA_DIR
@@ -25,6 +26,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Run the world-host simulation on the embedded default store and verify it."""
     from persistence import demo
 
+    for name in ("worlds", "writers", "items"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name} must be at least 1")
     config = demo.DemoConfig(
         data_dir=args.data_dir, worlds=args.worlds, writers=args.writers, items=args.items
     )
@@ -152,9 +156,9 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     demo.add_argument(
         "--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="store directory (created)"
     )
-    demo.add_argument("--worlds", type=int, default=8, help="worlds to simulate (default 8)")
+    demo.add_argument("--worlds", type=int, default=32, help="worlds to simulate (default 32)")
     demo.add_argument("--writers", type=int, default=4, help="writer processes (default 4)")
-    demo.add_argument("--items", type=int, default=200, help="inbox items per writer")
+    demo.add_argument("--items", type=int, default=500, help="inbox items per writer (500)")
     demo.set_defaults(run=cmd_demo)
 
     conf = sub.add_parser(
