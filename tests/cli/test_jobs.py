@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-
-def aosp(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "persistence.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+from tests.cli.conftest import aosp
 
 
 def test_help_lists_commands() -> None:
     result = aosp("--help")
-    assert result.returncode == 0
+    assert result.code == 0
     for command in ("demo", "bench"):
-        assert command in result.stdout
-    assert "Exit codes" in result.stdout
+        assert command in result.text
+    assert "Exit codes" in result.text
 
 
 def test_demo_verifies_its_workload(tmp_path: Path) -> None:
@@ -39,8 +29,8 @@ def test_demo_verifies_its_workload(tmp_path: Path) -> None:
         "30",
         "--json",
     )
-    assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout)
+    assert result.code == 0, result.err
+    summary = result.json()
     assert summary["items"] == 60 and summary["worlds"] == 3
     assert summary["all_verified"] is True and all(summary["checks"].values())
     assert summary["segments"] > 0 and summary["worlds_restored"] == 3
@@ -52,11 +42,42 @@ def test_demo_refuses_a_foreign_store_with_one_line_error(tmp_path: Path) -> Non
     data.mkdir()
     (data / "aos.db").write_text("not a database")
     result = aosp("demo", "--data-dir", str(data))
-    assert result.returncode == 3
-    assert result.stderr.strip().count("\n") == 0
-    assert "not an SQLite database" in result.stderr
+    assert result.code == 3
+    assert result.err.strip().count("\n") == 0
+    assert "not an SQLite database" in result.err
     assert (data / "aos.db").read_text() == "not a database"
 
 
 def test_usage_error_exit_code() -> None:
-    assert aosp("no-such-command").returncode == 2
+    assert aosp("no-such-command").code == 2
+
+
+def test_bench_json_lists_figures_with_their_peers(tmp_path: Path) -> None:
+    result = aosp("bench", "engine", "--seconds", "0.05", "--json", "--quiet")
+    assert result.code == 0, result.err
+    figures = result.json()
+    assert len(figures) == 2
+    for figure in figures:
+        assert set(figure) == {
+            "name",
+            "value",
+            "unit",
+            "baseline",
+            "baseline_value",
+            "ratio",
+            "target",
+            "better",
+        }
+        assert figure["value"] > 0 and figure["baseline_value"] > 0
+        assert figure["ratio"] == round(figure["value"] / figure["baseline_value"], 4)
+
+
+def test_bench_rejects_an_unknown_suite() -> None:
+    result = aosp("bench", "no-such-suite")
+    assert result.code == 2 and "invalid choice" in result.err
+
+
+def test_demo_rejects_zero_sizes(tmp_path: Path) -> None:
+    result = aosp("demo", "--data-dir", str(tmp_path / "d"), "--worlds", "0")
+    assert result.code == 2 and "--worlds must be at least 1" in result.err
+    assert not (tmp_path / "d").exists()
