@@ -37,6 +37,7 @@ from persistence.objects import COPY_CHUNK
 from persistence.plane import Plane, journal, segment_index
 from persistence.plane.snapshots import read_baseline
 from persistence.records import ExportMarker, SegmentIndexRecord, decode_record
+from persistence.telemetry import traced
 from segments.format import CHECKSUM_ALGORITHM, SegmentHeader, SegmentReader, SegmentWriter
 from segments.format import segment_key as _segment_key
 
@@ -225,6 +226,7 @@ class Exporter:
             done.append(record)
         return done
 
+    @traced("segments.export")
     def export_once(
         self,
         universe: UniverseId,

@@ -17,6 +17,7 @@ from persistence.ids import Hash, UniverseId, WorldId
 from persistence.kernel import Kernel
 from persistence.plane import Plane
 from persistence.records import SnapshotRecord
+from persistence.telemetry import traced
 
 REPLAY_PAGE: Final = 10_000
 
@@ -85,6 +86,7 @@ def replay(
     return RestoreResult(head, start.height, head - start.height, kernel.snapshot())
 
 
+@traced("restore")
 def restore(
     plane: Plane,
     universe: UniverseId,
@@ -96,6 +98,7 @@ def restore(
     return replay(plane, universe, world, kernel, plane.active_baseline(universe, world), progress)
 
 
+@traced("restore.full_replay")
 def full_replay(
     plane: Plane,
     universe: UniverseId,
