@@ -262,13 +262,23 @@ class CasMeta(Record):
 
 @dataclass(frozen=True, slots=True)
 class SnapshotRecord(Record):
-    """``snapshot/by_height/<h>`` and ``baseline/active``: one kernel snapshot in CAS."""
+    """``snapshot/by_height/<h>`` and ``baseline/active``: one kernel snapshot in CAS.
+
+    ``commit_id`` is bookkeeping, not part of the snapshot: the id of the plane call that
+    wrote this copy (the commit that indexed it, or the one that made it the baseline), so
+    that a call retried after ``commit_unknown_result`` recognises its own earlier commit,
+    as ``JournalHead.batch_id`` does for appends. It is ignored by ``==``, ``hash`` and
+    ``repr`` and never announced in the journal; records written before it existed have
+    none."""
 
     snapshot_ref: Hash = _f(HASH)
     height: int = _f(U64)
     logical_time_ns: int = _f(U64)
     manifest_hash: Hash = _f(HASH)
     receipt_horizon_height: int | None = _opt(U64)
+    commit_id: bytes | None = field(
+        default=None, compare=False, repr=False, metadata={"codec": BYTES}
+    )
 
     @classmethod
     def from_cbor(cls, data: bytes) -> SnapshotRecord:

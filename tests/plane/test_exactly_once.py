@@ -3,14 +3,17 @@ apply is recognised by every write protocol (memory engine with scripted faults)
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
 from persistence import cbor, kv
-from persistence.ids import UniverseId, WorldId
+from persistence.ids import Hash, UniverseId, WorldId
 from persistence.plane import Plane
-from persistence.records import DomainEventIngress
+from persistence.plane.snapshots import SnapshotOutcome
+from persistence.records import DomainEventIngress, SnapshotRecord
 
 
 def event(n: int) -> DomainEventIngress:
@@ -72,4 +75,49 @@ def test_snapshot_retried_after_applied_unknown_result_journals_once(
     )
     assert plane.head(universe, world) == 3  # entry, snapshot, baseline_snapshot: once each
     assert plane.active_baseline(universe, world).height == 1
-    assert not outcome.indexed  # the retry found the first attempt's work
+    # The retry found the first attempt's commit id with the index entry: it reports what
+    # that attempt did, not "nothing changed".
+    assert outcome == SnapshotOutcome(indexed=True, promoted=True)
+    _, again = plane.snapshot_commit(
+        universe,
+        world,
+        b"s1",
+        height=1,
+        logical_time_ns=1,
+        receipt_horizon_height=1,
+        promote_baseline=True,
+    )
+    assert again == SnapshotOutcome(indexed=False, promoted=False)  # another call: a no-op
+
+
+def test_promotion_retried_after_applied_unknown_result_reports_promoted(
+    faulty: FaultyEngine, plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    plane.append_batch(universe, world, 0, [b"a"])
+    record, first = plane.snapshot_commit(
+        universe, world, b"s1", height=1, logical_time_ns=1, receipt_horizon_height=1
+    )
+    assert first == SnapshotOutcome(indexed=True, promoted=False)
+    faulty.injector.fail_commit(3, kv.COMMIT_UNKNOWN_RESULT, applied=True)  # after 2 CAS puts
+    _, outcome = plane.snapshot_commit(
+        universe,
+        world,
+        b"s1",
+        height=1,
+        logical_time_ns=1,
+        receipt_horizon_height=1,
+        promote_baseline=True,
+    )
+    assert faulty.injector.log == [("commit", (faulty.injector.commits - 1, 1021, True))]
+    assert outcome == SnapshotOutcome(indexed=False, promoted=True)
+    assert plane.active_baseline(universe, world) == record
+    assert plane.head(universe, world) == 3  # entry, snapshot, baseline_snapshot: once each
+
+
+def test_snapshot_records_without_commit_id_still_decode() -> None:
+    """Records written before ``commit_id`` existed decode, and equal the new ones."""
+    record = SnapshotRecord(Hash.of(b"s"), 3, 30, Hash.of(b"m"), receipt_horizon_height=3)
+    stored = replace(record, commit_id=b"\x01" * 16)
+    assert SnapshotRecord.from_cbor(record.to_cbor()) == record
+    assert SnapshotRecord.from_cbor(stored.to_cbor()).commit_id == b"\x01" * 16
+    assert stored == record and hash(stored) == hash(record) and repr(stored) == repr(record)
