@@ -2,7 +2,10 @@
 
 * :mod:`conformance.cases` -- the cases (section 8 of the source specification), written
   against the contracts only;
-* :mod:`conformance.runner` -- runs them and writes JUnit XML and a JSON summary;
+* :mod:`conformance.fault_matrix` -- commit faults (1020, 1021 applied and not, 1007) and
+  crashes at every protocol step, recovered by a new plane, on fault-capable engines;
+* :mod:`conformance.model` -- the oracle model of the contracts, for differential tests;
+* :mod:`conformance.runner` -- runs the cases and writes JUnit XML and a JSON summary;
 * :mod:`conformance.pytest_plugin` -- ``ConformanceTests``, to run the suite inside a
   third-party backend's own pytest run;
 * ``aosp conformance --kv URL --objects URL --profile quick|full --report DIR``.

@@ -65,11 +65,13 @@ class Profile:
     active_worlds: int
     ingress_seconds: float
     export_entries: int
+    fault_seeds: int
+    """Seeded random fault-and-crash runs of the fault matrix, after the systematic ones."""
 
 
 PROFILES = {
-    "quick": Profile("quick", 4, 40, 1_000, 100, 3.0, 3_000),
-    "full": Profile("full", 8, 250, 10_000, 1_000, 20.0, 30_000),
+    "quick": Profile("quick", 4, 40, 1_000, 100, 3.0, 3_000, fault_seeds=0),
+    "full": Profile("full", 8, 250, 10_000, 1_000, 20.0, 30_000, fault_seeds=24),
 }
 
 
@@ -423,6 +425,18 @@ def determinism_drain_order_is_stable(ctx: Context) -> None:
     check(journals[0] == journals[1], "two identical runs journaled items in different orders")
 
 
+# --------------------------------------------------------------------- faults and crashes
+
+
+def commit_faults_and_crash_points(ctx: Context) -> None:
+    """Faults 1: every commit of a host-like workload failed with 1020, 1021 (applied and
+    not) and 1007, and a crash at every crash point, recovered by a new plane: exactly the
+    fault-free state (:mod:`conformance.fault_matrix`; fault-capable engines only)."""
+    from conformance.fault_matrix import commit_faults_and_crash_points as run
+
+    run(ctx)
+
+
 # --------------------------------------------------------------------- scale envelope
 
 
@@ -553,10 +567,12 @@ CASES: dict[str, Callable[[Context], None]] = {
     "failure2_metadata_without_body": failure_metadata_without_body,
     "determinism2_retries_are_exactly_once": determinism_retries_are_exactly_once,
     "determinism3_drain_order_is_stable": determinism_drain_order_is_stable,
+    "faults1_commit_faults_and_crash_points": commit_faults_and_crash_points,
     "scale1_sparse_worlds": scale_sparse_worlds,
     "scale2_active_worlds_no_starvation": scale_active_worlds_no_starvation,
     "scale3_export_does_not_stall_writes": scale_export_does_not_stall_writes,
 }
-"""Every case, by its report name. Failure modes 3 (typed head conflict) and 4 (cursor
-regression rejected) are checked inside cases 2 and 4; determinism 1 (restore equals full
-replay) inside case 6."""
+"""Every case, by its report name, in run order (the scale envelope last: its load would
+slow the cases after it). Failure modes 3 (typed head conflict) and 4 (cursor regression
+rejected) are checked inside cases 2 and 4; determinism 1 (restore equals full replay)
+inside case 6."""
