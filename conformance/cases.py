@@ -55,6 +55,20 @@ class CaseSkipped(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class TortureSize:
+    """Sizes of the SIGKILL crash torture (:mod:`conformance.torture`): OS processes on the
+    shared store, and how long and how often they are killed."""
+
+    worlds: int
+    writers: int
+    drainers: int
+    seconds: float
+    """How long processes run and are killed (the final checks come after)."""
+    mean_kill_interval: float
+    """Mean seconds between two kills (exponentially distributed)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Profile:
     """Sizes of one run. ``quick`` is for CI, ``full`` for nightly runs."""
 
@@ -65,24 +79,42 @@ class Profile:
     active_worlds: int
     ingress_seconds: float
     export_entries: int
+    torture: TortureSize
     fault_seeds: int
     """Seeded random fault-and-crash runs of the fault matrix, after the systematic ones."""
 
 
 PROFILES = {
-    "quick": Profile("quick", 4, 40, 1_000, 100, 3.0, 3_000, fault_seeds=0),
-    "full": Profile("full", 8, 250, 10_000, 1_000, 20.0, 30_000, fault_seeds=24),
+    "quick": Profile(
+        "quick", 4, 40, 1_000, 100, 3.0, 3_000, TortureSize(2, 2, 1, 4.0, 0.4), fault_seeds=0
+    ),
+    "full": Profile(
+        "full", 8, 250, 10_000, 1_000, 20.0, 30_000, TortureSize(4, 4, 2, 30.0, 0.3), fault_seeds=24
+    ),
 }
 
 
 @dataclass
 class Context:
-    """What a case gets: the plane under test and the run's profile."""
+    """What a case gets: the plane under test and the run's profile.
+
+    ``kv_url`` and ``objects_url`` open the same store in another process (the crash
+    torture starts OS processes on it); ``None`` means the URL the engine and the object
+    store report about themselves."""
 
     plane: Plane
     profile: Profile
     progress: Callable[[str], None] = lambda _: None
     notes: dict[str, Any] = field(default_factory=dict)
+    kv_url: str | None = None
+    objects_url: str | None = None
+
+    def store_urls(self) -> tuple[str, str]:
+        """URLs that open the store under test from another process."""
+        return (
+            self.kv_url if self.kv_url is not None else self.plane.engine.url,
+            self.objects_url if self.objects_url is not None else self.plane.objects.url,
+        )
 
     def new_world(self) -> tuple[UniverseId, WorldId]:
         """A world in a fresh universe."""
@@ -437,6 +469,15 @@ def commit_faults_and_crash_points(ctx: Context) -> None:
     run(ctx)
 
 
+def crash_torture(ctx: Context) -> None:
+    """Crash 1: writer, drainer and exporter OS processes SIGKILLed at random moments and
+    restarted, then every invariant checked against what they durably acknowledged
+    (:mod:`conformance.torture`; engines and object stores that processes share)."""
+    from conformance.torture import crash_torture as run
+
+    run(ctx)
+
+
 # --------------------------------------------------------------------- scale envelope
 
 
@@ -568,6 +609,7 @@ CASES: dict[str, Callable[[Context], None]] = {
     "determinism2_retries_are_exactly_once": determinism_retries_are_exactly_once,
     "determinism3_drain_order_is_stable": determinism_drain_order_is_stable,
     "faults1_commit_faults_and_crash_points": commit_faults_and_crash_points,
+    "crash1_sigkill_torture": crash_torture,
     "scale1_sparse_worlds": scale_sparse_worlds,
     "scale2_active_worlds_no_starvation": scale_active_worlds_no_starvation,
     "scale3_export_does_not_stall_writes": scale_export_does_not_stall_writes,

@@ -129,10 +129,14 @@ def run_suite(
     cases: Iterable[str] | None = None,
     progress: Callable[[str], None] = lambda _: None,
 ) -> RunReport:
-    """Run ``cases`` (default: all) against ``plane`` and return the report."""
+    """Run ``cases`` (default: all) against ``plane`` and return the report.
+
+    ``kv_url`` and ``objects_url`` name the store in the report and must open it from
+    another process: the crash torture starts OS processes on them (and skips, saying why,
+    when they name a store that lives inside this process, such as ``memory://``)."""
     report = RunReport(kv_url, objects_url, profile.name)
     names = list(cases) if cases is not None else list(CASES)
-    ctx = Context(plane, profile, progress)
+    ctx = Context(plane, profile, progress, kv_url=kv_url, objects_url=objects_url)
     for index, name in enumerate(names, 1):
         progress(f"[{index}/{len(names)}] {name}")
         result = run_case(name, ctx)
