@@ -24,6 +24,7 @@ and the byte offset where reading stopped.
 
 from __future__ import annotations
 
+import io
 import struct
 import uuid
 from collections.abc import Iterator
@@ -249,3 +250,57 @@ class SegmentReader:
             pass
         assert self.checksum is not None
         return self.checksum
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedSegment:
+    """A whole segment verified in memory. Entry ``i`` (height ``header.start + i``) is
+    ``payload[offsets[i]:offsets[i + 1]]``: one contiguous buffer and its offsets, the
+    layout of an Arrow binary column."""
+
+    header: SegmentHeader
+    checksum: bytes
+    offsets: list[int]
+    payload: bytes
+
+
+def decode_segment(data: bytes, key: str, expect: SegmentHeader | None = None) -> DecodedSegment:
+    """Verify and split a segment held whole in memory: the checksum is checked before any
+    entry is looked at, so nothing unverified is ever returned. The fast path for readers
+    that fetch whole objects (the Spark source); :class:`SegmentReader` streams instead.
+    Every failure raises :class:`SegmentCorruption` naming ``key`` and the offset."""
+    src = _Source(io.BytesIO(data), key)
+    header = _read_header(src)
+    if expect is not None and expect != header:
+        raise SegmentCorruption(
+            key,
+            0,
+            f"header says {header.world} {header.start}-{header.end}, "
+            f"expected {expect.world} {expect.start}-{expect.end}",
+        )
+    body_end = len(data) - len(TRAILER_MAGIC) - DIGEST_SIZE
+    if body_end < src.offset:
+        raise SegmentCorruption(key, len(data), "truncated: no room for the trailer")
+    stored = data[body_end + len(TRAILER_MAGIC) :]
+    computed = blake3.blake3(memoryview(data)[:body_end]).digest()
+    if data[body_end : body_end + len(TRAILER_MAGIC)] != TRAILER_MAGIC or stored != computed:
+        raise SegmentChecksumMismatch(
+            key, body_end + len(TRAILER_MAGIC), stored.hex(), computed.hex()
+        )
+    view = memoryview(data)
+    pos, total = src.offset, 0
+    offsets, pieces = [0], []
+    for height in range(header.start, header.end + 1):
+        if pos + _LENGTH.size > body_end:
+            raise SegmentCorruption(key, pos, f"truncated: length of entry {height}")
+        length = int.from_bytes(view[pos : pos + _LENGTH.size], "big")
+        pos += _LENGTH.size
+        if length > MAX_ENTRY or pos + length > body_end:
+            raise SegmentCorruption(key, pos, f"entry {height} length {length} overruns")
+        pieces.append(view[pos : pos + length])
+        pos += length
+        total += length
+        offsets.append(total)
+    if pos != body_end:
+        raise SegmentCorruption(key, pos, "bytes after the last entry the header counts")
+    return DecodedSegment(header, stored, offsets, b"".join(pieces))

@@ -26,14 +26,17 @@ roles.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from persistence.errors import Validation
 from persistence.objects import ObjectStore
 
 
-def open_object_store(url: str) -> ObjectStore:
-    """Open the object store named by ``url``."""
+def open_object_store(url: str, *, credentials: Mapping[str, str] | None = None) -> ObjectStore:
+    """Open the object store named by ``url``. ``credentials`` (``aws_access_key_id``,
+    ``aws_secret_access_key``, ``aws_session_token``) apply to ``s3://`` only and take
+    precedence over the boto3 chain."""
     parts = urlsplit(url)
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     if parts.scheme == "memory":
@@ -64,5 +67,6 @@ def open_object_store(url: str) -> ObjectStore:
             endpoint_url=options.get("endpoint_url"),
             region=options.get("region"),
             multipart=options.get("multipart", "1") != "0",
+            credentials=credentials,
         )
     raise Validation("objects url", f"unknown object store scheme {parts.scheme!r} in {url!r}")

@@ -56,9 +56,9 @@ import random
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, cast
 from urllib.parse import quote
 
 from persistence.errors import Backend, MissingDependency, NotFound, Validation
@@ -243,6 +243,12 @@ class _BodyReader(io.RawIOBase):
         super().close()
 
 
+CREDENTIAL_NAMES: Final = frozenset(
+    {"aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
+)
+"""Explicit credentials an :class:`S3ObjectStore` accepts (boto3 session arguments)."""
+
+
 class S3ObjectStore(ObjectStore):
     """Create-only objects in an S3 bucket, under an optional key prefix.
 
@@ -273,6 +279,7 @@ class S3ObjectStore(ObjectStore):
         list_page_size: int = DEFAULT_LIST_PAGE_SIZE,
         verify_sha256_locally: bool = True,
         multipart: bool = True,
+        credentials: Mapping[str, str] | None = None,
     ) -> None:
         if not bucket or "/" in bucket or any(c.isspace() for c in bucket):
             raise Validation("s3 bucket", f"not a bucket name: {bucket[:100]!r}")
@@ -287,6 +294,9 @@ class S3ObjectStore(ObjectStore):
             raise Validation("max_attempts", "must be >= 1")
         if not 1 <= list_page_size <= 1000:
             raise Validation("list_page_size", "must be between 1 and 1000")
+        unknown = set(credentials or {}) - CREDENTIAL_NAMES
+        if unknown:
+            raise Validation("s3 credentials", f"unknown name(s) {sorted(unknown)}")
         boto3, config_cls, exceptions = _import_boto3()
         self.bucket = bucket
         self.prefix = prefix
@@ -321,7 +331,9 @@ class S3ObjectStore(ObjectStore):
             }
             if endpoint_url:
                 config_args["s3"] = {"addressing_style": "path"}
-            session = boto3.session.Session()
+            # Explicit credentials (aws_access_key_id, aws_secret_access_key,
+            # aws_session_token) win over the standard chain, which supplies the rest.
+            session = boto3.session.Session(**dict(credentials or {}))
             client = session.client(
                 "s3",
                 endpoint_url=endpoint_url or None,

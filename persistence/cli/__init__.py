@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Sequence
 
 from persistence import telemetry
-from persistence.cli import data, fsck, inspect, jobs, segments
+from persistence.cli import data, fsck, inspect, jobs, segments, spark
 from persistence.cli.console import (
     EXIT_BACKEND,
     EXIT_CONFLICT,
@@ -33,7 +33,7 @@ from persistence.cli.console import (
 from persistence.cli.store import store_options
 from persistence.errors import Conflict, PersistError, Validation
 
-COMMAND_MODULES = (jobs, inspect, data, segments, fsck)
+COMMAND_MODULES = (jobs, inspect, data, segments, fsck, spark)
 """Each registers its commands with ``register(subparsers, common, store)``."""
 
 

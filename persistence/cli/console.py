@@ -56,7 +56,7 @@ def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
     if not rows:
         print("(none)")
         return
-    cells = [[str(row.get(c, "")) for c in columns] for row in rows]
+    cells = [["" if row.get(c) is None else str(row.get(c)) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for r in cells:

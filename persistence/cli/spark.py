@@ -1,0 +1,140 @@
+"""``aosp spark replay-check|analytics``: the Spark jobs of ``spark_connectors``, on a local
+SparkSession by default or on any ``--master``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from persistence.cli.console import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    Progress,
+    print_json,
+    print_table,
+)
+from persistence.cli.store import store_urls, world_options
+
+
+def _session(args: argparse.Namespace, progress: Progress) -> Any:
+    from spark_connectors.session import spark_session
+
+    progress.message(f"starting Spark ({args.master or 'local[*]'})")
+    spark = spark_session(args.master, "aosp", **{"spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from spark_connectors.jobs import Store
+
+    kv, objects = store_urls(args)
+    if args.kv is None and not (Path(args.data_dir) / "aos.db").exists():
+        from persistence.errors import NotFound
+
+        raise NotFound(f"no store in {args.data_dir}; name one with --data-dir or --kv/--objects")
+    return Store(kv, objects)
+
+
+def _selection(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "universes": None if args.universe is None else [str(args.universe)],
+        "worlds": None if args.world is None else [str(args.world)],
+    }
+
+
+def cmd_replay_check(args: argparse.Namespace) -> int:
+    """Restore versus full replay for every selected world, in Spark tasks."""
+    from spark_connectors.jobs import replay_check
+
+    progress = Progress("replay-check", enabled=not args.quiet)
+    spark = _session(args, progress)
+    try:
+        progress.message("checking worlds")
+        rows = [
+            r.asDict()
+            for r in replay_check(spark, _store(args), kernel=args.kernel, **_selection(args))
+            .orderBy("universe", "world")
+            .collect()
+        ]
+    finally:
+        spark.stop()
+    differ = [r for r in rows if not r["equal"]]
+    summary = {"worlds": len(rows), "equal": len(rows) - len(differ), "differ": len(differ)}
+    if args.json:
+        print_json({"summary": summary, "worlds": rows})
+    else:
+        table = [
+            {**r, "full": (r["full_state_sha256"] or "")[:16],
+             "restored": (r["restored_state_sha256"] or "")[:16]}
+            for r in rows
+        ]  # fmt: skip
+        print_table(table, ["world", "head", "baseline_height", "entries_replayed", "full",
+                            "restored", "equal", "error"])  # fmt: skip
+        print(f"{summary['equal']}/{summary['worlds']} worlds: restore equals full replay")
+    return EXIT_CHECK_FAILED if differ else EXIT_OK
+
+
+def cmd_analytics(args: argparse.Namespace) -> int:
+    """Per world and record kind: counts, bytes, heights, segments; written as Parquet."""
+    from spark_connectors.jobs import analytics
+
+    progress = Progress("analytics", enabled=not args.quiet)
+    spark = _session(args, progress)
+    options = {"listing": args.listing, "on_corrupt": args.on_corrupt}
+    if args.universe is not None:
+        options["universe"] = str(args.universe)
+    if args.world is not None:
+        options["world"] = str(args.world)
+    try:
+        by_kind, segments = analytics(spark, _store(args), **options)
+        output = Path(args.output)
+        by_kind.write.mode("overwrite").parquet(str(output / "by_kind"))
+        segments.write.mode("overwrite").parquet(str(output / "segments"))
+        kinds = [r.asDict() for r in spark.read.parquet(str(output / "by_kind")).collect()]
+        worlds = [r.asDict() for r in spark.read.parquet(str(output / "segments")).collect()]
+    finally:
+        spark.stop()
+    kinds.sort(key=lambda r: (r["universe"], r["world"], r["kind"]))
+    worlds.sort(key=lambda r: (r["universe"], r["world"]))
+    if args.json:
+        print_json({"output": str(output), "by_kind": kinds, "segments": worlds})
+    else:
+        print_table(kinds, ["world", "kind", "entries", "bytes", "min_height", "max_height",
+                            "segments"])  # fmt: skip
+        print()
+        print_table(worlds, ["world", "segments", "segment_bytes", "smallest_segment",
+                             "largest_segment", "cold_through"])  # fmt: skip
+        print(f"written: {output / 'by_kind'}, {output / 'segments'} (Parquet)")
+    return EXIT_OK
+
+
+def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
+    """Add ``spark replay-check`` and ``spark analytics``."""
+    spark_options = argparse.ArgumentParser(add_help=False)
+    group = spark_options.add_argument_group("spark")
+    group.add_argument("--master", help="Spark master URL (default: local[*])")
+    filters = world_options(required=False)
+    group_parser = sub.add_parser("spark", help="Spark jobs over cold segments")
+    jobs = group_parser.add_subparsers(dest="action", required=True, metavar="JOB")
+    check = jobs.add_parser(
+        "replay-check",
+        parents=[common, store, filters, spark_options],
+        help="per world: full replay equals restore (exit 1 if any differs)",
+    )
+    check.add_argument(
+        "--kernel",
+        default="persistence.kernel:ReferenceKernel",
+        help="kernel as module:Class (default: the reference kernel)",
+    )
+    check.set_defaults(run=cmd_replay_check)
+    stats = jobs.add_parser(
+        "analytics",
+        parents=[common, store, filters, spark_options],
+        help="per world and record kind: counts, bytes, heights, segments (Parquet)",
+    )
+    stats.add_argument("--output", default="aosp-analytics", help="Parquet output directory")
+    stats.add_argument("--listing", choices=["index", "objects"], default="index")
+    stats.add_argument("--on-corrupt", choices=["fail", "skip"], default="fail")
+    stats.set_defaults(run=cmd_analytics)
