@@ -21,6 +21,8 @@ Options:
 ``partition_bytes``           small segments are grouped up to this many bytes per input
                               partition (default 128 MiB); a larger one is its own
 ``batch_rows``                rows per Arrow record batch (default 8192)
+``pushdown``                  ``false`` when ``spark.sql.python.filterPushdown.enabled``
+                              is off (Spark refuses push-down readers then)
 ``aws_access_key_id`` ...     S3 credentials (with ``aws_secret_access_key`` and
                               ``aws_session_token``); else the boto3 chain on each executor
 ============================  ============================================================
@@ -32,8 +34,10 @@ kind>`` for drained items, ``opaque`` otherwise), ``entry``, ``entry_size`` and 
 
 Filters on ``universe``, ``world`` (equality, ``IN``) and ``height`` (comparisons) are pushed
 down when ``spark.sql.python.filterPushdown.enabled`` is on: whole segments are pruned at
-planning and rows outside the height window are not produced. With push-down off Spark
-filters the rows itself, with the same result.
+planning and rows outside the height window are not produced. With that setting off, Spark
+refuses any reader that implements push-down, so read with ``pushdown=false``: Spark then
+filters the rows itself, with the same result. (Spark 4.3 keeps the planned scan of a
+DataFrame after a push-down: read a fresh DataFrame for each differently filtered query.)
 
 Each segment object is fetched whole and verified (checksum, header, and the index's
 checksum in index mode) before any of its rows is produced, so a task's memory is bounded by
@@ -106,6 +110,7 @@ class ScanOptions:
     partition_bytes: int
     batch_rows: int
     credentials: tuple[tuple[str, str], ...]
+    pushdown: bool = True
     selection: Selection = field(default_factory=Selection)
 
     @classmethod
@@ -113,7 +118,7 @@ class ScanOptions:
         """Validate the reader options; a bad one is ``Validation`` naming it."""
         known = {
             "objects", "kv", "listing", "universe", "world", "on_corrupt", "partition_bytes",
-            "batch_rows", "path", *CREDENTIALS,
+            "batch_rows", "path", "pushdown", *CREDENTIALS,
         }  # fmt: skip
         unknown = {k for k in options if k.lower() not in known}
         if unknown:
@@ -136,6 +141,7 @@ class ScanOptions:
             partition_bytes=_positive(options, "partition_bytes", DEFAULT_PARTITION_BYTES),
             batch_rows=_positive(options, "batch_rows", DEFAULT_BATCH_ROWS),
             credentials=tuple((k, options[k]) for k in CREDENTIALS if options.get(k)),
+            pushdown=_flag(options, "pushdown"),
             selection=Selection(
                 universes=_ids(options.get("universe"), UniverseId.parse),
                 worlds=_ids(options.get("world"), WorldId.parse),
@@ -150,6 +156,13 @@ def _positive(options: Mapping[str, str], name: str, default: int) -> int:
     if not raw.isdigit() or int(raw) < 1:
         raise Validation(f"{NAME}.{name}", f"a positive integer, not {raw!r}")
     return int(raw)
+
+
+def _flag(options: Mapping[str, str], name: str) -> bool:
+    raw = options.get(name, "true").lower()
+    if raw not in ("true", "false"):
+        raise Validation(f"{NAME}.{name}", f"true or false, not {raw!r}")
+    return raw == "true"
 
 
 def _ids(raw: str | None, parse: Any) -> frozenset[str]:
@@ -179,8 +192,9 @@ class SegmentDataSource(DataSource):
         return SCHEMA
 
     def reader(self, schema: StructType) -> SegmentScan:
-        """A reader for one scan."""
-        return SegmentScan(ScanOptions.parse(self.options))
+        """A reader for one scan (with push-down unless the ``pushdown`` option is false)."""
+        options = ScanOptions.parse(self.options)
+        return PushdownSegmentScan(options) if options.pushdown else SegmentScan(options)
 
 
 class SegmentScan(DataSourceReader):
@@ -188,18 +202,8 @@ class SegmentScan(DataSourceReader):
 
     def __init__(self, options: ScanOptions) -> None:
         self.options = options
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        """Take equality/``IN`` on universe and world and comparisons on height; return
-        the rest for Spark to evaluate."""
-        selection = self.options.selection
-        for f in filters:
-            narrowed = _narrow(selection, f)
-            if narrowed is None:
-                yield f
-            else:
-                selection = narrowed
-        self.options = _replace_selection(self.options, selection)
+        self.requested = options.selection
+        """What the options select; push-down narrows a copy of it."""
 
     def partitions(self) -> Sequence[SegmentPartition]:
         """One partition per large segment, small ones grouped (listed on the driver)."""
@@ -225,6 +229,24 @@ class SegmentScan(DataSourceReader):
                 if self.options.on_corrupt == "fail":
                     raise
                 yield _error_batch(ref, str(exc))
+
+
+class PushdownSegmentScan(SegmentScan):
+    """:class:`SegmentScan` with filter push-down. Spark refuses a reader that implements
+    ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is off, so this one is
+    used unless the ``pushdown`` option is ``false``."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        """Take equality/``IN`` on universe and world and comparisons on height; return
+        the rest for Spark to evaluate."""
+        selection = self.requested  # Spark may push again into a kept reader
+        for f in filters:
+            narrowed = _narrow(selection, f)
+            if narrowed is None:
+                yield f
+            else:
+                selection = narrowed
+        self.options = _replace_selection(self.options, selection)
 
 
 def list_segments(options: ScanOptions) -> list[SegmentRef]:
