@@ -50,9 +50,11 @@ import threading
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -71,7 +73,7 @@ from persistence.errors import Corruption, NotFound, SegmentCorruption, Validati
 from persistence.ids import UniverseId, WorldId
 from persistence.kernel import entry_kind
 from persistence.objects import ObjectStore
-from segments.format import SegmentHeader, decode_segment
+from segments.format import DecodedSegment, SegmentHeader, decode_segment
 from spark_connectors.listing import SegmentRef, Selection, from_index, from_objects
 
 NAME: Final = "aos_segments"
@@ -97,6 +99,8 @@ ARROW_SCHEMA: Final = pa.schema(
 CREDENTIALS: Final = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 DEFAULT_PARTITION_BYTES: Final = 128 * 1024 * 1024
 DEFAULT_BATCH_ROWS: Final = 8192
+LENGTH_PREFIX: Final = 4
+"""Bytes of the big-endian length before each entry in a segment (docs/segments.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,46 +285,52 @@ def segment_batches(
         raise SegmentCorruption(
             ref.object_key, len(data), "checksum differs from the segment index's"
         )
-    if len(segment.payload) >= 2**31:
-        raise SegmentCorruption(ref.object_key, 0, "entries over 2 GiB: too large to scan")
+    if len(data) >= 2**31:
+        raise SegmentCorruption(ref.object_key, 0, "segment over 2 GiB: too large to scan")
     lo = max(ref.start, options.selection.min_height or ref.start)
     hi = min(ref.end, options.selection.max_height or ref.end)
-    offsets, payload = segment.offsets, segment.payload
+    if lo > hi:
+        return
+    count = ref.end - ref.start + 1
+    # Whole-segment columns built once; batches are zero-copy slices of them. Entries
+    # are copied once into one contiguous buffer (an Arrow binary column's layout).
+    starts, view, first = segment.starts, memoryview(data), segment.starts[0]
+    payload = b"".join([view[b + LENGTH_PREFIX : e] for b, e in pairwise(starts)])
+    offsets = array("i", [start - first - LENGTH_PREFIX * i for i, start in enumerate(starts)])
+    entries = pa.Array.from_buffers(
+        pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(payload)]
+    )
+    sizes = pc.binary_length(entries)
+    heights = pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), count)), ref.start - 1)
+    kinds = pa.array(_kinds(segment), pa.string())
+    constants = [
+        pa.repeat(pa.scalar(ref.universe, pa.string()), count),
+        pa.repeat(pa.scalar(ref.world, pa.string()), count),
+        pa.repeat(pa.scalar(ref.start, pa.int64()), count),
+        pa.repeat(pa.scalar(ref.end, pa.int64()), count),
+        pa.repeat(pa.scalar(len(data), pa.int64()), count),
+    ]
+    whole = pa.RecordBatch.from_arrays(
+        [*constants, heights, kinds, entries, sizes, pa.nulls(count, pa.string())],
+        schema=ARROW_SCHEMA,
+    )
     for first in range(lo, hi + 1, options.batch_rows):
-        last = min(hi, first + options.batch_rows - 1)
-        i, j = first - ref.start, last - ref.start + 1
-        base = offsets[i]
-        entry_offsets = array("i", (o - base for o in offsets[i : j + 1]))
-        entries = pa.Array.from_buffers(
-            pa.binary(),
-            j - i,
-            [None, pa.py_buffer(entry_offsets), pa.py_buffer(payload[base : offsets[j]])],
-        )
-        sizes = [offsets[k + 1] - offsets[k] for k in range(i, j)]
-        kinds = [_kind(payload, offsets[k], offsets[k + 1]) for k in range(i, j)]
-        rows = j - i
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array([ref.universe] * rows, pa.string()),
-                pa.array([ref.world] * rows, pa.string()),
-                pa.array([ref.start] * rows, pa.int64()),
-                pa.array([ref.end] * rows, pa.int64()),
-                pa.array([len(data)] * rows, pa.int64()),
-                pa.array(range(first, last + 1), pa.int64()),
-                pa.array(kinds, pa.string()),
-                entries,
-                pa.array(sizes, pa.int32()),
-                pa.nulls(rows, pa.string()),
-            ],
-            schema=ARROW_SCHEMA,
-        )
+        rows = min(hi, first + options.batch_rows - 1) - first + 1
+        yield whole.slice(first - ref.start, rows)
+
+
+def _kinds(segment: DecodedSegment) -> list[str]:
+    """The ``kind`` column. Plane records are canonical CBOR maps (major type 5): anything
+    else is opaque without decoding it."""
+    data, starts = segment.data, segment.starts
+    first = [start + LENGTH_PREFIX for start in starts]
+    return [
+        _kind(data, begin, end) if begin < end and 0xA0 <= data[begin] <= 0xBF else "opaque"
+        for begin, end in zip(first, starts[1:], strict=False)
+    ]
 
 
 def _kind(payload: bytes, start: int, end: int) -> str:
-    # Plane records are canonical CBOR maps (major type 5): anything else is opaque
-    # without decoding it.
-    if start == end or not 0xA0 <= payload[start] <= 0xBF:
-        return "opaque"
     try:
         return entry_kind(payload[start:end])
     except Corruption:

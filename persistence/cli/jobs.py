@@ -115,18 +115,19 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED
 
 
-SUITES = ("engine", "plane", "cas", "segments")
+SUITES = ("engine", "plane", "cas", "segments", "spark")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run benchmark suites; print each figure against its peer or limit."""
-    from persistence.benchmarks import Figure, cas, engine, plane, segments
+    from persistence.benchmarks import Figure, cas, engine, plane, segments, spark
 
     runners = {
         "engine": engine.run,
         "plane": plane.run,
         "cas": cas.run,
         "segments": segments.run,
+        "spark": spark.run,
     }
     figures: list[Figure] = []
     for suite in args.suites or SUITES:
