@@ -882,7 +882,9 @@ def run_torture(
 ) -> TortureReport:
     """Run the torture on the store ``plane`` works on (which ``kv_url``/``objects_url``
     open in other processes), in fresh worlds of a fresh universe; logs go to
-    ``directory``. Raises ``CaseSkipped`` if the URLs cannot be shared between processes."""
+    ``directory``. Raises ``CaseSkipped`` if the URLs cannot be shared between processes.
+    A ``faults+`` engine URL is opened plain in the workers: their faults are real kills."""
+    kv_url = kv_url.removeprefix("faults+")
     check_shared_urls(kv_url, objects_url)
     rng = random.Random(seed)
     universe = UniverseId.new()
@@ -964,6 +966,7 @@ def crash_torture(ctx: Context) -> None:
     """Crash 1: SIGKILL torture of writer, drainer and exporter processes on the shared
     store, then every invariant against what they acknowledged (see the module)."""
     kv_url, objects_url = ctx.store_urls()
+    kv_url = kv_url.removeprefix("faults+")  # workers open the plain engine
     check_shared_urls(kv_url, objects_url)
     seed = int.from_bytes(os.urandom(4), "big")
     directory = Path(tempfile.mkdtemp(prefix="aosp-torture-"))

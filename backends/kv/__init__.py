@@ -11,6 +11,10 @@ URL                                        engine
 ``fdb://`` or ``fdb:///etc/fdb/fdb.cluster``  :class:`~backends.kv.fdb.FdbEngine` (default
                                            cluster file when no path; query:
                                            ``api_version=<n>``)
+``faults+<url>``, e.g. ``faults+sqlite://…``  the engine of ``<url>`` inside a
+                                           :class:`~backends.kv.faults.FaultyEngine` that
+                                           injects nothing by itself: it lets the
+                                           conformance suite's fault case run on it
 =========================================  ===============================================
 
 Backends are imported lazily, so ``fdb://`` without the bindings fails with a message
@@ -32,6 +36,10 @@ def _options(query: str) -> dict[str, str]:
 
 def open_engine(url: str) -> Engine:
     """Open the engine named by ``url`` (see the module docstring for the forms)."""
+    if url.startswith("faults+"):
+        from backends.kv.faults import FaultInjector, FaultyEngine
+
+        return FaultyEngine(open_engine(url.removeprefix("faults+")), FaultInjector())
     parts = urlsplit(url)
     options = _options(parts.query)
     path = unquote(parts.netloc + parts.path)

@@ -190,3 +190,16 @@ def test_url_options(tmp_path: Path) -> None:
         open_engine(f"sqlite://{tmp_path}/kv.db?bogus=1")
     with pytest.raises(Validation):
         open_engine("postgres://x")
+
+
+def test_faults_prefix_wraps_the_engine_without_injecting(tmp_path: Path) -> None:
+    from backends.kv.faults import FaultyEngine
+
+    engine = open_engine(f"faults+sqlite://{tmp_path}/kv.db")
+    assert isinstance(engine, FaultyEngine) and isinstance(engine.inner, SqliteEngine)
+    tr = engine.create_transaction()
+    tr.set(b"k", b"v")
+    tr.commit()  # no fault injected unless asked
+    assert engine.create_transaction().get(b"k") == b"v"
+    assert engine.injector.log == []
+    engine.close()

@@ -129,3 +129,24 @@ def test_cli_replay_check_and_analytics(tmp_path: Path) -> None:
 def test_cli_spark_on_a_missing_store(tmp_path: Path) -> None:
     result = aosp("spark", "replay-check", "--data-dir", str(tmp_path / "none"))
     assert result.code == 3 and "no store" in result.err
+
+
+def test_the_scan_benchmark_checks_and_reports_both_readers(tmp_path: Path) -> None:
+    """``aosp bench spark``'s suite at a tiny size, in its own process (it owns its session)."""
+    import subprocess
+    import sys
+
+    from tests.cli.conftest import ROOT
+
+    code = (
+        "import json; from persistence.benchmarks import spark; "
+        "print(json.dumps([f.to_json() for f in spark.run(entries=16_000)]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (figure,) = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figure["unit"] == "rows/s" and figure["target"] == 0.5
+    assert figure["value"] > 0 and figure["baseline_value"] > 0
+    assert "16,000 entries" in figure["name"]
