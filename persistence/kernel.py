@@ -15,10 +15,11 @@ exactly the property restore relies on.
 from __future__ import annotations
 
 import hashlib
+import importlib
 from typing import Any, Protocol, runtime_checkable
 
 from persistence import cbor
-from persistence.errors import Corruption
+from persistence.errors import Corruption, Validation
 from persistence.records import IngressJournalRecord, decode_journal_record
 
 
@@ -116,3 +117,17 @@ def _bytes(value: object, size: int) -> bytes:
     if not isinstance(value, bytes) or len(value) != size:
         raise ValueError(f"expected {size} bytes")
     return value
+
+
+def load_kernel(path: str) -> Kernel:
+    """A new kernel from ``module:Class`` (constructed without arguments); ``Validation``
+    naming the path if it cannot be loaded."""
+    module_name, _, class_name = path.partition(":")
+    if not module_name or not class_name:
+        raise Validation("kernel", f"expected module:Class, not {path!r}")
+    try:
+        kernel_class = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise Validation("kernel", f"cannot load {path!r}: {exc}") from None
+    kernel: Kernel = kernel_class()
+    return kernel

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from persistence.ids import UniverseId, WorldId
+from persistence.kernel import load_kernel
 
 DEFAULT_KERNEL: Final = "persistence.kernel:ReferenceKernel"
 REPLAY_SCHEMA: Final = (
@@ -28,14 +29,6 @@ class Store:
     def source_options(self) -> dict[str, str]:
         """Options of the ``aos_segments`` source reading this store's index."""
         return {"kv": self.kv, "objects": self.objects, **dict(self.credentials)}
-
-
-def load_kernel(path: str) -> Any:
-    """A kernel instance from ``module:Class``."""
-    import importlib
-
-    module_name, _, class_name = path.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)()
 
 
 def check_world(store: Store, kernel: str, universe: str, world: str) -> dict[str, Any]:

@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 from typing import Any
 
 from persistence.cli.console import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     Progress,
-    UsageError,
     print_json,
     print_table,
 )
 from persistence.cli.store import open_plane, selected_worlds, world_options
 from persistence.errors import Corruption
-from persistence.kernel import Kernel
+from persistence.kernel import load_kernel
 
 
 def _export_config(args: argparse.Namespace) -> Any:
@@ -143,25 +141,13 @@ def cmd_segments_verify(args: argparse.Namespace) -> int:
     return EXIT_CHECK_FAILED if failures else EXIT_OK
 
 
-def load_kernel(path: str) -> Kernel:
-    """A kernel from ``module:Class`` (constructed without arguments)."""
-    module_name, _, class_name = path.partition(":")
-    if not class_name:
-        raise UsageError(f"--kernel must be module:Class, not {path!r}")
-    try:
-        kernel_class = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"cannot load kernel {path!r}: {exc}") from None
-    kernel: Kernel = kernel_class()
-    return kernel
-
-
 def cmd_restore_verify(args: argparse.Namespace) -> int:
     """For each world, restore (baseline + segments + tail) and full replay must agree."""
     import hashlib
 
     from segments.restore import full_replay, restore
 
+    load_kernel(args.kernel)  # a bad path is a usage error before any work
     plane = open_plane(args)
     worlds = selected_worlds(plane, args)
     rows = []

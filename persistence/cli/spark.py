@@ -46,8 +46,10 @@ def _selection(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_replay_check(args: argparse.Namespace) -> int:
     """Restore versus full replay for every selected world, in Spark tasks."""
+    from persistence.kernel import load_kernel
     from spark_connectors.jobs import replay_check
 
+    load_kernel(args.kernel)  # a bad path is a usage error before Spark starts
     progress = Progress("replay-check", enabled=not args.quiet)
     spark = _session(args, progress)
     try:

@@ -112,4 +112,4 @@ def test_restore_verify_flags_an_inconsistent_baseline(store: Store) -> None:
 
 def test_restore_verify_with_a_bad_kernel_path(store: Store) -> None:
     result = aosp("restore", "verify", *store.args("--kernel", "no.such:Kernel"))
-    assert result.code == 2 and "cannot load kernel" in result.err
+    assert result.code == 2 and "kernel: cannot load" in result.one_line_error()
