@@ -49,7 +49,7 @@ from __future__ import annotations
 import threading
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any, Final
 
@@ -250,7 +250,7 @@ class PushdownSegmentScan(SegmentScan):
                 yield f
             else:
                 selection = narrowed
-        self.options = _replace_selection(self.options, selection)
+        self.options = replace(self.options, selection=selection)
 
 
 def list_segments(options: ScanOptions) -> list[SegmentRef]:
@@ -352,14 +352,14 @@ def _narrow(selection: Selection, f: Filter) -> Selection | None:
     column = attribute[0] if len(attribute) == 1 else None
     raw: Any = getattr(f, "value", None)
     if column in ("universe", "world") and isinstance(f, EqualTo | In):
-        values = {raw} if isinstance(f, EqualTo) else set(raw)
+        values = frozenset([raw] if isinstance(f, EqualTo) else raw)
         if not all(isinstance(v, str) for v in values):
             return None
         if column == "universe":
             current = selection.universes
-            return _with(selection, universes=current & values if current else values)
+            return replace(selection, universes=current & values if current else values)
         current = selection.worlds
-        return _with(selection, worlds=current & values if current else values)
+        return replace(selection, worlds=current & values if current else values)
     if column == "height" and isinstance(raw, int) and not isinstance(raw, bool):
         value: int = raw
         lo, hi = selection.min_height, selection.max_height
@@ -375,7 +375,7 @@ def _narrow(selection: Selection, f: Filter) -> Selection | None:
             hi = _min(hi, value)
         else:
             return None
-        return _with(selection, min_height=lo, max_height=hi)
+        return replace(selection, min_height=lo, max_height=hi)
     return None
 
 
@@ -385,23 +385,6 @@ def _max(a: int | None, b: int) -> int:
 
 def _min(a: int | None, b: int) -> int:
     return b if a is None else min(a, b)
-
-
-def _with(selection: Selection, **changes: Any) -> Selection:
-    fields = {
-        "universes": selection.universes,
-        "worlds": selection.worlds,
-        "min_height": selection.min_height,
-        "max_height": selection.max_height,
-        **changes,
-    }
-    return Selection(**fields)
-
-
-def _replace_selection(options: ScanOptions, selection: Selection) -> ScanOptions:
-    from dataclasses import replace
-
-    return replace(options, selection=selection)
 
 
 _stores: dict[tuple[str, tuple[tuple[str, str], ...]], ObjectStore] = {}

@@ -185,6 +185,17 @@ def cmd_restore_verify(args: argparse.Namespace) -> int:
     return EXIT_CHECK_FAILED if differ else EXIT_OK
 
 
+def kernel_option() -> argparse.ArgumentParser:
+    """``--kernel module:Class`` (default: the reference kernel), for replay checks."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument(
+        "--kernel",
+        default="persistence.kernel:ReferenceKernel",
+        help="kernel as module:Class (default: the reference kernel)",
+    )
+    return parser
+
+
 def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
     """Add ``segments`` and ``restore``."""
     some_worlds = world_options(required=False)
@@ -228,12 +239,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     )
     check = restore.add_parser(
         "verify",
-        parents=[common, store, some_worlds],
+        parents=[common, store, some_worlds, kernel_option()],
         help="restore equals full replay for every world (exit 1 if not)",
-    )
-    check.add_argument(
-        "--kernel",
-        default="persistence.kernel:ReferenceKernel",
-        help="kernel as module:Class (default: the reference kernel)",
     )
     check.set_defaults(run=cmd_restore_verify)

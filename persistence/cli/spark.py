@@ -14,7 +14,8 @@ from persistence.cli.console import (
     print_json,
     print_table,
 )
-from persistence.cli.store import store_urls, world_options
+from persistence.cli.segments import kernel_option
+from persistence.cli.store import checked_store_urls, world_options
 
 
 def _session(args: argparse.Namespace, progress: Progress) -> Any:
@@ -29,12 +30,7 @@ def _session(args: argparse.Namespace, progress: Progress) -> Any:
 def _store(args: argparse.Namespace) -> Any:
     from spark_connectors.jobs import Store
 
-    kv, objects = store_urls(args)
-    if args.kv is None and not (Path(args.data_dir) / "aos.db").exists():
-        from persistence.errors import NotFound
-
-        raise NotFound(f"no store in {args.data_dir}; name one with --data-dir or --kv/--objects")
-    return Store(kv, objects)
+    return Store(*checked_store_urls(args))
 
 
 def _selection(args: argparse.Namespace) -> dict[str, Any]:
@@ -122,13 +118,8 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     jobs = group_parser.add_subparsers(dest="action", required=True, metavar="JOB")
     check = jobs.add_parser(
         "replay-check",
-        parents=[common, store, filters, spark_options],
+        parents=[common, store, filters, spark_options, kernel_option()],
         help="per world: full replay equals restore (exit 1 if any differs)",
-    )
-    check.add_argument(
-        "--kernel",
-        default="persistence.kernel:ReferenceKernel",
-        help="kernel as module:Class (default: the reference kernel)",
     )
     check.set_defaults(run=cmd_replay_check)
     stats = jobs.add_parser(

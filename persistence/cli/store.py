@@ -49,14 +49,11 @@ def store_urls(args: argparse.Namespace) -> tuple[str, str]:
     return f"sqlite://{root / DB_FILE}", f"file://{root / OBJECTS_DIR}"
 
 
-def open_plane(args: argparse.Namespace, *, create: bool = False) -> Plane:
-    """Open the store. An embedded store that does not exist yet is created only when
-    ``create`` (commands that write); reading commands refuse a missing one, so a
+def checked_store_urls(args: argparse.Namespace, *, create: bool = False) -> tuple[str, str]:
+    """:func:`store_urls`, after checking that an embedded store exists. It is created only
+    when ``create`` (commands that write); reading commands refuse a missing one, so a
     mistyped ``--data-dir`` is an error rather than a new empty store."""
-    from backends.kv import open_engine
-    from backends.objects import open_object_store
-
-    kv_url, objects_url = store_urls(args)
+    urls = store_urls(args)
     if args.kv is None:
         data_dir = Path(args.data_dir)
         if not (data_dir / DB_FILE).exists():
@@ -66,6 +63,15 @@ def open_plane(args: argparse.Namespace, *, create: bool = False) -> Plane:
                     "or name one with --data-dir or --kv/--objects"
                 )
             data_dir.mkdir(parents=True, exist_ok=True)
+    return urls
+
+
+def open_plane(args: argparse.Namespace, *, create: bool = False) -> Plane:
+    """Open the store (see :func:`checked_store_urls` for ``create``)."""
+    from backends.kv import open_engine
+    from backends.objects import open_object_store
+
+    kv_url, objects_url = checked_store_urls(args, create=create)
     return Plane(open_engine(kv_url), open_object_store(objects_url))
 
 

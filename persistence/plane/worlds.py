@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 from persistence import kv
 from persistence.errors import Conflict, NotFound, StoreFormatError
@@ -82,39 +83,49 @@ def _id_at(key: bytes, position: int) -> uuid.UUID:
     return element
 
 
-@kv.transactional
-def list_universes(tr: kv.Transaction, after: UniverseId | None, limit: int) -> list[UniverseId]:
-    """Up to ``limit`` universes after ``after``, in key order. A skip scan: one single-key
-    snapshot read per universe, jumping past the universe's whole range."""
-    begin, end = universes_range()
-    if after is not None:
-        begin = UniverseKeys(after).all()[1]
-    found: list[UniverseId] = []
+def _skip_scan(
+    tr: kv.Transaction,
+    begin: bytes,
+    end: bytes,
+    position: int,
+    past: Callable[[uuid.UUID], bytes],
+    limit: int,
+) -> list[uuid.UUID]:
+    """Up to ``limit`` distinct ids at tuple ``position`` of the keys in ``begin..end``: one
+    single-key snapshot read per id, then a jump to ``past(id)``, the end of its range."""
+    found: list[uuid.UUID] = []
     while len(found) < limit:
         rows = tr.get_range(begin, end, limit=1, snapshot=True)
         if not rows:
             break
-        universe = UniverseId(_id_at(rows[0][0], 1))
-        found.append(universe)
-        begin = UniverseKeys(universe).all()[1]
+        found.append(_id_at(rows[0][0], position))
+        begin = past(found[-1])
     return found
+
+
+@kv.transactional
+def list_universes(tr: kv.Transaction, after: UniverseId | None, limit: int) -> list[UniverseId]:
+    """Up to ``limit`` universes after ``after``, in key order (a skip scan)."""
+    begin, end = universes_range()
+    if after is not None:
+        begin = UniverseKeys(after).all()[1]
+
+    def past(id: uuid.UUID) -> bytes:
+        return UniverseKeys(UniverseId(id)).all()[1]
+
+    return [UniverseId(u) for u in _skip_scan(tr, begin, end, 1, past, limit)]
 
 
 @kv.transactional
 def list_worlds(
     tr: kv.Transaction, universe: UniverseKeys, after: WorldId | None, limit: int
 ) -> list[WorldId]:
-    """Up to ``limit`` worlds of ``universe`` after ``after``, in key order (a skip scan
-    like :func:`list_universes`)."""
+    """Up to ``limit`` worlds of ``universe`` after ``after``, in key order (a skip scan)."""
     begin, end = universe.worlds_range()
     if after is not None:
         begin = universe.world(after).all()[1]
-    found: list[WorldId] = []
-    while len(found) < limit:
-        rows = tr.get_range(begin, end, limit=1, snapshot=True)
-        if not rows:
-            break
-        world = WorldId(_id_at(rows[0][0], 3))
-        found.append(world)
-        begin = universe.world(world).all()[1]
-    return found
+
+    def past(id: uuid.UUID) -> bytes:
+        return universe.world(WorldId(id)).all()[1]
+
+    return [WorldId(w) for w in _skip_scan(tr, begin, end, 3, past, limit)]

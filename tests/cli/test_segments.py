@@ -9,29 +9,19 @@ import time
 import pytest
 
 from persistence.ids import UniverseId, WorldId
-from persistence.kernel import ReferenceKernel
 from persistence.plane import Plane
-from segments.restore import full_replay
 from tests.cli.conftest import Store, aosp
 from tests.cli.test_commands import open_store
 from tests.cli.test_fsck import flip_byte, ids
+from tests.segments.workload import snapshot_now
 
 
 def grow(plane: Plane, universe: UniverseId, world: WorldId, entries: int) -> int:
     """Append ``entries`` entries and promote a baseline at the new head; return it."""
     head = plane.head(universe, world)
     plane.append_batch(universe, world, head, [os.urandom(100) for _ in range(entries)])
-    state = full_replay(plane, universe, world, ReferenceKernel())
-    plane.snapshot_commit(
-        universe,
-        world,
-        state.state,
-        height=state.head,
-        logical_time_ns=time.time_ns(),
-        receipt_horizon_height=state.head,
-        promote_baseline=True,
-    )
-    return state.head
+    snapshot_now(plane, universe, world, promote=True)
+    return plane.active_baseline(universe, world).height
 
 
 @pytest.fixture
