@@ -3,7 +3,8 @@
 Usage: python sqlite_worker.py PATH MODE WORKER_ID COUNT
   commit  -- COUNT transactions, each adding a versionstamped key, its own key and a counter;
              prints the versionstamps it was given, as JSON hex strings, in order.
-  torture -- transactions of 50 keys of 2 KB plus a marker key, until killed.
+  torture -- transactions of 50 keys of 2 KB plus a marker key, until killed; prints
+             ``committed`` once COUNT transactions have committed.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def main() -> None:
                 tr.set(fdbtuple.pack(("tx", txid)), b"")
 
             kv.run(engine, batch)
+            if txid == worker * 1_000_000 + count:
+                print("committed", flush=True)
     else:
         raise SystemExit(f"unknown mode {mode}")
 

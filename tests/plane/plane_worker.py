@@ -2,11 +2,12 @@
 test_sqlite_concurrency.py). The world must already exist; the object store is a
 process-local memory store (CAS bodies are not exercised).
 
-Usage: python plane_worker.py PATH UNIVERSE WORLD MODE WORKER_ID COUNT [PAUSE]
+Usage: python plane_worker.py PATH UNIVERSE WORLD MODE WORKER_ID COUNT [PAUSE [GATE]]
   write  -- enqueue COUNT items whose payloads are ``{"w": WORKER_ID, "i": index}``, in
             index order: runs of single ``enqueue`` calls alternate with ``enqueue_batch``
-            calls of 5, sleeping up to PAUSE seconds (default 0) between calls. Prints JSON
-            ``{"seqs": [...]}`` (hex, in index order).
+            calls of 5, sleeping up to PAUSE seconds (default 0) between calls. With GATE,
+            once GATE items are enqueued it prints ``gate`` and waits for a line on stdin.
+            Prints JSON ``{"seqs": [...]}`` (hex, in index order).
   drain  -- drain in small random batches until the file PATH.stop exists and a drain
             after that finds nothing. Prints JSON ``{"drains": [[first, count, cursor],
             ...], "retries": N}`` (the drains that moved items; N transaction retries).
@@ -66,13 +67,21 @@ def write(
     count: int,
     rng: random.Random,
     pause: float,
+    gate: int | None,
 ) -> None:
     seqs: list[str] = []
     index = 0
     while index < count:
+        if index == gate:
+            print("gate", flush=True)
+            sys.stdin.readline()
         if pause:
             time.sleep(rng.uniform(0, pause))
-        if (index // BATCH) % 2 == 1 and index + BATCH <= count:
+        if (
+            (index // BATCH) % 2 == 1
+            and index + BATCH <= count
+            and gate not in range(index + 1, index + BATCH)
+        ):
             batch = [item(worker, i) for i in range(index, index + BATCH)]
             seqs.extend(str(s) for s in plane.enqueue_batch(universe, world, batch))
             index += BATCH
@@ -119,6 +128,7 @@ def main() -> None:
     path, universe_text, world_text, mode = sys.argv[1:5]
     worker, count = int(sys.argv[5]), int(sys.argv[6])
     pause = float(sys.argv[7]) if len(sys.argv) > 7 else 0.0
+    gate = int(sys.argv[8]) if len(sys.argv) > 8 else None
     universe, world = UniverseId.parse(universe_text), WorldId.parse(world_text)
     plane = Plane(SqliteEngine(path), MemoryObjectStore())
     rng = random.Random(worker)
@@ -126,7 +136,7 @@ def main() -> None:
     if mode in ("write", "drain"):
         sys.stdin.readline()  # the start signal
     if mode == "write":
-        write(plane, universe, world, worker, count, rng, pause)
+        write(plane, universe, world, worker, count, rng, pause, gate)
     elif mode == "drain":
         drain(plane, universe, world, rng, Path(path + ".stop"))
     elif mode == "churn":

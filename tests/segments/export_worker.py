@@ -1,8 +1,12 @@
 """An exporting OS process on the embedded store (driven by test_export_sigkill.py).
 
-Usage: python export_worker.py DATA_DIR UNIVERSE WORLD
-Exports every safe range in small segments with small delete chunks, printing "ready"
-first; the test kills it with SIGKILL at a random moment.
+Usage: python export_worker.py DATA_DIR UNIVERSE WORLD STEP OCCURRENCE
+
+Exports every safe range in small segments with small delete chunks. When it reaches the
+protocol step ``STEP`` (a crash point of :mod:`segments.export`) for the ``OCCURRENCE``-th
+time it prints ``paused <step>`` and blocks reading stdin, so the test kills it exactly
+there instead of racing a sleep against the export. If the export finishes first it
+prints ``done``.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence.ids import UniverseId, WorldId
@@ -19,11 +24,26 @@ from segments.export import ExportConfig, Exporter
 CONFIG = ExportConfig(enabled=True, target_entries=40, delete_chunk_entries=3)
 
 
+class PausingInjector(FaultInjector):
+    """Injects nothing; at the chosen occurrence of ``step`` it announces it and blocks."""
+
+    def __init__(self, step: str, occurrence: int) -> None:
+        super().__init__()
+        self.step = step
+        self.occurrence = occurrence
+
+    def reach(self, point: str) -> None:
+        super().reach(point)
+        if point == self.step and self.points[point] == self.occurrence:
+            print(f"paused {point}", flush=True)
+            sys.stdin.readline()  # the test SIGKILLs us here
+
+
 def main() -> None:
-    data = Path(sys.argv[1])
-    plane = Plane(SqliteEngine(data / "aos.db"), LocalObjectStore(data / "objects"))
+    data, step, occurrence = Path(sys.argv[1]), sys.argv[4], int(sys.argv[5])
+    engine = FaultyEngine(SqliteEngine(data / "aos.db"), PausingInjector(step, occurrence))
+    plane = Plane(engine, LocalObjectStore(data / "objects"))
     universe, world = UniverseId.parse(sys.argv[2]), WorldId.parse(sys.argv[3])
-    print("ready", flush=True)
     Exporter(plane, CONFIG).export_all(universe, world)
     print("done", flush=True)
 

@@ -1,4 +1,8 @@
-"""SIGKILL an exporting process at random moments; the next exporter converges."""
+"""SIGKILL an exporting process at random protocol steps; the next exporter converges.
+
+The worker pauses at the step the test names (its n-th crash point) and announces it; the
+test kills it there. No sleep races the export, so every run kills exactly where it chose.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from backends.kv.sqlite import SqliteEngine
@@ -33,26 +36,35 @@ def test_sigkilled_exporter_resumes_and_converges(tmp_path: Path) -> None:
         plane.append_batch(u, w, start, entries[start : start + 500])
     snapshot_now(plane, u, w, promote=True)
     before = full_replay(plane, u, w, ReferenceKernel()).state
-    rng = random.Random(7)
-    kills = 0
+    # Each incarnation is killed at a chosen step of the export it resumes: every stage of
+    # Protocol F (marker written, object uploaded, index committed, mid-delete, deleted),
+    # some more than once, and some a few segments in.
+    kills = [
+        ("export.after_copy_started", 1),
+        ("export.after_upload", 1),
+        ("export.after_index", 2),
+        ("export.after_delete_chunk", 5),
+        ("export.after_delete", 3),
+        ("export.after_delete_chunk", 20),
+        ("export.after_upload", 4),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for _ in range(6):
+    for step, occurrence in kills:
         proc = subprocess.Popen(
-            [sys.executable, str(WORKER), str(tmp_path), str(u), str(w)],
+            [sys.executable, str(WORKER), str(tmp_path), str(u), str(w), step, str(occurrence)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=env,
         )
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.05, 0.4))
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.wait(timeout=60)
-        # whatever moment it died at, the journal reads whole
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline().strip()
+        assert line == f"paused {step}", (line, proc.stderr.read())
+        proc.send_signal(signal.SIGKILL)
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+        # whatever step it died at, the journal reads whole
         assert [e for _, e in plane.read_range(u, w, 1, 2000)] == entries
-    assert kills >= 3
     Exporter(plane, CONFIG).export_all(u, w)  # a last, undisturbed run finishes the job
     segments = plane.list_segments(u, w)
     assert [(s.start, s.end) for s in segments] == [
