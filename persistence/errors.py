@@ -132,6 +132,15 @@ class EngineError(Backend):
         self.description = description
 
 
+class RetryLimitReached(Backend):
+    """A transaction kept failing with retryable engine errors; ``last`` is the last one."""
+
+    def __init__(self, retries: int, last: EngineError) -> None:
+        super().__init__(f"gave up after {retries} retries; last {last}")
+        self.retries = retries
+        self.last = last
+
+
 class StoreFormatError(Backend):
     """A file or keyspace is not a store of ours, is damaged, or has a newer layout."""
 

@@ -18,22 +18,23 @@ plane's protocols are written once and the FoundationDB engine is a thin adapter
 Errors are :class:`~persistence.errors.EngineError` carrying FoundationDB's numeric codes.
 :func:`transactional` retries a function as ``fdb.transactional`` does: the function takes
 the transaction first; given a transaction it is called through (so protocols compose into
-one transaction); given an :class:`Engine` it runs in a retry loop. **The body may run more
-than once, including after a commit that applied** (1021 ``commit_unknown_result``), so
-every write protocol must be idempotent.
+one transaction); given an :class:`Engine` it runs in a retry loop driven by the
+transaction's ``on_error`` (FoundationDB's own classification and backoff on the FDB
+engine). **The body may run more than once, including after a commit that applied** (1021
+``commit_unknown_result``), so every write protocol must be idempotent.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import random
-import time
+import threading
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Callable
 from typing import Concatenate, Final, ParamSpec, TypeVar
 
-from persistence.errors import EngineError
+from persistence.errors import EngineError, RetryLimitReached
 
 log = logging.getLogger(__name__)
 
@@ -60,16 +61,16 @@ COMMIT_PROXY_MEMORY_LIMIT_EXCEEDED: Final = 1042
 BATCH_TRANSACTION_THROTTLED: Final = 1051
 GRV_PROXY_MEMORY_LIMIT_EXCEEDED: Final = 1078
 TAG_THROTTLED: Final = 1213
+PROXY_TAG_THROTTLED: Final = 1223
 IO_ERROR: Final = 1510
 CLIENT_INVALID_OPERATION: Final = 2000
 KEY_OUTSIDE_LEGAL_RANGE: Final = 2004
+INVERTED_RANGE: Final = 2005
 USED_DURING_COMMIT: Final = 2017
 NO_COMMIT_VERSION: Final = 2021
 TRANSACTION_TOO_LARGE: Final = 2101
 KEY_TOO_LARGE: Final = 2102
 VALUE_TOO_LARGE: Final = 2103
-RETRY_LIMIT_REACHED: Final = 4100
-"""Not a FoundationDB code: raised by :func:`transactional` when retries are exhausted."""
 
 MAYBE_COMMITTED: Final = frozenset({COMMIT_UNKNOWN_RESULT, CLUSTER_VERSION_CHANGED})
 """Errors after which the transaction may or may not have been applied."""
@@ -85,12 +86,15 @@ RETRYABLE_NOT_COMMITTED: Final = frozenset(
         BATCH_TRANSACTION_THROTTLED,
         GRV_PROXY_MEMORY_LIMIT_EXCEEDED,
         TAG_THROTTLED,
+        PROXY_TAG_THROTTLED,
     }
 )
 """Errors after which the transaction certainly was not applied and may be retried."""
 
 RETRYABLE: Final = MAYBE_COMMITTED | RETRYABLE_NOT_COMMITTED
-"""FoundationDB's ``fdb_error_predicate(RETRYABLE)``: what ``on_error`` retries."""
+"""FoundationDB's ``fdb_error_predicate(RETRYABLE)``: what ``on_error`` retries. The FDB
+engine asks ``libfdb_c`` itself; this copy is what the other engines use, and a test
+compares it with the library's predicates for every code."""
 
 ERROR_DESCRIPTIONS: Final = {
     TRANSACTION_TOO_OLD: "transaction_too_old",
@@ -106,12 +110,14 @@ ERROR_DESCRIPTIONS: Final = {
     IO_ERROR: "io_error",
     CLIENT_INVALID_OPERATION: "client_invalid_operation",
     KEY_OUTSIDE_LEGAL_RANGE: "key_outside_legal_range",
+    INVERTED_RANGE: "inverted_range",
     USED_DURING_COMMIT: "used_during_commit",
     NO_COMMIT_VERSION: "no_commit_version",
     TRANSACTION_TOO_LARGE: "transaction_too_large",
     KEY_TOO_LARGE: "key_too_large",
     VALUE_TOO_LARGE: "value_too_large",
-    RETRY_LIMIT_REACHED: "retry_limit_reached",
+    TAG_THROTTLED: "tag_throttled",
+    PROXY_TAG_THROTTLED: "proxy_tag_throttled",
 }
 
 
@@ -205,6 +211,12 @@ class Transaction(ABC):
         """Apply every write atomically, or raise ``EngineError`` and apply nothing
         (except 1021, after which the writes may or may not have been applied)."""
 
+    @abstractmethod
+    def on_error(self, error: EngineError) -> Transaction:
+        """FoundationDB's ``on_error``: re-raise ``error`` (or a later one, such as 1031
+        once a timeout has passed) if it may not be retried; otherwise wait the backoff and
+        return the transaction for the next attempt (this one reset, or a new one)."""
+
     def add_read_conflict_key(self, key: bytes) -> None:
         """Make the commit conflict with any write to ``key`` after the read version."""
         self.add_read_conflict_range(key, key + b"\x00")
@@ -214,6 +226,12 @@ class Engine(ABC):
     """A transactional ordered key-value store (a FoundationDB ``Database``)."""
 
     url: str
+    retry_limit: int = 100
+    """Retries :func:`run` makes before raising :class:`RetryLimitReached`."""
+
+    def is_retryable(self, error: EngineError) -> bool:
+        """Whether ``on_error`` would retry ``error`` (FoundationDB's retry table)."""
+        return error.code in RETRYABLE
 
     @abstractmethod
     def create_transaction(self) -> Transaction:
@@ -238,56 +256,64 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class RetryPolicy:
-    """Backoff and limits of :func:`transactional`, as FoundationDB's ``on_error``:
-    exponential backoff from 10 ms, capped at 1 s, with jitter."""
+class RetryStats:
+    """Per error code, how many engine errors :func:`run` retried and how many reached its
+    caller (this process, since start or :meth:`clear`). Thread-safe."""
 
-    __slots__ = ("initial_delay", "max_delay", "max_retries")
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.retried: Counter[int] = Counter()
+        self.raised: Counter[int] = Counter()
 
-    def __init__(
-        self, max_retries: int = 100, initial_delay: float = 0.01, max_delay: float = 1.0
-    ) -> None:
-        self.max_retries = max_retries
-        self.initial_delay = initial_delay
-        self.max_delay = max_delay
+    def count(self, code: int, *, retried: bool) -> None:
+        """Count one error ``code``, retried or raised."""
+        with self._lock:
+            (self.retried if retried else self.raised)[code] += 1
 
-    def delay(self, attempt: int) -> float:
-        """Seconds to sleep before retry number ``attempt`` (1-based)."""
-        base: float = min(self.max_delay, self.initial_delay * 2.0 ** (attempt - 1))
-        return base * random.uniform(0.5, 1.0)
+    def snapshot(self) -> dict[str, dict[int, int]]:
+        """``{"retried": {code: n}, "raised": {code: n}}``."""
+        with self._lock:
+            return {"retried": dict(self.retried), "raised": dict(self.raised)}
+
+    def clear(self) -> None:
+        """Forget every count."""
+        with self._lock:
+            self.retried.clear()
+            self.raised.clear()
 
 
-DEFAULT_RETRY_POLICY: Final = RetryPolicy()
+RETRY_STATS: Final = RetryStats()
 
 
-def run(
-    engine: Engine,
-    body: Callable[[Transaction], T],
-    *,
-    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
-) -> T:
-    """Run ``body`` in a new transaction and commit, retrying retryable errors.
+def run(engine: Engine, body: Callable[[Transaction], T], *, retry_limit: int | None = None) -> T:
+    """Run ``body`` in a transaction and commit, retrying as FoundationDB's retry loop does.
 
-    Returns what the committed attempt of ``body`` returned. Non-retryable errors
-    (and any error raised by ``body`` itself) propagate at once.
+    Returns what the committed attempt of ``body`` returned. Engine errors go through the
+    transaction's ``on_error``, which re-raises those that may not be retried and backs off
+    before the others; after ``retry_limit`` retries (default ``engine.retry_limit``) the
+    last error is wrapped in :class:`RetryLimitReached`. Any other error raised by ``body``
+    propagates at once.
     """
-    attempt = 0
+    limit = engine.retry_limit if retry_limit is None else retry_limit
+    retries = 0
+    tr = engine.create_transaction()
     while True:
-        tr = engine.create_transaction()
         try:
             result = body(tr)
             tr.commit()
             return result
         except EngineError as exc:
-            if exc.code not in RETRYABLE:
+            if retries >= limit and engine.is_retryable(exc):
+                RETRY_STATS.count(exc.code, retried=False)
+                raise RetryLimitReached(retries, exc) from exc
+            try:
+                tr = tr.on_error(exc)
+            except EngineError as final:
+                RETRY_STATS.count(final.code, retried=False)
                 raise
-            attempt += 1
-            if attempt > policy.max_retries:
-                raise engine_error(
-                    RETRY_LIMIT_REACHED, f"gave up after {policy.max_retries} retries: {exc}"
-                ) from exc
-            log.debug("retrying transaction after engine error %s (attempt %d)", exc.code, attempt)
-            time.sleep(policy.delay(attempt))
+            retries += 1
+            RETRY_STATS.count(exc.code, retried=True)
+            log.debug("retrying transaction after engine error %s (retry %d)", exc.code, retries)
 
 
 def transactional(

@@ -10,7 +10,10 @@ URL                                        engine
                                            ``busy_timeout=<seconds>``)
 ``fdb://`` or ``fdb:///etc/fdb/fdb.cluster``  :class:`~backends.kv.fdb.FdbEngine` (default
                                            cluster file when no path; query:
-                                           ``api_version=<n>``)
+                                           ``api_version``, ``timeout_ms``,
+                                           ``retry_limit``, ``size_limit``,
+                                           ``client_library``: see
+                                           :class:`~backends.kv.fdb.FdbOptions`)
 ``faults+<url>``, e.g. ``faults+sqlite://…``  the engine of ``<url>`` inside a
                                            :class:`~backends.kv.faults.FaultyEngine` that
                                            injects nothing by itself: it lets the
@@ -64,13 +67,28 @@ def open_engine(url: str) -> Engine:
         except ValueError as exc:
             raise Validation("kv url", str(exc)) from None
     if parts.scheme == "fdb":
-        from backends.kv.fdb import DEFAULT_API_VERSION, FdbEngine
+        from backends.kv.fdb import FdbEngine, FdbOptions
 
-        unknown = set(options) - {"api_version"}
+        integers = {"api_version", "timeout_ms", "retry_limit", "size_limit"}
+        unknown = set(options) - integers - {"client_library"}
         if unknown:
             raise Validation("kv url", f"unknown fdb option(s) {sorted(unknown)}")
-        api = options.get("api_version", str(DEFAULT_API_VERSION))
-        if not api.isdigit():
-            raise Validation("kv url", f"api_version must be an integer, not {api!r}")
-        return FdbEngine(path or None, api_version=int(api))
+        defaults = FdbOptions()
+
+        def number(name: str) -> int:
+            text = options.get(name)
+            if text is None:
+                return int(getattr(defaults, name))
+            if not (text.isascii() and text.isdigit()):
+                raise Validation("kv url", f"fdb {name} must be an integer, not {text!r}")
+            return int(text)
+
+        settings = FdbOptions(
+            api_version=number("api_version"),
+            timeout_ms=number("timeout_ms"),
+            retry_limit=number("retry_limit"),
+            size_limit=number("size_limit"),
+            client_library=options.get("client_library"),
+        )
+        return FdbEngine(path or None, settings)
     raise Validation("kv url", f"unknown engine scheme {parts.scheme!r} in {url!r}")

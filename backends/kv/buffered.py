@@ -5,72 +5,120 @@ every read. The memory and SQLite engines do the same with :class:`WriteBuffer`:
 writes, answers reads through the overlay, and hands the final mutations to the engine at
 commit. It also enforces FoundationDB's size limits as writes arrive.
 
-Versionstamped writes are resolved at commit and are not visible to reads in the same
-transaction (FoundationDB makes them unreadable; here they are simply absent).
+Versionstamped writes are resolved at commit and, as in FoundationDB, make what they write
+unreadable to the same transaction: reading a key given a versionstamped value, or any key a
+versionstamped key could become, fails with 1036 ``accessed_unreadable``. Mutations keep
+FoundationDB's order: a later set, clear or range clear overrides an earlier versionstamped
+write of the same key.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
 from persistence import kv
+from persistence.errors import EngineError
+
+INITIAL_BACKOFF: Final = 0.01
+MAX_BACKOFF: Final = 1.0
+"""FoundationDB's ``on_error`` backoff: 10 ms doubling per retry, capped at 1 s, jittered."""
 
 _SET: Final = 0
 _CLEAR: Final = 1
 _ADDS: Final = 2
+_STAMPED_VALUE: Final = 3
 
 
 @dataclass(slots=True)
 class _Entry:
-    """The transaction's view of one key: a value, a deletion, or atomic adds over the
-    (unread) committed value."""
+    """The transaction's view of one key: a value, a deletion, atomic adds over the
+    (unread) committed value, or a value whose bytes at ``offset`` get the versionstamp
+    (then the adds issued after it)."""
 
     kind: int
     value: bytes | None = None
     adds: list[bytes] = field(default_factory=list)
+    offset: int = 0
+    unreadable: bool = False
+    """Written with a versionstamped value: unreadable to this transaction until a clear
+    (a later set or add keeps it so, as FoundationDB's write map does)."""
 
-    def resolve(self, base: bytes | None) -> bytes | None:
+    def resolve(self, base: bytes | None, stamp: bytes = b"") -> bytes | None:
         if self.kind == _SET:
             return self.value
         if self.kind == _CLEAR:
             return None
+        if self.kind == _STAMPED_VALUE:
+            assert self.value is not None and len(stamp) == 10
+            base = _splice(self.value, self.offset, stamp)
         for param in self.adds:
             base = kv.apply_add(base, param)
         return base
 
 
 @dataclass(slots=True)
-class VersionstampedWrite:
-    """A write whose key or value receives the commit versionstamp at ``offset``."""
+class StampedKey:
+    """A write whose key receives the commit versionstamp at ``offset``.
 
-    in_key: bool
+    ``min_version`` is the read version the transaction had cached when the write was
+    issued (0 if none): FoundationDB's write-conflict and unreadable range starts at the key
+    stamped with it. ``clears_before`` counts the range clears issued before it: a later
+    one that covers the final key deletes it."""
+
     key: bytes
     value: bytes
     offset: int
+    min_version: int
+    clears_before: int
 
-    def resolve(self, stamp: bytes) -> tuple[bytes, bytes]:
-        """The final key and value for a 10-byte ``stamp``."""
-        if self.in_key:
-            return _splice(self.key, self.offset, stamp), self.value
-        return self.key, _splice(self.value, self.offset, stamp)
+    def resolve(self, stamp: bytes) -> bytes:
+        """The final key for a 10-byte ``stamp``."""
+        return _splice(self.key, self.offset, stamp)
+
+    def possible_keys(self) -> tuple[bytes, bytes]:
+        """Every key this write could become (FoundationDB's ``getVersionstampKeyRange``)."""
+        low = self.min_version.to_bytes(8, "big") + b"\x00\x00"
+        return self.resolve(low), self.resolve(b"\xff" * 10) + b"\x00"
 
 
 def _splice(data: bytes, offset: int, stamp: bytes) -> bytes:
     return data[:offset] + stamp + data[offset + 10 :]
 
 
-class WriteBuffer:
-    """A transaction's uncommitted writes, in the order-insensitive form they commit in."""
+def _subtract(
+    ranges: list[tuple[bytes, bytes]], holes: Iterable[tuple[bytes, bytes]]
+) -> list[tuple[bytes, bytes]]:
+    """``ranges`` minus every range of ``holes``, in key order."""
+    for h_begin, h_end in holes:
+        ranges = [
+            piece
+            for r_begin, r_end in ranges
+            for piece in ((r_begin, min(r_end, h_begin)), (max(r_begin, h_end), r_end))
+            if piece[0] < piece[1]
+        ]
+    return sorted(ranges)
 
-    __slots__ = ("_cleared", "_entries", "size", "versionstamped")
+
+def _unreadable(what: str) -> EngineError:
+    return kv.engine_error(
+        kv.ACCESSED_UNREADABLE, f"{what} written with a versionstamp by this transaction"
+    )
+
+
+class WriteBuffer:
+    """A transaction's uncommitted writes, in the form they commit in."""
+
+    __slots__ = ("_cleared", "_entries", "size", "stamped_keys")
 
     def __init__(self) -> None:
         self._entries: dict[bytes, _Entry] = {}
         self._cleared: list[tuple[bytes, bytes]] = []
-        self.versionstamped: list[VersionstampedWrite] = []
+        self.stamped_keys: list[StampedKey] = []
         self.size = 0
 
     # ------------------------------------------------------------------ writes
@@ -88,7 +136,10 @@ class WriteBuffer:
         kv.check_key(key)
         kv.check_value(value)
         self._grow(len(key) + len(value))
-        self._entries[key] = _Entry(_SET, value)
+        previous = self._entries.get(key)
+        self._entries[key] = _Entry(
+            _SET, value, unreadable=previous is not None and previous.unreadable
+        )
 
     def clear(self, key: bytes) -> None:
         """Record the deletion of ``key``."""
@@ -97,8 +148,10 @@ class WriteBuffer:
         self._entries[key] = _Entry(_CLEAR)
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
-        """Record the deletion of ``[begin, end)``."""
-        if begin >= end:
+        """Record the deletion of ``[begin, end)`` (2005 if ``begin > end``)."""
+        if begin > end:
+            raise kv.engine_error(kv.INVERTED_RANGE, "clear_range begin key after its end")
+        if begin == end:
             return
         self._grow(len(begin) + len(end))
         for key in [k for k in self._entries if begin <= k < end]:
@@ -116,26 +169,36 @@ class WriteBuffer:
                 self._entries[key] = _Entry(_SET, kv.apply_add(None, param))
             else:
                 self._entries[key] = _Entry(_ADDS, adds=[param])
-        elif entry.kind == _ADDS:
-            entry.adds.append(param)
+        elif entry.kind in (_ADDS, _STAMPED_VALUE):
+            entry.adds.append(param)  # applied at commit, over the stamped value
         else:
-            self._entries[key] = _Entry(_SET, kv.apply_add(entry.resolve(None), param))
+            value = kv.apply_add(entry.resolve(None), param)
+            self._entries[key] = _Entry(_SET, value, unreadable=entry.unreadable)
 
-    def set_versionstamped(self, key: bytes, value: bytes, *, in_key: bool) -> None:
-        """Record a versionstamped key (``in_key``) or value write (with offset suffix)."""
+    def set_versionstamped_key(self, key: bytes, value: bytes, read_version: int | None) -> None:
+        """Record a versionstamped key (offset suffix on ``key``); ``read_version`` is the
+        transaction's cached read version, if it has one yet."""
         try:
-            if in_key:
-                body, offset = kv.split_versionstamp_offset(key, "key")
-                final_key, final_value = body, value
-            else:
-                final_value, offset = kv.split_versionstamp_offset(value, "value")
-                final_key = key
+            body, offset = kv.split_versionstamp_offset(key, "key")
         except ValueError as exc:
             raise kv.engine_error(kv.CLIENT_INVALID_OPERATION, str(exc)) from None
-        kv.check_key(final_key)
-        kv.check_value(final_value)
-        self._grow(len(final_key) + len(final_value))
-        self.versionstamped.append(VersionstampedWrite(in_key, final_key, final_value, offset))
+        kv.check_key(body)
+        kv.check_value(value)
+        self._grow(len(body) + len(value))
+        self.stamped_keys.append(
+            StampedKey(body, value, offset, read_version or 0, len(self._cleared))
+        )
+
+    def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
+        """Record a value (offset suffix on ``value``) that gets the versionstamp."""
+        try:
+            body, offset = kv.split_versionstamp_offset(value, "value")
+        except ValueError as exc:
+            raise kv.engine_error(kv.CLIENT_INVALID_OPERATION, str(exc)) from None
+        kv.check_key(key)
+        kv.check_value(body)
+        self._grow(len(key) + len(body))
+        self._entries[key] = _Entry(_STAMPED_VALUE, body, offset=offset, unreadable=True)
 
     # ------------------------------------------------------------------ reads
 
@@ -143,18 +206,52 @@ class WriteBuffer:
         return any(begin <= key < end for begin, end in self._cleared)
 
     def touches(self, begin: bytes, end: bytes) -> bool:
-        """Whether any write of this buffer falls in ``[begin, end)`` (versionstamped
-        writes excepted: reads never see them)."""
+        """Whether any write of this buffer falls in ``[begin, end)`` (versionstamped keys
+        excepted: see :meth:`check_readable`)."""
         return any(begin <= k < end for k in self._entries) or any(
             b < end and e > begin for b, e in self._cleared
         )
 
+    def check_readable(self, begin: bytes, end: bytes) -> None:
+        """Raise 1036 if ``[begin, end)`` holds a key written with a versionstamp by this
+        transaction (a stamped value, or a key a stamped key could become)."""
+        for write in self.stamped_keys:
+            low, high = write.possible_keys()
+            if low < end and begin < high:
+                # unless a later range clear has made that part known again
+                later = self._cleared[write.clears_before :]
+                gaps = _subtract([(max(low, begin), min(high, end))], later)
+                if gaps:
+                    raise _unreadable("a key in this range could be one")
+        for key, entry in self._entries.items():
+            if entry.unreadable and begin <= key < end:
+                raise _unreadable(f"key {key!r}")
+
+    def unknown_parts(self, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+        """``[begin, end)`` minus what this transaction fixed itself (keys it set or
+        cleared, ranges it cleared): the parts a read depends on the database for, which
+        are its read-conflict ranges in FoundationDB."""
+        known = [(b, e) for b, e in self._cleared if b < end and begin < e]
+        known.extend(
+            (k, k + b"\x00")
+            for k, entry in self._entries.items()
+            if begin <= k < end and entry.kind in (_SET, _CLEAR) and not entry.unreadable
+        )
+        return _subtract([(begin, end)], known)
+
+    def needs_stamp(self) -> bool:
+        """Whether committing writes a versionstamp."""
+        return bool(self.stamped_keys) or any(
+            e.kind == _STAMPED_VALUE for e in self._entries.values()
+        )
+
     def has_writes(self) -> bool:
         """Whether committing would change anything."""
-        return bool(self._entries or self._cleared or self.versionstamped)
+        return bool(self._entries or self._cleared or self.stamped_keys)
 
     def lookup(self, key: bytes, read_base: Callable[[bytes], bytes | None]) -> bytes | None:
         """The transaction's view of ``key``; ``read_base`` reads the committed snapshot."""
+        self.check_readable(key, key + b"\x00")
         entry = self._entries.get(key)
         if entry is not None and entry.kind != _ADDS:
             return entry.resolve(None)
@@ -189,7 +286,10 @@ class WriteBuffer:
             if pending is not None and pending[0] == okey:
                 base_value = pending[1] if visible(okey) else None
                 pending = next(base, None)
-            value = self._entries[okey].resolve(base_value)
+            entry = self._entries[okey]
+            if entry.unreadable:
+                raise _unreadable(f"key {okey!r}")
+            value = entry.resolve(base_value)
             if value is not None:
                 yield okey, value
         while pending is not None:
@@ -204,33 +304,30 @@ class WriteBuffer:
         return list(self._cleared)
 
     def final_writes(
-        self, read_committed: Callable[[bytes], bytes | None]
+        self, read_committed: Callable[[bytes], bytes | None], stamp: bytes = b""
     ) -> Iterable[tuple[bytes, bytes | None]]:
-        """``(key, value or None for delete)`` to apply after the cleared ranges.
+        """``(key, value or None for delete)`` to apply after the cleared ranges, in order:
+        keyed writes first, then versionstamped keys not cleared by a later range clear.
 
-        ``read_committed`` reads the value as of the commit, for atomic adds."""
+        ``read_committed`` reads the value as of the commit, for atomic adds; ``stamp`` is
+        the commit's versionstamp (needed when :meth:`needs_stamp`)."""
         for key, entry in self._entries.items():
             if entry.kind == _ADDS:
                 yield key, entry.resolve(read_committed(key))
             else:
-                yield key, entry.resolve(None)
+                yield key, entry.resolve(None, stamp)
+        for write in self.stamped_keys:
+            key = write.resolve(stamp)
+            later = self._cleared[write.clears_before :]
+            if not any(b <= key < e for b, e in later):
+                yield key, write.value
 
-    def write_conflict_ranges(self, read_version: int) -> list[tuple[bytes, bytes]]:
-        """The ranges this transaction writes, as FoundationDB's resolver sees them.
-
-        A versionstamped key conflicts over every key it could become: from the key
-        stamped with the read version to the key stamped with all ``0xff``.
-        """
+    def write_conflict_ranges(self) -> list[tuple[bytes, bytes]]:
+        """The ranges this transaction writes, as FoundationDB's resolver sees them; a
+        versionstamped key conflicts over every key it could become."""
         ranges = list(self._cleared)
         ranges.extend((k, k + b"\x00") for k in self._entries)
-        low = read_version.to_bytes(8, "big") + b"\x00\x00"
-        for write in self.versionstamped:
-            if write.in_key:
-                lo = _splice(write.key, write.offset, low)
-                hi = _splice(write.key, write.offset, b"\xff" * 10) + b"\x00"
-                ranges.append((lo, hi))
-            else:
-                ranges.append((write.key, write.key + b"\x00"))
+        ranges.extend(write.possible_keys() for write in self.stamped_keys)
         return ranges
 
 
@@ -271,6 +368,8 @@ class BufferedTransaction(kv.Transaction):
         self._future = BufferedFuture()
         self._done = False
         self.stamp_requested = False
+        self.backoff = INITIAL_BACKOFF
+        self._commit_error: EngineError | None = None  # a read of an unreadable key
 
     # ------------------------------------------------------------ engine hooks
 
@@ -289,6 +388,14 @@ class BufferedTransaction(kv.Transaction):
         """Apply the buffer atomically; return the versionstamp (None if read-only)."""
         raise NotImplementedError
 
+    def _fresh(self) -> BufferedTransaction:
+        """A new transaction of the same engine (the next attempt after an error)."""
+        raise NotImplementedError
+
+    def _cached_read_version(self) -> int | None:
+        """The read version, if this transaction has taken one yet (no read is made)."""
+        raise NotImplementedError
+
     # ------------------------------------------------------------ reads
 
     def _check_open(self) -> None:
@@ -304,7 +411,11 @@ class BufferedTransaction(kv.Transaction):
             seen.append(value)
             return value
 
-        value = self.buffer.lookup(key, read_base)
+        try:
+            value = self.buffer.lookup(key, read_base)
+        except EngineError as exc:
+            self._remember(exc)
+            raise
         if seen and not snapshot:
             # Only a read that reached the committed snapshot can conflict; one answered
             # by this transaction's own write cannot (as FoundationDB's RYW cache).
@@ -342,31 +453,47 @@ class BufferedTransaction(kv.Transaction):
                     yield row
 
             out = []
-            for row in self.buffer.merge_range(
-                begin, end, reverse, tap(self._base_range(begin, end, reverse))
-            ):
-                out.append(row)
-                if limit and len(out) >= limit:
-                    break
-        if not snapshot:
-            lo, hi = begin, end
-            if limit and len(out) >= limit:
-                if reverse:
-                    lo = out[-1][0]
-                else:
-                    hi = out[-1][0] + b"\x00"
-            # Without an overlay every row returned is inside [lo, hi); still a copy, as
-            # the caller owns ``out``.
-            seen = list(out) if consumed is out else [r for r in consumed if lo <= r[0] < hi]
+            try:
+                for row in self.buffer.merge_range(
+                    begin, end, reverse, tap(self._base_range(begin, end, reverse))
+                ):
+                    out.append(row)
+                    if limit and len(out) >= limit:
+                        break
+            except EngineError as exc:
+                self._remember(exc)
+                raise
+        lo, hi = begin, end
+        if limit and len(out) >= limit:
             if reverse:
-                seen.reverse()  # engines compare with a forward re-read at commit
+                lo = out[-1][0]
+            else:
+                hi = out[-1][0] + b"\x00"
+        try:
+            self.buffer.check_readable(lo, hi)
+        except EngineError as exc:
+            self._remember(exc)
+            raise
+        if snapshot:
+            return out
+        if consumed is out:
+            # No overlay: every row returned is a committed row inside [lo, hi); still a
+            # copy, as the caller owns ``out``.
+            seen = list(reversed(out)) if reverse else list(out)
             self._note_read(lo, hi, seen)
+            return out
+        base_rows = sorted(consumed)  # engines compare with a forward re-read at commit
+        for part_lo, part_hi in self.buffer.unknown_parts(lo, hi):
+            self._note_read(part_lo, part_hi, [r for r in base_rows if part_lo <= r[0] < part_hi])
         return out
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         self._check_open()
-        if begin < end:
-            self._note_read(begin, end, None)
+        if begin > end:
+            raise kv.engine_error(kv.INVERTED_RANGE, "conflict range begin key after its end")
+        # as a read would: keys this transaction fixed itself cannot conflict
+        for part_begin, part_end in self.buffer.unknown_parts(begin, end):
+            self._note_read(part_begin, part_end, None)
 
     # ------------------------------------------------------------ writes
 
@@ -388,20 +515,36 @@ class BufferedTransaction(kv.Transaction):
 
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
         self._check_open()
-        self.buffer.set_versionstamped(key, value, in_key=True)
+        self.buffer.set_versionstamped_key(key, value, self._cached_read_version())
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
         self._check_open()
-        self.buffer.set_versionstamped(key, value, in_key=False)
+        self.buffer.set_versionstamped_value(key, value)
 
     def get_versionstamp(self) -> kv.VersionstampFuture:
         self.stamp_requested = True
         return self._future
 
+    def on_error(self, error: EngineError) -> BufferedTransaction:
+        if not kv.is_retryable(error):
+            raise error
+        time.sleep(self.backoff * random.uniform(0.5, 1.0))
+        nxt = self._fresh()
+        nxt.backoff = min(MAX_BACKOFF, self.backoff * 2)
+        return nxt
+
+    def _remember(self, error: EngineError) -> None:
+        """A read of a key this transaction stamped fails, and so does its commit (as in
+        FoundationDB, where 1036 poisons the transaction)."""
+        if error.code == kv.ACCESSED_UNREADABLE:
+            self._commit_error = error
+
     def commit(self) -> None:
         self._check_open()
         self._done = True
         try:
+            if self._commit_error is not None:
+                raise self._commit_error
             stamp = self._commit()
         except Exception as exc:
             self._future.resolve(None, exc)

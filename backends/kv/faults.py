@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from persistence import kv
+from persistence.errors import EngineError
 
 
 class SimulatedCrash(BaseException):
@@ -125,7 +126,7 @@ class FaultyTransaction(kv.Transaction):
     def __init__(self, inner: kv.Transaction, injector: FaultInjector) -> None:
         self._inner = inner
         self._injector = injector
-        self._future = _FailedFuture(inner.get_versionstamp())
+        self._future: _FailedFuture | None = None
 
     def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
         return self._inner.get(key, snapshot=snapshot)
@@ -160,6 +161,8 @@ class FaultyTransaction(kv.Transaction):
         self._inner.set_versionstamped_value(key, value)
 
     def get_versionstamp(self) -> kv.VersionstampFuture:
+        if self._future is None:
+            self._future = _FailedFuture(self._inner.get_versionstamp())
         return self._future
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
@@ -176,8 +179,12 @@ class FaultyTransaction(kv.Transaction):
         if fault.applied:
             self._inner.commit()
         error = kv.engine_error(fault.code, "injected fault")
-        self._future.error = error
+        if self._future is not None:
+            self._future.error = error
         raise error
+
+    def on_error(self, error: EngineError) -> FaultyTransaction:
+        return FaultyTransaction(self._inner.on_error(error), self._injector)
 
 
 class FaultyEngine(kv.Engine):
@@ -187,12 +194,16 @@ class FaultyEngine(kv.Engine):
         self.inner = inner
         self.injector = injector
         self.url = inner.url
+        self.retry_limit = inner.retry_limit
 
     def create_transaction(self) -> FaultyTransaction:
         return FaultyTransaction(self.inner.create_transaction(), self.injector)
 
     def crash_point(self, name: str) -> None:
         self.injector.reach(name)
+
+    def is_retryable(self, error: EngineError) -> bool:
+        return self.inner.is_retryable(error)
 
     def close(self) -> None:
         self.inner.close()

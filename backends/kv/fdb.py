@@ -1,9 +1,10 @@
 """The FoundationDB engine: a thin adapter over the official Python bindings.
 
 Install with ``pip install 'aos-persistence[fdb]'`` (PyPI package ``foundationdb``, imported
-as ``fdb``; the PyPI package named ``fdb`` is an unrelated Firebird driver). The bindings
-load ``libfdb_c`` from the FoundationDB client package, whose version must match the
-cluster's (8.0 bindings refuse a 7.x client library).
+as ``fdb``; the PyPI package named ``fdb`` is an unrelated Firebird driver). The bindings load
+``libfdb_c`` from the FoundationDB client package; bindings, client library and cluster must
+agree: 7.3 bindings (API version <= 730) with a 7.3 ``libfdb_c`` for a 7.3 cluster, 8.0
+bindings with an 8.0 library (they refuse a 7.3 one). See docs/engines.md.
 
 The adapter does almost nothing of its own, on purpose. What it must get right:
 
@@ -12,29 +13,67 @@ The adapter does almost nothing of its own, on purpose. What it must get right:
   the transaction, into a list of ``(bytes, bytes)``.
 * ``get_versionstamp()`` is requested before commit and resolved after it; the result is
   converted with ``bytes()``.
-* ``fdb.FDBError`` becomes :class:`~persistence.errors.EngineError` with the same code, so
-  the retry runner of :mod:`persistence.kv` (the same table as ``on_error``) applies.
+* ``fdb.FDBError`` becomes :class:`~persistence.errors.EngineError` with the same code; the
+  retry loop goes through the binding's own ``on_error`` (FoundationDB's classification and
+  its throttling-aware backoff), and ``is_retryable`` asks ``libfdb_c``'s predicates.
+* Every transaction carries a timeout (database option), so an unreachable cluster fails
+  in seconds with 1031 instead of hanging; the timeout spans ``on_error`` retries.
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib.metadata
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from persistence import kv
-from persistence.errors import EngineError, MissingDependency
+from persistence.errors import EngineError, MissingDependency, NotFound, Validation
 
 DEFAULT_API_VERSION: Final = 730
+MIN_API_VERSION: Final = 520
+"""Below 520 ``set_versionstamped_key`` takes a 2-byte offset, which the keyspace does not
+write: keys would land outside it."""
+
+BINDINGS_INSTALL: Final = "pip install 'aos-persistence[fdb]' (foundationdb==7.3.*)"
 
 T = TypeVar("T")
 
 _fdb: Any = None
 
 
-def load_bindings(api_version: int) -> Any:
-    """Import ``fdb`` and select ``api_version``, or explain what to install."""
+@dataclass(frozen=True, slots=True)
+class FdbOptions:
+    """How to reach a cluster and bound every transaction (URL query options)."""
+
+    api_version: int = DEFAULT_API_VERSION
+    timeout_ms: int = 10_000
+    """Per transaction, across its retries: an unreachable cluster fails with 1031."""
+    retry_limit: int = 100
+    size_limit: int = kv.MAX_TRANSACTION_SIZE
+    """FoundationDB's ``size_limit`` (32 .. 10,000,000 bytes)."""
+    client_library: str | None = None
+    """Path of ``libfdb_c.so`` to load instead of the one on the library search path."""
+
+    def __post_init__(self) -> None:
+        for name, low, high in (
+            ("timeout_ms", 1, 2**31 - 1),
+            ("retry_limit", 0, 2**31 - 1),
+            ("size_limit", 32, kv.MAX_TRANSACTION_SIZE),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise Validation(f"fdb {name}", f"an integer in {low}..{high}, not {value!r}")
+
+
+def load_bindings(api_version: int, client_library: str | None = None) -> Any:
+    """Import ``fdb`` and select ``api_version`` (``MIN_API_VERSION`` up to the bindings'
+    maximum), or explain what to install."""
     global _fdb
+    if isinstance(api_version, bool) or not isinstance(api_version, int):
+        raise Validation("fdb api_version", f"must be an integer, not {api_version!r}")
     if _fdb is not None:
         selected = _fdb.get_api_version()
         if selected != api_version:
@@ -47,25 +86,44 @@ def load_bindings(api_version: int) -> Any:
         import fdb
     except ImportError:
         raise MissingDependency(
-            "the FoundationDB engine needs the official bindings: "
-            "pip install 'aos-persistence[fdb]' (PyPI package 'foundationdb', not 'fdb')"
+            "the FoundationDB engine needs the official bindings matching the cluster: "
+            f"{BINDINGS_INSTALL} (PyPI package 'foundationdb', not 'fdb')"
         ) from None
+    latest = int(getattr(fdb, "LATEST_API_VERSION", DEFAULT_API_VERSION))
+    if not MIN_API_VERSION <= api_version <= latest:
+        raise Validation(
+            "fdb api_version",
+            f"{api_version} is outside {MIN_API_VERSION}..{latest} (the installed bindings, "
+            f"foundationdb {_bindings_version(fdb)}, support up to {latest})",
+        )
     if fdb.is_api_version_selected() and fdb.get_api_version() != api_version:
         raise MissingDependency(
             f"FoundationDB API version {fdb.get_api_version()} was already selected by this "
             f"process (the host application?); cannot also use {api_version}"
         )
     try:
+        if client_library is not None:
+            # The bindings dlopen "libfdb_c.so" by name; a library already loaded under that
+            # soname is the one they get.
+            ctypes.CDLL(os.path.abspath(client_library), mode=ctypes.RTLD_GLOBAL)
         if not fdb.is_api_version_selected():
             fdb.api_version(api_version)
-    except Exception as exc:  # RuntimeError/OSError when libfdb_c cannot be loaded
+    except Exception as exc:  # RuntimeError/OSError: no libfdb_c, or one of another version
         raise MissingDependency(
-            f"the FoundationDB client library (libfdb_c) could not be loaded for API version "
-            f"{api_version}: {exc}. Install the foundationdb-clients package matching your "
-            "cluster's version."
+            f"the FoundationDB client library (libfdb_c) refused API version {api_version}: "
+            f"{exc}. Bindings, client library and cluster must be the same release: for a 7.3 "
+            f"cluster, {BINDINGS_INSTALL} and FoundationDB's 7.3 client package (or "
+            "client_library=/path/to/libfdb_c.so in the fdb:// URL)"
         ) from None
     _fdb = fdb
     return fdb
+
+
+def _bindings_version(fdb: Any) -> str:
+    try:
+        return importlib.metadata.version("foundationdb")
+    except importlib.metadata.PackageNotFoundError:
+        return str(getattr(fdb, "__version__", "?"))
 
 
 def _translate(fdb: Any, call: Callable[[], T]) -> T:
@@ -153,20 +211,41 @@ class FdbTransaction(kv.Transaction):
     def get_read_version(self) -> int:
         return _translate(self._fdb, lambda: int(self._tr.get_read_version().wait()))
 
+    def approximate_size(self) -> int:
+        """What FoundationDB counts against ``size_limit`` so far (mutations and conflict
+        ranges), as ``get_approximate_size`` reports it."""
+        return _translate(self._fdb, lambda: int(self._tr.get_approximate_size().wait()))
+
     def commit(self) -> None:
         _translate(self._fdb, lambda: self._tr.commit().wait())
+
+    def on_error(self, error: EngineError) -> FdbTransaction:
+        error_ = self._fdb.FDBError(error.code)
+        _translate(self._fdb, lambda: self._tr.on_error(error_).wait())
+        return self
 
 
 class FdbEngine(kv.Engine):
     """A FoundationDB cluster, named by its cluster file."""
 
-    def __init__(
-        self, cluster_file: str | None = None, *, api_version: int = DEFAULT_API_VERSION
-    ) -> None:
+    def __init__(self, cluster_file: str | None = None, options: FdbOptions | None = None) -> None:
         self.cluster_file = cluster_file or os.environ.get("FDB_CLUSTER_FILE") or None
+        self.options = options or FdbOptions()
         self.url = f"fdb://{self.cluster_file or ''}"
-        self._fdb = load_bindings(api_version)
+        self.retry_limit = self.options.retry_limit
+        if self.cluster_file is not None and not os.path.isfile(self.cluster_file):
+            raise NotFound(f"FoundationDB cluster file {self.cluster_file} does not exist")
+        self._fdb = load_bindings(self.options.api_version, self.options.client_library)
         self._db = _translate(self._fdb, lambda: self._fdb.open(self.cluster_file))
+        _translate(self._fdb, self._set_options)
+
+    def _set_options(self) -> None:
+        db_options = self._db.options
+        db_options.set_transaction_timeout(self.options.timeout_ms)
+        db_options.set_transaction_size_limit(self.options.size_limit)
 
     def create_transaction(self) -> FdbTransaction:
         return FdbTransaction(self._fdb, self._db.create_transaction())
+
+    def is_retryable(self, error: EngineError) -> bool:
+        return bool(self._fdb.predicates.is_retryable(self._fdb.FDBError(error.code)))

@@ -114,6 +114,10 @@ class MemoryEngine(kv.Engine):
 
     def _commit(self, tr: MemoryTransaction) -> bytes | None:
         buffer = tr.buffer
+        if not buffer.has_writes():
+            # FoundationDB commits a read-only transaction at once, without a conflict
+            # check or a version: its reads were never validated, and nothing is applied.
+            return None
         with self._lock:
             now = self._clock()
             self._expire(now)
@@ -129,23 +133,16 @@ class MemoryEngine(kv.Engine):
                             raise kv.engine_error(
                                 kv.NOT_COMMITTED, f"read conflict with commit at version {version}"
                             )
-            if not buffer.has_writes():
-                return None
             version = self._version + 1
             stamp = version.to_bytes(8, "big") + b"\x00\x00"
-            conflict_version = self._version if read_version is None else read_version
-            write_ranges = buffer.write_conflict_ranges(conflict_version)
+            write_ranges = buffer.write_conflict_ranges()
             for begin, end in buffer.cleared_ranges():
                 lo = bisect.bisect_left(self._keys, begin)
                 hi = bisect.bisect_left(self._keys, end)
                 for key in self._keys[lo:hi]:
                     if self._visible(self._history[key], version) is not None:
                         self._put(key, version, None)
-            latest = self._latest
-            for key, value in list(buffer.final_writes(latest)):
-                self._put(key, version, value)
-            for write in buffer.versionstamped:
-                key, value = write.resolve(stamp)
+            for key, value in list(buffer.final_writes(self._latest, stamp)):
                 self._put(key, version, value)
             self._version = version
             self._commits.append((version, now, write_ranges))
@@ -231,3 +228,9 @@ class MemoryTransaction(BufferedTransaction):
 
     def _commit(self) -> bytes | None:
         return self._engine._commit(self)
+
+    def _fresh(self) -> MemoryTransaction:
+        return MemoryTransaction(self._engine)
+
+    def _cached_read_version(self) -> int | None:
+        return self.read_version

@@ -324,7 +324,7 @@ class SqliteTransaction(BufferedTransaction):
         write statement when upgrading). Only transactions that need a versionstamp touch
         the commit counter, so plain writes change one B-tree page fewer."""
         stamp = None
-        if self.buffer.versionstamped or self.stamp_requested:
+        if self.buffer.needs_stamp() or self.stamp_requested:
             version = int(conn.execute(_COUNTER).fetchone()[0]) + 1
             conn.execute("UPDATE meta SET value = ? WHERE name = 'commit_version'", (version,))
             stamp = version.to_bytes(8, "big") + b"\x00\x00"
@@ -337,19 +337,24 @@ class SqliteTransaction(BufferedTransaction):
             row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
             return None if row is None else bytes(row[0])
 
-        for key, value in self.buffer.final_writes(read_committed):
+        for key, value in self.buffer.final_writes(read_committed, stamp or b""):
             if value is None:
                 deletes.append((key,))
             else:
                 upserts.append((key, value))
-        if stamp is not None:
-            upserts.extend(write.resolve(stamp) for write in self.buffer.versionstamped)
         if deletes:
             conn.executemany("DELETE FROM kv WHERE key = ?", deletes)
         if upserts:
             conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", upserts)
         conn.execute("COMMIT")
         return stamp
+
+    def _cached_read_version(self) -> int | None:
+        return self._read_version
+
+    def _fresh(self) -> SqliteTransaction:
+        self._close()
+        return SqliteTransaction(self._engine)
 
     def _close(self) -> None:
         conn, self._conn = self._conn, None

@@ -4,7 +4,7 @@
 :mod:`backends.kv.fdb` runs unchanged without ``libfdb_c`` or a cluster. The database
 semantics (MVCC, conflicts, atomic adds, versionstamps, limits) are the memory engine's. What
 the fake adds is the *shape* of the real binding (``fdb/impl.py`` of PyPI ``foundationdb``
-8.0, over ``ReadYourWritesTransaction``/``ThreadSafeTransaction`` of the C client), kept
+7.3.79, over ``ReadYourWritesTransaction``/``ThreadSafeTransaction`` of the C client), kept
 strict so that misuse of that API fails here as it fails against a cluster:
 
 * ``fdb.open`` before ``fdb.api_version`` raises ``RuntimeError``; ``FDBError``,
@@ -38,13 +38,25 @@ strict so that misuse of that API fails here as it fails against a cluster:
 * ``persistence.errors.EngineError`` from the memory engine becomes ``FDBError`` with the
   same code and FoundationDB's description (the engine's detail is kept as a note).
 
-Not modelled (absent, so using them fails loudly): key selectors, options, watches,
-``on_error``, ``reset``/``cancel``, ``fdb.transactional``, tenants, atomic operations other
-than ``add``, and streaming modes (accepted and ignored).
+* ``Database.options`` takes ``set_transaction_timeout`` / ``set_transaction_retry_limit`` /
+  ``set_transaction_size_limit`` (recorded in ``Database.option_calls``). The timeout is
+  measured from the transaction's creation and is not reset by ``on_error`` (API >= 610).
+  With ``FakeFdb.reachable = False`` every read and commit waits for that timeout and fails
+  with 1031; with no timeout set it raises instead of hanging forever, naming the hang.
+* ``on_error(error)`` returns a ``FutureVoid``: for a code the library's predicate calls
+  retryable it resets the transaction (a fresh one on the engine; ``on_error_calls``
+  counts them), for any other code, or once the timeout has passed, it fails. ``reset()``
+  starts the transaction over. ``fdb.predicates.is_retryable``/``is_maybe_committed``/
+  ``is_retryable_not_committed`` answer from the same table as ``fdb_error_predicate``.
+
+Not modelled (absent, so using them fails loudly): key selectors, other options, watches,
+``cancel``, ``fdb.transactional``, tenants, atomic operations other than ``add``, and
+streaming modes (accepted and ignored). The backoff of ``on_error`` is not slept.
 """
 
 from __future__ import annotations
 
+import time
 import types
 from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
@@ -54,10 +66,10 @@ from persistence.errors import EngineError
 
 T = TypeVar("T")
 
-LATEST_API_VERSION: Final = 800
-"""``fdb.LATEST_API_VERSION`` of the 8.0 bindings."""
+LATEST_API_VERSION: Final = 730
+"""``fdb.LATEST_API_VERSION`` of the 7.3 bindings."""
 
-FDB_VERSION: Final = "8.0.0"
+FDB_VERSION: Final = "7.3.79"
 MIN_MODELLED_API_VERSION: Final = 520
 """Below 520 versionstamp offsets are 2 bytes; the memory engine models only the 4-byte form."""
 
@@ -66,6 +78,12 @@ MAX_READ_KEY: Final = b"\xff"
 
 KEY_OUTSIDE_LEGAL_RANGE: Final = 2004
 USED_DURING_COMMIT: Final = 2017
+TRANSACTION_TIMED_OUT: Final = 1031
+RETRYABLE_NOT_COMMITTED: Final = frozenset(
+    {1007, 1009, 1020, 1037, 1038, 1042, 1051, 1078, 1213, 1223}
+)
+MAYBE_COMMITTED: Final = frozenset({1021, 1039})
+"""``fdb_error_predicate`` of libfdb_c 7.3.79 (a test checks them against the real library)."""
 
 ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     1007: "Transaction is too old to perform reads or be committed",
@@ -82,6 +100,7 @@ ERROR_DESCRIPTIONS: Final[dict[int, str]] = {
     1051: "Batch GRV request rate limit exceeded",
     1078: "GetReadVersion proxy memory limit exceeded",
     1213: "Transaction tag is being throttled",
+    1223: "Exceeded maximum proxy tag throttling duration",
     1510: "Disk i/o operation failed",
     2000: "Invalid API call",
     2004: "Key outside legal range",
@@ -414,12 +433,28 @@ class FDBRange:
 class _TxState:
     """What a transaction and its snapshot view share (the C ``FDBTransaction``)."""
 
-    def __init__(self, inner: kv.Transaction) -> None:
+    def __init__(self, inner: kv.Transaction, database: Database) -> None:
         self.inner = inner
+        self.database = database
         self.deferred: FDBError | None = None
         self.commit_started = False
         self.poisoned = False
         self.commit: FutureVoid | None = None
+        timeout_ms = database.option_calls.get("transaction_timeout", 0)
+        self.deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms else None
+
+    def reach_cluster(self) -> None:
+        """Fail as a request to an unreachable cluster does: at the timeout (1031)."""
+        if self.database.module.reachable:
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                raise fdb_error(TRANSACTION_TIMED_OUT, "transaction timed out")
+            return
+        if self.deadline is None:
+            pending = _Pending(TRANSACTION_TIMED_OUT)
+            pending.add_note("the cluster is unreachable and no timeout is set: this hangs")
+            raise pending
+        time.sleep(max(0.0, self.deadline - time.monotonic()))
+        raise fdb_error(TRANSACTION_TIMED_OUT, "cluster unreachable until the timeout")
 
     def used_during_commit(self, what: str) -> FDBError:
         """``checkUsedDuringCommit``: poison the transaction and return the 2017 error."""
@@ -435,6 +470,7 @@ class _TxState:
                 raise self.deferred
             if self.commit_started:
                 raise self.used_during_commit(what)
+            self.reach_cluster()
             return _memory(call)
 
         return _issue(issue)
@@ -477,6 +513,7 @@ class TransactionRead:
                 raise state.deferred
             if state.poisoned:
                 raise fdb_error(USED_DURING_COMMIT, "transaction used during its commit")
+            state.reach_cluster()
             return _memory(state.inner.get_read_version)
 
         return FutureInt64(_issue(issue))
@@ -621,10 +658,40 @@ class Transaction(TransactionRead):
         def settle() -> None:
             if state.poisoned:
                 raise fdb_error(USED_DURING_COMMIT, "transaction used while its commit was pending")
+            state.reach_cluster()
             _memory(state.inner.commit)
 
         state.commit = FutureVoid(settle)
         return state.commit
+
+    def on_error(self, error: object) -> FutureVoid:
+        """Reset for a retry if ``error`` is retryable and the timeout has not passed."""
+        code = error.code if isinstance(error, FDBError) else error
+        if not isinstance(code, int):
+            raise TypeError("on_error takes an FDBError or an error code")
+        state = self._state
+
+        def settle() -> None:
+            if code not in RETRYABLE_NOT_COMMITTED | MAYBE_COMMITTED:
+                raise fdb_error(code, "not retryable")
+            if state.deadline is not None and time.monotonic() > state.deadline:
+                raise fdb_error(TRANSACTION_TIMED_OUT, "timed out before the retry")
+            state.database.on_error_calls += 1
+            self._restart(keep_deadline=True)
+
+        return FutureVoid(settle)
+
+    def reset(self) -> None:
+        """Start the transaction over (a new read version, no writes, a new timeout)."""
+        self._restart(keep_deadline=False)
+
+    def _restart(self, *, keep_deadline: bool) -> None:
+        old = self._state
+        fresh = _TxState(old.database.engine.create_transaction(), old.database)
+        if keep_deadline:
+            fresh.deadline = old.deadline
+        self._state = fresh
+        self.snapshot._state = fresh
 
     def __setitem__(self, key: object, value: object) -> None:
         self.set(key, value)
@@ -636,15 +703,55 @@ class Transaction(TransactionRead):
             self.clear(key)
 
 
+class _DatabaseOptions:
+    """The database options the adapter sets (``fdb.impl._DatabaseOptions``)."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def _set(self, name: str, value: object) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"option {name} takes an integer")
+        self._database.option_calls[name] = value
+
+    def set_transaction_timeout(self, value: int) -> None:
+        self._set("transaction_timeout", value)
+
+    def set_transaction_retry_limit(self, value: int) -> None:
+        self._set("transaction_retry_limit", value)
+
+    def set_transaction_size_limit(self, value: int) -> None:
+        if isinstance(value, int) and not 32 <= value <= kv.MAX_TRANSACTION_SIZE:
+            raise fdb_error(2006, "invalid_option_value")
+        self._set("transaction_size_limit", value)
+
+
 class Database:
     """``fdb.Database``: creates transactions on the backing engine."""
 
-    def __init__(self, engine: kv.Engine) -> None:
-        self._engine = engine
+    def __init__(self, module: FakeFdb) -> None:
+        self.module = module
+        self.engine = module.engine
+        self.options = _DatabaseOptions(self)
+        self.option_calls: dict[str, int] = {}
+        self.on_error_calls = 0
 
     def create_transaction(self) -> Transaction:
         """A new :class:`Transaction`."""
-        return Transaction(_TxState(self._engine.create_transaction()))
+        return Transaction(_TxState(self.engine.create_transaction(), self))
+
+
+class _ErrorPredicates:
+    """``fdb.predicates``: ``fdb_error_predicate`` of the library."""
+
+    def is_retryable(self, error: FDBError) -> bool:
+        return error.code in RETRYABLE_NOT_COMMITTED | MAYBE_COMMITTED
+
+    def is_maybe_committed(self, error: FDBError) -> bool:
+        return error.code in MAYBE_COMMITTED
+
+    def is_retryable_not_committed(self, error: FDBError) -> bool:
+        return error.code in RETRYABLE_NOT_COMMITTED
 
 
 # --------------------------------------------------------------------------- the module
@@ -662,6 +769,7 @@ class FakeFdb(types.ModuleType):
         self.__version__ = FDB_VERSION
         self._version: int | None = None
         self._databases: dict[str | bytes | None, Database] = {}
+        self.reachable = True
 
     def api_version(self, ver: int) -> None:
         """Select the API version, with the checks of ``fdb.api_version``."""
@@ -688,6 +796,7 @@ class FakeFdb(types.ModuleType):
             ("Transaction", Transaction),
             ("KeyValue", KeyValue),
             ("StreamingMode", StreamingMode),
+            ("predicates", _ErrorPredicates()),
         ):
             setattr(self, name, symbol)
 
@@ -710,7 +819,7 @@ class FakeFdb(types.ModuleType):
             raise TypeError("Parameter must be a string")
         self.opened.append(cluster_file)
         if cluster_file not in self._databases:
-            self._databases[cluster_file] = Database(self.engine)
+            self._databases[cluster_file] = Database(self)
         return self._databases[cluster_file]
 
 

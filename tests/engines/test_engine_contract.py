@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from persistence import fdbtuple, kv
-from persistence.errors import EngineError
+from persistence.errors import EngineError, RetryLimitReached
 from persistence.fdbtuple import Versionstamp
 from persistence.kv import Engine, Transaction
 
@@ -327,9 +327,10 @@ def test_retry_runner_gives_up_after_the_limit(engine: Engine) -> None:
         calls.append(1)
         raise kv.engine_error(kv.NOT_COMMITTED, "test")
 
-    with pytest.raises(EngineError) as err:
-        kv.run(engine, always_conflicts, policy=kv.RetryPolicy(max_retries=3, initial_delay=0))
-    assert err.value.code == kv.RETRY_LIMIT_REACHED
+    with pytest.raises(RetryLimitReached) as err:
+        kv.run(engine, always_conflicts, retry_limit=3)
+    assert err.value.retries == 3
+    assert err.value.last.code == kv.NOT_COMMITTED
     assert len(calls) == 4
 
 
@@ -361,3 +362,110 @@ def test_threads_increment_without_lost_updates(engine: Engine) -> None:
     for t in threads:
         t.join()
     assert read(engine, lambda tr: tr.get(b"c")) == (100).to_bytes(4, "big")
+
+
+# ----------------------------------------------------------------- found by the differential
+# Each of these was a difference between the memory engine and FoundationDB 7.3 found by
+# tests/engines/test_fdb_differential.py; pinned here on every engine.
+
+STAMP_VALUE = b"\x00" * 10 + (0).to_bytes(4, "little")
+
+
+def _stamped_key(prefix: bytes) -> bytes:
+    return prefix + b"\x00" * 10 + len(prefix).to_bytes(4, "little")
+
+
+def test_a_read_only_commit_is_not_conflict_checked(engine: Engine) -> None:
+    reader = engine.create_transaction()
+    assert reader.get(b"k") is None
+    commit_all(engine, {b"k": b"moved"})
+    future = reader.get_versionstamp()
+    reader.commit()  # FoundationDB returns at once: nothing to apply, nothing validated
+    with pytest.raises(EngineError) as err:
+        future.wait()
+    assert err.value.code == kv.NO_COMMIT_VERSION
+
+
+def test_inverted_ranges_are_errors(engine: Engine) -> None:
+    for declare in (
+        lambda tr: tr.clear_range(b"b", b"a"),
+        lambda tr: tr.add_read_conflict_range(b"b", b"a"),
+    ):
+        with pytest.raises(EngineError) as err:
+            kv.run(engine, declare)
+        assert err.value.code == kv.INVERTED_RANGE
+
+
+def test_a_later_clear_overrides_a_versionstamped_value(engine: Engine) -> None:
+    def body(tr: Transaction) -> None:
+        tr.set_versionstamped_value(b"k", STAMP_VALUE)
+        tr.clear(b"k")
+
+    kv.run(engine, body)
+    assert read(engine, lambda tr: tr.get(b"k")) is None
+
+
+def test_an_add_after_a_versionstamped_value_applies_over_the_stamp(engine: Engine) -> None:
+    def body(tr: Transaction) -> kv.VersionstampFuture:
+        tr.set_versionstamped_value(b"k", STAMP_VALUE)
+        tr.add(b"k", b"\x01")
+        return tr.get_versionstamp()
+
+    stamp = kv.run(engine, body).wait()
+    # an add's result is as wide as its parameter: the stamp's first byte, plus one
+    assert read(engine, lambda tr: tr.get(b"k")) == bytes([(stamp[0] + 1) % 256])
+
+
+def test_versionstamped_values_are_unreadable_until_cleared(engine: Engine) -> None:
+    tr = engine.create_transaction()
+    tr.set_versionstamped_value(b"k", STAMP_VALUE)
+    tr.set(b"k", b"plain")  # still unreadable: the key was stamped in this transaction
+    for attempt in (lambda: tr.get(b"k"), lambda: tr.get_range(b"a", b"z")):
+        with pytest.raises(EngineError) as err:
+            attempt()
+        assert err.value.code == kv.ACCESSED_UNREADABLE
+    tr.clear(b"k")
+    assert tr.get(b"k") is None
+    tr.set(b"k", b"v")
+    assert tr.get(b"k") == b"v"
+
+
+def test_keys_a_versionstamped_key_could_become_are_unreadable(engine: Engine) -> None:
+    tr = engine.create_transaction()
+    tr.set_versionstamped_key(_stamped_key(b"q/"), b"item")
+    assert tr.get_range(b"a", b"q/") == []  # before the possible keys: readable
+    with pytest.raises(EngineError) as err:
+        tr.get_range(b"q/", b"q0")
+    assert err.value.code == kv.ACCESSED_UNREADABLE
+    tr.clear_range(b"q/", b"q0")  # a later clear makes the range known, and drops the key
+    assert tr.get_range(b"q/", b"q0") == []
+    with pytest.raises(EngineError) as err:
+        tr.commit()  # but the failed read poisoned the transaction
+    assert err.value.code == kv.ACCESSED_UNREADABLE
+
+    fresh = engine.create_transaction()
+    fresh.set_versionstamped_key(_stamped_key(b"q/"), b"item")
+    fresh.clear_range(b"q/", b"q0")
+    assert fresh.get_range(b"q/", b"q0") == []
+    fresh.commit()
+    assert read(engine, lambda t: t.get_range(b"q/", b"q0")) == []
+
+
+def test_reads_of_keys_written_first_add_no_conflict(engine: Engine) -> None:
+    commit_all(engine, {b"b": b"1"})
+    tr = engine.create_transaction()
+    tr.clear(b"a")
+    tr.set(b"c", b"mine")
+    assert tr.get_range(b"a", b"d") == [(b"b", b"1"), (b"c", b"mine")]
+    tr.add_read_conflict_range(b"c", b"c\x00")
+    commit_all(engine, {b"a": b"other", b"c": b"other"})  # only keys it fixed itself
+    tr.set(b"z", b"1")
+    tr.commit()  # no conflict: [a, d) minus a and c was not written by the other
+    moved = engine.create_transaction()
+    moved.clear(b"a")
+    assert moved.get_range(b"a", b"d") == [(b"b", b"1"), (b"c", b"mine")]
+    commit_all(engine, {b"b": b"2"})  # a key it depends on
+    moved.set(b"z", b"2")
+    with pytest.raises(EngineError) as err:
+        moved.commit()
+    assert err.value.code == kv.NOT_COMMITTED

@@ -10,12 +10,12 @@ that the fake still mirrors the real binding's source.
 from __future__ import annotations
 
 import ast
-import ctypes
-import ctypes.util
 import importlib.util
-import platform
+import os
 import struct
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,10 +24,22 @@ import pytest
 from backends.kv import fdb as fdb_backend
 from backends.kv import open_engine
 from backends.kv.faults import FaultInjector, FaultyEngine
-from backends.kv.fdb import DEFAULT_API_VERSION, FdbEngine, FdbTransaction, load_bindings
+from backends.kv.fdb import (
+    DEFAULT_API_VERSION,
+    FdbEngine,
+    FdbOptions,
+    FdbTransaction,
+    load_bindings,
+)
 from backends.kv.memory import MemoryEngine
 from persistence import kv
-from persistence.errors import EngineError, MissingDependency
+from persistence.errors import (
+    EngineError,
+    MissingDependency,
+    NotFound,
+    RetryLimitReached,
+    Validation,
+)
 from tests.engines import fake_fdb
 from tests.engines.fake_fdb import FakeFdb, FDBError, make_fake_fdb
 
@@ -78,29 +90,82 @@ def _code(error: pytest.ExceptionInfo[EngineError]) -> int:
 # --------------------------------------------------------------------------- opening
 
 
+def _cluster_file(directory: Path) -> str:
+    path = directory / "fdb.cluster"
+    path.write_text("test:abc@127.0.0.1:4500\n")
+    return str(path)
+
+
 def test_engine_loads_fake_bindings_and_opens_cluster_file(fake: FakeFdb, tmp_path: Path) -> None:
-    cluster = tmp_path / "fdb.cluster"
-    engine = FdbEngine(str(cluster), api_version=710)
+    cluster = _cluster_file(tmp_path)
+    engine = FdbEngine(cluster, FdbOptions(api_version=710))
     assert fake.get_api_version() == 710
-    assert fake.opened == [str(cluster)]
+    assert fake.opened == [cluster]
     assert engine.url == f"fdb://{cluster}"
     assert isinstance(engine.create_transaction(), FdbTransaction)
 
 
 def test_cluster_file_defaults_to_environment(
-    fake: FakeFdb, monkeypatch: pytest.MonkeyPatch
+    fake: FakeFdb, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("FDB_CLUSTER_FILE", "/etc/foundationdb/fdb.cluster")
+    cluster = _cluster_file(tmp_path)
+    monkeypatch.setenv("FDB_CLUSTER_FILE", cluster)
     FdbEngine()
-    assert fake.opened == ["/etc/foundationdb/fdb.cluster"]
+    assert fake.opened == [cluster]
     assert fake.get_api_version() == DEFAULT_API_VERSION
 
 
-def test_open_engine_url_reaches_the_adapter(fake: FakeFdb) -> None:
-    engine = open_engine("fdb:///srv/fdb.cluster?api_version=720")
+def test_missing_cluster_file_is_not_found(fake: FakeFdb, tmp_path: Path) -> None:
+    with pytest.raises(NotFound, match=r"cluster file .*missing\.cluster does not exist"):
+        FdbEngine(str(tmp_path / "missing.cluster"))
+    assert fake.opened == []
+
+
+def test_open_engine_url_reaches_the_adapter(fake: FakeFdb, tmp_path: Path) -> None:
+    cluster = _cluster_file(tmp_path)
+    engine = open_engine(
+        f"fdb://{cluster}?api_version=720&timeout_ms=1500&retry_limit=7&size_limit=5000000"
+    )
     assert isinstance(engine, FdbEngine)
-    assert fake.opened == ["/srv/fdb.cluster"]
+    assert fake.opened == [cluster]
     assert fake.get_api_version() == 720
+    assert engine.retry_limit == 7
+    database = fake.open(cluster)
+    assert database.option_calls == {
+        "transaction_timeout": 1500,
+        "transaction_size_limit": 5_000_000,
+    }
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "api_version=abc",
+        "timeout_ms=-1",
+        "timeout_ms=0",
+        "retry_limit=1.5",
+        "size_limit=31",
+        "size_limit=10000001",
+        "colour=blue",
+        "timeout_ms=\u0661\u0660",  # Arabic-Indic digits: isdigit() but not ASCII
+    ],
+)
+def test_bad_url_options_are_refused_before_opening(
+    fake: FakeFdb, tmp_path: Path, query: str
+) -> None:
+    with pytest.raises(Validation) as error:
+        open_engine(f"fdb://{_cluster_file(tmp_path)}?{query}")
+    assert "fdb" in str(error.value) or "kv url" in str(error.value)
+    assert fake.opened == []
+
+
+@pytest.mark.parametrize("version", [519, 731, 13, 0])
+def test_api_version_outside_the_supported_range(fake: FakeFdb, version: int) -> None:
+    with pytest.raises(Validation) as error:
+        load_bindings(version)
+    message = str(error.value)
+    assert f"{version} is outside 520..{fake.LATEST_API_VERSION}" in message
+    assert fake.LATEST_API_VERSION == 730 and not fake.is_api_version_selected()
 
 
 def test_bindings_are_loaded_once(fake: FakeFdb) -> None:
@@ -459,7 +524,7 @@ def test_run_retries_commit_unknown_result(
         calls.append(1)
         tr.set(b"idempotent", b"1")
 
-    kv.run(engine, body, policy=kv.RetryPolicy(initial_delay=0.0))
+    kv.run(engine, body)
     assert len(calls) == 2
     assert memory.create_transaction().get(b"idempotent") == b"1"
 
@@ -475,6 +540,74 @@ def test_non_retryable_errors_propagate_at_once(engine: FdbEngine) -> None:
         kv.run(engine, body)
     assert _code(error) == kv.KEY_OUTSIDE_LEGAL_RANGE
     assert calls == [1]
+
+
+# --------------------------------------------------------------------------- timeouts, retries
+
+
+def test_unreachable_cluster_fails_within_the_timeout(fake: FakeFdb, tmp_path: Path) -> None:
+    engine = FdbEngine(_cluster_file(tmp_path), FdbOptions(timeout_ms=200))
+    fake.reachable = False
+    started = time.monotonic()
+    with pytest.raises(EngineError) as error:
+        kv.run(engine, lambda tr: tr.get(b"k"))
+    elapsed = time.monotonic() - started
+    assert _code(error) == kv.TRANSACTION_TIMED_OUT
+    assert 0.2 <= elapsed < 2.0
+
+
+def test_the_timeout_spans_retries(fake: FakeFdb, tmp_path: Path) -> None:
+    engine = FdbEngine(_cluster_file(tmp_path), FdbOptions(timeout_ms=300))
+    calls: list[int] = []
+
+    def always_conflicts(tr: kv.Transaction) -> None:
+        calls.append(1)
+        time.sleep(0.05)
+        raise kv.engine_error(kv.NOT_COMMITTED, "conflict")
+
+    with pytest.raises(EngineError) as error:
+        kv.run(engine, always_conflicts)
+    assert _code(error) == kv.TRANSACTION_TIMED_OUT
+    assert 3 <= len(calls) <= 10
+
+
+@pytest.mark.parametrize("code", [1213, 1223, 1037, 1021, 1039])
+def test_throttling_and_maybe_committed_errors_are_retried_through_on_error(
+    fake: FakeFdb, tmp_path: Path, code: int
+) -> None:
+    engine = FdbEngine(_cluster_file(tmp_path))
+    calls: list[int] = []
+
+    def body(tr: kv.Transaction) -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise kv.engine_error(code, "from the cluster")
+        tr.set(b"k", b"v")
+        return "done"
+
+    assert kv.run(engine, body) == "done"
+    assert calls == [1, 1]
+    assert fake.open(engine.cluster_file).on_error_calls == 1
+
+
+def test_retry_limit_reached_carries_the_last_error(fake: FakeFdb, tmp_path: Path) -> None:
+    engine = FdbEngine(_cluster_file(tmp_path), FdbOptions(retry_limit=2))
+
+    def body(tr: kv.Transaction) -> None:
+        raise kv.engine_error(kv.TAG_THROTTLED, "throttled")
+
+    with pytest.raises(RetryLimitReached) as error:
+        kv.run(engine, body)
+    assert error.value.retries == 2
+    assert error.value.last.code == kv.TAG_THROTTLED
+    assert "1213" in str(error.value)
+
+
+def test_is_retryable_asks_the_library(fake: FakeFdb, tmp_path: Path) -> None:
+    engine = FdbEngine(_cluster_file(tmp_path))
+    assert engine.is_retryable(kv.engine_error(1223))
+    assert not engine.is_retryable(kv.engine_error(1031))
+    assert not engine.is_retryable(kv.engine_error(2101))
 
 
 # --------------------------------------------------------------------------- the fake itself
@@ -727,37 +860,31 @@ def test_load_bindings_without_libfdb_c(
     assert fdb_backend._fdb is None
 
 
-def _libfdb_c_loadable(directory: Path) -> bool:
-    """Whether the real bindings would find a client library (as fdb/impl.py looks)."""
-    name = {"Darwin": "libfdb_c.dylib", "Windows": "fdb_c.dll"}.get(
-        platform.system(), "libfdb_c.so"
+_WITHOUT_LIBRARY = """
+from backends.kv.fdb import DEFAULT_API_VERSION, load_bindings
+from persistence.errors import MissingDependency
+try:
+    load_bindings(DEFAULT_API_VERSION)
+except MissingDependency as exc:
+    print(exc)
+else:
+    print("loaded")
+"""
+
+
+def test_real_load_bindings_without_libfdb_c() -> None:
+    """The real bindings in a fresh process whose library path holds no libfdb_c (the
+    session may have loaded one into this process)."""
+    _real_binding_dir()
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_LIBRARY], capture_output=True, text=True, env=env
     )
-    candidates = [str(directory / name), name]
-    pth = directory / f"{name}.pth"
-    if pth.exists():
-        target = pth.read_text().strip()
-        candidates.append(target if target.startswith("/") else str(directory / target))
-    found = ctypes.util.find_library("fdb_c")
-    if found:
-        candidates.append(found)
-    for candidate in candidates:
-        try:
-            ctypes.CDLL(candidate)
-        except OSError:
-            continue
-        return True
-    return False
-
-
-def test_real_load_bindings_without_libfdb_c(monkeypatch: pytest.MonkeyPatch) -> None:
-    directory = _real_binding_dir()
-    if _libfdb_c_loadable(directory):
-        pytest.skip("a real libfdb_c is installed here")
-    monkeypatch.setattr(fdb_backend, "_fdb", None)
-    for name in [m for m in sys.modules if m == "fdb" or m.startswith("fdb.")]:
-        monkeypatch.delitem(sys.modules, name)
-    with pytest.raises(MissingDependency) as error:
-        load_bindings(DEFAULT_API_VERSION)
-    assert "libfdb_c" in str(error.value)
-    assert "foundationdb" in str(error.value)
-    assert fdb_backend._fdb is None
+    assert done.returncode == 0, done.stderr
+    message = done.stdout.strip()
+    if message == "loaded":
+        pytest.skip("libfdb_c is on this machine's default library search path")
+    assert "libfdb_c" in message
+    assert "foundationdb==7.3" in message
+    assert "client_library=" in message
