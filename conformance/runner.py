@@ -43,8 +43,10 @@ class RunReport:
 
     @property
     def ok(self) -> bool:
-        """No case failed or errored."""
-        return self.count("failed") == 0 and self.count("error") == 0
+        """Some case passed and none failed or errored (a run where nothing ran is not ok)."""
+        return (
+            self.count("passed") > 0 and self.count("failed") == 0 and self.count("error") == 0
+        )
 
     def summary(self) -> dict[str, Any]:
         """The JSON summary."""

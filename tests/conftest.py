@@ -15,18 +15,26 @@ from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
 from persistence.kv import Engine
 from tests.engines.fake_fdb import make_fake_fdb
+from tests.fdb_cluster import clear_keyspace, fdb_cluster
 from tests.objects.conftest import moto_s3, seaweedfs_s3
 
-__all__ = ["moto_s3", "seaweedfs_s3"]  # session-scoped S3 servers, for every test package
+# session-scoped servers, for every test package
+__all__ = ["fdb_cluster", "moto_s3", "seaweedfs_s3"]
 
-ENGINE_KINDS = ["memory", "sqlite", "faulty-memory", "fdb-adapter"]
+ENGINE_KINDS = ["memory", "sqlite", "faulty-memory", "fdb-adapter", "fdb"]
 """``faulty-memory`` injects no faults unless a test asks: it checks the wrapper is transparent.
 ``fdb-adapter`` is the FoundationDB engine over a fake ``fdb`` module built on the memory
-engine: it catches misuse of the binding's API (not FoundationDB behaviour)."""
+engine: it catches misuse of the binding's API. ``fdb`` is a real FoundationDB 7.3 cluster
+(:mod:`tests.fdb_cluster`), its keyspace emptied for each test."""
 
 
-def make_engine(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Engine:
+def make_engine(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Engine:
     """A fresh, empty engine of ``kind``."""
+    monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
+    if kind == "fdb":
+        engine = request.getfixturevalue("fdb_cluster").engine()
+        clear_keyspace(engine)
+        return engine
     if kind == "memory":
         return MemoryEngine()
     if kind == "sqlite":
@@ -42,10 +50,8 @@ def make_engine(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> E
 
 
 @pytest.fixture(params=ENGINE_KINDS)
-def engine(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Engine]:
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     """A fresh, empty engine of each kind: every test that asks runs on all of them."""
-    eng = make_engine(request.param, tmp_path, monkeypatch)
+    eng = make_engine(request.param, request, tmp_path)
     yield eng
     eng.close()

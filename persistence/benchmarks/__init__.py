@@ -3,6 +3,7 @@ same run and reported as a ratio (see :class:`Figure`)."""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -11,9 +12,10 @@ from typing import Any, Literal
 class Figure:
     """One measured figure and the baseline it is compared with.
 
-    ``ratio`` is ``value / baseline_value``; ``better`` says whether a higher or a lower
-    ratio is better; ``target`` is the ratio the issue asks for (``None`` if it asks only
-    for the figure).
+    ``ratio`` is the median of ``round_ratios`` when the figure was measured in rounds
+    (each round's ratio of the two sides), else ``value / baseline_value``; ``better`` says
+    whether a higher or a lower ratio is better; ``target`` is the ratio the issue asks for
+    (``None`` if it asks only for the figure).
     """
 
     name: str
@@ -23,11 +25,21 @@ class Figure:
     baseline_value: float
     target: float | None
     better: Literal["higher", "lower"]
+    round_ratios: tuple[float, ...] = ()
 
     @property
     def ratio(self) -> float:
-        """``value / baseline_value`` (0 when the baseline is 0)."""
+        """The median per-round ratio, else ``value / baseline_value`` (0 for a 0 baseline)."""
+        if self.round_ratios:
+            return statistics.median(self.round_ratios)
         return self.value / self.baseline_value if self.baseline_value else 0.0
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        """The lowest and highest per-round ratio, if measured in rounds."""
+        if not self.round_ratios:
+            return None
+        return min(self.round_ratios), max(self.round_ratios)
 
     @property
     def met(self) -> bool | None:
@@ -40,4 +52,9 @@ class Figure:
         """The machine-readable form printed by ``aosp bench --json``."""
         out = asdict(self)
         out["ratio"] = round(self.ratio, 4)
+        out["round_ratios"] = [round(r, 4) for r in self.round_ratios]
+        spread = self.spread
+        out["ratio_min"], out["ratio_max"] = (
+            (None, None) if spread is None else (round(spread[0], 4), round(spread[1], 4))
+        )
         return out

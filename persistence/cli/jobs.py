@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -76,14 +77,14 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     from backends.objects import open_object_store
     from conformance.cases import PROFILES
     from conformance.runner import run_suite, skipped_report
-    from persistence.errors import Backend
+    from persistence.errors import Backend, NotFound
     from persistence.plane import Plane
 
     profile = PROFILES[args.profile]
     progress = _progress(args)
     try:
         plane = Plane(open_engine(args.kv), open_object_store(args.objects))
-    except Backend as exc:
+    except (Backend, NotFound) as exc:
         # An unreachable backend: every case skipped, said plainly, and a failing exit.
         report = skipped_report(args.kv, args.objects, profile, f"backend unavailable: {exc}")
         available = False
@@ -115,22 +116,23 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED
 
 
-SUITES = ("engine", "plane", "cas", "segments", "spark")
+SUITES = ("engine", "plane", "cas", "segments", "spark", "fdb")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run benchmark suites; print each figure against its peer or limit."""
-    from persistence.benchmarks import Figure, cas, engine, plane, segments, spark
+    from persistence.benchmarks import Figure, cas, engine, fdb, plane, segments, spark
 
-    runners = {
+    runners: dict[str, Callable[..., list[Figure]]] = {
         "engine": engine.run,
         "plane": plane.run,
         "cas": cas.run,
         "segments": segments.run,
         "spark": spark.run,
+        "fdb": functools.partial(fdb.run, fdb_url=args.fdb),
     }
     figures: list[Figure] = []
-    for suite in args.suites or SUITES:
+    for suite in args.suites or [s for s in SUITES if s != "fdb" or args.fdb]:
         figures.extend(runners[suite](seconds=args.seconds, progress=_progress(args)))
     if args.json:
         print_json([f.to_json() for f in figures])
@@ -140,7 +142,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 "" if f.target is None else f"  target {f.target:g}x {'ok' if f.met else 'MISSED'}"
             )
             print(f"{f.name}\n  {f.value:,.1f} {f.unit} vs {f.baseline_value:,.1f} ({f.baseline})")
-            print(f"  ratio {f.ratio:.2f}x{target}")
+            spread = "" if f.spread is None else f" [{f.spread[0]:.2f}-{f.spread[1]:.2f}]"
+            print(f"  ratio {f.ratio:.2f}x{spread}{target}")
     return EXIT_CHECK_FAILED if any(f.met is False for f in figures) else EXIT_OK
 
 
@@ -185,4 +188,10 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     )
     bench.add_argument("suites", nargs="*", choices=[*SUITES, []], metavar="SUITE")
     bench.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
+    bench.add_argument(
+        "--fdb",
+        metavar="URL",
+        help="a FoundationDB cluster for the fdb suite (fdb:///path/fdb.cluster?...); "
+        "without it the fdb suite is left out of a run of every suite",
+    )
     bench.set_defaults(run=cmd_bench)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.cli.conftest import aosp
+from tests.fdb_cluster import FdbCluster
 
 
 def test_help_lists_commands() -> None:
@@ -67,9 +68,35 @@ def test_bench_json_lists_figures_with_their_peers(tmp_path: Path) -> None:
             "ratio",
             "target",
             "better",
+            "round_ratios",
+            "ratio_min",
+            "ratio_max",
         }
         assert figure["value"] > 0 and figure["baseline_value"] > 0
         assert figure["ratio"] == round(figure["value"] / figure["baseline_value"], 4)
+
+
+def test_bench_fdb_on_a_real_cluster(fdb_cluster: FdbCluster) -> None:
+    """The fdb suite's figures: FoundationDB over SQLite per round, median and spread."""
+    result = aosp("bench", "fdb", "--fdb", fdb_cluster.url, "--json", "--quiet")
+    assert result.code == 0, result.err
+    figures = result.json()
+    assert [f["name"] for f in figures] == [
+        "fdb: single-entry append",
+        "fdb: 100-entry append",
+        "fdb: read_range 20k",
+        "fdb: enqueue -> drain",
+        "fdb: segment export 20k",
+    ]
+    for figure in figures:
+        assert len(figure["round_ratios"]) == 5
+        assert figure["ratio_min"] <= figure["ratio"] <= figure["ratio_max"]
+        assert figure["target"] is None
+
+
+def test_bench_fdb_needs_a_cluster() -> None:
+    result = aosp("bench", "fdb")
+    assert result.code == 2 and "--fdb" in result.err
 
 
 def test_bench_rejects_an_unknown_suite() -> None:

@@ -30,6 +30,7 @@ from persistence.plane import inbox as inbox_protocol
 from persistence.plane import journal as journal_protocol
 from persistence.plane.inbox import PendingEnqueue
 from persistence.records import InboxCursor, InboxEnvelope, encode_inbox_item
+from tests.fdb_cluster import FdbCluster, clear_keyspace
 from tests.objects.servers import S3Server
 
 QUICK = PROFILES["quick"]
@@ -94,16 +95,18 @@ def test_quick_profile_sqlite_s3(
         server.remove_bucket(bucket, client)
 
 
-def test_quick_profile_foundationdb_when_reachable() -> None:
-    cluster = os.environ.get("FDB_CLUSTER_FILE")
-    if not cluster or not Path(cluster).is_file():
-        pytest.skip("no FoundationDB cluster reachable (FDB_CLUSTER_FILE unset or unreadable)")
-    from backends.kv.fdb import FdbEngine
-
-    # The torture needs an object store other processes share, not memory://.
-    assert_all_pass(
-        Plane(FdbEngine(cluster), MemoryObjectStore()), skipped={FAULT_CASE, TORTURE_CASE}
+def test_quick_profile_foundationdb_local(fdb_cluster: FdbCluster, tmp_path: Path) -> None:
+    """Every case on a real FoundationDB 7.3 cluster: the fault case through ``faults+``,
+    the SIGKILL torture with worker processes on the same cluster and a shared directory."""
+    engine = fdb_cluster.engine()
+    clear_keyspace(engine)
+    objects = LocalObjectStore(tmp_path / "objects")
+    plane = Plane(FaultyEngine(engine, FaultInjector()), objects)
+    notes = assert_all_pass(
+        plane, skipped=set(), kv_url="faults+" + fdb_cluster.url, objects_url=objects.url
     )
+    assert notes[FAULT_CASE]["fault_matrix_runs"] > 200
+    assert notes[TORTURE_CASE]["torture_kills"] >= 1
 
 
 def test_the_fault_matrix_runs_on_an_engine_wrapped_for_faults() -> None:
@@ -161,7 +164,9 @@ def test_cli_reports_an_unavailable_backend_as_skipped(tmp_path: Path) -> None:
     assert result.returncode == 3
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["skipped"] == summary["cases"]
+    assert summary["ok"] is False  # nothing ran: not a pass
     assert "backend unavailable" in result.stdout
+    assert "/no/such.cluster does not exist" in result.stdout
 
 
 # --------------------------------------------------------------------------- mutants

@@ -36,19 +36,33 @@ from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.records import InboxCursor
 from segments.export import ExportConfig, Exporter
+from tests.fdb_cluster import FdbCluster, clear_keyspace
 
 SEED = 20_240_607
 
 
-def test_seeded_torture_on_sqlite_and_local_objects(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", "fdb"])
+def test_seeded_torture_with_local_objects(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """Six processes (3 writers, 2 drainers, 1 exporter) on 3 worlds, one killed every
-    0.25 s on average for 18 s, restarted each time: every invariant holds."""
-    plane = Plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
+    0.25 s on average for 18 s, restarted each time: every invariant holds, on SQLite and on
+    a real FoundationDB cluster."""
+    engine: kv.Engine
+    if kind == "fdb":
+        cluster: FdbCluster = request.getfixturevalue("fdb_cluster")
+        engine = cluster.engine()
+        clear_keyspace(engine)
+        kv_url = cluster.url
+    else:
+        engine = SqliteEngine(tmp_path / "aos.db")
+        kv_url = engine.url
+    plane = Plane(engine, LocalObjectStore(tmp_path / "objects"))
     logs = tmp_path / "logs"
     logs.mkdir()
     report = run_torture(
         plane,
-        plane.engine.url,
+        kv_url,
         plane.objects.url,
         TortureSize(worlds=3, writers=3, drainers=2, seconds=18.0, mean_kill_interval=0.25),
         seed=SEED,
@@ -56,7 +70,7 @@ def test_seeded_torture_on_sqlite_and_local_objects(tmp_path: Path) -> None:
     )
     figures = report.figures
     assert not report.violations, "\n".join(report.violations[:20])
-    print(figures)  # the run's figures, for -s
+    print(kind, figures)  # the run's figures, for -s
     assert figures["kills"] >= 40
     assert min(figures["kills_writer"], figures["kills_drainer"], figures["kills_exporter"]) >= 3
     assert figures["writer_calls_interrupted"] >= 1  # a call repeated after a kill

@@ -1,26 +1,26 @@
-"""The FoundationDB engine against a real cluster.
-
-These tests run only when ``FDB_CLUSTER_FILE`` names a readable cluster file, the official
-bindings and ``libfdb_c`` load, and the cluster answers; otherwise they are skipped. Every test
-works under its own random key prefix and clears it afterwards.
+"""The FoundationDB engine against a real cluster: FoundationDB 7.3.79 started by the test
+session (:mod:`tests.fdb_cluster`). Every test works under its own random key prefix and
+clears it afterwards; the last tests check what only a real client library can tell: the
+retry table against ``fdb_error_predicate``, an unreachable cluster, the API version bounds.
 """
 
 from __future__ import annotations
 
-import os
+import ctypes
 import struct
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from backends.kv.fdb import FdbEngine
 from persistence import kv
-from persistence.errors import EngineError, MissingDependency
-
-SKIP_REASON = "no FoundationDB cluster reachable (FDB_CLUSTER_FILE unset or unreadable)"
-TIMEOUT_MS = 10_000
-"""Per-transaction timeout, so an unreachable cluster fails (1031) instead of hanging."""
+from persistence.errors import EngineError
+from tests.fdb_cluster import ROOT, FdbCluster
 
 
 def _end(prefix: bytes) -> bytes:
@@ -29,23 +29,9 @@ def _end(prefix: bytes) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[FdbEngine]:
-    """An engine on the cluster named by ``FDB_CLUSTER_FILE``, or a skip."""
-    path = os.environ.get("FDB_CLUSTER_FILE", "")
-    if not path or not os.path.isfile(path) or not os.access(path, os.R_OK):
-        pytest.skip(SKIP_REASON)
-    try:
-        engine = FdbEngine(path)
-    except (MissingDependency, EngineError) as exc:
-        pytest.skip(f"{SKIP_REASON}: {exc}")
-    # The adapter has no options API; the binding's database options are reached directly.
-    engine._db.options.set_transaction_timeout(TIMEOUT_MS)
-    try:
-        engine.create_transaction().get_read_version()
-    except EngineError as exc:
-        pytest.skip(f"{SKIP_REASON}: {exc}")
-    yield engine
-    engine.close()
+def cluster(fdb_cluster: FdbCluster) -> FdbEngine:
+    """An engine on the session's cluster."""
+    return fdb_cluster.engine()
 
 
 @pytest.fixture
@@ -146,3 +132,93 @@ def test_transactional_retry(cluster: FdbEngine, prefix: bytes) -> None:
     assert bump(cluster) == 6
     assert len(attempts) == 2
     assert cluster.create_transaction().get(key) == b"\x06"
+
+
+# --------------------------------------------------------------------------- the real library
+
+PREDICATE_RETRYABLE, PREDICATE_MAYBE_COMMITTED, PREDICATE_RETRYABLE_NOT_COMMITTED = (
+    50000,
+    50001,
+    50002,
+)
+
+
+def test_retry_table_matches_the_client_library(fdb_cluster: FdbCluster) -> None:
+    """Our copy of FoundationDB's retry table (used by the memory and SQLite engines) is
+    exactly what libfdb_c's ``fdb_error_predicate`` answers, for every error code."""
+    library = ctypes.CDLL(str(fdb_cluster.client_library))
+    library.fdb_get_error.restype = ctypes.c_char_p
+
+    def codes(predicate: int) -> set[int]:
+        return {c for c in range(1, 5000) if library.fdb_error_predicate(predicate, c)}
+
+    assert codes(PREDICATE_RETRYABLE) == set(kv.RETRYABLE)
+    assert codes(PREDICATE_MAYBE_COMMITTED) == set(kv.MAYBE_COMMITTED)
+    assert codes(PREDICATE_RETRYABLE_NOT_COMMITTED) == set(kv.RETRYABLE_NOT_COMMITTED)
+    for code, name in kv.ERROR_DESCRIPTIONS.items():
+        described = library.fdb_get_error(code).decode()
+        assert described not in ("UNKNOWN_ERROR", "An unknown error occurred"), (code, name)
+
+
+def test_engine_classifies_through_the_library(cluster: FdbEngine) -> None:
+    for code in range(1000, 2200):
+        error = kv.engine_error(code)
+        assert cluster.is_retryable(error) == (code in kv.RETRYABLE), code
+
+
+def test_unreachable_cluster_fails_within_the_timeout(
+    fdb_cluster: FdbCluster, tmp_path: Path
+) -> None:
+    """A cluster file naming a port where nothing listens: the first read fails with 1031
+    once the timeout has passed, in a fresh process (one network thread per process)."""
+    dead = tmp_path / "dead.cluster"
+    dead.write_text("dead:dead@127.0.0.1:1\n")
+    script = f"""
+import time
+from backends.kv import open_engine
+from persistence import kv
+from persistence.errors import EngineError
+engine = open_engine("fdb://{dead}?timeout_ms=1500&client_library={{lib}}")
+started = time.monotonic()
+try:
+    kv.run(engine, lambda tr: tr.get(b"k"))
+except EngineError as exc:
+    print(exc.code, round(time.monotonic() - started, 2))
+"""
+    library = fdb_cluster.client_library
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", script.replace("{lib}", str(library))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    code, seconds = done.stdout.split()
+    assert int(code) == kv.TRANSACTION_TIMED_OUT
+    assert 1.4 <= float(seconds) < 5.0
+    assert time.monotonic() - started < 30
+
+
+def test_api_version_bounds_with_the_real_bindings(fdb_cluster: FdbCluster) -> None:
+    script = """
+from backends.kv.fdb import load_bindings
+from persistence.errors import Validation
+for version in (519, 731):
+    try:
+        load_bindings(version)
+    except Validation as exc:
+        print(exc)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines == [
+        "fdb api_version: 519 is outside 520..730 (the installed bindings, foundationdb "
+        "7.3.79, support up to 730)",
+        "fdb api_version: 731 is outside 520..730 (the installed bindings, foundationdb "
+        "7.3.79, support up to 730)",
+    ]

@@ -1,16 +1,17 @@
-"""A separate OS process using the plane on one SQLite store (driven by
-test_sqlite_concurrency.py). The world must already exist; the object store is a
-process-local memory store (CAS bodies are not exercised).
+"""A separate OS process using the plane on one shared store (driven by
+test_concurrency.py). The world must already exist; the object store is a process-local
+memory store (CAS bodies are not exercised).
 
-Usage: python plane_worker.py PATH UNIVERSE WORLD MODE WORKER_ID COUNT [PAUSE [GATE]]
+Usage: python plane_worker.py KV_URL STOP_FILE UNIVERSE WORLD MODE WORKER_ID COUNT [PAUSE [GATE]]
   write  -- enqueue COUNT items whose payloads are ``{"w": WORKER_ID, "i": index}``, in
             index order: runs of single ``enqueue`` calls alternate with ``enqueue_batch``
             calls of 5, sleeping up to PAUSE seconds (default 0) between calls. With GATE,
             once GATE items are enqueued it prints ``gate`` and waits for a line on stdin.
             Prints JSON ``{"seqs": [...]}`` (hex, in index order).
-  drain  -- drain in small random batches until the file PATH.stop exists and a drain
-            after that finds nothing. Prints JSON ``{"drains": [[first, count, cursor],
-            ...], "retries": N}`` (the drains that moved items; N transaction retries).
+  drain  -- drain in small random batches until STOP_FILE exists and a drain after that
+            finds nothing. Prints JSON ``{"drains": [[first, count, cursor], ...],
+            "retries": {code: n}}`` (the drains that moved items; the engine errors the
+            retry runner retried, by code).
   churn  -- drain in small random batches forever (until killed), one line per drain.
 
 Every mode prints ``ready`` once its store is open; ``write`` and ``drain`` then wait for a
@@ -20,16 +21,15 @@ line on stdin before starting, so that all workers start at the same moment.
 from __future__ import annotations
 
 import json
-import logging
 import random
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from backends.kv.sqlite import SqliteEngine
+from backends.kv import open_engine
 from backends.objects.memory import MemoryObjectStore
-from persistence import cbor
+from persistence import cbor, kv
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
 from persistence.records import DomainEventIngress
@@ -41,18 +41,6 @@ BATCH = 5
 def item(worker: int, index: int) -> DomainEventIngress:
     """The inbox item ``index`` of ``worker``: its payload identifies both."""
     return DomainEventIngress(SCHEMA, cbor.encode({"w": worker, "i": index}))
-
-
-class RetryCounter(logging.Handler):
-    """Counts the transaction retries :func:`persistence.kv.run` logs (conflicts, busy)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.count = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("retrying transaction"):
-            self.count += 1
 
 
 def emit(value: Any) -> None:
@@ -94,10 +82,6 @@ def write(
 def drain(
     plane: Plane, universe: UniverseId, world: WorldId, rng: random.Random, stop: Path
 ) -> None:
-    counter = RetryCounter()
-    kv_log = logging.getLogger("persistence.kv")
-    kv_log.setLevel(logging.DEBUG)
-    kv_log.addHandler(counter)
     drains: list[tuple[int, int, str]] = []
     stopping = False
     while True:
@@ -112,7 +96,7 @@ def drain(
         # Writers finish before the stop file appears: a drain that began after seeing it
         # and found nothing proves the inbox is empty.
         stopping = stopping or stop.exists()
-    emit({"drains": drains, "retries": counter.count})
+    emit({"drains": drains, "retries": kv.RETRY_STATS.snapshot()["retried"]})
 
 
 def churn(plane: Plane, universe: UniverseId, world: WorldId, rng: random.Random) -> None:
@@ -125,12 +109,12 @@ def churn(plane: Plane, universe: UniverseId, world: WorldId, rng: random.Random
 
 
 def main() -> None:
-    path, universe_text, world_text, mode = sys.argv[1:5]
-    worker, count = int(sys.argv[5]), int(sys.argv[6])
-    pause = float(sys.argv[7]) if len(sys.argv) > 7 else 0.0
-    gate = int(sys.argv[8]) if len(sys.argv) > 8 else None
+    url, stop, universe_text, world_text, mode = sys.argv[1:6]
+    worker, count = int(sys.argv[6]), int(sys.argv[7])
+    pause = float(sys.argv[8]) if len(sys.argv) > 8 else 0.0
+    gate = int(sys.argv[9]) if len(sys.argv) > 9 else None
     universe, world = UniverseId.parse(universe_text), WorldId.parse(world_text)
-    plane = Plane(SqliteEngine(path), MemoryObjectStore())
+    plane = Plane(open_engine(url), MemoryObjectStore())
     rng = random.Random(worker)
     print("ready", flush=True)
     if mode in ("write", "drain"):
@@ -138,7 +122,7 @@ def main() -> None:
     if mode == "write":
         write(plane, universe, world, worker, count, rng, pause, gate)
     elif mode == "drain":
-        drain(plane, universe, world, rng, Path(path + ".stop"))
+        drain(plane, universe, world, rng, Path(stop))
     elif mode == "churn":
         churn(plane, universe, world, rng)
     else:

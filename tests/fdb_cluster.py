@@ -1,0 +1,91 @@
+"""A real FoundationDB 7.3 cluster for the tests, started by them.
+
+``../shared/fdb/fdb-local`` (next to the checkout) carries fdbserver, fdbcli and
+``libfdb_c.so`` 7.3.79; the session starts one cluster on loopback and stops it at the end.
+Tests that need it skip only when those binaries are absent (a developer machine without
+them), saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from backends.kv.fdb import FdbEngine, FdbOptions
+from persistence import kv
+
+ROOT: Final = Path(__file__).resolve().parents[1]
+FDB_LOCAL: Final = ROOT.parent / "shared" / "fdb" / "fdb-local"
+SKIP_REASON: Final = (
+    f"FoundationDB 7.3 binaries not found at {FDB_LOCAL} (a machine without ../shared/fdb)"
+)
+
+
+@dataclass(frozen=True)
+class FdbCluster:
+    """A running cluster: its directory, cluster file and the client library to load."""
+
+    directory: Path
+    cluster_file: Path
+    client_library: Path
+    processes: int
+
+    @property
+    def url(self) -> str:
+        """The engine URL (workers in other processes load the same client library)."""
+        return f"fdb://{self.cluster_file}?client_library={self.client_library}"
+
+    def engine(self, **options: int) -> FdbEngine:
+        """An engine on this cluster."""
+        return FdbEngine(
+            str(self.cluster_file), FdbOptions(client_library=str(self.client_library), **options)
+        )
+
+    def pids(self) -> list[int]:
+        """The fdbserver processes, the coordinator first."""
+        out = _fdb_local("pids", self.directory)
+        return [int(line) for line in out.split()]
+
+
+def _fdb_local(*args: object) -> str:
+    done = subprocess.run(
+        [str(FDB_LOCAL), *map(str, args)], capture_output=True, text=True, timeout=120
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"fdb-local {args[0]} failed: {done.stderr.strip()}")
+    return done.stdout.strip()
+
+
+def start_cluster(directory: Path, processes: int = 1) -> FdbCluster:
+    """Start a cluster of ``processes`` fdbserver processes under ``directory``."""
+    cluster_file = Path(_fdb_local("start", directory, "", processes))
+    library = Path(_fdb_local("bin")) / "lib" / "libfdb_c.so"
+    return FdbCluster(directory, cluster_file, library, processes)
+
+
+def stop_cluster(cluster: FdbCluster) -> None:
+    """Stop every process of ``cluster``."""
+    _fdb_local("stop", cluster.directory)
+
+
+def clear_keyspace(engine: kv.Engine) -> None:
+    """Delete every key outside the system keyspace."""
+    kv.run(engine, lambda tr: tr.clear_range(b"", b"\xff"))
+
+
+@pytest.fixture(scope="session")
+def fdb_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FdbCluster]:
+    """One single-process FoundationDB 7.3.79 cluster on loopback for the whole session."""
+    if not os.access(FDB_LOCAL, os.X_OK):
+        pytest.skip(SKIP_REASON)
+    cluster = start_cluster(tmp_path_factory.mktemp("fdb"))
+    try:
+        yield cluster
+    finally:
+        stop_cluster(cluster)
