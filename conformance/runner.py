@@ -44,9 +44,7 @@ class RunReport:
     @property
     def ok(self) -> bool:
         """Some case passed and none failed or errored (a run where nothing ran is not ok)."""
-        return (
-            self.count("passed") > 0 and self.count("failed") == 0 and self.count("error") == 0
-        )
+        return self.count("passed") > 0 and self.count("failed") == 0 and self.count("error") == 0
 
     def summary(self) -> dict[str, Any]:
         """The JSON summary."""
