@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from backends.kv import fdb as fdb_backend
 from backends.kv.faults import FaultInjector, FaultyEngine
@@ -17,6 +19,12 @@ from persistence.kv import Engine
 from tests.engines.fake_fdb import make_fake_fdb
 from tests.fdb_cluster import clear_keyspace, fdb_cluster
 from tests.objects.conftest import moto_s3, seaweedfs_s3
+
+# Property tests draw the same examples on every run (a deterministic suite); set
+# HYPOTHESIS_PROFILE=search to explore new ones.
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.register_profile("search")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 # session-scoped servers, for every test package
 __all__ = ["fdb_cluster", "moto_s3", "seaweedfs_s3"]

@@ -93,7 +93,8 @@ def _splice(data: bytes, offset: int, stamp: bytes) -> bytes:
 def _subtract(
     ranges: list[tuple[bytes, bytes]], holes: Iterable[tuple[bytes, bytes]]
 ) -> list[tuple[bytes, bytes]]:
-    """``ranges`` minus every range of ``holes``, in key order."""
+    """``ranges`` minus every range of ``holes``, in key order (empty ranges dropped)."""
+    ranges = [(begin, end) for begin, end in ranges if begin < end]
     for h_begin, h_end in holes:
         ranges = [
             piece

@@ -469,3 +469,12 @@ def test_reads_of_keys_written_first_add_no_conflict(engine: Engine) -> None:
     with pytest.raises(EngineError) as err:
         moved.commit()
     assert err.value.code == kv.NOT_COMMITTED
+
+
+def test_an_empty_conflict_range_conflicts_with_nothing(engine: Engine) -> None:
+    tr = engine.create_transaction()
+    assert tr.get(b"c") is None
+    tr.add_read_conflict_range(b"b", b"b")
+    commit_all(engine, {b"a": b"1", b"b": b"1", b"b\x00": b"1"})
+    tr.set(b"z", b"1")
+    tr.commit()
