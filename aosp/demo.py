@@ -36,6 +36,7 @@ from persistence.records import (
     decode_inbox_item,
     decode_journal_record,
 )
+from segments import open_plane
 
 BLOB_SIZES = (200, 3_000, 20_000, 70_000)
 
@@ -80,7 +81,7 @@ def open_store(data_dir: Path) -> Plane:
     from backends.objects.local import LocalObjectStore
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    return Plane(SqliteEngine(data_dir / "aos.db"), LocalObjectStore(data_dir / "objects"))
+    return open_plane(SqliteEngine(data_dir / "aos.db"), LocalObjectStore(data_dir / "objects"))
 
 
 def _item(writer: int, index: int, blob: Hash) -> InboxItem:
@@ -173,7 +174,7 @@ def run(config: DemoConfig, progress: Callable[[str], None]) -> DemoReport:
     progress("verifying every world")
     _verify(plane, universe, world_ids, config, report)
     progress("fsck of the universe")
-    from persistence.fsck import Fsck
+    from aosp.fsck import Fsck
 
     report.fsck_errors = len(Fsck(plane).run([universe]).errors)
     report.checks["fsck: no integrity errors"] = report.fsck_errors == 0

@@ -5,7 +5,7 @@
 * :mod:`conformance.fault_matrix` -- commit faults (1020, 1021 applied and not, 1007) and
   crashes at every protocol step, recovered by a new plane, on fault-capable engines;
 * :mod:`conformance.torture` -- SIGKILL crash torture of writer, drainer and exporter OS
-  processes (:mod:`conformance.torture_worker`) on a store they share, and its checks;
+  processes (:mod:`conformance.torture.worker`) on a store they share, and its checks;
 * :mod:`conformance.model` -- the oracle model of the contracts, for differential tests;
 * :mod:`conformance.runner` -- runs the cases and writes JUnit XML and a JSON summary;
 * :mod:`conformance.pytest_plugin` -- ``ConformanceTests``, to run the suite inside a

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from persistence import cbor, kv
+from persistence import cbor, fdb_errors
 from persistence.errors import (
     BaselineRegression,
     CasBodyMissing,
@@ -236,7 +236,10 @@ def journal_append_conflicts(ctx: Context) -> None:
     try:
         second.commit()
     except EngineError as exc:
-        check(exc.code == kv.NOT_COMMITTED, f"the losing commit failed with {exc.code}, not 1020")
+        check(
+            exc.code == fdb_errors.NOT_COMMITTED,
+            f"the losing commit failed with {exc.code}, not 1020",
+        )
     else:
         raise ConformanceFailure("two interleaved appends at head 5 both committed")
     check(plane.read_range(u, w, 6, 5) == [(6, b"first")], "the journal after the race is wrong")
@@ -473,7 +476,7 @@ def crash_torture(ctx: Context) -> None:
     """Crash 1: writer, drainer and exporter OS processes SIGKILLed at random moments and
     restarted, then every invariant checked against what they durably acknowledged
     (:mod:`conformance.torture`; engines and object stores that processes share)."""
-    from conformance.torture import crash_torture as run
+    from conformance.torture.run import crash_torture as run
 
     run(ctx)
 

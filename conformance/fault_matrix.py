@@ -12,11 +12,12 @@ without faults, then again with:
   ``full``), 25% of commits failed and 10% of crash points crashing.
 
 Each run uses a new plane of the class under test (``type(ctx.plane)``, constructed as
-``Plane(engine, objects, config)``) on the wrapped engine and the same object store. A crash
-ends the "process": another new plane redoes the interrupted step, as a restarted host
-would. Every run must end in exactly the state of the fault-free run (sequences, ids and
-wall-clock times aside): each item journaled once, each blob and segment stored once, one
-notification per enqueue, and the journal read through the segments unchanged.
+``Plane(engine, objects, config, segments, hooks=injector)``) on the wrapped engine and the
+same object store. A crash ends the "process": another new plane redoes the interrupted
+step, as a restarted host would. Every run must end in exactly the state of the fault-free
+run (sequences, ids and wall-clock times aside): each item journaled once, each blob and
+segment stored once, one notification per enqueue, and the journal read through the
+segments unchanged.
 
 Faults are injected by :class:`~backends.kv.faults.FaultyEngine`, so the case needs an engine
 it can wrap without changing what is tested: the memory engine, or an engine that is already
@@ -35,13 +36,12 @@ from typing import Any, Final
 from backends.kv.faults import FaultInjector, FaultyEngine, SimulatedCrash
 from backends.kv.memory import MemoryEngine
 from conformance.cases import CaseSkipped, ConformanceFailure, Context, check, event
-from persistence import kv
-from persistence.errors import PersistError
+from persistence import fdb_errors, kv
+from persistence.errors import PersistError, WorldExists
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.kv import Engine
 from persistence.plane import Plane
-from persistence.plane.worlds import WorldExists
 from persistence.records import (
     EffectDispatchItem,
     IngressJournalRecord,
@@ -52,10 +52,10 @@ from persistence.records import (
 from segments.export import ExportConfig, Exporter, read_marker
 
 FAULTS: Final = (
-    ("1020", kv.NOT_COMMITTED, False),
-    ("1021 applied", kv.COMMIT_UNKNOWN_RESULT, True),
-    ("1021 not applied", kv.COMMIT_UNKNOWN_RESULT, False),
-    ("1007", kv.TRANSACTION_TOO_OLD, False),
+    ("1020", fdb_errors.NOT_COMMITTED, False),
+    ("1021 applied", fdb_errors.COMMIT_UNKNOWN_RESULT, True),
+    ("1021 not applied", fdb_errors.COMMIT_UNKNOWN_RESULT, False),
+    ("1007", fdb_errors.TRANSACTION_TOO_OLD, False),
 )
 """Each commit of the workload is failed with each of these in turn."""
 
@@ -79,7 +79,10 @@ class Run:
     def restart(self) -> None:
         """The process died: a new plane (of the class under test) on the same engine and
         object store."""
-        self.plane = type(self.plane)(self.engine, self.plane.objects, self.plane.config)
+        old = self.plane
+        self.plane = type(old)(
+            self.engine, old.objects, old.config, old.segments, hooks=self.engine.injector
+        )
 
 
 def _create(run: Run) -> None:
@@ -293,12 +296,14 @@ def commit_faults_and_crash_points(ctx: Context) -> None:
     """Faults 1: every commit failed with 1020, 1021 (applied and not) and 1007, and a crash
     at every crash point, then recovery by a new plane: exactly the fault-free state."""
     base = _wrappable(ctx.plane.engine)
-    observer = Plane(base, ctx.plane.objects, ctx.plane.config)  # reads without faults
+    observer = Plane(base, ctx.plane.objects, ctx.plane.config, ctx.plane.segments)  # no faults
 
     def run_with(injector: FaultInjector, what: str) -> dict[str, Any]:
         engine = FaultyEngine(base, injector)
         universe, world = UniverseId.new(), WorldId.new()
-        plane = type(ctx.plane)(engine, ctx.plane.objects, ctx.plane.config)
+        plane = type(ctx.plane)(
+            engine, ctx.plane.objects, ctx.plane.config, ctx.plane.segments, hooks=injector
+        )
         run = Run(engine, plane, universe, world)
         try:
             _work(run)

@@ -37,11 +37,12 @@ from persistence.errors import (
     ReceiptHorizonFence,
     SnapshotMismatch,
     Validation,
+    WorldExists,
+    WorldNotFound,
 )
 from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, UniverseId, WorldId
-from persistence.plane import GENESIS_STATE, MiB, PlaneConfig
+from persistence.plane import GENESIS_STATE, PlaneConfig
 from persistence.plane.snapshots import SnapshotOutcome
-from persistence.plane.worlds import WorldExists
 from persistence.records import (
     BaselineSnapshotJournalRecord,
     InboxEnvelope,
@@ -51,6 +52,7 @@ from persistence.records import (
     SnapshotRecord,
     encode_inbox_item,
 )
+from persistence.sizes import MiB
 
 RANDOM_KEY_BYTES: Final = 16
 """Length of the idempotency key the plane draws for an item enqueued without one."""
@@ -197,7 +199,7 @@ class ContractModel:
     def _world(self, universe: UniverseId, world: WorldId) -> ModelWorld:
         state = self.worlds.get((universe, world))
         if state is None:
-            raise NotFound(f"world {world} not found in universe {universe}")
+            raise WorldNotFound(universe, world)
         return state
 
     def world_exists(self, universe: UniverseId, world: WorldId) -> bool:

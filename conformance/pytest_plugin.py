@@ -8,7 +8,7 @@ fixture (a :class:`~persistence.plane.Plane` over your engine and object store):
     class TestMyBackend(ConformanceTests):
         @pytest.fixture
         def conformance_plane(self):
-            return Plane(MyEngine(...), MyObjectStore(...))
+            return segments.open_plane(MyEngine(...), MyObjectStore(...))
 
 Every case becomes one test, named after the case; skips keep their reasons. Set
 ``conformance_profile`` (a class attribute) to ``"full"`` for the nightly sizes.

@@ -52,6 +52,10 @@ class CursorAdvanced(Conflict):
         self.actual = actual
 
 
+class WorldExists(Conflict):
+    """A world with this id already exists (with different metadata)."""
+
+
 class SnapshotMismatch(Conflict):
     """A different snapshot record is already indexed at this height (the index is immutable)."""
 
@@ -96,6 +100,15 @@ class NotFound(PersistError):
     kind = "not_found"
 
 
+class WorldNotFound(NotFound):
+    """The world does not exist in the universe."""
+
+    def __init__(self, universe: object, world: object) -> None:
+        super().__init__(f"world {world} not found in universe {universe}")
+        self.universe = universe
+        self.world = world
+
+
 # --------------------------------------------------------------------------- validation
 
 
@@ -123,7 +136,7 @@ class EngineError(Backend):
     """An error of the transactional engine, numbered as FoundationDB numbers them.
 
     The memory and SQLite engines raise the same codes FoundationDB would, so the retry
-    policy (``persistence.kv.is_retryable``) is written once.
+    policy (``persistence.fdb_errors.is_retryable``) is written once.
     """
 
     def __init__(self, code: int, description: str) -> None:

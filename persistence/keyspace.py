@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from persistence.errors import CorruptRecord
 from persistence.fdbtuple import (
     INT_ZERO,
     Element,
@@ -47,6 +48,7 @@ from persistence.fdbtuple import (
     pack,
     pack_with_versionstamp,
     range_of,
+    unpack,
 )
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 
@@ -160,6 +162,18 @@ class UniverseKeys:
     def world_meta_prefix_len(self) -> int:
         """Length of the ``("u", U, "w")`` prefix, to decode world ids from keys."""
         return len(pack((*self._p, "w")))
+
+
+def seq_in_key(key: bytes, prefix_len: int, what: str) -> InboxSeq:
+    """The versionstamp sequence that ends ``key`` after its ``prefix_len``-byte prefix (an
+    inbox item or effect key); ``CorruptRecord`` naming ``what`` if it holds none."""
+    try:
+        element = unpack(key, prefix_len)
+    except ValueError as exc:
+        raise CorruptRecord(what, f"key {key.hex()} does not decode: {exc}") from None
+    if len(element) != 1 or not isinstance(element[0], Versionstamp):
+        raise CorruptRecord(what, f"key {key.hex()} does not end with one versionstamp")
+    return InboxSeq(element[0].to_bytes())
 
 
 def universes_range() -> tuple[bytes, bytes]:

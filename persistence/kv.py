@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Concatenate, Final, ParamSpec, TypeVar
 
 from persistence.errors import EngineError, RetryLimitReached
+from persistence.fdb_errors import is_retryable
 
 log = logging.getLogger(__name__)
 
@@ -45,91 +46,6 @@ MAX_TRANSACTION_SECONDS: Final = 5.0
 """A transaction older than this fails reads and commit with 1007 (transaction_too_old)."""
 
 SYSTEM_KEY_PREFIX: Final = b"\xff"
-
-# FoundationDB error codes used by the engines (fdbclient/error_definitions.h).
-TRANSACTION_TOO_OLD: Final = 1007
-FUTURE_VERSION: Final = 1009
-NOT_COMMITTED: Final = 1020
-COMMIT_UNKNOWN_RESULT: Final = 1021
-TRANSACTION_CANCELLED: Final = 1025
-TRANSACTION_TIMED_OUT: Final = 1031
-ACCESSED_UNREADABLE: Final = 1036
-PROCESS_BEHIND: Final = 1037
-DATABASE_LOCKED: Final = 1038
-CLUSTER_VERSION_CHANGED: Final = 1039
-COMMIT_PROXY_MEMORY_LIMIT_EXCEEDED: Final = 1042
-BATCH_TRANSACTION_THROTTLED: Final = 1051
-GRV_PROXY_MEMORY_LIMIT_EXCEEDED: Final = 1078
-TAG_THROTTLED: Final = 1213
-PROXY_TAG_THROTTLED: Final = 1223
-IO_ERROR: Final = 1510
-CLIENT_INVALID_OPERATION: Final = 2000
-KEY_OUTSIDE_LEGAL_RANGE: Final = 2004
-INVERTED_RANGE: Final = 2005
-USED_DURING_COMMIT: Final = 2017
-NO_COMMIT_VERSION: Final = 2021
-TRANSACTION_TOO_LARGE: Final = 2101
-KEY_TOO_LARGE: Final = 2102
-VALUE_TOO_LARGE: Final = 2103
-
-MAYBE_COMMITTED: Final = frozenset({COMMIT_UNKNOWN_RESULT, CLUSTER_VERSION_CHANGED})
-"""Errors after which the transaction may or may not have been applied."""
-
-RETRYABLE_NOT_COMMITTED: Final = frozenset(
-    {
-        NOT_COMMITTED,
-        TRANSACTION_TOO_OLD,
-        FUTURE_VERSION,
-        DATABASE_LOCKED,
-        PROCESS_BEHIND,
-        COMMIT_PROXY_MEMORY_LIMIT_EXCEEDED,
-        BATCH_TRANSACTION_THROTTLED,
-        GRV_PROXY_MEMORY_LIMIT_EXCEEDED,
-        TAG_THROTTLED,
-        PROXY_TAG_THROTTLED,
-    }
-)
-"""Errors after which the transaction certainly was not applied and may be retried."""
-
-RETRYABLE: Final = MAYBE_COMMITTED | RETRYABLE_NOT_COMMITTED
-"""FoundationDB's ``fdb_error_predicate(RETRYABLE)``: what ``on_error`` retries. The FDB
-engine asks ``libfdb_c`` itself; this copy is what the other engines use, and a test
-compares it with the library's predicates for every code."""
-
-ERROR_DESCRIPTIONS: Final = {
-    TRANSACTION_TOO_OLD: "transaction_too_old",
-    FUTURE_VERSION: "future_version",
-    NOT_COMMITTED: "not_committed",
-    COMMIT_UNKNOWN_RESULT: "commit_unknown_result",
-    TRANSACTION_CANCELLED: "transaction_cancelled",
-    TRANSACTION_TIMED_OUT: "transaction_timed_out",
-    ACCESSED_UNREADABLE: "accessed_unreadable",
-    PROCESS_BEHIND: "process_behind",
-    DATABASE_LOCKED: "database_locked",
-    CLUSTER_VERSION_CHANGED: "cluster_version_changed",
-    IO_ERROR: "io_error",
-    CLIENT_INVALID_OPERATION: "client_invalid_operation",
-    KEY_OUTSIDE_LEGAL_RANGE: "key_outside_legal_range",
-    INVERTED_RANGE: "inverted_range",
-    USED_DURING_COMMIT: "used_during_commit",
-    NO_COMMIT_VERSION: "no_commit_version",
-    TRANSACTION_TOO_LARGE: "transaction_too_large",
-    KEY_TOO_LARGE: "key_too_large",
-    VALUE_TOO_LARGE: "value_too_large",
-    TAG_THROTTLED: "tag_throttled",
-    PROXY_TAG_THROTTLED: "proxy_tag_throttled",
-}
-
-
-def engine_error(code: int, detail: str = "") -> EngineError:
-    """An :class:`EngineError` with FoundationDB's name for ``code``."""
-    name = ERROR_DESCRIPTIONS.get(code, "engine_error")
-    return EngineError(code, f"{name}: {detail}" if detail else name)
-
-
-def is_retryable(error: BaseException) -> bool:
-    """Whether ``fdb.transactional`` would retry ``error``."""
-    return isinstance(error, EngineError) and error.code in RETRYABLE
 
 
 class VersionstampFuture(ABC):
@@ -231,16 +147,11 @@ class Engine(ABC):
 
     def is_retryable(self, error: EngineError) -> bool:
         """Whether ``on_error`` would retry ``error`` (FoundationDB's retry table)."""
-        return error.code in RETRYABLE
+        return is_retryable(error)
 
     @abstractmethod
     def create_transaction(self) -> Transaction:
         """A new transaction."""
-
-    def crash_point(self, name: str) -> None:
-        """A named step of a protocol. Fault-injecting engines may raise here to simulate
-        a crash of the calling process at that step; other engines do nothing."""
-        del name
 
     def close(self) -> None:  # noqa: B027 -- most engines hold nothing to release
         """Release connections and files. The engine is unusable afterwards."""
@@ -332,39 +243,3 @@ def transactional(
 
     functools.update_wrapper(wrapper, fn)
     return wrapper
-
-
-def check_key(key: bytes) -> None:
-    """Raise the engine error FoundationDB raises for an illegal or oversize key."""
-    if not isinstance(key, bytes):
-        raise TypeError(f"keys are bytes, not {type(key).__name__}")
-    if len(key) > MAX_KEY_SIZE:
-        raise engine_error(KEY_TOO_LARGE, f"key of {len(key)} bytes > {MAX_KEY_SIZE}")
-    if key.startswith(SYSTEM_KEY_PREFIX):
-        raise engine_error(KEY_OUTSIDE_LEGAL_RANGE, "keys starting with 0xff are reserved")
-
-
-def check_value(value: bytes) -> None:
-    """Raise the engine error FoundationDB raises for an oversize value."""
-    if not isinstance(value, bytes):
-        raise TypeError(f"values are bytes, not {type(value).__name__}")
-    if len(value) > MAX_VALUE_SIZE:
-        raise engine_error(VALUE_TOO_LARGE, f"value of {len(value)} bytes > {MAX_VALUE_SIZE}")
-
-
-def split_versionstamp_offset(data: bytes, what: str) -> tuple[bytes, int]:
-    """Split ``data`` into the bytes and the placeholder offset of its 4-byte suffix."""
-    if len(data) < 4:
-        raise ValueError(f"versionstamped {what} lacks its 4-byte offset suffix")
-    body, offset = data[:-4], int.from_bytes(data[-4:], "little")
-    if offset + 10 > len(body):
-        raise ValueError(f"versionstamp offset {offset} outside the {len(body)}-byte {what}")
-    return body, offset
-
-
-def apply_add(current: bytes | None, param: bytes) -> bytes:
-    """FoundationDB's ``ADD`` mutation: little-endian add, result as wide as ``param``."""
-    width = len(param)
-    base = int.from_bytes((current or b"")[:width], "little")
-    total = (base + int.from_bytes(param, "little")) % (1 << (8 * width))
-    return total.to_bytes(width, "little")

@@ -194,6 +194,11 @@ class Record:
         map is inside the canonical model by construction)."""
         return cbor.encode_checked(self.to_map())
 
+    @classmethod
+    def from_cbor(cls, data: bytes) -> Self:
+        """Strictly decode stored bytes (``CorruptRecord`` if they are not such a record)."""
+        return decode_record(cls, data)
+
 
 R = TypeVar("R", bound=Record)
 
@@ -254,11 +259,6 @@ class CasMeta(Record):
         """``"inline"`` or ``"object"``."""
         return "inline" if self.inline_bytes is not None else "object"
 
-    @classmethod
-    def from_cbor(cls, data: bytes) -> CasMeta:
-        """Decode stored bytes."""
-        return decode_record(cls, data)
-
 
 @dataclass(frozen=True, slots=True)
 class SnapshotRecord(Record):
@@ -280,11 +280,6 @@ class SnapshotRecord(Record):
         default=None, compare=False, repr=False, metadata={"codec": BYTES}
     )
 
-    @classmethod
-    def from_cbor(cls, data: bytes) -> SnapshotRecord:
-        """Decode stored bytes."""
-        return decode_record(cls, data)
-
 
 @dataclass(frozen=True, slots=True)
 class SegmentIndexRecord(Record):
@@ -305,11 +300,6 @@ class SegmentIndexRecord(Record):
         if self.entry_count != self.end - self.start + 1:
             raise Validation("SegmentIndexRecord.entry_count", "does not match the range")
 
-    @classmethod
-    def from_cbor(cls, data: bytes) -> SegmentIndexRecord:
-        """Decode stored bytes."""
-        return decode_record(cls, data)
-
 
 @dataclass(frozen=True, slots=True)
 class WorldMeta(Record):
@@ -317,11 +307,6 @@ class WorldMeta(Record):
 
     created_ns: int = _f(U64)
     handle: str | None = _opt(TEXT)
-
-    @classmethod
-    def from_cbor(cls, data: bytes) -> WorldMeta:
-        """Decode stored bytes."""
-        return decode_record(cls, data)
 
 
 # --------------------------------------------------------------------------- inbox items

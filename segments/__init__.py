@@ -1,0 +1,31 @@
+"""Cold history: the segment format, export (Protocol F), stitched reads and restore.
+
+:func:`open_plane` is the usual way to get a :class:`~persistence.plane.Plane`: it wires the
+engine and object store (instances, or URLs as :func:`backends.kv.open_engine` and
+:func:`backends.objects.open_object_store` take them) with the reader of cold segments, so
+journal reads stitch exported history and the hot tail.
+"""
+
+from __future__ import annotations
+
+from persistence.hooks import NO_HOOKS, StepHooks
+from persistence.kv import Engine
+from persistence.objects import ObjectStore
+from persistence.plane import Plane, PlaneConfig
+
+
+def open_plane(
+    engine: Engine | str,
+    objects: ObjectStore | str,
+    config: PlaneConfig | None = None,
+    *,
+    hooks: StepHooks = NO_HOOKS,
+) -> Plane:
+    """A plane over ``engine`` and ``objects`` that reads cold segments from ``objects``."""
+    from backends.kv import open_engine
+    from backends.objects import open_object_store
+    from segments.cold import ObjectStoreSegments
+
+    kv = open_engine(engine) if isinstance(engine, str) else engine
+    store = open_object_store(objects) if isinstance(objects, str) else objects
+    return Plane(kv, store, config, ObjectStoreSegments(store), hooks=hooks)

@@ -27,21 +27,20 @@ import io
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import BinaryIO, Final, cast
+from typing import BinaryIO, cast
 
 from persistence import kv
-from persistence.errors import NotFound, SegmentCorruption, Validation
+from persistence.errors import NotFound, SegmentCorruption, SegmentMissing, Validation
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.objects import COPY_CHUNK
 from persistence.plane import Plane, journal, segment_index
 from persistence.plane.snapshots import read_baseline
 from persistence.records import ExportMarker, SegmentIndexRecord, decode_record
+from persistence.sizes import MiB
 from persistence.telemetry import traced
 from segments.format import CHECKSUM_ALGORITHM, SegmentHeader, SegmentReader, SegmentWriter
 from segments.format import segment_key as _segment_key
-
-MiB: Final = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +246,7 @@ class Exporter:
                 "copy_started", plan.start, plan.end, segment_prefix(universe, world, plan.start)
             )
             _transition(engine, keys, None, marker)
-            engine.crash_point("export.after_copy_started")
+            self.plane.hooks.reached("export.after_copy_started")
         record: SegmentIndexRecord | None = None
         if marker.state == "copy_started":
             record = self._copy(universe, world, marker, progress)
@@ -260,7 +259,7 @@ class Exporter:
                 record.byte_size,
             )
             _transition(engine, keys, marker, finished, index=record)
-            engine.crash_point("export.after_index")
+            self.plane.hooks.reached("export.after_index")
             marker = finished
         if marker.state == "copy_finished":
             started = replace(marker, state="delete_started", deleted_through=marker.start - 1)
@@ -299,7 +298,7 @@ class Exporter:
         key = _segment_key(universe, world, marker.start, end)
         stream = _SegmentStream(SegmentHeader(universe, world, marker.start, end), entries)
         created = objects.put(key, cast(BinaryIO, stream))
-        self.plane.engine.crash_point("export.after_upload")
+        self.plane.hooks.reached("export.after_upload")
         if not created:
             return self._adopt(universe, world, key, marker)
         if stream.checksum is None:
@@ -362,7 +361,8 @@ class Exporter:
                 raise SegmentCorruption(key, 0, "found where an export expected its own segment")
             checksum = reader.verify()
         info = self.plane.objects.stat(key)
-        assert info is not None
+        if info is None:
+            raise SegmentMissing(key)  # deleted between the read and the stat
         return SegmentIndexRecord(
             header.start, header.end, key, CHECKSUM_ALGORITHM, checksum, header.count, info.size
         )
@@ -378,10 +378,10 @@ class Exporter:
             last = min(marker.end, done + self.config.delete_chunk_entries)
             advanced = replace(marker, deleted_through=last)
             _transition(engine, keys, marker, advanced, clear=(done + 1, last))
-            engine.crash_point("export.after_delete_chunk")
+            self.plane.hooks.reached("export.after_delete_chunk")
             marker, done = advanced, last
         finished = replace(marker, state="delete_finished")
         _transition(engine, keys, marker, finished)
-        engine.crash_point("export.after_delete")
+        self.plane.hooks.reached("export.after_delete")
         progress(f"world {keys.world}: hot keys {marker.start}-{marker.end} deleted")
         return finished

@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from persistence.ids import UniverseId, WorldId
 from persistence.kernel import load_kernel
+from segments import open_plane
 
 DEFAULT_KERNEL: Final = "persistence.kernel:ReferenceKernel"
 REPLAY_SCHEMA: Final = (
@@ -36,11 +37,10 @@ def check_world(store: Store, kernel: str, universe: str, world: str) -> dict[st
     from backends.kv import open_engine
     from backends.objects import open_object_store
     from persistence.errors import PersistError
-    from persistence.plane import Plane
     from segments.restore import full_replay, restore
 
     row: dict[str, Any] = {"universe": universe, "world": world}
-    plane = Plane(
+    plane = open_plane(
         open_engine(store.kv),
         open_object_store(store.objects, credentials=dict(store.credentials) or None),
     )
@@ -94,9 +94,8 @@ def list_worlds(
     """``(universe, world)`` pairs of the store, filtered (both filters optional)."""
     from backends.kv import open_engine
     from backends.objects import open_object_store
-    from persistence.plane import Plane
 
-    plane = Plane(open_engine(store.kv), open_object_store(store.objects))
+    plane = open_plane(open_engine(store.kv), open_object_store(store.objects))
     try:
         chosen = [UniverseId.parse(u) for u in universes] if universes else list(plane.universes())
         wanted = {str(WorldId.parse(w)) for w in worlds or []}

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from persistence.errors import MissingDependency
+from persistence.errors import MissingDependency, NotFound
 
 JAVA_17_GLOB = "/usr/lib/jvm/java-17-openjdk*"
 
@@ -24,9 +28,31 @@ def _java_17() -> str | None:
     return found[0] if found else (current or None)
 
 
-def spark_session(master: str | None = None, app_name: str = "aosp", **conf: str) -> Any:
+def _as_zip(path: Path) -> str:
+    """``path``, or for a wheel a ``.zip`` copy of it (Spark adds only ``.zip``, ``.egg`` and
+    ``.py`` files to the executors' ``sys.path``)."""
+    if not path.is_file():
+        raise NotFound(f"py file {path} does not exist")
+    if path.suffix != ".whl":
+        return str(path)
+    copy = Path(tempfile.mkdtemp(prefix="aosp-pyfiles-")) / (path.stem + ".zip")
+    shutil.copyfile(path, copy)
+    return str(copy)
+
+
+def spark_session(
+    master: str | None = None,
+    app_name: str = "aosp",
+    *,
+    py_files: Sequence[str | os.PathLike[str]] = (),
+    **conf: str,
+) -> Any:
     """Get or create a SparkSession (``local[*]`` unless ``master``), with Python filter
-    push-down on and the ``aos_segments`` source registered."""
+    push-down on and the ``aos_segments`` source registered.
+
+    ``py_files`` are shipped to the executors and put on their ``sys.path``: on a cluster
+    whose Python environments do not have this package, pass its built wheel (shipped as a
+    ``.zip``, which Spark puts on the path; a wheel of pure Python imports from a zip)."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -48,6 +74,8 @@ def spark_session(master: str | None = None, app_name: str = "aosp", **conf: str
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    for path in py_files:
+        spark.sparkContext.addPyFile(_as_zip(Path(path)))
     from spark_connectors.source import SegmentDataSource
 
     spark.dataSource.register(SegmentDataSource)

@@ -73,6 +73,7 @@ from persistence.errors import Corruption, NotFound, SegmentCorruption, Validati
 from persistence.ids import UniverseId, WorldId
 from persistence.kernel import entry_kind
 from persistence.objects import ObjectStore
+from segments import open_plane
 from segments.format import DecodedSegment, SegmentHeader, decode_segment
 from spark_connectors.listing import SegmentRef, Selection, from_index, from_objects
 
@@ -259,10 +260,9 @@ def list_segments(options: ScanOptions) -> list[SegmentRef]:
     if options.listing == "objects":
         return from_objects(objects, options.selection)
     from backends.kv import open_engine
-    from persistence.plane import Plane
 
     assert options.kv is not None
-    plane = Plane(open_engine(options.kv), objects)
+    plane = open_plane(open_engine(options.kv), objects)
     try:
         return from_index(plane, options.selection)
     finally:

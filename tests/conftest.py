@@ -17,7 +17,7 @@ from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
 from persistence.kv import Engine
 from tests.engines.fake_fdb import make_fake_fdb
-from tests.fdb_cluster import clear_keyspace, fdb_cluster
+from tests.fdb_cluster import FdbCluster, clear_keyspace, fdb_cluster
 from tests.objects.conftest import moto_s3, seaweedfs_s3
 
 # Property tests draw the same examples on every run (a deterministic suite); set
@@ -40,7 +40,8 @@ def make_engine(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> En
     """A fresh, empty engine of ``kind``."""
     monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
     if kind == "fdb":
-        engine = request.getfixturevalue("fdb_cluster").engine()
+        cluster: FdbCluster = request.getfixturevalue("fdb_cluster")
+        engine = cluster.engine()
         clear_keyspace(engine)
         return engine
     if kind == "memory":

@@ -15,11 +15,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from aosp.benchmarks import Figure
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
-from persistence.benchmarks import Figure
 from persistence.ids import UniverseId
-from persistence.plane import Plane
+from segments import open_plane
 
 BLOB = 1 << 20
 ROUNDS = 5
@@ -38,7 +38,7 @@ def run(seconds: float = 2.0, progress: Callable[[str], None] = lambda _: None) 
     """Measure and return the CAS figures."""
     with tempfile.TemporaryDirectory(prefix="aosp-bench-cas-") as tmp:
         root = Path(tmp)
-        plane = Plane(SqliteEngine(root / "aos.db"), LocalObjectStore(root / "objects"))
+        plane = open_plane(SqliteEngine(root / "aos.db"), LocalObjectStore(root / "objects"))
         universe = UniverseId.new()
         raw_dir = root / "raw"
         raw_dir.mkdir()

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from aosp.benchmarks import Figure
 from backends.kv.sqlite import SqliteEngine
 from persistence import fdbtuple, kv
-from persistence.benchmarks import Figure
 
 VALUE = b"v" * 1000
 ROUNDS = 5

@@ -29,12 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from aosp.benchmarks import Figure
 from persistence import cbor
-from persistence.benchmarks import Figure
 from persistence.errors import Validation
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
 from persistence.records import DomainEventIngress
+from segments import open_plane
 
 ROUNDS: Final = 5
 ENTRY: Final = b"x" * 1000
@@ -142,11 +143,11 @@ def run(
 
     figures = []
     with tempfile.TemporaryDirectory(prefix="aosp-bench-fdb-") as tmp:
-        sqlite = Plane(
+        sqlite = open_plane(
             SqliteEngine(Path(tmp) / "aos.db", synchronous="FULL"),
             LocalObjectStore(Path(tmp) / "objects-sqlite"),
         )
-        fdb = Plane(open_engine(fdb_url), LocalObjectStore(Path(tmp) / "objects-fdb"))
+        fdb = open_plane(open_engine(fdb_url), LocalObjectStore(Path(tmp) / "objects-fdb"))
         for name, unit, operation in OPERATIONS:
             progress(f"fdb: {name}")
             operation(sqlite), operation(fdb)  # warm-up round

@@ -57,8 +57,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Final
 
+from aosp.benchmarks import Figure
 from persistence import cbor
-from persistence.benchmarks import Figure
 from persistence.errors import MissingDependency
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
@@ -68,6 +68,7 @@ from persistence.records import (
     decode_record,
     encode_inbox_item,
 )
+from segments import open_plane
 
 ENTRY: Final = b"x" * 1000
 ROUNDS: Final = 5
@@ -125,7 +126,7 @@ def _our_plane(path: str) -> Plane:
     from backends.kv.sqlite import SqliteEngine
     from backends.objects.memory import MemoryObjectStore
 
-    return Plane(SqliteEngine(path, synchronous="FULL"), MemoryObjectStore())
+    return open_plane(SqliteEngine(path, synchronous="FULL"), MemoryObjectStore())
 
 
 def _close(plane: Plane) -> None:

@@ -60,17 +60,18 @@ from multiprocessing.queues import Queue
 from pathlib import Path
 from typing import Any, Final
 
+from aosp.benchmarks import Figure
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence import cbor
-from persistence.benchmarks import Figure
 from persistence.ids import UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.plane import Plane
+from persistence.sizes import MiB
+from segments import open_plane
 from segments.export import ExportConfig, Exporter
 from segments.restore import restore
 
-MiB: Final = 1024 * 1024
 ENTRY_SIZE: Final = 1024
 ROUNDS: Final = 3
 ENTRIES_PER_SECOND_OF_BUDGET: Final = 100_000
@@ -190,7 +191,7 @@ def _export_round(root: Path, count: int, entries: _Entries) -> _Round:
     the raw write of ``count`` entries' bytes, then the export of heights 1..count, then
     the stitched read of the whole journal."""
     root.mkdir()
-    plane = Plane(
+    plane = open_plane(
         SqliteEngine(root / "aos.db", synchronous="FULL"), LocalObjectStore(root / "objects")
     )
     try:
@@ -292,7 +293,7 @@ def _build_histories(
     """Worker phase 1: the 10,000-entry and the ``count``-entry world, built with
     ``synchronous="OFF"`` (not measured)."""
     entries = _Entries(entry_size)
-    plane = Plane(
+    plane = open_plane(
         SqliteEngine(root / "aos.db", synchronous="OFF"), LocalObjectStore(root / "objects")
     )
     try:
@@ -315,7 +316,7 @@ def _measure_histories(
     allocator), add the tails, time the restores."""
     small, big = worlds
     entries = _Entries(entry_size)
-    plane = Plane(
+    plane = open_plane(
         SqliteEngine(root / "aos.db", synchronous="FULL"), LocalObjectStore(root / "objects")
     )
     try:

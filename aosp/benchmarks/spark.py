@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from persistence.benchmarks import Figure
+from aosp.benchmarks import Figure
 from persistence.ids import UniverseId, WorldId
 
 ENTRIES: Final = 1_048_576

@@ -19,9 +19,8 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from persistence import telemetry
-from persistence.cli import data, fsck, inspect, jobs, segments, spark
-from persistence.cli.console import (
+from aosp.cli import data, fsck, inspect, jobs, segments, spark
+from aosp.cli.console import (
     EXIT_BACKEND,
     EXIT_CONFLICT,
     EXIT_INTERNAL,
@@ -30,7 +29,8 @@ from persistence.cli.console import (
     common_options,
     print_json,
 )
-from persistence.cli.store import store_options
+from aosp.cli.store import store_options
+from persistence import telemetry
 from persistence.errors import Conflict, PersistError, Validation
 
 COMMAND_MODULES = (jobs, inspect, data, segments, fsck, spark)

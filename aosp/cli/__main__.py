@@ -1,7 +1,7 @@
-"""``python -m persistence.cli``: the same as the ``aosp`` command."""
+"""``python -m aosp.cli``: the same as the ``aosp`` command."""
 
 import sys
 
-from persistence.cli import main
+from aosp.cli import main
 
 sys.exit(main())

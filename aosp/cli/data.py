@@ -10,16 +10,16 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from persistence import cbor
-from persistence.cli.console import EXIT_OK, UsageError, print_fields, print_json, print_table
-from persistence.cli.store import (
+from aosp.cli.console import EXIT_OK, UsageError, print_fields, print_json, print_table
+from aosp.cli.store import (
     hash_id,
     inbox_seq,
-    open_plane,
+    open_store,
     universe_id,
     world_id,
     world_options,
 )
+from persistence import cbor
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.kernel import entry_kind
 from persistence.records import (
@@ -36,7 +36,7 @@ from persistence.records import (
 
 def cmd_world_create(args: argparse.Namespace) -> int:
     """Create a world (a new universe and world id unless given)."""
-    plane = open_plane(args, create=True)
+    plane = open_store(args, create=True)
     universe = args.universe or UniverseId.new()
     world = args.world or WorldId.new()
     genesis = plane.create_world(universe, world, handle=args.handle)
@@ -50,7 +50,7 @@ def cmd_world_create(args: argparse.Namespace) -> int:
 
 def cmd_cas_put(args: argparse.Namespace) -> int:
     """Store a file (or stdin) in the universe's CAS; print its hash."""
-    plane = open_plane(args, create=True)
+    plane = open_store(args, create=True)
     source: BinaryIO = sys.stdin.buffer if args.file == "-" else Path(args.file).open("rb")  # noqa: SIM115
     with source:
         digest = plane.put_stream(args.universe, source, expected=args.expect)
@@ -62,7 +62,7 @@ def cmd_cas_put(args: argparse.Namespace) -> int:
 
 def cmd_cas_get(args: argparse.Namespace) -> int:
     """Write a body, verified against its hash, to a file or stdout."""
-    plane = open_plane(args)
+    plane = open_store(args)
     stream = plane.open_blob(args.universe, args.hash)
     with stream:
         if args.output in (None, "-"):
@@ -82,7 +82,7 @@ def cmd_cas_get(args: argparse.Namespace) -> int:
 
 def cmd_cas_stat(args: argparse.Namespace) -> int:
     """Print a body's size and where it is stored."""
-    plane = open_plane(args)
+    plane = open_store(args)
     meta = plane.blob_meta(args.universe, args.hash)
     result = {
         "hash": str(args.hash),
@@ -104,7 +104,7 @@ def _preview(data: bytes, width: int = 48) -> str:
 
 def cmd_journal_read(args: argparse.Namespace) -> int:
     """Print entries from a height (stitched from segments and the hot tail)."""
-    plane = open_plane(args)
+    plane = open_store(args)
     rows = plane.read_range(args.universe, args.world, args.start, args.limit)
     if args.raw:
         for _, entry in rows:
@@ -170,7 +170,7 @@ def build_item(args: argparse.Namespace) -> InboxItem:
 def cmd_inbox_enqueue(args: argparse.Namespace) -> int:
     """Enqueue one item; print its sequence."""
     item = build_item(args)
-    plane = open_plane(args)
+    plane = open_store(args)
     key = None if args.idempotency_key is None else args.idempotency_key.encode()
     seq = plane.enqueue(args.universe, args.world, item, idempotency_key=key)
     print_json({"seq": str(seq)}) if args.json else print(seq)
@@ -192,7 +192,7 @@ def _plain(value: Any) -> Any:
 
 def cmd_inbox_read(args: argparse.Namespace) -> int:
     """Print pending items (after the cursor, or after ``--after``)."""
-    plane = open_plane(args)
+    plane = open_store(args)
     after = args.after if args.after is not None else plane.inbox_cursor(args.universe, args.world)
     items = plane.read_after(args.universe, args.world, after, args.limit)
     rows = [
@@ -214,7 +214,7 @@ def cmd_inbox_read(args: argparse.Namespace) -> int:
 
 def cmd_inbox_drain(args: argparse.Namespace) -> int:
     """Move up to ``--max-items`` pending items into the journal (exactly once)."""
-    plane = open_plane(args)
+    plane = open_store(args)
     result = plane.drain_inbox_to_journal(args.universe, args.world, max_items=args.max_items)
     out = {
         "drained": result.count,
@@ -230,7 +230,7 @@ def cmd_inbox_drain(args: argparse.Namespace) -> int:
 
 def cmd_snapshot_list(args: argparse.Namespace) -> int:
     """List the snapshot index, marking the active baseline."""
-    plane = open_plane(args)
+    plane = open_store(args)
     baseline = plane.active_baseline(args.universe, args.world)
     rows: list[dict[str, Any]] = [
         {

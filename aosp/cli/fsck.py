@@ -1,19 +1,19 @@
-"""``aosp fsck``: the full read-only integrity check (see :mod:`persistence.fsck`)."""
+"""``aosp fsck``: the full read-only integrity check (see :mod:`aosp.fsck`)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from persistence.cli.console import EXIT_CHECK_FAILED, EXIT_OK, Progress, print_json
-from persistence.cli.store import open_plane, universe_id
+from aosp.cli.console import EXIT_CHECK_FAILED, EXIT_OK, Progress, print_json
+from aosp.cli.store import open_store, universe_id
 
 
 def cmd_fsck(args: argparse.Namespace) -> int:
     """Check the store; exit 1 on any error finding (on warnings too with ``--strict``)."""
-    from persistence.fsck import Fsck
+    from aosp.fsck import Fsck
 
-    plane = open_plane(args)
+    plane = open_store(args)
     with Progress("fsck", enabled=not args.quiet, unit="steps") as progress:
         report = Fsck(plane, lambda note: progress.advance(note=note)).run(
             None if args.universe is None else [args.universe]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from persistence.cli.console import EXIT_OK, Progress, print_fields, print_json, print_table
-from persistence.cli.store import open_plane, selected_worlds, world_options
+from aosp.cli.console import EXIT_OK, Progress, print_fields, print_json, print_table
+from aosp.cli.store import open_store, selected_worlds, world_options
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
 
@@ -37,7 +37,7 @@ def world_summary(plane: Plane, universe: UniverseId, world: WorldId) -> dict[st
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print a summary row per selected world (details when one world is named)."""
-    plane = open_plane(args)
+    plane = open_store(args)
     if args.world is not None and args.universe is not None:
         summary = world_summary(plane, args.universe, args.world)
         summary["created_ns"] = plane.world_meta(args.universe, args.world).created_ns

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from persistence.cli.console import (
+from aosp.cli.console import (
     EXIT_BACKEND,
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -16,7 +16,8 @@ from persistence.cli.console import (
     UsageError,
     print_json,
 )
-from persistence.cli.store import DEFAULT_DATA_DIR
+from aosp.cli.store import DEFAULT_DATA_DIR
+from segments import open_plane
 
 
 def _progress(args: argparse.Namespace) -> Callable[[str], None]:
@@ -25,7 +26,7 @@ def _progress(args: argparse.Namespace) -> Callable[[str], None]:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the world-host simulation on the embedded default store and verify it."""
-    from persistence import demo
+    from aosp import demo
 
     for name in ("worlds", "writers", "items"):
         if getattr(args, name) < 1:
@@ -78,12 +79,11 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     from conformance.cases import PROFILES
     from conformance.runner import run_suite, skipped_report
     from persistence.errors import Backend, NotFound
-    from persistence.plane import Plane
 
     profile = PROFILES[args.profile]
     progress = _progress(args)
     try:
-        plane = Plane(open_engine(args.kv), open_object_store(args.objects))
+        plane = open_plane(open_engine(args.kv), open_object_store(args.objects))
     except (Backend, NotFound) as exc:
         # An unreachable backend: every case skipped, said plainly, and a failing exit.
         report = skipped_report(args.kv, args.objects, profile, f"backend unavailable: {exc}")
@@ -121,7 +121,7 @@ SUITES = ("engine", "plane", "cas", "segments", "spark", "fdb")
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run benchmark suites; print each figure against its peer or limit."""
-    from persistence.benchmarks import Figure, cas, engine, fdb, plane, segments, spark
+    from aosp.benchmarks import Figure, cas, engine, fdb, plane, segments, spark
 
     runners: dict[str, Callable[..., list[Figure]]] = {
         "engine": engine.run,

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from persistence.cli.console import (
+from aosp.cli.console import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     Progress,
     print_json,
     print_table,
 )
-from persistence.cli.store import open_plane, selected_worlds, world_options
+from aosp.cli.store import open_store, selected_worlds, world_options
 from persistence.errors import Corruption
 from persistence.kernel import load_kernel
 
@@ -33,7 +33,7 @@ def cmd_segments_plan(args: argparse.Namespace) -> int:
     """Show the next range export would move per world (without moving anything)."""
     from segments.export import Exporter
 
-    plane = open_plane(args)
+    plane = open_store(args)
     exporter = Exporter(plane, _export_config(args))
     rows = []
     for universe, world in selected_worlds(plane, args):
@@ -62,7 +62,7 @@ def cmd_segments_export(args: argparse.Namespace) -> int:
     """Export every safe range of the selected worlds (resuming interrupted exports)."""
     from segments.export import Exporter
 
-    plane = open_plane(args)
+    plane = open_store(args)
     exporter = Exporter(plane, _export_config(args))
     worlds = selected_worlds(plane, args)
     exported: list[dict[str, Any]] = []
@@ -91,7 +91,7 @@ def cmd_segments_export(args: argparse.Namespace) -> int:
 
 def cmd_segments_list(args: argparse.Namespace) -> int:
     """List the segment index of the selected worlds."""
-    plane = open_plane(args)
+    plane = open_store(args)
     rows = [
         {
             "universe": str(universe),
@@ -117,7 +117,7 @@ def cmd_segments_verify(args: argparse.Namespace) -> int:
     """Read every indexed segment to its end: header, checksum and index record agree."""
     from segments.cold import ObjectStoreSegments
 
-    plane = open_plane(args)
+    plane = open_store(args)
     source = ObjectStoreSegments(plane.objects)
     records = [
         (universe, world, s)
@@ -148,7 +148,7 @@ def cmd_restore_verify(args: argparse.Namespace) -> int:
     from segments.restore import full_replay, restore
 
     load_kernel(args.kernel)  # a bad path is a usage error before any work
-    plane = open_plane(args)
+    plane = open_store(args)
     worlds = selected_worlds(plane, args)
     rows = []
     with Progress("restore", len(worlds), enabled=not args.quiet, unit="worlds") as progress:

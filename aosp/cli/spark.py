@@ -7,22 +7,34 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from persistence.cli.console import (
+from aosp.cli.console import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     Progress,
+    UsageError,
     print_json,
     print_table,
 )
-from persistence.cli.segments import kernel_option
-from persistence.cli.store import checked_store_urls, world_options
+from aosp.cli.segments import kernel_option
+from aosp.cli.store import checked_store_urls, world_options
+
+
+def _conf(pairs: list[str]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--conf takes KEY=VALUE, not {pair!r}")
+        conf[key.strip()] = value
+    return conf
 
 
 def _session(args: argparse.Namespace, progress: Progress) -> Any:
     from spark_connectors.session import spark_session
 
+    conf = {"spark.ui.showConsoleProgress": "false", **_conf(args.conf)}
     progress.message(f"starting Spark ({args.master or 'local[*]'})")
-    spark = spark_session(args.master, "aosp", **{"spark.ui.showConsoleProgress": "false"})
+    spark = spark_session(args.master, "aosp", py_files=args.py_files, **conf)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -113,6 +125,21 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     spark_options = argparse.ArgumentParser(add_help=False)
     group = spark_options.add_argument_group("spark")
     group.add_argument("--master", help="Spark master URL (default: local[*])")
+    group.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting, e.g. spark.pyspark.python=/opt/venv/bin/python (repeatable)",
+    )
+    group.add_argument(
+        "--py-files",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="ship to the executors (e.g. the aos-persistence wheel, for a cluster whose "
+        "Python does not have it; repeatable)",
+    )
     filters = world_options(required=False)
     group_parser = sub.add_parser("spark", help="Spark jobs over cold segments")
     jobs = group_parser.add_subparsers(dest="action", required=True, metavar="JOB")

@@ -9,10 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from persistence.cli.console import UsageError
+from aosp.cli.console import UsageError
 from persistence.errors import NotFound, Validation
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.plane import Plane
+from segments import open_plane
 
 T = TypeVar("T")
 
@@ -66,13 +67,10 @@ def checked_store_urls(args: argparse.Namespace, *, create: bool = False) -> tup
     return urls
 
 
-def open_plane(args: argparse.Namespace, *, create: bool = False) -> Plane:
-    """Open the store (see :func:`checked_store_urls` for ``create``)."""
-    from backends.kv import open_engine
-    from backends.objects import open_object_store
-
+def open_store(args: argparse.Namespace, *, create: bool = False) -> Plane:
+    """Open the store's plane (see :func:`checked_store_urls` for ``create``)."""
     kv_url, objects_url = checked_store_urls(args, create=create)
-    return Plane(open_engine(kv_url), open_object_store(objects_url))
+    return open_plane(kv_url, objects_url)
 
 
 def _id_type(parse: Callable[[str], T]) -> Callable[[str], T]:

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
-from persistence import kv
+from backends.kv import checks
+from persistence import fdb_errors, kv
 from persistence.errors import EngineError
 
 INITIAL_BACKOFF: Final = 0.01
@@ -57,7 +58,7 @@ class _Entry:
             assert self.value is not None and len(stamp) == 10
             base = _splice(self.value, self.offset, stamp)
         for param in self.adds:
-            base = kv.apply_add(base, param)
+            base = checks.apply_add(base, param)
         return base
 
 
@@ -106,8 +107,8 @@ def _subtract(
 
 
 def _unreadable(what: str) -> EngineError:
-    return kv.engine_error(
-        kv.ACCESSED_UNREADABLE, f"{what} written with a versionstamp by this transaction"
+    return fdb_errors.engine_error(
+        fdb_errors.ACCESSED_UNREADABLE, f"{what} written with a versionstamp by this transaction"
     )
 
 
@@ -127,15 +128,15 @@ class WriteBuffer:
     def _grow(self, nbytes: int) -> None:
         self.size += nbytes
         if self.size > kv.MAX_TRANSACTION_SIZE:
-            raise kv.engine_error(
-                kv.TRANSACTION_TOO_LARGE,
+            raise fdb_errors.engine_error(
+                fdb_errors.TRANSACTION_TOO_LARGE,
                 f"transaction of {self.size} bytes > {kv.MAX_TRANSACTION_SIZE}",
             )
 
     def set(self, key: bytes, value: bytes) -> None:
         """Record ``key = value``."""
-        kv.check_key(key)
-        kv.check_value(value)
+        checks.check_key(key)
+        checks.check_value(value)
         self._grow(len(key) + len(value))
         previous = self._entries.get(key)
         self._entries[key] = _Entry(
@@ -144,14 +145,16 @@ class WriteBuffer:
 
     def clear(self, key: bytes) -> None:
         """Record the deletion of ``key``."""
-        kv.check_key(key)
+        checks.check_key(key)
         self._grow(len(key))
         self._entries[key] = _Entry(_CLEAR)
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
         """Record the deletion of ``[begin, end)`` (2005 if ``begin > end``)."""
         if begin > end:
-            raise kv.engine_error(kv.INVERTED_RANGE, "clear_range begin key after its end")
+            raise fdb_errors.engine_error(
+                fdb_errors.INVERTED_RANGE, "clear_range begin key after its end"
+            )
         if begin == end:
             return
         self._grow(len(begin) + len(end))
@@ -161,30 +164,30 @@ class WriteBuffer:
 
     def add(self, key: bytes, param: bytes) -> None:
         """Record an atomic little-endian add."""
-        kv.check_key(key)
-        kv.check_value(param)
+        checks.check_key(key)
+        checks.check_value(param)
         self._grow(len(key) + len(param))
         entry = self._entries.get(key)
         if entry is None:
             if self._is_cleared(key):
-                self._entries[key] = _Entry(_SET, kv.apply_add(None, param))
+                self._entries[key] = _Entry(_SET, checks.apply_add(None, param))
             else:
                 self._entries[key] = _Entry(_ADDS, adds=[param])
         elif entry.kind in (_ADDS, _STAMPED_VALUE):
             entry.adds.append(param)  # applied at commit, over the stamped value
         else:
-            value = kv.apply_add(entry.resolve(None), param)
+            value = checks.apply_add(entry.resolve(None), param)
             self._entries[key] = _Entry(_SET, value, unreadable=entry.unreadable)
 
     def set_versionstamped_key(self, key: bytes, value: bytes, read_version: int | None) -> None:
         """Record a versionstamped key (offset suffix on ``key``); ``read_version`` is the
         transaction's cached read version, if it has one yet."""
         try:
-            body, offset = kv.split_versionstamp_offset(key, "key")
+            body, offset = checks.split_versionstamp_offset(key, "key")
         except ValueError as exc:
-            raise kv.engine_error(kv.CLIENT_INVALID_OPERATION, str(exc)) from None
-        kv.check_key(body)
-        kv.check_value(value)
+            raise fdb_errors.engine_error(fdb_errors.CLIENT_INVALID_OPERATION, str(exc)) from None
+        checks.check_key(body)
+        checks.check_value(value)
         self._grow(len(body) + len(value))
         self.stamped_keys.append(
             StampedKey(body, value, offset, read_version or 0, len(self._cleared))
@@ -193,11 +196,11 @@ class WriteBuffer:
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
         """Record a value (offset suffix on ``value``) that gets the versionstamp."""
         try:
-            body, offset = kv.split_versionstamp_offset(value, "value")
+            body, offset = checks.split_versionstamp_offset(value, "value")
         except ValueError as exc:
-            raise kv.engine_error(kv.CLIENT_INVALID_OPERATION, str(exc)) from None
-        kv.check_key(key)
-        kv.check_value(body)
+            raise fdb_errors.engine_error(fdb_errors.CLIENT_INVALID_OPERATION, str(exc)) from None
+        checks.check_key(key)
+        checks.check_value(body)
         self._grow(len(key) + len(body))
         self._entries[key] = _Entry(_STAMPED_VALUE, body, offset=offset, unreadable=True)
 
@@ -350,8 +353,8 @@ class BufferedFuture(kv.VersionstampFuture):
             return self._stamp
         if self._error is not None:
             raise self._error
-        raise kv.engine_error(
-            kv.USED_DURING_COMMIT, "versionstamp requested before the transaction committed"
+        raise fdb_errors.engine_error(
+            fdb_errors.USED_DURING_COMMIT, "versionstamp requested before the transaction committed"
         )
 
 
@@ -401,7 +404,9 @@ class BufferedTransaction(kv.Transaction):
 
     def _check_open(self) -> None:
         if self._done:
-            raise kv.engine_error(kv.USED_DURING_COMMIT, "transaction already committed")
+            raise fdb_errors.engine_error(
+                fdb_errors.USED_DURING_COMMIT, "transaction already committed"
+            )
 
     def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
         self._check_open()
@@ -435,7 +440,9 @@ class BufferedTransaction(kv.Transaction):
     ) -> list[tuple[bytes, bytes]]:
         self._check_open()
         if limit < 0:
-            raise kv.engine_error(kv.CLIENT_INVALID_OPERATION, f"negative limit {limit}")
+            raise fdb_errors.engine_error(
+                fdb_errors.CLIENT_INVALID_OPERATION, f"negative limit {limit}"
+            )
         if begin >= end:
             return []
         out: list[tuple[bytes, bytes]]
@@ -491,7 +498,9 @@ class BufferedTransaction(kv.Transaction):
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         self._check_open()
         if begin > end:
-            raise kv.engine_error(kv.INVERTED_RANGE, "conflict range begin key after its end")
+            raise fdb_errors.engine_error(
+                fdb_errors.INVERTED_RANGE, "conflict range begin key after its end"
+            )
         # as a read would: keys this transaction fixed itself cannot conflict
         for part_begin, part_end in self.buffer.unknown_parts(begin, end):
             self._note_read(part_begin, part_end, None)
@@ -527,7 +536,7 @@ class BufferedTransaction(kv.Transaction):
         return self._future
 
     def on_error(self, error: EngineError) -> BufferedTransaction:
-        if not kv.is_retryable(error):
+        if not fdb_errors.is_retryable(error):
             raise error
         time.sleep(self.backoff * random.uniform(0.5, 1.0))
         nxt = self._fresh()
@@ -537,7 +546,7 @@ class BufferedTransaction(kv.Transaction):
     def _remember(self, error: EngineError) -> None:
         """A read of a key this transaction stamped fails, and so does its commit (as in
         FoundationDB, where 1036 poisons the transaction)."""
-        if error.code == kv.ACCESSED_UNREADABLE:
+        if error.code == fdb_errors.ACCESSED_UNREADABLE:
             self._commit_error = error
 
     def commit(self) -> None:
@@ -554,5 +563,8 @@ class BufferedTransaction(kv.Transaction):
             self._future.resolve(stamp)
         elif self.stamp_requested:
             self._future.resolve(
-                None, kv.engine_error(kv.NO_COMMIT_VERSION, "read-only transaction has no version")
+                None,
+                fdb_errors.engine_error(
+                    fdb_errors.NO_COMMIT_VERSION, "read-only transaction has no version"
+                ),
             )

@@ -1,8 +1,9 @@
 """Deterministic fault injection for any engine: commit faults and crash points.
 
 :class:`FaultyEngine` wraps an engine (the memory engine in the test suites) and consults a
-:class:`FaultInjector` at every commit and at every named crash point the plane declares
-with :meth:`persistence.kv.Engine.crash_point`. Faults are either scripted ("fail the 3rd
+:class:`FaultInjector` at every commit; the same injector, given to the plane as its
+:class:`~persistence.hooks.StepHooks`, is told of every named step the protocols pass and
+may crash the "process" there. Faults are either scripted ("fail the 3rd
 commit with 1021, applied") or drawn from a seeded generator, so the same seed always
 injects the same faults at the same places.
 
@@ -23,7 +24,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-from persistence import kv
+from persistence import fdb_errors, kv
 from persistence.errors import EngineError
 
 
@@ -54,7 +55,11 @@ class FaultInjector:
 
     seed: int = 0
     commit_fault_rate: float = 0.0
-    codes: tuple[int, ...] = (kv.NOT_COMMITTED, kv.COMMIT_UNKNOWN_RESULT, kv.TRANSACTION_TOO_OLD)
+    codes: tuple[int, ...] = (
+        fdb_errors.NOT_COMMITTED,
+        fdb_errors.COMMIT_UNKNOWN_RESULT,
+        fdb_errors.TRANSACTION_TOO_OLD,
+    )
     unknown_result_applied_rate: float = 0.5
     crash_rate: float = 0.0
     log: list[tuple[str, object]] = field(default_factory=list)
@@ -69,7 +74,7 @@ class FaultInjector:
 
     def fail_commit(self, index: int, code: int, *, applied: bool = False) -> None:
         """Fail the ``index``-th commit (1-based, counted from now on) with ``code``."""
-        if applied and code not in kv.MAYBE_COMMITTED:
+        if applied and code not in fdb_errors.MAYBE_COMMITTED:
             raise ValueError(f"only commit_unknown_result may have applied, not {code}")
         self._scripted_commits[self.commits + index] = CommitFault(code, applied)
 
@@ -88,7 +93,7 @@ class FaultInjector:
                 and (self._random.random() < self.commit_fault_rate)
             ):
                 code = self._random.choice(self.codes)
-                applied = code in kv.MAYBE_COMMITTED and (
+                applied = code in fdb_errors.MAYBE_COMMITTED and (
                     self._random.random() < self.unknown_result_applied_rate
                 )
                 fault = CommitFault(code, applied)
@@ -96,8 +101,9 @@ class FaultInjector:
                 self.log.append(("commit", (self.commits, fault.code, fault.applied)))
             return fault
 
-    def reach(self, point: str) -> None:
-        """Count ``point``; raise :class:`SimulatedCrash` if a crash is due there."""
+    def reached(self, point: str) -> None:
+        """Count ``point``; raise :class:`SimulatedCrash` if a crash is due there (the
+        plane's :class:`~persistence.hooks.StepHooks`)."""
         with self._lock:
             self.points[point] += 1
             due = self._scripted_crashes.pop((point, self.points[point]), False)
@@ -178,7 +184,7 @@ class FaultyTransaction(kv.Transaction):
             return
         if fault.applied:
             self._inner.commit()
-        error = kv.engine_error(fault.code, "injected fault")
+        error = fdb_errors.engine_error(fault.code, "injected fault")
         if self._future is not None:
             self._future.error = error
         raise error
@@ -198,9 +204,6 @@ class FaultyEngine(kv.Engine):
 
     def create_transaction(self) -> FaultyTransaction:
         return FaultyTransaction(self.inner.create_transaction(), self.injector)
-
-    def crash_point(self, name: str) -> None:
-        self.injector.reach(name)
 
     def is_retryable(self, error: EngineError) -> bool:
         return self.inner.is_retryable(error)

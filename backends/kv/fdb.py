@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from backends.kv import checks
 from persistence import kv
 from persistence.errors import EngineError, MissingDependency, NotFound, Validation
 
@@ -183,8 +184,8 @@ class FdbTransaction(kv.Transaction):
         return _translate(self._fdb, read)
 
     def set(self, key: bytes, value: bytes) -> None:
-        kv.check_key(key)
-        kv.check_value(value)
+        checks.check_key(key)
+        checks.check_value(value)
         _translate(self._fdb, lambda: self._tr.set(key, value))
 
     def clear(self, key: bytes) -> None:

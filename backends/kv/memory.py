@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from backends.kv.buffered import BufferedTransaction
-from persistence import kv
+from persistence import fdb_errors, kv
 
 _CHUNK = 256
 
@@ -106,8 +106,8 @@ class MemoryEngine(kv.Engine):
 
     def _check_version(self, version: int) -> None:
         if version < self._floor:
-            raise kv.engine_error(
-                kv.TRANSACTION_TOO_OLD, f"read version {version} is below the MVCC window"
+            raise fdb_errors.engine_error(
+                fdb_errors.TRANSACTION_TOO_OLD, f"read version {version} is below the MVCC window"
             )
 
     # ------------------------------------------------------------ commit
@@ -124,14 +124,17 @@ class MemoryEngine(kv.Engine):
             read_version = tr.read_version
             if read_version is not None:
                 if read_version < self._floor or now - tr.started > kv.MAX_TRANSACTION_SECONDS:
-                    raise kv.engine_error(kv.TRANSACTION_TOO_OLD, "transaction older than 5 s")
+                    raise fdb_errors.engine_error(
+                        fdb_errors.TRANSACTION_TOO_OLD, "transaction older than 5 s"
+                    )
                 if tr.read_ranges:
                     for version, _, writes in reversed(self._commits):
                         if version <= read_version:
                             break
                         if _overlaps(tr.read_ranges, writes):
-                            raise kv.engine_error(
-                                kv.NOT_COMMITTED, f"read conflict with commit at version {version}"
+                            raise fdb_errors.engine_error(
+                                fdb_errors.NOT_COMMITTED,
+                                f"read conflict with commit at version {version}",
                             )
             version = self._version + 1
             stamp = version.to_bytes(8, "big") + b"\x00\x00"
@@ -212,7 +215,9 @@ class MemoryTransaction(BufferedTransaction):
 
     def _check_age(self) -> None:
         if self._engine._clock() - self.started > kv.MAX_TRANSACTION_SECONDS:
-            raise kv.engine_error(kv.TRANSACTION_TOO_OLD, "transaction older than 5 s")
+            raise fdb_errors.engine_error(
+                fdb_errors.TRANSACTION_TOO_OLD, "transaction older than 5 s"
+            )
 
     def _base_get(self, key: bytes) -> bytes | None:
         self._check_age()

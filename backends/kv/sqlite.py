@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Final
 
 from backends.kv.buffered import BufferedTransaction
-from persistence import kv
+from persistence import fdb_errors, kv
 from persistence.errors import EngineError, StoreFormatError
 
 APPLICATION_ID: Final = 0x414F5350  # "AOSP"
@@ -223,8 +223,8 @@ def _sqlite_error(exc: sqlite3.Error, during: str) -> EngineError:
     message = str(exc)
     if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
         # The write lock was not granted within busy_timeout: nothing was applied.
-        return kv.engine_error(kv.NOT_COMMITTED, f"{during}: {message}")
-    return kv.engine_error(kv.IO_ERROR, f"{during}: {message}")
+        return fdb_errors.engine_error(fdb_errors.NOT_COMMITTED, f"{during}: {message}")
+    return fdb_errors.engine_error(fdb_errors.IO_ERROR, f"{during}: {message}")
 
 
 class SqliteTransaction(BufferedTransaction):
@@ -312,8 +312,9 @@ class SqliteTransaction(BufferedTransaction):
         try:
             for begin, end, seen in self._reads:
                 if list(_scan(conn, begin, end, False)) != seen:
-                    raise kv.engine_error(
-                        kv.NOT_COMMITTED, "read conflict: data read by this transaction changed"
+                    raise fdb_errors.engine_error(
+                        fdb_errors.NOT_COMMITTED,
+                        "read conflict: data read by this transaction changed",
                     )
             return self._apply(conn)
         except sqlite3.Error as exc:

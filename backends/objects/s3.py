@@ -69,13 +69,13 @@ from persistence.objects import (
     check_object_key,
     check_sha256,
 )
+from persistence.sizes import MiB
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
 
 log = logging.getLogger(__name__)
 
-MiB = 1024 * 1024
 DEFAULT_MULTIPART_THRESHOLD = 8 * MiB
 """Bodies larger than this go by multipart upload."""
 DEFAULT_PART_SIZE = 8 * MiB
@@ -138,9 +138,9 @@ def _import_boto3() -> tuple[Any, Any, Any]:
         import boto3
         import botocore.exceptions
         from botocore.config import Config
-    except ImportError as exc:  # pragma: no cover -- boto3 is a dependency of the package
+    except ImportError as exc:
         raise MissingDependency(
-            f"the S3 object store needs the 'boto3' package (pip install boto3): {exc}"
+            f"the S3 object store needs boto3: pip install 'aos-persistence[s3]' ({exc})"
         ) from None
     return boto3, Config, botocore.exceptions
 

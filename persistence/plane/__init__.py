@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import BinaryIO, Final, Protocol
 
 from persistence import cbor, kv
-from persistence.errors import Validation
+from persistence.errors import MissingDependency, Validation
+from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId, check_height
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
@@ -38,9 +39,9 @@ from persistence.records import (
     WorldMeta,
     encode_inbox_item,
 )
+from persistence.sizes import MiB
 from persistence.telemetry import traced
 
-MiB: Final = 1024 * 1024
 GENESIS_STATE: Final = cbor.encode(None)
 """Default genesis snapshot bytes: a kernel hydrating from them starts empty."""
 
@@ -93,16 +94,13 @@ class Plane:
         objects: ObjectStore,
         config: PlaneConfig | None = None,
         segments: SegmentSource | None = None,
+        *,
+        hooks: StepHooks = NO_HOOKS,
     ) -> None:
         self.engine = engine
         self.objects = objects
-        if segments is None:
-            # The segment format lives a layer up (package ``segments``); imported here,
-            # lazily, as the default way to read cold history from ``objects``.
-            from segments.cold import ObjectStoreSegments
-
-            segments = ObjectStoreSegments(objects)
         self.segments = segments
+        self.hooks = hooks
         self.config = config or PlaneConfig()
         self.cas = Cas(
             engine,
@@ -110,6 +108,7 @@ class Plane:
             inline_threshold=self.config.inline_threshold,
             verify=self.config.verify_reads,
             sample_rate=self.config.verify_sample_rate,
+            hooks=hooks,
         )
         worlds.ensure_layout(engine)
 
@@ -167,7 +166,7 @@ class Plane:
         genesis = SnapshotRecord(snapshot_ref, 0, 0, manifest_hash, receipt_horizon_height=0)
         meta = WorldMeta(created_ns=time.time_ns(), handle=handle)
         worlds.create_world(self.engine, WorldKeys(universe, world), meta, genesis)
-        self.engine.crash_point("world.after_create")
+        self.hooks.reached("world.after_create")
         return genesis
 
     @traced("world.meta")
@@ -219,7 +218,7 @@ class Plane:
         first = journal.append_batch(
             self.engine, WorldKeys(universe, world), expected_head, list(entries), _batch_id()
         )
-        self.engine.crash_point("journal.after_append")
+        self.hooks.reached("journal.after_append")
         return first
 
     @traced("journal.read_range")
@@ -245,12 +244,27 @@ class Plane:
             )
             if page.segment is not None:
                 last = min(page.segment.end, page.head, first + want - 1)
-                out.extend(self.segments.read(universe, world, page.segment, first, last))
+                out.extend(self._cold(universe, world, page.segment, first, last))
                 continue
             out.extend(page.rows)
             if len(page.rows) < min(self.config.read_page_entries, want):
                 break
         return out
+
+    def _cold(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        segment: SegmentIndexRecord,
+        first: int,
+        last: int,
+    ) -> list[tuple[int, bytes]]:
+        if self.segments is None:
+            raise MissingDependency(
+                f"world {world}: heights {segment.start}-{segment.end} are in a cold segment and "
+                "this plane has no segment reader (open it with segments.open_plane)"
+            )
+        return self.segments.read(universe, world, segment, first, last)
 
     @traced("journal.read_hot")
     def read_hot(
@@ -327,7 +341,7 @@ class Plane:
         if sum(len(e.item) for e in envelopes) > self.config.max_batch_bytes:
             raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")
         pending = inbox.enqueue(self.engine, WorldKeys(universe, world), envelopes)
-        self.engine.crash_point("inbox.after_enqueue")
+        self.hooks.reached("inbox.after_enqueue")
         return pending.seqs(len(items))
 
     @traced("inbox.read_after")
@@ -357,7 +371,7 @@ class Plane:
     ) -> None:
         """Compare-and-swap the cursor forward."""
         inbox.commit_cursor(self.engine, WorldKeys(universe, world), old_cursor, new_cursor)
-        self.engine.crash_point("inbox.after_commit_cursor")
+        self.hooks.reached("inbox.after_commit_cursor")
 
     @traced("inbox.drain")
     def drain_inbox_to_journal(
@@ -377,7 +391,7 @@ class Plane:
         result = inbox.drain(
             self.engine, WorldKeys(universe, world), max_items, max_bytes, normalize, _batch_id()
         )
-        self.engine.crash_point("inbox.after_drain")
+        self.hooks.reached("inbox.after_drain")
         return result
 
     # ------------------------------------------------------------------ snapshots (E)
@@ -400,14 +414,14 @@ class Plane:
         check_height(height, "height")
         snapshot_ref = self.put_verified(universe, snapshot_bytes)
         manifest_hash = self.put_verified(universe, cbor.encode([h.digest for h in manifest]))
-        self.engine.crash_point("snapshot.after_cas")
+        self.hooks.reached("snapshot.after_cas")
         record = SnapshotRecord(
             snapshot_ref, height, logical_time_ns, manifest_hash, receipt_horizon_height
         )
         outcome = snapshots.commit_snapshot(
             self.engine, WorldKeys(universe, world), record, promote_baseline, _batch_id()
         )
-        self.engine.crash_point("snapshot.after_commit")
+        self.hooks.reached("snapshot.after_commit")
         return record, outcome
 
     @traced("snapshot.index")
@@ -441,7 +455,7 @@ class Plane:
     def dispatch_effect(self, universe: UniverseId, item: EffectDispatchItem) -> InboxSeq:
         """Queue an effect for the effect workers; once per intent hash."""
         pending = effects.dispatch(self.engine, UniverseKeys(universe), item)
-        self.engine.crash_point("effects.after_dispatch")
+        self.hooks.reached("effects.after_dispatch")
         return pending.seq()
 
     @traced("effects.pending")

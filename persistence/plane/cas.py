@@ -22,6 +22,7 @@ from typing import BinaryIO, Final, Literal
 
 from persistence import kv
 from persistence.errors import CasBodyHashMismatch, CasBodyMissing, NotFound, Validation
+from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import Hash, UniverseId
 from persistence.keyspace import UniverseKeys
 from persistence.kv import Engine
@@ -93,9 +94,11 @@ class Cas:
         inline_threshold: int,
         verify: VerifyMode = "always",
         sample_rate: float = 0.01,
+        hooks: StepHooks = NO_HOOKS,
     ) -> None:
         self.engine = engine
         self.objects = objects
+        self.hooks = hooks
         self.inline_threshold = inline_threshold
         self.verify = verify
         self.sample_rate = sample_rate
@@ -114,7 +117,7 @@ class Cas:
         else:
             meta = self._put_body(universe, hash, data, len(data))
         put_meta(self.engine, keys, hash, meta)
-        self.engine.crash_point("cas.after_meta")
+        self.hooks.reached("cas.after_meta")
         return hash
 
     def put_stream(
@@ -139,7 +142,7 @@ class Cas:
             else:
                 meta = self._put_body(universe, hash, spool, reader.size)  # type: ignore[arg-type]
         put_meta(self.engine, keys, hash, meta)
-        self.engine.crash_point("cas.after_meta")
+        self.hooks.reached("cas.after_meta")
         return hash
 
     def _put_body(
@@ -151,7 +154,7 @@ class Cas:
             # Already there: from an earlier attempt whose metadata commit failed, or a
             # concurrent put. Content-addressed, so it is ours if it hashes right.
             self._check_existing(hash, key, size)
-        self.engine.crash_point("cas.after_body")
+        self.hooks.reached("cas.after_body")
         return CasMeta(size=size, object_key=key)
 
     def _check_existing(self, hash: Hash, key: str, size: int) -> None:

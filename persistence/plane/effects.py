@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from persistence import fdbtuple, kv
+from persistence import kv
 from persistence.errors import NotFound
-from persistence.fdbtuple import Versionstamp
 from persistence.ids import Hash, InboxSeq
-from persistence.keyspace import UniverseKeys
+from persistence.keyspace import UniverseKeys, seq_in_key
 from persistence.records import (
     EffectDispatchItem,
     EffectInFlightItem,
@@ -36,7 +35,8 @@ class PendingDispatch:
         """The dispatched effect's sequence (after the commit)."""
         if self.existing is not None:
             return self.existing
-        assert self.stamp is not None
+        if self.stamp is None:
+            raise ValueError("a dispatch is either a repeat or has a versionstamp future")
         return InboxSeq(self.stamp.wait() + b"\x00\x00")
 
 
@@ -53,9 +53,7 @@ def dispatch(tr: kv.Transaction, keys: UniverseKeys, item: EffectDispatchItem) -
 
 
 def _seq(key: bytes, prefix: int) -> InboxSeq:
-    stamp = fdbtuple.unpack(key, prefix)[0]
-    assert isinstance(stamp, Versionstamp)
-    return InboxSeq(stamp.to_bytes())
+    return seq_in_key(key, prefix, "effect key")
 
 
 @kv.transactional

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from persistence import fdbtuple, kv
-from persistence.errors import CursorAdvanced, NotFound, Validation
-from persistence.fdbtuple import Versionstamp
+from persistence import kv
+from persistence.errors import CorruptRecord, CursorAdvanced, Validation, WorldNotFound
 from persistence.ids import InboxSeq
-from persistence.keyspace import WorldKeys
+from persistence.keyspace import WorldKeys, seq_in_key
 from persistence.plane.journal import append_at, read_head
 from persistence.records import (
     InboxCursor,
@@ -59,11 +58,12 @@ def enqueue(
     # The world must exist. Its meta never changes, so a snapshot read suffices -- and
     # unlike the head (rewritten by every drain) it cannot make enqueues conflict with drains.
     if tr.get(keys.meta(), snapshot=True) is None:
-        raise NotFound(f"world {keys.world} not found in universe {keys.universe}")
+        raise WorldNotFound(keys.universe, keys.world)
     known: dict[int, InboxSeq] = {}
     new: dict[int, int] = {}
     for index, envelope in enumerate(envelopes):
-        assert envelope.idempotency_key is not None
+        if envelope.idempotency_key is None:
+            raise Validation("idempotency_key", "every enqueued envelope carries one")
         idem_key = keys.inbox_idempotency(envelope.idempotency_key)
         existing = tr.get(idem_key)
         if existing is not None:
@@ -80,9 +80,7 @@ def enqueue(
 
 
 def _seq_of(key: bytes, keys: WorldKeys) -> InboxSeq:
-    stamp = fdbtuple.unpack(key, keys.inbox_prefix_len())[0]
-    assert isinstance(stamp, Versionstamp)
-    return InboxSeq(stamp.to_bytes())
+    return seq_in_key(key, keys.inbox_prefix_len(), f"inbox entry key of world {keys.world}")
 
 
 @kv.transactional
@@ -152,7 +150,8 @@ def drain(
     while a concurrent drain or append does (through the cursor and head reads)."""
     cursor = read_cursor(tr, keys)
     if cursor is not None and cursor.drain_id == drain_id:
-        assert cursor.drain_first is not None and cursor.drain_count is not None
+        if cursor.drain_first is None or cursor.drain_count is None:
+            raise CorruptRecord("inbox cursor", "a drain id without its first height and count")
         return DrainResult(cursor.drain_first, cursor.drain_count, cursor.seq)
     head = read_head(tr, keys)
     after = None if cursor is None else cursor.seq

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from persistence import fdbtuple, kv
-from persistence.errors import HeadAdvanced, MissingJournalEntry, NotFound
+from persistence.errors import HeadAdvanced, MissingJournalEntry, WorldNotFound
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
 from persistence.plane import segment_index
 from persistence.records import JournalHead, SegmentIndexRecord, decode_record
@@ -16,7 +16,7 @@ def read_head(tr: kv.Transaction, keys: WorldKeys) -> JournalHead:
     """The world's head record; ``NotFound`` if the world does not exist."""
     raw = tr.get(keys.head())
     if raw is None:
-        raise NotFound(f"world {keys.world} not found in universe {keys.universe}")
+        raise WorldNotFound(keys.universe, keys.world)
     return decode_record(JournalHead, raw, f"journal head of world {keys.world}")
 
 

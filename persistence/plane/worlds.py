@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Callable
 
 from persistence import kv
-from persistence.errors import Conflict, NotFound, StoreFormatError
+from persistence.errors import StoreFormatError, WorldExists, WorldNotFound
 from persistence.fdbtuple import unpack
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import (
@@ -24,10 +24,6 @@ from persistence.records import (
     WorldMeta,
     decode_record,
 )
-
-
-class WorldExists(Conflict):
-    """A world with this id already exists (with different metadata)."""
 
 
 @kv.transactional
@@ -51,7 +47,7 @@ def read_meta(tr: kv.Transaction, keys: WorldKeys) -> WorldMeta:
     """The world's metadata; ``NotFound`` if the world does not exist."""
     raw = tr.get(keys.meta(), snapshot=True)
     if raw is None:
-        raise NotFound(f"world {keys.world} not found in universe {keys.universe}")
+        raise WorldNotFound(keys.universe, keys.world)
     return decode_record(WorldMeta, raw, "world meta")
 
 

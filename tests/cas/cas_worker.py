@@ -17,7 +17,7 @@ from pathlib import Path
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence.ids import UniverseId
-from persistence.plane import Plane
+from segments import open_plane
 
 
 class Generated:
@@ -51,7 +51,7 @@ def peak_rss_bytes() -> int:
 
 def main() -> None:
     mode, data_dir, universe = sys.argv[1], Path(sys.argv[2]), UniverseId.parse(sys.argv[3])
-    plane = Plane(SqliteEngine(data_dir / "aos.db"), LocalObjectStore(data_dir / "objects"))
+    plane = open_plane(SqliteEngine(data_dir / "aos.db"), LocalObjectStore(data_dir / "objects"))
     if mode == "same":
         blob = hashlib.shake_256(b"shared").digest(1 << 20)
         print(plane.put_verified(universe, blob).hex)

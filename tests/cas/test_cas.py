@@ -15,7 +15,7 @@ from backends.kv.memory import MemoryEngine
 from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
 from backends.objects.s3 import S3ObjectStore
-from persistence import kv
+from persistence import fdb_errors
 from persistence.errors import (
     CasBodyHashMismatch,
     CasBodyMissing,
@@ -27,7 +27,8 @@ from persistence.ids import Hash, UniverseId
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
 from persistence.plane import Plane, PlaneConfig
-from persistence.plane.cas import object_key
+from persistence.plane.cas import VerifyMode, object_key
+from segments import open_plane
 
 BIG = hashlib.shake_256(b"big").digest(300_000)
 
@@ -49,7 +50,7 @@ def objects(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectSt
 
 @pytest.fixture
 def plane(engine: Engine, objects: ObjectStore) -> Plane:
-    return Plane(engine, objects)
+    return open_plane(engine, objects)
 
 
 def tamper(objects: ObjectStore, key: str, data: bytes) -> None:
@@ -112,9 +113,10 @@ def test_metadata_without_body_or_with_a_wrong_body_is_corruption(plane: Plane) 
 
 def test_verify_modes(engine: Engine, objects: ObjectStore) -> None:
     u = UniverseId.new()
+    settings: list[tuple[VerifyMode, float]] = [("always", 0.0), ("sampled", 1.0), ("never", 1.0)]
     modes = {
-        mode: Plane(engine, objects, PlaneConfig(verify_reads=mode, verify_sample_rate=rate))
-        for mode, rate in (("always", 0.0), ("sampled", 1.0), ("never", 1.0))
+        mode: open_plane(engine, objects, PlaneConfig(verify_reads=mode, verify_sample_rate=rate))
+        for mode, rate in settings
     }
     h = modes["always"].put_verified(u, BIG)
     tamper(objects, object_key(u, h), b"x" * len(BIG))
@@ -123,7 +125,7 @@ def test_verify_modes(engine: Engine, objects: ObjectStore) -> None:
     with pytest.raises(CasBodyHashMismatch):
         modes["sampled"].get(u, h)  # sample rate 1.0: every read checked
     assert modes["never"].get(u, h) == b"x" * len(BIG)  # documented: no check at all
-    never_sampled = Plane(
+    never_sampled = open_plane(
         engine, objects, PlaneConfig(verify_reads="sampled", verify_sample_rate=0)
     )
     assert never_sampled.get(u, h) == b"x" * len(BIG)
@@ -144,7 +146,7 @@ def test_universes_are_isolated(plane: Plane) -> None:
 
 def test_body_written_then_crash_before_metadata_converges_on_retry(objects: ObjectStore) -> None:
     injector = FaultInjector()
-    plane = Plane(FaultyEngine(MemoryEngine(), injector), objects)
+    plane = open_plane(FaultyEngine(MemoryEngine(), injector), objects, hooks=injector)
     u = UniverseId.new()
     injector.crash_at("cas.after_body")
     with pytest.raises(SimulatedCrash):
@@ -158,12 +160,14 @@ def test_body_written_then_crash_before_metadata_converges_on_retry(objects: Obj
 
 def test_metadata_commit_failure_leaves_an_orphan_that_a_retry_adopts(objects: ObjectStore) -> None:
     injector = FaultInjector()
-    plane = Plane(FaultyEngine(MemoryEngine(), injector), objects)
+    plane = open_plane(FaultyEngine(MemoryEngine(), injector), objects, hooks=injector)
     u = UniverseId.new()
-    injector.fail_commit(2, kv.IO_ERROR)  # commit 1 is the metadata lookup, 2 the metadata write
+    injector.fail_commit(
+        2, fdb_errors.IO_ERROR
+    )  # commit 1 is the metadata lookup, 2 the metadata write
     with pytest.raises(EngineError) as err:
         plane.put_verified(u, BIG)
-    assert err.value.code == kv.IO_ERROR
+    assert err.value.code == fdb_errors.IO_ERROR
     h = Hash.of(BIG)
     assert objects.stat(object_key(u, h)) is not None and not plane.has(u, h)
     assert plane.put_verified(u, BIG) == h
@@ -171,7 +175,7 @@ def test_metadata_commit_failure_leaves_an_orphan_that_a_retry_adopts(objects: O
 
 
 def test_an_existing_body_with_wrong_bytes_is_refused(objects: ObjectStore) -> None:
-    plane = Plane(MemoryEngine(), objects)
+    plane = open_plane(MemoryEngine(), objects)
     u = UniverseId.new()
     h = Hash.of(BIG)
     objects.put(object_key(u, h), b"not the blob")  # squatting under the content address

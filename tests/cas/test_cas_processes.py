@@ -13,8 +13,8 @@ from pathlib import Path
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence.ids import Hash, UniverseId
-from persistence.plane import Plane
 from persistence.plane.cas import object_key
+from segments import open_plane
 
 WORKER = Path(__file__).with_name("cas_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,11 +42,11 @@ def run_workers(args: list[list[str]]) -> list[str]:
 
 def test_concurrent_puts_of_the_same_blob_from_processes(tmp_path: Path) -> None:
     universe = UniverseId.new()
-    Plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
+    open_plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
     hashes = run_workers([["same", str(tmp_path), str(universe)] for _ in range(6)])
     blob = hashlib.shake_256(b"shared").digest(1 << 20)
     assert set(hashes) == {Hash.of(blob).hex}
-    plane = Plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
+    plane = open_plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
     assert plane.get(universe, Hash.of(blob)) == blob
     files = [p for p in (tmp_path / "objects").rglob("*") if p.is_file()]
     assert [p.relative_to(tmp_path / "objects").as_posix() for p in files] == [
@@ -56,7 +56,7 @@ def test_concurrent_puts_of_the_same_blob_from_processes(tmp_path: Path) -> None
 
 def test_one_gibibyte_streams_through_with_bounded_memory(tmp_path: Path) -> None:
     universe = UniverseId.new()
-    Plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
+    open_plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
     (out,) = run_workers([["big", str(tmp_path), str(universe), "1024"]])
     result = json.loads(out)
     assert result["read"] == 1 << 30

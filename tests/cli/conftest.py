@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def aosp(*args: str, stdin: bytes | None = None, cwd: Path | None = None) -> Result:
-    """Run ``python -m persistence.cli ARGS`` and capture everything."""
+    """Run ``python -m aosp ARGS`` and capture everything."""
     env = {k: v for k, v in os.environ.items() if k != "AOSP_DATA_DIR"}
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
-        [sys.executable, "-m", "persistence.cli", *args],
+        [sys.executable, "-m", "aosp", *args],
         input=stdin,
         capture_output=True,
         timeout=300,

@@ -10,17 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from aosp.cli import build_parser
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence import cbor
-from persistence.cli import build_parser
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
+from segments import open_plane
 from tests.cli.conftest import Store, aosp
 
 
 def open_store(store: Store) -> Plane:
-    return Plane(
+    return open_plane(
         SqliteEngine(store.data_dir / "aos.db"), LocalObjectStore(store.data_dir / "objects")
     )
 

@@ -44,7 +44,7 @@ from conformance.model import (
     SeqRef,
     label_of,
 )
-from persistence import cbor, kv
+from persistence import cbor, fdb_errors
 from persistence.errors import (
     BaselineRegression,
     CursorAdvanced,
@@ -58,7 +58,7 @@ from persistence.errors import (
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import CHUNK_SIZE
 from persistence.kv import Engine
-from persistence.plane import GENESIS_STATE, MiB, Plane
+from persistence.plane import GENESIS_STATE, Plane
 from persistence.records import (
     ControlIngress,
     DomainEventIngress,
@@ -69,6 +69,8 @@ from persistence.records import (
     decode_inbox_item,
     decode_journal_record,
 )
+from persistence.sizes import MiB
+from segments import open_plane
 
 R = TypeVar("R")
 M = TypeVar("M")
@@ -88,10 +90,10 @@ ZERO_SEQ = InboxSeq(b"\x00" * 12)
 """Sorts before every real sequence (commit versions start at 1): the model's BEFORE_ALL."""
 FAULT_RATE = 0.2
 FAULT_CODES = (
-    kv.NOT_COMMITTED,
-    kv.COMMIT_UNKNOWN_RESULT,
-    kv.COMMIT_UNKNOWN_RESULT,
-    kv.TRANSACTION_TOO_OLD,
+    fdb_errors.NOT_COMMITTED,
+    fdb_errors.COMMIT_UNKNOWN_RESULT,
+    fdb_errors.COMMIT_UNKNOWN_RESULT,
+    fdb_errors.TRANSACTION_TOO_OLD,
 )
 """1021 twice as likely (and mostly applied): the case each protocol must recognise."""
 
@@ -207,7 +209,7 @@ class PlaneMachine(RuleBasedStateMachine):
             if any(
                 kind == "commit"
                 and isinstance(info, tuple)
-                and info[1] == kv.COMMIT_UNKNOWN_RESULT
+                and info[1] == fdb_errors.COMMIT_UNKNOWN_RESULT
                 and info[2]
                 for kind, info in faults
             ):
@@ -293,8 +295,8 @@ class PlaneMachine(RuleBasedStateMachine):
         engine, clean = self._make_engine(seed)
         self.engine = engine
         objects = MemoryObjectStore()
-        self._plane = Plane(engine, objects)
-        self._observer = self._plane if clean is engine else Plane(clean, objects)
+        self._plane = open_plane(engine, objects)
+        self._observer = self._plane if clean is engine else open_plane(clean, objects)
         pair = PAIRS[0]
         self.create_world(pair)
         if entries:
@@ -766,7 +768,7 @@ TestFaultyPlaneVsModel.settings = SETTINGS
 
 def test_read_after_limit_zero_returns_nothing() -> None:
     """The contract says "up to ``limit`` items"; the model returns none for 0."""
-    plane = Plane(MemoryEngine(), MemoryObjectStore())
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
     model = ContractModel()
     u, w = PAIRS[0]
     plane.create_world(u, w)
@@ -779,7 +781,7 @@ def test_read_after_limit_zero_returns_nothing() -> None:
 
 def test_read_after_negative_limit_is_validation() -> None:
     """Bad input is ``Validation`` before any transaction (docs/protocols.md)."""
-    plane = Plane(MemoryEngine(), MemoryObjectStore())
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
     u, w = PAIRS[0]
     plane.create_world(u, w)
     with pytest.raises(Validation):
@@ -788,7 +790,7 @@ def test_read_after_negative_limit_is_validation() -> None:
 
 def test_read_range_limit_zero_of_missing_world() -> None:
     """A missing world is ``NotFound`` for every read, also an empty one."""
-    plane = Plane(MemoryEngine(), MemoryObjectStore())
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
     u, w = PAIRS[0]
     with pytest.raises(NotFound):
         plane.read_range(u, w, 1, 0)

@@ -25,11 +25,14 @@ from conformance.runner import run_suite
 from persistence import kv
 from persistence.ids import InboxSeq
 from persistence.keyspace import WorldKeys
+from persistence.kv import Engine
 from persistence.plane import Plane
 from persistence.plane import inbox as inbox_protocol
 from persistence.plane import journal as journal_protocol
 from persistence.plane.inbox import PendingEnqueue
 from persistence.records import InboxCursor, InboxEnvelope, encode_inbox_item
+from segments import open_plane
+from segments.cold import ObjectStoreSegments
 from tests.fdb_cluster import FdbCluster, clear_keyspace
 from tests.objects.servers import S3Server
 
@@ -59,12 +62,12 @@ def assert_all_pass(
 
 
 def test_quick_profile_memory_memory() -> None:
-    notes = assert_all_pass(Plane(MemoryEngine(), MemoryObjectStore()), skipped={TORTURE_CASE})
+    notes = assert_all_pass(open_plane(MemoryEngine(), MemoryObjectStore()), skipped={TORTURE_CASE})
     assert notes[FAULT_CASE]["fault_matrix_runs"] > 200
 
 
 def test_quick_profile_sqlite_local(tmp_path: Path) -> None:
-    plane = Plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
+    plane = open_plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
     notes = assert_all_pass(plane, skipped={FAULT_CASE})
     assert notes[TORTURE_CASE]["torture_kills"] >= 1
 
@@ -87,7 +90,7 @@ def test_quick_profile_sqlite_s3(
     url = f"s3://{bucket}/aos?endpoint_url={server.endpoint_url}&region={server.region}"
     try:
         objects = S3ObjectStore(bucket, "aos", client=client, multipart=multipart)
-        plane = Plane(SqliteEngine(tmp_path / "aos.db"), objects)
+        plane = open_plane(SqliteEngine(tmp_path / "aos.db"), objects)
         assert_all_pass(
             plane, skipped={FAULT_CASE}, objects_url=url + ("" if multipart else "&multipart=0")
         )
@@ -101,7 +104,7 @@ def test_quick_profile_foundationdb_local(fdb_cluster: FdbCluster, tmp_path: Pat
     engine = fdb_cluster.engine()
     clear_keyspace(engine)
     objects = LocalObjectStore(tmp_path / "objects")
-    plane = Plane(FaultyEngine(engine, FaultInjector()), objects)
+    plane = open_plane(FaultyEngine(engine, FaultInjector()), objects)
     notes = assert_all_pass(
         plane, skipped=set(), kv_url="faults+" + fdb_cluster.url, objects_url=objects.url
     )
@@ -113,7 +116,7 @@ def test_the_fault_matrix_runs_on_an_engine_wrapped_for_faults() -> None:
     """A ``FaultyEngine`` under test: the case wraps its inner engine with its own faults."""
     engine = FaultyEngine(MemoryEngine(), FaultInjector(seed=1, commit_fault_rate=0.5))
     report = run_suite(
-        Plane(engine, MemoryObjectStore()),
+        open_plane(engine, MemoryObjectStore()),
         QUICK,
         kv_url="memory://",
         objects_url="memory://",
@@ -128,12 +131,12 @@ class TestThroughThePytestPlugin(ConformanceTests):
 
     @pytest.fixture
     def conformance_plane(self) -> Plane:
-        return Plane(MemoryEngine(), MemoryObjectStore())
+        return open_plane(MemoryEngine(), MemoryObjectStore())
 
 
 def aosp(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "persistence.cli", *args],
+        [sys.executable, "-m", "aosp", *args],
         capture_output=True,
         text=True,
         timeout=300,
@@ -219,8 +222,14 @@ class RetryBlindEnqueuePlane(Plane):
         return kv.run(self.engine, attempt).seqs(len(items))
 
 
+def mutant(cls: type[Plane], engine: Engine | None = None) -> Plane:
+    """A broken plane of class ``cls``, wired as :func:`segments.open_plane` wires one."""
+    objects = MemoryObjectStore()
+    return cls(engine or MemoryEngine(), objects, None, ObjectStoreSegments(objects))
+
+
 def test_the_fault_matrix_fails_a_retry_blind_enqueue() -> None:
-    plane = RetryBlindEnqueuePlane(MemoryEngine(), MemoryObjectStore())
+    plane = mutant(RetryBlindEnqueuePlane)
     report = run_suite(plane, QUICK, kv_url="mutant", objects_url="mutant", cases=[FAULT_CASE])
     result = report.results[0]
     assert result.outcome == "failed", result
@@ -230,13 +239,16 @@ def test_the_fault_matrix_fails_a_retry_blind_enqueue() -> None:
 @pytest.mark.parametrize(
     ("make", "must_fail"),
     [
-        (lambda: Plane(NoConflictEngine(), MemoryObjectStore()), "case2_journal_append_conflicts"),
         (
-            lambda: BackwardsCursorPlane(MemoryEngine(), MemoryObjectStore()),
+            lambda: mutant(Plane, NoConflictEngine()),
+            "case2_journal_append_conflicts",
+        ),
+        (
+            lambda: mutant(BackwardsCursorPlane),
             "case4_cursor_and_drain_exactly_once",
         ),
         (
-            lambda: NonAtomicAppendPlane(MemoryEngine(), MemoryObjectStore()),
+            lambda: mutant(NonAtomicAppendPlane),
             "case2_journal_append_conflicts",
         ),
     ],

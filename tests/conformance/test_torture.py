@@ -14,27 +14,23 @@ from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
 from conformance.cases import CaseSkipped, TortureSize
-from conformance.torture import (
-    DrainAck,
-    Evidence,
-    Monitor,
-    SegmentAck,
-    SnapshotAck,
+from conformance.torture.checks import check_pending, check_store
+from conformance.torture.evidence import DrainAck, Evidence, SegmentAck, SnapshotAck, state_at
+from conformance.torture.monitor import Monitor
+from conformance.torture.run import run_torture
+from conformance.torture.workload import (
     call_size,
     call_world,
-    check_pending,
     check_shared_urls,
-    check_store,
     idempotency_key,
     item,
-    run_torture,
-    state_at,
 )
 from persistence import kv
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.records import InboxCursor
+from segments import open_plane
 from segments.export import ExportConfig, Exporter
 from tests.fdb_cluster import FdbCluster, clear_keyspace
 
@@ -57,7 +53,7 @@ def test_seeded_torture_with_local_objects(
     else:
         engine = SqliteEngine(tmp_path / "aos.db")
         kv_url = engine.url
-    plane = Plane(engine, LocalObjectStore(tmp_path / "objects"))
+    plane = open_plane(engine, LocalObjectStore(tmp_path / "objects"))
     logs = tmp_path / "logs"
     logs.mkdir()
     report = run_torture(
@@ -103,7 +99,7 @@ Store = tuple[Plane, UniverseId, tuple[WorldId, ...], Evidence]
 def clean_store() -> Store:
     """Two writers' items in two worlds, drained, snapshotted, promoted and exported, with
     the evidence the torture's processes would have logged for it."""
-    plane = Plane(MemoryEngine(), MemoryObjectStore())
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
     universe = UniverseId.new()
     worlds = (WorldId.new(), WorldId.new())
     for world in worlds:

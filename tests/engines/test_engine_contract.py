@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import pytest
 
-from persistence import fdbtuple, kv
+from persistence import fdb_errors, fdbtuple, kv
 from persistence.errors import EngineError, RetryLimitReached
 from persistence.fdbtuple import Versionstamp
 from persistence.kv import Engine, Transaction
@@ -95,7 +96,7 @@ def test_atomic_add_is_little_endian_and_wraps(engine: Engine) -> None:
         tr.add(b"counter", n.to_bytes(8, "little"))
 
     for n in (1, 2, 2**40):
-        kv.run(engine, lambda tr, n=n: add(tr, n))
+        kv.run(engine, functools.partial(add, n=n))
     assert read(engine, lambda tr: tr.get(b"counter")) == (3 + 2**40).to_bytes(8, "little")
     kv.run(engine, lambda tr: tr.add(b"small", b"\xff"))
     kv.run(engine, lambda tr: tr.add(b"small", b"\x02"))
@@ -149,7 +150,7 @@ def test_versionstamp_of_read_only_transaction_is_an_error(engine: Engine) -> No
     tr.commit()
     with pytest.raises(EngineError) as err:
         future.wait()
-    assert err.value.code == kv.NO_COMMIT_VERSION
+    assert err.value.code == fdb_errors.NO_COMMIT_VERSION
 
 
 def test_read_then_write_same_key_exactly_one_commits(engine: Engine) -> None:
@@ -161,7 +162,7 @@ def test_read_then_write_same_key_exactly_one_commits(engine: Engine) -> None:
     a.commit()
     with pytest.raises(EngineError) as err:
         b.commit()
-    assert err.value.code == kv.NOT_COMMITTED
+    assert err.value.code == fdb_errors.NOT_COMMITTED
     assert read(engine, lambda tr: tr.get(b"k")) == b"a"
 
 
@@ -199,7 +200,7 @@ def test_range_read_conflicts_with_insert_inside_it(engine: Engine) -> None:
     writer.commit()
     with pytest.raises(EngineError) as err:
         reader.commit()
-    assert err.value.code == kv.NOT_COMMITTED
+    assert err.value.code == fdb_errors.NOT_COMMITTED
 
 
 def test_limited_range_conflicts_only_over_what_was_read(engine: Engine) -> None:
@@ -223,7 +224,7 @@ def test_explicit_read_conflict_range(engine: Engine) -> None:
     writer.commit()
     with pytest.raises(EngineError) as err:
         reader.commit()
-    assert err.value.code == kv.NOT_COMMITTED
+    assert err.value.code == fdb_errors.NOT_COMMITTED
 
 
 def test_a_failed_commit_applies_nothing(engine: Engine) -> None:
@@ -252,12 +253,12 @@ def test_reads_see_one_snapshot(engine: Engine) -> None:
 @pytest.mark.parametrize(
     ("make", "code"),
     [
-        (lambda tr: tr.set(b"k" * (kv.MAX_KEY_SIZE + 1), b""), kv.KEY_TOO_LARGE),
-        (lambda tr: tr.set(b"k", b"v" * (kv.MAX_VALUE_SIZE + 1)), kv.VALUE_TOO_LARGE),
-        (lambda tr: tr.set(b"\xffsystem", b""), kv.KEY_OUTSIDE_LEGAL_RANGE),
+        (lambda tr: tr.set(b"k" * (kv.MAX_KEY_SIZE + 1), b""), fdb_errors.KEY_TOO_LARGE),
+        (lambda tr: tr.set(b"k", b"v" * (kv.MAX_VALUE_SIZE + 1)), fdb_errors.VALUE_TOO_LARGE),
+        (lambda tr: tr.set(b"\xffsystem", b""), fdb_errors.KEY_OUTSIDE_LEGAL_RANGE),
         (
             lambda tr: [tr.set(i.to_bytes(4, "big"), b"v" * 99_000) for i in range(102)],
-            kv.TRANSACTION_TOO_LARGE,
+            fdb_errors.TRANSACTION_TOO_LARGE,
         ),
     ],
     ids=["key", "value", "system-key", "transaction"],
@@ -284,7 +285,7 @@ def test_used_after_commit(engine: Engine) -> None:
     with pytest.raises(EngineError) as err:
         tr.set(b"b", b"")  # FoundationDB reports this at the next read or commit
         tr.get(b"b")
-    assert err.value.code == kv.USED_DURING_COMMIT
+    assert err.value.code == fdb_errors.USED_DURING_COMMIT
 
 
 def test_retry_runner_retries_conflicts_until_commit(engine: Engine) -> None:
@@ -325,12 +326,12 @@ def test_retry_runner_gives_up_after_the_limit(engine: Engine) -> None:
 
     def always_conflicts(tr: Transaction) -> None:
         calls.append(1)
-        raise kv.engine_error(kv.NOT_COMMITTED, "test")
+        raise fdb_errors.engine_error(fdb_errors.NOT_COMMITTED, "test")
 
     with pytest.raises(RetryLimitReached) as err:
         kv.run(engine, always_conflicts, retry_limit=3)
     assert err.value.retries == 3
-    assert err.value.last.code == kv.NOT_COMMITTED
+    assert err.value.last.code == fdb_errors.NOT_COMMITTED
     assert len(calls) == 4
 
 
@@ -343,7 +344,7 @@ def test_retry_runner_does_not_retry_permanent_errors(engine: Engine) -> None:
 
     with pytest.raises(EngineError) as err:
         kv.run(engine, too_big)
-    assert err.value.code == kv.KEY_TOO_LARGE and len(calls) == 1
+    assert err.value.code == fdb_errors.KEY_TOO_LARGE and len(calls) == 1
 
 
 def test_threads_increment_without_lost_updates(engine: Engine) -> None:
@@ -383,7 +384,7 @@ def test_a_read_only_commit_is_not_conflict_checked(engine: Engine) -> None:
     reader.commit()  # FoundationDB returns at once: nothing to apply, nothing validated
     with pytest.raises(EngineError) as err:
         future.wait()
-    assert err.value.code == kv.NO_COMMIT_VERSION
+    assert err.value.code == fdb_errors.NO_COMMIT_VERSION
 
 
 def test_inverted_ranges_are_errors(engine: Engine) -> None:
@@ -393,7 +394,7 @@ def test_inverted_ranges_are_errors(engine: Engine) -> None:
     ):
         with pytest.raises(EngineError) as err:
             kv.run(engine, declare)
-        assert err.value.code == kv.INVERTED_RANGE
+        assert err.value.code == fdb_errors.INVERTED_RANGE
 
 
 def test_a_later_clear_overrides_a_versionstamped_value(engine: Engine) -> None:
@@ -423,7 +424,7 @@ def test_versionstamped_values_are_unreadable_until_cleared(engine: Engine) -> N
     for attempt in (lambda: tr.get(b"k"), lambda: tr.get_range(b"a", b"z")):
         with pytest.raises(EngineError) as err:
             attempt()
-        assert err.value.code == kv.ACCESSED_UNREADABLE
+        assert err.value.code == fdb_errors.ACCESSED_UNREADABLE
     tr.clear(b"k")
     assert tr.get(b"k") is None
     tr.set(b"k", b"v")
@@ -436,12 +437,12 @@ def test_keys_a_versionstamped_key_could_become_are_unreadable(engine: Engine) -
     assert tr.get_range(b"a", b"q/") == []  # before the possible keys: readable
     with pytest.raises(EngineError) as err:
         tr.get_range(b"q/", b"q0")
-    assert err.value.code == kv.ACCESSED_UNREADABLE
+    assert err.value.code == fdb_errors.ACCESSED_UNREADABLE
     tr.clear_range(b"q/", b"q0")  # a later clear makes the range known, and drops the key
     assert tr.get_range(b"q/", b"q0") == []
     with pytest.raises(EngineError) as err:
         tr.commit()  # but the failed read poisoned the transaction
-    assert err.value.code == kv.ACCESSED_UNREADABLE
+    assert err.value.code == fdb_errors.ACCESSED_UNREADABLE
 
     fresh = engine.create_transaction()
     fresh.set_versionstamped_key(_stamped_key(b"q/"), b"item")
@@ -468,7 +469,7 @@ def test_reads_of_keys_written_first_add_no_conflict(engine: Engine) -> None:
     moved.set(b"z", b"2")
     with pytest.raises(EngineError) as err:
         moved.commit()
-    assert err.value.code == kv.NOT_COMMITTED
+    assert err.value.code == fdb_errors.NOT_COMMITTED
 
 
 def test_an_empty_conflict_range_conflicts_with_nothing(engine: Engine) -> None:

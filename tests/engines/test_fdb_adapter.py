@@ -32,7 +32,7 @@ from backends.kv.fdb import (
     load_bindings,
 )
 from backends.kv.memory import MemoryEngine
-from persistence import kv
+from persistence import fdb_errors, kv
 from persistence.errors import (
     EngineError,
     MissingDependency,
@@ -255,7 +255,7 @@ def test_snapshot_reads_take_no_read_conflicts(engine: FdbEngine, snapshot: bool
     else:
         with pytest.raises(EngineError) as error:
             reader.commit()
-        assert _code(error) == kv.NOT_COMMITTED
+        assert _code(error) == fdb_errors.NOT_COMMITTED
 
 
 def test_snapshot_reads_see_own_writes_and_a_consistent_version(engine: FdbEngine) -> None:
@@ -304,7 +304,7 @@ def test_add_read_conflict_range_conflicts(engine: FdbEngine) -> None:
     tr.set(b"x", b"1")
     with pytest.raises(EngineError) as error:
         tr.commit()
-    assert _code(error) == kv.NOT_COMMITTED
+    assert _code(error) == fdb_errors.NOT_COMMITTED
 
 
 def test_conflicting_read_then_write_fails_the_second_commit(engine: FdbEngine) -> None:
@@ -317,9 +317,9 @@ def test_conflicting_read_then_write_fails_the_second_commit(engine: FdbEngine) 
     first.commit()
     with pytest.raises(EngineError) as error:
         second.commit()
-    assert _code(error) == kv.NOT_COMMITTED
-    assert error.value.description == fake_fdb.ERROR_DESCRIPTIONS[kv.NOT_COMMITTED]
-    assert kv.is_retryable(error.value)
+    assert _code(error) == fdb_errors.NOT_COMMITTED
+    assert error.value.description == fake_fdb.ERROR_DESCRIPTIONS[fdb_errors.NOT_COMMITTED]
+    assert fdb_errors.is_retryable(error.value)
     assert kv.run(engine, lambda tr: tr.get(b"k")) == b"first"
 
 
@@ -356,7 +356,7 @@ def test_versionstamp_before_commit_is_an_error(engine: FdbEngine) -> None:
     future = tr.get_versionstamp()
     with pytest.raises(EngineError) as error:
         future.wait()
-    assert _code(error) == kv.USED_DURING_COMMIT
+    assert _code(error) == fdb_errors.USED_DURING_COMMIT
     tr.commit()
     assert len(future.wait()) == 10
 
@@ -368,7 +368,7 @@ def test_versionstamp_of_read_only_transaction(engine: FdbEngine) -> None:
     tr.commit()
     with pytest.raises(EngineError) as error:
         future.wait()
-    assert _code(error) == kv.NO_COMMIT_VERSION
+    assert _code(error) == fdb_errors.NO_COMMIT_VERSION
 
 
 def test_versionstamp_of_failed_commit(engine: FdbEngine) -> None:
@@ -381,7 +381,7 @@ def test_versionstamp_of_failed_commit(engine: FdbEngine) -> None:
         tr.commit()
     with pytest.raises(EngineError) as error:
         future.wait()
-    assert _code(error) == kv.NOT_COMMITTED
+    assert _code(error) == fdb_errors.NOT_COMMITTED
 
 
 # --------------------------------------------------------------------------- errors
@@ -395,32 +395,32 @@ def _too_old(engine: FdbEngine, clock: list[float]) -> None:
 
 ERROR_CASES: dict[str, tuple[int, Callable[[FdbEngine], object]]] = {
     "set key too large": (
-        kv.KEY_TOO_LARGE,
+        fdb_errors.KEY_TOO_LARGE,
         lambda e: e.create_transaction().set(b"k" * (kv.MAX_KEY_SIZE + 1), b"v"),
     ),
     "set value too large": (
-        kv.VALUE_TOO_LARGE,
+        fdb_errors.VALUE_TOO_LARGE,
         lambda e: e.create_transaction().set(b"k", b"v" * (kv.MAX_VALUE_SIZE + 1)),
     ),
     "set system key": (
-        kv.KEY_OUTSIDE_LEGAL_RANGE,
+        fdb_errors.KEY_OUTSIDE_LEGAL_RANGE,
         lambda e: e.create_transaction().set(b"\xff/system", b"v"),
     ),
     "get system key": (
-        kv.KEY_OUTSIDE_LEGAL_RANGE,
+        fdb_errors.KEY_OUTSIDE_LEGAL_RANGE,
         lambda e: e.create_transaction().get(b"\xff/system"),
     ),
     "range past the system keys": (
-        kv.KEY_OUTSIDE_LEGAL_RANGE,
+        fdb_errors.KEY_OUTSIDE_LEGAL_RANGE,
         lambda e: e.create_transaction().get_range(b"a", b"\xff\xff"),
     ),
     "negative range limit": (
-        kv.CLIENT_INVALID_OPERATION,
+        fdb_errors.CLIENT_INVALID_OPERATION,
         lambda e: e.create_transaction().get_range(b"a", b"b", limit=-1),
     ),
-    "use after commit": (kv.USED_DURING_COMMIT, lambda e: _commit_then(e, "get")),
-    "write after commit": (kv.USED_DURING_COMMIT, lambda e: _commit_then(e, "set")),
-    "commit twice": (kv.USED_DURING_COMMIT, lambda e: _commit_then(e, "commit")),
+    "use after commit": (fdb_errors.USED_DURING_COMMIT, lambda e: _commit_then(e, "get")),
+    "write after commit": (fdb_errors.USED_DURING_COMMIT, lambda e: _commit_then(e, "set")),
+    "commit twice": (fdb_errors.USED_DURING_COMMIT, lambda e: _commit_then(e, "commit")),
 }
 
 
@@ -446,7 +446,7 @@ def test_errors_surface_as_engine_errors_with_fdb_codes(engine: FdbEngine, case:
     assert _code(error) == code
     if case.startswith("set "):
         # Checked by the adapter itself before the call: the binding would defer the error.
-        assert error.value.description.startswith(kv.ERROR_DESCRIPTIONS[code])
+        assert error.value.description.startswith(fdb_errors.ERROR_DESCRIPTIONS[code])
     else:
         assert error.value.description == fake_fdb.ERROR_DESCRIPTIONS[code]
 
@@ -454,10 +454,13 @@ def test_errors_surface_as_engine_errors_with_fdb_codes(engine: FdbEngine, case:
 @pytest.mark.parametrize(
     ("code", "write"),
     [
-        (kv.KEY_TOO_LARGE, lambda tr: tr.add(b"k" * (kv.MAX_KEY_SIZE + 1), b"\x01")),
-        (kv.KEY_OUTSIDE_LEGAL_RANGE, lambda tr: tr.clear(b"\xff/system")),
-        (kv.CLIENT_INVALID_OPERATION, lambda tr: tr.set_versionstamped_key(b"short", b"v")),
-        (kv.CLIENT_INVALID_OPERATION, lambda tr: tr.set_versionstamped_value(b"k", b"\x00")),
+        (fdb_errors.KEY_TOO_LARGE, lambda tr: tr.add(b"k" * (kv.MAX_KEY_SIZE + 1), b"\x01")),
+        (fdb_errors.KEY_OUTSIDE_LEGAL_RANGE, lambda tr: tr.clear(b"\xff/system")),
+        (fdb_errors.CLIENT_INVALID_OPERATION, lambda tr: tr.set_versionstamped_key(b"short", b"v")),
+        (
+            fdb_errors.CLIENT_INVALID_OPERATION,
+            lambda tr: tr.set_versionstamped_value(b"k", b"\x00"),
+        ),
     ],
 )
 def test_deferred_write_errors_fail_the_commit(
@@ -478,8 +481,8 @@ def test_transaction_too_old(fake: FakeFdb) -> None:
     engine = FdbEngine()
     with pytest.raises(EngineError) as error:
         _too_old(engine, clock)
-    assert _code(error) == kv.TRANSACTION_TOO_OLD
-    assert kv.is_retryable(error.value)
+    assert _code(error) == fdb_errors.TRANSACTION_TOO_OLD
+    assert fdb_errors.is_retryable(error.value)
 
 
 # --------------------------------------------------------------------------- retries
@@ -515,7 +518,7 @@ def test_run_retries_commit_unknown_result(
     memory: MemoryEngine, monkeypatch: pytest.MonkeyPatch, applied: bool
 ) -> None:
     injector = FaultInjector()
-    injector.fail_commit(1, kv.COMMIT_UNKNOWN_RESULT, applied=applied)
+    injector.fail_commit(1, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=applied)
     _install(monkeypatch, make_fake_fdb(FaultyEngine(memory, injector)))
     engine = FdbEngine()
     calls: list[int] = []
@@ -538,7 +541,7 @@ def test_non_retryable_errors_propagate_at_once(engine: FdbEngine) -> None:
 
     with pytest.raises(EngineError) as error:
         kv.run(engine, body)
-    assert _code(error) == kv.KEY_OUTSIDE_LEGAL_RANGE
+    assert _code(error) == fdb_errors.KEY_OUTSIDE_LEGAL_RANGE
     assert calls == [1]
 
 
@@ -552,7 +555,7 @@ def test_unreachable_cluster_fails_within_the_timeout(fake: FakeFdb, tmp_path: P
     with pytest.raises(EngineError) as error:
         kv.run(engine, lambda tr: tr.get(b"k"))
     elapsed = time.monotonic() - started
-    assert _code(error) == kv.TRANSACTION_TIMED_OUT
+    assert _code(error) == fdb_errors.TRANSACTION_TIMED_OUT
     assert 0.2 <= elapsed < 2.0
 
 
@@ -563,11 +566,11 @@ def test_the_timeout_spans_retries(fake: FakeFdb, tmp_path: Path) -> None:
     def always_conflicts(tr: kv.Transaction) -> None:
         calls.append(1)
         time.sleep(0.05)
-        raise kv.engine_error(kv.NOT_COMMITTED, "conflict")
+        raise fdb_errors.engine_error(fdb_errors.NOT_COMMITTED, "conflict")
 
     with pytest.raises(EngineError) as error:
         kv.run(engine, always_conflicts)
-    assert _code(error) == kv.TRANSACTION_TIMED_OUT
+    assert _code(error) == fdb_errors.TRANSACTION_TIMED_OUT
     assert 3 <= len(calls) <= 10
 
 
@@ -581,7 +584,7 @@ def test_throttling_and_maybe_committed_errors_are_retried_through_on_error(
     def body(tr: kv.Transaction) -> str:
         calls.append(1)
         if len(calls) == 1:
-            raise kv.engine_error(code, "from the cluster")
+            raise fdb_errors.engine_error(code, "from the cluster")
         tr.set(b"k", b"v")
         return "done"
 
@@ -594,20 +597,20 @@ def test_retry_limit_reached_carries_the_last_error(fake: FakeFdb, tmp_path: Pat
     engine = FdbEngine(_cluster_file(tmp_path), FdbOptions(retry_limit=2))
 
     def body(tr: kv.Transaction) -> None:
-        raise kv.engine_error(kv.TAG_THROTTLED, "throttled")
+        raise fdb_errors.engine_error(fdb_errors.TAG_THROTTLED, "throttled")
 
     with pytest.raises(RetryLimitReached) as error:
         kv.run(engine, body)
     assert error.value.retries == 2
-    assert error.value.last.code == kv.TAG_THROTTLED
+    assert error.value.last.code == fdb_errors.TAG_THROTTLED
     assert "1213" in str(error.value)
 
 
 def test_is_retryable_asks_the_library(fake: FakeFdb, tmp_path: Path) -> None:
     engine = FdbEngine(_cluster_file(tmp_path))
-    assert engine.is_retryable(kv.engine_error(1223))
-    assert not engine.is_retryable(kv.engine_error(1031))
-    assert not engine.is_retryable(kv.engine_error(2101))
+    assert engine.is_retryable(fdb_errors.engine_error(1223))
+    assert not engine.is_retryable(fdb_errors.engine_error(1031))
+    assert not engine.is_retryable(fdb_errors.engine_error(2101))
 
 
 # --------------------------------------------------------------------------- the fake itself
@@ -650,7 +653,7 @@ def test_fake_read_errors_surface_when_the_value_is_used(raw: FakeFdb) -> None:
     value = tr.get(b"\xffsystem")  # issued, no error yet
     with pytest.raises(FDBError) as error:
         value.present()
-    assert error.value.code == kv.KEY_OUTSIDE_LEGAL_RANGE
+    assert error.value.code == fdb_errors.KEY_OUTSIDE_LEGAL_RANGE
     assert str(error.value) == "Key outside legal range (2004)"
     assert repr(error.value) == "FDBError(2004)"
 
@@ -674,7 +677,7 @@ def test_fake_ranges_are_lazy_and_die_with_the_transaction(raw: FakeFdb) -> None
     for dead in (rows, snapshot_rows):
         with pytest.raises(FDBError) as error:
             list(dead)
-        assert error.value.code == kv.USED_DURING_COMMIT
+        assert error.value.code == fdb_errors.USED_DURING_COMMIT
 
 
 def test_fake_write_errors_are_deferred(raw: FakeFdb) -> None:
@@ -684,7 +687,7 @@ def test_fake_write_errors_are_deferred(raw: FakeFdb) -> None:
     value = tr.get(b"k")
     with pytest.raises(FDBError) as error:
         value.present()
-    assert error.value.code == kv.KEY_OUTSIDE_LEGAL_RANGE
+    assert error.value.code == fdb_errors.KEY_OUTSIDE_LEGAL_RANGE
     with pytest.raises(FDBError):
         tr.commit().wait()
     with pytest.raises(TypeError):
@@ -708,7 +711,7 @@ def test_fake_versionstamp_future(raw: FakeFdb) -> None:
     assert not stamp.is_ready()
     with pytest.raises(FDBError) as error:
         stamp.wait()
-    assert error.value.code == kv.USED_DURING_COMMIT
+    assert error.value.code == fdb_errors.USED_DURING_COMMIT
     tr.commit().wait()
     key = stamp.wait()
     assert key is stamp
@@ -716,7 +719,7 @@ def test_fake_versionstamp_future(raw: FakeFdb) -> None:
     late = tr.get_versionstamp()
     with pytest.raises(FDBError) as error:
         late.wait()
-    assert error.value.code == kv.USED_DURING_COMMIT
+    assert error.value.code == fdb_errors.USED_DURING_COMMIT
 
 
 def test_fake_module_needs_an_api_version(memory: MemoryEngine) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from backends.kv.fdb import FdbEngine
-from persistence import kv
+from persistence import fdb_errors, kv
 from persistence.errors import EngineError
 from tests.fdb_cluster import ROOT, FdbCluster
 
@@ -96,7 +96,7 @@ def test_versionstamp(cluster: FdbEngine, prefix: bytes) -> None:
     read_only.commit()
     with pytest.raises(EngineError) as error:
         read_only_future.wait()
-    assert error.value.code == kv.NO_COMMIT_VERSION
+    assert error.value.code == fdb_errors.NO_COMMIT_VERSION
 
 
 def test_conflict(cluster: FdbEngine, prefix: bytes) -> None:
@@ -110,8 +110,8 @@ def test_conflict(cluster: FdbEngine, prefix: bytes) -> None:
     first.commit()
     with pytest.raises(EngineError) as error:
         second.commit()
-    assert error.value.code == kv.NOT_COMMITTED
-    assert kv.is_retryable(error.value)
+    assert error.value.code == fdb_errors.NOT_COMMITTED
+    assert fdb_errors.is_retryable(error.value)
     assert cluster.create_transaction().get(key) == b"first"
 
 
@@ -152,18 +152,18 @@ def test_retry_table_matches_the_client_library(fdb_cluster: FdbCluster) -> None
     def codes(predicate: int) -> set[int]:
         return {c for c in range(1, 5000) if library.fdb_error_predicate(predicate, c)}
 
-    assert codes(PREDICATE_RETRYABLE) == set(kv.RETRYABLE)
-    assert codes(PREDICATE_MAYBE_COMMITTED) == set(kv.MAYBE_COMMITTED)
-    assert codes(PREDICATE_RETRYABLE_NOT_COMMITTED) == set(kv.RETRYABLE_NOT_COMMITTED)
-    for code, name in kv.ERROR_DESCRIPTIONS.items():
+    assert codes(PREDICATE_RETRYABLE) == set(fdb_errors.RETRYABLE)
+    assert codes(PREDICATE_MAYBE_COMMITTED) == set(fdb_errors.MAYBE_COMMITTED)
+    assert codes(PREDICATE_RETRYABLE_NOT_COMMITTED) == set(fdb_errors.RETRYABLE_NOT_COMMITTED)
+    for code, name in fdb_errors.ERROR_DESCRIPTIONS.items():
         described = library.fdb_get_error(code).decode()
         assert described not in ("UNKNOWN_ERROR", "An unknown error occurred"), (code, name)
 
 
 def test_engine_classifies_through_the_library(cluster: FdbEngine) -> None:
     for code in range(1000, 2200):
-        error = kv.engine_error(code)
-        assert cluster.is_retryable(error) == (code in kv.RETRYABLE), code
+        error = fdb_errors.engine_error(code)
+        assert cluster.is_retryable(error) == (code in fdb_errors.RETRYABLE), code
 
 
 def test_unreachable_cluster_fails_within_the_timeout(
@@ -196,7 +196,7 @@ except EngineError as exc:
     )
     assert done.returncode == 0, done.stderr
     code, seconds = done.stdout.split()
-    assert int(code) == kv.TRANSACTION_TIMED_OUT
+    assert int(code) == fdb_errors.TRANSACTION_TIMED_OUT
     assert 1.4 <= float(seconds) < 5.0
     assert time.monotonic() - started < 30
 

@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backends.kv.memory import MemoryEngine
-from persistence import kv
+from persistence import fdb_errors, kv
 from persistence.errors import EngineError
 from tests.fdb_cluster import FdbCluster, clear_keyspace
 
@@ -170,7 +170,7 @@ def run_program(
         if outcome[0] == "error":
             # A read of an unreadable key (1036) fails the read and later the commit; any
             # other error ends the transaction (FoundationDB would report it from then on).
-            if write or outcome[1] != kv.ACCESSED_UNREADABLE:
+            if write or outcome[1] != fdb_errors.ACCESSED_UNREADABLE:
                 failed.add(step.tx)
             outcomes.append((step.tx, outcome))
         elif not write:

@@ -66,21 +66,33 @@ def test_concurrent_processes_lose_and_duplicate_nothing(tmp_path: Path) -> None
     assert engine.integrity_check() == []
 
 
+def _txid(key: bytes) -> int:
+    txid = fdbtuple.unpack(key)[1]
+    assert isinstance(txid, int)
+    return txid
+
+
 def _batches(engine: SqliteEngine) -> tuple[set[int], dict[int, int]]:
-    markers = kv.run(engine, lambda tr: tr.get_range(*fdbtuple.range_of(fdbtuple.pack(("tx",)))))
-    done = {fdbtuple.unpack(k)[1] for k, _ in markers}
+    """The transactions whose marker committed, and how many keys each batch has."""
+
+    def tx_markers(tr: kv.Transaction) -> list[tuple[bytes, bytes]]:
+        return tr.get_range(*fdbtuple.range_of(fdbtuple.pack(("tx",))))
+
+    done = {_txid(k) for k, _ in kv.run(engine, tx_markers)}
     counts: dict[int, int] = {}
-    prefix = fdbtuple.pack(("batch",))
-    begin, end = fdbtuple.range_of(prefix)
+    begin, end = fdbtuple.range_of(fdbtuple.pack(("batch",)))
     while True:
-        rows = kv.run(engine, lambda tr, b=begin: tr.get_range(b, end, limit=2000))
+
+        def page(tr: kv.Transaction, b: bytes = begin) -> list[tuple[bytes, bytes]]:
+            return tr.get_range(b, end, limit=2000)
+
+        rows = kv.run(engine, page)
         for key, _ in rows:
-            txid = fdbtuple.unpack(key)[1]
-            counts[txid] = counts.get(txid, 0) + 1  # type: ignore[index]
+            counts[_txid(key)] = counts.get(_txid(key), 0) + 1
         if len(rows) < 2000:
             break
         begin = rows[-1][0] + b"\x00"
-    return done, counts  # type: ignore[return-value]
+    return done, counts
 
 
 @pytest.mark.parametrize("commits", [1, 5, 20])

@@ -8,11 +8,12 @@ from backends.objects.memory import MemoryObjectStore
 from persistence.ids import UniverseId, WorldId
 from persistence.kv import Engine
 from persistence.plane import Plane
+from segments import open_plane
 
 
 @pytest.fixture
 def plane(engine: Engine) -> Plane:
-    return Plane(engine, MemoryObjectStore())
+    return open_plane(engine, MemoryObjectStore())
 
 
 @pytest.fixture

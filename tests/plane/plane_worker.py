@@ -33,6 +33,7 @@ from persistence import cbor, kv
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
 from persistence.records import DomainEventIngress
+from segments import open_plane
 
 SCHEMA = "test/ConcurrentItem@1"
 BATCH = 5
@@ -114,7 +115,7 @@ def main() -> None:
     pause = float(sys.argv[8]) if len(sys.argv) > 8 else 0.0
     gate = int(sys.argv[9]) if len(sys.argv) > 9 else None
     universe, world = UniverseId.parse(universe_text), WorldId.parse(world_text)
-    plane = Plane(open_engine(url), MemoryObjectStore())
+    plane = open_plane(open_engine(url), MemoryObjectStore())
     rng = random.Random(worker)
     print("ready", flush=True)
     if mode in ("write", "drain"):

@@ -32,6 +32,7 @@ from persistence.records import (
     decode_inbox_item,
     decode_journal_record,
 )
+from segments import open_plane
 from tests.fdb_cluster import FdbCluster, clear_keyspace
 from tests.plane.plane_worker import SCHEMA
 
@@ -99,7 +100,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     engine = open_engine(url)
     if request.param == "fdb":
         clear_keyspace(engine)
-    plane = Plane(engine, MemoryObjectStore())
+    plane = open_plane(engine, MemoryObjectStore())
     universe, world = UniverseId.new(), WorldId.new()
     plane.create_world(universe, world)  # before any worker starts
     store = Store(url, tmp_path / "stop", plane, universe, world)

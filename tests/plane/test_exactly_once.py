@@ -9,11 +9,12 @@ import pytest
 
 from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
-from persistence import cbor, kv
+from persistence import cbor, fdb_errors
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.plane import Plane
 from persistence.plane.snapshots import SnapshotOutcome
 from persistence.records import DomainEventIngress, SnapshotRecord
+from segments import open_plane
 
 
 def event(n: int) -> DomainEventIngress:
@@ -29,13 +30,13 @@ def faulty() -> FaultyEngine:
 def plane(faulty: FaultyEngine) -> Plane:  # overrides conftest: faults only here
     from backends.objects.memory import MemoryObjectStore
 
-    return Plane(faulty, MemoryObjectStore())
+    return open_plane(faulty, MemoryObjectStore(), hooks=faulty.injector)
 
 
 def test_append_retried_after_applied_unknown_result_is_not_doubled(
     faulty: FaultyEngine, plane: Plane, universe: UniverseId, world: WorldId
 ) -> None:
-    faulty.injector.fail_commit(1, kv.COMMIT_UNKNOWN_RESULT, applied=True)
+    faulty.injector.fail_commit(1, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=True)
     assert plane.append_batch(universe, world, 0, [b"a", b"b"]) == 1
     assert plane.read_range(universe, world, 1, 10) == [(1, b"a"), (2, b"b")]
 
@@ -43,7 +44,7 @@ def test_append_retried_after_applied_unknown_result_is_not_doubled(
 def test_enqueue_retried_after_applied_unknown_result_is_not_duplicated(
     faulty: FaultyEngine, plane: Plane, universe: UniverseId, world: WorldId
 ) -> None:
-    faulty.injector.fail_commit(1, kv.COMMIT_UNKNOWN_RESULT, applied=True)
+    faulty.injector.fail_commit(1, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=True)
     seq = plane.enqueue(universe, world, event(1))
     assert [s for s, _ in plane.read_after(universe, world, None, 10)] == [seq]
 
@@ -52,7 +53,7 @@ def test_drain_retried_after_applied_unknown_result_returns_first_result(
     faulty: FaultyEngine, plane: Plane, universe: UniverseId, world: WorldId
 ) -> None:
     seqs = plane.enqueue_batch(universe, world, [event(i) for i in range(4)])
-    faulty.injector.fail_commit(1, kv.COMMIT_UNKNOWN_RESULT, applied=True)
+    faulty.injector.fail_commit(1, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=True)
     result = plane.drain_inbox_to_journal(universe, world, max_items=2)
     assert (result.first_height, result.count, result.cursor) == (1, 2, seqs[1])
     assert plane.head(universe, world) == 2
@@ -63,7 +64,7 @@ def test_snapshot_retried_after_applied_unknown_result_journals_once(
 ) -> None:
     plane.append_batch(universe, world, 0, [b"a"])
     plane.put_verified(universe, b"s1")  # bodies already in CAS: commits 1-2 are CAS lookups
-    faulty.injector.fail_commit(3, kv.COMMIT_UNKNOWN_RESULT, applied=True)
+    faulty.injector.fail_commit(3, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=True)
     _, outcome = plane.snapshot_commit(
         universe,
         world,
@@ -98,7 +99,9 @@ def test_promotion_retried_after_applied_unknown_result_reports_promoted(
         universe, world, b"s1", height=1, logical_time_ns=1, receipt_horizon_height=1
     )
     assert first == SnapshotOutcome(indexed=True, promoted=False)
-    faulty.injector.fail_commit(3, kv.COMMIT_UNKNOWN_RESULT, applied=True)  # after 2 CAS puts
+    faulty.injector.fail_commit(
+        3, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=True
+    )  # after 2 CAS puts
     _, outcome = plane.snapshot_commit(
         universe,
         world,

@@ -20,12 +20,13 @@ import pytest
 from backends.kv.faults import FaultInjector, FaultyEngine, SimulatedCrash
 from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
-from persistence import cbor, kv
+from persistence import cbor, fdb_errors, kv
+from persistence.errors import WorldExists
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
-from persistence.plane.worlds import WorldExists
 from persistence.records import DomainEventIngress, EffectDispatchItem, TimerDueItem
+from segments import open_plane
 
 U = UniverseId(uuid.UUID(int=1))
 W = WorldId(uuid.UUID(int=2))
@@ -116,7 +117,7 @@ def logical_state(plane: Plane) -> dict[str, object]:
 
 
 def fresh(injector: FaultInjector) -> Plane:
-    return Plane(FaultyEngine(MemoryEngine(), injector), MemoryObjectStore())
+    return open_plane(FaultyEngine(MemoryEngine(), injector), MemoryObjectStore(), hooks=injector)
 
 
 @pytest.fixture(scope="module")
@@ -152,10 +153,10 @@ def test_fault_free_run_is_deterministic(
 
 
 FAULTS = [
-    (kv.NOT_COMMITTED, False),
-    (kv.COMMIT_UNKNOWN_RESULT, True),
-    (kv.COMMIT_UNKNOWN_RESULT, False),
-    (kv.TRANSACTION_TOO_OLD, False),
+    (fdb_errors.NOT_COMMITTED, False),
+    (fdb_errors.COMMIT_UNKNOWN_RESULT, True),
+    (fdb_errors.COMMIT_UNKNOWN_RESULT, False),
+    (fdb_errors.TRANSACTION_TOO_OLD, False),
 ]
 
 

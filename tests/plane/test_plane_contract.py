@@ -18,13 +18,13 @@ from persistence.errors import (
     SnapshotMismatch,
     StoreFormatError,
     Validation,
+    WorldExists,
 )
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import LAYOUT_KEY, WorldKeys
 from persistence.kv import Engine
 from persistence.plane import Plane
 from persistence.plane.cas import object_key as cas_object_key
-from persistence.plane.worlds import WorldExists
 from persistence.records import (
     ControlIngress,
     DomainEventIngress,
@@ -34,6 +34,7 @@ from persistence.records import (
     decode_inbox_item,
     decode_journal_record,
 )
+from segments import open_plane
 
 P = cbor.encode({"v": 1})
 
@@ -78,10 +79,10 @@ def test_universe_isolation(plane: Plane, universe: UniverseId, world: WorldId) 
 
 
 def test_newer_layout_is_refused(engine: Engine) -> None:
-    Plane(engine, MemoryObjectStore())
+    open_plane(engine, MemoryObjectStore())
     kv.run(engine, lambda tr: tr.set(LAYOUT_KEY, LayoutRecord(99).to_cbor()))
     with pytest.raises(StoreFormatError, match="newer"):
-        Plane(engine, MemoryObjectStore())
+        open_plane(engine, MemoryObjectStore())
 
 
 # ------------------------------------------------------------------ journal

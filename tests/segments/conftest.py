@@ -9,8 +9,9 @@ import pytest
 from backends.objects.local import LocalObjectStore
 from persistence.kv import Engine
 from persistence.plane import Plane
+from segments import open_plane
 
 
 @pytest.fixture
 def plane(engine: Engine, tmp_path: Path) -> Plane:
-    return Plane(engine, LocalObjectStore(tmp_path / "objects"))
+    return open_plane(engine, LocalObjectStore(tmp_path / "objects"))

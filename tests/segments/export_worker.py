@@ -14,11 +14,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from backends.kv.faults import FaultInjector, FaultyEngine
+from backends.kv.faults import FaultInjector
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence.ids import UniverseId, WorldId
-from persistence.plane import Plane
+from segments import open_plane
 from segments.export import ExportConfig, Exporter
 
 CONFIG = ExportConfig(enabled=True, target_entries=40, delete_chunk_entries=3)
@@ -32,8 +32,8 @@ class PausingInjector(FaultInjector):
         self.step = step
         self.occurrence = occurrence
 
-    def reach(self, point: str) -> None:
-        super().reach(point)
+    def reached(self, point: str) -> None:
+        super().reached(point)
         if point == self.step and self.points[point] == self.occurrence:
             print(f"paused {point}", flush=True)
             sys.stdin.readline()  # the test SIGKILLs us here
@@ -41,8 +41,10 @@ class PausingInjector(FaultInjector):
 
 def main() -> None:
     data, step, occurrence = Path(sys.argv[1]), sys.argv[4], int(sys.argv[5])
-    engine = FaultyEngine(SqliteEngine(data / "aos.db"), PausingInjector(step, occurrence))
-    plane = Plane(engine, LocalObjectStore(data / "objects"))
+    pausing = PausingInjector(step, occurrence)
+    plane = open_plane(
+        SqliteEngine(data / "aos.db"), LocalObjectStore(data / "objects"), hooks=pausing
+    )
     universe, world = UniverseId.parse(sys.argv[2]), WorldId.parse(sys.argv[3])
     Exporter(plane, CONFIG).export_all(universe, world)
     print("done", flush=True)

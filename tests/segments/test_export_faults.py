@@ -18,6 +18,7 @@ from persistence.ids import UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import Plane
+from segments import open_plane
 from segments.export import ExportConfig, Exporter, read_marker
 from segments.restore import full_replay, restore
 from tests.segments.workload import snapshot_now
@@ -39,7 +40,10 @@ def prepared(plane: Plane) -> tuple[UniverseId, WorldId]:
     return u, w
 
 
-def state_of(plane: Plane, u: UniverseId, w: WorldId) -> tuple[object, ...]:
+State = tuple[list[tuple[int, int, bytes]], list[str], list[int], list[tuple[int, bytes]]]
+
+
+def state_of(plane: Plane, u: UniverseId, w: WorldId) -> State:
     """Segments + index + hot keys + journal view, for comparing runs."""
     head = plane.head(u, w)
     segments = [(s.start, s.end, s.checksum) for s in plane.list_segments(u, w)]
@@ -49,14 +53,16 @@ def state_of(plane: Plane, u: UniverseId, w: WorldId) -> tuple[object, ...]:
 
 
 def test_a_crash_at_every_export_step_resumes_and_converges(tmp_path: Path) -> None:
-    reference = Plane(MemoryEngine(), LocalObjectStore(tmp_path / "ref"))
+    reference = open_plane(MemoryEngine(), LocalObjectStore(tmp_path / "ref"))
     u, w = prepared(reference)
     Exporter(reference, CONFIG).export_all(u, w)
     expected = state_of(reference, u, w)
     assert len(expected[0]) == 5  # 29 exportable heights in segments of 6
 
     probe = FaultInjector()
-    plane = Plane(FaultyEngine(MemoryEngine(), probe), LocalObjectStore(tmp_path / "probe"))
+    plane = open_plane(
+        FaultyEngine(MemoryEngine(), probe), LocalObjectStore(tmp_path / "probe"), hooks=probe
+    )
     pu, pw = prepared(plane)
     before = dict(probe.points)
     Exporter(plane, CONFIG).export_all(pu, pw)
@@ -72,9 +78,10 @@ def test_a_crash_at_every_export_step_resumes_and_converges(tmp_path: Path) -> N
     for point, occurrences in sorted(points.items()):
         for occurrence in range(1, occurrences + 1):
             injector = FaultInjector()
-            plane = Plane(
+            plane = open_plane(
                 FaultyEngine(MemoryEngine(), injector),
                 LocalObjectStore(tmp_path / f"{point}-{occurrence}"),
+                hooks=injector,
             )
             cu, cw = prepared(plane)
             injector.crash_at(point, occurrence)
@@ -93,7 +100,7 @@ def test_a_crash_at_every_export_step_resumes_and_converges(tmp_path: Path) -> N
 def test_commit_faults_during_export_converge(tmp_path: Path) -> None:
     for seed in range(6):
         injector = FaultInjector(seed=seed)
-        plane = Plane(
+        plane = open_plane(
             FaultyEngine(MemoryEngine(), injector), LocalObjectStore(tmp_path / str(seed))
         )
         u, w = prepared(plane)
@@ -110,7 +117,7 @@ def test_commit_faults_during_export_converge(tmp_path: Path) -> None:
 @pytest.fixture
 def exported(tmp_path: Path) -> tuple[Plane, UniverseId, WorldId, LocalObjectStore]:
     objects = LocalObjectStore(tmp_path / "objects")
-    plane = Plane(MemoryEngine(), objects)
+    plane = open_plane(MemoryEngine(), objects)
     u, w = prepared(plane)
     Exporter(plane, CONFIG).export_all(u, w)
     return plane, u, w, objects
@@ -166,7 +173,7 @@ def test_wrong_index_checksum_is_a_mismatch(exported) -> None:  # type: ignore[n
 
 
 def test_foreground_appends_continue_during_export(tmp_path: Path) -> None:
-    plane = Plane(SqliteEngine(tmp_path / "kv.db"), LocalObjectStore(tmp_path / "objects"))
+    plane = open_plane(SqliteEngine(tmp_path / "kv.db"), LocalObjectStore(tmp_path / "objects"))
     u, w = UniverseId.new(), WorldId.new()
     plane.create_world(u, w)
     for start in range(0, 3000, 500):

@@ -17,7 +17,7 @@ from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence.ids import UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
-from persistence.plane import Plane
+from segments import open_plane
 from segments.export import Exporter
 from segments.restore import full_replay, restore
 from tests.segments.export_worker import CONFIG
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_sigkilled_exporter_resumes_and_converges(tmp_path: Path) -> None:
-    plane = Plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
+    plane = open_plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
     u, w = UniverseId.new(), WorldId.new()
     plane.create_world(u, w)
     entries = [os.urandom(random.randint(10, 2000)) for _ in range(2000)]

@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 
-from backends.kv.sqlite import SqliteEngine
-from backends.objects.local import LocalObjectStore
 from persistence import cbor
 from persistence.ids import InboxSeq, UniverseId, WorldId
 from persistence.plane import Plane
@@ -22,6 +20,7 @@ from persistence.records import (
     TimerFiredIngress,
     encode_inbox_item,
 )
+from segments import open_plane
 from segments.export import ExportConfig, Exporter
 from tests.segments.workload import snapshot_now
 
@@ -45,14 +44,8 @@ class SegmentStore:
     plane: Plane
     universe: UniverseId
     worlds: list[WorldId]
-
-    @property
-    def kv(self) -> str:
-        return f"sqlite://{self.root / 'aos.db'}"
-
-    @property
-    def objects(self) -> str:
-        return f"file://{self.root / 'objects'}"
+    kv: str
+    objects: str
 
     def read(self, spark: Any, **options: str) -> Any:
         """A fresh DataFrame over this store's segments."""
@@ -86,11 +79,21 @@ def _entry(rng: random.Random, n: int) -> bytes:
     return os.urandom(rng.randint(0, 1500))
 
 
-def build_store(root: Path, seed: int, worlds: int = 4) -> SegmentStore:
-    """Worlds of random sizes, exported in random segment sizes, with a hot tail."""
+def build_store(
+    root: Path,
+    seed: int,
+    worlds: int = 4,
+    *,
+    kv: str | None = None,
+    objects: str | None = None,
+) -> SegmentStore:
+    """Worlds of random sizes, exported in random segment sizes, with a hot tail; on SQLite
+    and a directory under ``root`` unless ``kv``/``objects`` name other stores."""
     rng = random.Random(seed)
     root.mkdir(parents=True, exist_ok=True)
-    plane = Plane(SqliteEngine(root / "aos.db"), LocalObjectStore(root / "objects"))
+    kv = kv or f"sqlite://{root / 'aos.db'}"
+    objects = objects or f"file://{root / 'objects'}"
+    plane = open_plane(kv, objects)
     universe = UniverseId.new()
     ids = []
     for _ in range(worlds):
@@ -105,7 +108,7 @@ def build_store(root: Path, seed: int, worlds: int = 4) -> SegmentStore:
         config = ExportConfig(enabled=True, target_entries=rng.randint(20, 120))
         Exporter(plane, config).export_all(universe, w)
         ids.append(w)
-    return SegmentStore(root, plane, universe, ids)
+    return SegmentStore(root, plane, universe, ids, kv, objects)
 
 
 @pytest.fixture(scope="module")

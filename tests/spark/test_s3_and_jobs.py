@@ -97,9 +97,9 @@ def test_analytics_counts_kinds_bytes_and_segments(spark: Any, store: SegmentSto
     }
     assert got == expected
     per_world = {r.world: r for r in segments.collect()}
-    for w in store.worlds:
-        records = store.plane.list_segments(store.universe, w)
-        row = per_world[str(w)]
+    for world in store.worlds:
+        records = store.plane.list_segments(store.universe, world)
+        row = per_world[str(world)]
         assert row.segments == len(records) and row.cold_through == records[-1].end
         assert row.segment_bytes == sum(s.byte_size for s in records)
 
@@ -139,7 +139,7 @@ def test_the_scan_benchmark_checks_and_reports_both_readers(tmp_path: Path) -> N
     from tests.cli.conftest import ROOT
 
     code = (
-        "import json; from persistence.benchmarks import spark; "
+        "import json; from aosp.benchmarks import spark; "
         "print(json.dumps([f.to_json() for f in spark.run(entries=16_000)]))"
     )
     done = subprocess.run(

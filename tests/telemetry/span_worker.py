@@ -15,7 +15,7 @@ from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence.errors import HeadAdvanced
 from persistence.ids import UniverseId, WorldId
-from persistence.plane import Plane
+from segments import open_plane
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    plane = Plane(MemoryEngine(), MemoryObjectStore())
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
     u, w = UniverseId.new(), WorldId.new()
     plane.create_world(u, w)
     plane.append_batch(u, w, 0, [b"a" * 10, b"b" * 20, b"c" * 30])

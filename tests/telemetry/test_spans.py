@@ -16,7 +16,7 @@ from backends.objects.memory import MemoryObjectStore
 from persistence import telemetry
 from persistence.errors import HeadAdvanced
 from persistence.ids import UniverseId, WorldId
-from persistence.plane import Plane
+from segments import open_plane
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def test_nested_operations_are_spans_too(spans: dict[str, Any]) -> None:
 
 
 def test_stats_count_calls_errors_and_latency() -> None:
-    plane = Plane(MemoryEngine(), MemoryObjectStore())
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
     u, w = UniverseId.new(), WorldId.new()
     plane.create_world(u, w)
     with telemetry.collect_stats() as stats:

@@ -14,13 +14,15 @@ def test_uuid_ids_round_trip_and_are_distinct_types() -> None:
     text = "0b0c3b1e-55f1-4c8e-9d7a-6c1c2f3e4d5a"
     assert str(UniverseId.parse(text)) == text
     assert str(WorldId.parse(text)) == text
-    assert UniverseId.parse(text) != WorldId.parse(text)
+    assert UniverseId.parse(text) != WorldId.parse(text)  # type: ignore[comparison-overlap]
     assert UniverseId.parse(uuid.UUID(text)).uuid == uuid.UUID(text)
 
 
 @pytest.mark.parametrize("bad", ["", "not-a-uuid", "0b0c3b1e-55f1-4c8e-9d7a", 42, None, b"x" * 16])
 @pytest.mark.parametrize(("cls", "field"), [(UniverseId, "universe"), (WorldId, "world")])
-def test_uuid_ids_reject_malformed(cls: type, field: str, bad: object) -> None:
+def test_uuid_ids_reject_malformed(
+    cls: type[UniverseId] | type[WorldId], field: str, bad: object
+) -> None:
     with pytest.raises(Validation) as err:
         cls.parse(bad)
     assert err.value.field == field

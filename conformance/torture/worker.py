@@ -1,6 +1,6 @@
 """One process of the SIGKILL crash torture (:mod:`conformance.torture`).
 
-Usage: ``python -m conformance.torture_worker CONFIG ROLE ID INCARNATION``
+Usage: ``python -m conformance.torture.worker CONFIG ROLE ID INCARNATION``
 
 ``CONFIG`` is the run's ``config.json``; ``ROLE`` is ``writer``, ``drainer`` or
 ``exporter``. The process opens the shared store, then works until it is killed, appending
@@ -19,18 +19,16 @@ from pathlib import Path
 
 from backends.kv import open_engine
 from backends.objects import open_object_store
-from conformance.torture import (
-    Log,
+from conformance.torture.evidence import Log, log_name, resume_point, state_at
+from conformance.torture.workload import (
     TortureConfig,
     call_size,
     call_world,
     idempotency_key,
     item,
-    log_name,
-    resume_point,
-    state_at,
 )
 from persistence.plane import Plane
+from segments import open_plane
 from segments.export import ExportConfig, Exporter
 
 
@@ -142,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     config = TortureConfig.load(Path(args[0]))
     role, ident, incarnation = args[1], int(args[2]), int(args[3])
     log = Log(config.directory / log_name(role, ident, incarnation))
-    plane = Plane(open_engine(config.kv_url), open_object_store(config.objects_url))
+    plane = open_plane(open_engine(config.kv_url), open_object_store(config.objects_url))
     try:
         if role == "writer":
             write(plane, config, ident, log)

@@ -1,0 +1,7 @@
+"""``python -m aosp``: the same as the ``aosp`` command."""
+
+import sys
+
+from aosp.cli import main
+
+sys.exit(main())

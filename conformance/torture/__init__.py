@@ -1,0 +1,43 @@
+"""SIGKILL crash torture: OS processes write, drain and export on one shared store while the
+torture kills them at random moments and restarts them; then every invariant is checked
+against what the processes durably acknowledged.
+
+Roles (:mod:`conformance.torture.worker`, one OS process each, restarted after each kill):
+
+* **writers** enqueue items with unique idempotency keys into the worlds, singly and in
+  batches of three. Before a call a writer logs its *intent*, after it returns the *ack*
+  with the sequences. A restarted writer resumes at the first call it has no ack for, so a
+  call that was interrupted is repeated with the same keys (and must not duplicate).
+* **drainers** drain the worlds in small random batches and log every drain that moved items.
+* one **exporter** replays the reference kernel from the active baseline to the head,
+  commits that state as a snapshot at the head (promoting it two times in three), and
+  exports the journal below the baseline to segments; it logs each snapshot and segment.
+
+Every log line is appended and fsynced **after** the call returned, so it is a durable
+acknowledgement. Each incarnation of a process writes its own file, so a line torn by a kill
+is always the last of its file, and is ignored (that call is unacknowledged).
+
+While they run, a monitor thread of the torture's own process samples every world: the head,
+the cursor and the baseline never move back, snapshot index entries and segment records
+never change or vanish, and journal entries read (stitched from segments and the hot tail)
+never change. After the run every process is killed, and the store is checked:
+
+1. before any repair: every acknowledged item is either journaled once or pending after the
+   cursor;
+2. after a final clean drain and export: heights are contiguous through segments and hot
+   tail; every journaled item was attempted by a writer, is journaled at most once, in the
+   world it was sent to, under the sequence its writer was given; every acknowledged item is
+   journaled exactly once; drains are in sequence order and every acknowledged drain is in
+   the journal as logged; the cursor is the last drained item; acknowledged snapshots are
+   indexed as logged, each indexed height is announced once, every snapshot body equals the
+   replay of the journal to its height; baselines only move forward and the active one is
+   the last announced; segments are contiguous, below the baseline and as logged; and
+   restore (baseline + segments + hot tail) equals full replay, byte for byte.
+
+Modules: :mod:`~conformance.torture.workload` (what is sent, the configuration),
+:mod:`~conformance.torture.evidence` (logs and acknowledgements),
+:mod:`~conformance.torture.monitor`, :mod:`~conformance.torture.checks`,
+:mod:`~conformance.torture.fleet` (the processes), :mod:`~conformance.torture.worker` (one
+process) and :mod:`~conformance.torture.run` (:func:`run_torture`, and
+:func:`crash_torture`, the conformance case).
+"""

@@ -1,0 +1,357 @@
+"""The checks run on the store after the torture, against the evidence."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from conformance.torture.evidence import Evidence
+from conformance.torture.workload import ItemId, item_id
+from persistence.errors import PersistError
+from persistence.ids import InboxSeq, UniverseId, WorldId
+from persistence.kernel import ReferenceKernel
+from persistence.plane import Plane
+from persistence.records import (
+    BaselineSnapshotJournalRecord,
+    IngressJournalRecord,
+    SnapshotJournalRecord,
+    SnapshotRecord,
+    decode_journal_record,
+)
+from segments.restore import full_replay, load_root, restore
+
+# --------------------------------------------------------------------------- the checks
+
+
+@dataclass
+class Journal:
+    """One world's journal, read through segments and the hot tail, sorted into records."""
+
+    head: int
+    rows: list[tuple[int, bytes]]
+    items: list[tuple[int, InboxSeq, ItemId | None]] = field(default_factory=list)
+    """(height, sequence, item id) of each drained item, in height order."""
+    snapshots: list[tuple[int, SnapshotJournalRecord]] = field(default_factory=list)
+    baselines: list[tuple[int, BaselineSnapshotJournalRecord]] = field(default_factory=list)
+
+
+def read_journal(
+    plane: Plane, universe: UniverseId, world: WorldId, index: int, violations: list[str]
+) -> Journal | None:
+    """The world's whole journal, or ``None`` (and a violation) if it cannot be read whole."""
+    try:
+        head = plane.head(universe, world)
+        rows = plane.read_range(universe, world, 1, head)
+    except PersistError as exc:
+        violations.append(f"journal: world {index}: the stitched read failed: {exc!r}")
+        return None
+    heights = [h for h, _ in rows]
+    if heights != list(range(1, head + 1)):
+        missing = sorted(set(range(1, head + 1)) - set(heights))[:10]
+        violations.append(
+            f"journal: world {index}: heights are not 1..{head} (missing {missing}, "
+            f"{len(rows)} entries read)"
+        )
+        return None
+    journal = Journal(head, rows)
+    for height, entry in rows:
+        try:
+            record = decode_journal_record(entry)
+            if isinstance(record, IngressJournalRecord):
+                journal.items.append((height, record.seq, item_id(record.item)))
+            elif isinstance(record, SnapshotJournalRecord):
+                journal.snapshots.append((height, record))
+            elif isinstance(record, BaselineSnapshotJournalRecord):
+                journal.baselines.append((height, record))
+            else:
+                violations.append(f"journal: world {index}: entry {height} is not a plane record")
+        except PersistError as exc:
+            violations.append(f"journal: world {index}: entry {height} does not decode: {exc!r}")
+    return journal
+
+
+def _all_after(
+    plane: Plane, universe: UniverseId, world: WorldId, after: InboxSeq | None
+) -> list[InboxSeq]:
+    """Every inbox sequence after ``after`` (paged)."""
+    out: list[InboxSeq] = []
+    while page := plane.read_after(universe, world, after, 1_000):
+        out.extend(seq for seq, _ in page)
+        after = page[-1][0]
+    return out
+
+
+def check_pending(
+    plane: Plane, universe: UniverseId, worlds: tuple[WorldId, ...], evidence: Evidence
+) -> list[str]:
+    """Right after the last kill, before anything repairs the store: every acknowledged item
+    is journaled once or pending after the cursor, never both, never neither."""
+    violations: list[str] = []
+    for index, world in enumerate(worlds):
+        journal = read_journal(plane, universe, world, index, violations)
+        if journal is None:
+            continue
+        journaled = Counter(seq for _, seq, _ in journal.items)
+        pending = set(_all_after(plane, universe, world, plane.inbox_cursor(universe, world)))
+        for item_key, (target, seq) in sorted(evidence.acked.items()):
+            if target != index:
+                continue
+            where = f"acknowledged item w{item_key[0]}#{item_key[1]} (world {index}, seq {seq})"
+            if journaled[seq] and seq in pending:
+                violations.append(
+                    f"pending: {where} is journaled and also pending after the cursor"
+                )
+            elif not journaled[seq] and seq not in pending:
+                violations.append(
+                    f"lost: {where} is neither journaled nor pending after the cursor"
+                )
+            elif journaled[seq] > 1:
+                violations.append(f"duplicate: {where} is journaled {journaled[seq]} times")
+    return violations
+
+
+def check_store(
+    plane: Plane, universe: UniverseId, worlds: tuple[WorldId, ...], evidence: Evidence
+) -> list[str]:
+    """Every invariant of the store against the evidence, after a final clean drain and
+    export (see the module documentation). Returns the violations, each with details."""
+    violations: list[str] = []
+    placed: dict[ItemId, list[tuple[int, int]]] = defaultdict(list)
+    unreadable: set[int] = set()
+    for index, world in enumerate(worlds):
+        journal = read_journal(plane, universe, world, index, violations)
+        if journal is None:
+            unreadable.add(index)
+            continue
+        _check_items(journal, index, evidence, placed, violations)
+        _check_drains(plane, universe, world, journal, index, evidence, violations)
+        _check_snapshots(plane, universe, world, journal, index, evidence, violations)
+        _check_segments(plane, universe, world, index, evidence, violations)
+        _check_restore(plane, universe, world, index, violations)
+    for key, places in sorted(placed.items()):
+        if len(places) > 1:
+            where = ", ".join(f"world {i} height {h}" for i, h in places)
+            violations.append(
+                f"duplicate: item w{key[0]}#{key[1]} is journaled {len(places)} times: {where}"
+            )
+    for key, (target, seq) in sorted(evidence.acked.items()):
+        if key not in placed and target not in unreadable:
+            violations.append(
+                f"lost: acknowledged item w{key[0]}#{key[1]} (world {target}, seq {seq}) is not "
+                "in the journal after the final drain"
+            )
+    return violations
+
+
+def _check_items(
+    journal: Journal,
+    index: int,
+    evidence: Evidence,
+    placed: dict[ItemId, list[tuple[int, int]]],
+    violations: list[str],
+) -> None:
+    previous: InboxSeq | None = None
+    for height, seq, key in journal.items:
+        if previous is not None and seq <= previous:
+            violations.append(
+                f"order: world {index}: item at height {height} has seq {seq} <= {previous}"
+            )
+        previous = seq
+        if key is None:
+            violations.append(f"journal: world {index}: item at height {height} is not ours")
+            continue
+        placed[key].append((index, height))
+        name = f"item w{key[0]}#{key[1]} at world {index} height {height}"
+        if key not in evidence.intents:
+            violations.append(f"phantom: {name} was never sent by a writer")
+        elif evidence.intents[key] != index:
+            violations.append(f"misrouted: {name} was sent to world {evidence.intents[key]}")
+        acked = evidence.acked.get(key)
+        if acked is not None and acked[1] != seq:
+            violations.append(f"sequence: {name} has seq {seq}, its writer was given {acked[1]}")
+
+
+def _check_drains(
+    plane: Plane,
+    universe: UniverseId,
+    world: WorldId,
+    journal: Journal,
+    index: int,
+    evidence: Evidence,
+    violations: list[str],
+) -> None:
+    by_height = {height: seq for height, seq, _ in journal.items}
+    last_cursor: dict[str, InboxSeq] = {}
+    for drain in evidence.drains:
+        if drain.world != index:
+            continue
+        heights = range(drain.first, drain.first + drain.count)
+        seqs = [by_height.get(h) for h in heights]
+        if None in seqs or seqs[-1] != drain.cursor:
+            violations.append(
+                f"drain: {drain.process} acknowledged world {index} heights "
+                f"{drain.first}-{heights[-1]} with cursor {drain.cursor}; the journal holds "
+                f"{[None if s is None else str(s) for s in seqs][:5]} there"
+            )
+        before = last_cursor.get(drain.process)
+        if before is not None and drain.cursor <= before:
+            violations.append(
+                f"cursor: {drain.process} saw world {index}'s cursor go from {before} to "
+                f"{drain.cursor}"
+            )
+        last_cursor[drain.process] = drain.cursor
+    cursor = plane.inbox_cursor(universe, world)
+    last = journal.items[-1][1] if journal.items else None
+    if cursor != last:
+        violations.append(
+            f"cursor: world {index}: cursor {cursor} is not the last drained item {last}"
+        )
+
+
+def _check_snapshots(
+    plane: Plane,
+    universe: UniverseId,
+    world: WorldId,
+    journal: Journal,
+    index: int,
+    evidence: Evidence,
+    violations: list[str],
+) -> None:
+    indexed = {record.height: record for record in plane.list_snapshots(universe, world)}
+    for ack in evidence.snapshots:
+        if ack.world != index:
+            continue
+        record = indexed.get(ack.height)
+        if record is None or record.snapshot_ref != ack.ref:
+            held = None if record is None else record.snapshot_ref
+            violations.append(
+                f"snapshot: world {index}: height {ack.height} was acknowledged as {ack.ref}, "
+                f"the index holds {held}"
+            )
+    announced = Counter(record.height for _, record in journal.snapshots)
+    for height, record in indexed.items():
+        if height and announced[height] != 1:
+            violations.append(
+                f"snapshot: world {index}: indexed height {height} is announced "
+                f"{announced[height]} times in the journal"
+            )
+        if record.height > journal.head:
+            violations.append(f"snapshot: world {index}: indexed height {height} > head")
+    for at, announcement in journal.snapshots:
+        if indexed.get(announcement.height) != _as_record(announcement):
+            violations.append(
+                f"snapshot: world {index}: the announcement at {at} of height "
+                f"{announcement.height} does not match the index"
+            )
+    previous = 0
+    for at, promotion in journal.baselines:
+        if promotion.height <= previous:
+            violations.append(
+                f"baseline: world {index}: promoted to {promotion.height} at journal height "
+                f"{at}, after {previous}"
+            )
+        previous = max(previous, promotion.height)
+    active = plane.active_baseline(universe, world)
+    last = _as_record(journal.baselines[-1][1]) if journal.baselines else indexed.get(0)
+    if active != last:
+        violations.append(
+            f"baseline: world {index}: active baseline at {active.height} is not the last "
+            f"promoted one ({None if last is None else last.height})"
+        )
+    for ack in evidence.snapshots:
+        if ack.world == index and ack.promoted and ack.height > active.height:
+            violations.append(
+                f"baseline: world {index}: promotion to {ack.height} was acknowledged, the "
+                f"active baseline is at {active.height}"
+            )
+    _check_snapshot_bodies(plane, universe, journal, indexed, index, violations)
+
+
+def _as_record(
+    announcement: SnapshotJournalRecord | BaselineSnapshotJournalRecord,
+) -> SnapshotRecord:
+    return SnapshotRecord(
+        announcement.snapshot_ref,
+        announcement.height,
+        announcement.logical_time_ns,
+        announcement.manifest_hash,
+        announcement.receipt_horizon_height,
+    )
+
+
+def _check_snapshot_bodies(
+    plane: Plane,
+    universe: UniverseId,
+    journal: Journal,
+    indexed: dict[int, SnapshotRecord],
+    index: int,
+    violations: list[str],
+) -> None:
+    """Each snapshot body is the reference kernel's state after the journal up to its
+    height, replayed now from genesis: neither the snapshot nor the journal prefix it was
+    taken from (since exported) has changed."""
+    genesis = indexed.get(0)
+    if genesis is None:
+        violations.append(f"snapshot: world {index}: no genesis snapshot")
+        return
+    kernel = ReferenceKernel()
+    try:
+        kernel.hydrate(load_root(plane, universe, genesis))
+        for height, entry in journal.rows:
+            kernel.apply(height, entry)
+            record = indexed.get(height)
+            if record is not None and plane.get(universe, record.snapshot_ref) != kernel.snapshot():
+                violations.append(
+                    f"snapshot: world {index}: the body at height {height} differs from the "
+                    "replay of the journal to that height"
+                )
+    except PersistError as exc:
+        violations.append(f"snapshot: world {index}: replay failed: {exc!r}")
+
+
+def _check_segments(
+    plane: Plane,
+    universe: UniverseId,
+    world: WorldId,
+    index: int,
+    evidence: Evidence,
+    violations: list[str],
+) -> None:
+    segments = plane.list_segments(universe, world)
+    baseline = plane.active_baseline(universe, world).height
+    expected_start = 1
+    for segment in segments:
+        if segment.start != expected_start:
+            violations.append(
+                f"segments: world {index}: segment {segment.start}-{segment.end} follows "
+                f"{expected_start - 1}"
+            )
+        if segment.end >= baseline:
+            violations.append(
+                f"segments: world {index}: segment {segment.start}-{segment.end} is not below "
+                f"the baseline at {baseline}"
+            )
+        expected_start = segment.end + 1
+    by_range = {(s.start, s.end): s.checksum for s in segments}
+    for ack in evidence.segments:
+        if ack.world == index and by_range.get((ack.start, ack.end)) != ack.checksum:
+            violations.append(
+                f"segments: world {index}: exported segment {ack.start}-{ack.end} is not "
+                "indexed as acknowledged"
+            )
+
+
+def _check_restore(
+    plane: Plane, universe: UniverseId, world: WorldId, index: int, violations: list[str]
+) -> None:
+    try:
+        restored = restore(plane, universe, world, ReferenceKernel())
+        replayed = full_replay(plane, universe, world, ReferenceKernel())
+    except PersistError as exc:
+        violations.append(f"restore: world {index}: {exc!r}")
+        return
+    if restored.state != replayed.state:
+        violations.append(
+            f"restore: world {index}: restore from height {restored.from_height} differs from "
+            "full replay"
+        )

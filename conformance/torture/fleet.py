@@ -1,0 +1,104 @@
+"""The worker processes: started, SIGKILLed, restarted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from conformance.torture.evidence import log_name
+
+ROOT: Final = Path(__file__).resolve().parents[2]
+"""The directory holding the ``conformance`` package (on the workers' ``PYTHONPATH``)."""
+
+
+@dataclass
+class Process:
+    role: str
+    ident: int
+    incarnation: int
+    proc: subprocess.Popen[bytes]
+
+
+class Fleet:
+    """The worker processes: start, kill, restart, and notice the ones that died alone."""
+
+    def __init__(self, config_path: Path, directory: Path) -> None:
+        self.config_path = config_path
+        self.directory = directory
+        self.processes: list[Process] = []
+        self.kills: Counter[str] = Counter()
+        self.final_kills = 0
+        self.starts = 0
+        self.failures: list[str] = []
+        path = [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+
+    def start(self, role: str, ident: int, incarnation: int = 0) -> None:
+        """Start incarnation ``incarnation`` of process ``role``-``ident``."""
+        name = log_name(role, ident, incarnation).removesuffix(".jsonl")
+        with open(self.directory / f"{name}.stderr", "wb") as stderr:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "conformance.torture.worker",
+                    str(self.config_path),
+                    role,
+                    str(ident),
+                    str(incarnation),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=self.env,
+            )
+        self.processes.append(Process(role, ident, incarnation, proc))
+        self.starts += 1
+
+    def kill(self, victim: Process) -> None:
+        """SIGKILL ``victim``, wait for it, and start its next incarnation."""
+        if self._kill(victim):
+            self.kills[victim.role] += 1
+        else:
+            self._exited(victim)
+        self.processes.remove(victim)
+        self.start(victim.role, victim.ident, victim.incarnation + 1)
+
+    @staticmethod
+    def _kill(process: Process) -> bool:
+        """SIGKILL ``process`` if it runs; whether it did."""
+        running = process.proc.poll() is None
+        if running:
+            process.proc.send_signal(signal.SIGKILL)
+        process.proc.wait()
+        return running
+
+    def _exited(self, process: Process) -> None:
+        """Record a process that exited by itself: workers run until they are killed."""
+        name = log_name(process.role, process.ident, process.incarnation).removesuffix(".jsonl")
+        tail = (self.directory / f"{name}.stderr").read_text(errors="replace")[-600:]
+        self.failures.append(
+            f"process: {name} exited with status {process.proc.returncode}: {tail.strip()}"
+        )
+
+    def reap(self) -> None:
+        """Record and restart the processes that exited by themselves."""
+        for process in [p for p in self.processes if p.proc.poll() is not None]:
+            self._exited(process)
+            self.processes.remove(process)
+            self.start(process.role, process.ident, process.incarnation + 1)
+
+    def kill_all(self) -> None:
+        """SIGKILL every process (the last kill), without restarting them."""
+        for process in self.processes:
+            if self._kill(process):
+                self.final_kills += 1
+            else:
+                self._exited(process)
+        self.processes.clear()

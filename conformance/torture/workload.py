@@ -1,0 +1,119 @@
+"""What the torture's writers send (items, idempotency keys, call sizes and worlds) and
+the configuration every worker process reads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Final
+from urllib.parse import urlsplit
+
+from conformance.cases import CaseSkipped
+from persistence import cbor
+from persistence.ids import UniverseId, WorldId
+from persistence.records import (
+    DomainEventIngress,
+    decode_inbox_item,
+)
+
+SCHEMA: Final = "conformance/TortureItem@1"
+BATCH: Final = 3
+MULTI_PROCESS_ENGINES: Final = ("sqlite", "fdb")
+MULTI_PROCESS_OBJECT_STORES: Final = ("file", "s3")
+
+ItemId = tuple[int, int]
+"""An item: (writer, index). Its world, payload and idempotency key follow from it."""
+
+# --------------------------------------------------------------------------- what is written
+
+
+def call_size(n: int) -> int:
+    """How many items the writer call starting at item ``n`` enqueues (1, or a batch)."""
+    return BATCH if n % 5 == 2 else 1
+
+
+def call_world(writer: int, n: int, worlds: int) -> int:
+    """The world (index) the writer call starting at item ``n`` enqueues into."""
+    return (writer + n) % worlds
+
+
+def item(writer: int, n: int) -> DomainEventIngress:
+    """Item ``n`` of ``writer``: its payload names both."""
+    return DomainEventIngress(SCHEMA, cbor.encode({"w": writer, "n": n}))
+
+
+def idempotency_key(writer: int, n: int) -> bytes:
+    """The idempotency key of item ``n`` of ``writer`` (the same in every incarnation)."""
+    return f"torture/{writer}/{n}".encode()
+
+
+def item_id(data: bytes) -> ItemId | None:
+    """The (writer, index) of a journaled item's bytes; ``None`` if not a torture item."""
+    decoded = decode_inbox_item(data)
+    if not isinstance(decoded, DomainEventIngress) or decoded.schema != SCHEMA:
+        return None
+    value = cbor.decode(decoded.value_cbor)
+    if not isinstance(value, dict) or set(value) != {"w", "n"}:
+        return None
+    writer, n = value["w"], value["n"]
+    if not isinstance(writer, int) or not isinstance(n, int):
+        return None
+    return writer, n
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True, slots=True)
+class TortureConfig:
+    """Everything the workers need, written to ``config.json`` in the run's directory."""
+
+    kv_url: str
+    objects_url: str
+    universe: UniverseId
+    worlds: tuple[WorldId, ...]
+    directory: Path
+    seed: int
+    writer_pause: float = 0.001
+    """Seconds a writer sleeps between calls (so that drains keep up and logs stay small)."""
+    export_target_entries: int = 25
+    export_delete_chunk: int = 7
+
+    def save(self) -> Path:
+        """Write ``config.json``; return its path."""
+        path = self.directory / "config.json"
+        data = asdict(self)
+        data.update(
+            universe=str(self.universe),
+            worlds=[str(w) for w in self.worlds],
+            directory=str(self.directory),
+        )
+        path.write_text(json.dumps(data, indent=1))
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> TortureConfig:
+        """Read ``config.json``."""
+        data = json.loads(path.read_text())
+        data.update(
+            universe=UniverseId.parse(data["universe"]),
+            worlds=tuple(WorldId.parse(w) for w in data["worlds"]),
+            directory=Path(data["directory"]),
+        )
+        return cls(**data)
+
+
+def check_shared_urls(kv_url: str, objects_url: str) -> None:
+    """Raise ``CaseSkipped`` unless both URLs name a store other processes can open."""
+    kv_scheme, objects_scheme = urlsplit(kv_url).scheme, urlsplit(objects_url).scheme
+    if kv_scheme not in MULTI_PROCESS_ENGINES:
+        raise CaseSkipped(
+            f"crash torture needs an engine that several OS processes share (sqlite:///file "
+            f"or fdb://); kv {kv_url!r} cannot be opened by another process"
+        )
+    if objects_scheme not in MULTI_PROCESS_OBJECT_STORES:
+        raise CaseSkipped(
+            f"crash torture needs an object store that several OS processes share (file:// or "
+            f"s3://); objects {objects_url!r} cannot be opened by another process"
+        )
