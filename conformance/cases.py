@@ -36,6 +36,7 @@ from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.plane import inbox as inbox_protocol
 from persistence.plane import journal as journal_protocol
+from persistence.plane.calls import Call
 from persistence.plane.cas import object_key
 from persistence.records import (
     DomainEventIngress,
@@ -230,8 +231,8 @@ def journal_append_conflicts(ctx: Context) -> None:
     # GIL): both read head 5, both write; exactly one commit may succeed.
     keys = WorldKeys(u, w)
     first, second = plane.engine.create_transaction(), plane.engine.create_transaction()
-    journal_protocol.append_batch(first, keys, 5, [b"first"], os.urandom(16))
-    journal_protocol.append_batch(second, keys, 5, [b"second"], os.urandom(16))
+    journal_protocol.append_batch(first, keys, 5, [b"first"], Call.new())
+    journal_protocol.append_batch(second, keys, 5, [b"second"], Call.new())
     first.commit()
     try:
         second.commit()
@@ -302,15 +303,16 @@ def cursor_and_drain_exactly_once(ctx: Context) -> None:
     drained = [cbor.decode(decode_inbox_item(r.item).value_cbor)["n"] for r in records]  # type: ignore[union-attr]
     check(drained == list(range(total)), "drained items are lost, duplicated or reordered")
 
-    # A drain whose commit applied but was reported unknown runs again with the same id:
+    # A drain whose commit applied but was reported unknown runs again as the same call:
     u, w = ctx.new_world()
     plane.enqueue_batch(u, w, [event(n) for n in range(5)])
     keys = WorldKeys(u, w)
-    drain_id = os.urandom(16)
+    call = Call.new()
     from persistence.plane import default_normalizer
 
-    first = inbox_protocol.drain(plane.engine, keys, 3, 1 << 20, default_normalizer, drain_id)
-    again = inbox_protocol.drain(plane.engine, keys, 3, 1 << 20, default_normalizer, drain_id)
+    limits = inbox_protocol.DrainLimits(3, 1 << 20, plane.config.max_entry_bytes, plane.budget)
+    first = inbox_protocol.drain(plane.engine, keys, limits, default_normalizer, call)
+    again = inbox_protocol.drain(plane.engine, keys, limits, default_normalizer, call)
     check(first == again, f"a retried drain returned {again}, first attempt {first}")
     check(plane.head(u, w) == 3, "a retried drain appended again")
 
@@ -429,10 +431,10 @@ def determinism_retries_are_exactly_once(ctx: Context) -> None:
     plane = ctx.plane
     u, w = ctx.new_world()
     keys = WorldKeys(u, w)
-    batch = os.urandom(16)
-    first = journal_protocol.append_batch(plane.engine, keys, 0, [b"a", b"b"], batch)
+    call = Call.new()
+    first = journal_protocol.append_batch(plane.engine, keys, 0, [b"a", b"b"], call)
     check(
-        journal_protocol.append_batch(plane.engine, keys, 0, [b"a", b"b"], batch) == first,
+        journal_protocol.append_batch(plane.engine, keys, 0, [b"a", b"b"], call) == first,
         "a retried append was not recognised",
     )
     check(plane.head(u, w) == 2, "a retried append wrote twice")

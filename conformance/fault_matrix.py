@@ -6,10 +6,15 @@ and promote, export segments, dispatch and claim an effect, schedule a timer) ru
 without faults, then again with:
 
 * each of its commits failed in turn with 1020 ``not_committed``, 1021
-  ``commit_unknown_result`` (applied, and not applied) and 1007 ``transaction_too_old``;
+  ``commit_unknown_result`` (applied, and not applied), 1007 ``transaction_too_old`` and
+  1031 ``transaction_timed_out`` (applied and not: the host redoes the step);
 * a crash at each occurrence of each named crash point the plane and the exporter declare;
+* the interleaving mode: each writing commit failed with 1021, applied and not, while
+  another client (seven kinds of competing writer) commits before the retry; the run must
+  match its fault-free twin in state and in every outcome its calls reported;
 * seeded random faults and crashes (``Profile.fault_seeds`` runs: none in ``quick``, 24 in
-  ``full``), 25% of commits failed and 10% of crash points crashing.
+  ``full``), 25% of commits failed, 5% of reads failed (1007, 1009, 1037) and 10% of crash
+  points crashing.
 
 Each run uses a new plane of the class under test (``type(ctx.plane)``, constructed as
 ``Plane(engine, objects, config, segments, hooks=injector)``) on the wrapped engine and the
@@ -28,22 +33,25 @@ are skipped with the reason.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from backends.kv.faults import FaultInjector, FaultyEngine, SimulatedCrash
 from backends.kv.memory import MemoryEngine
 from conformance.cases import CaseSkipped, ConformanceFailure, Context, check, event
 from persistence import fdb_errors, kv
-from persistence.errors import PersistError, WorldExists
-from persistence.ids import Hash, UniverseId, WorldId
+from persistence.errors import Conflict, EngineError, NotFound, PersistError, WorldExists
+from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.kv import Engine
 from persistence.plane import Plane
+from persistence.plane.inbox import DrainResult
 from persistence.records import (
     EffectDispatchItem,
+    EffectInFlightItem,
     IngressJournalRecord,
     TimerDueItem,
     decode_journal_record,
@@ -56,11 +64,17 @@ FAULTS: Final = (
     ("1021 applied", fdb_errors.COMMIT_UNKNOWN_RESULT, True),
     ("1021 not applied", fdb_errors.COMMIT_UNKNOWN_RESULT, False),
     ("1007", fdb_errors.TRANSACTION_TOO_OLD, False),
+    ("1031 applied", fdb_errors.TRANSACTION_TIMED_OUT, True),
+    ("1031 not applied", fdb_errors.TRANSACTION_TIMED_OUT, False),
 )
-"""Each commit of the workload is failed with each of these in turn."""
+"""Each commit of the workload is failed with each of these in turn. 1031 (a timeout during
+the commit) is not retried: the call reports it, and the host redoes the step as after a
+crash."""
 
 SNAPSHOT_HEIGHT: Final = 7
-"""3 appended entries and 4 drained items: the snapshot is taken at the head."""
+"""3 appended entries and 4 drained items: the fault-free snapshot is taken at this head."""
+SNAPSHOT_TIME: Final = 70
+"""The logical time of the workload's snapshot (competitors use their height)."""
 EXPORT: Final = ExportConfig(enabled=True, target_entries=3, delete_chunk_entries=2)
 """Two segments (1-3, 4-6) below the baseline at 7, each deleted in two chunks."""
 STEP_ATTEMPTS: Final = 20
@@ -69,20 +83,34 @@ INTENT: Final = Hash.of(b"conformance/fault-matrix/intent")
 
 @dataclass
 class Run:
-    """One run of the workload: where it writes, and the plane of the current "process"."""
+    """One run of the workload: where it writes, the plane under test (its class, objects,
+    config and segment reader), the plane of the current "process", and what each of its
+    calls reported."""
 
     engine: FaultyEngine
-    plane: Plane
+    template: Plane
     universe: UniverseId
     world: WorldId
+    plane: Plane = field(init=False)
+    outcomes: list[tuple[str, object]] = field(default_factory=list)
 
     def restart(self) -> None:
-        """The process died: a new plane (of the class under test) on the same engine and
-        object store."""
-        old = self.plane
-        self.plane = type(old)(
-            self.engine, old.objects, old.config, old.segments, hooks=self.engine.injector
+        """A new "process": a new plane of the class under test on the same engine and
+        object store (opening it commits: it may fail too)."""
+        t = self.template
+        self.plane = type(t)(
+            self.engine, t.objects, t.config, t.segments, hooks=self.engine.injector
         )
+
+    def report(self, what: str, call: Callable[[], object]) -> object:
+        """Make ``call`` and keep what it reported: its result, or the conflict it raised
+        (a competing writer can make a call conflict; both runs of a pair see the same)."""
+        try:
+            outcome: object = call()
+        except (Conflict, NotFound) as exc:
+            outcome = type(exc).__name__
+        self.outcomes.append((what, outcome))
+        return outcome
 
 
 def _create(run: Run) -> None:
@@ -102,52 +130,86 @@ def _large_body(plane: Plane) -> bytes:
     return b"L" * (plane.config.inline_threshold + 1_000)
 
 
+OWN_ENTRIES: Final = [b"a", b"b", b"c"]
+
+
 def _append(run: Run) -> None:
-    if run.plane.head(run.universe, run.world) < 3:  # a host checks what it already wrote
-        run.plane.append_batch(run.universe, run.world, 0, [b"a", b"b", b"c"])
+    """Append the host's three entries once: a restarted host looks for them first, and
+    appends at whatever head it finds (again, if another writer moved it meanwhile)."""
+    u, w = run.universe, run.world
+    for _ in range(STEP_ATTEMPTS):
+        head = run.plane.head(u, w)
+        entries = [e for _, e in run.plane.read_range(u, w, 1, head)]
+        if any(entries[i : i + 3] == OWN_ENTRIES for i in range(len(entries))):
+            return
+        append = functools.partial(run.plane.append_batch, u, w, head, OWN_ENTRIES)
+        if run.report("append", append) != "HeadAdvanced":
+            return
+    raise ConformanceFailure(f"the head moved under {STEP_ATTEMPTS} appends in a row")
 
 
 def _enqueue_one(key: bytes, n: int) -> Callable[[Run], Any]:
     def step(run: Run) -> None:
-        run.plane.enqueue(run.universe, run.world, event(n, "faults"), idempotency_key=key)
+        run.report(
+            f"enqueue {key!r}",
+            lambda: run.plane.enqueue(
+                run.universe, run.world, event(n, "faults"), idempotency_key=key
+            ),
+        )
 
     return step
 
 
 def _enqueue_batch(run: Run) -> None:
-    run.plane.enqueue_batch(
-        run.universe,
-        run.world,
-        [event(2, "faults"), event(3, "faults")],
-        idempotency_keys=[b"k2", b"k3"],
+    run.report(
+        "enqueue batch",
+        lambda: run.plane.enqueue_batch(
+            run.universe,
+            run.world,
+            [event(2, "faults"), event(3, "faults")],
+            idempotency_keys=[b"k2", b"k3"],
+        ),
     )
 
 
 def _drain(run: Run) -> None:
-    while run.plane.drain_inbox_to_journal(run.universe, run.world, max_items=2).count:
-        pass
+    while True:
+        result = run.report(
+            "drain", lambda: run.plane.drain_inbox_to_journal(run.universe, run.world, max_items=2)
+        )
+        if not isinstance(result, DrainResult) or not result.count:
+            return
 
 
 def _skip(run: Run) -> None:
     """Enqueue an item and move the cursor past it without journaling it (a host that
-    handled it another way); redone, the cursor is found already moved."""
+    handled it another way); redone, the cursor is found already past it."""
     u, w = run.universe, run.world
     seq = run.plane.enqueue(u, w, event(5, "faults"), idempotency_key=b"k5")
     cursor = run.plane.inbox_cursor(u, w)
-    if cursor != seq:
-        run.plane.commit_cursor(u, w, cursor, seq)
+    if cursor is None or cursor < seq:
+        run.report("commit cursor", lambda: run.plane.commit_cursor(u, w, cursor, seq))
 
 
 def _snapshot(run: Run) -> None:
-    run.plane.snapshot_commit(
-        run.universe,
-        run.world,
-        b"kernel state at 7",
-        height=SNAPSHOT_HEIGHT,
-        logical_time_ns=70,
-        manifest=[Hash.of(b"conformance small blob")],
-        receipt_horizon_height=SNAPSHOT_HEIGHT,
-        promote_baseline=True,
+    """Snapshot at the head and promote it, once: a restarted host finds its snapshot (its
+    logical time marks it) and does not take another."""
+    u, w = run.universe, run.world
+    if any(s.logical_time_ns == SNAPSHOT_TIME for s in run.plane.list_snapshots(u, w)):
+        return
+    height = run.plane.head(u, w)
+    run.report(
+        "snapshot",
+        lambda: run.plane.snapshot_commit(
+            u,
+            w,
+            b"kernel state at %d" % height,
+            height=height,
+            logical_time_ns=SNAPSHOT_TIME,
+            manifest=[Hash.of(b"conformance small blob")],
+            receipt_horizon_height=height,
+            promote_baseline=True,
+        )[1],
     )
 
 
@@ -158,7 +220,9 @@ def _export(run: Run) -> None:
 def _effect(run: Run) -> None:
     item = EffectDispatchItem(run.world, INTENT, "http.request", event(9).value_cbor)
     seq = run.plane.dispatch_effect(run.universe, item)
-    run.plane.claim_effect(run.universe, seq, "worker-1")
+    claimed = run.report("claim", lambda: run.plane.claim_effect(run.universe, seq, "worker-1"))
+    if isinstance(claimed, EffectInFlightItem):
+        run.outcomes[-1] = ("claim", (claimed.claimed_by, claimed.intent_hash))
 
 
 def _timer(run: Run) -> None:
@@ -183,17 +247,105 @@ STEPS: Final[tuple[tuple[str, Callable[[Run], Any]], ...]] = (
 )
 
 
+# ---------------------------------------------------------------- competing writers
+
+
+def _compete_append(other: Plane, u: UniverseId, w: WorldId) -> None:
+    other.append_batch(u, w, other.head(u, w), [b"competitor"])
+
+
+def _compete_drain(other: Plane, u: UniverseId, w: WorldId) -> None:
+    other.drain_inbox_to_journal(u, w, max_items=1)
+
+
+def _compete_enqueue(other: Plane, u: UniverseId, w: WorldId) -> None:
+    other.enqueue(u, w, event(99, "competitor"))
+
+
+def _compete_snapshot(other: Plane, u: UniverseId, w: WorldId) -> None:
+    head = other.head(u, w)
+    taken = {s.height for s in other.list_snapshots(u, w)}
+    if head > other.active_baseline(u, w).height and head not in taken:
+        other.snapshot_commit(
+            u,
+            w,
+            b"competitor state at %d" % head,
+            height=head,
+            logical_time_ns=head,
+            receipt_horizon_height=head,
+            promote_baseline=True,
+        )
+
+
+def _compete_export(other: Plane, u: UniverseId, w: WorldId) -> None:
+    Exporter(other, EXPORT).export_once(u, w)
+
+
+def _compete_cursor(other: Plane, u: UniverseId, w: WorldId) -> None:
+    cursor = other.inbox_cursor(u, w)
+    following = other.read_after(u, w, cursor, 1)
+    if following:
+        other.commit_cursor(u, w, cursor, following[0][0])
+
+
+def _compete_claim(other: Plane, u: UniverseId, w: WorldId) -> None:
+    for seq, _ in other.pending_effects(u, 1):
+        other.claim_effect(u, seq, "competitor")
+
+
+COMPETITORS: Final[dict[str, Callable[[Plane, UniverseId, WorldId], None]]] = {
+    "append": _compete_append,
+    "drain": _compete_drain,
+    "enqueue": _compete_enqueue,
+    "snapshot and promotion": _compete_snapshot,
+    "export step": _compete_export,
+    "cursor commit": _compete_cursor,
+    "effect claim": _compete_claim,
+}
+"""Other clients, each committing between an attempt of the workload's commit and its retry
+(the interleaving mode): a plane without faults on the same engine, world and universe."""
+
+
+def _competitor(kind: str, other: Plane, u: UniverseId, w: WorldId) -> Callable[[], None]:
+    def compete() -> None:
+        with contextlib.suppress(Conflict, NotFound):  # the same in both runs of a pair
+            COMPETITORS[kind](other, u, w)
+
+    return compete
+
+
+def _normal(outcome: object, position: dict[InboxSeq, int]) -> object:
+    """An outcome with what legitimately differs between runs (sequences) replaced by
+    positions in the inbox."""
+    if isinstance(outcome, InboxSeq):
+        return ("seq", position.get(outcome, str(outcome)))
+    if isinstance(outcome, list):
+        return [_normal(item, position) for item in outcome]
+    if isinstance(outcome, DrainResult):
+        return ("drain", outcome.first_height, outcome.count, _normal(outcome.cursor, position))
+    return outcome
+
+
 def _work(run: Run) -> None:
-    """Every step; a crash restarts the "process", which redoes the step it was in."""
+    """Start a "process", then every step; a crash or an unknown outcome (1031) restarts the
+    process, which redoes the step it was in."""
+    running = False
     for name, step in STEPS:
         for _ in range(STEP_ATTEMPTS):
             try:
+                if not running:
+                    run.restart()
+                    running = True
                 step(run)
                 break
             except SimulatedCrash:
-                run.restart()
+                running = False
+            except EngineError as exc:  # the outcome is unknown: check and redo, as a host
+                if exc.code != fdb_errors.TRANSACTION_TIMED_OUT:
+                    raise
+                running = False
         else:
-            raise ConformanceFailure(f"step {name!r} crashed {STEP_ATTEMPTS} times in a row")
+            raise ConformanceFailure(f"step {name!r} failed {STEP_ATTEMPTS} times in a row")
 
 
 def logical_state(plane: Plane, u: UniverseId, w: WorldId) -> dict[str, Any]:
@@ -292,58 +444,165 @@ def _wrappable(engine: Engine) -> Engine:
     )
 
 
+Faults = Callable[[UniverseId, WorldId], FaultInjector]
+"""Makes a run's fault injector once its universe and world are known."""
+
+
+def _scripted(script: Callable[[FaultInjector], None]) -> Faults:
+    def make(u: UniverseId, w: WorldId) -> FaultInjector:
+        injector = FaultInjector()
+        script(injector)
+        return injector
+
+    return make
+
+
 def commit_faults_and_crash_points(ctx: Context) -> None:
-    """Faults 1: every commit failed with 1020, 1021 (applied and not) and 1007, and a crash
-    at every crash point, then recovery by a new plane: exactly the fault-free state."""
+    """Faults 1: every commit failed with 1020, 1021 (applied and not) and 1007, a crash
+    at every crash point, and every commit's 1021 with another client committing before the
+    retry, then recovery by a new plane: exactly the fault-free state and, with the
+    interleaving, exactly the outcomes the fault-free twin reported."""
     base = _wrappable(ctx.plane.engine)
     observer = Plane(base, ctx.plane.objects, ctx.plane.config, ctx.plane.segments)  # no faults
 
-    def run_with(injector: FaultInjector, what: str) -> dict[str, Any]:
-        engine = FaultyEngine(base, injector)
+    def run_with(faults: Faults, what: str) -> Outcome:
         universe, world = UniverseId.new(), WorldId.new()
-        plane = type(ctx.plane)(
-            engine, ctx.plane.objects, ctx.plane.config, ctx.plane.segments, hooks=injector
-        )
-        run = Run(engine, plane, universe, world)
+        injector = faults(universe, world)
+        run = Run(FaultyEngine(base, injector), ctx.plane, universe, world)
         try:
             _work(run)
-            return logical_state(observer, universe, world)
+            state = logical_state(observer, universe, world)
         except PersistError as exc:
             raise ConformanceFailure(f"{what}: {type(exc).__name__}: {exc}") from exc
+        inbox = observer.read_after(universe, world, None, 100)
+        position = {seq: i for i, (seq, _) in enumerate(inbox)}
+        outcomes = [(name, _normal(outcome, position)) for name, outcome in run.outcomes]
+        return Outcome(state, outcomes, injector)
 
-    reference_injector = FaultInjector()
-    reference = run_with(reference_injector, "fault-free run")
+    fault_free = run_with(_scripted(lambda _: None), "fault-free run")
+    reference = fault_free.state
     _check_reference(reference)
-    commits, points = reference_injector.commits, dict(reference_injector.points)
+    commits, points = fault_free.injector.commits, dict(fault_free.injector.points)
     runs = 1
 
-    def expect(injector: FaultInjector, what: str, fired: object) -> None:
-        state = run_with(injector, what)
-        check(fired in injector.log, f"{what}: the fault was not injected ({injector.log})")
-        difference = _difference(reference, state)
+    def expect(faults: Faults, what: str, fired: object) -> None:
+        got = run_with(faults, what)
+        check(fired in got.injector.log, f"{what}: the fault was not injected ({got.injector.log})")
+        difference = _difference(reference, got.state)
         check(not difference, f"{what}: {difference}")
 
     for label, code, applied in FAULTS:
         ctx.progress(f"faults: commit 1-{commits} failed with {label}")
         for index in range(1, commits + 1):
-            injector = FaultInjector()
-            injector.fail_commit(index, code, applied=applied)
             expect(
-                injector, f"commit {index} failed with {label}", ("commit", (index, code, applied))
+                _scripted(functools.partial(_fail, index=index, code=code, applied=applied)),
+                f"commit {index} failed with {label}",
+                ("commit", (index, code, applied)),
             )
             runs += 1
     for point, occurrences in sorted(points.items()):
         for occurrence in range(1, occurrences + 1):
-            injector = FaultInjector()
-            injector.crash_at(point, occurrence)
-            expect(injector, f"crash at {point} #{occurrence}", ("crash", (point, occurrence)))
+            expect(
+                _scripted(
+                    functools.partial(FaultInjector.crash_at, point=point, occurrence=occurrence)
+                ),
+                f"crash at {point} #{occurrence}",
+                ("crash", (point, occurrence)),
+            )
             runs += 1
+    interleaved = _interleaving(ctx, observer, run_with, commits)
     for seed in range(ctx.profile.fault_seeds):
-        injector = FaultInjector(seed=seed, commit_fault_rate=0.25, crash_rate=0.1)
-        state = run_with(injector, f"random faults, seed {seed}")
-        difference = _difference(reference, state)
-        check(not difference, f"random faults, seed {seed} ({injector.log}): {difference}")
+        got = run_with(_random(seed), f"random faults, seed {seed}")
+        difference = _difference(reference, got.state)
+        check(not difference, f"random faults, seed {seed} ({got.injector.log}): {difference}")
         runs += 1
     ctx.notes["fault_matrix_commits_per_run"] = commits
     ctx.notes["fault_matrix_crash_points"] = sum(points.values())
-    ctx.notes["fault_matrix_runs"] = runs
+    ctx.notes["fault_matrix_interleaved_runs"] = interleaved
+    ctx.notes["fault_matrix_runs"] = runs + interleaved
+
+
+def _fail(injector: FaultInjector, *, index: int, code: int, applied: bool) -> None:
+    injector.fail_commit(index, code, applied=applied)
+
+
+def _crash(injector: FaultInjector, *, point: str, occurrence: int) -> None:
+    injector.crash_at(point, occurrence)
+
+
+@dataclass
+class Outcome:
+    """What one run of the workload left and reported."""
+
+    state: dict[str, Any]
+    outcomes: list[tuple[str, object]]
+    injector: FaultInjector
+
+
+def _interleaving(
+    ctx: Context, observer: Plane, run_with: Callable[[Faults, str], Outcome], commits: int
+) -> int:
+    """The interleaving mode: for each commit of the workload and each competing writer,
+    the commit fails with 1021 (applied, then not applied) while the competitor commits
+    before the retry. Each such run must end in the state, and every call in it must report
+    the outcome, of its fault-free twin: the same competitor committing right after the
+    commit (applied), or a 1020 with the same competitor (not applied). The quick profile
+    pairs each commit with one competitor kind in turn; the full profile with all seven."""
+    kinds = list(COMPETITORS)
+    runs = 0
+    ctx.progress(f"faults: commit 1-{commits}, 1021 with a competing writer between the tries")
+    for index in range(1, commits + 1):
+        chosen = kinds if ctx.profile.fault_seeds else [kinds[index % len(kinds)]]
+        for kind in chosen:
+            for applied in (True, False):
+                twin, faulty = _pair(index, kind, applied, observer)
+                what = f"commit {index}: 1021 {'' if applied else 'not '}applied, {kind} between"
+                expected = run_with(twin, f"{what} (fault-free twin)")
+                got = run_with(faulty, what)
+                difference = _difference(expected.state, got.state)
+                check(not difference, f"{what}: {difference}")
+                misreport = _first_difference(expected.outcomes, got.outcomes)
+                check(not misreport, f"{what}: misreported outcome: {misreport}")
+                runs += 2
+    return runs
+
+
+def _pair(index: int, kind: str, applied: bool, other: Plane) -> tuple[Faults, Faults]:
+    """The faults of an interleaved run and of its fault-free twin."""
+
+    def twin(u: UniverseId, w: WorldId) -> FaultInjector:
+        injector = FaultInjector()
+        compete = _competitor(kind, other, u, w)
+        if applied:
+            injector.after_commit(index, compete)
+        else:  # not applied: the same as a plain conflict with the competitor in between
+            injector.fail_commit(index, fdb_errors.NOT_COMMITTED, interleave=compete)
+        return injector
+
+    def faulty(u: UniverseId, w: WorldId) -> FaultInjector:
+        injector = FaultInjector()
+        compete = _competitor(kind, other, u, w)
+        code = fdb_errors.COMMIT_UNKNOWN_RESULT
+        injector.fail_commit(index, code, applied=applied, interleave=compete)
+        return injector
+
+    return twin, faulty
+
+
+def _random(seed: int) -> Faults:
+    def make(u: UniverseId, w: WorldId) -> FaultInjector:
+        return FaultInjector(
+            seed=seed, commit_fault_rate=0.25, crash_rate=0.1, read_fault_rate=0.05
+        )
+
+    return make
+
+
+def _first_difference(expected: list[tuple[str, object]], got: list[tuple[str, object]]) -> str:
+    """The first call whose reported outcome differs ("" if none)."""
+    for i, (want, have) in enumerate(zip(expected, got, strict=False)):
+        if want != have:
+            return f"call {i} {want[0]!r} reported {_short(have[1])}, twin {_short(want[1])}"
+    if len(got) != len(expected):
+        return f"{len(got)} calls reported, fault-free twin {len(expected)}"
+    return ""

@@ -41,7 +41,9 @@ from persistence.errors import (
     WorldNotFound,
 )
 from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, UniverseId, WorldId
-from persistence.plane import GENESIS_STATE, PlaneConfig
+from persistence.keyspace import WorldKeys
+from persistence.kv import MAX_TRANSACTION_SIZE, MAX_VALUE_SIZE
+from persistence.plane import GENESIS_STATE, PlaneConfig, budget
 from persistence.plane.snapshots import SnapshotOutcome
 from persistence.records import (
     BaselineSnapshotJournalRecord,
@@ -189,8 +191,11 @@ class ContractModel:
     inbox sequences are :class:`SeqRef` positions instead of versionstamps.
     """
 
-    def __init__(self, config: PlaneConfig | None = None) -> None:
+    def __init__(
+        self, config: PlaneConfig | None = None, size_limit: int = MAX_TRANSACTION_SIZE
+    ) -> None:
         self.config = config or PlaneConfig()
+        self.budget = size_limit * (100 - budget.RESERVE) // 100
         self.blobs: dict[UniverseId, dict[Hash, bytes]] = {}
         self.worlds: dict[tuple[UniverseId, WorldId], ModelWorld] = {}
 
@@ -281,6 +286,13 @@ class ContractModel:
         """Append ``entries`` after ``expected_head``; return the first new height."""
         self._check_height(expected_head, "expected_head")
         self._check_entries(entries, "entries")
+        batch = list(entries)
+        budget.check(
+            budget.append_cost(WorldKeys(universe, world), expected_head + 1, batch),
+            self.budget,
+            "entries",
+            "the batch",
+        )
         state = self._world(universe, world)
         if state.head != expected_head:
             raise HeadAdvanced(expected_head, state.head)
@@ -366,6 +378,17 @@ class ContractModel:
         total = sum(len(e) for e in encoded)
         if total > self.config.max_batch_bytes:
             raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")
+        sizes = [envelope_size(item, key) for item, key in zip(items, keys, strict=True)]
+        for index, size in enumerate(sizes):
+            if size > MAX_VALUE_SIZE:
+                raise Validation(f"items[{index}]", "over FoundationDB's value limit")
+        idem = [key or b"\x00" * RANDOM_KEY_BYTES for key in keys]
+        budget.check(
+            budget.enqueue_cost(WorldKeys(universe, world), list(zip(idem, sizes, strict=True))),
+            self.budget,
+            "items",
+            "the batch",
+        )
         state = self._world(universe, world)
         group = state.groups
         out: list[SeqRef] = []
@@ -467,9 +490,30 @@ class ContractModel:
         if not taken:
             return ModelDrainResult(state.head + 1, 0, self._ref(state.cursor))
         first = state.head + 1
+        taken = self._within_budget(universe, world, first, taken)
         state.journal.extend(IngressEntry(index) for index in taken)
         state.cursor = taken[-1]
         return ModelDrainResult(first, len(taken), SeqRef(taken[-1]))
+
+    def _within_budget(
+        self, universe: UniverseId, world: WorldId, first: int, taken: list[int]
+    ) -> list[int]:
+        """The longest prefix of ``taken`` whose journal entries fit the budget (only their
+        lengths count: an ``ingress`` record's is fixed by its item's)."""
+        state = self._world(universe, world)
+        keys = WorldKeys(universe, world)
+        cost = budget.drain_cost(keys, first, [])
+        kept: list[int] = []
+        for index in taken:
+            item = state.items[index]
+            entry = IngressJournalRecord(InboxSeq(bytes(12)), item.encoded).to_cbor()
+            cost += budget.entries_cost(keys, first + len(kept), [entry])
+            if cost > self.budget:
+                if not kept:
+                    budget.check(cost, self.budget, "normalize", "the journal entry")
+                break
+            kept.append(index)
+        return kept
 
     # ------------------------------------------------------------------ snapshots (Protocol E)
 

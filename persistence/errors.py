@@ -229,6 +229,16 @@ class SegmentChecksumMismatch(SegmentCorruption):
         self.actual = actual
 
 
+class SegmentIndexCorruption(Corruption):
+    """A segment index record disagrees with its key or with the index around it."""
+
+    def __init__(self, world: str, key_end: int, problem: str) -> None:
+        super().__init__(f"world {world}: segment index record at end {key_end}: {problem}")
+        self.world = world
+        self.key_end = key_end
+        self.problem = problem
+
+
 class SegmentMissing(Corruption):
     """The segment index names an object the object store does not have."""
 

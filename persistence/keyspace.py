@@ -9,6 +9,7 @@ key                                                    value
 =====================================================  ====================================
 ``("layout",)``                                        ``LayoutRecord`` (layout version)
 ``("u", U, "info")``                                   ``UniverseInfo`` (first world time)
+``("u", U, "calls", call_id)``                         ``CallRecord`` (effect calls)
 ``("u", U, "cas", "meta", hash)``                      ``CasMeta``
 ``("u", U, "segments", W, end)``                       ``SegmentIndexRecord``
 ``("u", U, "effects", "pending", versionstamp)``       ``EffectDispatchItem``
@@ -26,6 +27,7 @@ key                                                    value
 ``("u", U, "w", W, "notify", "counter")``              u64, little-endian (atomic add)
 ``("u", U, "w", W, "export", "marker")``               ``ExportMarker`` (export in flight)
 ``("u", U, "w", W, "gc", "pin", hash)``                pin reason (CBOR)
+``("u", U, "w", W, "calls", call_id)``                 ``CallRecord`` (what a write call did)
 =====================================================  ====================================
 
 Journal entries larger than one value are split into chunks of at most
@@ -52,8 +54,10 @@ from persistence.fdbtuple import (
 )
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 
-LAYOUT_VERSION: Final = 1
-"""Version of this layout; a store written by a newer one is refused at open."""
+LAYOUT_VERSION: Final = 2
+"""Version of this layout; a store written by another one is refused at open. Layout 2 keeps
+per-call records (``calls``) instead of layout 1's batch ids in the head, cursor and
+snapshot records."""
 
 CHUNK_SIZE: Final = 90_000
 """Bytes per journal-entry chunk (FoundationDB's value limit is 100,000)."""
@@ -100,6 +104,14 @@ class UniverseKeys:
     def info(self) -> bytes:
         """Marker written when the universe gets its first world."""
         return pack((*self._p, "info"))
+
+    def call(self, call_id: bytes) -> bytes:
+        """The record of a universe-level write call (effects)."""
+        return pack((*self._p, "calls", call_id))
+
+    def calls(self) -> tuple[bytes, bytes]:
+        """Every universe-level call record, oldest first."""
+        return _range((*self._p, "calls"))
 
     def cas_meta(self, hash: Hash) -> bytes:
         """CAS metadata of ``hash``."""
@@ -195,6 +207,14 @@ class WorldKeys:
     def meta(self) -> bytes:
         """The world's ``WorldMeta``."""
         return pack((*self._p, "meta"))
+
+    def call(self, call_id: bytes) -> bytes:
+        """The record of a write call on this world."""
+        return pack((*self._p, "calls", call_id))
+
+    def calls(self) -> tuple[bytes, bytes]:
+        """Every call record of the world, oldest first."""
+        return _range((*self._p, "calls"))
 
     def all(self) -> tuple[bytes, bytes]:
         """Every key of the world."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable
@@ -144,6 +145,12 @@ class Engine(ABC):
     url: str
     retry_limit: int = 100
     """Retries :func:`run` makes before raising :class:`RetryLimitReached`."""
+    size_limit: int = MAX_TRANSACTION_SIZE
+    """Bytes a transaction may count (:mod:`persistence.txsize`) before its commit fails
+    with 2101: FoundationDB's ``size_limit``, 10,000,000 unless set lower."""
+    max_retry_seconds: float = 60.0
+    """How long :func:`run` keeps retrying one transaction before raising
+    :class:`RetryLimitReached` (call records must outlive it: ``plane/calls.py``)."""
 
     def is_retryable(self, error: EngineError) -> bool:
         """Whether ``on_error`` would retry ``error`` (FoundationDB's retry table)."""
@@ -201,11 +208,12 @@ def run(engine: Engine, body: Callable[[Transaction], T], *, retry_limit: int | 
 
     Returns what the committed attempt of ``body`` returned. Engine errors go through the
     transaction's ``on_error``, which re-raises those that may not be retried and backs off
-    before the others; after ``retry_limit`` retries (default ``engine.retry_limit``) the
-    last error is wrapped in :class:`RetryLimitReached`. Any other error raised by ``body``
-    propagates at once.
+    before the others; after ``retry_limit`` retries (default ``engine.retry_limit``) or
+    ``engine.max_retry_seconds`` the last error is wrapped in :class:`RetryLimitReached`.
+    Any other error raised by ``body`` propagates at once.
     """
     limit = engine.retry_limit if retry_limit is None else retry_limit
+    deadline = time.monotonic() + engine.max_retry_seconds
     retries = 0
     tr = engine.create_transaction()
     while True:
@@ -214,7 +222,8 @@ def run(engine: Engine, body: Callable[[Transaction], T], *, retry_limit: int | 
             tr.commit()
             return result
         except EngineError as exc:
-            if retries >= limit and engine.is_retryable(exc):
+            out_of_time = time.monotonic() > deadline
+            if (retries >= limit or out_of_time) and engine.is_retryable(exc):
                 RETRY_STATS.count(exc.code, retried=False)
                 raise RetryLimitReached(retries, exc) from exc
             try:

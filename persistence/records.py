@@ -82,6 +82,12 @@ def _seq(value: Any, where: str) -> InboxSeq:
     return value
 
 
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise Validation(where, f"expected a boolean, got {type(value).__name__}")
+    return value
+
+
 def _text_map(value: Any, where: str) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise Validation(where, f"expected a text-to-text map, got {type(value).__name__}")
@@ -92,6 +98,7 @@ def _text_map(value: Any, where: str) -> dict[str, str]:
 
 
 U64: Final = Codec("u64", _uint)
+BOOL: Final = Codec("bool", _bool)
 BYTES: Final = Codec("bytes", _bytes)
 TEXT: Final = Codec("text", _text)
 CBOR: Final = Codec("cbor", _cbor)
@@ -262,23 +269,13 @@ class CasMeta(Record):
 
 @dataclass(frozen=True, slots=True)
 class SnapshotRecord(Record):
-    """``snapshot/by_height/<h>`` and ``baseline/active``: one kernel snapshot in CAS.
-
-    ``commit_id`` is bookkeeping, not part of the snapshot: the id of the plane call that
-    wrote this copy (the commit that indexed it, or the one that made it the baseline), so
-    that a call retried after ``commit_unknown_result`` recognises its own earlier commit,
-    as ``JournalHead.batch_id`` does for appends. It is ignored by ``==``, ``hash`` and
-    ``repr`` and never announced in the journal; records written before it existed have
-    none."""
+    """``snapshot/by_height/<h>`` and ``baseline/active``: one kernel snapshot in CAS."""
 
     snapshot_ref: Hash = _f(HASH)
     height: int = _f(U64)
     logical_time_ns: int = _f(U64)
     manifest_hash: Hash = _f(HASH)
     receipt_horizon_height: int | None = _opt(U64)
-    commit_id: bytes | None = field(
-        default=None, compare=False, repr=False, metadata={"codec": BYTES}
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -488,27 +485,31 @@ class UniverseInfo(Record):
 
 @dataclass(frozen=True, slots=True)
 class JournalHead(Record):
-    """``journal/head``: the highest height and the batch that reached it.
-
-    ``batch_id`` and ``batch_first`` let a retried ``append_batch`` whose first attempt did
-    commit (FoundationDB's ``commit_unknown_result``) recognise its own batch."""
+    """``journal/head``: the highest height."""
 
     height: int = _f(U64)
-    batch_id: bytes | None = _opt(BYTES)
-    batch_first: int | None = _opt(U64)
 
 
 @dataclass(frozen=True, slots=True)
 class InboxCursor(Record):
-    """``inbox/cursor``: the last drained sequence, and the drain that moved it there.
-
-    ``drain_id``/``drain_first``/``drain_count`` let a retried drain whose first attempt
-    did commit return that attempt's result instead of draining again."""
+    """``inbox/cursor``: the last drained (or skipped) sequence."""
 
     seq: InboxSeq = _f(SEQ)
-    drain_id: bytes | None = _opt(BYTES)
-    drain_first: int | None = _opt(U64)
-    drain_count: int | None = _opt(U64)
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord(Record):
+    """``calls/<call id>``: what one write call of the plane did, so that its retry after
+    ``commit_unknown_result`` reports that instead of acting again (see ``plane/calls.py``).
+    ``op`` names the protocol; the other fields are its outcome."""
+
+    op: str = _f(TEXT)
+    first_height: int | None = _opt(U64)
+    count: int | None = _opt(U64)
+    seq: InboxSeq | None = _opt(SEQ)
+    indexed: bool | None = _opt(BOOL)
+    promoted: bool | None = _opt(BOOL)
+    value: bytes | None = _opt(BYTES)
 
 
 @dataclass(frozen=True, slots=True)

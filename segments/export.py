@@ -27,20 +27,24 @@ import io
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import BinaryIO, cast
+from typing import BinaryIO, Final, cast
 
 from persistence import kv
-from persistence.errors import NotFound, SegmentCorruption, SegmentMissing, Validation
+from persistence.errors import Conflict, NotFound, SegmentCorruption, SegmentMissing, Validation
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.objects import COPY_CHUNK
-from persistence.plane import Plane, journal, segment_index
+from persistence.plane import Plane, calls, journal, segment_index
+from persistence.plane.calls import Call
 from persistence.plane.snapshots import read_baseline
-from persistence.records import ExportMarker, SegmentIndexRecord, decode_record
+from persistence.records import CallRecord, ExportMarker, SegmentIndexRecord, decode_record
 from persistence.sizes import MiB
 from persistence.telemetry import traced
 from segments.format import CHECKSUM_ALGORITHM, SegmentHeader, SegmentReader, SegmentWriter
 from segments.format import segment_key as _segment_key
+
+RACE_ATTEMPTS: Final = 10
+"""Times an export step starts again after another exporter moved the marker first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,25 +111,31 @@ def _plan(tr: kv.Transaction, keys: WorldKeys, config: ExportConfig) -> ExportPl
     return ExportPlan(start, min(limit, start + config.target_entries - 1))
 
 
+class ExportRaced(Conflict):
+    """Another exporter moved the world's export marker first."""
+
+
 @kv.transactional
 def _transition(
     tr: kv.Transaction,
     keys: WorldKeys,
+    call: Call,
     expected: ExportMarker | None,
     new: ExportMarker | None,
     index: SegmentIndexRecord | None = None,
     clear: tuple[int, int] | None = None,
 ) -> None:
     """Move the marker from ``expected`` to ``new`` (``None``: absent), optionally indexing
-    a segment or clearing hot heights in the same transaction. Repeating a transition
-    that already committed is a no-op."""
+    a segment or clearing hot heights in the same transaction. A retry whose earlier
+    attempt committed returns (its call record); a marker moved by another exporter is
+    ``ExportRaced``."""
+    if calls.replayed(tr, keys, call) is not None:
+        return
     current = _read_marker(tr, keys)
     if current == new:
         return
     if current != expected:
-        raise Validation(
-            "export marker", f"world {keys.world}: expected {expected}, found {current}"
-        )
+        raise ExportRaced(f"world {keys.world}: export marker {current}, expected {expected}")
     if index is not None:
         segment_index.put_segment(tr, UniverseKeys(keys.universe), keys.world, index)
     if clear is not None:
@@ -134,6 +144,7 @@ def _transition(
         tr.clear(keys.export_marker())
     else:
         tr.set(keys.export_marker(), new.to_cbor())
+    calls.record(tr, keys, call, CallRecord("export"))
 
 
 class _Chunks:
@@ -208,6 +219,9 @@ class Exporter:
         self.plane = plane
         self.config = config
 
+    def _call(self) -> Call:
+        return Call.new(self.plane.config.call_record_seconds)
+
     def plan(self, universe: UniverseId, world: WorldId) -> ExportPlan | None:
         """The next exportable range, or ``None``."""
         return _plan(self.plane.engine, WorldKeys(universe, world), self.config)
@@ -232,9 +246,20 @@ class Exporter:
         world: WorldId,
         progress: Callable[[str], None] = lambda _: None,
     ) -> SegmentIndexRecord | None:
-        """Resume the in-flight export or start the next one; ``None`` if nothing to do."""
+        """Resume the in-flight export or start the next one; ``None`` if nothing to do.
+        When another exporter moves the marker first, start again from where it left it."""
         if not self.config.enabled:
             raise Validation("export", "segment export is disabled (ExportConfig.enabled)")
+        for _ in range(RACE_ATTEMPTS - 1):
+            try:
+                return self._step(universe, world, progress)
+            except ExportRaced:
+                continue
+        return self._step(universe, world, progress)
+
+    def _step(
+        self, universe: UniverseId, world: WorldId, progress: Callable[[str], None]
+    ) -> SegmentIndexRecord | None:
         engine = self.plane.engine
         keys = WorldKeys(universe, world)
         marker = read_marker(engine, keys)
@@ -245,7 +270,7 @@ class Exporter:
             marker = ExportMarker(
                 "copy_started", plan.start, plan.end, segment_prefix(universe, world, plan.start)
             )
-            _transition(engine, keys, None, marker)
+            _transition(engine, keys, self._call(), None, marker)
             self.plane.hooks.reached("export.after_copy_started")
         record: SegmentIndexRecord | None = None
         if marker.state == "copy_started":
@@ -258,17 +283,17 @@ class Exporter:
                 record.checksum,
                 record.byte_size,
             )
-            _transition(engine, keys, marker, finished, index=record)
+            _transition(engine, keys, self._call(), marker, finished, index=record)
             self.plane.hooks.reached("export.after_index")
             marker = finished
         if marker.state == "copy_finished":
             started = replace(marker, state="delete_started", deleted_through=marker.start - 1)
-            _transition(engine, keys, marker, started)
+            _transition(engine, keys, self._call(), marker, started)
             marker = started
         if marker.state == "delete_started":
             marker = self._delete(keys, marker, progress)
         if marker.state == "delete_finished":
-            _transition(engine, keys, marker, None)
+            _transition(engine, keys, self._call(), marker, None)
         if record is None:
             record = self._indexed(universe, world, marker.end)
         progress(f"world {world}: segment {record.start}-{record.end} exported")
@@ -377,11 +402,11 @@ class Exporter:
         while done < marker.end:
             last = min(marker.end, done + self.config.delete_chunk_entries)
             advanced = replace(marker, deleted_through=last)
-            _transition(engine, keys, marker, advanced, clear=(done + 1, last))
+            _transition(engine, keys, self._call(), marker, advanced, clear=(done + 1, last))
             self.plane.hooks.reached("export.after_delete_chunk")
             marker, done = advanced, last
         finished = replace(marker, state="delete_finished")
-        _transition(engine, keys, marker, finished)
+        _transition(engine, keys, self._call(), marker, finished)
         self.plane.hooks.reached("export.after_delete")
         progress(f"world {keys.world}: hot keys {marker.start}-{marker.end} deleted")
         return finished

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from backends.kv import checks
-from persistence import fdb_errors, kv
+from persistence import fdb_errors, kv, txsize
 from persistence.errors import EngineError
 
 INITIAL_BACKOFF: Final = 0.01
@@ -126,18 +126,19 @@ class WriteBuffer:
     # ------------------------------------------------------------------ writes
 
     def _grow(self, nbytes: int) -> None:
+        """Count ``nbytes`` as FoundationDB counts them (:mod:`persistence.txsize`); the
+        limit is checked at commit, as FoundationDB checks it."""
         self.size += nbytes
-        if self.size > kv.MAX_TRANSACTION_SIZE:
-            raise fdb_errors.engine_error(
-                fdb_errors.TRANSACTION_TOO_LARGE,
-                f"transaction of {self.size} bytes > {kv.MAX_TRANSACTION_SIZE}",
-            )
+
+    def count_read(self, begin: bytes, end: bytes) -> None:
+        """Count a read conflict range."""
+        self.size += txsize.read_cost(len(begin), len(end))
 
     def set(self, key: bytes, value: bytes) -> None:
         """Record ``key = value``."""
         checks.check_key(key)
         checks.check_value(value)
-        self._grow(len(key) + len(value))
+        self._grow(txsize.set_cost(len(key), len(value)))
         previous = self._entries.get(key)
         self._entries[key] = _Entry(
             _SET, value, unreadable=previous is not None and previous.unreadable
@@ -146,7 +147,7 @@ class WriteBuffer:
     def clear(self, key: bytes) -> None:
         """Record the deletion of ``key``."""
         checks.check_key(key)
-        self._grow(len(key))
+        self._grow(txsize.clear_cost(len(key)))
         self._entries[key] = _Entry(_CLEAR)
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
@@ -157,7 +158,7 @@ class WriteBuffer:
             )
         if begin == end:
             return
-        self._grow(len(begin) + len(end))
+        self._grow(txsize.clear_range_cost(len(begin), len(end)))
         for key in [k for k in self._entries if begin <= k < end]:
             del self._entries[key]
         self._cleared.append((begin, end))
@@ -166,7 +167,7 @@ class WriteBuffer:
         """Record an atomic little-endian add."""
         checks.check_key(key)
         checks.check_value(param)
-        self._grow(len(key) + len(param))
+        self._grow(txsize.set_cost(len(key), len(param)))
         entry = self._entries.get(key)
         if entry is None:
             if self._is_cleared(key):
@@ -188,7 +189,7 @@ class WriteBuffer:
             raise fdb_errors.engine_error(fdb_errors.CLIENT_INVALID_OPERATION, str(exc)) from None
         checks.check_key(body)
         checks.check_value(value)
-        self._grow(len(body) + len(value))
+        self._grow(txsize.versionstamped_key_cost(len(key), len(value)))
         self.stamped_keys.append(
             StampedKey(body, value, offset, read_version or 0, len(self._cleared))
         )
@@ -201,7 +202,7 @@ class WriteBuffer:
             raise fdb_errors.engine_error(fdb_errors.CLIENT_INVALID_OPERATION, str(exc)) from None
         checks.check_key(key)
         checks.check_value(body)
-        self._grow(len(key) + len(body))
+        self._grow(txsize.set_cost(len(key), len(value)))
         self._entries[key] = _Entry(_STAMPED_VALUE, body, offset=offset, unreadable=True)
 
     # ------------------------------------------------------------------ reads
@@ -392,12 +393,21 @@ class BufferedTransaction(kv.Transaction):
         """Apply the buffer atomically; return the versionstamp (None if read-only)."""
         raise NotImplementedError
 
+    def _conflict(self, begin: bytes, end: bytes, rows: list[tuple[bytes, bytes]] | None) -> None:
+        """A read conflict range: counted against the size limit, then noted."""
+        self.buffer.count_read(begin, end)
+        self._note_read(begin, end, rows)
+
     def _fresh(self) -> BufferedTransaction:
         """A new transaction of the same engine (the next attempt after an error)."""
         raise NotImplementedError
 
     def _cached_read_version(self) -> int | None:
         """The read version, if this transaction has taken one yet (no read is made)."""
+        raise NotImplementedError
+
+    def _size_limit(self) -> int:
+        """The engine's transaction size limit (FoundationDB's ``size_limit``)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ reads
@@ -426,7 +436,7 @@ class BufferedTransaction(kv.Transaction):
             # Only a read that reached the committed snapshot can conflict; one answered
             # by this transaction's own write cannot (as FoundationDB's RYW cache).
             base = seen[0]
-            self._note_read(key, key + b"\x00", [] if base is None else [(key, base)])
+            self._conflict(key, key + b"\x00", [] if base is None else [(key, base)])
         return value
 
     def get_range(
@@ -488,11 +498,11 @@ class BufferedTransaction(kv.Transaction):
             # No overlay: every row returned is a committed row inside [lo, hi); still a
             # copy, as the caller owns ``out``.
             seen = list(reversed(out)) if reverse else list(out)
-            self._note_read(lo, hi, seen)
+            self._conflict(lo, hi, seen)
             return out
         base_rows = sorted(consumed)  # engines compare with a forward re-read at commit
         for part_lo, part_hi in self.buffer.unknown_parts(lo, hi):
-            self._note_read(part_lo, part_hi, [r for r in base_rows if part_lo <= r[0] < part_hi])
+            self._conflict(part_lo, part_hi, [r for r in base_rows if part_lo <= r[0] < part_hi])
         return out
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
@@ -503,7 +513,7 @@ class BufferedTransaction(kv.Transaction):
             )
         # as a read would: keys this transaction fixed itself cannot conflict
         for part_begin, part_end in self.buffer.unknown_parts(begin, end):
-            self._note_read(part_begin, part_end, None)
+            self._conflict(part_begin, part_end, None)
 
     # ------------------------------------------------------------ writes
 
@@ -555,6 +565,11 @@ class BufferedTransaction(kv.Transaction):
         try:
             if self._commit_error is not None:
                 raise self._commit_error
+            if self.buffer.has_writes() and self.buffer.size > self._size_limit():
+                raise fdb_errors.engine_error(
+                    fdb_errors.TRANSACTION_TOO_LARGE,
+                    f"transaction of {self.buffer.size} bytes > {self._size_limit()}",
+                )
             stamp = self._commit()
         except Exception as exc:
             self._future.resolve(None, exc)

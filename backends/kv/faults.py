@@ -7,11 +7,18 @@ may crash the "process" there. Faults are either scripted ("fail the 3rd
 commit with 1021, applied") or drawn from a seeded generator, so the same seed always
 injects the same faults at the same places.
 
-Commit faults follow FoundationDB:
+Commit faults follow FoundationDB, and are never kinder than it:
 
 * 1020 ``not_committed`` and 1007 ``transaction_too_old``: nothing was applied.
-* 1021 ``commit_unknown_result``: the commit may or may not have been applied; the
-  injector decides which (``applied``), and the caller cannot tell.
+* 1021 ``commit_unknown_result`` (and 1039, and 1031 ``transaction_timed_out`` raised by a
+  commit): the commit may or may not have been applied; the injector decides which
+  (``applied``), and the caller cannot tell.
+* Other clients commit between an attempt and its retry: an ``interleave`` callback (a
+  competing writer on the inner engine) runs after the faulted attempt, before the error
+  reaches the retry loop.
+
+Read faults: reads (``get``, ``get_range``) fail with 1007, 1009 or 1037 as FoundationDB's
+do when a storage server lags or a transaction ages.
 
 A crash raises :class:`SimulatedCrash`, a ``BaseException`` so that no ``except Exception``
 in the code under test swallows it and no retry loop retries it: the "process" is gone.
@@ -22,7 +29,9 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from persistence import fdb_errors, kv
 from persistence.errors import EngineError
@@ -36,12 +45,27 @@ class SimulatedCrash(BaseException):
         self.point = point
 
 
+MAYBE_APPLIED: Final = fdb_errors.MAYBE_COMMITTED | {fdb_errors.TRANSACTION_TIMED_OUT}
+"""Commit errors after which the commit may have been applied."""
+
+READ_CODES: Final = (
+    fdb_errors.TRANSACTION_TOO_OLD,
+    fdb_errors.FUTURE_VERSION,
+    fdb_errors.PROCESS_BEHIND,
+)
+
+Interleave = Callable[[], object]
+"""Another client's work, committed between an attempt and its retry."""
+
+
 @dataclass(frozen=True, slots=True)
 class CommitFault:
-    """One injected commit failure."""
+    """One injected commit outcome: an error ``code`` (``None``: the commit succeeds), whether
+    the commit was applied anyway, and a competing writer to run before the caller learns."""
 
-    code: int
+    code: int | None
     applied: bool = False
+    interleave: Interleave | None = None
 
 
 @dataclass
@@ -62,28 +86,71 @@ class FaultInjector:
     )
     unknown_result_applied_rate: float = 0.5
     crash_rate: float = 0.0
+    read_fault_rate: float = 0.0
+    read_codes: tuple[int, ...] = READ_CODES
+    interleave: Interleave | None = None
+    """With random faults: run after every faulted commit (a competing writer)."""
     log: list[tuple[str, object]] = field(default_factory=list)
     points: Counter[str] = field(default_factory=Counter)
     commits: int = 0
+    reads: int = 0
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
         self._scripted_commits: dict[int, CommitFault] = {}
+        self._scripted_reads: dict[int, int] = {}
         self._scripted_crashes: dict[tuple[str, int], bool] = {}
         self._lock = threading.Lock()
 
-    def fail_commit(self, index: int, code: int, *, applied: bool = False) -> None:
-        """Fail the ``index``-th commit (1-based, counted from now on) with ``code``."""
-        if applied and code not in fdb_errors.MAYBE_COMMITTED:
-            raise ValueError(f"only commit_unknown_result may have applied, not {code}")
-        self._scripted_commits[self.commits + index] = CommitFault(code, applied)
+    def fail_commit(
+        self,
+        index: int,
+        code: int,
+        *,
+        applied: bool = False,
+        interleave: Interleave | None = None,
+    ) -> None:
+        """Fail the ``index``-th writing commit (1-based, counted from now on) with
+        ``code``; with ``interleave``, another client commits before the error reaches the
+        caller."""
+        if applied and code not in MAYBE_APPLIED:
+            raise ValueError(f"a commit failing with {code} is never applied")
+        self._scripted_commits[self.commits + index] = CommitFault(code, applied, interleave)
+
+    def after_commit(self, index: int, interleave: Interleave) -> None:
+        """Let the ``index``-th commit succeed, then run ``interleave`` before it returns:
+        the fault-free twin of an applied :meth:`fail_commit` with the same competitor."""
+        self._scripted_commits[self.commits + index] = CommitFault(None, True, interleave)
+
+    def fail_read(self, index: int, code: int) -> None:
+        """Fail the ``index``-th read (1-based, counted from now on) with ``code``."""
+        self._scripted_reads[self.reads + index] = code
+
+    def next_read(self) -> int | None:
+        """The error code for the read about to happen, if any."""
+        with self._lock:
+            self.reads += 1
+            code = self._scripted_reads.pop(self.reads, None)
+            if (
+                code is None
+                and self.read_fault_rate
+                and self._random.random() < self.read_fault_rate
+            ):
+                code = self._random.choice(self.read_codes)
+            if code is not None:
+                self.log.append(("read", (self.reads, code)))
+            return code
 
     def crash_at(self, point: str, occurrence: int = 1) -> None:
         """Crash when ``point`` is reached for the ``occurrence``-th time (counted from now)."""
         self._scripted_crashes[(point, self.points[point] + occurrence)] = True
 
-    def next_commit(self) -> CommitFault | None:
-        """The fault for the commit about to happen, if any."""
+    def next_commit(self, *, writes: bool = True) -> CommitFault | None:
+        """The fault for the commit about to happen, if any. Only commits that write are
+        counted and faulted: FoundationDB commits a read-only transaction at once, without
+        a round trip, so it never fails (its reads can: :meth:`next_read`)."""
+        if not writes:
+            return None
         with self._lock:
             self.commits += 1
             fault = self._scripted_commits.pop(self.commits, None)
@@ -93,11 +160,11 @@ class FaultInjector:
                 and (self._random.random() < self.commit_fault_rate)
             ):
                 code = self._random.choice(self.codes)
-                applied = code in fdb_errors.MAYBE_COMMITTED and (
+                applied = code in MAYBE_APPLIED and (
                     self._random.random() < self.unknown_result_applied_rate
                 )
-                fault = CommitFault(code, applied)
-            if fault is not None:
+                fault = CommitFault(code, applied, self.interleave)
+            if fault is not None and fault.code is not None:
                 self.log.append(("commit", (self.commits, fault.code, fault.applied)))
             return fault
 
@@ -133,8 +200,15 @@ class FaultyTransaction(kv.Transaction):
         self._inner = inner
         self._injector = injector
         self._future: _FailedFuture | None = None
+        self._writes = False
+
+    def _read_fault(self) -> None:
+        code = self._injector.next_read()
+        if code is not None:
+            raise fdb_errors.engine_error(code, "injected read fault")
 
     def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
+        self._read_fault()
         return self._inner.get(key, snapshot=snapshot)
 
     def get_range(
@@ -146,24 +220,31 @@ class FaultyTransaction(kv.Transaction):
         reverse: bool = False,
         snapshot: bool = False,
     ) -> list[tuple[bytes, bytes]]:
+        self._read_fault()
         return self._inner.get_range(begin, end, limit=limit, reverse=reverse, snapshot=snapshot)
 
     def set(self, key: bytes, value: bytes) -> None:
+        self._writes = True
         self._inner.set(key, value)
 
     def clear(self, key: bytes) -> None:
+        self._writes = True
         self._inner.clear(key)
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
+        self._writes = True
         self._inner.clear_range(begin, end)
 
     def add(self, key: bytes, param: bytes) -> None:
+        self._writes = True
         self._inner.add(key, param)
 
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
+        self._writes = True
         self._inner.set_versionstamped_key(key, value)
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
+        self._writes = True
         self._inner.set_versionstamped_value(key, value)
 
     def get_versionstamp(self) -> kv.VersionstampFuture:
@@ -178,12 +259,16 @@ class FaultyTransaction(kv.Transaction):
         return self._inner.get_read_version()
 
     def commit(self) -> None:
-        fault = self._injector.next_commit()
+        fault = self._injector.next_commit(writes=self._writes)
         if fault is None:
             self._inner.commit()
             return
         if fault.applied:
             self._inner.commit()
+        if fault.interleave is not None:
+            fault.interleave()
+        if fault.code is None:
+            return
         error = fdb_errors.engine_error(fault.code, "injected fault")
         if self._future is not None:
             self._future.error = error
@@ -201,6 +286,8 @@ class FaultyEngine(kv.Engine):
         self.injector = injector
         self.url = inner.url
         self.retry_limit = inner.retry_limit
+        self.size_limit = inner.size_limit
+        self.max_retry_seconds = inner.max_retry_seconds
 
     def create_transaction(self) -> FaultyTransaction:
         return FaultyTransaction(self.inner.create_transaction(), self.injector)

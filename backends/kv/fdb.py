@@ -16,8 +16,9 @@ The adapter does almost nothing of its own, on purpose. What it must get right:
 * ``fdb.FDBError`` becomes :class:`~persistence.errors.EngineError` with the same code; the
   retry loop goes through the binding's own ``on_error`` (FoundationDB's classification and
   its throttling-aware backoff), and ``is_retryable`` asks ``libfdb_c``'s predicates.
-* Every transaction carries a timeout (database option), so an unreachable cluster fails
-  in seconds with 1031 instead of hanging; the timeout spans ``on_error`` retries.
+* Every transaction carries a timeout and a size limit (transaction options), so an
+  unreachable cluster fails in seconds with 1031 instead of hanging; the timeout spans
+  ``on_error`` retries.
 """
 
 from __future__ import annotations
@@ -144,11 +145,16 @@ class _Future(kv.VersionstampFuture):
 
 
 class FdbTransaction(kv.Transaction):
-    """Delegates to an ``fdb.Transaction``."""
+    """Delegates to an ``fdb.Transaction``. Options are transaction options, not database
+    ones: ``fdb.open`` hands every engine of a cluster file in a process the same
+    ``Database``, so database options set by one engine would change the others'."""
 
-    def __init__(self, fdb: Any, tr: Any) -> None:
+    def __init__(self, fdb: Any, tr: Any, timeout_ms: int, size_limit: int) -> None:
         self._fdb = fdb
         self._tr = tr
+        self._size_limit = size_limit
+        tr.options.set_timeout(timeout_ms)  # spans on_error retries (API >= 610)
+        tr.options.set_size_limit(size_limit)
 
     def _reader(self, snapshot: bool) -> Any:
         return self._tr.snapshot if snapshot else self._tr
@@ -223,6 +229,7 @@ class FdbTransaction(kv.Transaction):
     def on_error(self, error: EngineError) -> FdbTransaction:
         error_ = self._fdb.FDBError(error.code)
         _translate(self._fdb, lambda: self._tr.on_error(error_).wait())
+        self._tr.options.set_size_limit(self._size_limit)  # on_error resets it
         return self
 
 
@@ -234,19 +241,21 @@ class FdbEngine(kv.Engine):
         self.options = options or FdbOptions()
         self.url = f"fdb://{self.cluster_file or ''}"
         self.retry_limit = self.options.retry_limit
+        self.size_limit = self.options.size_limit
+        # The transaction timeout spans retries and ends them (1031) before the runner would.
+        self.max_retry_seconds = self.options.timeout_ms / 1000 + 1.0
         if self.cluster_file is not None and not os.path.isfile(self.cluster_file):
             raise NotFound(f"FoundationDB cluster file {self.cluster_file} does not exist")
         self._fdb = load_bindings(self.options.api_version, self.options.client_library)
         self._db = _translate(self._fdb, lambda: self._fdb.open(self.cluster_file))
-        _translate(self._fdb, self._set_options)
-
-    def _set_options(self) -> None:
-        db_options = self._db.options
-        db_options.set_transaction_timeout(self.options.timeout_ms)
-        db_options.set_transaction_size_limit(self.options.size_limit)
 
     def create_transaction(self) -> FdbTransaction:
-        return FdbTransaction(self._fdb, self._db.create_transaction())
+        return _translate(
+            self._fdb,
+            lambda: FdbTransaction(
+                self._fdb, self._db.create_transaction(), self.options.timeout_ms, self.size_limit
+            ),
+        )
 
     def is_retryable(self, error: EngineError) -> bool:
         return bool(self._fdb.predicates.is_retryable(self._fdb.FDBError(error.code)))

@@ -40,8 +40,14 @@ def _overlaps(a: list[tuple[bytes, bytes]], b: list[tuple[bytes, bytes]]) -> boo
 class MemoryEngine(kv.Engine):
     """FoundationDB semantics in one process's memory."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        size_limit: int = kv.MAX_TRANSACTION_SIZE,
+    ) -> None:
         self.url = "memory://"
+        self.size_limit = size_limit
         self._clock = clock
         self._lock = threading.Lock()
         self._keys: list[bytes] = []  # sorted; every key with retained history
@@ -236,6 +242,9 @@ class MemoryTransaction(BufferedTransaction):
 
     def _fresh(self) -> MemoryTransaction:
         return MemoryTransaction(self._engine)
+
+    def _size_limit(self) -> int:
+        return self._engine.size_limit
 
     def _cached_read_version(self) -> int | None:
         return self.read_version

@@ -64,8 +64,10 @@ class SqliteEngine(kv.Engine):
         synchronous: str = "FULL",
         busy_timeout: float = 60.0,
         cache_mib: int = 16,
+        size_limit: int = kv.MAX_TRANSACTION_SIZE,
     ) -> None:
         self.path = Path(path)
+        self.size_limit = size_limit
         mode = synchronous.upper()
         if mode not in SYNCHRONOUS_MODES:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
@@ -349,6 +351,9 @@ class SqliteTransaction(BufferedTransaction):
             conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", upserts)
         conn.execute("COMMIT")
         return stamp
+
+    def _size_limit(self) -> int:
+        return self._engine.size_limit
 
     def _cached_read_version(self) -> int | None:
         return self._read_version

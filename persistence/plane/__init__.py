@@ -16,13 +16,23 @@ from dataclasses import dataclass
 from typing import BinaryIO, Final, Protocol
 
 from persistence import cbor, kv
-from persistence.errors import MissingDependency, Validation
+from persistence.errors import MissingDependency, SegmentCorruption, Validation
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId, check_height
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
-from persistence.plane import effects, inbox, journal, segment_index, snapshots, worlds
+from persistence.plane import (
+    budget,
+    calls,
+    effects,
+    inbox,
+    journal,
+    segment_index,
+    snapshots,
+    worlds,
+)
+from persistence.plane.calls import Call
 from persistence.plane.cas import Cas, VerifyMode
 from persistence.plane.inbox import DrainResult, Normalizer
 from persistence.plane.snapshots import SnapshotOutcome
@@ -42,6 +52,11 @@ from persistence.records import (
 from persistence.sizes import MiB
 from persistence.telemetry import traced
 
+MAX_INLINE_BYTES: Final = kv.MAX_VALUE_SIZE - (
+    len(CasMeta(kv.MAX_VALUE_SIZE, inline_bytes=bytes(kv.MAX_VALUE_SIZE)).to_cbor())
+    - kv.MAX_VALUE_SIZE
+)
+"""The largest CAS body kept inline: its ``CasMeta`` record must fit one FoundationDB value."""
 GENESIS_STATE: Final = cbor.encode(None)
 """Default genesis snapshot bytes: a kernel hydrating from them starts empty."""
 
@@ -58,6 +73,37 @@ class PlaneConfig:
     read_page_bytes: int = 4 * MiB
     verify_reads: VerifyMode = "always"
     verify_sample_rate: float = 0.01
+    call_record_seconds: float = calls.DEFAULT_WINDOW_SECONDS
+    """How long a write call's record is kept for its own retries (``plane/calls.py``)."""
+
+    def __post_init__(self) -> None:
+        for name, low, high in (
+            ("inline_threshold", 0, MAX_INLINE_BYTES),
+            ("max_entry_bytes", 1, None),
+            ("max_batch_entries", 1, None),
+            ("max_batch_bytes", 1, None),
+            ("read_page_entries", 1, None),
+            ("read_page_bytes", 1, None),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise Validation(f"PlaneConfig.{name}", f"an integer >= {low}, not {value!r}")
+            if high is not None and value > high:
+                raise Validation(
+                    f"PlaneConfig.{name}",
+                    f"{value:,} > {high:,}: an inline body and its metadata must fit one "
+                    f"FoundationDB value ({kv.MAX_VALUE_SIZE:,} bytes)",
+                )
+        if self.verify_reads not in ("always", "sampled", "never"):
+            raise Validation(
+                "PlaneConfig.verify_reads", f"always, sampled or never, not {self.verify_reads!r}"
+            )
+        if not (
+            isinstance(self.verify_sample_rate, float | int) and 0 <= self.verify_sample_rate <= 1
+        ):
+            raise Validation("PlaneConfig.verify_sample_rate", "a number from 0 to 1")
+        if not (isinstance(self.call_record_seconds, float | int) and self.call_record_seconds > 0):
+            raise Validation("PlaneConfig.call_record_seconds", "a positive number of seconds")
 
 
 class SegmentSource(Protocol):
@@ -81,7 +127,7 @@ def default_normalizer(seq: InboxSeq, item: InboxItem) -> bytes:
     return IngressJournalRecord(seq, encode_inbox_item(item)).to_cbor()
 
 
-def _batch_id() -> bytes:
+def _random_key() -> bytes:
     return os.urandom(16)
 
 
@@ -102,6 +148,8 @@ class Plane:
         self.segments = segments
         self.hooks = hooks
         self.config = config or PlaneConfig()
+        self.budget = budget.budget(engine)
+        """Bytes one transaction of this plane may count (``plane/budget.py``)."""
         self.cas = Cas(
             engine,
             objects,
@@ -109,8 +157,13 @@ class Plane:
             verify=self.config.verify_reads,
             sample_rate=self.config.verify_sample_rate,
             hooks=hooks,
+            budget=self.budget,
         )
         worlds.ensure_layout(engine)
+
+    def _call(self) -> Call:
+        """A new write call: its id is drawn here, outside the retry loop."""
+        return Call.new(self.config.call_record_seconds)
 
     # ------------------------------------------------------------------ CAS (Protocol A)
 
@@ -215,9 +268,15 @@ class Plane:
         """Append at ``expected_head``; return the first new height (``HeadAdvanced`` if moved)."""
         check_height(expected_head, "expected_head")
         self._check_entries(entries, "entries")
-        first = journal.append_batch(
-            self.engine, WorldKeys(universe, world), expected_head, list(entries), _batch_id()
+        keys = WorldKeys(universe, world)
+        batch = list(entries)
+        budget.check(
+            budget.append_cost(keys, expected_head + 1, batch),
+            self.budget,
+            "entries",
+            f"appending {len(batch):,} entries ({sum(map(len, batch)):,} bytes)",
         )
+        first = journal.append_batch(self.engine, keys, expected_head, batch, self._call())
         self.hooks.reached("journal.after_append")
         return first
 
@@ -238,16 +297,19 @@ class Plane:
         out: list[tuple[int, bytes]] = []
         while len(out) < limit:
             first = from_inclusive + len(out)
-            want = limit - len(out)
-            page = journal.read_entries(
-                self.engine, keys, first, min(self.config.read_page_entries, want)
-            )
+            want = min(self.config.read_page_entries, limit - len(out))
+            page = journal.read_entries(self.engine, keys, first, want, self.config.read_page_bytes)
             if page.segment is not None:
                 last = min(page.segment.end, page.head, first + want - 1)
-                out.extend(self._cold(universe, world, page.segment, first, last))
+                rows = self._cold(universe, world, page.segment, first, last)
+                if [h for h, _ in rows[:1]] != [first]:  # a read must make progress
+                    raise SegmentCorruption(
+                        page.segment.object_key, 0, f"holds no entry at height {first}"
+                    )
+                out.extend(rows)
                 continue
             out.extend(page.rows)
-            if len(page.rows) < min(self.config.read_page_entries, want):
+            if not page.rows or page.rows[-1][0] >= page.head:
                 break
         return out
 
@@ -270,9 +332,13 @@ class Plane:
     def read_hot(
         self, universe: UniverseId, world: WorldId, from_inclusive: int, limit: int
     ) -> list[tuple[int, bytes]]:
-        """Entries still held in the engine, from ``from_inclusive`` (one transaction;
-        empty if a segment covers that height). Used by segment export."""
-        page = journal.read_entries(self.engine, WorldKeys(universe, world), from_inclusive, limit)
+        """Entries still held in the engine, from ``from_inclusive`` (one transaction, at
+        most ``read_page_bytes`` of them but at least one; empty if a segment covers that
+        height). Used by segment export and fsck."""
+        keys = WorldKeys(universe, world)
+        page = journal.read_entries(
+            self.engine, keys, from_inclusive, limit, self.config.read_page_bytes
+        )
         return page.rows
 
     @traced("journal.head")
@@ -329,7 +395,7 @@ class Plane:
             raise Validation("items", f"{len(items)} items > max {self.config.max_batch_entries}")
         if idempotency_keys is not None and len(idempotency_keys) != len(items):
             raise Validation("idempotency_keys", "one key per item")
-        idem = list(idempotency_keys) if idempotency_keys else [_batch_id() for _ in items]
+        idem = list(idempotency_keys) if idempotency_keys else [_random_key() for _ in items]
         for key in idem:
             if not isinstance(key, bytes) or not 1 <= len(key) <= 256:
                 raise Validation("idempotency_key", "1 to 256 bytes")
@@ -340,7 +406,23 @@ class Plane:
         ]
         if sum(len(e.item) for e in envelopes) > self.config.max_batch_bytes:
             raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")
-        pending = inbox.enqueue(self.engine, WorldKeys(universe, world), envelopes)
+        sizes = [len(e.to_cbor()) for e in envelopes]
+        for index, size in enumerate(sizes):
+            if size > kv.MAX_VALUE_SIZE:
+                raise Validation(
+                    f"items[{index}]",
+                    f"the item's inbox envelope is {size:,} bytes > {kv.MAX_VALUE_SIZE:,} "
+                    "(FoundationDB's value limit): put large payloads in the CAS and enqueue "
+                    "their hash",
+                )
+        keys = WorldKeys(universe, world)
+        budget.check(
+            budget.enqueue_cost(keys, list(zip(idem, sizes, strict=True))),
+            self.budget,
+            "items",
+            f"enqueueing {len(items):,} items",
+        )
+        pending = inbox.enqueue(self.engine, keys, envelopes)
         self.hooks.reached("inbox.after_enqueue")
         return pending.seqs(len(items))
 
@@ -370,7 +452,9 @@ class Plane:
         new_cursor: InboxSeq,
     ) -> None:
         """Compare-and-swap the cursor forward."""
-        inbox.commit_cursor(self.engine, WorldKeys(universe, world), old_cursor, new_cursor)
+        inbox.commit_cursor(
+            self.engine, WorldKeys(universe, world), old_cursor, new_cursor, self._call()
+        )
         self.hooks.reached("inbox.after_commit_cursor")
 
     @traced("inbox.drain")
@@ -388,8 +472,9 @@ class Plane:
             raise Validation("max_items", f"between 1 and {self.config.max_batch_entries}")
         if not 1 <= max_bytes <= self.config.max_batch_bytes:
             raise Validation("max_bytes", f"between 1 and {self.config.max_batch_bytes}")
+        limits = inbox.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
         result = inbox.drain(
-            self.engine, WorldKeys(universe, world), max_items, max_bytes, normalize, _batch_id()
+            self.engine, WorldKeys(universe, world), limits, normalize, self._call()
         )
         self.hooks.reached("inbox.after_drain")
         return result
@@ -419,7 +504,7 @@ class Plane:
             snapshot_ref, height, logical_time_ns, manifest_hash, receipt_horizon_height
         )
         outcome = snapshots.commit_snapshot(
-            self.engine, WorldKeys(universe, world), record, promote_baseline, _batch_id()
+            self.engine, WorldKeys(universe, world), record, promote_baseline, self._call()
         )
         self.hooks.reached("snapshot.after_commit")
         return record, outcome
@@ -428,7 +513,7 @@ class Plane:
     def index_snapshot(self, universe: UniverseId, world: WorldId, record: SnapshotRecord) -> None:
         """Index an already stored snapshot (no promotion)."""
         snapshots.commit_snapshot(
-            self.engine, WorldKeys(universe, world), record, False, _batch_id()
+            self.engine, WorldKeys(universe, world), record, False, self._call()
         )
 
     @traced("baseline.read")
@@ -442,7 +527,7 @@ class Plane:
         self, universe: UniverseId, world: WorldId, record: SnapshotRecord
     ) -> None:
         """Promote an indexed snapshot (fence and non-regression checked)."""
-        snapshots.promote_baseline(self.engine, WorldKeys(universe, world), record, _batch_id())
+        snapshots.promote_baseline(self.engine, WorldKeys(universe, world), record, self._call())
 
     @traced("snapshot.list")
     def list_snapshots(self, universe: UniverseId, world: WorldId) -> list[SnapshotRecord]:
@@ -475,7 +560,9 @@ class Plane:
     @traced("effects.claim")
     def claim_effect(self, universe: UniverseId, seq: InboxSeq, worker: str) -> EffectInFlightItem:
         """Move a pending effect to in-flight for ``worker`` (repeatable by the same worker)."""
-        return effects.claim(self.engine, UniverseKeys(universe), seq, worker, time.time_ns())
+        return effects.claim(
+            self.engine, UniverseKeys(universe), seq, worker, time.time_ns(), self._call()
+        )
 
     @traced("effects.complete")
     def complete_effect(self, universe: UniverseId, seq: InboxSeq, intent: Hash) -> None:

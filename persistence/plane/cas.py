@@ -20,7 +20,7 @@ import random
 import tempfile
 from typing import BinaryIO, Final, Literal
 
-from persistence import kv
+from persistence import kv, txsize
 from persistence.errors import CasBodyHashMismatch, CasBodyMissing, NotFound, Validation
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import Hash, UniverseId
@@ -30,6 +30,9 @@ from persistence.objects import COPY_CHUNK, HashingReader, ObjectStore
 from persistence.records import CasMeta, decode_record
 
 VerifyMode = Literal["always", "sampled", "never"]
+
+META_OVERHEAD: Final = 32
+"""An upper bound on what a ``CasMeta`` record adds to an inline body (CBOR map, size)."""
 SPOOL_IN_MEMORY: Final = 8 * 1024 * 1024
 """Streamed bodies up to this size are spooled in memory, larger ones in a temporary file."""
 
@@ -95,6 +98,7 @@ class Cas:
         verify: VerifyMode = "always",
         sample_rate: float = 0.01,
         hooks: StepHooks = NO_HOOKS,
+        budget: int = kv.MAX_TRANSACTION_SIZE,
     ) -> None:
         self.engine = engine
         self.objects = objects
@@ -102,6 +106,16 @@ class Cas:
         self.inline_threshold = inline_threshold
         self.verify = verify
         self.sample_rate = sample_rate
+        self.budget = budget
+
+    def _inline(self, keys: UniverseKeys, hash: Hash, size: int) -> bool:
+        """Whether a body of ``size`` bytes is kept in its metadata: at most the inline
+        threshold, and its metadata write within the transaction budget."""
+        if size > self.inline_threshold:
+            return False
+        key = len(keys.cas_meta(hash))
+        cost = txsize.get_cost(key) + txsize.set_cost(key, size + META_OVERHEAD)
+        return cost <= self.budget
 
     def put(self, universe: UniverseId, data: bytes, expected: Hash | None = None) -> Hash:
         """Store ``data``; return its sha256. Idempotent."""
@@ -112,7 +126,7 @@ class Cas:
         keys = UniverseKeys(universe)
         if read_meta(self.engine, keys, hash) is not None:
             return hash
-        if len(data) <= self.inline_threshold:
+        if self._inline(keys, hash, len(data)):
             meta = CasMeta(size=len(data), inline_bytes=data)
         else:
             meta = self._put_body(universe, hash, data, len(data))
@@ -137,7 +151,7 @@ class Cas:
             if read_meta(self.engine, keys, hash) is not None:
                 return hash
             spool.seek(0)
-            if reader.size <= self.inline_threshold:
+            if self._inline(keys, hash, reader.size):
                 meta = CasMeta(size=reader.size, inline_bytes=spool.read())
             else:
                 meta = self._put_body(universe, hash, spool, reader.size)  # type: ignore[arg-type]

@@ -13,7 +13,10 @@ from persistence import kv
 from persistence.errors import NotFound
 from persistence.ids import Hash, InboxSeq
 from persistence.keyspace import UniverseKeys, seq_in_key
+from persistence.plane import calls
+from persistence.plane.calls import Call
 from persistence.records import (
+    CallRecord,
     EffectDispatchItem,
     EffectInFlightItem,
     TimerDueItem,
@@ -82,18 +85,31 @@ def list_inflight(
 
 @kv.transactional
 def claim(
-    tr: kv.Transaction, keys: UniverseKeys, seq: InboxSeq, worker: str, now_ns: int
+    tr: kv.Transaction, keys: UniverseKeys, seq: InboxSeq, worker: str, now_ns: int, call: Call
 ) -> EffectInFlightItem:
-    """Move a pending effect to in-flight for ``worker``; repeating the claim is a no-op."""
-    raw = tr.get(keys.effect(PENDING, seq))
+    """Move a pending effect to in-flight for ``worker``; repeating the claim is a no-op.
+
+    The pending and in-flight entries are read at snapshot isolation (a dispatch still in
+    flight may write a versionstamped key anywhere after its read version: it must not abort
+    the claim); the conflict that matters -- two claims, or a claim and a completion, of
+    one effect -- is on the effect's intent index entry, which both read and write. A retry
+    whose earlier attempt committed returns the item it claimed (its call record)."""
+    done = calls.replayed(tr, keys, call)
+    if done is not None and done.value is not None:
+        return decode_record(EffectInFlightItem, done.value, "claimed effect")
+    raw = tr.get(keys.effect(PENDING, seq), snapshot=True)
     if raw is None:
-        current = tr.get(keys.effect(INFLIGHT, seq))
+        current = tr.get(keys.effect(INFLIGHT, seq), snapshot=True)
         if current is not None:
             item = decode_record(EffectInFlightItem, current, "in-flight effect")
             if item.claimed_by == worker:
                 return item
         raise NotFound(f"no pending effect with sequence {seq}")
     pending = decode_record(EffectDispatchItem, raw, "pending effect")
+    intent_key = keys.effect_by_intent(pending.intent_hash)
+    index = tr.get(intent_key)
+    if index is None or index != seq.raw:
+        raise NotFound(f"no pending effect with sequence {seq}")  # completed meanwhile
     inflight = EffectInFlightItem(
         pending.world,
         pending.intent_hash,
@@ -102,8 +118,10 @@ def claim(
         worker,
         now_ns,
     )
+    tr.set(intent_key, index)  # the claim's write conflict: a second claim of it aborts
     tr.clear(keys.effect(PENDING, seq))
     tr.set(keys.effect(INFLIGHT, seq), inflight.to_cbor())
+    calls.record(tr, keys, call, CallRecord("claim_effect", value=inflight.to_cbor()))
     return inflight
 
 

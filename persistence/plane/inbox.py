@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from persistence import kv
 from persistence.errors import CorruptRecord, CursorAdvanced, Validation, WorldNotFound
 from persistence.ids import InboxSeq
 from persistence.keyspace import WorldKeys, seq_in_key
+from persistence.plane import budget, calls
+from persistence.plane.calls import Call
 from persistence.plane.journal import append_at, read_head
 from persistence.records import (
+    CallRecord,
     InboxCursor,
     InboxEnvelope,
     InboxItem,
@@ -105,11 +109,18 @@ def read_cursor(tr: kv.Transaction, keys: WorldKeys) -> InboxCursor | None:
 
 
 @kv.transactional
-def commit_cursor(tr: kv.Transaction, keys: WorldKeys, old: InboxSeq | None, new: InboxSeq) -> None:
-    """Compare-and-swap the cursor forward; a repeat of a swap that committed succeeds."""
+def commit_cursor(
+    tr: kv.Transaction, keys: WorldKeys, old: InboxSeq | None, new: InboxSeq, call: Call
+) -> None:
+    """Compare-and-swap the cursor from ``old`` to ``new`` (forward only). A retry whose
+    earlier attempt committed succeeds, however far other drains moved the cursor since."""
     if old is not None and new <= old:
         raise Validation("new_cursor", f"cursor may only move forward: {new} <= {old}")
-    read_head(tr, keys)
+    if calls.replayed(tr, keys, call) is not None:
+        return
+    # The world's meta never changes: a snapshot read, so appends do not abort the swap.
+    if tr.get(keys.meta(), snapshot=True) is None:
+        raise WorldNotFound(keys.universe, keys.world)
     current = read_cursor(tr, keys)
     current_seq = None if current is None else current.seq
     if current_seq == new:
@@ -118,9 +129,12 @@ def commit_cursor(tr: kv.Transaction, keys: WorldKeys, old: InboxSeq | None, new
         raise CursorAdvanced(
             None if old is None else str(old), None if current_seq is None else str(current_seq)
         )
-    if tr.get(keys.inbox_item(new)) is None:
+    # Items are immutable while above the cursor: a snapshot read, so in-flight enqueues
+    # (whose versionstamped keys could land anywhere after their read version) do not abort.
+    if tr.get(keys.inbox_item(new), snapshot=True) is None:
         raise Validation("new_cursor", f"no inbox item has sequence {new}")
     tr.set(keys.inbox_cursor(), InboxCursor(new).to_cbor())
+    calls.record(tr, keys, call, CallRecord("commit_cursor", seq=new))
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,42 +147,114 @@ class DrainResult:
     cursor: InboxSeq | None
 
 
+DRAIN_PAGE: Final = 64
+"""Items read per range read of a drain, so a drain reads about ``max_bytes``, not
+``max_items`` whole items."""
+
+
+@dataclass(frozen=True, slots=True)
+class DrainLimits:
+    """How much one drain may take: ``max_items`` items of at most ``max_bytes`` of envelopes
+    (at least one item), normalized entries of at most ``max_entry_bytes``, and a transaction
+    counting at most ``budget`` bytes (``plane/budget.py``)."""
+
+    max_items: int
+    max_bytes: int
+    max_entry_bytes: int
+    budget: int
+
+
 @kv.transactional
 def drain(
     tr: kv.Transaction,
     keys: WorldKeys,
-    max_items: int,
-    max_bytes: int,
+    limits: DrainLimits,
     normalize: Normalizer,
-    drain_id: bytes,
+    call: Call,
 ) -> DrainResult:
-    """Protocol D in one transaction: read cursor and head, read items after the cursor,
-    normalize them, append at the head, advance the cursor to the last drained item.
+    """Protocol D in one transaction: read cursor and head, read items after the cursor
+    (within ``limits``), normalize them, append at the head, advance the cursor to the last
+    drained item. If the entries would make the transaction count more than the budget,
+    fewer items are drained; an entry that alone does not fit, or is longer than
+    ``max_entry_bytes``, is ``Validation`` naming the normalizer (nothing is written).
 
-    Items are read at snapshot isolation and then a read conflict is declared over exactly
-    the drained keys: concurrent enqueues (which sort after them) do not abort the drain,
-    while a concurrent drain or append does (through the cursor and head reads)."""
+    Conflicts are the ones the protocol needs: the cursor and the head are read with a
+    conflict (another drain, a cursor commit or an append aborts this drain), the items at
+    snapshot isolation -- they are immutable, and every item committed after this drain's
+    read version sorts after them, so concurrent enqueues never abort a drain. A retry whose
+    earlier attempt committed returns that attempt's result (its call record)."""
+    done = calls.replayed(tr, keys, call)
+    if done is not None:
+        return DrainResult(_required(done.first_height), _required(done.count), done.seq)
     cursor = read_cursor(tr, keys)
-    if cursor is not None and cursor.drain_id == drain_id:
-        if cursor.drain_first is None or cursor.drain_count is None:
-            raise CorruptRecord("inbox cursor", "a drain id without its first height and count")
-        return DrainResult(cursor.drain_first, cursor.drain_count, cursor.seq)
     head = read_head(tr, keys)
     after = None if cursor is None else cursor.seq
-    rows = tr.get_range(*keys.inbox_after(after), limit=max_items, snapshot=True)
-    taken: list[tuple[bytes, InboxSeq, InboxItem]] = []
-    size = 0
-    for key, value in rows:
-        size += len(value)
-        if taken and size > max_bytes:
-            break
-        envelope = decode_record(InboxEnvelope, value, "inbox entry")
-        taken.append((key, _seq_of(key, keys), decode_inbox_item(envelope.item)))
+    taken = _take(tr, keys, after, limits)
     if not taken:
         return DrainResult(head.height + 1, 0, after)
-    tr.add_read_conflict_range(taken[0][0], taken[-1][0] + b"\x00")
-    entries = [normalize(seq, item) for _, seq, item in taken]
-    first = append_at(tr, keys, head, entries, drain_id)
-    last_seq = taken[-1][1]
-    tr.set(keys.inbox_cursor(), InboxCursor(last_seq, drain_id, first, len(taken)).to_cbor())
+    first = head.height + 1
+    entries = _normalized(keys, first, taken, normalize, limits)
+    taken = taken[: len(entries)]
+    append_at(tr, keys, head, entries)
+    last_seq = taken[-1][0]
+    tr.set(keys.inbox_cursor(), InboxCursor(last_seq).to_cbor())
+    calls.record(
+        tr, keys, call, CallRecord("drain", first_height=first, count=len(taken), seq=last_seq)
+    )
     return DrainResult(first, len(taken), last_seq)
+
+
+def _take(
+    tr: kv.Transaction, keys: WorldKeys, after: InboxSeq | None, limits: DrainLimits
+) -> list[tuple[InboxSeq, InboxItem]]:
+    """The items after ``after`` within the item and byte limits (snapshot reads)."""
+    taken: list[tuple[InboxSeq, InboxItem]] = []
+    size = 0
+    begin, end = keys.inbox_after(after)
+    while len(taken) < limits.max_items and size < limits.max_bytes:
+        page = min(DRAIN_PAGE, limits.max_items - len(taken))
+        rows = tr.get_range(begin, end, limit=page, snapshot=True)
+        for key, value in rows:
+            if taken and size + len(value) > limits.max_bytes:
+                return taken
+            size += len(value)
+            envelope = decode_record(InboxEnvelope, value, "inbox entry")
+            taken.append((_seq_of(key, keys), decode_inbox_item(envelope.item)))
+        if len(rows) < page:
+            break
+        begin = rows[-1][0] + b"\x00"
+    return taken
+
+
+def _normalized(
+    keys: WorldKeys,
+    first: int,
+    taken: list[tuple[InboxSeq, InboxItem]],
+    normalize: Normalizer,
+    limits: DrainLimits,
+) -> list[bytes]:
+    """The journal entries of the longest prefix of ``taken`` that fits the budget."""
+    fixed = budget.drain_cost(keys, first, [])
+    entries: list[bytes] = []
+    for seq, item in taken:
+        entry = normalize(seq, item)
+        if not isinstance(entry, bytes) or len(entry) > limits.max_entry_bytes:
+            what = type(entry).__name__ if not isinstance(entry, bytes) else f"{len(entry):,} bytes"
+            raise Validation(
+                "normalize",
+                f"the journal entry of item {seq} is {what}: entries are bytes of at most "
+                f"{limits.max_entry_bytes:,}",
+            )
+        fixed += budget.entries_cost(keys, first + len(entries), [entry])
+        if fixed > limits.budget:
+            if not entries:
+                budget.check(fixed, limits.budget, "normalize", f"the journal entry of item {seq}")
+            break
+        entries.append(entry)
+    return entries
+
+
+def _required(value: int | None) -> int:
+    if value is None:
+        raise CorruptRecord("call record", "a drain record without its first height and count")
+    return value

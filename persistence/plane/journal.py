@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from persistence import fdbtuple, kv
-from persistence.errors import HeadAdvanced, MissingJournalEntry, WorldNotFound
+from persistence.errors import (
+    CorruptRecord,
+    HeadAdvanced,
+    MissingJournalEntry,
+    SegmentIndexCorruption,
+    WorldNotFound,
+)
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
-from persistence.plane import segment_index
-from persistence.records import JournalHead, SegmentIndexRecord, decode_record
+from persistence.plane import calls, segment_index
+from persistence.plane.calls import Call
+from persistence.records import CallRecord, JournalHead, SegmentIndexRecord, decode_record
 
 
 def read_head(tr: kv.Transaction, keys: WorldKeys) -> JournalHead:
@@ -33,16 +41,12 @@ def write_entries(
 
 
 def append_at(
-    tr: kv.Transaction,
-    keys: WorldKeys,
-    head: JournalHead,
-    entries: Sequence[bytes],
-    batch_id: bytes,
+    tr: kv.Transaction, keys: WorldKeys, head: JournalHead, entries: Sequence[bytes]
 ) -> int:
     """Append after ``head`` (already read in ``tr``) and move the head; return the first height."""
     first = head.height + 1
     write_entries(tr, keys, first, entries)
-    tr.set(keys.head(), JournalHead(head.height + len(entries), batch_id, first).to_cbor())
+    tr.set(keys.head(), JournalHead(head.height + len(entries)).to_cbor())
     return first
 
 
@@ -52,21 +56,26 @@ def append_batch(
     keys: WorldKeys,
     expected_head: int,
     entries: Sequence[bytes],
-    batch_id: bytes,
+    call: Call,
 ) -> int:
-    """Protocol B. ``batch_id`` is unique per call (made outside the retry loop): if the head
-    already records this batch at ``expected_head + 1``, an earlier attempt committed and its
-    first height is returned instead of a conflict."""
+    """Protocol B: append at ``expected_head`` or raise ``HeadAdvanced``; return the first
+    height. A retry whose earlier attempt committed returns that attempt's first height
+    (from the call record), however far the head has moved since."""
+    done = calls.replayed(tr, keys, call)
+    if done is not None:
+        return _required(done.first_height, "append")
     head = read_head(tr, keys)
     if head.height != expected_head:
-        if (
-            head.batch_id == batch_id
-            and head.batch_first == expected_head + 1
-            and head.height == expected_head + len(entries)
-        ):
-            return expected_head + 1
         raise HeadAdvanced(expected_head, head.height)
-    return append_at(tr, keys, head, entries, batch_id)
+    first = append_at(tr, keys, head, entries)
+    calls.record(tr, keys, call, CallRecord("append", first_height=first, count=len(entries)))
+    return first
+
+
+def _required(value: int | None, op: str) -> int:
+    if value is None:
+        raise CorruptRecord("call record", f"an {op} record without its first height")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,43 +89,69 @@ class JournalPage:
     segment: SegmentIndexRecord | None = None
 
 
+ROWS_PER_READ: Final = 256
+"""Rows fetched per range read of the journal, so a read stops near its byte budget."""
+
+
 @kv.transactional
-def read_entries(tr: kv.Transaction, keys: WorldKeys, first: int, limit: int) -> JournalPage:
-    """The head and up to ``limit`` entries from ``first``, checked to be contiguous and
-    whole -- or the segment that covers ``first``. The segment index and the hot keys are
-    read in the same transaction: an export indexes a segment before deleting its hot keys,
-    so a reader that sees no segment sees every hot key. A missing height or chunk below
-    the head is ``MissingJournalEntry``."""
+def read_entries(
+    tr: kv.Transaction, keys: WorldKeys, first: int, limit: int, max_bytes: int = 0
+) -> JournalPage:
+    """The head and up to ``limit`` entries from ``first`` (and, with ``max_bytes``, no more
+    entries than reach that many bytes: at least one), checked to be contiguous and whole --
+    or the segment that covers ``first``. The segment index and the hot keys are read in the
+    same transaction: an export indexes a segment before deleting its hot keys, so a reader
+    that sees no segment sees every hot key. A missing height or chunk below the head is
+    ``MissingJournalEntry``; an index record that covers nothing is ``SegmentIndexCorruption``."""
     head = read_head(tr, keys).height
     if first > head or limit <= 0:
         return JournalPage(head, [])
+    last = min(head, first + limit - 1)
     covering = segment_index.read_segments(
         tr, UniverseKeys(keys.universe), keys.world, first, limit=1
     )
-    if covering and covering[0].start <= first:
-        return JournalPage(head, [], covering[0])
-    last = min(head, first + limit - 1)
-    rows = tr.get_range(*keys.entries_between(first, last))
+    if covering:
+        segment = covering[0]
+        if segment.end < first:  # its key claims an end at or past first; the record not
+            raise SegmentIndexCorruption(
+                str(keys.world), segment.end, f"read at height {first} found it"
+            )
+        if segment.start <= first:
+            return JournalPage(head, [], segment)
+        last = min(last, segment.start - 1)
     prefix = keys.entry_prefix_len()
     whole_key = keys.whole_entry_key()
     out: list[tuple[int, bytes]] = []
     expected = first
     parts: list[bytes] = []
-    for key, value in rows:
-        if not parts and key == whole_key(expected):
-            out.append((expected, value))  # fast path: the next entry, stored whole
-            expected += 1
-            continue
-        height, index, count = fdbtuple.unpack(key, prefix)
-        if not (isinstance(height, int) and isinstance(index, int) and isinstance(count, int)):
-            raise MissingJournalEntry(str(keys.world), expected)
-        if height != expected or index != len(parts):
-            raise MissingJournalEntry(str(keys.world), expected)
-        parts.append(value)
-        if index + 1 == count:
-            out.append((expected, b"".join(parts)))
-            parts = []
-            expected += 1
+    size = 0
+    begin, end = keys.entries_between(first, last)
+    while True:
+        rows = tr.get_range(begin, end, limit=ROWS_PER_READ)
+        for key, value in rows:
+            size += len(value)
+            if not parts and key == whole_key(expected):
+                out.append((expected, value))  # fast path: the next entry, stored whole
+                expected += 1
+            else:
+                height, index, count = fdbtuple.unpack(key, prefix)
+                if not (
+                    isinstance(height, int) and isinstance(index, int) and isinstance(count, int)
+                ):
+                    raise MissingJournalEntry(str(keys.world), expected)
+                if height != expected or index != len(parts):
+                    raise MissingJournalEntry(str(keys.world), expected)
+                parts.append(value)
+                if index + 1 < count:
+                    continue
+                out.append((expected, b"".join(parts)))
+                parts = []
+                expected += 1
+            if max_bytes and size >= max_bytes:
+                return JournalPage(head, out)
+        if len(rows) < ROWS_PER_READ:
+            break
+        begin = rows[-1][0] + b"\x00"
     if parts or expected != last + 1:
         raise MissingJournalEntry(str(keys.world), expected)
     return JournalPage(head, out)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from persistence import kv
-from persistence.errors import Conflict
+from persistence import fdbtuple, kv
+from persistence.errors import Conflict, SegmentIndexCorruption
 from persistence.ids import WorldId
 from persistence.keyspace import UniverseKeys
 from persistence.records import SegmentIndexRecord, decode_record
@@ -13,8 +13,17 @@ class SegmentOverlap(Conflict):
     """A segment record overlaps, or differs from, one already indexed."""
 
 
-def _decode(value: bytes) -> SegmentIndexRecord:
-    return decode_record(SegmentIndexRecord, value, "segment index record")
+def _decode(keys: UniverseKeys, world: WorldId, key: bytes, value: bytes) -> SegmentIndexRecord:
+    """The record stored under ``key``, which must be the key of its own end height."""
+    record = decode_record(SegmentIndexRecord, value, "segment index record")
+    if key != keys.segment(world, record.end):
+        end = fdbtuple.unpack(key)[-1]
+        raise SegmentIndexCorruption(
+            str(world),
+            end if isinstance(end, int) else -1,
+            f"holds the record of segment {record.start}-{record.end}",
+        )
+    return record
 
 
 def read_segments(
@@ -22,7 +31,7 @@ def read_segments(
 ) -> list[SegmentIndexRecord]:
     """Segments of ``world`` ending at or after ``from_height``, in height order."""
     rows = tr.get_range(*keys.segment_range(world, from_height), limit=limit)
-    return [_decode(value) for _, value in rows]
+    return [_decode(keys, world, key, value) for key, value in rows]
 
 
 def last_segment(
@@ -30,7 +39,7 @@ def last_segment(
 ) -> SegmentIndexRecord | None:
     """The highest segment of ``world``, if any."""
     rows = tr.get_range(*keys.segment_range(world), limit=1, reverse=True)
-    return _decode(rows[0][1]) if rows else None
+    return _decode(keys, world, *rows[0]) if rows else None
 
 
 @kv.transactional
@@ -39,9 +48,10 @@ def put_segment(
 ) -> bool:
     """Index ``record``; ``False`` if exactly this record is already indexed. A record that
     overlaps an indexed segment, or leaves a gap after the last one, is ``SegmentOverlap``."""
-    existing = tr.get(keys.segment(world, record.end))
+    key = keys.segment(world, record.end)
+    existing = tr.get(key)
     if existing is not None:
-        if _decode(existing) == record:
+        if _decode(keys, world, key, existing) == record:
             return False
         raise SegmentOverlap(f"world {world}: a different segment ends at {record.end}")
     last = last_segment(tr, keys, world)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from persistence import kv
 from persistence.errors import (
@@ -13,9 +13,12 @@ from persistence.errors import (
     Validation,
 )
 from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.plane import calls
+from persistence.plane.calls import Call
 from persistence.plane.journal import append_at, read_head
 from persistence.records import (
     BaselineSnapshotJournalRecord,
+    CallRecord,
     SnapshotJournalRecord,
     SnapshotRecord,
     decode_record,
@@ -53,27 +56,22 @@ def check_fence(record: SnapshotRecord) -> None:
 
 @kv.transactional
 def commit_snapshot(
-    tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, promote: bool, batch_id: bytes
+    tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, promote: bool, call: Call
 ) -> SnapshotOutcome:
     """Protocol E steps 2-6 (the snapshot bytes are already in CAS).
 
     Index at the height (same record again: no-op; a different one: ``SnapshotMismatch``),
     append a ``snapshot`` journal record, and if ``promote``: check the receipt-horizon
     fence and non-regression, write the baseline and append ``baseline_snapshot``.
-    All in one transaction, so index, baseline and journal never disagree.
-
-    ``batch_id`` is unique per call (drawn outside the retry loop) and stored as the
-    ``commit_id`` of what the call writes (index entry, baseline). A retry whose earlier
-    attempt committed (``commit_unknown_result``) finds it there and reports what that
-    attempt did, instead of "nothing changed"."""
+    All in one transaction, so index, baseline and journal never disagree. A retry whose
+    earlier attempt committed reports what that attempt did (its call record)."""
     if promote:
         check_fence(record)
+    done = calls.replayed(tr, keys, call)
+    if done is not None:
+        return SnapshotOutcome(bool(done.indexed), bool(done.promoted))
     head = read_head(tr, keys)
     existing = read_snapshot(tr, keys, record.height)
-    if existing is not None and existing == record and existing.commit_id == batch_id:
-        # This call's earlier attempt indexed it and, in the same transaction, promoted it
-        # if asked: a baseline is always indexed, so it was not the baseline before.
-        return SnapshotOutcome(True, promote)
     if record.height > head.height:
         raise Validation(
             "snapshot.height", f"{record.height} is above the journal head {head.height}"
@@ -85,55 +83,51 @@ def commit_snapshot(
     entries: list[bytes] = []
     indexed = existing is None
     if existing is None:
-        tr.set(keys.snapshot(record.height), replace(record, commit_id=batch_id).to_cbor())
+        tr.set(keys.snapshot(record.height), record.to_cbor())
         entries.append(SnapshotJournalRecord.of(record).to_cbor())
     elif existing != record:
         raise SnapshotMismatch(record.height, str(existing.snapshot_ref), str(record.snapshot_ref))
-    promoted = False
-    if promote:
-        promoted = _promote(tr, keys, record, entries, batch_id)
+    promoted = promote and _promote(tr, keys, record, entries)
     if entries:
-        append_at(tr, keys, head, entries, batch_id)
+        append_at(tr, keys, head, entries)
+        calls.record(tr, keys, call, CallRecord("snapshot", indexed=indexed, promoted=promoted))
     return SnapshotOutcome(indexed, promoted)
 
 
 def _promote(
-    tr: kv.Transaction,
-    keys: WorldKeys,
-    record: SnapshotRecord,
-    entries: list[bytes],
-    batch_id: bytes,
+    tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, entries: list[bytes]
 ) -> bool:
-    """Make ``record`` the baseline; whether this call (``batch_id``) did. A retry after an
-    applied commit finds ``record`` already active with its own ``commit_id``: promoted.
-    (If another promotion moved the baseline on between the attempts, the retry reports
-    ``BaselineRegression``, as a retried append reports ``HeadAdvanced`` once the head has
-    moved past its batch.)"""
+    """Make ``record`` the baseline; ``False`` if it already was."""
     baseline = read_baseline(tr, keys)
     if baseline == record:
-        return baseline.commit_id == batch_id
+        return False
     if baseline.height > record.height:
         raise BaselineRegression(baseline.height, record.height)
     if baseline.height == record.height:
         raise SnapshotMismatch(record.height, str(baseline.snapshot_ref), str(record.snapshot_ref))
-    tr.set(keys.baseline(), replace(record, commit_id=batch_id).to_cbor())
+    tr.set(keys.baseline(), record.to_cbor())
     entries.append(BaselineSnapshotJournalRecord.of(record).to_cbor())
     return True
 
 
 @kv.transactional
 def promote_baseline(
-    tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, batch_id: bytes
+    tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, call: Call
 ) -> bool:
     """Promote an already indexed snapshot; ``False`` if it already was the baseline before
-    this call (``batch_id``, recognised on retry as in :func:`commit_snapshot`)."""
+    this call. A retry whose earlier attempt committed reports that attempt's promotion,
+    even if a newer baseline has been promoted since."""
     check_fence(record)
+    done = calls.replayed(tr, keys, call)
+    if done is not None:
+        return bool(done.promoted)
     if read_snapshot(tr, keys, record.height) != record:
         raise NotFound(f"snapshot {record.snapshot_ref} is not indexed at height {record.height}")
     entries: list[bytes] = []
-    promoted = _promote(tr, keys, record, entries, batch_id)
+    promoted = _promote(tr, keys, record, entries)
     if entries:
-        append_at(tr, keys, read_head(tr, keys), entries, batch_id)
+        append_at(tr, keys, read_head(tr, keys), entries)
+        calls.record(tr, keys, call, CallRecord("promote", promoted=True))
     return promoted
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
+from typing import Final
 
 from persistence import kv
 from persistence.errors import StoreFormatError, WorldExists, WorldNotFound
@@ -28,7 +30,7 @@ from persistence.records import (
 
 @kv.transactional
 def ensure_layout(tr: kv.Transaction) -> int:
-    """Record the layout version in a new store; refuse a store with a newer one."""
+    """Record the layout version in a new store; refuse a store with another one."""
     raw = tr.get(LAYOUT_KEY)
     if raw is None:
         tr.set(LAYOUT_KEY, LayoutRecord(LAYOUT_VERSION).to_cbor())
@@ -38,6 +40,11 @@ def ensure_layout(tr: kv.Transaction) -> int:
         raise StoreFormatError(
             f"store keyspace layout {version} is newer than this software supports "
             f"({LAYOUT_VERSION}); upgrade aos-persistence"
+        )
+    if version < LAYOUT_VERSION:
+        raise StoreFormatError(
+            f"store keyspace layout {version} was written by a development version of "
+            f"aos-persistence; this one reads layout {LAYOUT_VERSION} only (no migration)"
         )
     return version
 
@@ -72,6 +79,10 @@ def create_world(
     return True
 
 
+SCAN_SECONDS: Final = 1.0
+"""How long one transaction of a skip scan reads."""
+
+
 def _id_at(key: bytes, position: int) -> uuid.UUID:
     element = unpack(key)[position]
     if not isinstance(element, uuid.UUID):
@@ -88,9 +99,12 @@ def _skip_scan(
     limit: int,
 ) -> list[uuid.UUID]:
     """Up to ``limit`` distinct ids at tuple ``position`` of the keys in ``begin..end``: one
-    single-key snapshot read per id, then a jump to ``past(id)``, the end of its range."""
+    single-key snapshot read per id, then a jump to ``past(id)``, the end of its range. The
+    scan also stops after :data:`SCAN_SECONDS` (with at least one id), far inside
+    FoundationDB's five seconds; the caller goes on from the last id in a new transaction."""
     found: list[uuid.UUID] = []
-    while len(found) < limit:
+    deadline = time.monotonic() + SCAN_SECONDS
+    while len(found) < limit and not (found and time.monotonic() > deadline):
         rows = tr.get_range(begin, end, limit=1, snapshot=True)
         if not rows:
             break

@@ -162,9 +162,7 @@ def test_metadata_commit_failure_leaves_an_orphan_that_a_retry_adopts(objects: O
     injector = FaultInjector()
     plane = open_plane(FaultyEngine(MemoryEngine(), injector), objects, hooks=injector)
     u = UniverseId.new()
-    injector.fail_commit(
-        2, fdb_errors.IO_ERROR
-    )  # commit 1 is the metadata lookup, 2 the metadata write
+    injector.fail_commit(1, fdb_errors.IO_ERROR)  # the metadata write (the lookup reads only)
     with pytest.raises(EngineError) as err:
         plane.put_verified(u, BIG)
     assert err.value.code == fdb_errors.IO_ERROR

@@ -88,6 +88,8 @@ STATES = [GENESIS_STATE, b"state-a", b"state-b", b"S" * 20_000]
 UNKNOWN = Hash.of(b"never stored anywhere")
 ZERO_SEQ = InboxSeq(b"\x00" * 12)
 """Sorts before every real sequence (commit versions start at 1): the model's BEFORE_ALL."""
+COMPETITOR_ENTRY = b"another client"
+"""What the competing client appends between a faulted attempt and its retry."""
 FAULT_RATE = 0.2
 FAULT_CODES = (
     fdb_errors.NOT_COMMITTED,
@@ -196,9 +198,53 @@ class PlaneMachine(RuleBasedStateMachine):
         """The model label of a real sequence's text form (as the plane puts it in errors)."""
         return None if text is None else self.labels.get(text, f"?{text}")
 
-    def lockstep(self, real: Callable[[], R], model: Callable[[], M]) -> tuple[R, M] | None:
+    def compete(self, pair: Pair) -> Callable[[], None]:
+        """Another client appending one entry to ``pair``'s journal (on the real store, fault
+        free), noting whether the faulted attempt it follows had applied."""
+
+        def append_between() -> None:
+            assert self.injector is not None
+            applied = bool(self.injector.log[-1][1][2])  # type: ignore[index]
+            u, w = pair
+            if not self.model.world_exists(u, w):
+                self.between.append((applied, False))
+                return
+            self.observer.append_batch(u, w, self.observer.head(u, w), [COMPETITOR_ENTRY])
+            self.between.append((applied, True))
+            event("1021 with another client's append before the retry")
+
+        return append_between
+
+    def lockstep(
+        self, real: Callable[[], R], model: Callable[[], M], between: Pair | None = None
+    ) -> tuple[R, M] | None:
         """Run one operation on both sides. If the model raises, the plane must raise the
-        same error (returns ``None``); otherwise both results are returned for comparison."""
+        same error (returns ``None``); otherwise both results are returned for comparison.
+
+        ``between``: on the faulty engine, every injected commit fault also lets another
+        client append to that world's journal before the retry (the operation must be a
+        single-transaction call). The model then applies those appends before the call if
+        the faulted attempt had not applied, after it if it had: the call took effect at the
+        first attempt that applied, and must report exactly that."""
+        if between is not None and self.injector is not None:
+            self.between: list[tuple[bool, bool]] = []
+            self.injector.interleave = self.compete(between)
+            try:
+                actual, actual_error = _attempt(real)
+            finally:
+                self.injector.interleave = None
+            effect_at = next((i for i, (applied, _) in enumerate(self.between) if applied), None)
+            if effect_at is None:
+                effect_at = len(self.between)
+            u, w = between
+            for _, appended in self.between[:effect_at]:
+                if appended:
+                    self.model.append_batch(u, w, self.model.head(u, w), [COMPETITOR_ENTRY])
+            expected, expected_error = _attempt(model)
+            for _, appended in self.between[effect_at:]:
+                if appended:
+                    self.model.append_batch(u, w, self.model.head(u, w), [COMPETITOR_ENTRY])
+            return self._compare(actual, actual_error, expected, expected_error)
         expected, expected_error = _attempt(model)
         before = len(self.injector.log) if self.injector is not None else 0
         actual, actual_error = _attempt(real)
@@ -214,6 +260,15 @@ class PlaneMachine(RuleBasedStateMachine):
                 for kind, info in faults
             ):
                 event("1021 applied, then retried")
+        return self._compare(actual, actual_error, expected, expected_error)
+
+    def _compare(
+        self,
+        actual: R | None,
+        actual_error: PersistError | None,
+        expected: M | None,
+        expected_error: PersistError | None,
+    ) -> tuple[R, M] | None:
         if expected_error is not None:
             assert actual_error is not None, (
                 f"plane returned {actual!r}, model raised {expected_error!r}"
@@ -378,6 +433,7 @@ class PlaneMachine(RuleBasedStateMachine):
         both = self.lockstep(
             lambda: self.plane.append_batch(u, w, expected_head, entries),
             lambda: self.model.append_batch(u, w, expected_head, entries),
+            between=pair,
         )
         if both is not None:
             assert both[0] == both[1]
@@ -484,6 +540,7 @@ class PlaneMachine(RuleBasedStateMachine):
         both = self.lockstep(
             lambda: self.plane.commit_cursor(u, w, old, new),
             lambda: self.model.commit_cursor(u, w, old_ref, new_ref),
+            between=pair,
         )
         if both is not None:
             assert both == (None, None)
@@ -525,6 +582,7 @@ class PlaneMachine(RuleBasedStateMachine):
         both = self.lockstep(
             lambda: self.plane.drain_inbox_to_journal(u, w, max_items, max_bytes),
             lambda: self.model.drain_inbox_to_journal(u, w, max_items, max_bytes),
+            between=pair,
         )
         if both is not None:
             real, expected = both
@@ -669,6 +727,7 @@ class PlaneMachine(RuleBasedStateMachine):
         both = self.lockstep(
             lambda: self.plane.promote_baseline(u, w, record),
             lambda: self.model.promote_baseline(u, w, record),
+            between=pair,
         )
         if both is not None:
             assert both == (None, None)

@@ -29,6 +29,7 @@ from persistence.kv import Engine
 from persistence.plane import Plane
 from persistence.plane import inbox as inbox_protocol
 from persistence.plane import journal as journal_protocol
+from persistence.plane.calls import Call
 from persistence.plane.inbox import PendingEnqueue
 from persistence.records import InboxCursor, InboxEnvelope, encode_inbox_item
 from segments import open_plane
@@ -197,12 +198,10 @@ class NonAtomicAppendPlane(Plane):
 
     def append_batch(self, universe: Any, world: Any, expected_head: int, entries: Any) -> int:
         keys = WorldKeys(universe, world)
-        journal_protocol.append_batch(
-            self.engine, keys, expected_head, [entries[0]], os.urandom(16)
-        )
+        journal_protocol.append_batch(self.engine, keys, expected_head, [entries[0]], Call.new())
         for entry in entries[1:]:
             head = self.head(universe, world)
-            journal_protocol.append_batch(self.engine, keys, head, [entry], os.urandom(16))
+            journal_protocol.append_batch(self.engine, keys, head, [entry], Call.new())
         return expected_head + 1
 
 
@@ -226,6 +225,33 @@ def mutant(cls: type[Plane], engine: Engine | None = None) -> Plane:
     """A broken plane of class ``cls``, wired as :func:`segments.open_plane` wires one."""
     objects = MemoryObjectStore()
     return cls(engine or MemoryEngine(), objects, None, ObjectStoreSegments(objects))
+
+
+class ForgetfulAppendPlane(Plane):
+    """Broken: each attempt of an append draws a new call id, so a retry after an applied
+    commit does not find its record (as a batch id stored in the head, overwritten by the
+    next writer, would not)."""
+
+    def append_batch(self, universe: Any, world: Any, expected_head: int, entries: Any) -> int:
+        keys = WorldKeys(universe, world)
+
+        def attempt(tr: kv.Transaction) -> int:
+            return journal_protocol.append_batch(tr, keys, expected_head, list(entries), Call.new())
+
+        return kv.run(self.engine, attempt)
+
+
+def test_the_interleaving_mode_fails_an_append_that_forgets_its_call() -> None:
+    report = run_suite(
+        mutant(ForgetfulAppendPlane),
+        QUICK,
+        kv_url="mutant",
+        objects_url="mutant",
+        cases=[FAULT_CASE],
+    )
+    result = report.results[0]
+    assert result.outcome == "failed", result
+    assert "misreported outcome" in result.message and "HeadAdvanced" in result.message
 
 
 def test_the_fault_matrix_fails_a_retry_blind_enqueue() -> None:

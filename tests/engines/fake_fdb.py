@@ -38,9 +38,10 @@ strict so that misuse of that API fails here as it fails against a cluster:
 * ``persistence.errors.EngineError`` from the memory engine becomes ``FDBError`` with the
   same code and FoundationDB's description (the engine's detail is kept as a note).
 
-* ``Database.options`` takes ``set_transaction_timeout`` / ``set_transaction_retry_limit`` /
-  ``set_transaction_size_limit`` (recorded in ``Database.option_calls``). The timeout is
-  measured from the transaction's creation and is not reset by ``on_error`` (API >= 610).
+* ``Transaction.options`` takes ``set_timeout`` and ``set_size_limit`` (recorded in
+  ``Transaction.option_calls``; the size limit is recorded, not enforced). The timeout is
+  measured from the transaction's creation and is not reset by ``on_error`` (API >= 610);
+  every other option is, as in the C client.
   With ``FakeFdb.reachable = False`` every read and commit waits for that timeout and fails
   with 1031; with no timeout set it raises instead of hanging forever, naming the hang.
 * ``on_error(error)`` returns a ``FutureVoid``: for a code the library's predicate calls
@@ -440,8 +441,9 @@ class _TxState:
         self.commit_started = False
         self.poisoned = False
         self.commit: FutureVoid | None = None
-        timeout_ms = database.option_calls.get("transaction_timeout", 0)
-        self.deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms else None
+        self.created = time.monotonic()
+        self.deadline: float | None = None
+        self.options: dict[str, int] = {}
 
     def reach_cluster(self) -> None:
         """Fail as a request to an unreachable cluster does: at the timeout (1031)."""
@@ -568,6 +570,7 @@ class Transaction(TransactionRead):
     def __init__(self, state: _TxState) -> None:
         super().__init__(state, snapshot=False)
         self.snapshot = TransactionRead(state, snapshot=True)
+        self.options = _TransactionOptions(state)
 
     def set(self, key: object, value: object) -> None:
         """Write ``key``; errors are deferred to the next read or commit."""
@@ -689,9 +692,17 @@ class Transaction(TransactionRead):
         old = self._state
         fresh = _TxState(old.database.engine.create_transaction(), old.database)
         if keep_deadline:
-            fresh.deadline = old.deadline
+            fresh.created, fresh.deadline = old.created, old.deadline
+            if "timeout" in old.options:
+                fresh.options["timeout"] = old.options["timeout"]
         self._state = fresh
         self.snapshot._state = fresh
+        self.options._state = fresh
+
+    @property
+    def option_calls(self) -> dict[str, int]:
+        """The options set on this transaction since its last reset (fake only)."""
+        return dict(self._state.options)
 
     def __setitem__(self, key: object, value: object) -> None:
         self.set(key, value)
@@ -703,27 +714,25 @@ class Transaction(TransactionRead):
             self.clear(key)
 
 
-class _DatabaseOptions:
-    """The database options the adapter sets (``fdb.impl._DatabaseOptions``)."""
+class _TransactionOptions:
+    """The transaction options the adapter sets (``fdb.impl._TransactionOptions``)."""
 
-    def __init__(self, database: Database) -> None:
-        self._database = database
+    def __init__(self, state: _TxState) -> None:
+        self._state = state
 
     def _set(self, name: str, value: object) -> None:
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"option {name} takes an integer")
-        self._database.option_calls[name] = value
+        self._state.options[name] = value
 
-    def set_transaction_timeout(self, value: int) -> None:
-        self._set("transaction_timeout", value)
+    def set_timeout(self, value: int) -> None:
+        self._set("timeout", value)
+        self._state.deadline = self._state.created + value / 1000 if value else None
 
-    def set_transaction_retry_limit(self, value: int) -> None:
-        self._set("transaction_retry_limit", value)
-
-    def set_transaction_size_limit(self, value: int) -> None:
+    def set_size_limit(self, value: int) -> None:
         if isinstance(value, int) and not 32 <= value <= kv.MAX_TRANSACTION_SIZE:
             raise fdb_error(2006, "invalid_option_value")
-        self._set("transaction_size_limit", value)
+        self._set("size_limit", value)
 
 
 class Database:
@@ -732,8 +741,6 @@ class Database:
     def __init__(self, module: FakeFdb) -> None:
         self.module = module
         self.engine = module.engine
-        self.options = _DatabaseOptions(self)
-        self.option_calls: dict[str, int] = {}
         self.on_error_calls = 0
 
     def create_transaction(self) -> Transaction:

@@ -130,11 +130,33 @@ def test_open_engine_url_reaches_the_adapter(fake: FakeFdb, tmp_path: Path) -> N
     assert fake.opened == [cluster]
     assert fake.get_api_version() == 720
     assert engine.retry_limit == 7
-    database = fake.open(cluster)
-    assert database.option_calls == {
-        "transaction_timeout": 1500,
-        "transaction_size_limit": 5_000_000,
+    tr = engine.create_transaction()
+    assert tr._tr.option_calls == {"timeout": 1500, "size_limit": 5_000_000}
+
+
+def test_options_are_per_engine_though_the_database_is_shared(
+    fake: FakeFdb, tmp_path: Path
+) -> None:
+    """``fdb.open`` returns one Database per cluster file: options must not be database
+    options, or the last engine opened would set them for all."""
+    cluster = _cluster_file(tmp_path)
+    small = FdbEngine(cluster, FdbOptions(timeout_ms=100, size_limit=1000))
+    default = FdbEngine(cluster)
+    assert fake.open(cluster) is fake.open(cluster)
+    assert small.create_transaction()._tr.option_calls == {"timeout": 100, "size_limit": 1000}
+    assert default.create_transaction()._tr.option_calls == {
+        "timeout": 10_000,
+        "size_limit": 10_000_000,
     }
+
+
+def test_on_error_keeps_the_timeout_and_sets_the_size_limit_again(
+    fake: FakeFdb, tmp_path: Path
+) -> None:
+    engine = FdbEngine(_cluster_file(tmp_path), FdbOptions(timeout_ms=5_000, size_limit=2_000))
+    tr = engine.create_transaction()
+    assert tr.on_error(fdb_errors.engine_error(fdb_errors.NOT_COMMITTED)) is tr
+    assert tr._tr.option_calls == {"timeout": 5_000, "size_limit": 2_000}
 
 
 @pytest.mark.parametrize(
@@ -798,7 +820,7 @@ def test_fake_mirrors_the_real_binding_source() -> None:
                 if isinstance(k, ast.Constant) and isinstance(k.value, str)
             }
     atomic: Signature = (("key", "param"), 0, False, False)
-    fake_only = {"settled"}
+    fake_only = {"settled", "option_calls"}
 
     fake_tree = ast.parse(Path(fake_fdb.__file__).read_text())
     fake_classes = {n.name: n for n in fake_tree.body if isinstance(n, ast.ClassDef)}

@@ -12,13 +12,15 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from backends.kv.fdb import FdbEngine
-from persistence import fdb_errors, kv
+from backends.kv.memory import MemoryEngine
+from backends.kv.sqlite import SqliteEngine
+from persistence import fdb_errors, kv, txsize
 from persistence.errors import EngineError
 from tests.fdb_cluster import ROOT, FdbCluster
 
@@ -222,3 +224,93 @@ for version in (519, 731):
         "fdb api_version: 731 is outside 520..730 (the installed bindings, foundationdb "
         "7.3.79, support up to 730)",
     ]
+
+
+# --------------------------------------------------------------------------- size accounting
+
+LIMIT = 1_000
+K10 = b"k" * 10
+STAMPED_KEY = b"p" * 10 + b"\x00" * 10 + (10).to_bytes(4, "little")
+
+
+def _stamped_value(n: int) -> bytes:
+    return b"\x00" * 10 + b"v" * n + (0).to_bytes(4, "little")
+
+
+SIZE_CASES: list[tuple[str, Callable[[int], Callable[[kv.Transaction], object]], int]] = [
+    # (what, the transaction with a value of n bytes, txsize's count of it with n = 0)
+    ("set", lambda n: lambda tr: tr.set(K10, b"v" * n), txsize.set_cost(10, 0)),
+    ("add", lambda n: lambda tr: tr.add(K10, b"\x01" * n), txsize.set_cost(10, 0)),
+    (
+        "get then set",
+        lambda n: lambda tr: (tr.get(K10), tr.set(K10, b"v" * n)),
+        txsize.get_cost(10) + txsize.set_cost(10, 0),
+    ),
+    (
+        "conflict range then set",
+        lambda n: (
+            lambda tr: (tr.add_read_conflict_range(b"a" * 10, b"b" * 10), tr.set(K10, b"v" * n))
+        ),
+        txsize.read_cost(10, 10) + txsize.set_cost(10, 0),
+    ),
+    (
+        "clear then set",
+        lambda n: lambda tr: (tr.clear(b"c" * 10), tr.set(K10, b"v" * n)),
+        txsize.clear_cost(10) + txsize.set_cost(10, 0),
+    ),
+    (
+        "clear_range then set",
+        lambda n: lambda tr: (tr.clear_range(b"a" * 10, b"b" * 10), tr.set(K10, b"v" * n)),
+        txsize.clear_range_cost(10, 10) + txsize.set_cost(10, 0),
+    ),
+    (
+        "versionstamped key",
+        lambda n: lambda tr: tr.set_versionstamped_key(STAMPED_KEY, b"v" * n),
+        txsize.versionstamped_key_cost(len(STAMPED_KEY), 0),
+    ),
+    (
+        "versionstamped value",
+        lambda n: lambda tr: tr.set_versionstamped_value(K10, _stamped_value(n)),
+        txsize.set_cost(10, 14),
+    ),
+    (
+        "snapshot read then set",
+        lambda n: lambda tr: (tr.get(b"o" * 20, snapshot=True), tr.set(K10, b"v" * n)),
+        txsize.set_cost(10, 0),
+    ),
+]
+
+
+def _commits(engine: kv.Engine, body: Callable[[kv.Transaction], object]) -> bool:
+    tr = engine.create_transaction()
+    body(tr)
+    try:
+        tr.commit()
+    except EngineError as exc:
+        assert exc.code == fdb_errors.TRANSACTION_TOO_LARGE, exc
+        return False
+    return True
+
+
+@pytest.mark.parametrize(("what", "make", "fixed"), SIZE_CASES, ids=[c[0] for c in SIZE_CASES])
+@pytest.mark.parametrize("kind", ["fdb", "memory", "sqlite"])
+def test_transaction_size_is_counted_as_foundationdb_counts_it(
+    kind: str,
+    what: str,
+    make: Callable[[int], Callable[[kv.Transaction], object]],
+    fixed: int,
+    fdb_cluster: FdbCluster,
+    tmp_path: Path,
+) -> None:
+    """With a 1,000-byte size limit the largest value that commits is the same on the
+    cluster, on the memory and SQLite engines, and in persistence.txsize's formula."""
+    factories: dict[str, Callable[[], kv.Engine]] = {
+        "fdb": lambda: fdb_cluster.engine(),
+        "memory": MemoryEngine,
+        "sqlite": lambda: SqliteEngine(tmp_path / "kv.db"),
+    }
+    engine = factories[kind]()
+    engine.size_limit = LIMIT
+    largest = LIMIT - fixed
+    assert _commits(engine, make(largest)), f"{what}: {largest} bytes did not commit"
+    assert not _commits(engine, make(largest + 1)), f"{what}: {largest + 1} bytes committed"

@@ -136,7 +136,7 @@ def test_fault_free_run_is_deterministic(
     again = fresh(FaultInjector())
     run_workload(again)
     assert logical_state(again) == state
-    assert commits > 20
+    assert commits > 15  # writing commits (read-only ones are never faulted)
     assert set(points) >= {
         "world.after_create",
         "cas.after_body",

@@ -78,10 +78,11 @@ def test_universe_isolation(plane: Plane, universe: UniverseId, world: WorldId) 
         plane.head(other, world)
 
 
-def test_newer_layout_is_refused(engine: Engine) -> None:
+@pytest.mark.parametrize(("version", "says"), [(99, "newer"), (1, "development version")])
+def test_another_layout_is_refused(engine: Engine, version: int, says: str) -> None:
     open_plane(engine, MemoryObjectStore())
-    kv.run(engine, lambda tr: tr.set(LAYOUT_KEY, LayoutRecord(99).to_cbor()))
-    with pytest.raises(StoreFormatError, match="newer"):
+    kv.run(engine, lambda tr: tr.set(LAYOUT_KEY, LayoutRecord(version).to_cbor()))
+    with pytest.raises(StoreFormatError, match=says):
         open_plane(engine, MemoryObjectStore())
 
 

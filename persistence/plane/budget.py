@@ -1,0 +1,100 @@
+"""What a plane transaction will count against FoundationDB's size limit, known before it runs.
+
+The plane builds every key itself, so it can count a transaction exactly as FoundationDB will
+(:mod:`persistence.txsize`) before running it, and refuse with ``Validation`` what would fail
+with 2101 (too large), 2102 (key) or 2103 (value). The budget keeps a tenth of the engine's
+``size_limit`` in reserve (:func:`budget`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from persistence import kv, txsize
+from persistence.errors import Validation
+from persistence.keyspace import CHUNK_SIZE, WorldKeys
+from persistence.plane.calls import CALL_ID_BYTES, SWEEP
+
+RESERVE: Final = 10
+"""Percent of the engine's size limit the plane never plans to use."""
+
+CALL_RECORD_BYTES: Final = 128
+"""An upper bound on an append, drain, cursor or snapshot call record's value."""
+HEAD_BYTES: Final = 16
+"""An upper bound on a journal head record's value."""
+CURSOR_BYTES: Final = 24
+"""An upper bound on an inbox cursor record's value."""
+STAMP_VALUE_BYTES: Final = 16
+"""An idempotency index value: 12 bytes of sequence and the 4-byte offset suffix."""
+
+
+def budget(engine: kv.Engine) -> int:
+    """The bytes one plane transaction may count on ``engine``."""
+    return engine.size_limit * (100 - RESERVE) // 100
+
+
+def entries_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:
+    """Writing ``entries`` at heights ``first..``: every chunk and its key."""
+    total = 0
+    for offset, entry in enumerate(entries):
+        count = max(1, -(-len(entry) // CHUNK_SIZE))
+        for index in range(count):
+            key = keys.entry_chunk(first + offset, index, count)
+            chunk = min(CHUNK_SIZE, len(entry) - index * CHUNK_SIZE)
+            total += txsize.set_cost(len(key), chunk)
+    return total
+
+
+def call_cost(keys: WorldKeys) -> int:
+    """A call record: the retry's lookup, the record, and the sweep's clears."""
+    key = len(keys.call(b"\x00" * CALL_ID_BYTES))
+    return (
+        txsize.get_cost(key)
+        + txsize.set_cost(key, CALL_RECORD_BYTES)
+        + SWEEP * txsize.clear_cost(key)
+    )
+
+
+def append_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:
+    """Protocol B: read and move the head, write the entries, record the call."""
+    head = len(keys.head())
+    return (
+        txsize.get_cost(head)
+        + txsize.set_cost(head, HEAD_BYTES)
+        + entries_cost(keys, first, entries)
+        + call_cost(keys)
+    )
+
+
+def drain_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:
+    """Protocol D: the append's cost, and reading and moving the cursor."""
+    cursor = len(keys.inbox_cursor())
+    return (
+        append_cost(keys, first, entries)
+        + txsize.get_cost(cursor)
+        + txsize.set_cost(cursor, CURSOR_BYTES)
+    )
+
+
+def enqueue_cost(keys: WorldKeys, items: Sequence[tuple[bytes, int]]) -> int:
+    """Protocol C for ``(idempotency key, encoded envelope length)`` pairs: per item the
+    idempotency lookup, the versionstamped item and index entry; one notification add."""
+    total = txsize.set_cost(len(keys.notify_counter()), 8)
+    item_key = len(keys.inbox_item_with_versionstamp(0))
+    for idempotency_key, envelope in items:
+        idem = len(keys.inbox_idempotency(idempotency_key))
+        total += txsize.get_cost(idem)
+        total += txsize.versionstamped_key_cost(item_key, envelope)
+        total += txsize.set_cost(idem, STAMP_VALUE_BYTES)
+    return total
+
+
+def check(cost: int, limit: int, field: str, what: str) -> None:
+    """``Validation`` naming ``field`` if ``cost`` exceeds ``limit``."""
+    if cost > limit:
+        raise Validation(
+            field,
+            f"{what} would count {cost:,} bytes against FoundationDB's transaction size "
+            f"limit; the plane's budget is {limit:,} (90% of the engine's size_limit)",
+        )

@@ -1,0 +1,66 @@
+"""Per-call records: a retry finds its own, and a scope keeps only the records of its window."""
+
+from __future__ import annotations
+
+import os
+
+from backends.kv.memory import MemoryEngine
+from backends.objects.memory import MemoryObjectStore
+from persistence import kv
+from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import WorldKeys
+from persistence.plane import PlaneConfig, journal
+from persistence.plane.calls import Call
+from segments import open_plane
+
+SECOND = 1_000_000_000
+
+
+def _records(engine: kv.Engine, keys: WorldKeys) -> list[bytes]:
+    return [k for k, _ in kv.run(engine, lambda tr: tr.get_range(*keys.calls()))]
+
+
+def _old_call(age_seconds: float, window_seconds: float) -> Call:
+    call = Call.new(window_seconds)
+    started = call.started_ns - int(age_seconds * SECOND)
+    return Call(started.to_bytes(8, "big") + os.urandom(8), call.window_ns)
+
+
+def test_a_retried_call_returns_its_record_and_writes_nothing() -> None:
+    engine = MemoryEngine()
+    plane = open_plane(engine, MemoryObjectStore())
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    keys = WorldKeys(u, w)
+    call = Call.new()
+    assert journal.append_batch(engine, keys, 0, [b"a"], call) == 1
+    plane.append_batch(u, w, 1, [b"b"])  # another caller moves the head
+    assert journal.append_batch(engine, keys, 0, [b"a"], call) == 1  # the retry: its own
+    assert [e for _, e in plane.read_range(u, w, 1, 5)] == [b"a", b"b"]
+    assert len(_records(engine, keys)) == 2
+
+
+def test_expired_records_are_swept_two_per_write_and_recent_ones_kept() -> None:
+    engine = MemoryEngine()
+    plane = open_plane(engine, MemoryObjectStore())
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    keys = WorldKeys(u, w)
+    head = 0
+    for age in (700, 690, 680, 670, 660, 10):  # five expired (window 600 s), one recent
+        head = journal.append_batch(engine, keys, head, [b"x"], _old_call(age, 600))
+    assert len(_records(engine, keys)) == 4  # each write swept up to two expired ones
+    for _ in range(3):
+        head = journal.append_batch(engine, keys, head, [b"x"], Call.new(600))
+    remaining = _records(engine, keys)
+    assert len(remaining) == 4  # the recent one and the three new: every expired one gone
+
+
+def test_a_world_keeps_about_its_write_rate_times_the_window() -> None:
+    engine = MemoryEngine()
+    plane = open_plane(engine, MemoryObjectStore(), PlaneConfig(call_record_seconds=1e-9))
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    for head in range(300):
+        plane.append_batch(u, w, head, [b"x"])
+    assert len(_records(engine, WorldKeys(u, w))) <= 2

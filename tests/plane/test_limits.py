@@ -1,0 +1,161 @@
+"""FoundationDB's limits, enforced before any transaction: whatever the plane accepts fits
+(no 2101 transaction_too_large, 2102 key_too_large, 2103 value_too_large on any engine),
+and whatever does not fit is ``Validation`` with nothing written.
+
+Engines run with a small ``size_limit`` (FoundationDB's transaction option; the memory and
+SQLite engines count sizes as FoundationDB does, :mod:`persistence.txsize`), so that the
+property test reaches the edges with small inputs; one profile keeps the limit large enough
+for items near FoundationDB's fixed 100,000-byte value limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from backends.kv.memory import MemoryEngine
+from backends.kv.sqlite import SqliteEngine
+from backends.objects.memory import MemoryObjectStore
+from persistence import cbor, fdb_errors, kv
+from persistence.errors import EngineError, Validation
+from persistence.ids import UniverseId, WorldId
+from persistence.plane import MAX_INLINE_BYTES, Plane, PlaneConfig
+from persistence.records import DomainEventIngress
+from segments import open_plane
+from tests.fdb_cluster import FdbCluster, clear_keyspace
+
+LIMIT_ERRORS = {
+    fdb_errors.TRANSACTION_TOO_LARGE,
+    fdb_errors.KEY_TOO_LARGE,
+    fdb_errors.VALUE_TOO_LARGE,
+}
+SIZE_LIMITS = {"small": 20_000, "value": 400_000}
+"""``small``: a transaction of a few kilobytes is already too large; ``value``: room for
+items and entries around FoundationDB's 100,000-byte value limit."""
+
+
+def _engine(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> kv.Engine:
+    if kind == "fdb":
+        cluster: FdbCluster = request.getfixturevalue("fdb_cluster")
+        engine: kv.Engine = cluster.engine()
+        clear_keyspace(engine)
+        return engine
+    if kind == "sqlite":
+        return SqliteEngine(tmp_path / "kv.db", synchronous="OFF")
+    return MemoryEngine()
+
+
+@pytest.fixture(params=[(k, s) for k in ("memory", "sqlite", "fdb") for s in SIZE_LIMITS])
+def limited(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[Plane, UniverseId, WorldId]]:
+    kind, profile = request.param
+    engine = _engine(kind, tmp_path, request)
+    engine.size_limit = SIZE_LIMITS[profile]
+    config = PlaneConfig(max_entry_bytes=300_000, inline_threshold=MAX_INLINE_BYTES)
+    plane = open_plane(engine, MemoryObjectStore(), config)
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    yield plane, u, w
+    engine.close()
+
+
+def _dump(engine: kv.Engine) -> list[tuple[bytes, bytes]]:
+    rows: list[tuple[bytes, bytes]] = []
+    begin = b""
+    while True:
+
+        def page(tr: kv.Transaction, b: bytes = begin) -> list[tuple[bytes, bytes]]:
+            return tr.get_range(b, b"\xff", limit=500, snapshot=True)
+
+        batch = kv.run(engine, page)
+        rows.extend(batch)
+        if len(batch) < 500:
+            return rows
+        begin = batch[-1][0] + b"\x00"
+
+
+def _item(size: int) -> DomainEventIngress:
+    return DomainEventIngress("test/Sized@1", cbor.encode(b"x" * size))
+
+
+batches = st.one_of(
+    st.lists(st.integers(0, 1_000), min_size=1, max_size=40),  # many small: the total
+    st.lists(st.integers(95_000, 160_000), min_size=1, max_size=2),  # few near the value limit
+)
+Operation = Callable[[Plane, UniverseId, WorldId], object]
+
+
+@st.composite
+def operations(draw: st.DrawFn) -> tuple[str, Operation]:
+    kind = draw(st.sampled_from(["append", "enqueue", "drain", "put"]))
+    if kind == "append":
+        entries = [b"e" * n for n in draw(batches)]
+        return (
+            f"append {len(entries)} ({sum(map(len, entries))} B)",
+            lambda p, u, w: p.append_batch(u, w, p.head(u, w), entries),
+        )
+    if kind == "enqueue":
+        batch = draw(batches)
+        key_size = draw(st.sampled_from([None, 8, 100, 256]))
+        keys = None
+        if key_size is not None:
+            keys = [(b"%d" % i).rjust(key_size, b"k") for i in range(len(batch))]
+        return f"enqueue {len(batch)} (keys {key_size})", lambda p, u, w: p.enqueue_batch(
+            u, w, [_item(n) for n in batch], idempotency_keys=keys
+        )
+    if kind == "drain":
+        max_items = draw(st.integers(1, 200))
+        return f"drain {max_items}", lambda p, u, w: p.drain_inbox_to_journal(
+            u, w, max_items=max_items, max_bytes=8 << 20
+        )
+    size = draw(st.one_of(st.integers(99_900, 100_100), st.integers(0, 160_000)))
+    return f"put {size}", lambda p, u, w: p.put_verified(u, b"b" * size)
+
+
+@settings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.lists(operations(), min_size=1, max_size=6))
+def test_what_validation_accepts_fits_and_what_it_refuses_writes_nothing(
+    limited: tuple[Plane, UniverseId, WorldId], ops: list[tuple[str, Operation]]
+) -> None:
+    plane, u, w = limited
+    for what, operation in ops:
+        before = _dump(plane.engine)
+        try:
+            operation(plane, u, w)
+            event(f"{what.split()[0]} accepted")
+        except Validation:
+            event(f"{what.split()[0]} refused")
+            assert _dump(plane.engine) == before, f"{what}: refused, but wrote"
+        except EngineError as exc:
+            assert exc.code not in LIMIT_ERRORS, f"{what}: accepted, then {exc}"
+            raise
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "fdb"])
+def test_the_largest_batch_the_plane_accepts_commits_at_full_size(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """At FoundationDB's real 10,000,000-byte limit: 10,000 entries of 838 bytes (which the
+    engines used to accept by counting only keys and values, and FoundationDB refused with
+    2101) are refused; the largest batch of such entries the plane accepts commits."""
+    engine = _engine(kind, tmp_path, request)
+    plane = open_plane(engine, MemoryObjectStore())
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    entry = b"x" * 838
+    with pytest.raises(Validation, match="10,811,035 bytes"):
+        plane.append_batch(u, w, 0, [entry] * 10_000)
+    assert plane.append_batch(u, w, 0, [entry] * 8_324) == 1
+    with pytest.raises(Validation):
+        plane.append_batch(u, w, 8_324, [entry] * 8_325)
+    assert plane.head(u, w) == 8_324
+    engine.close()
