@@ -59,17 +59,19 @@ from persistence.records import (
 )
 from segments.export import ExportConfig, Exporter, read_marker
 
-FAULTS: Final = (
+FAULTS: Final[tuple[tuple[str, int, bool | str], ...]] = (
     ("1020", fdb_errors.NOT_COMMITTED, False),
     ("1021 applied", fdb_errors.COMMIT_UNKNOWN_RESULT, True),
     ("1021 not applied", fdb_errors.COMMIT_UNKNOWN_RESULT, False),
     ("1007", fdb_errors.TRANSACTION_TOO_OLD, False),
     ("1031 applied", fdb_errors.TRANSACTION_TIMED_OUT, True),
     ("1031 not applied", fdb_errors.TRANSACTION_TIMED_OUT, False),
+    ("1031 late", fdb_errors.TRANSACTION_TIMED_OUT, "late"),
 )
 """Each commit of the workload is failed with each of these in turn. 1031 (a timeout during
 the commit) is not retried: the call reports it, and the host redoes the step as after a
-crash."""
+crash. "late": the timed-out commit lands just before the host's next writing commit, after
+the reads the host made to find out (as a commit still in flight at FoundationDB can)."""
 
 SNAPSHOT_HEIGHT: Final = 7
 """3 appended entries and 4 drained items: the fault-free snapshot is taken at this head."""
@@ -522,12 +524,8 @@ def commit_faults_and_crash_points(ctx: Context) -> None:
     ctx.notes["fault_matrix_runs"] = runs + interleaved
 
 
-def _fail(injector: FaultInjector, *, index: int, code: int, applied: bool) -> None:
-    injector.fail_commit(index, code, applied=applied)
-
-
-def _crash(injector: FaultInjector, *, point: str, occurrence: int) -> None:
-    injector.crash_at(point, occurrence)
+def _fail(injector: FaultInjector, *, index: int, code: int, applied: bool | str) -> None:
+    injector.fail_commit(index, code, applied=applied is True, late=applied == "late")
 
 
 @dataclass

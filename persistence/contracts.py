@@ -62,6 +62,22 @@ class WorldJournalStore(Protocol):
         the same first height (the batch is not written twice).
         Raises ``Validation`` (empty batch, entry over the size limit), ``NotFound``
         (no such world), ``Backend``.
+
+        A ``Backend`` error (a timeout, the retry limit) leaves the outcome unknown, and
+        the attempt may still land later: redo the call with :meth:`retry_append_batch`.
+        """
+        ...
+
+    def retry_append_batch(
+        self, universe: UniverseId, world: WorldId, expected_head: int, entries: Sequence[bytes]
+    ) -> int:
+        """Redo an :meth:`append_batch` whose outcome is unknown, with the same arguments.
+
+        Appends at ``expected_head`` if the head is still there (the unknown attempt then
+        never lands: it needs the same head). Otherwise the earlier attempt is settled:
+        returns its first height if ``entries`` sit right above ``expected_head``, else
+        raises ``HeadAdvanced`` (it did not land). Entries must be unique to the caller
+        (carry an event id), or another writer's identical batch reads as this one.
         """
         ...
 

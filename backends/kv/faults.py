@@ -16,6 +16,11 @@ Commit faults follow FoundationDB, and are never kinder than it:
 * Other clients commit between an attempt and its retry: an ``interleave`` callback (a
   competing writer on the inner engine) runs after the faulted attempt, before the error
   reaches the retry loop.
+* A commit that timed out (1031) may still be in flight and land *later*: a ``late`` fault
+  raises at once and holds the transaction, which commits (conflict-checked at its own read
+  version, as FoundationDB's resolver does, so it lands only if nothing it read changed)
+  right before the next writing commit on the engine -- after whatever the caller read to
+  learn its outcome.
 
 Read faults: reads (``get``, ``get_range``) fail with 1007, 1009 or 1037 as FoundationDB's
 do when a storage server lags or a transaction ages.
@@ -66,6 +71,8 @@ class CommitFault:
     code: int | None
     applied: bool = False
     interleave: Interleave | None = None
+    late: bool = False
+    """Not applied now; committed before the next writing commit (see the module)."""
 
 
 @dataclass
@@ -96,6 +103,7 @@ class FaultInjector:
     reads: int = 0
 
     def __post_init__(self) -> None:
+        self._late: list[kv.Transaction] = []
         self._random = random.Random(self.seed)
         self._scripted_commits: dict[int, CommitFault] = {}
         self._scripted_reads: dict[int, int] = {}
@@ -109,13 +117,32 @@ class FaultInjector:
         *,
         applied: bool = False,
         interleave: Interleave | None = None,
+        late: bool = False,
     ) -> None:
         """Fail the ``index``-th writing commit (1-based, counted from now on) with
         ``code``; with ``interleave``, another client commits before the error reaches the
-        caller."""
-        if applied and code not in MAYBE_APPLIED:
+        caller; with ``late``, the commit lands before the next writing commit instead."""
+        if (applied or late) and code not in MAYBE_APPLIED:
             raise ValueError(f"a commit failing with {code} is never applied")
-        self._scripted_commits[self.commits + index] = CommitFault(code, applied, interleave)
+        if applied and late:
+            raise ValueError("a commit is applied now or late, not both")
+        self._scripted_commits[self.commits + index] = CommitFault(code, applied, interleave, late)
+
+    def hold(self, transaction: kv.Transaction) -> None:
+        """Keep ``transaction`` to commit late (see :meth:`land_late`)."""
+        with self._lock:
+            self._late.append(transaction)
+
+    def land_late(self) -> None:
+        """Commit the held transactions; one whose reads changed since aborts (logged)."""
+        with self._lock:
+            held, self._late = self._late, []
+        for transaction in held:
+            try:
+                transaction.commit()
+                self.log.append(("late", "landed"))
+            except EngineError as exc:
+                self.log.append(("late", f"aborted {exc.code}"))
 
     def after_commit(self, index: int, interleave: Interleave) -> None:
         """Let the ``index``-th commit succeed, then run ``interleave`` before it returns:
@@ -165,7 +192,8 @@ class FaultInjector:
                 )
                 fault = CommitFault(code, applied, self.interleave)
             if fault is not None and fault.code is not None:
-                self.log.append(("commit", (self.commits, fault.code, fault.applied)))
+                how: bool | str = "late" if fault.late else fault.applied
+                self.log.append(("commit", (self.commits, fault.code, how)))
             return fault
 
     def reached(self, point: str) -> None:
@@ -259,12 +287,16 @@ class FaultyTransaction(kv.Transaction):
         return self._inner.get_read_version()
 
     def commit(self) -> None:
+        if self._writes:
+            self._injector.land_late()
         fault = self._injector.next_commit(writes=self._writes)
         if fault is None:
             self._inner.commit()
             return
         if fault.applied:
             self._inner.commit()
+        elif fault.late:
+            self._injector.hold(self._inner)
         if fault.interleave is not None:
             fault.interleave()
         if fault.code is None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Final, Protocol
 
 from persistence import cbor, kv
-from persistence.errors import MissingDependency, SegmentCorruption, Validation
+from persistence.errors import HeadAdvanced, MissingDependency, SegmentCorruption, Validation
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId, check_height
 from persistence.keyspace import UniverseKeys, WorldKeys
@@ -279,6 +279,21 @@ class Plane:
         first = journal.append_batch(self.engine, keys, expected_head, batch, self._call())
         self.hooks.reached("journal.after_append")
         return first
+
+    @traced("journal.retry_append")
+    def retry_append_batch(
+        self, universe: UniverseId, world: WorldId, expected_head: int, entries: Sequence[bytes]
+    ) -> int:
+        """Redo an append whose outcome is unknown: append at ``expected_head``, or find
+        where the earlier attempt put ``entries`` (``HeadAdvanced`` if it did not land)."""
+        try:
+            return self.append_batch(universe, world, expected_head, entries)
+        except HeadAdvanced:
+            first = expected_head + 1  # the head has moved: the earlier attempt is settled
+            stored = self.read_range(universe, world, first, len(entries))
+            if [entry for _, entry in stored] == list(entries):
+                return first
+            raise
 
     @traced("journal.read_range")
     def read_range(

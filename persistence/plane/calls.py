@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -72,6 +73,11 @@ class Call:
         return int.from_bytes(self.id[:8], "big")
 
 
+REPLAYS: Final[Counter[str]] = Counter()
+"""Retries in this process that found their call's record -- an earlier attempt had
+committed (an applied ``commit_unknown_result``) -- by call kind."""
+
+
 def replayed(tr: kv.Transaction, scope: CallScope, call: Call) -> CallRecord | None:
     """Start an attempt of ``call``: the record of an earlier attempt that committed, if
     any (read with a conflict on the record key, which only this call writes)."""
@@ -79,7 +85,11 @@ def replayed(tr: kv.Transaction, scope: CallScope, call: Call) -> CallRecord | N
     if call.attempts == 1:
         return None
     raw = tr.get(scope.call(call.id))
-    return None if raw is None else decode_record(CallRecord, raw, "call record")
+    if raw is None:
+        return None
+    done = decode_record(CallRecord, raw, "call record")
+    REPLAYS[done.op] += 1
+    return done
 
 
 def record(tr: kv.Transaction, scope: CallScope, call: Call, outcome: CallRecord) -> None:

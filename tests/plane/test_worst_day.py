@@ -19,6 +19,7 @@ from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, fdb_errors
+from persistence.errors import EngineError, HeadAdvanced
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import Plane, default_normalizer, effects, inbox
@@ -200,6 +201,59 @@ def test_export_step_after_another_exporter_moved_on(clients: Clients) -> None:
 
 
 # ----------------------------------------------------------------------- needless conflicts
+
+
+# ----------------------------------------------------------------------- a commit that lands late
+
+TIMED_OUT = fdb_errors.TRANSACTION_TIMED_OUT
+
+
+def test_a_timed_out_append_lands_after_the_callers_reads(clients: Clients) -> None:
+    """The simulator's late 1031: invisible to the reads the caller makes to find out, then
+    landed before the next writing commit -- so a host that re-appends at the head it reads
+    writes its entry twice."""
+    c, u, w = clients, clients.universe, clients.world
+    c.injector.fail_commit(1, TIMED_OUT, late=True)
+    with pytest.raises(EngineError, match="1031"):
+        c.plane.append_batch(u, w, 0, [b"mine"])
+    assert c.plane.head(u, w) == 0 and c.journal() == []  # not there when the caller looks
+    with pytest.raises(HeadAdvanced):  # the late commit lands first
+        c.plane.append_batch(u, w, 0, [b"mine"])
+    c.plane.append_batch(u, w, c.plane.head(u, w), [b"mine"])  # the careless redo
+    assert c.journal() == [b"mine", b"mine"]
+    assert ("late", "landed") in c.injector.log
+
+
+def test_retry_append_batch_finds_a_late_landed_attempt(clients: Clients) -> None:
+    c, u, w = clients, clients.universe, clients.world
+    c.injector.fail_commit(1, TIMED_OUT, late=True)
+    with pytest.raises(EngineError, match="1031"):
+        c.plane.append_batch(u, w, 0, [b"mine", b"too"])
+    assert c.plane.retry_append_batch(u, w, 0, [b"mine", b"too"]) == 1
+    assert c.journal() == [b"mine", b"too"]
+
+
+def test_retry_append_batch_appends_when_the_attempt_did_not_land(clients: Clients) -> None:
+    c, u, w = clients, clients.universe, clients.world
+    c.injector.fail_commit(1, TIMED_OUT)  # not applied, and never will be
+    with pytest.raises(EngineError, match="1031"):
+        c.plane.append_batch(u, w, 0, [b"mine"])
+    assert c.plane.retry_append_batch(u, w, 0, [b"mine"]) == 1
+    assert c.journal() == [b"mine"]
+
+
+def test_retry_append_batch_reports_an_attempt_that_never_landed(clients: Clients) -> None:
+    c, u, w = clients, clients.universe, clients.world
+    c.injector.fail_commit(1, TIMED_OUT, late=True)
+    with pytest.raises(EngineError, match="1031"):
+        c.plane.append_batch(u, w, 0, [b"mine"])
+    c.other.append_batch(u, w, 0, [b"theirs"])  # the other client commits first
+    c.plane.enqueue(u, w, event(1))  # any writing commit: the held one tries to land
+    assert ("late", "aborted 1020") in c.injector.log
+    with pytest.raises(HeadAdvanced):
+        c.plane.retry_append_batch(u, w, 0, [b"mine"])
+    assert c.plane.retry_append_batch(u, w, 1, [b"mine"]) == 2
+    assert c.journal() == [b"theirs", b"mine"]
 
 
 def test_a_drain_commits_while_older_enqueues_are_in_flight() -> None:
