@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from persistence import cbor, fdb_errors
 from persistence.errors import (
@@ -38,6 +38,9 @@ from persistence.plane import inbox as inbox_protocol
 from persistence.plane import journal as journal_protocol
 from persistence.plane.calls import Call
 from persistence.plane.cas import object_key
+
+if TYPE_CHECKING:
+    from conformance.torture.servers import ServerFaults
 from persistence.records import (
     DomainEventIngress,
     InboxIngress,
@@ -67,6 +70,11 @@ class TortureSize:
     """How long processes run and are killed (the final checks come after)."""
     mean_kill_interval: float
     """Mean seconds between two kills (exponentially distributed)."""
+    appenders: int = 1
+    """Processes appending straight to the journal at the head they read."""
+    server_kill_interval: float = 2.0
+    """With server faults: mean seconds between two server kills (exponentially
+    distributed); each killed server is restarted after a random part of that."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +95,26 @@ class Profile:
 
 PROFILES = {
     "quick": Profile(
-        "quick", 4, 40, 1_000, 100, 3.0, 3_000, TortureSize(2, 2, 1, 4.0, 0.4), fault_seeds=0
+        "quick",
+        4,
+        40,
+        1_000,
+        100,
+        3.0,
+        3_000,
+        TortureSize(2, 2, 1, 4.0, 0.4, appenders=1, server_kill_interval=1.0),
+        fault_seeds=0,
     ),
     "full": Profile(
-        "full", 8, 250, 10_000, 1_000, 20.0, 30_000, TortureSize(4, 4, 2, 30.0, 0.3), fault_seeds=24
+        "full",
+        8,
+        250,
+        10_000,
+        1_000,
+        20.0,
+        30_000,
+        TortureSize(4, 4, 2, 30.0, 0.3, appenders=2, server_kill_interval=2.0),
+        fault_seeds=24,
     ),
 }
 
@@ -109,6 +133,8 @@ class Context:
     notes: dict[str, Any] = field(default_factory=dict)
     kv_url: str | None = None
     objects_url: str | None = None
+    servers: ServerFaults | None = None
+    """How to kill and restart the store's own server processes (crash 2), if given."""
 
     def store_urls(self) -> tuple[str, str]:
         """URLs that open the store under test from another process."""
@@ -197,8 +223,8 @@ def cas_put_get_has(ctx: Context) -> None:
 
 
 def journal_append_conflicts(ctx: Context) -> None:
-    """Case 2: append_batch conflict semantics, contiguity, no partial batch, and exactly one
-    winner among concurrent appenders at the same expected head."""
+    """Case 2: append_batch conflict semantics, contiguity, no partial batch, exactly one
+    winner among concurrent appenders at the same expected head, and retry_append_batch."""
     plane = ctx.plane
     u, w = ctx.new_world()
     check(plane.append_batch(u, w, 0, [b"a", b"b"]) == 1, "first append did not start at 1")
@@ -244,6 +270,14 @@ def journal_append_conflicts(ctx: Context) -> None:
     else:
         raise ConformanceFailure("two interleaved appends at head 5 both committed")
     check(plane.read_range(u, w, 6, 5) == [(6, b"first")], "the journal after the race is wrong")
+    # Redoing an append whose outcome is unknown: found where it landed, appended if the
+    # head is still the expected one, HeadAdvanced if it did not land.
+    check(plane.retry_append_batch(u, w, 5, [b"first"]) == 6, "a landed append was not found")
+    check(plane.retry_append_batch(u, w, 6, [b"redo"]) == 7, "retry at the head did not append")
+    expect_error(
+        HeadAdvanced, lambda: plane.retry_append_batch(u, w, 6, [b"never"]), "retry, not landed"
+    )
+    check(plane.head(u, w) == 7, "retries changed the head more than once")
 
 
 # --------------------------------------------------------------------- case 3: inbox order
@@ -483,6 +517,21 @@ def crash_torture(ctx: Context) -> None:
     run(ctx)
 
 
+def server_kills(ctx: Context) -> None:
+    """Crash 2: the crash torture while the store's own server processes (FoundationDB's
+    ``fdbserver``) are SIGKILLed and restarted too, so calls meet real recoveries; needs
+    ``Context.servers`` (``aosp conformance --fdb-local DIR`` or the kill and restart
+    commands)."""
+    from conformance.torture.run import crash_torture as run
+
+    if ctx.servers is None:
+        raise CaseSkipped(
+            "server kills need a way to kill the store's server processes: "
+            "--fdb-local DIR, or --server-kill-command and --server-restart-command"
+        )
+    run(ctx, servers=ctx.servers)
+
+
 # --------------------------------------------------------------------- scale envelope
 
 
@@ -615,6 +664,7 @@ CASES: dict[str, Callable[[Context], None]] = {
     "determinism3_drain_order_is_stable": determinism_drain_order_is_stable,
     "faults1_commit_faults_and_crash_points": commit_faults_and_crash_points,
     "crash1_sigkill_torture": crash_torture,
+    "crash2_server_kills": server_kills,
     "scale1_sparse_worlds": scale_sparse_worlds,
     "scale2_active_worlds_no_starvation": scale_active_worlds_no_starvation,
     "scale3_export_does_not_stall_writes": scale_export_does_not_stall_writes,

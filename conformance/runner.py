@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from conformance.cases import CASES, CaseSkipped, ConformanceFailure, Context, Profile
+from conformance.torture.servers import ServerFaults
 from persistence.plane import Plane
 
 Outcome = Literal["passed", "failed", "error", "skipped"]
@@ -127,16 +128,18 @@ def run_suite(
     kv_url: str,
     objects_url: str,
     cases: Iterable[str] | None = None,
+    servers: ServerFaults | None = None,
     progress: Callable[[str], None] = lambda _: None,
 ) -> RunReport:
     """Run ``cases`` (default: all) against ``plane`` and return the report.
 
     ``kv_url`` and ``objects_url`` name the store in the report and must open it from
     another process: the crash torture starts OS processes on them (and skips, saying why,
-    when they name a store that lives inside this process, such as ``memory://``)."""
+    when they name a store that lives inside this process, such as ``memory://``).
+    ``servers`` kills and restarts the store's server processes (crash 2; skipped without)."""
     report = RunReport(kv_url, objects_url, profile.name)
     names = list(cases) if cases is not None else list(CASES)
-    ctx = Context(plane, profile, progress, kv_url=kv_url, objects_url=objects_url)
+    ctx = Context(plane, profile, progress, kv_url=kv_url, objects_url=objects_url, servers=servers)
     for index, name in enumerate(names, 1):
         progress(f"[{index}/{len(names)}] {name}")
         result = run_case(name, ctx)

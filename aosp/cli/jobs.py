@@ -6,7 +6,7 @@ import argparse
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aosp.cli.console import (
     EXIT_BACKEND,
@@ -18,6 +18,9 @@ from aosp.cli.console import (
 )
 from aosp.cli.store import DEFAULT_DATA_DIR
 from segments import open_plane
+
+if TYPE_CHECKING:
+    from conformance.torture.servers import ServerFaults
 
 
 def _progress(args: argparse.Namespace) -> Callable[[str], None]:
@@ -82,6 +85,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
     profile = PROFILES[args.profile]
     progress = _progress(args)
+    servers = _server_faults(args)
     try:
         plane = open_plane(open_engine(args.kv), open_object_store(args.objects))
     except (Backend, NotFound) as exc:
@@ -96,6 +100,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
             kv_url=args.kv,
             objects_url=args.objects,
             cases=args.case or None,
+            servers=servers,
             progress=progress,
         )
         plane.engine.close()
@@ -114,6 +119,26 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     if not available:
         return EXIT_BACKEND
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED
+
+
+def _server_faults(args: argparse.Namespace) -> ServerFaults | None:
+    """The server faults the options name (crash 2), checked before anything runs."""
+    from conformance.cases import CASES
+    from conformance.torture.servers import CommandServers, LocalCluster
+
+    unknown = [name for name in args.case or () if name not in CASES]
+    if unknown:
+        raise UsageError(f"unknown --case {', '.join(unknown)}; the cases: {', '.join(CASES)}")
+    commands = (args.server_kill_command, args.server_restart_command)
+    if (commands[0] is None) != (commands[1] is None):
+        raise UsageError("--server-kill-command and --server-restart-command go together")
+    if args.fdb_local is not None and commands[0] is not None:
+        raise UsageError("--fdb-local or the server commands, not both")
+    if args.fdb_local is not None:
+        return LocalCluster(args.fdb_local)
+    if commands[0] is not None:
+        return CommandServers(commands[0], commands[1])
+    return None
 
 
 SUITES = ("engine", "plane", "cas", "segments", "spark", "fdb")
@@ -177,6 +202,24 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     conf.add_argument("--profile", choices=["quick", "full"], default="quick")
     conf.add_argument("--report", type=Path, default=Path("conformance-report"), help="report dir")
     conf.add_argument("--case", action="append", help="run only this case (repeatable)")
+    conf.add_argument(
+        "--fdb-local",
+        type=Path,
+        metavar="DIR",
+        help="crash 2 kills and restarts the fdbserver processes of this `fdb-local start DIR "
+        '"" 3` cluster (never its coordinator)',
+    )
+    conf.add_argument(
+        "--server-kill-command",
+        metavar="CMD",
+        help="crash 2: a shell command that SIGKILLs one server process of the cluster under "
+        "test (AOSP_SEED in its environment; what it prints names the victim)",
+    )
+    conf.add_argument(
+        "--server-restart-command",
+        metavar="CMD",
+        help="crash 2: a shell command that restarts the server the kill command killed",
+    )
     conf.set_defaults(run=cmd_conformance)
 
     bench = sub.add_parser(

@@ -1,6 +1,7 @@
 """SIGKILL crash torture: OS processes write, drain and export on one shared store while the
-torture kills them at random moments and restarts them; then every invariant is checked
-against what the processes durably acknowledged.
+torture kills them at random moments and restarts them (and, given server faults, kills and
+restarts the store's own server processes); then every invariant is checked against what
+the processes durably acknowledged and what each call reported.
 
 Roles (:mod:`conformance.torture.worker`, one OS process each, restarted after each kill):
 
@@ -8,6 +9,11 @@ Roles (:mod:`conformance.torture.worker`, one OS process each, restarted after e
   batches of three. Before a call a writer logs its *intent*, after it returns the *ack*
   with the sequences. A restarted writer resumes at the first call it has no ack for, so a
   call that was interrupted is repeated with the same keys (and must not duplicate).
+* **appenders** append entries straight to a world's journal at the head they read, one
+  per call, logging the intent (with that head) and the height the call reported. After an
+  unknown outcome (a kill, or a ``Backend`` error while the cluster recovers) the call is
+  redone with ``retry_append_batch`` and the same head: it appends the entry, reports where
+  the unknown attempt put it, or reports that it did not land.
 * **drainers** drain the worlds in small random batches and log every drain that moved items.
 * one **exporter** replays the reference kernel from the active baseline to the head,
   commits that state as a snapshot at the head (promoting it two times in three), and
@@ -20,7 +26,11 @@ is always the last of its file, and is ignored (that call is unacknowledged).
 While they run, a monitor thread of the torture's own process samples every world: the head,
 the cursor and the baseline never move back, snapshot index entries and segment records
 never change or vanish, and journal entries read (stitched from segments and the hot tail)
-never change. After the run every process is killed, and the store is checked:
+never change. With server faults (:mod:`~conformance.torture.servers`) a non-coordinator
+server process is SIGKILLed every few seconds and restarted, one down at a time; a call that
+fails with ``Backend`` meanwhile is redone as after a kill, and the monitor counts its own
+failed reads instead of reporting them. After the run every process is killed, and the store
+is checked:
 
 1. before any repair: every acknowledged item is either journaled once or pending after the
    cursor;
@@ -28,8 +38,11 @@ never change. After the run every process is killed, and the store is checked:
    tail; every journaled item was attempted by a writer, is journaled at most once, in the
    world it was sent to, under the sequence its writer was given; every acknowledged item is
    journaled exactly once; drains are in sequence order and every acknowledged drain is in
-   the journal as logged; the cursor is the last drained item; acknowledged snapshots are
-   indexed as logged, each indexed height is announced once, every snapshot body equals the
+   the journal as logged; the cursor is the last drained item; every appended entry is
+   journaled at most once, in its world, in its appender's order, and every acknowledged one
+   exactly at the height its call reported; acknowledged snapshots are indexed as logged, no
+   two calls reported indexing (or promoting) the same height, a reported promotion is in
+   the journal, each indexed height is announced once, every snapshot body equals the
    replay of the journal to its height; baselines only move forward and the active one is
    the last announced; segments are contiguous, below the baseline and as logged; and
    restore (baseline + segments + hot tail) equals full replay, byte for byte.
@@ -38,6 +51,11 @@ Modules: :mod:`~conformance.torture.workload` (what is sent, the configuration),
 :mod:`~conformance.torture.evidence` (logs and acknowledgements),
 :mod:`~conformance.torture.monitor`, :mod:`~conformance.torture.checks`,
 :mod:`~conformance.torture.fleet` (the processes), :mod:`~conformance.torture.worker` (one
-process) and :mod:`~conformance.torture.run` (:func:`run_torture`, and
-:func:`crash_torture`, the conformance case).
+process), :mod:`~conformance.torture.servers` (the store's server processes) and
+:mod:`~conformance.torture.run` (:func:`run_torture`, and :func:`crash_torture`, the
+conformance cases).
+
+The run reports, besides kills and acknowledgements, what the processes' retry runners
+retried and raised per engine error code, the calls that failed with ``Backend``, the
+slowest call, and (for an ``fdb-local`` cluster) the recoveries the servers logged.
 """

@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from conformance.torture.evidence import Evidence
-from conformance.torture.workload import ItemId, item_id
+from conformance.torture.workload import AppendId, ItemId, append_id, item_id
 from persistence.errors import PersistError
 from persistence.ids import InboxSeq, UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
@@ -33,6 +33,8 @@ class Journal:
     """(height, sequence, item id) of each drained item, in height order."""
     snapshots: list[tuple[int, SnapshotJournalRecord]] = field(default_factory=list)
     baselines: list[tuple[int, BaselineSnapshotJournalRecord]] = field(default_factory=list)
+    appends: list[tuple[int, AppendId]] = field(default_factory=list)
+    """(height, id) of each entry an appender wrote, in height order."""
 
 
 def read_journal(
@@ -63,6 +65,8 @@ def read_journal(
                 journal.snapshots.append((height, record))
             elif isinstance(record, BaselineSnapshotJournalRecord):
                 journal.baselines.append((height, record))
+            elif record is None and (appended := append_id(entry)) is not None:
+                journal.appends.append((height, appended))
             else:
                 violations.append(f"journal: world {index}: entry {height} is not a plane record")
         except PersistError as exc:
@@ -124,6 +128,7 @@ def check_store(
             unreadable.add(index)
             continue
         _check_items(journal, index, evidence, placed, violations)
+        _check_appends(journal, index, evidence, violations)
         _check_drains(plane, universe, world, journal, index, evidence, violations)
         _check_snapshots(plane, universe, world, journal, index, evidence, violations)
         _check_segments(plane, universe, world, index, evidence, violations)
@@ -169,6 +174,41 @@ def _check_items(
         acked = evidence.acked.get(key)
         if acked is not None and acked[1] != seq:
             violations.append(f"sequence: {name} has seq {seq}, its writer was given {acked[1]}")
+
+
+def _check_appends(journal: Journal, index: int, evidence: Evidence, violations: list[str]) -> None:
+    """Each entry an appender wrote is in the journal at most once, was sent to this world,
+    and (if its append returned) sits at the height the call reported; an appender's
+    entries follow its order."""
+    heights: dict[AppendId, list[int]] = defaultdict(list)
+    for height, key in journal.appends:
+        heights[key].append(height)
+    for key, at in sorted(heights.items()):
+        name = f"appended entry a{key[0]}#{key[1]} at world {index} heights {at}"
+        if len(at) > 1:
+            violations.append(f"duplicate: {name} is journaled {len(at)} times")
+        if key not in evidence.append_intents:
+            violations.append(f"phantom: {name} was never sent by an appender")
+        elif evidence.append_intents[key] != index:
+            violations.append(f"misrouted: {name} was sent to world {evidence.append_intents[key]}")
+    for key, ack in sorted(evidence.appended.items()):
+        if ack.world != index:
+            continue
+        if heights.get(key) != [ack.first]:
+            how = "reported by a retry" if ack.retried else "reported"
+            violations.append(
+                f"append: a{key[0]}#{key[1]} was {how} at world {index} height {ack.first}; "
+                f"the journal holds it at {heights.get(key, [])}"
+            )
+    last: dict[int, tuple[int, int]] = {}
+    for height, (appender, n) in journal.appends:
+        before = last.get(appender)
+        if before is not None and n <= before[1]:
+            violations.append(
+                f"order: world {index}: appender {appender}'s entry {n} at height {height} "
+                f"follows its entry {before[1]} at height {before[0]}"
+            )
+        last[appender] = (height, n)
 
 
 def _check_drains(
@@ -258,11 +298,29 @@ def _check_snapshots(
             f"baseline: world {index}: active baseline at {active.height} is not the last "
             f"promoted one ({None if last is None else last.height})"
         )
+    promotions = Counter(record.height for _, record in journal.baselines)
+    reported_indexed: Counter[int] = Counter()
+    reported_promoted: Counter[int] = Counter()
     for ack in evidence.snapshots:
-        if ack.world == index and ack.promoted and ack.height > active.height:
+        if ack.world != index:
+            continue
+        reported_indexed[ack.height] += ack.indexed
+        reported_promoted[ack.height] += ack.promoted
+        if ack.promoted and ack.height > active.height:
             violations.append(
                 f"baseline: world {index}: promotion to {ack.height} was acknowledged, the "
                 f"active baseline is at {active.height}"
+            )
+    for height, count in sorted(reported_indexed.items()):
+        if count > 1:
+            violations.append(
+                f"snapshot: world {index}: {count} calls reported indexing height {height}"
+            )
+    for height, count in sorted(reported_promoted.items()):
+        if count > promotions[height]:
+            violations.append(
+                f"baseline: world {index}: {count} calls reported promoting height {height}, "
+                f"the journal records {promotions[height]} promotions to it"
             )
     _check_snapshot_bodies(plane, universe, journal, indexed, index, violations)
 

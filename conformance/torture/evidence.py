@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from conformance.cases import ConformanceFailure
-from conformance.torture.workload import ItemId
+from conformance.torture.workload import AppendId, ItemId
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.plane import Plane
@@ -51,9 +51,15 @@ def read_lines(path: Path) -> tuple[list[dict[str, Any]], bool]:
     return records, torn
 
 
-def log_files(directory: Path, role: str = "*", ident: str = "*") -> Iterator[Path]:
-    """Log files of ``role``/``ident`` (default: every process)."""
-    yield from sorted(directory.glob(f"{role}-{ident}.*.jsonl"))
+def log_files(directory: Path, role: str = "*", ident: str = "*") -> list[Path]:
+    """Log files of ``role``/``ident`` (default: every process), each process's in
+    incarnation order (``writer-0.10`` after ``writer-0.9``)."""
+
+    def order(path: Path) -> tuple[str, int]:
+        process, incarnation = path.name.removesuffix(".jsonl").rsplit(".", 1)
+        return process, int(incarnation)
+
+    return sorted(directory.glob(f"{role}-{ident}.*.jsonl"), key=order)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +75,23 @@ class DrainAck:
 
 @dataclass(frozen=True, slots=True)
 class SnapshotAck:
-    """A snapshot commit the exporter saw return."""
+    """A snapshot commit the exporter saw return, and what it reported it changed."""
 
     world: int
     height: int
     ref: Hash
+    indexed: bool
     promoted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AppendAck:
+    """An append an appender saw return, and the height it reported."""
+
+    world: int
+    first: int
+    retried: bool
+    """Reported by ``retry_append_batch`` after an attempt whose outcome was unknown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +115,20 @@ class Evidence:
     drains: list[DrainAck] = field(default_factory=list)
     snapshots: list[SnapshotAck] = field(default_factory=list)
     segments: list[SegmentAck] = field(default_factory=list)
+    append_intents: dict[AppendId, int] = field(default_factory=dict)
+    """Every entry an appender started to append, and the world it was sent to."""
+    appended: dict[AppendId, AppendAck] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    backend_errors: Counter[str] = field(default_factory=Counter)
+    """``Backend`` errors calls raised (outcome unknown; the worker redid the call), by type."""
+    retries: dict[str, Counter[int]] = field(
+        default_factory=lambda: {"retried": Counter(), "raised": Counter()}
+    )
+    """Engine errors the retry runners retried and raised, by code, summed over processes."""
+    replays: Counter[str] = field(default_factory=Counter)
+    """Retries that found their call's record (an applied 1021), by call kind."""
+    slowest_call: float = 0.0
+    """The longest a call took, in seconds (retries included)."""
     torn_lines: int = 0
     interrupted_calls: int = 0
     """Writer calls whose process was killed after logging the intent, before the ack."""
@@ -112,9 +142,22 @@ def read_evidence(directory: Path) -> Evidence:
         evidence.torn_lines += torn
         process = path.name.removesuffix(".jsonl")
         in_call = False
+        last_stats: dict[str, Any] = {}
         for record in records:
+            if "retries" in record:
+                last_stats = record
+                continue
             in_call = "intent" in record
-            if "intent" in record:
+            if "appender" in record:
+                if "intent" in record:
+                    evidence.append_intents[(record["appender"], record["intent"])] = record[
+                        "world"
+                    ]
+                else:
+                    evidence.appended[(record["appender"], record["appended"])] = AppendAck(
+                        record["world"], record["first"], record["retried"]
+                    )
+            elif "intent" in record:
                 for n in record["intent"]:
                     evidence.intents[(record["writer"], n)] = record["world"]
             elif "ack" in record:
@@ -136,6 +179,7 @@ def read_evidence(directory: Path) -> Evidence:
                         record["snapshot"],
                         record["height"],
                         Hash.parse(record["ref"]),
+                        record["indexed"],
                         record["promoted"],
                     )
                 )
@@ -150,7 +194,14 @@ def read_evidence(directory: Path) -> Evidence:
                 )
             elif "error" in record:
                 evidence.errors.append(f"{process}: {record['error']}")
-        evidence.interrupted_calls += in_call
+            elif "backend" in record:
+                evidence.backend_errors[record["backend"].split(":")[0]] += 1
+        evidence.interrupted_calls += in_call and process.startswith("writer")
+        if last_stats:  # each line holds the process's counts since it started
+            for kind, counts in last_stats["retries"].items():
+                evidence.retries[kind].update({int(c): n for c, n in counts.items()})
+            evidence.replays.update(last_stats["replays"])
+            evidence.slowest_call = max(evidence.slowest_call, last_stats["slowest"])
     return evidence
 
 
@@ -162,6 +213,22 @@ def resume_point(directory: Path, writer: int) -> int:
             if "ack" in record:
                 done = max([done, *(n for n, _ in record["ack"])])
     return done + 1
+
+
+def append_resume_point(directory: Path, appender: int) -> tuple[int, int | None]:
+    """The first entry of ``appender`` not acknowledged yet and, if its last attempt's
+    outcome is unknown (the process died or the call raised ``Backend`` after the intent),
+    the head that attempt expected: the entry is then either at that head + 1 or nowhere."""
+    done, last_intent = -1, None
+    for path in log_files(directory, "appender", str(appender)):
+        for record in read_lines(path)[0]:
+            if "appended" in record:
+                done = max(done, record["appended"])
+            elif "intent" in record:
+                last_intent = record
+    if last_intent is None or last_intent["intent"] <= done:
+        return done + 1, None
+    return done + 1, last_intent["head"]
 
 
 def state_at(plane: Plane, universe: UniverseId, world: WorldId, height: int) -> bytes:

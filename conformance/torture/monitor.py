@@ -7,7 +7,7 @@ import hashlib
 import random
 import threading
 
-from persistence.errors import PersistError
+from persistence.errors import Backend, PersistError
 from persistence.ids import InboxSeq, UniverseId, WorldId
 from persistence.plane import Plane
 from persistence.records import (
@@ -23,8 +23,19 @@ class Monitor(threading.Thread):
     head, cursor or baseline moving back, an index entry or segment record changing or
     vanishing, a journal entry reading differently from an earlier read."""
 
-    def __init__(self, plane: Plane, universe: UniverseId, worlds: tuple[WorldId, ...]) -> None:
+    def __init__(
+        self,
+        plane: Plane,
+        universe: UniverseId,
+        worlds: tuple[WorldId, ...],
+        *,
+        tolerate_backend: bool = False,
+    ) -> None:
         super().__init__(name="torture-monitor", daemon=True)
+        self.tolerate_backend = tolerate_backend
+        """Count ``Backend`` failures of its reads instead of reporting them (servers are
+        being killed: a read may time out while the cluster recovers)."""
+        self.backend_errors = 0
         self.plane = plane
         self.universe = universe
         self.worlds = worlds
@@ -54,6 +65,10 @@ class Monitor(threading.Thread):
             for index, world in enumerate(self.worlds):
                 try:
                     self.sample(index, world)
+                except Backend as exc:
+                    if not self.tolerate_backend:
+                        self._report(f"monitor: world {index}: a read failed: {exc!r}")
+                    self.backend_errors += 1
                 except PersistError as exc:
                     self._report(f"monitor: world {index}: a read failed: {exc!r}")
             self.samples += 1

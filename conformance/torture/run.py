@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +19,10 @@ from conformance.torture.checks import check_pending, check_store
 from conformance.torture.evidence import read_evidence
 from conformance.torture.fleet import Fleet
 from conformance.torture.monitor import Monitor
+from conformance.torture.servers import ServerFaultError, ServerFaults
 from conformance.torture.workload import TortureConfig, check_shared_urls
-from persistence.errors import PersistError
+from persistence.errors import Backend, PersistError
+from persistence.fdb_errors import ERROR_DESCRIPTIONS
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
 from persistence.records import (
@@ -29,6 +33,11 @@ from segments.export import ExportConfig, Exporter
 
 MAX_LISTED: Final = 25
 """Violations listed in a failure message (all are in the report's ``violations``)."""
+POSTPONE_SECONDS: Final = 0.5
+"""How long a server kill waits for the cluster to heal from the last one before asking
+again (killing faster than it heals exceeds its fault tolerance)."""
+AVAILABLE_WITHIN_SECONDS: Final = 60.0
+"""How soon the store must answer again after the last server restart."""
 
 # --------------------------------------------------------------------------- the run
 
@@ -50,12 +59,15 @@ def run_torture(
     *,
     seed: int,
     directory: Path,
+    servers: ServerFaults | None = None,
     progress: Callable[[str], None] = lambda _: None,
 ) -> TortureReport:
     """Run the torture on the store ``plane`` works on (which ``kv_url``/``objects_url``
     open in other processes), in fresh worlds of a fresh universe; logs go to
     ``directory``. Raises ``CaseSkipped`` if the URLs cannot be shared between processes.
-    A ``faults+`` engine URL is opened plain in the workers: their faults are real kills."""
+    A ``faults+`` engine URL is opened plain in the workers: their faults are real kills.
+    With ``servers``, the store's server processes are killed and restarted too (one down at
+    a time), and calls that fail while the cluster recovers are part of the run."""
     kv_url = kv_url.removeprefix("faults+")
     check_shared_urls(kv_url, objects_url)
     rng = random.Random(seed)
@@ -66,26 +78,36 @@ def run_torture(
     config = TortureConfig(kv_url, objects_url, universe, worlds, directory, seed)
     fleet = Fleet(config.save(), directory)
     roles = [("writer", i) for i in range(size.writers)]
+    roles += [("appender", i) for i in range(size.appenders)]
     roles += [("drainer", i) for i in range(size.drainers)] + [("exporter", 0)]
     for role, ident in roles:
         fleet.start(role, ident)
-    monitor = Monitor(plane, universe, worlds)
+    monitor = Monitor(plane, universe, worlds, tolerate_backend=servers is not None)
     monitor.start()
-    began = time.monotonic()
-    deadline = began + size.seconds
+    began, began_wall = time.monotonic(), time.time()
+    killer = Killer(fleet, servers, size, rng, began)
+    failures: list[str] = []
     try:
-        while (now := time.monotonic()) < deadline:
-            time.sleep(min(rng.expovariate(1 / size.mean_kill_interval), deadline - now))
-            fleet.reap()
-            fleet.kill(rng.choice(fleet.processes))
-        progress(f"torture: {sum(fleet.kills.values())} kills in {size.seconds:.0f}s")
+        while (now := time.monotonic()) < began + size.seconds:
+            time.sleep(max(0.0, min(killer.next_event(), began + size.seconds) - now))
+            killer.act(time.monotonic())
+        progress(
+            f"torture: {sum(fleet.kills.values())} process kills, {killer.server_kills} server "
+            f"kills in {size.seconds:.0f}s"
+        )
+    except ServerFaultError as exc:
+        failures.append(f"servers: {exc}")
     finally:
         fleet.kill_all()  # the last kill, at whatever moment each process is in
         monitor.stop.set()
         monitor.join()
+        if servers is not None:
+            servers.restart()
     run_seconds = time.monotonic() - began
+    if servers is not None:
+        failures += _wait_available(plane, universe, worlds[0])
     evidence = read_evidence(directory)
-    violations = fleet.failures + monitor.violations + evidence.errors
+    violations = failures + fleet.failures + monitor.violations + evidence.errors
     violations += check_pending(plane, universe, worlds, evidence)
     exporter = Exporter(plane, ExportConfig(enabled=True, target_entries=25))
     for index, world in enumerate(worlds):  # a clean process finishes what the killed left
@@ -110,6 +132,8 @@ def run_torture(
         "items_acknowledged": len(evidence.acked),
         "writer_calls_interrupted": evidence.interrupted_calls,
         "items_journaled": _items_journaled(plane, universe, worlds),
+        "appends_acknowledged": len(evidence.appended),
+        "appends_retried_after_unknown_outcome": sum(a.retried for a in evidence.appended.values()),
         "drains_acknowledged": len(evidence.drains),
         "snapshots_acknowledged": len(evidence.snapshots),
         "promotions_acknowledged": sum(s.promoted for s in evidence.snapshots),
@@ -118,8 +142,95 @@ def run_torture(
         "journal_heights": sum(plane.head(universe, w) for w in worlds),
         "monitor_samples": monitor.samples,
         "monitor_entries_compared": monitor.entries_seen,
+        "monitor_reads_failed": monitor.backend_errors,
+        "calls_failed_backend": dict(sorted(evidence.backend_errors.items())),
+        "engine_errors_retried": _by_code(evidence.retries["retried"]),
+        "engine_errors_raised": _by_code(evidence.retries["raised"]),
+        "retries_that_found_their_call_applied": dict(sorted(evidence.replays.items())),
+        "slowest_call_seconds": evidence.slowest_call,
     }
+    if servers is not None:
+        recoveries = servers.recoveries(began_wall)
+        figures["server_kills"] = killer.server_kills
+        figures["servers_killed"] = dict(sorted(killer.servers_killed.items()))
+        figures["server_kills_postponed"] = killer.server_kills_postponed
+        if recoveries is not None:
+            figures["recoveries"] = len(recoveries)
+            figures["slowest_recovery_seconds"] = round(max(recoveries, default=0.0), 3)
     return TortureReport(violations, figures, directory)
+
+
+class Killer:
+    """When and what to kill: a worker process every ``mean_kill_interval`` seconds on
+    average; with ``servers``, also a server every ``server_kill_interval`` seconds on
+    average, restarted after a uniform fraction of that interval. A server kill waits
+    until the cluster has healed from the last one (``ServerFaults.healthy``)."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        servers: ServerFaults | None,
+        size: TortureSize,
+        rng: random.Random,
+        now: float,
+    ) -> None:
+        self.fleet, self.servers, self.size, self.rng = fleet, servers, size, rng
+        self.next_process_kill = now + rng.expovariate(1 / size.mean_kill_interval)
+        self.next_server_event = (
+            now + rng.expovariate(1 / size.server_kill_interval) if servers else math.inf
+        )
+        self.server_down = False
+        self.server_kills = 0
+        self.servers_killed: Counter[str] = Counter()
+        self.server_kills_postponed = 0
+        """Server kills put off because the cluster had not healed from the last one."""
+
+    def next_event(self) -> float:
+        """When the next kill or restart is due (``time.monotonic()``)."""
+        return min(self.next_process_kill, self.next_server_event)
+
+    def act(self, now: float) -> None:
+        """Do what is due at ``now``."""
+        if now >= self.next_process_kill:
+            self.fleet.reap()
+            self.fleet.kill(self.rng.choice(self.fleet.processes))
+            self.next_process_kill = now + self.rng.expovariate(1 / self.size.mean_kill_interval)
+        if self.servers is not None and now >= self.next_server_event:
+            interval = self.size.server_kill_interval
+            if self.server_down:
+                self.servers.restart()
+                self.next_server_event = now + self.rng.expovariate(1 / interval)
+            elif not self.servers.healthy():
+                self.server_kills_postponed += 1
+                self.next_server_event = time.monotonic() + POSTPONE_SECONDS
+                return
+            else:
+                killed = self.servers.kill(self.rng)
+                self.servers_killed[killed.split(" (")[0]] += 1
+                self.server_kills += 1
+                self.next_server_event = now + self.rng.uniform(0.1, 1.0) * interval
+            self.server_down = not self.server_down
+
+
+def _wait_available(plane: Plane, universe: UniverseId, world: WorldId) -> list[str]:
+    """Wait until the store answers again after the last restart; a violation if it does
+    not within :data:`AVAILABLE_WITHIN_SECONDS`."""
+    deadline = time.monotonic() + AVAILABLE_WITHIN_SECONDS
+    while True:
+        try:
+            plane.head(universe, world)
+            return []
+        except Backend as exc:
+            if time.monotonic() > deadline:
+                return [
+                    f"servers: the store did not answer {AVAILABLE_WITHIN_SECONDS} s after the "
+                    f"last server restart: {exc!r}"
+                ]
+
+
+def _by_code(counts: Counter[int]) -> dict[str, int]:
+    """Error counts keyed by ``code name``."""
+    return {f"{code} {ERROR_DESCRIPTIONS.get(code, '?')}": n for code, n in sorted(counts.items())}
 
 
 def _items_journaled(plane: Plane, universe: UniverseId, worlds: tuple[WorldId, ...]) -> int | None:
@@ -134,9 +245,10 @@ def _items_journaled(plane: Plane, universe: UniverseId, worlds: tuple[WorldId, 
     return count
 
 
-def crash_torture(ctx: Context) -> None:
-    """Crash 1: SIGKILL torture of writer, drainer and exporter processes on the shared
-    store, then every invariant against what they acknowledged (see the module)."""
+def crash_torture(ctx: Context, servers: ServerFaults | None = None) -> None:
+    """Crash 1 (and 2, with ``servers``): SIGKILL torture of writer, appender, drainer and
+    exporter processes on the shared store (and of its server processes), then every
+    invariant against what they acknowledged (see the module)."""
     kv_url, objects_url = ctx.store_urls()
     kv_url = kv_url.removeprefix("faults+")  # workers open the plain engine
     check_shared_urls(kv_url, objects_url)
@@ -149,6 +261,7 @@ def crash_torture(ctx: Context) -> None:
         ctx.profile.torture,
         seed=seed,
         directory=directory,
+        servers=servers,
         progress=ctx.progress,
     )
     ctx.notes.update({f"torture_{name}": value for name, value in report.figures.items()})

@@ -2,11 +2,18 @@
 
 Usage: ``python -m conformance.torture.worker CONFIG ROLE ID INCARNATION``
 
-``CONFIG`` is the run's ``config.json``; ``ROLE`` is ``writer``, ``drainer`` or
-``exporter``. The process opens the shared store, then works until it is killed, appending
-what each call durably did to ``<ROLE>-<ID>.<INCARNATION>.jsonl`` in the run's directory
-(fsynced after the call returned). An unexpected error is logged as ``{"error": ...}`` and
-ends the process with status 1: the torture reports it.
+``CONFIG`` is the run's ``config.json``; ``ROLE`` is ``writer``, ``appender``, ``drainer``
+or ``exporter``. The process opens the shared store, then works until it is killed,
+appending what each call durably did (and what it reported) to
+``<ROLE>-<ID>.<INCARNATION>.jsonl`` in the run's directory (fsynced after the call returned).
+
+A ``Backend`` error (a timeout while the cluster recovers, the retry limit) leaves the call's
+outcome unknown: it is logged as ``{"backend": ...}`` and the process goes on as after a
+restart (a writer repeats the call with the same idempotency keys, an appender appends again
+at the head the unknown attempt expected, see :func:`append`). After a call that changed the
+retry runner's counts, after such an error, and every :data:`STATS_EVERY` calls, it logs
+those counts and its slowest call (``{"retries": ...}``). Any other error is logged as
+``{"error": ...}`` and ends the process with status 1: the torture reports it.
 """
 
 from __future__ import annotations
@@ -19,21 +26,74 @@ from pathlib import Path
 
 from backends.kv import open_engine
 from backends.objects import open_object_store
-from conformance.torture.evidence import Log, log_name, resume_point, state_at
+from conformance.torture.evidence import (
+    Log,
+    append_resume_point,
+    log_name,
+    resume_point,
+    state_at,
+)
 from conformance.torture.workload import (
     TortureConfig,
+    append_entry,
+    append_world,
     call_size,
     call_world,
     idempotency_key,
     item,
 )
+from persistence import kv
+from persistence.errors import Backend, HeadAdvanced
+from persistence.ids import WorldId
 from persistence.plane import Plane
+from persistence.plane import calls as plane_calls
 from segments import open_plane
 from segments.export import ExportConfig, Exporter
+
+STATS_EVERY = 50
+"""Calls between two logs of the counts when the retry counts did not change."""
+
+
+class Calls:
+    """Counts a process's calls and their longest duration; logs these and the retry
+    runner's counts whenever those changed, and every :data:`STATS_EVERY` calls."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.count = 0
+        self.slowest = 0.0
+        self._logged: dict[str, dict[int, int]] = kv.RETRY_STATS.snapshot()
+
+    def done(self, started: float) -> None:
+        """A call that began at ``started`` (``time.monotonic()``) returned."""
+        self.count += 1
+        self.slowest = max(self.slowest, time.monotonic() - started)
+        if self.count % STATS_EVERY == 0 or kv.RETRY_STATS.snapshot() != self._logged:
+            self.stats()
+
+    def stats(self) -> None:
+        """Log the counts so far (each line holds the process's totals)."""
+        self._logged = retries = kv.RETRY_STATS.snapshot()
+        self.log.append(
+            {
+                "retries": {
+                    kind: {str(c): n for c, n in by.items()} for kind, by in retries.items()
+                },
+                "replays": dict(plane_calls.REPLAYS),
+                "calls": self.count,
+                "slowest": round(self.slowest, 3),
+            }
+        )
+
+    def unknown(self, exc: Backend) -> None:
+        """A call's outcome is unknown: log it (the caller redoes the call)."""
+        self.log.append({"backend": f"{type(exc).__name__}: {exc}"})
+        self.stats()
 
 
 def write(plane: Plane, config: TortureConfig, writer: int, log: Log) -> None:
     """Enqueue items forever, from the first call without an acknowledgement."""
+    calls = Calls(log)
     n = resume_point(config.directory, writer)
     while True:
         size = call_size(n)
@@ -43,10 +103,15 @@ def write(plane: Plane, config: TortureConfig, writer: int, log: Log) -> None:
         items = [item(writer, i) for i in numbers]
         keys = [idempotency_key(writer, i) for i in numbers]
         world = config.worlds[target]
-        if size == 1:
-            seqs = [plane.enqueue(config.universe, world, items[0], idempotency_key=keys[0])]
-        else:
-            seqs = plane.enqueue_batch(config.universe, world, items, idempotency_keys=keys)
+        started = time.monotonic()
+        try:
+            if size == 1:
+                seqs = [plane.enqueue(config.universe, world, items[0], idempotency_key=keys[0])]
+            else:
+                seqs = plane.enqueue_batch(config.universe, world, items, idempotency_keys=keys)
+        except Backend as exc:
+            calls.unknown(exc)
+            continue  # the same call again, with the same keys
         log.append(
             {
                 "writer": writer,
@@ -55,20 +120,72 @@ def write(plane: Plane, config: TortureConfig, writer: int, log: Log) -> None:
             }
         )
         n += size
+        calls.done(started)
+        time.sleep(config.writer_pause)
+
+
+def append(plane: Plane, config: TortureConfig, appender: int, log: Log) -> None:
+    """Append entries straight to a world's journal at the head it reads, one per call.
+
+    An attempt whose outcome is unknown (the call raised ``Backend``, or the process died
+    after logging the intent) is redone with ``retry_append_batch`` and the head it
+    expected: that appends it, or finds where the unknown attempt put it, or reports that it
+    did not land (``HeadAdvanced``)."""
+    calls = Calls(log)
+    target = append_world(appender, len(config.worlds))
+    world = config.worlds[target]
+    n, unsure = append_resume_point(config.directory, appender)
+    while True:
+        entry = append_entry(appender, n)
+        started = time.monotonic()
+        expected = unsure
+        try:
+            if expected is None:
+                expected = plane.head(config.universe, world)
+                log.append({"appender": appender, "world": target, "intent": n, "head": expected})
+                first = plane.append_batch(config.universe, world, expected, [entry])
+            else:
+                log.append({"appender": appender, "world": target, "intent": n, "head": expected})
+                first = plane.retry_append_batch(config.universe, world, expected, [entry])
+        except HeadAdvanced:
+            unsure = None
+            continue  # not appended: another writer moved the head first
+        except Backend as exc:
+            calls.unknown(exc)
+            unsure = expected  # None if the head could not be read: nothing was sent
+            continue
+        log.append(
+            {
+                "appender": appender,
+                "world": target,
+                "appended": n,
+                "first": first,
+                "retried": unsure is not None,
+            }
+        )
+        n, unsure = n + 1, None
+        calls.done(started)
         time.sleep(config.writer_pause)
 
 
 def drain(plane: Plane, config: TortureConfig, drainer: int, log: Log) -> None:
     """Drain every world in small random batches forever."""
+    calls = Calls(log)
     rng = random.Random(config.seed * 1_000 + drainer)
     order = list(enumerate(config.worlds))
     while True:
         rng.shuffle(order)
         moved = 0
         for index, world in order:
-            result = plane.drain_inbox_to_journal(
-                config.universe, world, max_items=rng.randint(1, 8)
-            )
+            started = time.monotonic()
+            try:
+                result = plane.drain_inbox_to_journal(
+                    config.universe, world, max_items=rng.randint(1, 8)
+                )
+            except Backend as exc:
+                calls.unknown(exc)
+                continue
+            calls.done(started)
             if result.count:
                 assert result.cursor is not None
                 log.append(
@@ -94,41 +211,71 @@ def export(plane: Plane, config: TortureConfig, log: Log) -> None:
             delete_chunk_entries=config.export_delete_chunk,
         ),
     )
+    calls = Calls(log)
     rounds = 0
     while True:
         for index, world in enumerate(config.worlds):
-            height = plane.head(config.universe, world)
-            if height:
-                state = state_at(plane, config.universe, world, height)
-                promote = rounds % 3 != 2
-                record, _ = plane.snapshot_commit(
-                    config.universe,
-                    world,
-                    state,
-                    height=height,
-                    logical_time_ns=height,
-                    receipt_horizon_height=height,
-                    promote_baseline=promote,
-                )
-                log.append(
-                    {
-                        "snapshot": index,
-                        "height": height,
-                        "ref": record.snapshot_ref.hex,
-                        "promoted": promote,
-                    }
-                )
-            while (segment := exporter.export_once(config.universe, world)) is not None:
-                log.append(
-                    {
-                        "segment": index,
-                        "start": segment.start,
-                        "end": segment.end,
-                        "checksum": segment.checksum.hex(),
-                    }
-                )
+            started = time.monotonic()
+            try:
+                _export_world(plane, exporter, config, index, world, rounds % 3 != 2, log)
+            except Backend as exc:
+                calls.unknown(exc)
+                continue
+            calls.done(started)
         rounds += 1
         time.sleep(0.02)
+
+
+def _export_world(
+    plane: Plane,
+    exporter: Exporter,
+    config: TortureConfig,
+    index: int,
+    world: WorldId,
+    promote: bool,
+    log: Log,
+) -> None:
+    """Snapshot the world at its head (maybe promoting), then export what is safe."""
+    height = plane.head(config.universe, world)
+    if height:
+        state = state_at(plane, config.universe, world, height)
+        record, outcome = plane.snapshot_commit(
+            config.universe,
+            world,
+            state,
+            height=height,
+            logical_time_ns=height,
+            receipt_horizon_height=height,
+            promote_baseline=promote,
+        )
+        log.append(
+            {
+                "snapshot": index,
+                "height": height,
+                "ref": record.snapshot_ref.hex,
+                "indexed": outcome.indexed,
+                "promoted": outcome.promoted,
+            }
+        )
+    while (segment := exporter.export_once(config.universe, world)) is not None:
+        log.append(
+            {
+                "segment": index,
+                "start": segment.start,
+                "end": segment.end,
+                "checksum": segment.checksum.hex(),
+            }
+        )
+
+
+def _open(config: TortureConfig, log: Log) -> Plane:
+    """Open the shared store, waiting out a cluster that is recovering."""
+    while True:
+        try:
+            return open_plane(open_engine(config.kv_url), open_object_store(config.objects_url))
+        except Backend as exc:
+            log.append({"backend": f"{type(exc).__name__}: {exc}"})
+            time.sleep(0.2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,10 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     config = TortureConfig.load(Path(args[0]))
     role, ident, incarnation = args[1], int(args[2]), int(args[3])
     log = Log(config.directory / log_name(role, ident, incarnation))
-    plane = open_plane(open_engine(config.kv_url), open_object_store(config.objects_url))
     try:
+        plane = _open(config, log)
         if role == "writer":
             write(plane, config, ident, log)
+        elif role == "appender":
+            append(plane, config, ident, log)
         elif role == "drainer":
             drain(plane, config, ident, log)
         elif role == "exporter":

@@ -22,8 +22,13 @@ BATCH: Final = 3
 MULTI_PROCESS_ENGINES: Final = ("sqlite", "fdb")
 MULTI_PROCESS_OBJECT_STORES: Final = ("file", "s3")
 
+APPEND_PREFIX: Final = b"torture-append/"
+"""Entries appenders write straight to the journal start with this."""
+
 ItemId = tuple[int, int]
 """An item: (writer, index). Its world, payload and idempotency key follow from it."""
+AppendId = tuple[int, int]
+"""A directly appended entry: (appender, index). Its world follows from it."""
 
 # --------------------------------------------------------------------------- what is written
 
@@ -60,6 +65,27 @@ def item_id(data: bytes) -> ItemId | None:
     if not isinstance(writer, int) or not isinstance(n, int):
         return None
     return writer, n
+
+
+def append_world(appender: int, worlds: int) -> int:
+    """The world (index) ``appender`` appends to."""
+    return appender % worlds
+
+
+def append_entry(appender: int, n: int) -> bytes:
+    """Entry ``n`` of ``appender``: opaque bytes that name both."""
+    return APPEND_PREFIX + b"%d/%d" % (appender, n)
+
+
+def append_id(entry: bytes) -> AppendId | None:
+    """The (appender, index) of a journal entry; ``None`` if it is not an appended one."""
+    if not entry.startswith(APPEND_PREFIX):
+        return None
+    try:
+        appender, n = entry[len(APPEND_PREFIX) :].split(b"/")
+        return int(appender), int(n)
+    except ValueError:
+        return None
 
 
 # --------------------------------------------------------------------------- configuration

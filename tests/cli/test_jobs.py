@@ -108,3 +108,37 @@ def test_demo_rejects_zero_sizes(tmp_path: Path) -> None:
     result = aosp("demo", "--data-dir", str(tmp_path / "d"), "--worlds", "0")
     assert result.code == 2 and "--worlds must be at least 1" in result.err
     assert not (tmp_path / "d").exists()
+
+
+def test_conformance_refuses_an_unknown_case_naming_the_cases() -> None:
+    result = aosp("conformance", "--case", "crash3_nothing")
+    assert result.code == 2
+    assert "unknown --case crash3_nothing" in result.err and "crash2_server_kills" in result.err
+
+
+def test_conformance_server_options_are_checked_before_anything_runs(tmp_path: Path) -> None:
+    half = aosp("conformance", "--server-kill-command", "true", "--report", str(tmp_path / "r"))
+    assert half.code == 2 and "go together" in half.err
+    not_a_cluster = aosp("conformance", "--fdb-local", str(tmp_path), "--report", str(tmp_path))
+    assert not_a_cluster.code == 2
+    assert "fdb_local" in not_a_cluster.err and "holds no fdbserver.pid" in not_a_cluster.err
+    assert not (tmp_path / "r").exists()
+
+
+def test_conformance_skips_server_kills_without_a_way_to_kill(tmp_path: Path) -> None:
+    result = aosp(
+        "conformance",
+        "--kv",
+        f"sqlite:///{tmp_path}/aos.db",
+        "--objects",
+        f"file://{tmp_path}/objects",
+        "--case",
+        "crash2_server_kills",
+        "--report",
+        str(tmp_path / "report"),
+        "--json",
+    )
+    assert result.code == 1  # nothing ran: not ok
+    summary = result.json()
+    assert summary["skipped"] == 1 and summary["ok"] is False
+    assert "--fdb-local DIR" in str(summary)

@@ -42,6 +42,9 @@ QUICK = PROFILES["quick"]
 
 FAULT_CASE = "faults1_commit_faults_and_crash_points"
 TORTURE_CASE = "crash1_sigkill_torture"
+SERVER_CASE = "crash2_server_kills"
+"""Skipped without a way to kill the store's servers (tests/conformance/test_server_kills.py
+runs it on a three-process cluster)."""
 
 
 def assert_all_pass(
@@ -63,13 +66,15 @@ def assert_all_pass(
 
 
 def test_quick_profile_memory_memory() -> None:
-    notes = assert_all_pass(open_plane(MemoryEngine(), MemoryObjectStore()), skipped={TORTURE_CASE})
+    notes = assert_all_pass(
+        open_plane(MemoryEngine(), MemoryObjectStore()), skipped={TORTURE_CASE, SERVER_CASE}
+    )
     assert notes[FAULT_CASE]["fault_matrix_runs"] > 200
 
 
 def test_quick_profile_sqlite_local(tmp_path: Path) -> None:
     plane = open_plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
-    notes = assert_all_pass(plane, skipped={FAULT_CASE})
+    notes = assert_all_pass(plane, skipped={FAULT_CASE, SERVER_CASE})
     assert notes[TORTURE_CASE]["torture_kills"] >= 1
 
 
@@ -93,7 +98,9 @@ def test_quick_profile_sqlite_s3(
         objects = S3ObjectStore(bucket, "aos", client=client, multipart=multipart)
         plane = open_plane(SqliteEngine(tmp_path / "aos.db"), objects)
         assert_all_pass(
-            plane, skipped={FAULT_CASE}, objects_url=url + ("" if multipart else "&multipart=0")
+            plane,
+            skipped={FAULT_CASE, SERVER_CASE},
+            objects_url=url + ("" if multipart else "&multipart=0"),
         )
     finally:
         server.remove_bucket(bucket, client)
@@ -107,7 +114,7 @@ def test_quick_profile_foundationdb_local(fdb_cluster: FdbCluster, tmp_path: Pat
     objects = LocalObjectStore(tmp_path / "objects")
     plane = open_plane(FaultyEngine(engine, FaultInjector()), objects)
     notes = assert_all_pass(
-        plane, skipped=set(), kv_url="faults+" + fdb_cluster.url, objects_url=objects.url
+        plane, skipped={SERVER_CASE}, kv_url="faults+" + fdb_cluster.url, objects_url=objects.url
     )
     assert notes[FAULT_CASE]["fault_matrix_runs"] > 200
     assert notes[TORTURE_CASE]["torture_kills"] >= 1

@@ -15,10 +15,21 @@ from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
 from conformance.cases import CaseSkipped, TortureSize
 from conformance.torture.checks import check_pending, check_store
-from conformance.torture.evidence import DrainAck, Evidence, SegmentAck, SnapshotAck, state_at
+from conformance.torture.evidence import (
+    AppendAck,
+    DrainAck,
+    Evidence,
+    Log,
+    SegmentAck,
+    SnapshotAck,
+    append_resume_point,
+    log_name,
+    state_at,
+)
 from conformance.torture.monitor import Monitor
 from conformance.torture.run import run_torture
 from conformance.torture.workload import (
+    append_entry,
     call_size,
     call_world,
     check_shared_urls,
@@ -123,6 +134,12 @@ def clean_store() -> Store:
             n = numbers[-1] + 1
     exporter = Exporter(plane, ExportConfig(enabled=True, target_entries=4))
     for index, world in enumerate(worlds):
+        for n in range(3):  # appender `index` writes straight to world `index`
+            evidence.append_intents[(index, n)] = index
+            first = plane.append_batch(
+                universe, world, plane.head(universe, world), [append_entry(index, n)]
+            )
+            evidence.appended[(index, n)] = AppendAck(index, first, retried=False)
         while (result := plane.drain_inbox_to_journal(universe, world, max_items=3)).count:
             assert result.cursor is not None
             evidence.drains.append(
@@ -138,7 +155,7 @@ def clean_store() -> Store:
             receipt_horizon_height=height,
             promote_baseline=True,
         )
-        evidence.snapshots.append(SnapshotAck(index, height, record.snapshot_ref, True))
+        evidence.snapshots.append(SnapshotAck(index, height, record.snapshot_ref, True, True))
         for segment in exporter.export_all(universe, world):
             evidence.segments.append(
                 SegmentAck(index, segment.start, segment.end, segment.checksum)
@@ -155,7 +172,7 @@ def violations_of(store: Store) -> list[str]:
 
 def test_a_clean_store_has_no_violations() -> None:
     store = clean_store()
-    assert store[3].segments and len(store[3].acked) == 24
+    assert store[3].segments and len(store[3].acked) == 24 and len(store[3].appended) == 6
     assert violations_of(store) == []
 
 
@@ -208,7 +225,54 @@ def segment_acknowledged_differently(store: Store) -> None:
     evidence.segments[0] = replace(evidence.segments[0], checksum=b"\x00" * 32)
 
 
+def duplicate_append(store: Store) -> None:
+    plane, universe, worlds, _ = store
+    plane.append_batch(universe, worlds[1], plane.head(universe, worlds[1]), [append_entry(1, 0)])
+
+
+def phantom_append(store: Store) -> None:
+    plane, universe, worlds, _ = store
+    plane.append_batch(universe, worlds[0], plane.head(universe, worlds[0]), [append_entry(0, 7)])
+
+
+def append_reported_at_another_height(store: Store) -> None:
+    evidence = store[3]
+    ack = evidence.appended[(0, 1)]
+    evidence.appended[(0, 1)] = replace(ack, first=ack.first + 1)
+
+
+def appends_out_of_order(store: Store) -> None:
+    plane, universe, worlds, evidence = store
+    evidence.append_intents[(0, 3)] = evidence.append_intents[(0, 4)] = 0
+    head = plane.head(universe, worlds[0])
+    plane.append_batch(universe, worlds[0], head, [append_entry(0, 4), append_entry(0, 3)])
+
+
+def snapshot_indexing_reported_twice(store: Store) -> None:
+    evidence = store[3]
+    evidence.snapshots.append(replace(evidence.snapshots[0], promoted=False))
+
+
+def promotion_reported_but_not_journaled(store: Store) -> None:
+    plane, universe, worlds, evidence = store
+    height = plane.head(universe, worlds[1])
+    record, _ = plane.snapshot_commit(
+        universe,
+        worlds[1],
+        state_at(plane, universe, worlds[1], height),
+        height=height,
+        logical_time_ns=height,
+    )  # indexed, not promoted
+    evidence.snapshots.append(SnapshotAck(1, height, record.snapshot_ref, True, True))
+
+
 PLANTED: list[tuple[Callable[[Store], None], str]] = [
+    (duplicate_append, "duplicate: appended entry a1#0 at world 1"),
+    (phantom_append, "phantom: appended entry a0#7"),
+    (append_reported_at_another_height, "append: a0#1 was reported at world 0 height"),
+    (appends_out_of_order, "order: world 0: appender 0's entry 3"),
+    (snapshot_indexing_reported_twice, "2 calls reported indexing height"),
+    (promotion_reported_but_not_journaled, "calls reported promoting height"),
     (duplicate_item, "duplicate: item w"),
     (hole_in_hot_tail, "journal: world 1: the stitched read failed: MissingJournalEntry"),
     (cursor_skips_an_acknowledged_item, "lost: acknowledged item w0#99"),
@@ -239,3 +303,19 @@ def test_the_monitor_catches_a_cursor_moving_back() -> None:
     kv.run(plane.engine, lambda tr: tr.set(keys.inbox_cursor(), InboxCursor(first).to_cbor()))
     monitor.sample(0, worlds[0])
     assert any("cursor moved back" in v for v in monitor.violations), monitor.violations
+
+
+def test_an_appender_resumes_at_its_last_unknown_attempt(tmp_path: Path) -> None:
+    """Twelve incarnations: the last attempt of the newest (``.11``, which sorts before
+    ``.2`` as text) is the unknown one, whatever older files say."""
+    for incarnation in range(12):
+        log = Log(tmp_path / log_name("appender", 0, incarnation))
+        n = incarnation
+        log.append({"appender": 0, "world": 0, "intent": n, "head": 100 + n})
+        log.append({"appender": 0, "world": 0, "appended": n, "first": 101 + n, "retried": False})
+        log.append({"appender": 0, "world": 0, "intent": n + 1, "head": 200 + n})
+    assert append_resume_point(tmp_path, 0) == (12, 211)
+    Log(tmp_path / log_name("appender", 0, 12)).append(
+        {"appender": 0, "world": 0, "appended": 12, "first": 212, "retried": True}
+    )
+    assert append_resume_point(tmp_path, 0) == (13, None)

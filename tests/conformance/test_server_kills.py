@@ -1,0 +1,113 @@
+"""Crash 2 on a real three-process FoundationDB cluster: the torture's workers run while the
+controller SIGKILLs and restarts non-coordinator ``fdbserver`` processes, so calls meet real
+recoveries (``commit_unknown_result`` and timeouts included); every invariant holds and every
+call's reported outcome matches the store."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from backends.objects.local import LocalObjectStore
+from conformance.cases import TortureSize
+from conformance.torture.run import run_torture
+from conformance.torture.servers import LocalCluster, ServerFaultError
+from persistence.errors import Validation
+from segments import open_plane
+from tests.fdb_cluster import FDB_LOCAL, SKIP_REASON, FdbCluster, start_cluster, stop_cluster
+
+SEED = 20_261_122
+
+
+@pytest.fixture(scope="module")
+def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FdbCluster]:
+    """A three-process cluster (double redundancy): one process at a time may die."""
+    if not os.access(FDB_LOCAL, os.X_OK):
+        pytest.skip(SKIP_REASON)
+    cluster = start_cluster(tmp_path_factory.mktemp("fdb3"), processes=3)
+    try:
+        yield cluster
+    finally:
+        stop_cluster(cluster)
+
+
+def test_torture_with_fdbserver_kills(cluster3: FdbCluster, tmp_path: Path) -> None:
+    """Six worker processes on 3 worlds for 40 s, one killed every 0.5 s on average, and an
+    fdbserver killed every 3 s on average (restarted within 3 s): no violation, and the
+    workers met the faults (retried engine errors or calls that failed)."""
+    plane = open_plane(cluster3.engine(), LocalObjectStore(tmp_path / "objects"))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    servers = LocalCluster(cluster3.directory)
+    report = run_torture(
+        plane,
+        cluster3.url,
+        plane.objects.url,
+        TortureSize(
+            worlds=3,
+            writers=2,
+            drainers=1,
+            seconds=40.0,
+            mean_kill_interval=0.5,
+            appenders=2,
+            server_kill_interval=3.0,
+        ),
+        seed=SEED,
+        directory=logs,
+        servers=servers,
+    )
+    figures = report.figures
+    print(figures)  # the run's figures, for -s
+    assert not report.violations, "\n".join(report.violations[:20])
+    assert figures["server_kills"] >= 4  # each once the cluster had healed from the last
+    assert figures["recoveries"] >= 1
+    assert figures["kills"] >= 40
+    assert figures["items_acknowledged"] >= 500 and figures["appends_acknowledged"] >= 200
+    faults_met = sum(figures["engine_errors_retried"].values()) + sum(
+        figures["calls_failed_backend"].values()
+    )
+    assert faults_met >= 1
+    assert sorted(servers.pids()) == sorted(cluster3.pids())  # restarted ones recorded
+
+
+def test_the_coordinator_is_never_killed(cluster3: FdbCluster) -> None:
+    servers = LocalCluster(cluster3.directory)
+    coordinator = cluster3.pids()[0]
+    for seed in range(5):
+        killed = servers.kill(random.Random(seed))
+        assert f"(pid {coordinator})" not in killed
+        with pytest.raises(ServerFaultError, match="already down"):
+            servers.kill(random.Random(seed))
+        servers.restart()
+    assert cluster3.pids()[0] == coordinator and len(cluster3.pids()) == 3
+
+
+def test_the_cluster_is_unhealthy_until_it_heals_from_a_kill(cluster3: FdbCluster) -> None:
+    """While a server is down the cluster is not healthy (a second kill would exceed its
+    fault tolerance); after the restart it heals."""
+    servers = LocalCluster(cluster3.directory)
+    assert until(servers.healthy, 180)
+    servers.kill(random.Random(0))
+    assert until(lambda: not servers.healthy(), 60)
+    servers.restart()
+    assert until(servers.healthy, 180)
+
+
+def until(condition: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``condition`` (each poll asks the cluster) until it holds or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_a_directory_without_a_cluster_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(Validation, match=r"fdb_local: .* holds no fdbserver\.pid"):
+        LocalCluster(tmp_path)
