@@ -4,13 +4,16 @@ What is checked, per universe:
 
 * **CAS** -- every metadata record decodes; an inline body hashes to its key and has the
   recorded size; an external body exists, has the recorded size and hashes to its key.
-* **Segments** -- the index of each world is contiguous from height 1 without overlap; every
-  indexed object exists, its header names the world and range the index says, its checksum
-  verifies and matches the index record.
+* **Segments** -- each index record of each world, on its own: it decodes, its key names its
+  end height, it names the canonical object of its range with the ``blake3`` checksum, it
+  continues the index from height 1 without gap or overlap and ends at or below the head;
+  its object exists, its header names the world and range, its checksum verifies and it has
+  the record's checksum and byte size. One finding per bad record, whatever is wrong.
 * **Journal** -- every height from the end of segment coverage to the head is stored whole;
   no hot key remains below coverage unless an export is deleting them (its marker says so).
 * **Snapshots** -- every indexed snapshot is at or below the head and its state and manifest
-  are in the CAS; the active baseline is one of the indexed snapshots.
+  are in the CAS; the active baseline is one of the indexed snapshots and its root is
+  complete (every blob its manifest names is in the same universe's CAS).
 * **Inbox** -- the cursor and every pending envelope decode.
 * **Objects** -- objects no CAS record or segment index names (and no export in flight) are
   *orphans*: garbage, not damage, so they are warnings.
@@ -34,6 +37,8 @@ from persistence.errors import (
     MissingJournalEntry,
     NotFound,
     PersistError,
+    SegmentIndexCorruption,
+    Validation,
 )
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
@@ -44,14 +49,15 @@ from persistence.records import (
     ExportMarker,
     InboxCursor,
     InboxEnvelope,
-    SegmentIndexRecord,
+    SnapshotRecord,
     decode_record,
 )
 
 Severity = Literal["error", "warning"]
 READ_CHUNK = 1024 * 1024
 MAX_FINDINGS_PER_WORLD = 100
-"""Past this many journal holes in one world, fsck stops listing them (the count says so)."""
+"""Past this many runs of missing journal heights in one world, fsck stops listing them
+(the count says so)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +154,11 @@ class Fsck:
     short note after each world and each CAS page."""
 
     def __init__(self, plane: Plane, progress: Callable[[str], None] | None = None) -> None:
-        self.plane = plane
+        from segments.inputs import require
+
+        self.plane = require(plane, Plane, "plane")
+        if progress is not None and not callable(progress):
+            raise Validation("progress", f"a callable, not {type(progress).__name__}")
         self.report = FsckReport()
         self._progress = progress or (lambda _note: None)
         self._referenced: set[str] = set()
@@ -157,6 +167,11 @@ class Fsck:
 
     def run(self, universes: list[UniverseId] | None = None) -> FsckReport:
         """Check ``universes`` (default: all), then the object store for orphans."""
+        from segments.inputs import require
+
+        if universes is not None:
+            for index, universe in enumerate(require(universes, list, "universes")):
+                require(universe, UniverseId, f"universes[{index}]")
         for universe in universes if universes is not None else list(self.plane.universes()):
             self.report.count("universes")
             self._check_cas(universe)
@@ -266,7 +281,6 @@ class Fsck:
         keys = WorldKeys(universe, world)
         try:
             head = self.plane.head(universe, world)
-            segments = self.plane.list_segments(universe, world)
             snapshot_rows, marker_raw, cursor_raw = _world_records(self.plane.engine, keys)
             marker = (
                 None
@@ -287,48 +301,25 @@ class Fsck:
                 f"export in flight ({marker.state}, {marker.start}-{marker.end}): run export "
                 "again to finish it",
             )
-        covered = self._check_segments(universe, world, segments, head)
+        covered = self._check_segments(universe, world, head)
         self._check_journal(keys, covered, head, marker)
         self._check_snapshots(universe, world, snapshot_rows, head)
         self._check_inbox(keys, cursor_raw)
 
-    def _check_segments(
-        self, universe: UniverseId, world: WorldId, segments: list[SegmentIndexRecord], head: int
-    ) -> int:
-        """Verify each indexed segment; return the end of contiguous coverage."""
-        from segments.cold import ObjectStoreSegments
+    def _check_segments(self, universe: UniverseId, world: WorldId, head: int) -> int:
+        """Check each index record and its object (one finding per bad record); return the
+        end of segment coverage (the highest end a record claims)."""
+        from segments.verify import check_segments
 
-        source = ObjectStoreSegments(self.plane.objects)
         covered = 0
-        for record in segments:
+        for check in check_segments(self.plane, universe, world, head):
             self.report.count("segments")
-            self._referenced.add(record.object_key)
-            if record.start != covered + 1:
-                self._add(
-                    "error",
-                    "segments",
-                    universe,
-                    world,
-                    record.object_key,
-                    f"index not contiguous: segment {record.start}-{record.end} after "
-                    f"coverage to {covered}",
-                )
-            covered = max(covered, record.end)
-            if record.end > head:
-                self._add(
-                    "error",
-                    "segments",
-                    universe,
-                    world,
-                    record.object_key,
-                    f"segment ends at {record.end}, above the head {head}",
-                )
-            try:
-                source.read(universe, world, record, 1, 0)  # verifies the whole object
-            except Corruption as exc:
-                self._add("error", "segments", universe, world, record.object_key, str(exc))
-            else:
-                self.report.count("segment bytes read", record.byte_size)
+            if check.record is not None:
+                self._referenced.add(check.record.object_key)
+                covered = max(covered, check.record.end)
+            if check.error is not None:
+                self._add("error", "segments", universe, world, check.subject, str(check.error))
+            self.report.count("segment bytes read", check.bytes_read)
         return covered
 
     def _check_journal(
@@ -347,17 +338,21 @@ class Fsck:
                     "hot keys remain below segment coverage (an export did not finish "
                     "deleting them)",
                 )
-        height, holes = covered + 1, 0
+        height = covered + 1
+        holes: list[tuple[int, int, str]] = []  # runs of missing heights: first, last, why
         page = self.plane.config.read_page_entries
         while height <= head:
             try:
                 rows = self.plane.read_hot(universe, world, height, min(page, head - height + 1))
             except MissingJournalEntry as exc:
-                holes += 1
-                if holes <= MAX_FINDINGS_PER_WORLD:
-                    self._add("error", "journal", universe, world, f"height {exc.height}", str(exc))
+                if holes and holes[-1][1] == exc.height - 1:
+                    holes[-1] = (holes[-1][0], exc.height, holes[-1][2])
+                else:
+                    holes.append((exc.height, exc.height, str(exc)))
                 height = max(height, exc.height) + 1
                 continue
+            except SegmentIndexCorruption:
+                break  # the index record it names is a finding of the segments check already
             if not rows:
                 self._add(
                     "error",
@@ -370,14 +365,21 @@ class Fsck:
                 break
             self.report.count("journal entries", len(rows))
             height = rows[-1][0] + 1
-        if holes > MAX_FINDINGS_PER_WORLD:
+        for first, last, why in holes[:MAX_FINDINGS_PER_WORLD]:
+            if first == last:
+                self._add("error", "journal", universe, world, f"height {first}", why)
+            else:  # one finding per run: a lost segment's heights are one problem
+                subject, more = f"heights {first}-{last}", f", and the {last - first} after it"
+                self._add("error", "journal", universe, world, subject, why + more)
+        if len(holes) > MAX_FINDINGS_PER_WORLD:
             self._add(
                 "error",
                 "journal",
                 universe,
                 world,
                 "holes",
-                f"{holes} missing heights in all (first {MAX_FINDINGS_PER_WORLD} listed)",
+                f"{len(holes)} runs of missing heights in all (first {MAX_FINDINGS_PER_WORLD} "
+                "listed)",
             )
 
     def _check_snapshots(
@@ -387,9 +389,8 @@ class Fsck:
         rows: list[tuple[bytes, bytes]],
         head: int,
     ) -> None:
-        from persistence.records import SnapshotRecord
-
         heights: dict[int, SnapshotRecord] = {}
+        incomplete: set[int] = set()
         for _, raw in rows:
             self.report.count("snapshots")
             try:
@@ -403,6 +404,7 @@ class Fsck:
                 self._add("error", "snapshots", universe, world, subject, f"above the head {head}")
             for what, ref in (("state", record.snapshot_ref), ("manifest", record.manifest_hash)):
                 if not self.plane.has(universe, ref):
+                    incomplete.add(record.height)
                     self._add(
                         "error",
                         "snapshots",
@@ -416,15 +418,30 @@ class Fsck:
         except PersistError as exc:
             self._add("error", "snapshots", universe, world, "baseline", str(exc))
             return
+        subject = f"baseline {baseline.height}"
         if heights.get(baseline.height) != baseline:
             self._add(
                 "error",
                 "snapshots",
                 universe,
                 world,
-                f"baseline {baseline.height}",
+                subject,
                 "the active baseline is not the snapshot indexed at its height",
             )
+        elif baseline.height not in incomplete:  # else already reported above
+            self._check_root(universe, world, baseline, subject)
+
+    def _check_root(
+        self, universe: UniverseId, world: WorldId, baseline: SnapshotRecord, subject: str
+    ) -> None:
+        """Root completeness of the active baseline: restore starts from it, so its state,
+        its manifest and every blob the manifest names must be in the universe's CAS."""
+        from segments.restore import load_root
+
+        try:
+            load_root(self.plane, universe, baseline)
+        except Corruption as exc:
+            self._add("error", "snapshots", universe, world, subject, f"root incomplete: {exc}")
 
     def _check_inbox(self, keys: WorldKeys, cursor_raw: bytes | None) -> None:
         universe, world = keys.universe, keys.world

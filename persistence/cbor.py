@@ -40,7 +40,14 @@ def _check(value: Any, depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise NotCanonical(f"nesting deeper than {_MAX_DEPTH}")
     kind = type(value)
-    if value is None or kind is bool or kind is bytes or kind is str:
+    if value is None or kind is bool or kind is bytes:
+        return
+    if kind is str:
+        if not value.isascii():
+            try:
+                value.encode()
+            except UnicodeEncodeError:
+                raise NotCanonical("text holds a lone surrogate (not UTF-8)") from None
         return
     if kind is int:
         if not _INT_MIN <= value <= _INT_MAX:

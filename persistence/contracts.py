@@ -5,7 +5,9 @@ over the transaction interface of :mod:`persistence.kv`; a third-party backend m
 them directly and prove itself with the conformance suite.
 
 Every method raises only :class:`~persistence.errors.PersistError` subclasses; each docstring
-names the ones a caller should expect.
+names the ones a caller should expect. Every method also refuses bad arguments -- a wrong
+type, a ``bool`` for an integer, a value over its limit -- with ``Validation`` naming the
+argument, before it writes anything: a refused call leaves the store byte-identical.
 """
 
 from __future__ import annotations
@@ -160,8 +162,10 @@ class WorldSnapshotStore(Protocol):
         """Make the indexed ``record`` the active baseline.
 
         Raises ``ReceiptHorizonFence`` unless ``record.receipt_horizon_height`` equals
-        ``record.height``, ``BaselineRegression`` if the active baseline is higher, and
-        ``NotFound`` if ``record`` is not the record indexed at its height.
+        ``record.height``, ``RootIncomplete`` (a ``NotFound``) naming the first blob of the
+        snapshot's root -- its snapshot, its manifest, every blob the manifest lists -- that
+        is not in ``universe``'s CAS, ``BaselineRegression`` if the active baseline is
+        higher, and ``NotFound`` if ``record`` is not the record indexed at its height.
         """
         ...
 

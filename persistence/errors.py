@@ -109,6 +109,21 @@ class WorldNotFound(NotFound):
         self.world = world
 
 
+class RootIncomplete(NotFound):
+    """A snapshot's root names a blob that its universe's CAS does not hold, so restore could
+    not load it: promotion to baseline is refused. ``blob`` is the missing hash (hex) and
+    ``named_by`` what names it (``snapshot_ref``, ``manifest_hash`` or ``manifest[i]``)."""
+
+    def __init__(self, height: int, named_by: str, blob: str, universe: object) -> None:
+        super().__init__(
+            f"snapshot at height {height} is incomplete: {named_by} names blob {blob}, which is "
+            f"not in the CAS of universe {universe}"
+        )
+        self.height = height
+        self.named_by = named_by
+        self.blob = blob
+
+
 # --------------------------------------------------------------------------- validation
 
 

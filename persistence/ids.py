@@ -1,17 +1,25 @@
 """Identifiers: universes, worlds, content hashes, journal heights, inbox sequences, segments.
 
-All are frozen, slotted value types. ``parse`` functions accept the external (text) form and
-raise :class:`~persistence.errors.Validation` naming the field on malformed input.
+All are frozen, slotted value types that check their value at construction, so an id that
+exists is well formed. ``parse`` functions accept the one documented external (text) form and
+raise :class:`~persistence.errors.Validation` naming the field on anything else. The
+``check_*`` functions are what the plane calls on each argument of a public call.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from persistence.errors import Validation
+from persistence.fdbtuple import INCOMPLETE
+
+_HEX: Final = re.compile("[0-9a-f]*", re.ASCII | re.IGNORECASE)
+_SEGMENT_TEXT: Final = re.compile("[1-9][0-9]{0,19}-[1-9][0-9]{0,19}", re.ASCII)
+"""Heights without signs, spaces, leading zeros or non-ASCII digits: one spelling per range."""
 
 MAX_HEIGHT: Final = 2**64 - 1
 """Journal heights are u64; height 0 means "empty journal"."""
@@ -27,15 +35,27 @@ def check_height(value: object, field: str = "height", *, allow_zero: bool = Tru
     return value
 
 
+_UUID_TEXT: Final = re.compile(
+    "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.ASCII | re.IGNORECASE
+)
+"""The one text form of a universe or world id: 8-4-4-4-12 ASCII hex digits (either case).
+``uuid.UUID`` also takes braces, ``urn:uuid:``, missing dashes and non-ASCII digits; two
+spellings of one id would be two ids to every tool that compares text."""
+
+
 def _parse_uuid(text: object, field: str) -> uuid.UUID:
-    if isinstance(text, uuid.UUID):
-        return text
     if not isinstance(text, str):
-        raise Validation(field, f"expected a UUID string, got {type(text).__name__}")
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        raise Validation(field, f"not a UUID: {text[:64]!r}") from None
+        raise Validation(field, f"expected UUID text, got {type(text).__name__}")
+    if _UUID_TEXT.fullmatch(text) is None:
+        raise Validation(
+            field, f"expected 8-4-4-4-12 hexadecimal digits (36 characters), not {text[:64]!r}"
+        )
+    return uuid.UUID(text)
+
+
+def _check_uuid(value: object, field: str) -> None:
+    if type(value) is not uuid.UUID:
+        raise Validation(field, f"expected a uuid.UUID, got {type(value).__name__}")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -44,9 +64,12 @@ class UniverseId:
 
     uuid: uuid.UUID
 
+    def __post_init__(self) -> None:
+        _check_uuid(self.uuid, "universe")
+
     @classmethod
     def parse(cls, text: object) -> UniverseId:
-        """Parse the canonical UUID text form."""
+        """Parse the canonical text form: 8-4-4-4-12 hex digits (either case)."""
         return cls(_parse_uuid(text, "universe"))
 
     @classmethod
@@ -64,9 +87,12 @@ class WorldId:
 
     uuid: uuid.UUID
 
+    def __post_init__(self) -> None:
+        _check_uuid(self.uuid, "world")
+
     @classmethod
     def parse(cls, text: object) -> WorldId:
-        """Parse the canonical UUID text form."""
+        """Parse the canonical text form: 8-4-4-4-12 hex digits (either case)."""
         return cls(_parse_uuid(text, "world"))
 
     @classmethod
@@ -85,7 +111,7 @@ class Hash:
     digest: bytes
 
     def __post_init__(self) -> None:
-        if not isinstance(self.digest, bytes) or len(self.digest) != 32:
+        if type(self.digest) is not bytes or len(self.digest) != 32:
             raise Validation("hash", "a sha256 digest is exactly 32 bytes")
 
     @classmethod
@@ -101,10 +127,9 @@ class Hash:
         body = text.removeprefix("sha256:")
         if len(body) != 64:
             raise Validation(field, f"sha256 hex is 64 digits, got {len(body)}")
-        try:
-            return cls(bytes.fromhex(body))
-        except ValueError:
-            raise Validation(field, f"not hexadecimal: {body[:64]!r}") from None
+        if _HEX.fullmatch(body) is None:
+            raise Validation(field, f"not hexadecimal: {body[:64]!r}")
+        return cls(bytes.fromhex(body))
 
     @property
     def hex(self) -> str:
@@ -131,18 +156,23 @@ class InboxSeq:
     raw: bytes
 
     def __post_init__(self) -> None:
-        if not isinstance(self.raw, bytes) or len(self.raw) != INBOX_SEQ_LEN:
+        if type(self.raw) is not bytes or len(self.raw) != INBOX_SEQ_LEN:
             raise Validation("inbox_seq", f"an inbox sequence is exactly {INBOX_SEQ_LEN} bytes")
+        if self.raw[:10] == INCOMPLETE:
+            # The engines' placeholder for "stamp me at commit": no commit assigns it.
+            raise Validation("inbox_seq", "an incomplete versionstamp (ten 0xff bytes)")
 
     @classmethod
     def parse(cls, text: object, field: str = "inbox_seq") -> InboxSeq:
         """Parse the 24-hex-digit text form."""
         if not isinstance(text, str) or len(text) != 2 * INBOX_SEQ_LEN:
             raise Validation(field, f"an inbox sequence is {2 * INBOX_SEQ_LEN} hex digits")
+        if _HEX.fullmatch(text) is None:
+            raise Validation(field, f"not hexadecimal: {text!r}")
         try:
             return cls(bytes.fromhex(text))
-        except ValueError:
-            raise Validation(field, f"not hexadecimal: {text!r}") from None
+        except Validation as exc:
+            raise Validation(field, exc.problem) from None
 
     @property
     def commit_version(self) -> int:
@@ -169,11 +199,11 @@ class SegmentId:
     @classmethod
     def parse(cls, text: object) -> SegmentId:
         """Parse ``"<start>-<end>"``."""
-        if not isinstance(text, str) or text.count("-") != 1:
-            raise Validation("segment", "expected '<start>-<end>'")
+        if not isinstance(text, str) or _SEGMENT_TEXT.fullmatch(text) is None:
+            raise Validation(
+                "segment", f"expected '<start>-<end>' in plain decimal, not {str(text)[:64]!r}"
+            )
         start, end = text.split("-")
-        if not (start.isdigit() and end.isdigit()):
-            raise Validation("segment", f"expected decimal heights, got {text[:64]!r}")
         return cls(int(start), int(end))
 
     @property
@@ -183,3 +213,18 @@ class SegmentId:
 
     def __str__(self) -> str:
         return f"{self.start}-{self.end}"
+
+
+IdT = TypeVar("IdT", UniverseId, WorldId, Hash, InboxSeq)
+
+
+def check_id(value: object, kind: type[IdT], field: str) -> IdT:
+    """Return ``value`` if it is a ``kind`` (a constructed id is well formed), else raise
+    ``Validation`` naming ``field``: a caller passing text or a raw UUID gets told to parse."""
+    if not isinstance(value, kind):
+        raise Validation(
+            field,
+            f"expected a {kind.__name__} (parse text with {kind.__name__}.parse), "
+            f"got {type(value).__name__}",
+        )
+    return value

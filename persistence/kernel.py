@@ -121,7 +121,7 @@ def _bytes(value: object, size: int) -> bytes:
 
 def load_kernel(path: str) -> Kernel:
     """A new kernel from ``module:Class`` (constructed without arguments); ``Validation``
-    naming the path if it cannot be loaded."""
+    naming the path if it cannot be loaded, constructed, or is not a kernel."""
     module_name, _, class_name = path.partition(":")
     if not module_name or not class_name:
         raise Validation("kernel", f"expected module:Class, not {path!r}")
@@ -129,5 +129,14 @@ def load_kernel(path: str) -> Kernel:
         kernel_class = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
         raise Validation("kernel", f"cannot load {path!r}: {exc}") from None
-    kernel: Kernel = kernel_class()
+    try:
+        kernel = kernel_class()
+    except Exception as exc:  # the constructor of a class we were merely named
+        raise Validation("kernel", f"{path} cannot be constructed: {exc}") from None
+    if not isinstance(kernel, Kernel):
+        raise Validation(
+            "kernel",
+            f"{path} made a {type(kernel).__name__}, not a kernel "
+            "(hydrate, apply and snapshot methods)",
+        )
     return kernel

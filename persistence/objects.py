@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from persistence.errors import Validation
+from persistence.sizes import MAX_OBJECT_KEY_BYTES
 
 COPY_CHUNK = 1024 * 1024
 """Bytes moved per read/write when streaming."""
@@ -29,15 +30,32 @@ class ObjectInfo:
     size: int
 
 
-def check_object_key(key: object) -> str:
-    """Return ``key`` if it is a safe relative object key, else raise ``Validation``.
+def check_object_key(key: object, prefix: str = "") -> str:
+    """Return ``key`` if every store can hold it, else raise ``Validation`` naming the object key.
 
-    Refused: empty keys, absolute paths, ``.``/``..`` or empty segments, NUL and
-    backslashes -- nothing may escape a store's root."""
+    One rule for every store, so that a key one store accepts every store accepts:
+
+    * a safe relative path -- not empty, not absolute, no empty, ``.`` or ``..`` segment, no
+      backslash -- so nothing can escape a store's root;
+    * no control characters (NUL; and S3 listings are XML 1.0, which cannot carry most);
+    * valid UTF-8 (no lone surrogates: no store can name an object with one);
+    * at most :data:`~persistence.sizes.MAX_OBJECT_KEY_BYTES` UTF-8 bytes together with the
+      store's ``prefix`` (S3's limit)."""
     if not isinstance(key, str) or not key:
         raise Validation("object key", "must be a non-empty string")
-    if key.startswith("/") or "\\" in key or "\x00" in key:
+    if key.startswith("/") or "\\" in key:
         raise Validation("object key", f"not a safe relative key: {key[:200]!r}")
+    if any(ord(c) < 0x20 or c == "\x7f" for c in key):
+        raise Validation("object key", f"control character in {key[:200]!r}")
+    try:
+        size = len((prefix + key).encode())
+    except UnicodeEncodeError:
+        raise Validation("object key", f"not UTF-8 (a lone surrogate): {key[:200]!r}") from None
+    if size > MAX_OBJECT_KEY_BYTES:
+        raise Validation(
+            "object key",
+            f"{size:,} bytes (UTF-8, with the store's prefix) > {MAX_OBJECT_KEY_BYTES:,}",
+        )
     if any(part in ("", ".", "..") for part in key.split("/")):
         raise Validation("object key", f"empty, '.' or '..' segment in {key[:200]!r}")
     return key
@@ -85,19 +103,22 @@ class ObjectStore(ABC):
     @abstractmethod
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
         """A stream of the object's bytes from ``start`` (``length`` bytes, or to the end).
-        Raises ``NotFound``, ``Backend``. Close it when done."""
+        Raises ``Validation`` (bad key, ``start`` or ``length``), ``NotFound``, ``Backend``.
+        Close it when done."""
 
     @abstractmethod
     def stat(self, key: str) -> ObjectInfo | None:
-        """Size of ``key``, or ``None`` if absent. Raises ``Backend``."""
+        """Size of ``key``, or ``None`` if absent. Raises ``Validation`` (bad key), ``Backend``."""
 
     @abstractmethod
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
-        """Objects whose key starts with ``prefix``, in key order, after ``start_after``."""
+        """Objects whose key starts with ``prefix``, in key order, after ``start_after``.
+        Bad arguments are ``Validation`` at the call, not at the first key; ``Backend``."""
 
     @abstractmethod
     def delete(self, key: str) -> None:
-        """Remove ``key`` if present (only for cleaning orphans). Raises ``Backend``."""
+        """Remove ``key`` if present (only for cleaning orphans). Raises ``Validation`` (bad
+        key), ``Backend``."""
 
     def get(self, key: str) -> bytes:
         """The whole object in memory. Raises ``NotFound``, ``Backend``."""

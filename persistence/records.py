@@ -52,12 +52,21 @@ def _bytes(value: Any, where: str) -> bytes:
     return value
 
 
+def _utf8(value: str, where: str) -> str:
+    """``value`` if it encodes as UTF-8: a lone surrogate cannot be stored as CBOR text."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise Validation(where, "not encodable as UTF-8 (a lone surrogate)") from None
+    return value
+
+
 def _text(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise Validation(where, f"expected text, got {type(value).__name__}")
     if not value:
         raise Validation(where, "must not be empty")
-    return value
+    return _utf8(value, where)
 
 
 def _cbor(value: Any, where: str) -> bytes:
@@ -94,6 +103,8 @@ def _text_map(value: Any, where: str) -> dict[str, str]:
     for key, item in value.items():
         if not isinstance(key, str) or not isinstance(item, str):
             raise Validation(where, "expected a text-to-text map")
+        _utf8(key, where)
+        _utf8(item, where)
     return dict(value)
 
 

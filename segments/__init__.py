@@ -20,12 +20,25 @@ def open_plane(
     config: PlaneConfig | None = None,
     *,
     hooks: StepHooks = NO_HOOKS,
+    create: bool = True,
 ) -> Plane:
-    """A plane over ``engine`` and ``objects`` that reads cold segments from ``objects``."""
+    """A plane over ``engine`` and ``objects`` that reads cold segments from ``objects``.
+
+    ``create`` applies to what is given as a URL: without it only existing stores open
+    (``NotFound`` otherwise) and nothing is created -- what reading tools and jobs use."""
     from backends.kv import open_engine
     from backends.objects import open_object_store
     from segments.cold import ObjectStoreSegments
 
-    kv = open_engine(engine) if isinstance(engine, str) else engine
-    store = open_object_store(objects) if isinstance(objects, str) else objects
-    return Plane(kv, store, config, ObjectStoreSegments(store), hooks=hooks)
+    kv = open_engine(engine, create=create) if isinstance(engine, str) else engine
+    store: ObjectStore | None = None
+    try:
+        store = open_object_store(objects, create=create) if isinstance(objects, str) else objects
+        return Plane(kv, store, config, ObjectStoreSegments(store), hooks=hooks)
+    except BaseException:
+        # what was opened here is not the caller's to close
+        if store is not None and store is not objects:
+            store.close()
+        if kv is not engine:
+            kv.close()
+        raise

@@ -42,6 +42,7 @@ from persistence.sizes import MiB
 from persistence.telemetry import traced
 from segments.format import CHECKSUM_ALGORITHM, SegmentHeader, SegmentReader, SegmentWriter
 from segments.format import segment_key as _segment_key
+from segments.inputs import require, require_ids
 
 RACE_ATTEMPTS: Final = 10
 """Times an export step starts again after another exporter moved the marker first."""
@@ -216,14 +217,15 @@ class Exporter:
     """Runs Protocol F for worlds of one plane."""
 
     def __init__(self, plane: Plane, config: ExportConfig) -> None:
-        self.plane = plane
-        self.config = config
+        self.plane = require(plane, Plane, "plane")
+        self.config = require(config, ExportConfig, "config")
 
     def _call(self) -> Call:
         return Call.new(self.plane.config.call_record_seconds)
 
     def plan(self, universe: UniverseId, world: WorldId) -> ExportPlan | None:
         """The next exportable range, or ``None``."""
+        require_ids(universe, world)
         return _plan(self.plane.engine, WorldKeys(universe, world), self.config)
 
     def export_all(
@@ -248,6 +250,7 @@ class Exporter:
     ) -> SegmentIndexRecord | None:
         """Resume the in-flight export or start the next one; ``None`` if nothing to do.
         When another exporter moves the marker first, start again from where it left it."""
+        require_ids(universe, world)
         if not self.config.enabled:
             raise Validation("export", "segment export is disabled (ExportConfig.enabled)")
         for _ in range(RACE_ATTEMPTS - 1):
@@ -382,6 +385,7 @@ class Exporter:
                 or header.world != world
                 or header.start != marker.start
                 or not header.end <= marker.end
+                or key != _segment_key(universe, world, header.start, header.end)
             ):
                 raise SegmentCorruption(key, 0, "found where an export expected its own segment")
             checksum = reader.verify()

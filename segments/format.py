@@ -36,12 +36,13 @@ import blake3
 from persistence import cbor
 from persistence.errors import SegmentChecksumMismatch, SegmentCorruption, Validation
 from persistence.ids import UniverseId, WorldId
+from persistence.plane import segment_index
 
 MAGIC: Final = b"AOSPSEG\x00"
 TRAILER_MAGIC: Final = b"AOSPEND\x00"
 FORMAT_VERSION: Final = 1
-CHECKSUM_ALGORITHM: Final = "blake3"
-DIGEST_SIZE: Final = 32
+CHECKSUM_ALGORITHM: Final = segment_index.CHECKSUM_ALGORITHM
+DIGEST_SIZE: Final = segment_index.DIGEST_SIZE
 MAX_HEADER: Final = 4096
 MAX_ENTRY: Final = 64 * 1024 * 1024
 _PREAMBLE = struct.Struct(">8sHI")
@@ -78,10 +79,9 @@ class SegmentHeader:
         )
 
 
-def segment_key(universe: UniverseId, world: WorldId, start: int, end: int) -> str:
-    """``segments/<universe>/<world>/<start>-<end>.log`` with 20-digit zero-padded heights,
-    so listing order is height order."""
-    return f"segments/{universe}/{world}/{start:020d}-{end:020d}.log"
+segment_key: Final = segment_index.object_key
+"""``segments/<universe>/<world>/<start>-<end>.log`` with 20-digit zero-padded heights, so
+listing order is height order (defined with the index, which checks every record names it)."""
 
 
 class SegmentWriter:
@@ -216,6 +216,8 @@ class SegmentReader:
         self.key = key
         self.header = _read_header(self._src)
         self.checksum: bytes | None = None
+        self.size: int | None = None
+        """Bytes of the whole object, set with ``checksum``."""
         if expect is not None and expect != self.header:
             raise SegmentCorruption(
                 key,
@@ -243,6 +245,7 @@ class SegmentReader:
         if src.stream.read(1):
             raise src.fail("trailing bytes after the checksum")
         self.checksum = stored
+        self.size = src.offset
 
     def verify(self) -> bytes:
         """Read to the end without keeping entries; return the verified checksum."""

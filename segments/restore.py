@@ -7,17 +7,19 @@ world). Both fail closed: any inconsistency raises ``Corruption`` and returns no
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from persistence import cbor
-from persistence.errors import Corruption, NotFound
+from persistence.errors import Corruption, NotFound, Validation
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.kernel import Kernel
 from persistence.plane import Plane
 from persistence.records import SnapshotRecord
 from persistence.telemetry import traced
+from segments.inputs import require, require_ids
 
 REPLAY_PAGE: Final = 10_000
 
@@ -70,6 +72,8 @@ def replay(
     progress: Callable[[str], None] = lambda _: None,
 ) -> RestoreResult:
     """Hydrate ``kernel`` from ``start`` and apply every entry after it up to the head."""
+    _check_inputs(plane, universe, world, kernel)
+    require(start, SnapshotRecord, "start")
     kernel.hydrate(load_root(plane, universe, start))
     head = plane.head(universe, world)
     height = start.height
@@ -86,6 +90,13 @@ def replay(
     return RestoreResult(head, start.height, head - start.height, kernel.snapshot())
 
 
+def _check_inputs(plane: object, universe: object, world: object, kernel: object) -> None:
+    require(plane, Plane, "plane")
+    require_ids(universe, world)
+    if not isinstance(kernel, Kernel):
+        raise Validation("kernel", f"hydrate, apply and snapshot, not {type(kernel).__name__}")
+
+
 @traced("restore")
 def restore(
     plane: Plane,
@@ -95,6 +106,7 @@ def restore(
     progress: Callable[[str], None] = lambda _: None,
 ) -> RestoreResult:
     """Active baseline + segments + hot tail."""
+    _check_inputs(plane, universe, world, kernel)
     return replay(plane, universe, world, kernel, plane.active_baseline(universe, world), progress)
 
 
@@ -107,7 +119,49 @@ def full_replay(
     progress: Callable[[str], None] = lambda _: None,
 ) -> RestoreResult:
     """Genesis snapshot (height 0) + every entry from height 1."""
+    _check_inputs(plane, universe, world, kernel)
     snapshots = plane.list_snapshots(universe, world)
     if not snapshots or snapshots[0].height != 0:
         raise Corruption(f"world {world}: no genesis snapshot at height 0")
     return replay(plane, universe, world, kernel, snapshots[0], progress)
+
+
+REPLAY_CHECK_COLUMNS: Final = (
+    ("universe", "string"),
+    ("world", "string"),
+    ("head", "long"),
+    ("full_state_sha256", "string"),
+    ("restored_state_sha256", "string"),
+    ("equal", "boolean"),
+    ("entries_replayed", "long"),
+    ("baseline_height", "long"),
+    ("error", "string"),
+)
+"""The row of one world's replay check, as ``aosp restore verify`` and the Spark
+replay-check job both report it: name and Spark SQL type of each column."""
+
+
+def check_replay(
+    plane: Plane, universe: UniverseId, world: WorldId, kernel: Callable[[], Kernel]
+) -> dict[str, Any]:
+    """One world's replay check: full replay from genesis versus restore (baseline +
+    segments + tail), each with a new kernel from ``kernel``. Every column of
+    :data:`REPLAY_CHECK_COLUMNS` is set; corruption found on the way is ``equal`` false
+    with ``error`` naming it (other errors propagate)."""
+    row: dict[str, Any] = dict.fromkeys(name for name, _ in REPLAY_CHECK_COLUMNS)
+    row.update(universe=str(universe), world=str(world), equal=False)
+    try:
+        full = full_replay(plane, universe, world, kernel())
+        restored = restore(plane, universe, world, kernel())
+    except Corruption as exc:
+        row["error"] = f"{type(exc).__name__}: {exc}"
+        return row
+    row.update(
+        head=full.head,
+        full_state_sha256=hashlib.sha256(full.state).hexdigest(),
+        restored_state_sha256=hashlib.sha256(restored.state).hexdigest(),
+        equal=full.state == restored.state and full.head == restored.head,
+        entries_replayed=full.replayed,
+        baseline_height=restored.from_height,
+    )
+    return row

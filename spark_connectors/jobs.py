@@ -3,20 +3,19 @@ parallel tasks) and analytics of cold history (per world and record kind)."""
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any, Final
 
 from persistence.ids import UniverseId, WorldId
 from persistence.kernel import load_kernel
+from persistence.plane import Plane
 from segments import open_plane
+from segments.restore import REPLAY_CHECK_COLUMNS, check_replay
 
 DEFAULT_KERNEL: Final = "persistence.kernel:ReferenceKernel"
-REPLAY_SCHEMA: Final = (
-    "universe string, world string, head long, full_state_sha256 string, "
-    "restored_state_sha256 string, equal boolean, entries_replayed long, "
-    "baseline_height long, error string"
-)
+REPLAY_SCHEMA: Final = ", ".join(f"{name} {kind}" for name, kind in REPLAY_CHECK_COLUMNS)
+"""One row per world, the columns ``aosp restore verify`` reports too
+(``segments.restore.REPLAY_CHECK_COLUMNS``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,35 +32,14 @@ class Store:
 
 
 def check_world(store: Store, kernel: str, universe: str, world: str) -> dict[str, Any]:
-    """Full replay from genesis versus restore (baseline + segments + tail) of one world."""
-    from backends.kv import open_engine
-    from backends.objects import open_object_store
-    from persistence.errors import PersistError
-    from segments.restore import full_replay, restore
-
-    row: dict[str, Any] = {"universe": universe, "world": world}
-    plane = open_plane(
-        open_engine(store.kv),
-        open_object_store(store.objects, credentials=dict(store.credentials) or None),
-    )
+    """Full replay from genesis versus restore (baseline + segments + tail) of one world:
+    a row of :data:`REPLAY_SCHEMA` (``segments.restore.check_replay``)."""
     u, w = UniverseId.parse(universe), WorldId.parse(world)
+    plane = _open(store)
     try:
-        full = full_replay(plane, u, w, load_kernel(kernel))
-        restored = restore(plane, u, w, load_kernel(kernel))
-    except PersistError as exc:
-        row.update(equal=False, error=f"{exc.kind}: {exc}")
-        return row
+        return check_replay(plane, u, w, lambda: load_kernel(kernel))
     finally:
-        plane.engine.close()
-    row.update(
-        head=full.head,
-        full_state_sha256=hashlib.sha256(full.state).hexdigest(),
-        restored_state_sha256=hashlib.sha256(restored.state).hexdigest(),
-        equal=full.state == restored.state and full.head == restored.head,
-        entries_replayed=full.replayed,
-        baseline_height=restored.from_height,
-    )
-    return row
+        _close(plane)
 
 
 def replay_check(
@@ -92,10 +70,7 @@ def list_worlds(
     store: Store, universes: list[str] | None, worlds: list[str] | None
 ) -> list[tuple[str, str]]:
     """``(universe, world)`` pairs of the store, filtered (both filters optional)."""
-    from backends.kv import open_engine
-    from backends.objects import open_object_store
-
-    plane = open_plane(open_engine(store.kv), open_object_store(store.objects))
+    plane = _open(store)
     try:
         chosen = [UniverseId.parse(u) for u in universes] if universes else list(plane.universes())
         wanted = {str(WorldId.parse(w)) for w in worlds or []}
@@ -106,7 +81,28 @@ def list_worlds(
             if not wanted or str(w) in wanted
         ]
     finally:
+        _close(plane)
+
+
+def _open(store: Store) -> Plane:
+    """The plane of ``store``, opening only what exists: a job reads, so a mistyped URL is
+    ``NotFound`` rather than a new, empty store created on the driver or an executor."""
+    from backends.objects import open_object_store
+
+    credentials = dict(store.credentials) or None
+    objects = open_object_store(store.objects, credentials=credentials, create=False)
+    try:
+        return open_plane(store.kv, objects, create=False)
+    except BaseException:
+        objects.close()
+        raise
+
+
+def _close(plane: Plane) -> None:
+    try:
         plane.engine.close()
+    finally:
+        plane.objects.close()
 
 
 def analytics(spark: Any, store: Store, **source_options: str) -> tuple[Any, Any]:

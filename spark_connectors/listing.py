@@ -10,10 +10,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import groupby
 
-from persistence.errors import Corruption
+from persistence.errors import Corruption, MissingJournalEntry, Validation
 from persistence.ids import UniverseId, WorldId
 from persistence.objects import ObjectStore
 from persistence.plane import Plane
+from persistence.plane.segment_index import audit
+from segments.inputs import require
 
 SEGMENT_KEY = re.compile(
     r"segments/(?P<universe>[0-9a-f-]{36})/(?P<world>[0-9a-f-]{36})/"
@@ -40,6 +42,9 @@ class SegmentRef:
     object_key: str
     byte_size: int
     checksum: bytes | None = None
+    error: str | None = None
+    """Why heights ``start..end`` cannot be read (a damaged index record, a gap): reading
+    this ref fails, or gives one error row in skip mode."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,18 @@ class Selection:
     worlds: frozenset[str] = frozenset()
     min_height: int | None = None
     max_height: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("universes", "worlds"):
+            ids = getattr(self, name)
+            if not isinstance(ids, frozenset) or not all(isinstance(i, str) for i in ids):
+                raise Validation(f"Selection.{name}", "a frozenset of id strings")
+        for name in ("min_height", "max_height"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise Validation(f"Selection.{name}", f"None or an integer >= 0, not {value!r}")
 
     def wants(self, ref: SegmentRef) -> bool:
         """Whether the segment may hold selected rows."""
@@ -62,7 +79,14 @@ class Selection:
 
 
 def from_index(plane: Plane, selection: Selection) -> list[SegmentRef]:
-    """The indexed segments of the selected worlds, in (universe, world, height) order."""
+    """The indexed segments of the selected worlds, in (universe, world, height) order.
+
+    Each world's index is checked to tile heights from 1 to its cold-through height, and the
+    hot journal to go on from there: every record that is damaged, overlaps or follows a gap
+    (and heights after the last record that neither a segment nor the hot journal holds)
+    becomes a ref with ``error`` set, so no height is ever silently left out of a scan."""
+    require(plane, Plane, "plane")
+    require(selection, Selection, "selection")
     refs: list[SegmentRef] = []
     universes = (
         [UniverseId.parse(u) for u in sorted(selection.universes)]
@@ -76,24 +100,42 @@ def from_index(plane: Plane, selection: Selection) -> list[SegmentRef]:
             else list(plane.worlds(universe))
         )
         for world in worlds:
-            refs.extend(
-                SegmentRef(
-                    str(universe),
-                    str(world),
-                    record.start,
-                    record.end,
-                    record.object_key,
-                    record.byte_size,
-                    record.checksum,
-                )
-                for record in plane.list_segments(universe, world)
-            )
+            refs.extend(_world_refs(plane, universe, world))
     return [r for r in refs if selection.wants(r)]
+
+
+def _world_refs(plane: Plane, universe: UniverseId, world: WorldId) -> Iterator[SegmentRef]:
+    """The refs of one world's index (see :func:`from_index`)."""
+    u, w = str(universe), str(world)
+    covered = 0
+    for entry in audit(plane.engine, universe, world):
+        record = entry.record
+        if record is None or entry.error is not None:
+            # The heights no good record holds: from the end of coverage (a gap's start;
+            # an overlap's heights below it are read from the record that holds them).
+            start = covered + 1
+            end = max(start, entry.key_end if record is None else record.end)
+            key = "" if record is None else record.object_key
+            yield SegmentRef(u, w, start, end, key, 0, error=str(entry.error))
+        else:
+            yield SegmentRef(
+                u, w, record.start, record.end, record.object_key, record.byte_size,
+                record.checksum,
+            )  # fmt: skip
+        covered = max(covered, entry.key_end if record is None else record.end)
+    try:
+        plane.read_hot(universe, world, covered + 1, 1)
+    except MissingJournalEntry as exc:  # the hot journal does not go on where the index ends
+        problem = f"{exc}, and no segment holds it (the index ends at {covered})"
+        yield SegmentRef(u, w, covered + 1, exc.height, "", 0, error=problem)
 
 
 def from_objects(objects: ObjectStore, selection: Selection) -> list[SegmentRef]:
     """Every segment object of the selected worlds, checked per world: heights tile from
     1 without gap or overlap. Raises :class:`SegmentListingError` naming what is wrong."""
+    if not isinstance(objects, ObjectStore):
+        raise Validation("objects", f"an ObjectStore, not {type(objects).__name__}")
+    require(selection, Selection, "selection")
     prefixes = (
         [f"segments/{u}/" for u in sorted(selection.universes)]
         if selection.universes

@@ -73,9 +73,16 @@ from persistence.errors import Corruption, NotFound, SegmentCorruption, Validati
 from persistence.ids import UniverseId, WorldId
 from persistence.kernel import entry_kind
 from persistence.objects import ObjectStore
+from persistence.plane.segment_index import SegmentRecordMismatch
 from segments import open_plane
 from segments.format import DecodedSegment, SegmentHeader, decode_segment
-from spark_connectors.listing import SegmentRef, Selection, from_index, from_objects
+from spark_connectors.listing import (
+    SegmentListingError,
+    SegmentRef,
+    Selection,
+    from_index,
+    from_objects,
+)
 
 NAME: Final = "aos_segments"
 SCHEMA: Final = (
@@ -229,6 +236,10 @@ class SegmentScan(DataSourceReader):
         objects = _objects(self.options.objects, self.options.credentials)
         for ref in partition.segments:
             try:
+                if ref.error is not None:
+                    raise SegmentListingError(
+                        f"world {ref.world}: heights {ref.start}-{ref.end}: {ref.error}"
+                    )
                 yield from segment_batches(objects, ref, self.options)
             except Corruption as exc:
                 if self.options.on_corrupt == "fail":
@@ -259,10 +270,8 @@ def list_segments(options: ScanOptions) -> list[SegmentRef]:
     objects = _objects(options.objects, options.credentials)
     if options.listing == "objects":
         return from_objects(objects, options.selection)
-    from backends.kv import open_engine
-
     assert options.kv is not None
-    plane = open_plane(open_engine(options.kv), objects)
+    plane = open_plane(options.kv, objects, create=False)
     try:
         return from_index(plane, options.selection)
     finally:
@@ -284,6 +293,10 @@ def segment_batches(
     if ref.checksum is not None and segment.checksum != ref.checksum:
         raise SegmentCorruption(
             ref.object_key, len(data), "checksum differs from the segment index's"
+        )
+    if len(data) != ref.byte_size:
+        raise SegmentRecordMismatch(
+            ref.world, ref.end, "byte_size", f"{ref.byte_size}, {ref.object_key} is {len(data)}"
         )
     if len(data) >= 2**31:
         raise SegmentCorruption(ref.object_key, 0, "segment over 2 GiB: too large to scan")
@@ -375,8 +388,14 @@ def _narrow(selection: Selection, f: Filter) -> Selection | None:
             hi = _min(hi, value)
         else:
             return None
-        return replace(selection, min_height=lo, max_height=hi)
+        # Heights start at 1, so a bound below 0 selects what 0 does (a Selection's
+        # bounds are never negative).
+        return replace(selection, min_height=_at_least_0(lo), max_height=_at_least_0(hi))
     return None
+
+
+def _at_least_0(bound: int | None) -> int | None:
+    return None if bound is None else max(bound, 0)
 
 
 def _max(a: int | None, b: int) -> int:
@@ -398,5 +417,7 @@ def _objects(url: str, credentials: tuple[tuple[str, str], ...]) -> ObjectStore:
     with _stores_lock:
         key = (url, credentials)
         if key not in _stores:
-            _stores[key] = open_object_store(url, credentials=dict(credentials) or None)
+            _stores[key] = open_object_store(
+                url, credentials=dict(credentials) or None, create=False
+            )
         return _stores[key]

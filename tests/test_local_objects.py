@@ -1,7 +1,9 @@
-"""Local and memory object stores: create-only, keys confined to the root, listing order."""
+"""Local and memory object stores: create-only, keys confined to the root, listing order;
+opening without creating; what the local store's files and directories mean as keys."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,8 +11,9 @@ import pytest
 from backends.objects import open_object_store
 from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
-from persistence.errors import NotFound, Validation
+from persistence.errors import Backend, NotFound, Validation
 from persistence.objects import ObjectStore
+from segments import open_plane
 
 
 @pytest.fixture(params=["local", "memory"])
@@ -82,3 +85,87 @@ def test_streams_ranges_and_declared_hashes(store: ObjectStore) -> None:
     assert store.stat("s/2") is None  # nothing stored on a mismatch
     with pytest.raises(NotFound):
         store.open("s/missing")
+
+
+def test_opening_without_create_creates_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    with pytest.raises(NotFound, match="does not exist"):
+        open_object_store(f"file://{missing}", create=False)
+    with pytest.raises(NotFound, match="new, empty store"):
+        open_object_store("memory://", create=False)
+    with pytest.raises(NotFound):
+        open_plane(f"sqlite://{missing}/kv.db", f"file://{missing}/objects", create=False)
+    assert not missing.exists()
+    (tmp_path / "objects").mkdir()
+    store = open_object_store(f"file://{tmp_path}/objects?fsync=0", create=False)
+    assert isinstance(store, LocalObjectStore) and not store.fsync
+
+
+def test_a_missing_objects_directory_closes_the_engine_opened_for_it(tmp_path: Path) -> None:
+    """``open_plane`` opened the engine from its URL, so it closes it when the object store
+    cannot be opened (a second open of the database then finds it released)."""
+    open_plane(f"sqlite://{tmp_path}/kv.db", f"file://{tmp_path}/objects").engine.close()
+    with pytest.raises(NotFound):
+        open_plane(f"sqlite://{tmp_path}/kv.db", f"file://{tmp_path}/nowhere", create=False)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_names_reserved_for_temporary_files_are_refused(tmp_path: Path) -> None:
+    """Listings skip ``.tmp-*`` files (a crash's leftovers), so such a key would be stored
+    but never listed: it is refused before anything is written."""
+    store = LocalObjectStore(tmp_path / "objects", fsync=False)
+    with pytest.raises(Validation, match=r"object key.*reserved"):
+        store.put("a/.tmp-x", b"x")
+    with pytest.raises(Validation, match="object key"):
+        store.stat(".tmp-x")
+    assert store.put("a/.tmp-x/b", b"x")  # only the file name is reserved
+    assert [o.key for o in store.list()] == ["a/.tmp-x/b"]
+
+
+def test_directories_are_prefixes_not_objects(tmp_path: Path) -> None:
+    """Key ``a`` cannot be a file while ``a/b`` exists: the directory is no object, and a
+    put of ``a`` is a ``Backend`` error, not a claim that ``a`` already exists."""
+    store = LocalObjectStore(tmp_path / "objects", fsync=False)
+    store.put("a/b", b"x")
+    assert store.stat("a") is None
+    with pytest.raises(NotFound):
+        store.open("a")
+    store.delete("a")  # not an object: nothing to delete
+    with pytest.raises(Backend, match="is a directory"):
+        store.put("a", b"y")
+    assert store.stat("a/b/c") is None  # under a file
+    with pytest.raises(NotFound):
+        store.open("a/b/c")
+    assert [o.key for o in store.list()] == ["a/b"]
+
+
+def test_listing_skips_files_that_are_not_keys(tmp_path: Path) -> None:
+    """A file another tool left under the root whose name no store accepts as a key (a
+    control character) is not an object: listing it would hand out a key nothing opens."""
+    store = LocalObjectStore(tmp_path / "objects", fsync=False)
+    store.put("k/1", b"x")
+    (tmp_path / "objects" / "k" / "tab\there").write_bytes(b"stray")
+    assert [o.key for o in store.list()] == ["k/1"]
+
+
+def test_listing_reads_only_directories_under_the_prefix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing by prefix does not walk the rest of the root (``cas/`` when listing
+    ``seg/``), yet keys where ``/`` meets a lower character stay in order."""
+    store = LocalObjectStore(tmp_path / "objects", fsync=False)
+    for key in ["cas/x", "seg-1", "seg/w1/1", "seg/w2/1", "segz/1"]:
+        store.put(key, b"x")
+    scanned: list[str] = []
+    scandir = os.scandir
+
+    def recording(path: str) -> object:
+        scanned.append(Path(path).relative_to(store.root).as_posix())
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", recording)
+    assert [o.key for o in store.list("seg/")] == ["seg/w1/1", "seg/w2/1"]
+    assert sorted(scanned) == [".", "seg", "seg/w1", "seg/w2"]
+    scanned.clear()
+    assert [o.key for o in store.list("seg")] == ["seg-1", "seg/w1/1", "seg/w2/1", "segz/1"]
+    assert "cas" not in scanned

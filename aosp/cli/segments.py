@@ -13,7 +13,6 @@ from aosp.cli.console import (
     print_table,
 )
 from aosp.cli.store import open_store, selected_worlds, world_options
-from persistence.errors import Corruption
 from persistence.kernel import load_kernel
 
 
@@ -114,38 +113,43 @@ def cmd_segments_list(args: argparse.Namespace) -> int:
 
 
 def cmd_segments_verify(args: argparse.Namespace) -> int:
-    """Read every indexed segment to its end: header, checksum and index record agree."""
-    from segments.cold import ObjectStoreSegments
+    """Check every index record and read its segment to the end: the record agrees with its
+    key, the records around it and its object (header, checksum, algorithm, byte size).
+    Every bad record is listed, not only the first."""
+    from segments.verify import check_segments
 
     plane = open_store(args)
-    source = ObjectStoreSegments(plane.objects)
-    records = [
-        (universe, world, s)
-        for universe, world in selected_worlds(plane, args)
-        for s in plane.list_segments(universe, world)
-    ]
-    failures = []
-    with Progress("verify", len(records), enabled=not args.quiet, unit="segments") as progress:
-        for universe, world, record in records:
-            try:
-                source.read(universe, world, record, 1, 0)  # reads and checks the whole object
-            except Corruption as exc:
-                failures.append({"object_key": record.object_key, "error": str(exc)})
+    worlds = selected_worlds(plane, args)
+    checked, failures = 0, []
+    with Progress("verify", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
+        for universe, world in worlds:
+            for check in check_segments(plane, universe, world, plane.head(universe, world)):
+                checked += 1
+                if check.error is not None:
+                    failures.append(
+                        {
+                            "universe": str(universe),
+                            "world": str(world),
+                            "key_end": check.key_end,
+                            "object_key": check.subject,
+                            "error": str(check.error),
+                        }
+                    )
             progress.advance()
     if args.json:
-        print_json({"segments": len(records), "failed": failures})
+        print_json({"segments": checked, "failed": failures})
     else:
         for failure in failures:
             print(f"FAIL {failure['object_key']}: {failure['error']}")
-        print(f"{len(records) - len(failures)}/{len(records)} segments verified")
+        print(f"{checked - len(failures)}/{checked} segments verified")
     return EXIT_CHECK_FAILED if failures else EXIT_OK
 
 
 def cmd_restore_verify(args: argparse.Namespace) -> int:
-    """For each world, restore (baseline + segments + tail) and full replay must agree."""
-    import hashlib
-
-    from segments.restore import full_replay, restore
+    """For each world, restore (baseline + segments + tail) and full replay must agree.
+    Prints what ``aosp spark replay-check`` prints: a summary and one row per world with
+    the columns of ``segments.restore.REPLAY_CHECK_COLUMNS``."""
+    from segments.restore import check_replay
 
     load_kernel(args.kernel)  # a bad path is a usage error before any work
     plane = open_store(args)
@@ -153,35 +157,29 @@ def cmd_restore_verify(args: argparse.Namespace) -> int:
     rows = []
     with Progress("restore", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
         for universe, world in worlds:
-            row: dict[str, Any] = {"universe": str(universe), "world": str(world)}
-            try:
-                restored = restore(plane, universe, world, load_kernel(args.kernel))
-                replayed = full_replay(plane, universe, world, load_kernel(args.kernel))
-            except Corruption as exc:
-                row.update(equal=False, error=str(exc))
-            else:
-                row.update(
-                    head=replayed.head,
-                    baseline=restored.from_height,
-                    replayed=restored.replayed,
-                    restored_sha256=hashlib.sha256(restored.state).hexdigest()[:16],
-                    full_sha256=hashlib.sha256(replayed.state).hexdigest()[:16],
-                    equal=restored.state == replayed.state and restored.head == replayed.head,
-                )
-            rows.append(row)
+            rows.append(check_replay(plane, universe, world, lambda: load_kernel(args.kernel)))
             progress.advance()
     differ = [r for r in rows if not r["equal"]]
+    summary = {"worlds": len(rows), "equal": len(rows) - len(differ), "differ": len(differ)}
     if args.json:
-        print_json({"worlds": len(rows), "differ": len(differ), "results": rows})
+        print_json({"summary": summary, "worlds": rows})
     else:
+        table = [
+            {
+                **r,
+                "full": (r["full_state_sha256"] or "")[:16],
+                "restored": (r["restored_state_sha256"] or "")[:16],
+            }
+            for r in rows
+        ]
         print_table(
-            rows,
-            ["world", "head", "baseline", "replayed", "restored_sha256", "full_sha256", "equal"],
+            table,
+            ["world", "head", "baseline_height", "entries_replayed", "full", "restored", "equal"],
         )
         for r in differ:
-            if "error" in r:
+            if r["error"] is not None:
                 print(f"FAIL {r['world']}: {r['error']}")
-        print(f"{len(rows) - len(differ)}/{len(rows)} worlds: restore equals full replay")
+        print(f"{summary['equal']}/{summary['worlds']} worlds: restore equals full replay")
     return EXIT_CHECK_FAILED if differ else EXIT_OK
 
 

@@ -22,13 +22,18 @@ URL                                        engine
 
 Backends are imported lazily, so ``fdb://`` without the bindings fails with a message
 naming the pip extra rather than at import time.
+
+``open_engine(url, create=False)`` is how reading tools open a store: it never creates one.
+A missing SQLite file is ``NotFound`` and an empty or foreign one ``StoreFormatError`` (see
+:class:`~backends.kv.sqlite.SqliteEngine`); ``memory://`` is ``NotFound`` (it always names a
+new, empty store); ``fdb://`` connects to a cluster, which creates nothing.
 """
 
 from __future__ import annotations
 
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from persistence.errors import Validation
+from persistence.errors import NotFound, Validation
 from persistence.kv import Engine
 
 
@@ -37,18 +42,22 @@ def _options(query: str) -> dict[str, str]:
     return {name: values[-1] for name, values in parsed.items()}
 
 
-def open_engine(url: str) -> Engine:
-    """Open the engine named by ``url`` (see the module docstring for the forms)."""
+def open_engine(url: str, *, create: bool = True) -> Engine:
+    """Open the engine named by ``url`` (see the module docstring for the forms). Without
+    ``create`` only an existing store opens; nothing is created."""
     if url.startswith("faults+"):
         from backends.kv.faults import FaultInjector, FaultyEngine
 
-        return FaultyEngine(open_engine(url.removeprefix("faults+")), FaultInjector())
+        inner = open_engine(url.removeprefix("faults+"), create=create)
+        return FaultyEngine(inner, FaultInjector())
     parts = urlsplit(url)
     options = _options(parts.query)
     path = unquote(parts.netloc + parts.path)
     if parts.scheme == "memory":
         from backends.kv.memory import MemoryEngine
 
+        if not create:
+            raise NotFound(f"{url!r} names a new, empty store: there is no existing one to open")
         return MemoryEngine()
     if parts.scheme == "sqlite":
         from backends.kv.sqlite import SqliteEngine
@@ -58,14 +67,20 @@ def open_engine(url: str) -> Engine:
         unknown = set(options) - {"synchronous", "busy_timeout"}
         if unknown:
             raise Validation("kv url", f"unknown sqlite option(s) {sorted(unknown)}")
+        busy_timeout = options.get("busy_timeout", "60")
+        try:
+            seconds = float(busy_timeout)
+        except ValueError:
+            raise Validation("kv url", f"busy_timeout is not seconds: {busy_timeout!r}") from None
         try:
             return SqliteEngine(
                 path,
                 synchronous=options.get("synchronous", "FULL"),
-                busy_timeout=float(options.get("busy_timeout", "60")),
+                busy_timeout=seconds,
+                create=create,
             )
-        except ValueError as exc:
-            raise Validation("kv url", str(exc)) from None
+        except Validation as exc:
+            raise Validation("kv url", f"{exc.field} must be {exc.problem}") from None
     if parts.scheme == "fdb":
         from backends.kv.fdb import FdbEngine, FdbOptions
 

@@ -152,6 +152,7 @@ class WriteBuffer:
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
         """Record the deletion of ``[begin, end)`` (2005 if ``begin > end``)."""
+        checks.check_range(begin, end)
         if begin > end:
             raise fdb_errors.engine_error(
                 fdb_errors.INVERTED_RANGE, "clear_range begin key after its end"
@@ -420,6 +421,7 @@ class BufferedTransaction(kv.Transaction):
 
     def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
         self._check_open()
+        checks.check_type(key, "key")
         seen: list[bytes | None] = []
 
         def read_base(k: bytes) -> bytes | None:
@@ -449,7 +451,8 @@ class BufferedTransaction(kv.Transaction):
         snapshot: bool = False,
     ) -> list[tuple[bytes, bytes]]:
         self._check_open()
-        if limit < 0:
+        checks.check_range(begin, end)
+        if checks.check_limit(limit) < 0:
             raise fdb_errors.engine_error(
                 fdb_errors.CLIENT_INVALID_OPERATION, f"negative limit {limit}"
             )
@@ -507,6 +510,7 @@ class BufferedTransaction(kv.Transaction):
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         self._check_open()
+        checks.check_range(begin, end)
         if begin > end:
             raise fdb_errors.engine_error(
                 fdb_errors.INVERTED_RANGE, "conflict range begin key after its end"

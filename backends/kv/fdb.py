@@ -159,7 +159,12 @@ class FdbTransaction(kv.Transaction):
     def _reader(self, snapshot: bool) -> Any:
         return self._tr.snapshot if snapshot else self._tr
 
+    # Arguments are checked here, as the memory and SQLite engines check them: the binding
+    # would raise TypeError (or pass a str key through as UTF-8) instead of Validation.
+
     def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
+        checks.check_type(key, "key")
+
         def read() -> bytes | None:
             value = self._reader(snapshot).get(key)
             return bytes(value) if value.present() else None
@@ -175,6 +180,9 @@ class FdbTransaction(kv.Transaction):
         reverse: bool = False,
         snapshot: bool = False,
     ) -> list[tuple[bytes, bytes]]:
+        checks.check_range(begin, end)
+        checks.check_limit(limit)
+
         def read() -> list[tuple[bytes, bytes]]:
             # Everything is materialised anyway: ask for it all in as few round trips as
             # the cluster allows instead of the iterator mode's small first batches.
@@ -195,24 +203,33 @@ class FdbTransaction(kv.Transaction):
         _translate(self._fdb, lambda: self._tr.set(key, value))
 
     def clear(self, key: bytes) -> None:
+        checks.check_type(key, "key")
         _translate(self._fdb, lambda: self._tr.clear(key))
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
+        checks.check_range(begin, end)
         _translate(self._fdb, lambda: self._tr.clear_range(begin, end))
 
     def add(self, key: bytes, param: bytes) -> None:
+        checks.check_type(key, "key")
+        checks.check_type(param, "param")
         _translate(self._fdb, lambda: self._tr.add(key, param))
 
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
+        checks.check_type(key, "key")
+        checks.check_type(value, "value")
         _translate(self._fdb, lambda: self._tr.set_versionstamped_key(key, value))
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
+        checks.check_type(key, "key")
+        checks.check_type(value, "value")
         _translate(self._fdb, lambda: self._tr.set_versionstamped_value(key, value))
 
     def get_versionstamp(self) -> kv.VersionstampFuture:
         return _Future(self._fdb, _translate(self._fdb, self._tr.get_versionstamp))
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
+        checks.check_range(begin, end)
         _translate(self._fdb, lambda: self._tr.add_read_conflict_range(begin, end))
 
     def get_read_version(self) -> int:

@@ -29,12 +29,17 @@ Transactions are optimistic, like FoundationDB's, and serializable:
 
 A process killed at any point leaves the file consistent: SQLite's WAL recovery discards
 the uncommitted transaction on the next open.
+
+Opening with ``create=False`` (what reading tools use) never creates anything: the file must
+already be a store of ours. A missing file is ``NotFound``; an empty (0-byte) file, an SQLite
+database without our schema, or any other file is ``StoreFormatError``, left untouched.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import sqlite3
 import threading
@@ -44,18 +49,21 @@ from typing import Final
 
 from backends.kv.buffered import BufferedTransaction
 from persistence import fdb_errors, kv
-from persistence.errors import EngineError, StoreFormatError
+from persistence.errors import Backend, EngineError, NotFound, StoreFormatError, Validation
 
 APPLICATION_ID: Final = 0x414F5350  # "AOSP"
 FORMAT_VERSION: Final = 1
 STORE_KIND: Final = b"aos-persistence/kv"
 SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
+MAX_BUSY_TIMEOUT: Final = (2**31 - 1) / 1000  # PRAGMA busy_timeout takes a 32-bit millisecond count
 _PAGE: Final = 512  # rows fetched per range-scan statement
 
 
 class SqliteEngine(kv.Engine):
-    """A store in one SQLite file, shared safely by threads and processes."""
+    """A store in one SQLite file, shared safely by threads and processes. With ``create``
+    (the default) a missing or empty file becomes a new store; without, only an existing
+    store of ours opens and nothing is ever created."""
 
     def __init__(
         self,
@@ -65,16 +73,25 @@ class SqliteEngine(kv.Engine):
         busy_timeout: float = 60.0,
         cache_mib: int = 16,
         size_limit: int = kv.MAX_TRANSACTION_SIZE,
+        create: bool = True,
     ) -> None:
         self.path = Path(path)
+        self.create = create
         self.size_limit = size_limit
         mode = synchronous.upper()
         if mode not in SYNCHRONOUS_MODES:
-            raise ValueError(f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
+            raise Validation("synchronous", f"one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
         self.synchronous = mode
+        if not (math.isfinite(busy_timeout) and 0 <= busy_timeout <= MAX_BUSY_TIMEOUT):
+            raise Validation(
+                "busy_timeout", f"seconds in [0, {MAX_BUSY_TIMEOUT:g}], not {busy_timeout!r}"
+            )
         self.busy_timeout = busy_timeout
         self.cache_mib = cache_mib
         self.url = f"sqlite://{self.path.resolve()}"
+        # A URI, so that an open without create cannot create the file (mode=rw) even when
+        # it is deleted after _check_file looked.
+        self._uri = f"{self.path.resolve().as_uri()}?mode={'rwc' if create else 'rw'}"
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []  # pooled connections of this process
         self._pid = os.getpid()
@@ -88,18 +105,30 @@ class SqliteEngine(kv.Engine):
     # ------------------------------------------------------------ opening
 
     def _check_file(self) -> None:
-        """Refuse, without touching it, a file that is not an SQLite database."""
-        if not self.path.parent.is_dir():
-            raise StoreFormatError(f"{self.path}: directory {self.path.parent} does not exist")
-        if self.path.exists():
+        """Refuse, without touching it, a file that is not an SQLite database (and without
+        ``create``, a missing or empty file)."""
+        try:
+            if not self.path.parent.is_dir():
+                message = f"{self.path}: directory {self.path.parent} does not exist"
+                raise StoreFormatError(message) if self.create else NotFound(message)
+            if not self.path.exists():
+                if not self.create:
+                    raise NotFound(f"{self.path}: no such database (opened without create)")
+                return
             if not self.path.is_file():
                 raise StoreFormatError(f"{self.path}: not a regular file")
             with self.path.open("rb") as fh:
                 head = fh.read(len(SQLITE_MAGIC))
-            if head and head != SQLITE_MAGIC:
-                raise StoreFormatError(
-                    f"{self.path}: not an SQLite database, so not a store of ours; left untouched"
-                )
+        except OSError as exc:
+            raise Backend(f"{self.path}: cannot read: {exc}") from None
+        if head and head != SQLITE_MAGIC:
+            raise StoreFormatError(
+                f"{self.path}: not an SQLite database, so not a store of ours; left untouched"
+            )
+        if not head and not self.create:
+            # SQLite would treat it as an empty database; a store truncated to nothing is
+            # data loss to report, not a new store to start.
+            raise StoreFormatError(f"{self.path}: an empty file (0 bytes), not a store; untouched")
 
     def _acquire(self) -> sqlite3.Connection:
         """A connection for one transaction (pooled; never shared by two at once)."""
@@ -110,12 +139,18 @@ class SqliteEngine(kv.Engine):
                 return self._idle.pop()
         try:
             conn = sqlite3.connect(
-                self.path, isolation_level=None, timeout=self.busy_timeout, check_same_thread=False
+                self._uri,
+                uri=True,
+                isolation_level=None,
+                timeout=self.busy_timeout,
+                check_same_thread=False,
             )
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute(f"PRAGMA cache_size = {-1024 * self.cache_mib}")
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.OperationalError as exc:  # cannot open: permissions, vanished, I/O
+            raise Backend(f"{self.path}: cannot open: {exc}") from None
+        except sqlite3.Error as exc:  # not a database, damaged header
             raise StoreFormatError(f"{self.path}: cannot open: {exc}") from None
         return conn
 
@@ -137,6 +172,11 @@ class SqliteEngine(kv.Engine):
         """Create the schema in an empty file, or check that the file is our store."""
         try:
             app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            if app_id == 0 and not self.create:
+                raise StoreFormatError(
+                    f"{self.path}: an SQLite database that was never made a store "
+                    "(opened without create); left untouched"
+                )
             if app_id == 0:
                 # Look before writing anything: a foreign database must stay byte-identical.
                 self._refuse_foreign(conn)
@@ -180,7 +220,7 @@ class SqliteEngine(kv.Engine):
                 raise StoreFormatError(f"{self.path}: store identity record is missing or wrong")
             if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 conn.execute("PRAGMA journal_mode = WAL")
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             raise StoreFormatError(f"{self.path}: damaged or not a database: {exc}") from None
 
     def _refuse_foreign(self, conn: sqlite3.Connection) -> None:
@@ -202,10 +242,16 @@ class SqliteEngine(kv.Engine):
             conn.close()
 
     def integrity_check(self) -> list[str]:
-        """SQLite's full ``PRAGMA integrity_check``; an empty list means healthy."""
+        """SQLite's full ``PRAGMA integrity_check``; an empty list means healthy. Damage
+        too deep for the check to run is ``StoreFormatError``; a lock not granted in time is
+        the usual retryable ``EngineError``."""
         conn = self._acquire()
         try:
             rows = conn.execute("PRAGMA integrity_check").fetchall()
+        except sqlite3.Error as exc:
+            if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+                raise _sqlite_error(exc, "integrity_check") from None
+            raise StoreFormatError(f"{self.path}: integrity_check cannot run: {exc}") from None
         finally:
             self._release(conn)
         return [] if rows == [("ok",)] else [row[0] for row in rows]

@@ -4,28 +4,32 @@ Create-only and crash-safe: a body is written to a temporary file in the target 
 fsynced, then published with ``link(2)`` -- which fails if the name exists, so two writers
 racing on one key cannot overwrite each other -- and the directory is fsynced so the new
 name survives a power loss. A crash leaves at most a ``.tmp-*`` file, never a partial object
-under a real key. Keys are validated so that none can escape the root.
+under a real key. Arguments are checked as every store checks them
+(:func:`~persistence.objects.check_object_key` and the checks of :mod:`backends.objects`),
+before the disk is touched, so no key can escape the root.
+
+Opened with ``create=False`` (reading tools) the root must already be a directory: nothing
+is created, and a mistyped path is ``NotFound`` rather than a new, empty store. Every
+operating-system error is typed: ``Backend`` naming the path (``NotFound`` for an object
+that is absent).
 """
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import hashlib
 import io
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, cast
+from urllib.parse import parse_qs, unquote, urlsplit
 
-from persistence.errors import Backend, NotFound
-from persistence.objects import (
-    COPY_CHUNK,
-    ObjectInfo,
-    ObjectStore,
-    check_object_key,
-    check_sha256,
-)
+from backends.objects import check_listing, check_put, check_window, read_bytes
+from persistence.errors import Backend, NotFound, Validation
+from persistence.objects import COPY_CHUNK, ObjectInfo, ObjectStore, check_object_key, check_sha256
 
 _TMP_PREFIX = ".tmp-"
 
@@ -62,29 +66,66 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class LocalObjectStore(ObjectStore):
-    """Objects as files under ``root`` (created if missing)."""
+@contextlib.contextmanager
+def _os_errors(what: str) -> Iterator[None]:
+    """Raise an ``OSError`` (or a symlink loop, which ``Path.resolve`` raises as
+    ``RuntimeError``) of the block as ``Backend`` naming ``what``."""
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        raise Backend(f"{what}: {exc}") from None
 
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
-        self.root = Path(root).resolve()
+
+class LocalObjectStore(ObjectStore):
+    """Objects as files under ``root`` (created if missing, unless ``create`` is false)."""
+
+    def __init__(
+        self, root: str | os.PathLike[str], *, fsync: bool = True, create: bool = True
+    ) -> None:
+        with _os_errors(f"object store root {root}"):
+            self.root = Path(root).resolve()
+            if self.root.exists() and not self.root.is_dir():
+                raise Backend(f"object store root {self.root} is not a directory")
+            if create:
+                self.root.mkdir(parents=True, exist_ok=True)
+            elif not self.root.exists():
+                raise NotFound(f"no object store at {self.root}: the directory does not exist")
         self.fsync = fsync
         self.url = f"file://{self.root}"
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise Backend(f"object store root {self.root}: {exc}") from None
+
+    @classmethod
+    def from_url(cls, url: str, *, create: bool = True) -> LocalObjectStore:
+        """The store a ``file:///dir[?fsync=0]`` URL names."""
+        parts = urlsplit(url)
+        if parts.scheme != "file":
+            raise Validation("objects url", f"not a file URL: {url!r}")
+        path = unquote(parts.netloc + parts.path)
+        if not path:
+            raise Validation("objects url", f"file URL needs a directory: {url!r}")
+        options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        unknown = set(options) - {"fsync"}
+        if unknown:
+            raise Validation("objects url", f"unknown option(s) {sorted(unknown)}")
+        return cls(path, fsync=options.get("fsync", "1") != "0", create=create)
 
     def _path(self, key: str) -> Path:
-        path = (self.root / check_object_key(key)).resolve()
-        if self.root not in path.parents:
+        """The file of ``key`` (already checked), which must lie under the root."""
+        if key.rpartition("/")[2].startswith(_TMP_PREFIX):
+            # listings skip such names as a crash's leftovers: the object would be invisible
+            raise Validation("object key", f"a name starting {_TMP_PREFIX!r} is reserved: {key!r}")
+        with _os_errors(f"object {key!r}"):
+            path = (self.root / key).resolve()
+        if self.root not in path.parents:  # a symlink under the root points out of it
             raise Backend(f"object key {key!r} resolves outside {self.root}")
         return path
 
     def put(self, key: str, data: bytes | BinaryIO, *, sha256: bytes | None = None) -> bool:
-        path = self._path(key)
-        if path.exists():
-            return False
+        path = self._path(check_put(key, data, sha256))
         try:
+            if path.is_dir():
+                raise Backend(f"object {key!r}: {path} is a directory (keys under {key!r}/ exist)")
+            if path.exists():
+                return False
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=path.parent)
             try:
@@ -95,7 +136,7 @@ class LocalObjectStore(ObjectStore):
                         if sha256 is not None:
                             digest.update(data)
                     else:
-                        while chunk := data.read(COPY_CHUNK):
+                        while chunk := read_bytes(data, COPY_CHUNK):
                             fh.write(chunk)
                             if sha256 is not None:
                                 digest.update(chunk)
@@ -116,10 +157,12 @@ class LocalObjectStore(ObjectStore):
             raise Backend(f"object {key!r}: write failed: {exc}") from None
 
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
-        path = self._path(key)
+        path = self._path(check_object_key(key))
+        check_window(start, length)
         try:
             fh = path.open("rb")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            # absent; or a file (a directory) is where a directory (the object) would be
             raise NotFound(f"object {key!r} not found in {self.root}") from None
         except OSError as exc:
             raise Backend(f"object {key!r}: open failed: {exc}") from None
@@ -129,36 +172,63 @@ class LocalObjectStore(ObjectStore):
         return cast(BinaryIO, stream)
 
     def stat(self, key: str) -> ObjectInfo | None:
-        path = self._path(key)
+        return self._stat(key, self._path(check_object_key(key)))
+
+    def _stat(self, key: str, path: Path) -> ObjectInfo | None:
+        """``ObjectInfo`` of the file at ``path``, ``None`` if absent or a directory."""
         try:
-            return ObjectInfo(key, path.stat().st_size)
-        except FileNotFoundError:
+            st = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
             raise Backend(f"object {key!r}: stat failed: {exc}") from None
+        return ObjectInfo(key, st.st_size) if stat.S_ISREG(st.st_mode) else None
 
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
+        check_listing(prefix, start_after)  # at the call: the listing itself is lazy
+        return self._list(prefix, start_after)
+
+    def _list(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
+        def fail(exc: OSError) -> None:  # os.walk would skip an unreadable directory silently
+            raise Backend(f"listing {self.root}: {exc}")
+
         found = []
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            dirnames.sort()
-            base = Path(dirpath).relative_to(self.root)
+        for dirpath, dirnames, filenames in os.walk(self.root, onerror=fail):
+            base = Path(dirpath).relative_to(self.root).as_posix()
+            base = "" if base == "." else f"{base}/"
+            # descend only into directories that can hold keys with the prefix
+            dirnames[:] = [d for d in dirnames if _may_hold(f"{base}{d}/", prefix)]
             for name in filenames:
-                if name.startswith(_TMP_PREFIX):
+                key = base + name
+                if not key.startswith(prefix) or (start_after is not None and key <= start_after):
                     continue
-                key = (base / name).as_posix() if str(base) != "." else name
-                if key.startswith(prefix) and (start_after is None or key > start_after):
-                    found.append(key)
-        for key in sorted(found):
-            info = self.stat(key)
+                if name.startswith(_TMP_PREFIX) or not _is_key(key):
+                    continue  # a crash's leftover, or a file another tool put here
+                found.append(key)
+        for key in sorted(found):  # code-point order, which is UTF-8 byte order, as on S3
+            info = self._stat(key, self.root / key)
             if info is not None:
                 yield info
 
     def delete(self, key: str) -> None:
-        path = self._path(key)
+        path = self._path(check_object_key(key))
         try:
             path.unlink()
-        except FileNotFoundError:
-            return
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return  # absent, or a prefix of other keys rather than an object: nothing to delete
         except OSError as exc:
-            if exc.errno != errno.ENOENT:
-                raise Backend(f"object {key!r}: delete failed: {exc}") from None
+            raise Backend(f"object {key!r}: delete failed: {exc}") from None
+
+
+def _may_hold(directory: str, prefix: str) -> bool:
+    """Whether keys under ``directory`` (``a/b/``) can start with ``prefix``."""
+    return directory.startswith(prefix[: len(directory)])
+
+
+def _is_key(name: str) -> bool:
+    """Whether a file's name under the root is a key this store could have written."""
+    try:
+        check_object_key(name)
+    except Validation:
+        return False
+    return True

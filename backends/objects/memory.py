@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from backends.objects import check_listing, check_put, check_window, read_bytes
 from persistence.errors import NotFound
 from persistence.objects import ObjectInfo, ObjectStore, check_object_key, check_sha256
 
@@ -21,8 +22,8 @@ class MemoryObjectStore(ObjectStore):
         self._lock = threading.Lock()
 
     def put(self, key: str, data: bytes | BinaryIO, *, sha256: bytes | None = None) -> bool:
-        check_object_key(key)
-        body = data if isinstance(data, bytes) else data.read()
+        check_put(key, data, sha256)
+        body = data if isinstance(data, bytes) else read_bytes(data)
         check_sha256(key, sha256, hashlib.sha256(body).digest() if sha256 else b"")
         with self._lock:
             if key in self._objects:
@@ -32,6 +33,7 @@ class MemoryObjectStore(ObjectStore):
 
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
         check_object_key(key)
+        check_window(start, length)
         with self._lock:
             try:
                 data = self._objects[key]
@@ -47,6 +49,7 @@ class MemoryObjectStore(ObjectStore):
         return None if data is None else ObjectInfo(key, len(data))
 
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
+        check_listing(prefix, start_after)
         with self._lock:
             items = sorted((k, len(v)) for k, v in self._objects.items() if k.startswith(prefix))
         return iter([ObjectInfo(k, n) for k, n in items if start_after is None or k > start_after])

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, cast
 from urllib.parse import quote
 
+from backends.objects import check_listing, check_put, check_window, read_bytes
 from persistence.errors import Backend, MissingDependency, NotFound, Validation
 from persistence.objects import (
     COPY_CHUNK,
@@ -178,7 +179,7 @@ def _read_up_to(stream: BinaryIO, n: int) -> bytes:
     chunks: list[bytes] = []
     remaining = n
     while remaining > 0:
-        chunk = stream.read(remaining)
+        chunk = read_bytes(stream, remaining)
         if not chunk:
             break
         chunks.append(chunk)
@@ -281,8 +282,16 @@ class S3ObjectStore(ObjectStore):
         multipart: bool = True,
         credentials: Mapping[str, str] | None = None,
     ) -> None:
-        if not bucket or "/" in bucket or any(c.isspace() for c in bucket):
-            raise Validation("s3 bucket", f"not a bucket name: {bucket[:100]!r}")
+        if (
+            not isinstance(bucket, str)
+            or not bucket
+            or "/" in bucket
+            or not bucket.isprintable()
+            or any(c.isspace() for c in bucket)
+        ):
+            raise Validation("s3 bucket", f"not a bucket name: {str(bucket)[:100]!r}")
+        if not isinstance(prefix, str):
+            raise Validation("s3 prefix", f"expected text, got {type(prefix).__name__}")
         prefix = prefix.strip("/")
         if prefix:
             check_object_key(prefix)
@@ -353,7 +362,7 @@ class S3ObjectStore(ObjectStore):
     # ------------------------------------------------------------------ plumbing
 
     def _full_key(self, key: str) -> str:
-        return self._key_prefix + check_object_key(key)
+        return self._key_prefix + check_object_key(key, self._key_prefix)
 
     def _where(self, full_key: str) -> str:
         return f"s3://{self.bucket}/{full_key}"
@@ -396,11 +405,10 @@ class S3ObjectStore(ObjectStore):
     # ------------------------------------------------------------------ ObjectStore
 
     def put(self, key: str, data: bytes | BinaryIO, *, sha256: bytes | None = None) -> bool:
-        full_key = self._full_key(key)
-        if sha256 is not None and (not isinstance(sha256, bytes) or len(sha256) != 32):
-            raise Validation("sha256", f"declared sha256 of {key!r} must be 32 bytes")
-        if isinstance(data, bytes | bytearray | memoryview):
-            body = bytes(data)
+        check_put(key, data, sha256, self._key_prefix)
+        full_key = self._key_prefix + key
+        if isinstance(data, bytes):
+            body = data
             if len(body) <= self.multipart_threshold or not self.multipart:
                 return self._put_single(key, full_key, body, sha256)
             return self._put_multipart(key, full_key, _parts(body, None, self.part_size), sha256)
@@ -429,7 +437,7 @@ class S3ObjectStore(ObjectStore):
         size = len(head)
         with tempfile.SpooledTemporaryFile(max_size=max(self.multipart_threshold, 1)) as spool:
             spool.write(head)
-            while chunk := rest.read(COPY_CHUNK):
+            while chunk := read_bytes(rest, COPY_CHUNK):
                 digest.update(chunk)
                 size += len(chunk)
                 if size > MAX_SINGLE_PUT:
@@ -554,8 +562,7 @@ class S3ObjectStore(ObjectStore):
 
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
         full_key = self._full_key(key)
-        if start < 0 or (length is not None and length < 0):
-            raise Validation("range", f"start and length must be >= 0 (got {start}, {length})")
+        check_window(start, length)
         if length == 0:
             if self.stat(key) is None:
                 raise NotFound(f"object {key!r} not found in {self._where(self._key_prefix)}")
@@ -601,7 +608,11 @@ class S3ObjectStore(ObjectStore):
         ``Backend`` instead of handing out keys out of order. SeaweedFS 4.48 does, for keys
         that differ where one has ``/`` and the other a lower character (it lists
         ``a/x`` before ``a-b``, comparing path segments); the plane's own key shapes never
-        differ that way."""
+        differ that way. The arguments are checked at the call, not at the first key."""
+        check_listing(prefix, start_after)
+        return self._list(prefix, start_after)
+
+    def _list(self, prefix: str, start_after: str | None) -> Iterator[ObjectInfo]:
         params: dict[str, Any] = {
             "Bucket": self.bucket,
             "Prefix": self._key_prefix + prefix,

@@ -16,9 +16,15 @@ from dataclasses import dataclass
 from typing import BinaryIO, Final, Protocol
 
 from persistence import cbor, kv
-from persistence.errors import HeadAdvanced, MissingDependency, SegmentCorruption, Validation
+from persistence.errors import (
+    HeadAdvanced,
+    MissingDependency,
+    SegmentIndexCorruption,
+    Validation,
+    WorldExists,
+)
 from persistence.hooks import NO_HOOKS, StepHooks
-from persistence.ids import Hash, InboxSeq, UniverseId, WorldId, check_height
+from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, UniverseId, WorldId, check_height, check_id
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
@@ -37,19 +43,34 @@ from persistence.plane.cas import Cas, VerifyMode
 from persistence.plane.inbox import DrainResult, Normalizer
 from persistence.plane.snapshots import SnapshotOutcome
 from persistence.records import (
+    INBOX_ITEM_TYPES,
     CasMeta,
     EffectDispatchItem,
     EffectInFlightItem,
+    InboxCursor,
     InboxEnvelope,
     InboxItem,
     IngressJournalRecord,
+    Record,
     SegmentIndexRecord,
     SnapshotRecord,
     TimerDueItem,
     WorldMeta,
     encode_inbox_item,
 )
-from persistence.sizes import MiB
+from persistence.sizes import (
+    MAX_CALL_RECORD_SECONDS,
+    MAX_IDEMPOTENCY_KEY_BYTES,
+    MAX_NAME_CHARS,
+    MAX_ROW_LIMIT,
+    MiB,
+    check_bool,
+    check_bytes,
+    check_int,
+    check_number,
+    check_sequence,
+    check_text,
+)
 from persistence.telemetry import traced
 
 MAX_INLINE_BYTES: Final = kv.MAX_VALUE_SIZE - (
@@ -59,6 +80,11 @@ MAX_INLINE_BYTES: Final = kv.MAX_VALUE_SIZE - (
 """The largest CAS body kept inline: its ``CasMeta`` record must fit one FoundationDB value."""
 GENESIS_STATE: Final = cbor.encode(None)
 """Default genesis snapshot bytes: a kernel hydrating from them starts empty."""
+CLAIM_RESERVE: Final = 4 * MAX_NAME_CHARS + 128
+"""Room a dispatched effect's value leaves for its claim: the worker's name (UTF-8) and
+claim time, and the call record that repeats the in-flight item."""
+MAX_SETTING: Final = 2**63 - 1
+"""The largest integer setting: a signed 64-bit integer, which every engine can take."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,24 +112,21 @@ class PlaneConfig:
             ("read_page_bytes", 1, None),
         ):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise Validation(f"PlaneConfig.{name}", f"an integer >= {low}, not {value!r}")
-            if high is not None and value > high:
+            if high is not None and isinstance(value, int) and value > high:
                 raise Validation(
                     f"PlaneConfig.{name}",
                     f"{value:,} > {high:,}: an inline body and its metadata must fit one "
                     f"FoundationDB value ({kv.MAX_VALUE_SIZE:,} bytes)",
                 )
+            check_int(value, f"PlaneConfig.{name}", low, MAX_SETTING if high is None else high)
         if self.verify_reads not in ("always", "sampled", "never"):
             raise Validation(
                 "PlaneConfig.verify_reads", f"always, sampled or never, not {self.verify_reads!r}"
             )
-        if not (
-            isinstance(self.verify_sample_rate, float | int) and 0 <= self.verify_sample_rate <= 1
-        ):
-            raise Validation("PlaneConfig.verify_sample_rate", "a number from 0 to 1")
-        if not (isinstance(self.call_record_seconds, float | int) and self.call_record_seconds > 0):
-            raise Validation("PlaneConfig.call_record_seconds", "a positive number of seconds")
+        check_number(self.verify_sample_rate, "PlaneConfig.verify_sample_rate", 0, 1)
+        field = "PlaneConfig.call_record_seconds"
+        if not check_number(self.call_record_seconds, field, 0, MAX_CALL_RECORD_SECONDS):
+            raise Validation(field, "must be a positive number of seconds")
 
 
 class SegmentSource(Protocol):
@@ -131,6 +154,40 @@ def _random_key() -> bytes:
     return os.urandom(16)
 
 
+def _world_keys(universe: object, world: object) -> WorldKeys:
+    """The keys of ``world``, after checking that both ids are ids."""
+    return WorldKeys(check_id(universe, UniverseId, "universe"), check_id(world, WorldId, "world"))
+
+
+def _universe_keys(universe: object) -> UniverseKeys:
+    """The keys of ``universe``, after checking that it is an id."""
+    return UniverseKeys(check_id(universe, UniverseId, "universe"))
+
+
+def _limit(value: object, field: str = "limit", low: int = 0) -> int:
+    """A listing's row limit."""
+    return check_int(value, field, low, MAX_ROW_LIMIT)
+
+
+def _encoded(record: object, kinds: tuple[type[Record], ...], field: str) -> bytes:
+    """The stored bytes of a caller's record, after checking its type (a record checks its
+    fields when it is built, so encoding it cannot fail half-way through a protocol)."""
+    if not isinstance(record, kinds):
+        names = " or ".join(kind.__name__ for kind in kinds)
+        raise Validation(field, f"expected a {names}, got {type(record).__name__}")
+    return record.to_cbor()
+
+
+def _value_fits(encoded: bytes, field: str, limit: int = kv.MAX_VALUE_SIZE) -> None:
+    """``Validation`` if a record stored as one value is over ``limit`` bytes."""
+    if len(encoded) > limit:
+        raise Validation(
+            field,
+            f"encodes to {len(encoded):,} bytes > {limit:,} (one FoundationDB value): put "
+            "large payloads in the CAS and pass their hash",
+        )
+
+
 class Plane:
     """CAS, journals, inboxes and snapshots of every universe in one engine + object store."""
 
@@ -143,6 +200,12 @@ class Plane:
         *,
         hooks: StepHooks = NO_HOOKS,
     ) -> None:
+        if not isinstance(engine, Engine):
+            raise Validation("engine", f"expected an Engine, got {type(engine).__name__}")
+        if not isinstance(objects, ObjectStore):
+            raise Validation("objects", f"expected an ObjectStore, got {type(objects).__name__}")
+        if config is not None and not isinstance(config, PlaneConfig):
+            raise Validation("config", f"expected a PlaneConfig, got {type(config).__name__}")
         self.engine = engine
         self.objects = objects
         self.segments = segments
@@ -212,52 +275,62 @@ class Plane:
     ) -> SnapshotRecord:
         """Create a world with its genesis snapshot as active baseline (height 0).
 
-        Returns the genesis record. Repeating the same creation is a no-op; a different
-        world with the same id is ``WorldExists``."""
+        Returns the genesis record. A retried creation transaction is a no-op; a world that
+        exists already is ``WorldExists`` (checked before the genesis blobs are stored)."""
+        keys = _world_keys(universe, world)
+        check_bytes(genesis_state, "genesis_state")
+        meta = WorldMeta(
+            created_ns=time.time_ns(),
+            handle=None if handle is None else check_text(handle, "handle"),
+        )
+        if worlds.world_exists(self.engine, keys):
+            raise WorldExists(f"world {world} already exists in universe {universe}")
         snapshot_ref = self.put_verified(universe, genesis_state)
         manifest_hash = self.put_verified(universe, cbor.encode([]))
         genesis = SnapshotRecord(snapshot_ref, 0, 0, manifest_hash, receipt_horizon_height=0)
-        meta = WorldMeta(created_ns=time.time_ns(), handle=handle)
-        worlds.create_world(self.engine, WorldKeys(universe, world), meta, genesis)
+        worlds.create_world(self.engine, keys, meta, genesis)
         self.hooks.reached("world.after_create")
         return genesis
 
     @traced("world.meta")
     def world_meta(self, universe: UniverseId, world: WorldId) -> WorldMeta:
         """Creation time and handle of a world (``NotFound`` if it does not exist)."""
-        return worlds.read_meta(self.engine, WorldKeys(universe, world))
+        return worlds.read_meta(self.engine, _world_keys(universe, world))
 
     def universes(self, page: int = 1_000) -> Iterator[UniverseId]:
-        """Every universe in the store, in id byte order (``page`` per transaction)."""
-        after: UniverseId | None = None
-        while batch := worlds.list_universes(self.engine, after, page):
-            yield from batch
-            after = batch[-1]
+        """Every universe in the store, in id byte order (``page`` per transaction).
+        Arguments are checked at the call, not at the first ``next``."""
+        _limit(page, "page", 1)
+
+        def scan() -> Iterator[UniverseId]:
+            after: UniverseId | None = None
+            while batch := worlds.list_universes(self.engine, after, page):
+                yield from batch
+                after = batch[-1]
+
+        return scan()
 
     def worlds(self, universe: UniverseId, page: int = 1_000) -> Iterator[WorldId]:
-        """Every world of ``universe``, in id byte order (``page`` per transaction)."""
-        after: WorldId | None = None
-        while batch := worlds.list_worlds(self.engine, UniverseKeys(universe), after, page):
-            yield from batch
-            after = batch[-1]
+        """Every world of ``universe``, in id byte order (``page`` per transaction).
+        Arguments are checked at the call, not at the first ``next``."""
+        keys = _universe_keys(universe)
+        _limit(page, "page", 1)
+
+        def scan() -> Iterator[WorldId]:
+            after: WorldId | None = None
+            while batch := worlds.list_worlds(self.engine, keys, after, page):
+                yield from batch
+                after = batch[-1]
+
+        return scan()
 
     # ------------------------------------------------------------------ journal (B)
 
     def _check_entries(self, entries: Sequence[bytes], field: str) -> None:
-        if not entries:
-            raise Validation(field, "a batch needs at least one entry")
-        if len(entries) > self.config.max_batch_entries:
-            raise Validation(field, f"{len(entries)} entries > max {self.config.max_batch_entries}")
+        check_sequence(entries, field, 1, self.config.max_batch_entries)
         total = 0
         for index, entry in enumerate(entries):
-            if not isinstance(entry, bytes):
-                raise Validation(f"{field}[{index}]", "entries are bytes")
-            if len(entry) > self.config.max_entry_bytes:
-                raise Validation(
-                    f"{field}[{index}]",
-                    f"entry of {len(entry)} bytes > max {self.config.max_entry_bytes}",
-                )
-            total += len(entry)
+            total += len(check_bytes(entry, f"{field}[{index}]", high=self.config.max_entry_bytes))
         if total > self.config.max_batch_bytes:
             raise Validation(field, f"batch of {total} bytes > max {self.config.max_batch_bytes}")
 
@@ -266,9 +339,13 @@ class Plane:
         self, universe: UniverseId, world: WorldId, expected_head: int, entries: Sequence[bytes]
     ) -> int:
         """Append at ``expected_head``; return the first new height (``HeadAdvanced`` if moved)."""
+        keys = _world_keys(universe, world)
         check_height(expected_head, "expected_head")
         self._check_entries(entries, "entries")
-        keys = WorldKeys(universe, world)
+        if expected_head > MAX_HEIGHT - len(entries):
+            raise Validation(
+                "expected_head", f"{expected_head} + {len(entries)} entries passes 2**64-1"
+            )
         batch = list(entries)
         budget.check(
             budget.append_cost(keys, expected_head + 1, batch),
@@ -302,10 +379,10 @@ class Plane:
         """Up to ``limit`` contiguous entries from ``from_inclusive``, stitched from cold
         segments and the hot tail, paged across transactions so no read transaction
         outgrows FoundationDB's limits. A missing or damaged segment is ``Corruption``."""
+        keys = _world_keys(universe, world)
         check_height(from_inclusive, "from_inclusive", allow_zero=False)
-        if limit < 0:
-            raise Validation("limit", "must not be negative")
-        keys = WorldKeys(universe, world)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise Validation("limit", f"must be a non-negative integer, got {limit!r}")
         if limit == 0:
             journal.read_entries(self.engine, keys, from_inclusive, 0)  # NotFound if no world
             return []
@@ -315,11 +392,17 @@ class Plane:
             want = min(self.config.read_page_entries, limit - len(out))
             page = journal.read_entries(self.engine, keys, first, want, self.config.read_page_bytes)
             if page.segment is not None:
-                last = min(page.segment.end, page.head, first + want - 1)
-                rows = self._cold(universe, world, page.segment, first, last)
-                if [h for h, _ in rows[:1]] != [first]:  # a read must make progress
-                    raise SegmentCorruption(
-                        page.segment.object_key, 0, f"holds no entry at height {first}"
+                segment = page.segment
+                last = min(segment.end, page.head, first + want - 1)
+                rows = self._cold(universe, world, segment, first, last)
+                # Every page must move the read forward by exactly the heights it asked
+                # for: a source that returns less (or other heights) fails, never loops.
+                if len(rows) != last - first + 1 or rows[0][0] != first or rows[-1][0] != last:
+                    raise SegmentIndexCorruption(
+                        str(world),
+                        segment.end,
+                        f"segment {segment.start}-{segment.end} ({segment.object_key}) gave "
+                        f"{len(rows)} entries for heights {first}-{last}",
                     )
                 out.extend(rows)
                 continue
@@ -350,7 +433,9 @@ class Plane:
         """Entries still held in the engine, from ``from_inclusive`` (one transaction, at
         most ``read_page_bytes`` of them but at least one; empty if a segment covers that
         height). Used by segment export and fsck."""
-        keys = WorldKeys(universe, world)
+        keys = _world_keys(universe, world)
+        check_height(from_inclusive, "from_inclusive", allow_zero=False)
+        _limit(limit)
         page = journal.read_entries(
             self.engine, keys, from_inclusive, limit, self.config.read_page_bytes
         )
@@ -359,13 +444,37 @@ class Plane:
     @traced("journal.head")
     def head(self, universe: UniverseId, world: WorldId) -> int:
         """The journal head (0 when empty)."""
-        return journal.read_entries(self.engine, WorldKeys(universe, world), 1, 0).head
+        return journal.read_entries(self.engine, _world_keys(universe, world), 1, 0).head
 
     # ------------------------------------------------------------------ segment index
 
     @traced("segments.put")
     def put_segment(self, universe: UniverseId, world: WorldId, record: SegmentIndexRecord) -> None:
-        """Index an uploaded segment (it must continue the index without gap or overlap)."""
+        """Index an uploaded segment, checked as export guarantees it: the world exists
+        (``WorldNotFound``); the record names the canonical object of its range, ends at or
+        below the head and below the active baseline, and continues the index without gap
+        or overlap (``Validation`` naming the field, ``SegmentOverlap``); the object exists
+        (``SegmentMissing``) and its header, checksum and size are the record's."""
+        _world_keys(universe, world)  # ``Validation`` naming a malformed id
+        if not isinstance(record, SegmentIndexRecord):
+            raise Validation("record", f"a SegmentIndexRecord, not {type(record).__name__}")
+        problem = segment_index.record_problem(universe, world, record)
+        if problem is not None:
+            raise Validation(f"record.{problem[0]}", problem[1])
+        head = self.head(universe, world)  # WorldNotFound before any object is read
+        if record.end > head:
+            raise Validation("record.end", f"{record.end} is above the journal head {head}")
+        if self.segments is None:
+            raise MissingDependency(
+                "put_segment verifies the segment object: open the plane with segments.open_plane"
+            )
+        try:
+            self.segments.read(universe, world, record, 1, 0)  # reads and checks it whole
+        except (
+            segment_index.SegmentRecordMismatch,
+            segment_index.SegmentRecordChecksumMismatch,
+        ) as exc:
+            raise Validation(f"record.{exc.field}", str(exc)) from None
         segment_index.put_segment(self.engine, UniverseKeys(universe), world, record)
 
     @traced("segments.list")
@@ -373,7 +482,11 @@ class Plane:
         self, universe: UniverseId, world: WorldId, from_height: int = 1
     ) -> list[SegmentIndexRecord]:
         """Segments of ``world`` ending at or after ``from_height``, in height order."""
-        return segment_index.list_segments(self.engine, UniverseKeys(universe), world, from_height)
+        keys = _world_keys(universe, world)
+        check_height(from_height, "from_height")
+        return segment_index.list_segments(
+            self.engine, UniverseKeys(keys.universe), keys.world, from_height
+        )
 
     # ------------------------------------------------------------------ inbox (C, D)
 
@@ -387,8 +500,11 @@ class Plane:
         idempotency_key: bytes | None = None,
     ) -> InboxSeq:
         """Enqueue one item (see :meth:`enqueue_batch`)."""
-        keys = None if idempotency_key is None else [idempotency_key]
-        return self.enqueue_batch(universe, world, [item], idempotency_keys=keys)[0]
+        _encoded(item, INBOX_ITEM_TYPES, "item")
+        if idempotency_key is None:
+            return self.enqueue_batch(universe, world, [item])[0]
+        check_bytes(idempotency_key, "idempotency_key", low=1, high=MAX_IDEMPOTENCY_KEY_BYTES)
+        return self.enqueue_batch(universe, world, [item], idempotency_keys=[idempotency_key])[0]
 
     @traced("inbox.enqueue_batch")
     def enqueue_batch(
@@ -404,21 +520,21 @@ class Plane:
         Items without a caller key get a random one, so a retry after an unknown commit
         result never duplicates them; a caller key makes repeats across calls return the
         first sequence too (for as long as the item is in the inbox)."""
-        if not items:
-            raise Validation("items", "a batch needs at least one item")
-        if len(items) > min(self.config.max_batch_entries, 65_536):
-            raise Validation("items", f"{len(items)} items > max {self.config.max_batch_entries}")
-        if idempotency_keys is not None and len(idempotency_keys) != len(items):
-            raise Validation("idempotency_keys", "one key per item")
-        idem = list(idempotency_keys) if idempotency_keys else [_random_key() for _ in items]
-        for key in idem:
-            if not isinstance(key, bytes) or not 1 <= len(key) <= 256:
-                raise Validation("idempotency_key", "1 to 256 bytes")
+        keys = _world_keys(universe, world)
+        # user versions are two bytes: at most 65,536 items per transaction
+        check_sequence(items, "items", 1, min(self.config.max_batch_entries, 65_536))
+        encoded = [_encoded(item, INBOX_ITEM_TYPES, f"items[{i}]") for i, item in enumerate(items)]
+        if idempotency_keys is None:
+            idem = [_random_key() for _ in items]
+        else:
+            check_sequence(idempotency_keys, "idempotency_keys", len(items), len(items))
+            idem = [
+                check_bytes(key, f"idempotency_keys[{i}]", low=1, high=MAX_IDEMPOTENCY_KEY_BYTES)
+                for i, key in enumerate(idempotency_keys)
+            ]
         if len(set(idem)) != len(idem):
             raise Validation("idempotency_keys", "duplicate key within one batch")
-        envelopes = [
-            InboxEnvelope(encode_inbox_item(i), k) for i, k in zip(items, idem, strict=True)
-        ]
+        envelopes = [InboxEnvelope(i, k) for i, k in zip(encoded, idem, strict=True)]
         if sum(len(e.item) for e in envelopes) > self.config.max_batch_bytes:
             raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")
         sizes = [len(e.to_cbor()) for e in envelopes]
@@ -430,7 +546,6 @@ class Plane:
                     "(FoundationDB's value limit): put large payloads in the CAS and enqueue "
                     "their hash",
                 )
-        keys = WorldKeys(universe, world)
         budget.check(
             budget.enqueue_cost(keys, list(zip(idem, sizes, strict=True))),
             self.budget,
@@ -447,15 +562,22 @@ class Plane:
     ) -> list[tuple[InboxSeq, InboxItem]]:
         """Up to ``limit`` items after ``after_exclusive`` in sequence order (``limit`` 0:
         none -- unlike the engine's ``get_range``, where 0 means no limit)."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise Validation("limit", f"must be a non-negative integer, got {limit!r}")
-        return inbox.read_after(self.engine, WorldKeys(universe, world), after_exclusive, limit)
+        keys = _world_keys(universe, world)
+        if after_exclusive is not None:
+            check_id(after_exclusive, InboxSeq, "after_exclusive")
+        return inbox.read_after(self.engine, keys, after_exclusive, _limit(limit))
 
     @traced("inbox.cursor")
     def inbox_cursor(self, universe: UniverseId, world: WorldId) -> InboxSeq | None:
-        """The drained boundary (``None`` before the first drain)."""
-        keys = WorldKeys(universe, world)
-        record = kv.run(self.engine, lambda tr: inbox.read_cursor(tr, keys))
+        """The drained boundary (``None`` before the first drain; ``WorldNotFound`` if there
+        is no such world)."""
+        keys = _world_keys(universe, world)
+
+        def read(tr: kv.Transaction) -> InboxCursor | None:
+            journal.read_head(tr, keys)
+            return inbox.read_cursor(tr, keys)
+
+        record = kv.run(self.engine, read)
         return None if record is None else record.seq
 
     @traced("inbox.commit_cursor")
@@ -467,9 +589,11 @@ class Plane:
         new_cursor: InboxSeq,
     ) -> None:
         """Compare-and-swap the cursor forward."""
-        inbox.commit_cursor(
-            self.engine, WorldKeys(universe, world), old_cursor, new_cursor, self._call()
-        )
+        keys = _world_keys(universe, world)
+        if old_cursor is not None:
+            check_id(old_cursor, InboxSeq, "old_cursor")
+        check_id(new_cursor, InboxSeq, "new_cursor")
+        inbox.commit_cursor(self.engine, keys, old_cursor, new_cursor, self._call())
         self.hooks.reached("inbox.after_commit_cursor")
 
     @traced("inbox.drain")
@@ -482,15 +606,16 @@ class Plane:
         normalize: Normalizer = default_normalizer,
     ) -> DrainResult:
         """Protocol D: move up to ``max_items``/``max_bytes`` of items into the journal and
-        advance the cursor, atomically; each item lands exactly once."""
-        if not 1 <= max_items <= self.config.max_batch_entries:
-            raise Validation("max_items", f"between 1 and {self.config.max_batch_entries}")
-        if not 1 <= max_bytes <= self.config.max_batch_bytes:
-            raise Validation("max_bytes", f"between 1 and {self.config.max_batch_bytes}")
+        advance the cursor, atomically; each item lands exactly once. ``normalize`` must
+        return bytes; whatever else it returns or raises is ``Validation`` naming it, with
+        nothing written."""
+        keys = _world_keys(universe, world)
+        check_int(max_items, "max_items", 1, self.config.max_batch_entries)
+        check_int(max_bytes, "max_bytes", 1, self.config.max_batch_bytes)
+        if not callable(normalize):
+            raise Validation("normalize", f"expected a function, got {type(normalize).__name__}")
         limits = inbox.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
-        result = inbox.drain(
-            self.engine, WorldKeys(universe, world), limits, normalize, self._call()
-        )
+        result = inbox.drain(self.engine, keys, limits, normalize, self._call())
         self.hooks.reached("inbox.after_drain")
         return result
 
@@ -510,16 +635,36 @@ class Plane:
         promote_baseline: bool = False,
     ) -> tuple[SnapshotRecord, SnapshotOutcome]:
         """Protocol E: CAS-put the snapshot and its manifest, index, journal, and
-        optionally promote (gated by the receipt-horizon fence)."""
+        optionally promote (gated by the receipt-horizon fence and root completeness: every
+        blob of ``manifest`` must be in the universe's CAS, else ``RootIncomplete``).
+
+        Everything that can refuse the commit is checked before the blobs are put, so a
+        refused commit stores nothing."""
+        keys = _world_keys(universe, world)
+        check_bytes(snapshot_bytes, "snapshot_bytes")
         check_height(height, "height")
-        snapshot_ref = self.put_verified(universe, snapshot_bytes)
-        manifest_hash = self.put_verified(universe, cbor.encode([h.digest for h in manifest]))
-        self.hooks.reached("snapshot.after_cas")
+        check_int(logical_time_ns, "logical_time_ns", 0, MAX_HEIGHT)
+        check_sequence(manifest, "manifest", 0, MAX_ROW_LIMIT)
+        listed = [check_id(h, Hash, f"manifest[{i}]") for i, h in enumerate(manifest)]
+        if receipt_horizon_height is not None:
+            check_height(receipt_horizon_height, "receipt_horizon_height")
+        check_bool(promote_baseline, "promote_baseline")
+        manifest_bytes = cbor.encode([h.digest for h in listed])
         record = SnapshotRecord(
-            snapshot_ref, height, logical_time_ns, manifest_hash, receipt_horizon_height
+            Hash.of(snapshot_bytes),
+            height,
+            logical_time_ns,
+            Hash.of(manifest_bytes),
+            receipt_horizon_height,
         )
+        snapshots.check_commit(self.engine, keys, record, promote_baseline)
+        if promote_baseline:
+            snapshots.check_root(self.cas, keys.universe, record, listed)
+        self.put_verified(universe, snapshot_bytes)
+        self.put_verified(universe, manifest_bytes)
+        self.hooks.reached("snapshot.after_cas")
         outcome = snapshots.commit_snapshot(
-            self.engine, WorldKeys(universe, world), record, promote_baseline, self._call()
+            self.engine, keys, record, promote_baseline, self._call()
         )
         self.hooks.reached("snapshot.after_commit")
         return record, outcome
@@ -527,34 +672,43 @@ class Plane:
     @traced("snapshot.index")
     def index_snapshot(self, universe: UniverseId, world: WorldId, record: SnapshotRecord) -> None:
         """Index an already stored snapshot (no promotion)."""
-        snapshots.commit_snapshot(
-            self.engine, WorldKeys(universe, world), record, False, self._call()
-        )
+        keys = _world_keys(universe, world)
+        _encoded(record, (SnapshotRecord,), "record")
+        snapshots.commit_snapshot(self.engine, keys, record, False, self._call())
 
     @traced("baseline.read")
     def active_baseline(self, universe: UniverseId, world: WorldId) -> SnapshotRecord:
         """The active baseline."""
-        keys = WorldKeys(universe, world)
+        keys = _world_keys(universe, world)
         return kv.run(self.engine, lambda tr: snapshots.read_baseline(tr, keys))
 
     @traced("baseline.promote")
     def promote_baseline(
         self, universe: UniverseId, world: WorldId, record: SnapshotRecord
     ) -> None:
-        """Promote an indexed snapshot (fence and non-regression checked)."""
-        snapshots.promote_baseline(self.engine, WorldKeys(universe, world), record, self._call())
+        """Promote an indexed snapshot: the receipt-horizon fence, non-regression and root
+        completeness (its snapshot, manifest and every blob the manifest names are in the
+        universe's CAS, else ``RootIncomplete`` naming the missing blob) are checked."""
+        keys = _world_keys(universe, world)
+        _encoded(record, (SnapshotRecord,), "record")
+        snapshots.check_fence(record)
+        snapshots.check_root(self.cas, keys.universe, record, None)
+        snapshots.promote_baseline(self.engine, keys, record, self._call())
 
     @traced("snapshot.list")
     def list_snapshots(self, universe: UniverseId, world: WorldId) -> list[SnapshotRecord]:
         """Every indexed snapshot of the world."""
-        return snapshots.list_snapshots(self.engine, WorldKeys(universe, world))
+        return snapshots.list_snapshots(self.engine, _world_keys(universe, world))
 
     # ------------------------------------------------------------------ effects and timers
 
     @traced("effects.dispatch")
     def dispatch_effect(self, universe: UniverseId, item: EffectDispatchItem) -> InboxSeq:
         """Queue an effect for the effect workers; once per intent hash."""
-        pending = effects.dispatch(self.engine, UniverseKeys(universe), item)
+        keys = _universe_keys(universe)
+        encoded = _encoded(item, (EffectDispatchItem,), "item")
+        _value_fits(encoded, "item", kv.MAX_VALUE_SIZE - CLAIM_RESERVE)
+        pending = effects.dispatch(self.engine, keys, item)
         self.hooks.reached("effects.after_dispatch")
         return pending.seq()
 
@@ -563,42 +717,51 @@ class Plane:
         self, universe: UniverseId, limit: int = 1_000
     ) -> list[tuple[InboxSeq, EffectDispatchItem]]:
         """Pending effects in dispatch order."""
-        return effects.list_pending(self.engine, UniverseKeys(universe), limit)
+        return effects.list_pending(self.engine, _universe_keys(universe), _limit(limit))
 
     @traced("effects.inflight")
     def inflight_effects(
         self, universe: UniverseId, limit: int = 1_000
     ) -> list[tuple[InboxSeq, EffectInFlightItem]]:
         """Claimed effects in dispatch order."""
-        return effects.list_inflight(self.engine, UniverseKeys(universe), limit)
+        return effects.list_inflight(self.engine, _universe_keys(universe), _limit(limit))
 
     @traced("effects.claim")
     def claim_effect(self, universe: UniverseId, seq: InboxSeq, worker: str) -> EffectInFlightItem:
         """Move a pending effect to in-flight for ``worker`` (repeatable by the same worker)."""
-        return effects.claim(
-            self.engine, UniverseKeys(universe), seq, worker, time.time_ns(), self._call()
-        )
+        keys = _universe_keys(universe)
+        check_id(seq, InboxSeq, "seq")
+        check_text(worker, "worker")
+        return effects.claim(self.engine, keys, seq, worker, time.time_ns(), self._call())
 
     @traced("effects.complete")
     def complete_effect(self, universe: UniverseId, seq: InboxSeq, intent: Hash) -> None:
-        """Forget a finished effect."""
-        effects.complete(self.engine, UniverseKeys(universe), seq, intent)
+        """Forget a finished effect (``Validation`` if the effect at ``seq`` has another
+        intent)."""
+        keys = _universe_keys(universe)
+        check_id(seq, InboxSeq, "seq")
+        check_id(intent, Hash, "intent")
+        effects.complete(self.engine, keys, seq, intent)
 
     @traced("timers.schedule")
     def schedule_timer(self, universe: UniverseId, item: TimerDueItem) -> None:
         """Schedule a timer (idempotent)."""
-        effects.put_timer(self.engine, UniverseKeys(universe), item)
+        keys = _universe_keys(universe)
+        _value_fits(_encoded(item, (TimerDueItem,), "item"), "item")
+        effects.put_timer(self.engine, keys, item)
 
     @traced("timers.due")
     def due_timers(
         self, universe: UniverseId, until_ns: int, limit: int = 1_000
     ) -> list[TimerDueItem]:
         """Timers due before ``until_ns``, earliest first."""
-        return effects.due_timers(self.engine, UniverseKeys(universe), until_ns, limit)
+        keys = _universe_keys(universe)
+        check_int(until_ns, "until_ns", 0, MAX_HEIGHT)
+        return effects.due_timers(self.engine, keys, until_ns, _limit(limit))
 
     @traced("timers.remove")
     def remove_timer(self, universe: UniverseId, item: TimerDueItem) -> None:
         """Remove a fired or cancelled timer."""
-        effects.remove_timer(
-            self.engine, UniverseKeys(universe), item.deliver_at_ns, item.intent_hash
-        )
+        keys = _universe_keys(universe)
+        _encoded(item, (TimerDueItem,), "item")
+        effects.remove_timer(self.engine, keys, item.deliver_at_ns, item.intent_hash)

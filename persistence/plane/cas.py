@@ -15,6 +15,7 @@ Reads verify the body against its hash: ``always``, ``sampled`` (a fraction of r
 
 from __future__ import annotations
 
+import hashlib
 import io
 import random
 import tempfile
@@ -23,11 +24,12 @@ from typing import BinaryIO, Final, Literal
 from persistence import kv, txsize
 from persistence.errors import CasBodyHashMismatch, CasBodyMissing, NotFound, Validation
 from persistence.hooks import NO_HOOKS, StepHooks
-from persistence.ids import Hash, UniverseId
+from persistence.ids import Hash, UniverseId, check_id
 from persistence.keyspace import UniverseKeys
 from persistence.kv import Engine
 from persistence.objects import COPY_CHUNK, HashingReader, ObjectStore
 from persistence.records import CasMeta, decode_record
+from persistence.sizes import check_bytes
 
 VerifyMode = Literal["always", "sampled", "never"]
 
@@ -119,11 +121,10 @@ class Cas:
 
     def put(self, universe: UniverseId, data: bytes, expected: Hash | None = None) -> Hash:
         """Store ``data``; return its sha256. Idempotent."""
-        if not isinstance(data, bytes):
-            raise Validation("data", f"expected bytes, got {type(data).__name__}")
+        keys = _keys(universe)
+        check_bytes(data, "data")
         hash = Hash.of(data)
         self._check_expected(expected, hash)
-        keys = UniverseKeys(universe)
         if read_meta(self.engine, keys, hash) is not None:
             return hash
         if self._inline(keys, hash, len(data)):
@@ -140,21 +141,36 @@ class Cas:
         """Store a body read from ``stream`` with bounded memory; return its sha256.
 
         The body is hashed while it is spooled (in memory up to 8 MiB, then to a temporary
-        file), because its object key is its hash."""
-        reader = HashingReader(stream)
+        file), because its object key is its hash. A stream that yields anything but bytes
+        is ``Validation`` naming ``stream``, with nothing stored."""
+        keys = _keys(universe)
+        if expected is not None:
+            check_id(expected, Hash, "expected")
+        if not callable(getattr(stream, "read", None)):
+            raise Validation("stream", f"expected a binary stream, got {type(stream).__name__}")
+        sha256 = hashlib.sha256()
+        size = 0
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as spool:
-            while chunk := reader.read(COPY_CHUNK):
+            while True:
+                chunk = stream.read(COPY_CHUNK)
+                if not isinstance(chunk, bytes):  # even at its end: "" is a text stream's EOF
+                    raise Validation(
+                        "stream", f"read returned {type(chunk).__name__}: open it in binary mode"
+                    )
+                if not chunk:
+                    break
+                sha256.update(chunk)
+                size += len(chunk)
                 spool.write(chunk)
-            hash = Hash(reader.sha256.digest())
+            hash = Hash(sha256.digest())
             self._check_expected(expected, hash)
-            keys = UniverseKeys(universe)
             if read_meta(self.engine, keys, hash) is not None:
                 return hash
             spool.seek(0)
-            if self._inline(keys, hash, reader.size):
-                meta = CasMeta(size=reader.size, inline_bytes=spool.read())
+            if self._inline(keys, hash, size):
+                meta = CasMeta(size=size, inline_bytes=spool.read())
             else:
-                meta = self._put_body(universe, hash, spool, reader.size)  # type: ignore[arg-type]
+                meta = self._put_body(universe, hash, spool, size)  # type: ignore[arg-type]
         put_meta(self.engine, keys, hash, meta)
         self.hooks.reached("cas.after_meta")
         return hash
@@ -178,7 +194,7 @@ class Cas:
 
     @staticmethod
     def _check_expected(expected: Hash | None, actual: Hash) -> None:
-        if expected is not None and expected != actual:
+        if expected is not None and check_id(expected, Hash, "expected") != actual:
             raise Validation(
                 "expected_hash", f"body hashes to {actual.hex}, caller declared {expected.hex}"
             )
@@ -188,7 +204,7 @@ class Cas:
         return self._meta(universe, hash)
 
     def _meta(self, universe: UniverseId, hash: Hash) -> CasMeta:
-        meta = read_meta(self.engine, UniverseKeys(universe), hash)
+        meta = read_meta(self.engine, _keys(universe), check_id(hash, Hash, "hash"))
         if meta is None:
             raise NotFound(f"cas {hash} not found in universe {universe}")
         return meta
@@ -244,4 +260,9 @@ class Cas:
 
     def has(self, universe: UniverseId, hash: Hash) -> bool:
         """Whether ``universe`` holds metadata for ``hash``."""
-        return read_meta(self.engine, UniverseKeys(universe), hash) is not None
+        return read_meta(self.engine, _keys(universe), check_id(hash, Hash, "hash")) is not None
+
+
+def _keys(universe: UniverseId) -> UniverseKeys:
+    """The keys of ``universe``, after checking it is a ``UniverseId``."""
+    return UniverseKeys(check_id(universe, UniverseId, "universe"))

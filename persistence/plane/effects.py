@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from persistence import kv
-from persistence.errors import NotFound
+from persistence.errors import NotFound, Validation
 from persistence.ids import Hash, InboxSeq
 from persistence.keyspace import UniverseKeys, seq_in_key
 from persistence.plane import calls
@@ -127,10 +127,26 @@ def claim(
 
 @kv.transactional
 def complete(tr: kv.Transaction, keys: UniverseKeys, seq: InboxSeq, intent: Hash) -> None:
-    """Remove a finished effect (pending or in flight) and its intent index entry."""
-    tr.clear(keys.effect(PENDING, seq))
-    tr.clear(keys.effect(INFLIGHT, seq))
-    tr.clear(keys.effect_by_intent(intent))
+    """Remove a finished effect (pending or in flight) and its intent index entry.
+
+    Repeating it is a no-op. An effect at ``seq`` of another intent is ``Validation`` naming
+    ``intent`` (nothing removed): a mismatched pair must not remove one effect and another's
+    index entry. The intent index entry goes only if it still names ``seq``."""
+    for state in (PENDING, INFLIGHT):
+        raw = tr.get(keys.effect(state, seq))
+        if raw is not None:
+            effect: EffectDispatchItem | EffectInFlightItem = (
+                decode_record(EffectDispatchItem, raw, "pending effect")
+                if state == PENDING
+                else decode_record(EffectInFlightItem, raw, "in-flight effect")
+            )
+            found = effect.intent_hash
+            if found != intent:
+                raise Validation("intent", f"the effect at {seq} has intent {found}, not {intent}")
+            tr.clear(keys.effect(state, seq))
+    index = keys.effect_by_intent(intent)
+    if tr.get(index) == seq.raw:
+        tr.clear(index)
 
 
 @kv.transactional

@@ -8,7 +8,13 @@ from dataclasses import dataclass
 from typing import Final
 
 from persistence import kv
-from persistence.errors import CorruptRecord, CursorAdvanced, Validation, WorldNotFound
+from persistence.errors import (
+    CorruptRecord,
+    CursorAdvanced,
+    PersistError,
+    Validation,
+    WorldNotFound,
+)
 from persistence.ids import InboxSeq
 from persistence.keyspace import WorldKeys, seq_in_key
 from persistence.plane import budget, calls
@@ -237,7 +243,16 @@ def _normalized(
     fixed = budget.drain_cost(keys, first, [])
     entries: list[bytes] = []
     for seq, item in taken:
-        entry = normalize(seq, item)
+        try:
+            entry = normalize(seq, item)
+        except PersistError:
+            raise
+        except Exception as exc:
+            # The caller's code failed inside the drain transaction, which writes nothing:
+            # the caller learns which item, as the one error kind a refused call has.
+            raise Validation(
+                "normalize", f"raised {type(exc).__name__} on item {seq}: {exc}"
+            ) from exc
         if not isinstance(entry, bytes) or len(entry) > limits.max_entry_bytes:
             what = type(entry).__name__ if not isinstance(entry, bytes) else f"{len(entry):,} bytes"
             raise Validation(

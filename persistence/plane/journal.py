@@ -20,9 +20,10 @@ from persistence.plane.calls import Call
 from persistence.records import CallRecord, JournalHead, SegmentIndexRecord, decode_record
 
 
-def read_head(tr: kv.Transaction, keys: WorldKeys) -> JournalHead:
-    """The world's head record; ``NotFound`` if the world does not exist."""
-    raw = tr.get(keys.head())
+def read_head(tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = False) -> JournalHead:
+    """The world's head record; ``NotFound`` if the world does not exist. A ``snapshot``
+    read adds no conflict: for checks that only need a head at least this high."""
+    raw = tr.get(keys.head(), snapshot=snapshot)
     if raw is None:
         raise WorldNotFound(keys.universe, keys.world)
     return decode_record(JournalHead, raw, f"journal head of world {keys.world}")
@@ -102,7 +103,10 @@ def read_entries(
     or the segment that covers ``first``. The segment index and the hot keys are read in the
     same transaction: an export indexes a segment before deleting its hot keys, so a reader
     that sees no segment sees every hot key. A missing height or chunk below the head is
-    ``MissingJournalEntry``; an index record that covers nothing is ``SegmentIndexCorruption``."""
+    ``MissingJournalEntry``. The first segment ending at or after ``first`` is checked to
+    continue the one before it (``segment_index.read_segments``): the index tiles from
+    height 1, so that segment holds ``first`` -- a record that does not (a gap, an overlap,
+    a key that is not its end) is ``SegmentIndexCorruption``, never a read of other heights."""
     head = read_head(tr, keys).height
     if first > head or limit <= 0:
         return JournalPage(head, [])
@@ -112,13 +116,13 @@ def read_entries(
     )
     if covering:
         segment = covering[0]
-        if segment.end < first:  # its key claims an end at or past first; the record not
+        if not segment.start <= first <= segment.end:  # read_segments' checks rule it out
             raise SegmentIndexCorruption(
-                str(keys.world), segment.end, f"read at height {first} found it"
+                str(keys.world),
+                segment.end,
+                f"segment {segment.start}-{segment.end} does not hold height {first}",
             )
-        if segment.start <= first:
-            return JournalPage(head, [], segment)
-        last = min(last, segment.start - 1)
+        return JournalPage(head, [], segment)
     prefix = keys.entry_prefix_len()
     whole_key = keys.whole_entry_key()
     out: list[tuple[int, bytes]] = []

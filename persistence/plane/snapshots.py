@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from persistence import kv
+from persistence import cbor, kv
 from persistence.errors import (
     BaselineRegression,
     NotFound,
     ReceiptHorizonFence,
+    RootIncomplete,
     SnapshotMismatch,
     Validation,
 )
+from persistence.ids import Hash, UniverseId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import calls
 from persistence.plane.calls import Call
+from persistence.plane.cas import Cas
 from persistence.plane.journal import append_at, read_head
 from persistence.records import (
     BaselineSnapshotJournalRecord,
     CallRecord,
+    JournalHead,
     SnapshotJournalRecord,
     SnapshotRecord,
     decode_record,
@@ -54,6 +59,107 @@ def check_fence(record: SnapshotRecord) -> None:
         raise ReceiptHorizonFence(record.height, record.receipt_horizon_height)
 
 
+def read_manifest(cas: Cas, universe: UniverseId, record: SnapshotRecord) -> list[Hash]:
+    """The blobs the manifest of ``record`` names: its body must be canonical CBOR, a list of
+    sha256 digests (what ``segments/restore.py::load_root`` reads). ``RootIncomplete`` if
+    the manifest itself is not in the universe's CAS, ``Validation`` if it is no manifest."""
+    try:
+        body = cas.get(universe, record.manifest_hash)
+    except NotFound:
+        raise RootIncomplete(
+            record.height, "manifest_hash", record.manifest_hash.hex, universe
+        ) from None
+    try:
+        digests = cbor.decode(body)
+    except cbor.NotCanonical as exc:
+        raise Validation(
+            "record.manifest_hash", f"the manifest is not canonical CBOR: {exc}"
+        ) from None
+    if not isinstance(digests, list) or not all(
+        isinstance(d, bytes) and len(d) == 32 for d in digests
+    ):
+        raise Validation("record.manifest_hash", "the manifest is not a list of sha256 digests")
+    return [Hash(d) for d in digests]
+
+
+def check_root(
+    cas: Cas, universe: UniverseId, record: SnapshotRecord, manifest: Sequence[Hash] | None
+) -> None:
+    """Root completeness (the source specification's restore contract, step 3): the snapshot
+    blob, its manifest and every blob the manifest names are in ``universe``'s CAS, bodies
+    included. ``manifest`` is the caller's list when the snapshot and manifest blobs are
+    about to be put (then only the listed blobs are checked); ``None`` reads it from CAS.
+
+    Raises ``RootIncomplete`` naming the first missing blob (``CasBodyMissing`` if its
+    metadata is there without its body). Checked outside the promoting transaction: CAS
+    entries are never removed (there is no collection yet), so a blob present now is
+    present at commit."""
+    if manifest is None:
+        _require(cas, universe, record, record.snapshot_ref, "snapshot_ref")
+        manifest = read_manifest(cas, universe, record)
+    for index, blob in enumerate(manifest):
+        _require(cas, universe, record, blob, f"manifest[{index}]")
+
+
+def _require(
+    cas: Cas, universe: UniverseId, record: SnapshotRecord, blob: Hash, named_by: str
+) -> None:
+    try:
+        cas.require(universe, blob)
+    except NotFound:
+        raise RootIncomplete(record.height, named_by, blob.hex, universe) from None
+
+
+def _plan(
+    tr: kv.Transaction,
+    keys: WorldKeys,
+    record: SnapshotRecord,
+    promote: bool,
+    *,
+    refs_in_cas: bool,
+) -> tuple[JournalHead, bool, bool]:
+    """Protocol E's checks: the world exists, ``record`` is at or below the head, (with
+    ``refs_in_cas``) its snapshot and manifest are in the universe's CAS, no other record is
+    indexed at its height and, if ``promote``, the baseline would not regress. Returns the
+    head and whether ``record`` must be indexed and promoted (``False`` where it already
+    is)."""
+    head = read_head(tr, keys)
+    if record.height > head.height:
+        raise Validation(
+            "snapshot.height", f"{record.height} is above the journal head {head.height}"
+        )
+    if refs_in_cas:
+        universe = UniverseKeys(keys.universe)
+        for ref, what in ((record.snapshot_ref, "snapshot"), (record.manifest_hash, "manifest")):
+            if tr.get(universe.cas_meta(ref)) is None:
+                raise NotFound(f"{what} {ref} is not in the CAS of universe {keys.universe}")
+    existing = read_snapshot(tr, keys, record.height)
+    if existing is not None and existing != record:
+        raise SnapshotMismatch(record.height, str(existing.snapshot_ref), str(record.snapshot_ref))
+    if not promote:
+        return head, existing is None, False
+    baseline = read_baseline(tr, keys)
+    if baseline == record:
+        return head, existing is None, False
+    if baseline.height > record.height:
+        raise BaselineRegression(baseline.height, record.height)
+    if baseline.height == record.height:
+        raise SnapshotMismatch(record.height, str(baseline.snapshot_ref), str(record.snapshot_ref))
+    return head, existing is None, True
+
+
+@kv.transactional
+def check_commit(
+    tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, promote: bool
+) -> None:
+    """Protocol E's checks alone, read-only: the plane runs them before it puts the
+    snapshot's blobs in CAS, so a commit that will be refused stores nothing. The commit
+    runs them again in its own transaction (the store may move in between)."""
+    if promote:
+        check_fence(record)
+    _plan(tr, keys, record, promote, refs_in_cas=False)  # the blobs are put after this
+
+
 @kv.transactional
 def commit_snapshot(
     tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, promote: bool, call: Call
@@ -70,24 +176,13 @@ def commit_snapshot(
     done = calls.replayed(tr, keys, call)
     if done is not None:
         return SnapshotOutcome(bool(done.indexed), bool(done.promoted))
-    head = read_head(tr, keys)
-    existing = read_snapshot(tr, keys, record.height)
-    if record.height > head.height:
-        raise Validation(
-            "snapshot.height", f"{record.height} is above the journal head {head.height}"
-        )
-    universe = UniverseKeys(keys.universe)
-    for ref, what in ((record.snapshot_ref, "snapshot"), (record.manifest_hash, "manifest")):
-        if tr.get(universe.cas_meta(ref)) is None:
-            raise NotFound(f"{what} {ref} is not in the CAS of universe {keys.universe}")
+    head, indexed, promoted = _plan(tr, keys, record, promote, refs_in_cas=True)
     entries: list[bytes] = []
-    indexed = existing is None
-    if existing is None:
+    if indexed:
         tr.set(keys.snapshot(record.height), record.to_cbor())
         entries.append(SnapshotJournalRecord.of(record).to_cbor())
-    elif existing != record:
-        raise SnapshotMismatch(record.height, str(existing.snapshot_ref), str(record.snapshot_ref))
-    promoted = promote and _promote(tr, keys, record, entries)
+    if promoted:
+        _promote(tr, keys, record, entries)
     if entries:
         append_at(tr, keys, head, entries)
         calls.record(tr, keys, call, CallRecord("snapshot", indexed=indexed, promoted=promoted))
@@ -96,18 +191,10 @@ def commit_snapshot(
 
 def _promote(
     tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, entries: list[bytes]
-) -> bool:
-    """Make ``record`` the baseline; ``False`` if it already was."""
-    baseline = read_baseline(tr, keys)
-    if baseline == record:
-        return False
-    if baseline.height > record.height:
-        raise BaselineRegression(baseline.height, record.height)
-    if baseline.height == record.height:
-        raise SnapshotMismatch(record.height, str(baseline.snapshot_ref), str(record.snapshot_ref))
+) -> None:
+    """Make ``record`` the baseline (checked by :func:`_plan`)."""
     tr.set(keys.baseline(), record.to_cbor())
     entries.append(BaselineSnapshotJournalRecord.of(record).to_cbor())
-    return True
 
 
 @kv.transactional
@@ -123,10 +210,11 @@ def promote_baseline(
         return bool(done.promoted)
     if read_snapshot(tr, keys, record.height) != record:
         raise NotFound(f"snapshot {record.snapshot_ref} is not indexed at height {record.height}")
-    entries: list[bytes] = []
-    promoted = _promote(tr, keys, record, entries)
-    if entries:
-        append_at(tr, keys, read_head(tr, keys), entries)
+    head, _, promoted = _plan(tr, keys, record, True, refs_in_cas=False)  # it is indexed
+    if promoted:
+        entries: list[bytes] = []
+        _promote(tr, keys, record, entries)
+        append_at(tr, keys, head, entries)
         calls.record(tr, keys, call, CallRecord("promote", promoted=True))
     return promoted
 

@@ -59,6 +59,12 @@ def read_meta(tr: kv.Transaction, keys: WorldKeys) -> WorldMeta:
 
 
 @kv.transactional
+def world_exists(tr: kv.Transaction, keys: WorldKeys) -> bool:
+    """Whether the world has been created (its meta never changes once written)."""
+    return tr.get(keys.meta(), snapshot=True) is not None
+
+
+@kv.transactional
 def create_world(
     tr: kv.Transaction, keys: WorldKeys, meta: WorldMeta, genesis: SnapshotRecord
 ) -> bool:

@@ -141,3 +141,28 @@ def test_universe_filter_checks_only_that_universe(store: Store) -> None:
     assert code == 0 and report["checked"]["universes"] == 1 and report["checked"]["worlds"] == 1
     code, _ = fsck(store, "--universe", store.universe)
     assert code == 1
+
+
+@pytest.mark.parametrize("unsafe", ["../../x", "/etc/passwd"])
+def test_an_unsafe_object_key_is_a_finding_not_a_usage_error(store: Store, unsafe: str) -> None:
+    """One index record naming a key outside the store is reported as that record's
+    damage (exit 1) by fsck and ``segments verify``; neither refuses the whole store."""
+    from dataclasses import replace
+
+    from persistence import kv
+    from persistence.keyspace import UniverseKeys
+
+    plane = open_store(store)
+    u, w = ids(store)
+    record = plane.list_segments(u, w)[0]
+    keys = UniverseKeys(u)
+    forged = replace(record, object_key=unsafe).to_cbor()
+    kv.run(plane.engine, lambda tr: tr.set(keys.segment(w, record.end), forged))
+    plane.engine.close()
+    code, report = fsck(store)
+    assert code == 1, report
+    errors = [f for f in report["findings"] if f["severity"] == "error"]
+    assert [(f["area"], f["subject"]) for f in errors] == [("segments", unsafe)]
+    assert f"segment index record at end {record.end}" in errors[0]["message"]
+    verify = aosp("segments", "verify", *store.args("--json", "--quiet"))
+    assert verify.code == 1 and [f["object_key"] for f in verify.json()["failed"]] == [unsafe]

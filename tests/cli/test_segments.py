@@ -59,7 +59,7 @@ def test_plan_export_list_verify(grown: tuple[Store, int]) -> None:
         aosp("segments", "list", *store.args("--json")).json()
     )
     restored = aosp("restore", "verify", *store.args("--json", "--quiet")).json()
-    assert restored["differ"] == 0 and restored["worlds"] == 3
+    assert restored["summary"] == {"worlds": 3, "equal": 3, "differ": 0}
 
 
 def test_export_shows_progress_and_refuses_bad_config(grown: tuple[Store, int]) -> None:
@@ -95,7 +95,7 @@ def test_restore_verify_flags_an_inconsistent_baseline(store: Store) -> None:
     )  # a baseline whose state is not the replay of its journal
     result = aosp("restore", "verify", *store.args("--json", "--quiet"))
     assert result.code == 1
-    rows = {r["world"]: r for r in result.json()["results"]}
+    rows = {r["world"]: r for r in result.json()["worlds"]}
     assert rows[store.world]["equal"] is False
     assert [r["equal"] for k, r in rows.items() if k != store.world] == [True, True]
 

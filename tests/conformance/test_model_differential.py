@@ -52,6 +52,7 @@ from persistence.errors import (
     NotFound,
     PersistError,
     ReceiptHorizonFence,
+    RootIncomplete,
     SnapshotMismatch,
     Validation,
 )
@@ -130,6 +131,8 @@ def _error_signature(
         return (BaselineRegression, error.current, error.attempted)
     if isinstance(error, ReceiptHorizonFence):
         return (ReceiptHorizonFence, error.height, error.receipt_horizon_height)
+    if isinstance(error, RootIncomplete):
+        return (RootIncomplete, error.height, error.named_by, error.blob)
     if isinstance(error, Validation):
         return (Validation, error.field)
     return (type(error),)
@@ -379,7 +382,7 @@ class PlaneMachine(RuleBasedStateMachine):
             real, expected = both
             assert real == expected
             self.snapshot_source(pair, expected, GENESIS_STATE, [])
-        self.check_has(Hash.of(GENESIS_STATE))  # the genesis blobs are stored first
+        self.check_has(Hash.of(GENESIS_STATE))  # stored for a new world only
 
     @rule(universe=universes, size=blob_sizes, seed=st.integers(0, 2))
     def put_blob(self, universe: UniverseId, size: int, seed: int) -> None:
@@ -694,7 +697,7 @@ class PlaneMachine(RuleBasedStateMachine):
         for digest in (Hash.of(body), Hash.of(cbor.encode([h.digest for h in manifest]))):
             if digest not in self.hashes:
                 self.hashes.append(digest)
-            self.check_has(digest)  # stored before the commit, kept when it fails
+            self.check_has(digest)  # stored only when every check passed
         if both is None:
             return
         (record, outcome), (expected_record, expected_outcome) = both
@@ -708,7 +711,8 @@ class PlaneMachine(RuleBasedStateMachine):
     @rule(pair=pairs, pick=st.integers(0, 50), older=st.booleans())
     def promote_baseline(self, pair: Pair, pick: int, older: bool) -> None:
         """Promote a snapshot built before: older (``BaselineRegression``), not indexed
-        here (``NotFound``), fenced (``ReceiptHorizonFence``) or the baseline (no-op).
+        here (``NotFound``), fenced (``ReceiptHorizonFence``), with a blob missing from this
+        universe's CAS (``RootIncomplete``) or the baseline (no-op).
         With ``older``, prefer an indexed, unfenced snapshot below the baseline."""
         u, w = pair
         sources = [source[0] for source in self.all_sources()]

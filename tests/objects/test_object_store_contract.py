@@ -372,6 +372,14 @@ def test_unsafe_keys_are_refused(store: ObjectStore, key: str) -> None:
         store.delete(key)
 
 
+def test_listing_arguments_are_checked_at_the_call(store: ObjectStore) -> None:
+    """A bad ``list`` argument fails when ``list`` is called, not at the first key read
+    (the listing is lazy; a caller that never iterates would never hear of it)."""
+    for prefix, start_after, field in [(5, None, "prefix"), ("", b"k", "start_after")]:
+        with pytest.raises(Validation, match=field):
+            store.list(prefix, start_after)  # type: ignore[arg-type]
+
+
 # --------------------------------------------------------------------------- S3 only
 
 EXPECTED_CAPABILITIES = {

@@ -113,4 +113,7 @@ def test_the_conformance_quick_profile_runs_from_the_wheel(core_env: Env) -> Non
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads(done.stdout)
     assert summary["ok"] is True
-    assert summary["passed"] == summary["cases"] == 15
+    # Every case runs but the server-kill torture, which needs a cluster's processes to kill.
+    assert (summary["cases"], summary["passed"], summary["skipped"]) == (16, 15, 1)
+    (skipped,) = [r for r in summary["results"] if r["outcome"] == "skipped"]
+    assert skipped["name"] == "crash2_server_kills"

@@ -15,10 +15,27 @@ def test_uuid_ids_round_trip_and_are_distinct_types() -> None:
     assert str(UniverseId.parse(text)) == text
     assert str(WorldId.parse(text)) == text
     assert UniverseId.parse(text) != WorldId.parse(text)  # type: ignore[comparison-overlap]
-    assert UniverseId.parse(uuid.UUID(text)).uuid == uuid.UUID(text)
+    assert UniverseId(uuid.UUID(text)) == UniverseId.parse(text)
+    assert UniverseId.parse(text.upper()) == UniverseId.parse(text)  # hex in either case
 
 
-@pytest.mark.parametrize("bad", ["", "not-a-uuid", "0b0c3b1e-55f1-4c8e-9d7a", 42, None, b"x" * 16])
+NON_CANONICAL_UUID_TEXT = [
+    "",
+    "not-a-uuid",
+    "0b0c3b1e-55f1-4c8e-9d7a",
+    "{0b0c3b1e-55f1-4c8e-9d7a-6c1c2f3e4d5a}",
+    "urn:uuid:0b0c3b1e-55f1-4c8e-9d7a-6c1c2f3e4d5a",
+    "0b0c3b1e55f14c8e9d7a6c1c2f3e4d5a",
+    "0b0c3b1e-55f14c8e-9d7a-6c1c2f3e4d5a",
+    "0b0c3b1-e55f1-4c8e-9d7a-6c1c2f3e4d5a",
+    " 0b0c3b1e-55f1-4c8e-9d7a-6c1c2f3e4d5a",
+    "0b0c3b1e-55f1-4c8e-9d7a-6c1c2f3e4d5a\n",
+    "\uff11" * 8 + "-55f1-4c8e-9d7a-6c1c2f3e4d5a",  # full-width digits
+    "0b0c3b1e-55f1-4c8e-9d7a-6c1c2f3e4d5g",
+]
+
+
+@pytest.mark.parametrize("bad", [*NON_CANONICAL_UUID_TEXT, 42, None, b"x" * 16, uuid.UUID(int=1)])
 @pytest.mark.parametrize(("cls", "field"), [(UniverseId, "universe"), (WorldId, "world")])
 def test_uuid_ids_reject_malformed(
     cls: type[UniverseId] | type[WorldId], field: str, bad: object
@@ -35,7 +52,21 @@ def test_hash_of_parse_and_hex() -> None:
     assert Hash.parse("sha256:" + h.hex) == h
 
 
-@pytest.mark.parametrize("bad", ["", "ab", "zz" * 32, "a" * 63, "a" * 65, 5, None])
+@pytest.mark.parametrize(
+    "value", ["not-a-uuid", "0b0c3b1e-55f1-4c8e-9d7a-6c1c2f3e4d5a", None, 1, b"\x00" * 16]
+)
+@pytest.mark.parametrize(("cls", "field"), [(UniverseId, "universe"), (WorldId, "world")])
+def test_uuid_ids_refuse_anything_but_a_uuid_at_construction(
+    cls: type[UniverseId] | type[WorldId], field: str, value: object
+) -> None:
+    with pytest.raises(Validation) as err:
+        cls(value)  # type: ignore[arg-type]
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "ab", "zz" * 32, "a" * 63, "a" * 65, 5, None, " a" * 32, "\uff11" * 64]
+)
 def test_hash_rejects_malformed(bad: object) -> None:
     with pytest.raises(Validation) as err:
         Hash.parse(bad)
@@ -56,7 +87,15 @@ def test_inbox_seq_orders_bytewise_and_parses() -> None:
     assert InboxSeq.parse(str(a)) == a
 
 
-@pytest.mark.parametrize("bad", ["", "00" * 10, "zz" * 12, 12])
+def test_inbox_seq_refuses_the_incomplete_versionstamp() -> None:
+    with pytest.raises(Validation, match="incomplete"):
+        InboxSeq(b"\xff" * 10 + b"\x00\x01")
+    with pytest.raises(Validation, match="incomplete"):
+        InboxSeq.parse("ff" * 10 + "0001")
+    assert InboxSeq(b"\xff" * 9 + b"\xfe\x00\x00").commit_version == 2**64 - 1
+
+
+@pytest.mark.parametrize("bad", ["", "00" * 10, "zz" * 12, 12, " 0" * 12, bytearray(12)])
 def test_inbox_seq_rejects_malformed(bad: object) -> None:
     with pytest.raises(Validation) as err:
         InboxSeq.parse(bad)
@@ -69,7 +108,9 @@ def test_segment_id_inclusive_range() -> None:
     assert str(seg) == "10-19"
 
 
-@pytest.mark.parametrize("bad", ["", "5", "9-3", "0-3", "a-b", "-1-3", "1-2-3", None])
+@pytest.mark.parametrize(
+    "bad", ["", "5", "9-3", "0-3", "a-b", "-1-3", "1-2-3", None, "01-3", "\uff11-3", " 1-3"]
+)
 def test_segment_id_rejects_malformed(bad: object) -> None:
     with pytest.raises(Validation):
         SegmentId.parse(bad)

@@ -1,0 +1,873 @@
+"""The bad-input matrix: every public entry point refuses bad input with a typed error that
+names the argument, and a refused call writes nothing.
+
+Each case is one bad value for one argument of one call (the other arguments good), run on
+four stores: the memory engine with memory objects, SQLite with ``file://`` objects, SQLite
+inside the fault-injecting wrapper (``faults+sqlite://``) with memory objects, and SQLite with
+S3 on a moto server. One store per backend is set up once with a world holding blobs (inline
+and external), journal entries, an inbox item, snapshots (complete, incomplete, foreign) and
+an effect and a timer; every case then asserts
+
+* the error is the expected ``PersistError`` subclass (never ``TypeError``, ``ValueError``,
+  ``OSError`` ...) and its message names the argument, and
+* every key and value of the engine and every object key and body are byte-identical to
+  what they were before the case.
+
+Calls: ids (construction and parse), every public method of :class:`Plane` except
+``read_range`` and ``put_segment`` (tested with their owner's changes), ``PlaneConfig``, the
+object store's methods and the engine transaction's.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends.kv import open_engine
+from backends.objects import open_object_store
+from persistence import cbor, kv
+from persistence.errors import (
+    BaselineRegression,
+    CursorAdvanced,
+    EngineError,
+    HeadAdvanced,
+    NotFound,
+    PersistError,
+    ReceiptHorizonFence,
+    RootIncomplete,
+    SnapshotMismatch,
+    Validation,
+    WorldExists,
+    WorldNotFound,
+)
+from persistence.ids import Hash, InboxSeq, SegmentId, UniverseId, WorldId
+from persistence.objects import ObjectStore
+from persistence.plane import Plane, PlaneConfig
+from persistence.records import (
+    DomainEventIngress,
+    EffectDispatchItem,
+    InboxIngress,
+    SnapshotRecord,
+    TimerDueItem,
+)
+from persistence.sizes import MAX_NAME_CHARS, MAX_OBJECT_KEY_BYTES
+from segments import open_plane
+from tests.objects.servers import S3Server
+
+STORE_KINDS = ["memory", "sqlite+file", "faults+sqlite", "sqlite+s3"]
+
+U = UniverseId(uuid.UUID(int=0xA1))
+W = WorldId(uuid.UUID(int=0xB1))
+OTHER_U = UniverseId(uuid.UUID(int=0xA2))
+OTHER_W = WorldId(uuid.UUID(int=0xB2))
+UNKNOWN_W = WorldId(uuid.UUID(int=0xB3))
+NEW_W = WorldId(uuid.UUID(int=0xB4))
+INTENT = Hash.of(b"intent")
+ABSENT = Hash.of(b"absent from every CAS")
+ITEM = DomainEventIngress("test/Event@1", cbor.encode({"n": 1}))
+TIMER = TimerDueItem(W, INTENT, 1_000, cbor.encode("tick"))
+EFFECT = EffectDispatchItem(W, INTENT, "http", cbor.encode(1))
+
+
+@dataclass
+class Store:
+    """One backend's plane, the fixtures the cases name, and the dump they compare."""
+
+    kind: str
+    plane: Plane
+    engine: kv.Engine
+    objects: ObjectStore
+    seq: InboxSeq
+    effect_seq: InboxSeq
+    small: Hash
+    foreign: Hash
+    lower: SnapshotRecord
+    incomplete: SnapshotRecord
+    foreign_root: SnapshotRecord
+    not_a_manifest: SnapshotRecord
+    not_indexed: SnapshotRecord
+    state: tuple[object, ...] = field(default=())
+
+    def dump(self) -> tuple[object, ...]:
+        """Every key and value of the engine and every object key and body."""
+        rows = kv.run(self.engine, lambda tr: tr.get_range(b"", b"\xff"))
+        bodies = [(info.key, self.objects.get(info.key)) for info in self.objects.list()]
+        return tuple(rows), tuple(bodies)
+
+
+def _snapshot(plane: Plane, height: int, manifest: list[Hash], promote: bool) -> SnapshotRecord:
+    record, _ = plane.snapshot_commit(
+        U,
+        W,
+        b"kernel state at %d" % height,
+        height=height,
+        logical_time_ns=height,
+        manifest=manifest,
+        receipt_horizon_height=height,
+        promote_baseline=promote,
+    )
+    return record
+
+
+def _populate(kind: str, plane: Plane) -> Store:
+    plane.create_world(U, W, handle="main")
+    plane.create_world(OTHER_U, OTHER_W)
+    small = plane.put_verified(U, b"small blob")
+    plane.put_verified(U, b"L" * 40_000)  # over the inline threshold: an object
+    foreign = plane.put_verified(OTHER_U, b"only in the other universe")
+    plane.append_batch(U, W, 0, [b"e1", b"e2"])
+    (seq,) = plane.enqueue_batch(U, W, [ITEM])
+    _snapshot(plane, 2, [small], promote=True)  # the baseline; the head is now 4
+    lower = _snapshot(plane, 1, [small], promote=False)
+    incomplete = _snapshot(plane, 3, [ABSENT], promote=False)
+    foreign_root = _snapshot(plane, 4, [foreign], promote=False)
+    ref = plane.put_verified(U, b"kernel state at 5")
+    not_a_manifest = SnapshotRecord(ref, 5, 5, small, receipt_horizon_height=5)
+    plane.index_snapshot(U, W, not_a_manifest)
+    not_indexed = SnapshotRecord(ref, 6, 6, lower.manifest_hash, receipt_horizon_height=6)
+    effect_seq = plane.dispatch_effect(U, EFFECT)
+    plane.schedule_timer(U, TIMER)
+    store = Store(
+        kind,
+        plane,
+        plane.engine,
+        plane.objects,
+        seq,
+        effect_seq,
+        small,
+        foreign,
+        lower,
+        incomplete,
+        foreign_root,
+        not_a_manifest,
+        not_indexed,
+    )
+    store.state = store.dump()
+    return store
+
+
+@pytest.fixture(scope="module", params=STORE_KINDS)
+def store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Store]:
+    kind: str = request.param
+    tmp: Path = tmp_path_factory.mktemp(kind.replace("+", "-"))
+    sqlite = f"sqlite://{tmp}/kv.db?synchronous=OFF"
+    objects: ObjectStore
+    if kind == "memory":
+        engine, objects = open_engine("memory://"), open_object_store("memory://")
+    elif kind == "sqlite+file":
+        engine, objects = open_engine(sqlite), open_object_store(f"file://{tmp}/objects?fsync=0")
+    elif kind == "faults+sqlite":
+        engine, objects = open_engine(f"faults+{sqlite}"), open_object_store("memory://")
+    else:
+        server: S3Server = request.getfixturevalue("moto_s3")
+        bucket = server.create_bucket()
+        objects = open_object_store(
+            f"s3://{bucket}/matrix?endpoint_url={server.endpoint_url}&region={server.region}",
+            credentials={
+                "aws_access_key_id": server.access_key,
+                "aws_secret_access_key": server.secret_key,
+            },
+        )
+        engine = open_engine(sqlite)
+    yield _populate(kind, open_plane(engine, objects))
+    engine.close()
+    objects.close()
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+@dataclass(frozen=True)
+class Case:
+    """``call`` must raise ``error`` whose message contains ``names`` (or ``names(store)``)."""
+
+    id: str
+    call: Callable[[Store], object]
+    error: type[PersistError]
+    names: str | Callable[[Store], str]
+
+
+CASES: list[Case] = []
+
+
+def case(
+    id: str,
+    call: Callable[[Store], object],
+    error: type[PersistError] = Validation,
+    names: str | Callable[[Store], str] = "",
+) -> None:
+    CASES.append(Case(id, call, error, names or id.split(":")[0].split(".")[-1]))
+
+
+Args = Callable[[Store], dict[str, Any]]
+
+
+def without_store(
+    fn: Callable[..., object], *args: Any, **kwargs: Any
+) -> Callable[[Store], object]:
+    """A case call that needs no store: ``fn(*args, **kwargs)``."""
+    return lambda s: fn(*args, **kwargs)
+
+
+def on_objects(method: str, *args: Any, **kwargs: Any) -> Callable[[Store], object]:
+    """A case call of the store's object store (a listing is consumed)."""
+
+    def call(s: Store) -> object:
+        result = getattr(s.objects, method)(*args, **kwargs)
+        return list(result) if isinstance(result, Iterator) else result
+
+    return call
+
+
+def bad_args(
+    method: str,
+    good: Args,
+    argument: str,
+    values: list[Any],
+    error: type[PersistError] = Validation,
+    names: str = "",
+) -> None:
+    """One case per value of ``values`` for ``argument`` of ``Plane.<method>``."""
+    for index, value in enumerate(values):
+
+        def call(s: Store, value: Any = value) -> object:
+            result = getattr(s.plane, method)(**{**good(s), argument: value})
+            return list(result) if isinstance(result, Iterator) else result
+
+        case(f"{method}.{argument}:{index}:{_label(value)}", call, error, names or argument)
+
+
+def _label(value: object) -> str:
+    text = repr(value) if not isinstance(value, bytes | str) or len(value) < 24 else "long"
+    return f"{type(value).__name__}({text[:24]})"
+
+
+UNIVERSES: list[Any] = [
+    None,
+    str(U),
+    U.uuid,
+    WorldId(U.uuid),
+    7,
+    U.uuid.bytes,
+]
+WORLDS: list[Any] = [None, str(W), W.uuid, UniverseId(W.uuid), 8]
+HASHES: list[Any] = [None, INTENT.hex, INTENT.digest, 0]
+SEQS: list[Any] = [None, "00" * 12, bytes(12), 12, b"\xff" * 10 + b"\x00\x00"]
+HEIGHTS: list[Any] = [-1, 2**64, True, 1.5, "1", None]
+LIMITS: list[Any] = [-1, 2**31, 2**64, True, 2.0, "5", None]
+BYTES: list[Any] = [None, "text", bytearray(b"x"), memoryview(b"x"), 3, [b"x"]]
+TEXTS: list[Any] = ["", None, 5, b"worker", "\ud800", "x" * (MAX_NAME_CHARS + 1)]
+NOT_RECORDS: list[Any] = [None, "record", b"\xa0", TIMER]
+
+
+def world_args(extra: Args) -> Args:
+    return lambda s: {"universe": U, "world": W, **extra(s)}
+
+
+def universe_args(extra: Args) -> Args:
+    return lambda s: {"universe": U, **extra(s)}
+
+
+def ids_of(method: str, good: Args, *, world: bool = True) -> None:
+    """Bad universe (and world) ids, and an unknown world, for ``method``."""
+    bad_args(method, good, "universe", UNIVERSES)
+    if world:
+        bad_args(method, good, "world", WORLDS)
+
+
+def unknown_world(method: str, good: Args) -> None:
+    bad_args(method, good, "world", [UNKNOWN_W], WorldNotFound, str(UNKNOWN_W))
+
+
+# ids ------------------------------------------------------------------------------------
+
+NON_CANONICAL = [
+    "",
+    "not-a-uuid",
+    "{" + str(U) + "}",
+    "urn:uuid:" + str(U),
+    U.uuid.hex,
+    str(U)[:-1],
+    str(U) + "\n",
+    " " + str(U),
+    "\uff11" * 8 + str(U)[8:],
+    str(U).replace("-", "_"),
+]
+value: Any
+for index, text in enumerate(NON_CANONICAL):
+    case(f"UniverseId.parse:{index}", without_store(UniverseId.parse, text), names="universe")
+    case(f"WorldId.parse:{index}", without_store(WorldId.parse, text), names="world")
+for index, value in enumerate([str(U), None, 1, U.uuid.bytes, U]):
+    case(f"UniverseId():{index}", without_store(UniverseId, value), names="universe")
+    case(f"WorldId():{index}", without_store(WorldId, value), names="world")
+for index, value in enumerate([b"", b"x" * 31, "00" * 32, bytearray(32)]):
+    case(f"Hash():{index}", without_store(Hash, value), names="hash")
+for index, value in enumerate(["sha256:" + "0" * 63, "\uff10" * 64, " " + "0" * 63, None]):
+    case(f"Hash.parse:{index}", without_store(Hash.parse, value), names="hash")
+for index, value in enumerate([b"\xff" * 10 + b"\x00\x01", b"x" * 11, "00" * 12, None]):
+    case(f"InboxSeq():{index}", without_store(InboxSeq, value), names="inbox_seq")
+case("InboxSeq.parse:incomplete", lambda s: InboxSeq.parse("ff" * 10 + "0000"), names="inbox_seq")
+for index, value in enumerate(["01-2", "\uff11-2", "1-2 ", "0-1", "2-1", "1--2", None]):
+    case(f"SegmentId.parse:{index}", without_store(SegmentId.parse, value), names="segment")
+
+# records: text that cannot be stored (a lone surrogate) is refused at construction ---------
+
+SURROGATE_RECORDS: list[tuple[str, Callable[[], object], str]] = [
+    ("DomainEventIngress.schema", lambda: DomainEventIngress("\ud800", cbor.encode(1)), "schema"),
+    (
+        "EffectDispatchItem.effect_kind",
+        lambda: EffectDispatchItem(W, INTENT, "\ud800", cbor.encode(1)),
+        "effect_kind",
+    ),
+    (
+        "InboxIngress.headers:key",
+        lambda: InboxIngress("in", cbor.encode(1), {"\ud800": "v"}),
+        "headers",
+    ),
+    (
+        "InboxIngress.headers:value",
+        lambda: InboxIngress("in", cbor.encode(1), {"k": "\udfff"}),
+        "headers",
+    ),
+]
+for name, make, names in SURROGATE_RECORDS:
+    case(f"records.{name}:surrogate", without_store(make), names=names)
+
+# the Plane and its config -----------------------------------------------------------------
+
+case("Plane.engine", lambda s: Plane(None, s.objects), names="engine")  # type: ignore[arg-type]
+case("Plane.objects", lambda s: Plane(s.engine, "memory://"), names="objects")  # type: ignore[arg-type]
+case("Plane.config", lambda s: Plane(s.engine, s.objects, {}), names="config")  # type: ignore[arg-type]
+for index, (name, value) in enumerate(
+    [
+        ("inline_threshold", 10**6),
+        ("inline_threshold", -1),
+        ("max_entry_bytes", True),
+        ("read_page_entries", 2**63),
+        ("verify_reads", "often"),
+        ("verify_sample_rate", float("nan")),
+        ("verify_sample_rate", True),
+        ("call_record_seconds", float("inf")),
+        ("call_record_seconds", 0),
+        ("call_record_seconds", 10**30),
+    ]
+):
+    case(
+        f"PlaneConfig.{name}:{index}",
+        without_store(PlaneConfig, **{name: value}),
+        names=f"PlaneConfig.{name}",
+    )
+
+# CAS ------------------------------------------------------------------------------------
+
+PUT = universe_args(lambda s: {"data": b"never stored"})
+ids_of("put_verified", PUT, world=False)
+bad_args("put_verified", PUT, "data", BYTES)
+
+STREAM = universe_args(lambda s: {"stream": io.BytesIO(b"never stored"), "expected": None})
+ids_of("put_stream", STREAM, world=False)
+bad_args("put_stream", STREAM, "stream", [None, b"bytes", io.StringIO("text"), 5])
+bad_args("put_stream", STREAM, "expected", ["00" * 32, bytes(32), 5, Hash.of(b"other")])
+
+for method in ("get", "open_blob", "blob_meta", "has"):
+    GOOD = universe_args(lambda s: {"hash": s.small})
+    ids_of(method, GOOD, world=False)
+    bad_args(method, GOOD, "hash", HASHES)
+
+# worlds ---------------------------------------------------------------------------------
+
+CREATE = world_args(lambda s: {"world": NEW_W, "genesis_state": b"genesis", "handle": "h"})
+ids_of("create_world", CREATE)
+bad_args("create_world", CREATE, "genesis_state", BYTES)
+bad_args("create_world", CREATE, "handle", [t for t in TEXTS if t is not None])
+bad_args("create_world", CREATE, "world", [W], WorldExists, str(W))
+
+META = world_args(lambda s: {})
+for method in (
+    "world_meta",
+    "head",
+    "inbox_cursor",
+    "active_baseline",
+    "list_snapshots",
+):
+    ids_of(method, META)
+    unknown_world(method, META)
+
+bad_args("universes", lambda s: {}, "page", [0, *LIMITS])
+PAGE = universe_args(lambda s: {})
+ids_of("worlds", PAGE, world=False)
+bad_args("worlds", PAGE, "page", [0, *LIMITS])
+
+# journal --------------------------------------------------------------------------------
+
+APPEND_ENTRIES: list[Any] = [
+    None,
+    b"abc",
+    [],
+    ["text"],
+    [b"x", None],
+    (e for e in [b"x"]),
+    [b"x" * (4 * 1024 * 1024 + 1)],
+    [b""] * 10_001,
+]
+for method in ("append_batch", "retry_append_batch"):
+    APPEND = world_args(lambda s: {"expected_head": 8, "entries": [b"never appended"]})
+    ids_of(method, APPEND)
+    unknown_world(method, APPEND)
+    bad_args(method, APPEND, "expected_head", HEIGHTS)
+    bad_args(method, APPEND, "entries", APPEND_ENTRIES)
+    bad_args(method, APPEND, "expected_head", [2**64 - 1])
+    bad_args(method, APPEND, "expected_head", [0], HeadAdvanced, "head")
+
+HOT = world_args(lambda s: {"from_inclusive": 1, "limit": 10})
+ids_of("read_hot", HOT)
+unknown_world("read_hot", HOT)
+bad_args("read_hot", HOT, "from_inclusive", [0, *HEIGHTS])
+bad_args("read_hot", HOT, "limit", LIMITS)
+
+SEGMENTS = world_args(lambda s: {"from_height": 1})
+ids_of("list_segments", SEGMENTS)
+bad_args("list_segments", SEGMENTS, "from_height", HEIGHTS)
+
+# inbox ----------------------------------------------------------------------------------
+
+HUGE_ITEM = DomainEventIngress("test/Big@1", cbor.encode(b"x" * 200_000))
+ITEMS: list[Any] = [None, b"\xa0", "item", EFFECT, HUGE_ITEM]
+
+ENQUEUE = world_args(lambda s: {"item": ITEM, "idempotency_key": b"never-enqueued"})
+ids_of("enqueue", ENQUEUE)
+unknown_world("enqueue", ENQUEUE)
+bad_args("enqueue", ENQUEUE, "item", ITEMS)
+bad_args("enqueue", ENQUEUE, "idempotency_key", [b"", b"k" * 257, "key", 5, bytearray(b"k")])
+
+BATCH = world_args(lambda s: {"items": [ITEM], "idempotency_keys": [b"never-enqueued"]})
+ids_of("enqueue_batch", BATCH)
+unknown_world("enqueue_batch", BATCH)
+bad_args("enqueue_batch", BATCH, "items", [None, [], ITEM, "items", [ITEM] * 10_001])
+bad_args("enqueue_batch", BATCH, "items", [[ITEM, None], [b"\xa0"]], names="items[")
+bad_args(
+    "enqueue_batch",
+    BATCH,
+    "idempotency_keys",
+    [[], [b"a", b"b"], [None], [b""], ["k"], b"k", "k", [b"k" * 257]],
+)
+bad_args(
+    "enqueue_batch",
+    lambda s: {"universe": U, "world": W, "items": [ITEM, ITEM]},
+    "idempotency_keys",
+    [[b"same", b"same"]],
+)
+
+AFTER = world_args(lambda s: {"after_exclusive": None, "limit": 10})
+ids_of("read_after", AFTER)
+unknown_world("read_after", AFTER)
+bad_args("read_after", AFTER, "after_exclusive", SEQS[1:])
+bad_args("read_after", AFTER, "limit", LIMITS)
+
+FAR_SEQ = InboxSeq(b"\x7f" + b"\x00" * 11)
+"""A sequence after every real one, of no inbox item and no effect."""
+CURSOR = world_args(lambda s: {"old_cursor": None, "new_cursor": s.seq})
+ids_of("commit_cursor", CURSOR)
+unknown_world("commit_cursor", CURSOR)
+bad_args("commit_cursor", CURSOR, "old_cursor", SEQS[1:])
+bad_args("commit_cursor", CURSOR, "new_cursor", SEQS)
+bad_args("commit_cursor", CURSOR, "new_cursor", [FAR_SEQ])  # no such item
+case(
+    "commit_cursor.new_cursor:backwards",
+    lambda s: s.plane.commit_cursor(U, W, s.seq, s.seq),
+    names="new_cursor",
+)
+case(
+    "commit_cursor.old_cursor:moved",
+    lambda s: s.plane.commit_cursor(U, W, s.seq, FAR_SEQ),
+    CursorAdvanced,
+    "cursor",
+)
+
+
+def _raises(seq: InboxSeq, item: object) -> bytes:
+    raise ValueError("a normalizer bug")
+
+
+def _key_error(seq: InboxSeq, item: object) -> bytes:
+    missing: dict[str, bytes] = {}
+    return missing["absent"]
+
+
+DRAIN = world_args(lambda s: {"max_items": 10, "max_bytes": 1024})
+ids_of("drain_inbox_to_journal", DRAIN)
+unknown_world("drain_inbox_to_journal", DRAIN)
+bad_args("drain_inbox_to_journal", DRAIN, "max_items", [0, -1, True, 10**9, "1", None, 1.0])
+bad_args("drain_inbox_to_journal", DRAIN, "max_bytes", [0, True, 10**12, "1", None])
+bad_args(
+    "drain_inbox_to_journal",
+    DRAIN,
+    "normalize",
+    [
+        None,
+        5,
+        "normalize",
+        lambda seq, item: "text",
+        lambda seq, item: None,
+        lambda seq, item: b"x" * (4 * 1024 * 1024 + 1),
+        _raises,
+        _key_error,
+    ],
+)
+
+# snapshots ------------------------------------------------------------------------------
+
+
+def _commit_args(s: Store) -> dict[str, Any]:
+    return {
+        "universe": U,
+        "world": W,
+        "snapshot_bytes": b"never stored",
+        "height": 8,
+        "logical_time_ns": 8,
+        "manifest": [s.small],
+        "receipt_horizon_height": 8,
+        "promote_baseline": True,
+    }
+
+
+ids_of("snapshot_commit", _commit_args)
+unknown_world("snapshot_commit", _commit_args)
+bad_args("snapshot_commit", _commit_args, "snapshot_bytes", BYTES)
+bad_args("snapshot_commit", _commit_args, "height", HEIGHTS)
+case(
+    "snapshot_commit.height:above-head",
+    lambda s: s.plane.snapshot_commit(
+        U,
+        W,
+        b"never stored",
+        height=10**6,
+        logical_time_ns=1,
+        manifest=[s.small],
+        receipt_horizon_height=10**6,
+        promote_baseline=True,
+    ),
+    names="above the journal head",
+)
+bad_args("snapshot_commit", _commit_args, "logical_time_ns", [-1, 2**64, True, "1", None])
+bad_args("snapshot_commit", _commit_args, "manifest", [None, INTENT, b"\x00" * 32, "m"])
+bad_args(
+    "snapshot_commit",
+    _commit_args,
+    "manifest",
+    [[INTENT.digest], [INTENT.hex], [None], [INTENT, 5]],
+    names="manifest[",
+)
+bad_args("snapshot_commit", _commit_args, "receipt_horizon_height", [-1, 2**64, True, "1"])
+bad_args(
+    "snapshot_commit",
+    _commit_args,
+    "receipt_horizon_height",
+    [None, 7],
+    ReceiptHorizonFence,
+    "receipt horizon",
+)
+bad_args("snapshot_commit", _commit_args, "promote_baseline", ["yes", 1, None])
+bad_args("snapshot_commit", _commit_args, "manifest", [[ABSENT]], RootIncomplete, ABSENT.hex)
+case(
+    "snapshot_commit.manifest:foreign",
+    lambda s: s.plane.snapshot_commit(
+        U,
+        W,
+        b"x",
+        height=8,
+        logical_time_ns=8,
+        manifest=[s.small, s.foreign],
+        receipt_horizon_height=8,
+        promote_baseline=True,
+    ),
+    RootIncomplete,
+    lambda s: f"manifest[1] names blob {s.foreign.hex}",
+)
+case(
+    "snapshot_commit.height:mismatch",
+    lambda s: s.plane.snapshot_commit(
+        U,
+        W,
+        b"x",
+        height=1,
+        logical_time_ns=1,
+        manifest=[s.small],
+        receipt_horizon_height=1,
+        promote_baseline=True,
+    ),
+    SnapshotMismatch,  # another record is indexed at height 1
+    "height 1",
+)
+case(
+    "snapshot_commit.height:below-baseline",
+    lambda s: s.plane.snapshot_commit(
+        U,
+        W,
+        b"kernel state at 1",
+        height=1,
+        logical_time_ns=1,
+        manifest=[s.small],
+        receipt_horizon_height=1,
+        promote_baseline=True,
+    ),
+    BaselineRegression,
+    "baseline may not regress",
+)
+
+INDEX = world_args(lambda s: {"record": s.lower})
+ids_of("index_snapshot", INDEX)
+unknown_world("index_snapshot", INDEX)
+bad_args("index_snapshot", INDEX, "record", NOT_RECORDS)
+case(
+    "index_snapshot.record:above-head",
+    lambda s: s.plane.index_snapshot(U, W, SnapshotRecord(s.small, 10**6, 0, s.small)),
+    names="height",
+)
+case(
+    "index_snapshot.record:not-in-cas",
+    lambda s: s.plane.index_snapshot(U, W, SnapshotRecord(ABSENT, 6, 0, s.small)),
+    NotFound,
+    ABSENT.hex,
+)
+case(
+    "index_snapshot.record:mismatch",
+    lambda s: s.plane.index_snapshot(U, W, SnapshotRecord(s.small, 1, 0, s.small)),
+    SnapshotMismatch,
+    "height 1",
+)
+
+PROMOTE = world_args(lambda s: {"record": s.not_indexed})
+ids_of("promote_baseline", PROMOTE)
+# as the conformance model has it: no world, so the record is not indexed
+bad_args("promote_baseline", PROMOTE, "world", [UNKNOWN_W], NotFound, "not indexed")
+bad_args("promote_baseline", PROMOTE, "record", NOT_RECORDS)
+case(
+    "promote_baseline.record:incomplete",
+    lambda s: s.plane.promote_baseline(U, W, s.incomplete),
+    RootIncomplete,
+    f"manifest[0] names blob {ABSENT.hex}",
+)
+case(
+    "promote_baseline.record:foreign",
+    lambda s: s.plane.promote_baseline(U, W, s.foreign_root),
+    RootIncomplete,
+    lambda s: f"manifest[0] names blob {s.foreign.hex}",
+)
+case(
+    "promote_baseline.record:not-a-manifest",
+    lambda s: s.plane.promote_baseline(U, W, s.not_a_manifest),
+    names="record.manifest_hash",
+)
+case(
+    "promote_baseline.record:manifest-absent",
+    lambda s: s.plane.promote_baseline(
+        U, W, SnapshotRecord(s.small, 4, 4, ABSENT, receipt_horizon_height=4)
+    ),
+    RootIncomplete,
+    f"manifest_hash names blob {ABSENT.hex}",
+)
+case(
+    "promote_baseline.record:snapshot-absent",
+    lambda s: s.plane.promote_baseline(
+        U, W, SnapshotRecord(ABSENT, 4, 4, s.small, receipt_horizon_height=4)
+    ),
+    RootIncomplete,
+    f"snapshot_ref names blob {ABSENT.hex}",
+)
+case(
+    "promote_baseline.record:fence",
+    lambda s: s.plane.promote_baseline(
+        U, W, SnapshotRecord(s.lower.snapshot_ref, 1, 1, s.lower.manifest_hash)
+    ),
+    ReceiptHorizonFence,
+    "receipt horizon",
+)
+case(
+    "promote_baseline.record:regression",
+    lambda s: s.plane.promote_baseline(U, W, s.lower),
+    BaselineRegression,
+    "baseline may not regress",
+)
+case(
+    "promote_baseline.record:not-indexed",
+    lambda s: s.plane.promote_baseline(U, W, s.not_indexed),
+    NotFound,
+    "not indexed at height 6",
+)
+
+# effects and timers ---------------------------------------------------------------------
+
+HUGE_EFFECT = EffectDispatchItem(W, Hash.of(b"huge"), "http", cbor.encode(b"x" * 99_000))
+DISPATCH = universe_args(lambda s: {"item": EffectDispatchItem(W, ABSENT, "h", b"\xa0")})
+ids_of("dispatch_effect", DISPATCH, world=False)
+bad_args("dispatch_effect", DISPATCH, "item", [*NOT_RECORDS, HUGE_EFFECT])
+
+for method in ("pending_effects", "inflight_effects"):
+    LISTING = universe_args(lambda s: {"limit": 10})
+    ids_of(method, LISTING, world=False)
+    bad_args(method, LISTING, "limit", LIMITS)
+
+CLAIM = universe_args(lambda s: {"seq": s.effect_seq, "worker": "worker-1"})
+ids_of("claim_effect", CLAIM, world=False)
+bad_args("claim_effect", CLAIM, "seq", SEQS)
+bad_args("claim_effect", CLAIM, "seq", [FAR_SEQ], NotFound, str(FAR_SEQ))
+bad_args("claim_effect", CLAIM, "worker", TEXTS)
+
+COMPLETE = universe_args(lambda s: {"seq": s.effect_seq, "intent": INTENT})
+ids_of("complete_effect", COMPLETE, world=False)
+bad_args("complete_effect", COMPLETE, "seq", SEQS)
+bad_args("complete_effect", COMPLETE, "intent", [*HASHES, ABSENT])
+
+HUGE_TIMER = TimerDueItem(W, INTENT, 5, cbor.encode(b"x" * 100_000))
+SCHEDULE = universe_args(lambda s: {"item": TIMER})
+ids_of("schedule_timer", SCHEDULE, world=False)
+bad_args("schedule_timer", SCHEDULE, "item", [*NOT_RECORDS[:3], EFFECT, HUGE_TIMER])
+
+DUE = universe_args(lambda s: {"until_ns": 10**9, "limit": 10})
+ids_of("due_timers", DUE, world=False)
+bad_args("due_timers", DUE, "until_ns", [-1, 2**64, True, "1", None, 1.5])
+bad_args("due_timers", DUE, "limit", LIMITS)
+
+REMOVE = universe_args(lambda s: {"item": TIMER})
+ids_of("remove_timer", REMOVE, world=False)
+bad_args("remove_timer", REMOVE, "item", [*NOT_RECORDS[:3], EFFECT])
+
+# the object store -----------------------------------------------------------------------
+
+UNSAFE_KEYS: list[Any] = [None, 5, b"cas/x", "", "/abs", "a/../b", "a//b"]
+"""Keys that could escape a store's root."""
+UNPORTABLE_KEYS: list[Any] = [
+    "tab\there",
+    "del\x7f",
+    "\ud800",
+    "k/" * (MAX_OBJECT_KEY_BYTES // 2) + "k",
+    "k" * (MAX_OBJECT_KEY_BYTES + 1),
+]
+"""Keys some store cannot hold. Both kinds are refused by
+:func:`persistence.objects.check_object_key`, which every store calls."""
+for kind, keys in (("key", UNSAFE_KEYS), ("unportable_key", UNPORTABLE_KEYS)):
+    for index, key in enumerate(keys):
+        label = f"{kind}:{index}:{_label(key)}"
+        case(f"objects.put.{label}", on_objects("put", key, b"x"), names="object key")
+        case(f"objects.open.{label}", on_objects("open", key), names="object key")
+        case(f"objects.stat.{label}", on_objects("stat", key), names="object key")
+        case(f"objects.delete.{label}", on_objects("delete", key), names="object key")
+for index, data in enumerate([None, "text", 5, io.StringIO("text"), [b"x"]]):
+    case(
+        f"objects.put.data:{index}:{_label(data)}",
+        on_objects("put", "matrix/never", data),
+        names="data",
+    )
+for index, digest in enumerate([b"short", "00" * 32, 5, Hash.of(b"x").digest]):
+    case(
+        f"objects.put.sha256:{index}:{_label(digest)}",
+        on_objects("put", "matrix/never", b"y", sha256=digest),
+        names="sha256",
+    )
+for index, (start, length) in enumerate(
+    [(-1, None), (True, None), ("0", None), (0, -1), (0, "1"), (0, 1.0)]
+):
+    case(
+        f"objects.open.window:{index}",
+        on_objects("open", "matrix/never", start, length),
+        names="start" if index < 3 else "length",
+    )
+for index, (prefix, after) in enumerate([(5, None), (None, None), ("", 5), ("\ud800", None)]):
+    case(
+        f"objects.list:{index}",
+        on_objects("list", prefix, after),
+        names="prefix" if index != 2 else "start_after",
+    )
+
+# the engine -----------------------------------------------------------------------------
+
+ENGINE_CALLS: list[tuple[str, Callable[[kv.Transaction], object], type[PersistError], str]] = [
+    ("set.key", lambda tr: tr.set("k", b"v"), Validation, "key"),  # type: ignore[arg-type]
+    ("set.value", lambda tr: tr.set(b"k", "v"), Validation, "value"),  # type: ignore[arg-type]
+    ("set.system", lambda tr: tr.set(b"\xffk", b"v"), EngineError, "reserved"),
+    ("set.key-size", lambda tr: tr.set(b"k" * 10_001, b"v"), EngineError, "key"),
+    ("set.value-size", lambda tr: tr.set(b"k", b"v" * 100_001), EngineError, "value"),
+    ("get.key", lambda tr: tr.get(None), Validation, "key"),  # type: ignore[arg-type]
+    ("get_range.begin", lambda tr: tr.get_range("a", b"b"), Validation, "begin"),  # type: ignore[arg-type]
+    ("get_range.end", lambda tr: tr.get_range(b"a", None), Validation, "end"),  # type: ignore[arg-type]
+    ("get_range.limit", lambda tr: tr.get_range(b"a", b"b", limit="1"), Validation, "limit"),  # type: ignore[arg-type]
+    ("get_range.bool", lambda tr: tr.get_range(b"a", b"b", limit=True), Validation, "limit"),
+    ("get_range.huge", lambda tr: tr.get_range(b"a", b"b", limit=2**63), Validation, "limit"),
+    ("get_range.negative", lambda tr: tr.get_range(b"a", b"b", limit=-1), EngineError, "limit"),
+    ("clear.key", lambda tr: tr.clear("k"), Validation, "key"),  # type: ignore[arg-type]
+    ("clear_range.begin", lambda tr: tr.clear_range(None, b"b"), Validation, "begin"),  # type: ignore[arg-type]
+    ("clear_range.inverted", lambda tr: tr.clear_range(b"b", b"a"), EngineError, "begin"),
+    ("add.key", lambda tr: tr.add(5, b"\x01"), Validation, "key"),  # type: ignore[arg-type]
+    ("add.param", lambda tr: tr.add(b"k", 1), Validation, "value"),  # type: ignore[arg-type]
+    ("vs_key.suffix", lambda tr: tr.set_versionstamped_key(b"ab", b"v"), EngineError, "suffix"),
+    ("vs_key.type", lambda tr: tr.set_versionstamped_key("k" * 20, b"v"), Validation, "key"),  # type: ignore[arg-type]
+    (
+        "vs_value.offset",
+        lambda tr: tr.set_versionstamped_value(b"k", b"abc\x00\x00\x00\x00"),
+        EngineError,
+        "offset",
+    ),
+    ("conflict.type", lambda tr: tr.add_read_conflict_range(b"a", "b"), Validation, "end"),  # type: ignore[arg-type]
+]
+for name, call, error, names in ENGINE_CALLS:
+
+    def in_transaction(s: Store, call: Callable[[kv.Transaction], object] = call) -> object:
+        tr = s.engine.create_transaction()
+        try:
+            return call(tr)
+        finally:
+            tr.commit()  # whatever the refused call buffered would land now
+
+    case(f"engine.{name}", in_transaction, error, names)
+
+
+# --------------------------------------------------------------------------- the test
+
+
+@pytest.mark.parametrize("bad", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_a_typed_error_and_writes_nothing(store: Store, bad: Case) -> None:
+    try:
+        bad.call(store)
+    except Exception as exc:
+        error: Exception | None = exc
+    else:
+        error = None
+    before, store.state = store.state, store.dump()  # the next case is judged on its own
+    assert error is not None, "accepted"
+    assert isinstance(error, PersistError), f"untyped: {type(error).__name__}: {error}"
+    assert isinstance(error, bad.error), f"{type(error).__name__}: {error}"
+    names = bad.names if isinstance(bad.names, str) else bad.names(store)
+    assert names in str(error), f"{error!s} does not name {names!r}"
+    assert store.state == before, f"changed the store: {_difference(before, store.state)}"
+
+
+def _difference(before: tuple[Any, ...], after: tuple[Any, ...]) -> str:
+    """The engine keys and object keys added, removed or changed."""
+    changes = []
+    for what, old, new in zip(("engine", "objects"), before, after, strict=True):
+        old_map, new_map = dict(old), dict(new)
+        for key in sorted(old_map.keys() | new_map.keys(), key=repr):
+            if key not in new_map:
+                changes.append(f"{what} {key!r} removed")
+            elif old_map.get(key) != new_map[key]:
+                changes.append(f"{what} {key!r} {'changed' if key in old_map else 'added'}")
+    return "; ".join(changes[:10])
+
+
+def test_the_matrix_is_large_and_covers_every_plane_method() -> None:
+    """At least 200 distinct bad inputs, over every public Plane method this matrix owns."""
+    assert len({c.id for c in CASES}) == len(CASES) >= 200
+    public = {
+        name for name in dir(Plane) if not name.startswith("_") and callable(getattr(Plane, name))
+    } - {"read_range", "put_segment"}  # their owner tests them with their changes
+    covered = {c.id.split(".")[0].split(":")[0] for c in CASES}
+    assert public <= covered, sorted(public - covered)
