@@ -2,6 +2,10 @@
 
 PySpark 4.3 needs Java 17. When ``JAVA_HOME`` is unset or not a Java 17, the session looks
 for one in the usual Debian location before starting the JVM.
+
+A ``spark://`` master is checked with a TCP connect (a few seconds at most) before the JVM
+starts: Spark itself retries an unreachable master for about a minute and then fails with a
+Java stack trace, where a dead address deserves one line at once.
 """
 
 from __future__ import annotations
@@ -9,15 +13,44 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from persistence.errors import MissingDependency, NotFound
+from persistence.errors import Backend, MissingDependency, NotFound, Validation
 
 JAVA_17_GLOB = "/usr/lib/jvm/java-17-openjdk*"
+SPARK_MASTER_PORT = 7077
+"""A standalone master's port when a ``spark://`` URL names none."""
+CONNECT_TIMEOUT = 5.0
+"""Seconds to wait for a ``spark://`` master to accept a TCP connection."""
+
+
+def check_master_reachable(master: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """For a standalone ``spark://host:port[,host:port...]`` master, ``Backend`` unless
+    one of its hosts accepts a TCP connection within ``timeout`` seconds (other masters --
+    ``local[*]``, ``yarn``, ``k8s://`` -- are left to Spark)."""
+    if not master.startswith("spark://"):
+        return
+    failures = []
+    for address in master.removeprefix("spark://").split(","):
+        try:
+            parts = urlsplit(f"//{address}")
+            host, port = parts.hostname, parts.port or SPARK_MASTER_PORT
+        except ValueError as exc:
+            raise Validation("master", f"not spark://host:port: {master!r}: {exc}") from None
+        if not host:
+            raise Validation("master", f"no host in {master!r}")
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            return
+        except OSError as exc:
+            failures.append(f"{host}:{port}: {exc.strerror or exc}")
+    raise Backend(f"Spark master {master} is unreachable ({'; '.join(failures)})")
 
 
 def _java_17() -> str | None:
@@ -53,6 +86,8 @@ def spark_session(
     ``py_files`` are shipped to the executors and put on their ``sys.path``: on a cluster
     whose Python environments do not have this package, pass its built wheel (shipped as a
     ``.zip``, which Spark puts on the path; a wheel of pure Python imports from a zip)."""
+    if master is not None:
+        check_master_reachable(master)
     try:
         from pyspark.sql import SparkSession
     except ImportError:

@@ -6,15 +6,17 @@ progress). Commands that open a store take ``--data-dir`` (the embedded default)
 ``--kv URL --objects URL``.
 
 Exit codes: 0 success; 1 a check failed (verification, fsck, conformance, a benchmark
-target); 2 usage error or input the plane refused; 3 the store or a backend failed, or the
-named thing does not exist; 4 a conflict (the store moved: retry); 5 an internal error
-(a bug in aosp). Errors print as one line
-on stderr (``aosp: <kind> error: <what>``); ``--verbose`` adds the traceback.
+target); 2 usage error or input the plane refused; 3 the store or a backend failed, the
+named thing does not exist, or a file the command was given cannot be read or written;
+4 a conflict (the store moved: retry); 5 an internal error (a bug in aosp). Errors print as
+one line on stderr (``aosp: <kind> error: <what>``); ``--verbose`` adds the traceback. A
+closed stdout (``aosp ... | head``) ends the command quietly with 141, as SIGPIPE would.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -24,12 +26,15 @@ from aosp.cli.console import (
     EXIT_BACKEND,
     EXIT_CONFLICT,
     EXIT_INTERNAL,
+    EXIT_SIGPIPE,
     EXIT_USAGE,
+    OneLineParser,
     UsageError,
     common_options,
     print_json,
+    report_error,
 )
-from aosp.cli.store import store_options
+from aosp.cli.store import check_kernel, store_options
 from persistence import telemetry
 from persistence.errors import Conflict, PersistError, Validation
 
@@ -39,17 +44,27 @@ COMMAND_MODULES = (jobs, inspect, data, segments, fsck, spark)
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (exposed for documentation and tests)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="aosp",
         description="Operator tool of the AOS hosted persistence plane.",
         epilog="Exit codes: 0 ok, 1 a check failed, 2 usage error, 3 store/backend error or "
         "not found, 4 conflict, 5 internal error.",
     )
+    parser.add_argument("--version", action="version", version=f"aosp {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common, store = common_options(), store_options()
     for module in COMMAND_MODULES:
         module.register(sub, common, store)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("aos-persistence")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _exit_code(error: PersistError) -> int:
@@ -66,21 +81,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with telemetry.collect_stats() as stats:
         try:
+            if getattr(args, "kernel", None) is not None:
+                check_kernel(args.kernel)  # a bad --kernel is a usage error before any work
             code: int = args.run(args)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         except UsageError as exc:
-            parser.exit(EXIT_USAGE, f"aosp {args.command}: error: {exc}\n")
+            report_error("usage", str(exc))
+            code = EXIT_USAGE
         except PersistError as exc:
             if args.verbose:
                 traceback.print_exc()
-            print(f"aosp: {exc.kind} error: {exc}", file=sys.stderr)
+            report_error(exc.kind, str(exc))
             code = _exit_code(exc)
+        except BrokenPipeError:
+            # The reader went away (``aosp ... | head``): stop quietly, as SIGPIPE would.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            code = EXIT_SIGPIPE
         except KeyboardInterrupt:
             code = 130
+        except OSError as exc:
+            # A file the command was told to read or write (the store's own I/O errors are
+            # typed Backend errors above): the environment, not a bug in aosp.
+            if args.verbose:
+                traceback.print_exc()
+            report_error("io", str(exc))
+            code = EXIT_BACKEND
         except Exception as exc:
             if args.verbose:
                 traceback.print_exc()
             hint = "" if args.verbose else " (--verbose shows the traceback)"
-            print(f"aosp: internal error: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
+            report_error("internal", f"{type(exc).__name__}: {exc}{hint}")
             code = EXIT_INTERNAL
         finally:
             if getattr(args, "stats", False):

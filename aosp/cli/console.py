@@ -7,9 +7,9 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Final, TextIO
+from typing import Any, Final, NoReturn, TextIO
 
 EXIT_OK: Final = 0
 """The command did what was asked and every check passed."""
@@ -23,6 +23,8 @@ EXIT_CONFLICT: Final = 4
 """The store moved under the command (an optimistic precondition failed): retry."""
 EXIT_INTERNAL: Final = 5
 """A bug in aosp itself (an unexpected exception); ``--verbose`` shows where."""
+EXIT_SIGPIPE: Final = 128 + 13
+"""stdout was closed by its reader (``aosp ... | head``): the shell's code for SIGPIPE."""
 
 
 CLEAR_LINE: Final = "\r\x1b[K"
@@ -31,6 +33,37 @@ CLEAR_LINE: Final = "\r\x1b[K"
 
 class UsageError(Exception):
     """A command was given arguments it cannot act on; the message says which."""
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """argparse ``type=`` for an integer option that may not go below ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    return parse
+
+
+def report_error(kind: str, what: str) -> None:
+    """The one-line error on stderr: ``aosp: <kind> error: <what>`` (a message of several
+    lines is joined into one, so that scripts can read the last line of stderr)."""
+    text = " ".join(line.strip() for line in what.splitlines() if line.strip())
+    print(f"aosp: {kind} error: {text}", file=sys.stderr)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are the one-line ``aosp: usage error: ...`` (exit
+    2) rather than argparse's usage block; ``--help`` shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        report_error("usage", f"{message} (see {self.prog} --help)")
+        sys.exit(EXIT_USAGE)
 
 
 def common_options() -> argparse.ArgumentParser:

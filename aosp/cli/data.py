@@ -1,5 +1,5 @@
 """Commands over single records: ``world create``, ``cas put|get|stat``, ``journal read``,
-``inbox enqueue|read|drain`` and ``snapshot list``."""
+``inbox enqueue|read|drain`` and ``snapshot list|commit|promote``."""
 
 from __future__ import annotations
 
@@ -7,11 +7,20 @@ import argparse
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from aosp.cli.console import EXIT_OK, UsageError, print_fields, print_json, print_table
+from aosp.cli.console import (
+    EXIT_OK,
+    UsageError,
+    int_at_least,
+    print_fields,
+    print_json,
+    print_table,
+)
 from aosp.cli.store import (
+    check_kernel,
     hash_id,
     inbox_seq,
     open_store,
@@ -20,15 +29,21 @@ from aosp.cli.store import (
     world_options,
 )
 from persistence import cbor
+from persistence.errors import Backend, NotFound, Validation
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.kernel import entry_kind
+from persistence.plane import Plane
 from persistence.records import (
     ControlIngress,
     DomainEventIngress,
     InboxIngress,
     InboxItem,
+    IngressJournalRecord,
     ReceiptIngress,
+    SnapshotRecord,
     TimerFiredIngress,
+    decode_inbox_item,
+    decode_journal_record,
 )
 
 # --------------------------------------------------------------------------- world
@@ -48,10 +63,24 @@ def cmd_world_create(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- cas
 
 
+def _input(name: str) -> BinaryIO:
+    """The ``FILE`` of ``cas put`` opened for reading (``-``: stdin)."""
+    if name == "-":
+        return sys.stdin.buffer
+    try:
+        return Path(name).open("rb")
+    except FileNotFoundError:
+        raise NotFound(f"FILE {name}: no such file") from None
+    except IsADirectoryError:
+        raise Validation("FILE", f"{name} is a directory, not a file") from None
+    except OSError as exc:
+        raise Backend(f"FILE {name}: cannot read it: {exc.strerror}") from None
+
+
 def cmd_cas_put(args: argparse.Namespace) -> int:
     """Store a file (or stdin) in the universe's CAS; print its hash."""
+    source = _input(args.file)  # before the store: a wrong FILE must create nothing
     plane = open_store(args, create=True)
-    source: BinaryIO = sys.stdin.buffer if args.file == "-" else Path(args.file).open("rb")  # noqa: SIM115
     with source:
         digest = plane.put_stream(args.universe, source, expected=args.expect)
     meta = plane.blob_meta(args.universe, digest)
@@ -60,23 +89,36 @@ def cmd_cas_put(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _output(name: str | None) -> Path | None:
+    """The ``--output`` file of ``cas get`` (``None``: stdout), checked before any work."""
+    if name in (None, "-"):
+        return None
+    out = Path(name)
+    if out.is_dir():
+        raise Validation("--output", f"{name} is a directory; name the file to write")
+    if not out.parent.is_dir():
+        raise NotFound(f"--output {name}: directory {out.parent} does not exist")
+    return out
+
+
 def cmd_cas_get(args: argparse.Namespace) -> int:
     """Write a body, verified against its hash, to a file or stdout."""
+    output = _output(args.output)
     plane = open_store(args)
     stream = plane.open_blob(args.universe, args.hash)
     with stream:
-        if args.output in (None, "-"):
+        if output is None:
             shutil.copyfileobj(stream, sys.stdout.buffer)
             sys.stdout.buffer.flush()
         else:
-            partial = Path(f"{args.output}.partial")
+            partial = Path(f"{output}.partial")
             try:
                 with partial.open("wb") as out:
                     shutil.copyfileobj(stream, out)
             except BaseException:
                 partial.unlink(missing_ok=True)
                 raise
-            partial.replace(args.output)  # only a verified body gets the name
+            partial.replace(output)  # only a verified body gets the name
     return EXIT_OK
 
 
@@ -102,8 +144,22 @@ def _preview(data: bytes, width: int = 48) -> str:
     return text + ("…" if len(data) > width else "")
 
 
+def decoded_entry(entry: bytes) -> dict[str, Any] | None:
+    """A journal entry the plane wrote, decoded to JSON-safe values (a drained item with
+    its payload decoded too); ``None`` for an entry in a caller's own format."""
+    record = decode_journal_record(entry)
+    if record is None:
+        return None
+    out: dict[str, Any] = _plain(record.to_map())
+    if isinstance(record, IngressJournalRecord):
+        out["item"] = _plain(decode_inbox_item(record.item).to_map())
+    return out
+
+
 def cmd_journal_read(args: argparse.Namespace) -> int:
     """Print entries from a height (stitched from segments and the hot tail)."""
+    if args.raw and args.decode:
+        raise UsageError("--raw writes the entries' bytes; --decode shows them decoded: not both")
     plane = open_store(args)
     rows = plane.read_range(args.universe, args.world, args.start, args.limit)
     if args.raw:
@@ -114,9 +170,13 @@ def cmd_journal_read(args: argparse.Namespace) -> int:
     if args.json:
         out = [
             {"height": h, "size": len(e), "kind": entry_kind(e), "entry_hex": e.hex()}
+            | ({"record": decoded_entry(e)} if args.decode else {})
             for h, e in rows
         ]
         print_json({"head": plane.head(args.universe, args.world), "entries": out})
+    elif args.decode:
+        table = [{"height": h, "kind": entry_kind(e), "record": _record_text(e)} for h, e in rows]
+        print_table(table, ["height", "kind", "record"])
     else:
         table = [
             {"height": h, "size": len(e), "kind": entry_kind(e), "entry": _preview(e)}
@@ -124,6 +184,11 @@ def cmd_journal_read(args: argparse.Namespace) -> int:
         ]
         print_table(table, ["height", "size", "kind", "entry"])
     return EXIT_OK
+
+
+def _record_text(entry: bytes) -> str:
+    record = decoded_entry(entry)
+    return _preview(entry) if record is None else json.dumps(record, sort_keys=True)
 
 
 # --------------------------------------------------------------------------- inbox
@@ -134,8 +199,29 @@ ITEM_KINDS = ("domain-event", "receipt", "inbox", "timer", "control")
 def _payload(text: str) -> bytes:
     try:
         return cbor.encode(json.loads(text))
+    except RecursionError:
+        raise UsageError("--payload nests too deeply to decode") from None
     except (ValueError, TypeError) as exc:
         raise UsageError(f"--payload is not JSON a CBOR payload can hold: {exc}") from None
+
+
+def _headers(pairs: list[str] | None) -> dict[str, str] | None:
+    if not pairs:
+        return None
+    headers = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--header takes NAME=VALUE, not {pair!r}")
+        headers[name] = value
+    return headers
+
+
+def _signature(text: str | None) -> bytes:
+    try:
+        return bytes.fromhex(text or "")
+    except ValueError:
+        raise UsageError(f"--signature-hex is not hexadecimal bytes: {text!r}") from None
 
 
 def _need(args: argparse.Namespace, *names: str) -> None:
@@ -154,12 +240,11 @@ def build_item(args: argparse.Namespace) -> InboxItem:
         return DomainEventIngress(args.schema, payload, key=key)
     if args.kind == "receipt":
         _need(args, "intent", "effect_kind", "adapter")
-        signature = bytes.fromhex(args.signature_hex or "")
+        signature = _signature(args.signature_hex)
         return ReceiptIngress(args.intent, args.effect_kind, args.adapter, payload, signature)
     if args.kind == "inbox":
         _need(args, "source")
-        headers = dict(h.split("=", 1) for h in args.header) if args.header else None
-        return InboxIngress(args.source, payload, headers=headers)
+        return InboxIngress(args.source, payload, headers=_headers(args.header))
     if args.kind == "timer":
         _need(args, "timer_id")
         return TimerFiredIngress(args.timer_id, payload)
@@ -251,6 +336,67 @@ def cmd_snapshot_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _snapshot_at(plane: Plane, args: argparse.Namespace, height: int) -> SnapshotRecord | None:
+    found = [s for s in plane.list_snapshots(args.universe, args.world) if s.height == height]
+    return found[0] if found else None
+
+
+def _baseline_summary(plane: Plane, args: argparse.Namespace, **fields: Any) -> int:
+    baseline = plane.active_baseline(args.universe, args.world)
+    result = {**fields, "baseline": baseline.height, "head": plane.head(args.universe, args.world)}
+    print_json(result) if args.json else print_fields(result)
+    return EXIT_OK
+
+
+def cmd_snapshot_commit(args: argparse.Namespace) -> int:
+    """Snapshot the kernel's state at the head (Protocol E); optionally promote it to the
+    baseline, which lets ``segments export`` move the history below it."""
+    from segments.restore import restore
+
+    if args.promote and not args.receipts_complete:
+        raise UsageError(
+            "--promote needs --receipts-complete: the receipt-horizon fence promotes only a "
+            "snapshot whose receipt horizon is its height"
+        )
+    kernel = check_kernel(args.kernel)
+    plane = open_store(args)
+    state = restore(plane, args.universe, args.world, kernel)
+    existing = _snapshot_at(plane, args, state.head)
+    if existing is not None:  # nothing journaled since: the index at this height is immutable
+        record, indexed = existing, False
+        if args.promote:
+            plane.promote_baseline(args.universe, args.world, record)
+    else:
+        record, outcome = plane.snapshot_commit(
+            args.universe,
+            args.world,
+            state.state,
+            height=state.head,
+            logical_time_ns=time.time_ns(),
+            receipt_horizon_height=state.head if args.receipts_complete else None,
+            promote_baseline=args.promote,
+        )
+        indexed = outcome.indexed
+    return _baseline_summary(
+        plane,
+        args,
+        height=record.height,
+        snapshot_ref=str(record.snapshot_ref),
+        receipt_horizon=record.receipt_horizon_height,
+        indexed=indexed,
+    )
+
+
+def cmd_snapshot_promote(args: argparse.Namespace) -> int:
+    """Promote the snapshot indexed at ``--height`` to the active baseline."""
+    plane = open_store(args)
+    record = _snapshot_at(plane, args, args.height)
+    if record is None:
+        raise NotFound(f"--height {args.height}: no snapshot indexed there in world {args.world}")
+    plane.promote_baseline(args.universe, args.world, record)
+    return _baseline_summary(plane, args, height=args.height)
+
+
 # --------------------------------------------------------------------------- registration
 
 
@@ -300,6 +446,11 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     read.add_argument(
         "--raw", action="store_true", help="write entries to stdout as u32 length + bytes"
     )
+    read.add_argument(
+        "--decode",
+        action="store_true",
+        help="show the plane's records decoded (drained items with their payloads)",
+    )
     read.set_defaults(run=cmd_journal_read)
 
     inbox = sub.add_parser("inbox", help="world inboxes").add_subparsers(
@@ -341,3 +492,35 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "list", parents=[common, store, one_world], help="the index; * marks the baseline"
     )
     listing.set_defaults(run=cmd_snapshot_list)
+    commit = snapshot.add_parser(
+        "commit",
+        parents=[common, store, one_world],
+        help="snapshot the kernel's state at the head (optionally promote it)",
+        description="Restores the world through --kernel, stores the state as a snapshot at "
+        "the head and indexes it; with --promote it becomes the active baseline, below "
+        "which `segments export` moves history to cold segments.",
+    )
+    commit.add_argument(
+        "--kernel",
+        default="persistence.kernel:ReferenceKernel",
+        help="kernel as module:Class (default: the reference kernel)",
+    )
+    commit.add_argument(
+        "--receipts-complete",
+        action="store_true",
+        help="assert that every receipt of effects up to the head is journaled: records the "
+        "receipt horizon at the snapshot's height (promotion needs it)",
+    )
+    commit.add_argument("--promote", action="store_true", help="make it the active baseline")
+    commit.set_defaults(run=cmd_snapshot_commit)
+    promote = snapshot.add_parser(
+        "promote",
+        parents=[common, store, one_world],
+        help="make an indexed snapshot the active baseline",
+        description="The receipt-horizon fence and non-regression are checked: a snapshot "
+        "without a complete receipt horizon, or below the baseline, is refused (exit 4).",
+    )
+    promote.add_argument(
+        "--height", type=int_at_least(0), required=True, help="height of the snapshot"
+    )
+    promote.set_defaults(run=cmd_snapshot_promote)

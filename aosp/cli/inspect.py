@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from aosp.cli.console import EXIT_OK, Progress, print_fields, print_json, print_table
+from aosp.cli.console import (
+    EXIT_OK,
+    Progress,
+    int_at_least,
+    print_fields,
+    print_json,
+    print_table,
+)
 from aosp.cli.store import open_store, selected_worlds, world_options
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
@@ -92,6 +99,9 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         description="One row per world (all worlds, one universe's, or one world in detail).",
     )
     parser.add_argument(
-        "--limit", type=int, default=1_000, help="show at most this many worlds (default 1000)"
+        "--limit",
+        type=int_at_least(1),
+        default=1_000,
+        help="show at most this many worlds (default 1000)",
     )
     parser.set_defaults(run=cmd_inspect)

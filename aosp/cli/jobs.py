@@ -15,8 +15,10 @@ from aosp.cli.console import (
     Progress,
     UsageError,
     print_json,
+    print_table,
+    report_error,
 )
-from aosp.cli.store import DEFAULT_DATA_DIR
+from aosp.cli.store import DEFAULT_DATA_DIR, make_directory
 from segments import open_plane
 
 if TYPE_CHECKING:
@@ -34,6 +36,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for name in ("worlds", "writers", "items"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name} must be at least 1")
+    make_directory(args.data_dir, "--data-dir")
     config = demo.DemoConfig(
         data_dir=args.data_dir, worlds=args.worlds, writers=args.writers, items=args.items
     )
@@ -83,14 +86,18 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     from conformance.runner import run_suite, skipped_report
     from persistence.errors import Backend, NotFound
 
+    if args.list:
+        return _list_cases(args)
     profile = PROFILES[args.profile]
     progress = _progress(args)
     servers = _server_faults(args)
+    make_directory(args.report, "--report")  # before the run, not after it
     try:
         plane = open_plane(open_engine(args.kv), open_object_store(args.objects))
     except (Backend, NotFound) as exc:
         # An unreachable backend: every case skipped, said plainly, and a failing exit.
         report = skipped_report(args.kv, args.objects, profile, f"backend unavailable: {exc}")
+        report_error(exc.kind, f"backend unavailable, nothing ran: {exc}")
         available = False
     else:
         available = True
@@ -121,6 +128,18 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED
 
 
+def _list_cases(args: argparse.Namespace) -> int:
+    """``conformance --list``: every case with the first line of its description."""
+    from conformance.cases import CASES
+
+    rows = [
+        {"case": name, "what": (case.__doc__ or "").strip().splitlines()[0]}
+        for name, case in CASES.items()
+    ]
+    print_json(rows) if args.json else print_table(rows, ["case", "what"])
+    return EXIT_OK
+
+
 def _server_faults(args: argparse.Namespace) -> ServerFaults | None:
     """The server faults the options name (crash 2), checked before anything runs."""
     from conformance.cases import CASES
@@ -147,6 +166,9 @@ SUITES = ("engine", "plane", "cas", "segments", "spark", "fdb")
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run benchmark suites; print each figure against its peer or limit."""
     from aosp.benchmarks import Figure, cas, engine, fdb, plane, segments, spark
+
+    if not 0 < args.seconds < float("inf"):
+        raise UsageError(f"--seconds must be a positive number, not {args.seconds}")
 
     runners: dict[str, Callable[..., list[Figure]]] = {
         "engine": engine.run,
@@ -202,6 +224,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     conf.add_argument("--profile", choices=["quick", "full"], default="quick")
     conf.add_argument("--report", type=Path, default=Path("conformance-report"), help="report dir")
     conf.add_argument("--case", action="append", help="run only this case (repeatable)")
+    conf.add_argument("--list", action="store_true", help="list the cases and exit")
     conf.add_argument(
         "--fdb-local",
         type=Path,

@@ -16,7 +16,7 @@ from aosp.cli.console import (
     print_table,
 )
 from aosp.cli.segments import kernel_option
-from aosp.cli.store import checked_store_urls, world_options
+from aosp.cli.store import open_store, store_urls, world_options
 
 
 def _conf(pairs: list[str]) -> dict[str, str]:
@@ -40,9 +40,12 @@ def _session(args: argparse.Namespace, progress: Progress) -> Any:
 
 
 def _store(args: argparse.Namespace) -> Any:
+    """The store the jobs read, checked to exist before Spark starts (the executors open
+    it by URL and must not be the ones to find it missing, or to create it)."""
     from spark_connectors.jobs import Store
 
-    return Store(*checked_store_urls(args))
+    open_store(args).engine.close()
+    return Store(*store_urls(args))
 
 
 def _selection(args: argparse.Namespace) -> dict[str, Any]:
@@ -54,17 +57,16 @@ def _selection(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_replay_check(args: argparse.Namespace) -> int:
     """Restore versus full replay for every selected world, in Spark tasks."""
-    from persistence.kernel import load_kernel
     from spark_connectors.jobs import replay_check
 
-    load_kernel(args.kernel)  # a bad path is a usage error before Spark starts
+    store = _store(args)  # (a bad --kernel was refused before the command ran)
     progress = Progress("replay-check", enabled=not args.quiet)
     spark = _session(args, progress)
     try:
         progress.message("checking worlds")
         rows = [
             r.asDict()
-            for r in replay_check(spark, _store(args), kernel=args.kernel, **_selection(args))
+            for r in replay_check(spark, store, kernel=args.kernel, **_selection(args))
             .orderBy("universe", "world")
             .collect()
         ]
@@ -90,6 +92,7 @@ def cmd_analytics(args: argparse.Namespace) -> int:
     """Per world and record kind: counts, bytes, heights, segments; written as Parquet."""
     from spark_connectors.jobs import analytics
 
+    store = _store(args)
     progress = Progress("analytics", enabled=not args.quiet)
     spark = _session(args, progress)
     options = {"listing": args.listing, "on_corrupt": args.on_corrupt}
@@ -98,7 +101,7 @@ def cmd_analytics(args: argparse.Namespace) -> int:
     if args.world is not None:
         options["world"] = str(args.world)
     try:
-        by_kind, segments = analytics(spark, _store(args), **options)
+        by_kind, segments = analytics(spark, store, **options)
         output = Path(args.output)
         by_kind.write.mode("overwrite").parquet(str(output / "by_kind"))
         segments.write.mode("overwrite").parquet(str(output / "segments"))

@@ -1,17 +1,25 @@
 """Which store a command works on: ``--kv URL --objects URL``, or the embedded default
-(SQLite file ``aos.db`` and object directory ``objects/`` under ``--data-dir``)."""
+(SQLite file ``aos.db`` and object directory ``objects/`` under ``--data-dir``).
+
+Only the commands that exist to make things (``world create``, ``cas put``) open a store
+with ``create``; every other command opens it with ``create=False``, so whatever URL form a
+mistake takes, it is an error naming what is missing and never a new, empty store."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 from aosp.cli.console import UsageError
-from persistence.errors import NotFound, Validation
+from persistence.errors import Backend, NotFound, Validation
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
+from persistence.kernel import Kernel, load_kernel
+from persistence.kv import Engine
+from persistence.objects import ObjectStore
 from persistence.plane import Plane
 from segments import open_plane
 
@@ -57,20 +65,72 @@ def checked_store_urls(args: argparse.Namespace, *, create: bool = False) -> tup
     urls = store_urls(args)
     if args.kv is None:
         data_dir = Path(args.data_dir)
+        if data_dir.exists() and not data_dir.is_dir():
+            raise Validation("--data-dir", f"{data_dir} is a file, not a directory")
         if not (data_dir / DB_FILE).exists():
             if not create:
                 raise NotFound(
                     f"no store in {data_dir} (no {DB_FILE}); run `aosp demo` to create one, "
                     "or name one with --data-dir or --kv/--objects"
                 )
-            data_dir.mkdir(parents=True, exist_ok=True)
+            make_directory(data_dir, "--data-dir")
     return urls
 
 
+def make_directory(path: Path, option: str) -> None:
+    """Create the directory ``option`` names (and its parents), as a typed error naming the
+    option if the system refuses."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise Validation(option, f"{path} is a file, not a directory") from None
+    except OSError as exc:
+        raise Backend(f"{option} {path}: cannot create it: {exc.strerror}") from None
+
+
+@contextlib.contextmanager
+def _naming(option: str) -> Iterator[None]:
+    """Errors of opening what ``option`` names, reworded with the option's name."""
+    try:
+        yield
+    except Validation as exc:
+        raise Validation(option, exc.problem) from None
+    except NotFound as exc:
+        raise NotFound(f"{option}: {exc}") from None
+
+
+def open_objects(url: str, *, create: bool) -> ObjectStore:
+    """The object store ``url`` names; without ``create`` it must already exist."""
+    from backends.objects import open_object_store
+
+    return open_object_store(url, create=create)
+
+
 def open_store(args: argparse.Namespace, *, create: bool = False) -> Plane:
-    """Open the store's plane (see :func:`checked_store_urls` for ``create``)."""
+    """Open the store's plane. Only with ``create`` (commands that make things) may the
+    store, its database or its directories be created; otherwise whatever is missing is
+    ``NotFound`` naming the option, and nothing is created."""
+    from backends.kv import open_engine
+
     kv_url, objects_url = checked_store_urls(args, create=create)
-    return open_plane(kv_url, objects_url)
+    embedded = args.kv is None
+    with _naming("--data-dir" if embedded else "--kv"):
+        engine: Engine = open_engine(kv_url, create=create)
+    try:
+        with _naming("--data-dir" if embedded else "--objects"):
+            objects = open_objects(objects_url, create=create)
+    except BaseException:
+        engine.close()
+        raise
+    return open_plane(engine, objects)
+
+
+def check_kernel(path: str) -> Kernel:
+    """The ``--kernel module:Class`` kernel, or ``Validation`` naming the option."""
+    try:
+        return load_kernel(path)
+    except Validation as exc:
+        raise Validation("--kernel", exc.problem) from None
 
 
 def _id_type(parse: Callable[[str], T]) -> Callable[[str], T]:

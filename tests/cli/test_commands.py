@@ -332,3 +332,41 @@ def test_payloads_are_canonical_cbor(store: Store) -> None:
     u, w = UniverseId.parse(store.universe), WorldId.parse(store.world)
     (_, item), *_ = plane.read_after(u, w, plane.inbox_cursor(u, w), 10)
     assert item.payload_cbor == cbor.encode({"a": [True, None], "b": 1})  # type: ignore[union-attr]
+
+
+def test_snapshot_commit_and_promote_make_a_world_exportable(tmp_path: Path) -> None:
+    data = ["--data-dir", str(tmp_path / "new")]
+    created = aosp("world", "create", *data, "--json").json()
+    world = [*data, "-u", created["universe"], "-w", created["world"]]
+    for n in range(3):
+        aosp("inbox", "enqueue", *world, "--kind", "control", "--command-name", f"c{n}")
+    assert aosp("inbox", "drain", *world, "--json").json()["drained"] == 3
+    refused = aosp("snapshot", "commit", *world, "--promote")
+    assert refused.code == 2 and "--receipts-complete" in refused.one_line_error()
+    plain = aosp("snapshot", "commit", *world, "--json").json()
+    assert plain["height"] == 3 and plain["indexed"] and plain["receipt_horizon"] is None
+    assert plain["baseline"] == 0  # indexed, not promoted
+    fenced = aosp("snapshot", "promote", *world, "--height", "3")
+    assert fenced.code == 4 and "receipt horizon" in fenced.one_line_error()
+    promoted = aosp(
+        "snapshot", "commit", *world, "--receipts-complete", "--promote", "--json"
+    ).json()
+    assert promoted["height"] == promoted["baseline"] == plain["height"] + 1  # + its record
+    again = aosp("snapshot", "promote", *world, "--height", "0")
+    assert again.code == 4 and "may not regress" in again.one_line_error()
+    exported = aosp("segments", "export", *world, "--json", "--quiet").json()
+    assert [(s["start"], s["end"]) for s in exported["segments"]] == [(1, promoted["height"] - 1)]
+
+
+def test_journal_read_decode_shows_plane_records(store: Store) -> None:
+    page = aosp("journal", "read", *store.world_args("--decode", "--limit", "1000", "--json"))
+    entries = page.json()["entries"]
+    ingress = next(e for e in entries if e["kind"].startswith("ingress:"))
+    assert ingress["record"]["kind"] == "ingress" and len(ingress["record"]["seq"]) == 24
+    assert ingress["record"]["item"]["kind"] == ingress["kind"].removeprefix("ingress:")
+    snapshot = next(e for e in entries if e["kind"] == "snapshot")
+    assert len(snapshot["record"]["snapshot_ref"]) == 64 and snapshot["record"]["height"] >= 0
+    text = aosp("journal", "read", *store.world_args("--decode", "--limit", "3")).text
+    assert '"kind": "ingress"' in text or '"kind": "snapshot"' in text
+    both = aosp("journal", "read", *store.world_args("--decode", "--raw"))
+    assert both.code == 2 and "not both" in both.one_line_error()

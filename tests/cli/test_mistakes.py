@@ -1,0 +1,287 @@
+"""Operator mistakes through a real ``aosp`` subprocess: each is exit 2 (usage) or 3 (what is
+named is missing or unusable), one line on stderr (``aosp: <kind> error: ...``), and
+creates nothing -- never a new, empty store that then reports "0 errors"."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import ROOT, Result, aosp
+
+UNIVERSE = "3f1b1c9e-2d7a-4c55-9a52-7c1e2f3a4b5c"
+WORLD = "0c6d4e2f-8a1b-4d3c-b5e6-f708192a3b4c"
+HASH = "ab" * 32
+
+
+def listing(root: Path) -> list[str]:
+    """Every path under ``root``, relative, sorted (the "nothing created" witness)."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def fails(result: Result, code: int, kind: str, *words: str) -> None:
+    """``result`` exited with ``code`` and said so in one ``aosp: <kind> error`` line."""
+    line = result.one_line_error()
+    assert result.code == code, result.err
+    assert line.startswith(f"aosp: {kind} error: "), line
+    for word in words:
+        assert word in line, line
+
+
+@dataclass
+class Made:
+    """A store made by ``world create`` with one world and one blob."""
+
+    data_dir: Path
+    universe: str
+    world: str
+    blob: str
+
+    def args(self, *more: str) -> list[str]:
+        return ["--data-dir", str(self.data_dir), *more]
+
+    def world_args(self, *more: str) -> list[str]:
+        return self.args("-u", self.universe, "-w", self.world, *more)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Made:
+    data = tmp_path_factory.mktemp("made") / "data"
+    created = aosp("world", "create", "--data-dir", str(data), "--json").json()
+    put = aosp("cas", "put", "--data-dir", str(data), "-u", created["universe"], "-", stdin=b"hi")
+    assert put.code == 0, put.err
+    return Made(data, created["universe"], created["world"], put.text.strip())
+
+
+# --------------------------------------------------------------------------- no store, no creation
+
+READING_COMMANDS = [
+    ["inspect"],
+    ["fsck"],
+    ["segments", "list"],
+    ["segments", "verify"],
+    ["restore", "verify"],
+    ["journal", "read", "-u", UNIVERSE, "-w", WORLD],
+    ["inbox", "read", "-u", UNIVERSE, "-w", WORLD],
+    ["snapshot", "list", "-u", UNIVERSE, "-w", WORLD],
+    ["cas", "get", "-u", UNIVERSE, HASH],
+]
+
+
+@pytest.mark.parametrize("command", READING_COMMANDS, ids=" ".join)
+def test_reading_commands_never_create_a_store_from_mistyped_urls(
+    command: list[str], tmp_path: Path
+) -> None:
+    urls = ["--kv", f"sqlite://{tmp_path}/typo.db", "--objects", f"file://{tmp_path}/typo"]
+    result = aosp(*command, *urls)
+    fails(result, 3, "not_found", "--kv", "typo.db", "no such database")
+    assert listing(tmp_path) == []
+
+
+def test_a_mistyped_objects_url_is_not_found_not_a_new_directory(
+    made: Made, tmp_path: Path
+) -> None:
+    urls = ["--kv", f"sqlite://{made.data_dir}/aos.db", "--objects", f"file://{tmp_path}/typo"]
+    fails(aosp("fsck", *urls), 3, "not_found", "--objects", "no object store")
+    assert listing(tmp_path) == []
+
+
+def test_memory_urls_name_no_store_to_read() -> None:
+    result = aosp("inspect", "--kv", "memory://", "--objects", "memory://")
+    fails(result, 3, "not_found", "--kv", "new, empty store")
+
+
+@pytest.mark.parametrize("command", [["inspect"], ["fsck"]], ids=" ".join)
+def test_a_zero_byte_database_is_refused_and_left_alone(command: list[str], tmp_path: Path) -> None:
+    (tmp_path / "aos.db").touch()
+    fails(aosp(*command, "--data-dir", str(tmp_path)), 3, "backend", "empty file (0 bytes)")
+    assert listing(tmp_path) == ["aos.db"] and (tmp_path / "aos.db").stat().st_size == 0
+
+
+# --------------------------------------------------------------------------- files and directories
+
+
+def test_cas_put_of_a_missing_file_creates_no_store(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    result = aosp("cas", "put", "--data-dir", str(data), "-u", UNIVERSE, str(tmp_path / "nope"))
+    fails(result, 3, "not_found", "FILE", "no such file")
+    assert listing(tmp_path) == []
+
+
+def test_cas_put_of_a_directory_creates_no_store(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    result = aosp(
+        "cas", "put", "--data-dir", str(tmp_path / "data"), "-u", UNIVERSE, str(tmp_path / "dir")
+    )
+    fails(result, 2, "validation", "FILE", "is a directory")
+    assert listing(tmp_path) == ["dir"]
+
+
+def test_cas_get_into_a_missing_directory_or_a_directory(made: Made, tmp_path: Path) -> None:
+    get = ["cas", "get", *made.args("-u", made.universe, made.blob)]
+    fails(aosp(*get, "-o", str(tmp_path / "no" / "out")), 3, "not_found", "--output")
+    fails(aosp(*get, "-o", str(tmp_path)), 2, "validation", "--output", "is a directory")
+    assert listing(tmp_path) == []
+
+
+def test_demo_data_dir_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("mine")
+    result = aosp("demo", "--data-dir", str(tmp_path / "file"), "--quiet")
+    fails(result, 2, "validation", "--data-dir", "is a file")
+    assert listing(tmp_path) == ["file"] and (tmp_path / "file").read_text() == "mine"
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "in-proc"])
+def test_a_data_dir_that_cannot_be_created(where: str, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("mine")
+    # /proc refuses mkdir even to root, for whom no permission bits would
+    data = tmp_path / "file" / "data" if where == "under-a-file" else Path("/proc/aosp-test")
+    result = aosp("world", "create", "--data-dir", str(data))
+    fails(result, 3, "backend", "--data-dir", "cannot create it")
+    assert listing(tmp_path) == ["file"] and not data.exists()
+
+
+# --------------------------------------------------------------------------- bad values
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--kind", "inbox", "--source", "s", "--header", "novalue"], ["--header", "NAME=VALUE"]),
+        (
+            [
+                *("--kind", "receipt", "--intent", HASH, "--effect-kind", "e"),
+                *("--adapter", "a", "--signature-hex", "zz"),
+            ],
+            ["--signature-hex", "not hexadecimal"],
+        ),
+        (
+            ["--kind", "timer", "--timer-id", "t", "--payload", "[" * 60_000 + "]" * 60_000],
+            ["--payload", "nests too deeply"],
+        ),
+    ],
+    ids=["header", "signature", "deep-payload"],
+)
+def test_malformed_enqueue_values_are_usage_errors(
+    made: Made, extra: list[str], words: list[str]
+) -> None:
+    before = listing(made.data_dir)
+    fails(aosp("inbox", "enqueue", *made.world_args(*extra)), 2, "usage", *words)
+    assert listing(made.data_dir) == before
+
+
+def test_an_infinite_busy_timeout_is_a_usage_error(made: Made) -> None:
+    url = f"sqlite://{made.data_dir}/aos.db?busy_timeout=inf"
+    result = aosp("inspect", "--kv", url, "--objects", f"file://{made.data_dir}/objects")
+    fails(result, 2, "validation", "--kv", "busy_timeout")
+
+
+def test_a_kernel_that_is_not_a_kernel(made: Made) -> None:
+    result = aosp("restore", "verify", *made.args("--kernel", "os:getcwd"))
+    fails(result, 2, "validation", "--kernel", "os:getcwd", "not a kernel")
+
+
+def test_an_incomplete_versionstamp_is_no_inbox_sequence(made: Made) -> None:
+    result = aosp("inbox", "read", *made.world_args("--after", "ff" * 12))
+    fails(result, 2, "usage", "--after")
+
+
+def test_argparse_errors_are_one_line_too() -> None:
+    fails(aosp("inspect", "-u", "not-a-uuid"), 2, "usage", "--universe", "aosp inspect --help")
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (["inspect", "--limit", "-1"], "--limit"),  # was a silent slice [:-1]
+        (["snapshot", "promote", "-u", UNIVERSE, "-w", WORLD, "--height", "-1"], "--height"),
+        (["bench", "engine", "--seconds", "-1"], "--seconds"),  # was a run of nothing, exit 0
+    ],
+    ids=["inspect-limit", "promote-height", "bench-seconds"],
+)
+def test_out_of_range_numbers_are_usage_errors(command: list[str], option: str) -> None:
+    fails(aosp(*command), 2, "usage", option)
+
+
+def test_a_report_directory_that_cannot_be_created_is_refused_before_the_run() -> None:
+    result = aosp("conformance", "--report", "/proc/aosp-test/report", "--quiet")
+    fails(result, 3, "backend", "--report", "cannot create it")
+    assert result.text == ""  # no case ran
+
+
+# --------------------------------------------------------------------- pipes, Spark, conformance
+
+
+def test_a_closed_stdout_ends_quietly(made: Made) -> None:
+    """``aosp inspect --json | head -1``, made deterministic: the reader is gone before
+    the first byte is written."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {k: v for k, v in os.environ.items() if k != "AOSP_DATA_DIR"}
+    env["PYTHONPATH"] = str(ROOT)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "aosp", "inspect", *made.args("--json")],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            env=env,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141 and b"Traceback" not in done.stderr
+    assert b"error" not in done.stderr
+
+
+@pytest.fixture
+def dead_port() -> Iterator[int]:
+    """A loopback port bound but not listening: a connect is refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def test_an_unreachable_spark_master_fails_fast(made: Made, dead_port: int, tmp_path: Path) -> None:
+    start = time.monotonic()
+    result = aosp(
+        "spark",
+        "analytics",
+        *made.args("--master", f"spark://127.0.0.1:{dead_port}", "--quiet"),
+        "--output",
+        str(tmp_path / "out"),
+    )
+    fails(result, 3, "backend", f"127.0.0.1:{dead_port}", "unreachable")
+    assert time.monotonic() - start < 20 and listing(tmp_path) == []
+
+
+def test_a_conformance_run_that_ran_nothing_is_not_ok(tmp_path: Path) -> None:
+    result = aosp(
+        "conformance",
+        "--kv",
+        f"fdb://{tmp_path}/no-such/fdb.cluster",
+        "--report",
+        str(tmp_path / "report"),
+        "--json",
+    )
+    assert result.code == 3
+    assert "error: backend unavailable, nothing ran: " in result.one_line_error()
+    summary = result.json()
+    assert summary["ok"] is False and summary["passed"] == 0
+    assert summary["skipped"] == summary["cases"] > 0
+
+
+def test_conformance_list_and_version() -> None:
+    listed = aosp("conformance", "--list", "--json")
+    assert listed.code == 0
+    names = [row["case"] for row in listed.json()]
+    assert "case1_cas_put_get_has" in names and all(row["what"] for row in listed.json())
+    version = aosp("--version")
+    assert version.code == 0 and version.text.startswith("aosp ")
