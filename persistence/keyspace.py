@@ -220,6 +220,10 @@ class WorldKeys:
         """Every key of the world."""
         return _range(self._p)
 
+    def prefix_len(self) -> int:
+        """Length of the prefix every key of the world starts with (to classify keys)."""
+        return len(pack(self._p))
+
     # journal
 
     def head(self) -> bytes:

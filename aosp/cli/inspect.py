@@ -1,9 +1,10 @@
-"""``aosp inspect``: universes, worlds, heads, cursors, baselines and segments at a glance."""
+"""``aosp inspect``: universes, worlds, heads, cursors, baselines, segments and hot state at a
+glance."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Final
 
 from aosp.cli.console import (
     EXIT_OK,
@@ -15,7 +16,9 @@ from aosp.cli.console import (
 )
 from aosp.cli.store import open_store, selected_worlds, world_options
 from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
+from persistence.plane.hot_state import measure
 
 PENDING_CAP = 10_000
 """Pending inbox items are counted up to this many (an inbox holds any number)."""
@@ -42,12 +45,31 @@ def world_summary(plane: Plane, universe: UniverseId, world: WorldId) -> dict[st
     }
 
 
+HOT_COLUMNS: Final = {
+    "hot_entries": ("journal", "count"),
+    "consumed": ("inbox_consumed", "count"),
+    "idem": ("idempotency", "count"),
+    "calls": ("call_records", "count"),
+    "bookkeeping": ("bookkeeping", "count"),
+}
+"""Table columns of ``--hot``: family and figure of :mod:`persistence.plane.hot_state`."""
+
+
+def hot_summary(plane: Plane, universe: UniverseId, world: WorldId) -> dict[str, Any]:
+    """The world's hot keys by family, their totals, and the ``--hot`` table columns."""
+    state = measure(plane.engine, WorldKeys(universe, world))
+    families = state.to_json()
+    columns = {name: families[family][figure] for name, (family, figure) in HOT_COLUMNS.items()}
+    return {"hot": families, "hot_keys": state.keys, "hot_bytes": state.bytes, **columns}
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print a summary row per selected world (details when one world is named)."""
     plane = open_store(args)
     if args.world is not None and args.universe is not None:
         summary = world_summary(plane, args.universe, args.world)
         summary["created_ns"] = plane.world_meta(args.universe, args.world).created_ns
+        summary.update(hot_summary(plane, args.universe, args.world))
         summary["snapshot_list"] = [
             {"height": s.height, "snapshot_ref": str(s.snapshot_ref)}
             for s in plane.list_snapshots(args.universe, args.world)
@@ -59,7 +81,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if args.json:
             print_json(summary)
         else:
-            print_fields({k: v for k, v in summary.items() if not k.endswith("_list")})
+            print_fields(
+                {
+                    k: v
+                    for k, v in summary.items()
+                    if not k.endswith("_list") and k != "hot" and k not in HOT_COLUMNS
+                }
+            )
+            for name, figures in summary["hot"].items():
+                print(f"hot {name}: {figures['count']} ({figures['bytes']} bytes)")
             for s in summary["segment_list"]:
                 print(f"segment {s['start']}-{s['end']}  {s['bytes']} bytes  {s['object_key']}")
         return EXIT_OK
@@ -67,7 +97,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     rows = []
     with Progress("inspect", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
         for universe, world in worlds:
-            rows.append(world_summary(plane, universe, world))
+            row = world_summary(plane, universe, world)
+            if args.hot:
+                row.update(hot_summary(plane, universe, world))
+            rows.append(row)
             progress.advance()
     if args.json:
         print_json({"universes": len({r["universe"] for r in rows}), "worlds": rows})
@@ -85,6 +118,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 "snapshots",
                 "segments",
                 "cold_through",
+                *(["hot_keys", "hot_bytes", *HOT_COLUMNS] if args.hot else []),
             ],
         )
     return EXIT_OK
@@ -103,5 +137,11 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         type=int_at_least(1),
         default=1_000,
         help="show at most this many worlds (default 1000)",
+    )
+    parser.add_argument(
+        "--hot",
+        action="store_true",
+        help="also count each world's hot keys by family (reads every key of the world; "
+        "always shown for one world)",
     )
     parser.set_defaults(run=cmd_inspect)

@@ -15,7 +15,9 @@ from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence import cbor
 from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
+from persistence.plane.hot_state import measure
 from segments import open_plane
 from tests.cli.conftest import Store, aosp
 
@@ -73,6 +75,22 @@ def test_inspect_one_world_in_detail(store: Store) -> None:
     assert detail["segment_list"][0]["start"] == 1
     text = aosp("inspect", *store.world_args()).text
     assert f"world          {store.world}" in text
+
+
+def test_inspect_counts_hot_keys_by_family(store: Store) -> None:
+    plane = open_store(store)
+    u, w = UniverseId.parse(store.universe), WorldId.parse(store.world)
+    expected = measure(plane.engine, WorldKeys(u, w))
+    detail = aosp("inspect", *store.world_args("--json")).json()
+    assert detail["hot"] == expected.to_json()
+    assert (detail["hot_keys"], detail["hot_bytes"]) == (expected.keys, expected.bytes)
+    # The demo drained every item: all consumed, one idempotency entry each, none pending.
+    assert detail["hot"]["inbox_pending"]["count"] == 0
+    assert detail["hot"]["inbox_consumed"]["count"] == detail["hot"]["idempotency"]["count"] > 0
+    listing = aosp("inspect", *store.args("--json", "--quiet", "--hot")).json()
+    row = next(r for r in listing["worlds"] if r["world"] == store.world)
+    assert row["hot"] == detail["hot"] and row["consumed"] == detail["consumed"]
+    assert "hot" not in aosp("inspect", *store.args("--json", "--quiet")).json()["worlds"][0]
 
 
 def test_missing_store_is_an_error_and_creates_nothing(tmp_path: Path) -> None:
