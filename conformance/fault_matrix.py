@@ -1,16 +1,17 @@
 """The fault-matrix case: commit faults and crashes at every protocol step, then recovery.
 
 A host-like workload (create a world, store an inline and an external blob, append, enqueue
-singly and in a batch with idempotency keys, drain, move the cursor past an item, snapshot
-and promote, export segments, dispatch and claim an effect, schedule a timer) runs once
-without faults, then again with:
+singly and in a batch with idempotency keys, drain, move the cursor past an item, compact the
+inbox -- mark the cursor, retry an enqueue inside the window, remove the consumed items after
+it in chunks, retry an enqueue after it --, snapshot and promote, export segments, dispatch
+and claim an effect, schedule a timer) runs once without faults, then again with:
 
 * each of its commits failed in turn with 1020 ``not_committed``, 1021
   ``commit_unknown_result`` (applied, and not applied), 1007 ``transaction_too_old`` and
   1031 ``transaction_timed_out`` (applied and not: the host redoes the step);
 * a crash at each occurrence of each named crash point the plane and the exporter declare;
 * the interleaving mode: each writing commit failed with 1021, applied and not, while
-  another client (seven kinds of competing writer) commits before the retry; the run must
+  another client (eight kinds of competing writer) commits before the retry; the run must
   match its fault-free twin in state and in every outcome its calls reported;
 * seeded random faults and crashes (``Profile.fault_seeds`` runs: none in ``quick``, 24 in
   ``full``), 25% of commits failed, 5% of reads failed (1007, 1009, 1037) and 10% of crash
@@ -21,8 +22,9 @@ Each run uses a new plane of the class under test (``type(ctx.plane)``, construc
 same object store. A crash ends the "process": another new plane redoes the interrupted
 step, as a restarted host would. Every run must end in exactly the state of the fault-free
 run (sequences, ids and wall-clock times aside): each item journaled once, each blob and
-segment stored once, one notification per enqueue, and the journal read through the
-segments unchanged.
+segment stored once, one notification per enqueue, the same items and idempotency entries
+compacted away, and the journal read through the segments unchanged. Compaction reads the
+time from a clock the workload sets (:data:`COMPACT_AT`, then one window later).
 
 Faults are injected by :class:`~backends.kv.faults.FaultyEngine`, so the case needs an engine
 it can wrap without changing what is tested: the memory engine, or an engine that is already
@@ -35,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -48,6 +50,7 @@ from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.kv import Engine
 from persistence.plane import Plane
+from persistence.plane.compaction import InboxCompaction, read_marks
 from persistence.plane.inbox import DrainResult
 from persistence.records import (
     EffectDispatchItem,
@@ -80,6 +83,11 @@ SNAPSHOT_TIME: Final = 70
 EXPORT: Final = ExportConfig(enabled=True, target_entries=3, delete_chunk_entries=2)
 """Two segments (1-3, 4-6) below the baseline at 7, each deleted in two chunks."""
 STEP_ATTEMPTS: Final = 20
+COMPACT_AT: Final = 1_000_000 * 1_000_000_000
+"""The compactor's clock at its first pass (nanoseconds); its second pass is one window
+(``PlaneConfig.inbox_retention_seconds``) later."""
+COMPACT_CHUNK: Final = 2
+"""Items per compaction transaction: the five consumed items go in three."""
 INTENT: Final = Hash.of(b"conformance/fault-matrix/intent")
 
 
@@ -193,6 +201,28 @@ def _skip(run: Run) -> None:
         run.report("commit cursor", lambda: run.plane.commit_cursor(u, w, cursor, seq))
 
 
+def _after_window(plane: Plane) -> int:
+    return COMPACT_AT + plane.config.inbox_retention_ns
+
+
+def _compact(at: Callable[[Plane], int]) -> Callable[[Run], Any]:
+    """A compaction pass at the time ``at`` gives, chunk by chunk (each reported)."""
+
+    def step(run: Run) -> None:
+        now = at(run.plane)
+        while True:
+            done = run.report(
+                "compact",
+                lambda: run.plane.compact_inbox(
+                    run.universe, run.world, max_items=COMPACT_CHUNK, now_ns=lambda: now
+                ),
+            )
+            if not isinstance(done, InboxCompaction) or not done.more:
+                return
+
+    return step
+
+
 def _snapshot(run: Run) -> None:
     """Snapshot at the head and promote it, once: a restarted host finds its snapshot (its
     logical time marks it) and does not take another."""
@@ -242,6 +272,10 @@ STEPS: Final[tuple[tuple[str, Callable[[Run], Any]], ...]] = (
     ("enqueue k4", _enqueue_one(b"k4", 4)),
     ("drain", _drain),
     ("enqueue k5 and skip it", _skip),
+    ("compact inbox: mark the cursor", _compact(lambda _: COMPACT_AT)),
+    ("enqueue k4 again inside the window", _enqueue_one(b"k4", 4)),
+    ("compact inbox after the window", _compact(_after_window)),
+    ("enqueue k1 again after the window", _enqueue_one(b"k1", 1)),
     ("snapshot and promote", _snapshot),
     ("export segments", _export),
     ("dispatch and claim effect", _effect),
@@ -295,6 +329,11 @@ def _compete_claim(other: Plane, u: UniverseId, w: WorldId) -> None:
         other.claim_effect(u, seq, "competitor")
 
 
+def _compete_compact(other: Plane, u: UniverseId, w: WorldId) -> None:
+    later = _after_window(other)
+    other.compact_inbox(u, w, max_items=1, now_ns=lambda: later)
+
+
 COMPETITORS: Final[dict[str, Callable[[Plane, UniverseId, WorldId], None]]] = {
     "append": _compete_append,
     "drain": _compete_drain,
@@ -303,6 +342,7 @@ COMPETITORS: Final[dict[str, Callable[[Plane, UniverseId, WorldId], None]]] = {
     "export step": _compete_export,
     "cursor commit": _compete_cursor,
     "effect claim": _compete_claim,
+    "inbox compaction": _compete_compact,
 }
 """Other clients, each committing between an attempt of the workload's commit and its retry
 (the interleaving mode): a plane without faults on the same engine, world and universe."""
@@ -350,12 +390,44 @@ def _work(run: Run) -> None:
             raise ConformanceFailure(f"step {name!r} failed {STEP_ATTEMPTS} times in a row")
 
 
-def logical_state(plane: Plane, u: UniverseId, w: WorldId) -> dict[str, Any]:
+def _positions(
+    plane: Plane, u: UniverseId, w: WorldId, reported: Iterable[InboxSeq]
+) -> dict[InboxSeq, int]:
+    """Each inbox sequence by its rank among those the world still shows -- items in the
+    inbox, in the journal, the cursor, the consumed marks -- and those the run's calls
+    reported (compaction removes consumed items, also ones skipped and never journaled)."""
+    keys = WorldKeys(u, w)
+    seqs = {seq for seq, _ in plane.read_after(u, w, None, 100)} | set(reported)
+    for _, entry in plane.read_range(u, w, 1, plane.head(u, w)):
+        record = decode_journal_record(entry)
+        if isinstance(record, IngressJournalRecord):
+            seqs.add(record.seq)
+    cursor = plane.inbox_cursor(u, w)
+    seqs.update(seq for _, seq in kv.run(plane.engine, lambda tr: read_marks(tr, keys)))
+    if cursor is not None:
+        seqs.add(cursor)
+    return {seq: i for i, seq in enumerate(sorted(seqs))}
+
+
+def _seqs(outcome: object) -> Iterator[InboxSeq]:
+    """The inbox sequences in a call's reported outcome."""
+    if isinstance(outcome, InboxSeq):
+        yield outcome
+    elif isinstance(outcome, list):
+        for item in outcome:
+            yield from _seqs(item)
+    elif isinstance(outcome, DrainResult) and outcome.cursor is not None:
+        yield outcome.cursor
+
+
+def logical_state(
+    plane: Plane, u: UniverseId, w: WorldId, position: dict[InboxSeq, int]
+) -> dict[str, Any]:
     """What a caller observes of world ``w``, with what legitimately differs between runs
-    (inbox sequences, universe and world ids) replaced by positions and placeholders."""
+    (inbox sequences, universe and world ids) replaced by ``position`` and placeholders."""
+    keys = WorldKeys(u, w)
     head = plane.head(u, w)
     inbox = plane.read_after(u, w, None, 100)
-    position = {seq: i for i, (seq, _) in enumerate(inbox)}
     journal: list[tuple[int, str, object, str]] = []
     for height, entry in plane.read_range(u, w, 1, head + 1):
         record = decode_journal_record(entry)
@@ -367,7 +439,9 @@ def logical_state(plane: Plane, u: UniverseId, w: WorldId) -> dict[str, Any]:
                 (height, "opaque" if record is None else str(record.KIND), None, _digest(entry))
             )
     cursor = plane.inbox_cursor(u, w)
-    notify = kv.run(plane.engine, lambda tr: tr.get(WorldKeys(u, w).notify_counter()))
+    notify = kv.run(plane.engine, lambda tr: tr.get(keys.notify_counter()))
+    entries = kv.run(plane.engine, lambda tr: tr.get_range(*keys.inbox_idempotency_entries()))
+    marks = kv.run(plane.engine, lambda tr: read_marks(tr, keys))
 
     def placeholders(key: str) -> str:
         return key.replace(str(u), "U").replace(str(w), "W")
@@ -380,8 +454,12 @@ def logical_state(plane: Plane, u: UniverseId, w: WorldId) -> dict[str, Any]:
     return {
         "head": head,
         "journal": journal,
-        "inbox": [_digest(encode_inbox_item(item)) for _, item in inbox],
-        "cursor": None if cursor is None else position.get(cursor, str(cursor)),
+        "inbox": [(position[seq], _digest(encode_inbox_item(item))) for seq, item in inbox],
+        "idempotency entries": sorted(
+            (position.get(InboxSeq(v), str(v)) for _, v in entries), key=str
+        ),
+        "consumed marks": [(at_ns - COMPACT_AT, position[seq]) for at_ns, seq in marks],
+        "cursor": None if cursor is None else position[cursor],
         "notifications": int.from_bytes(notify or b"", "little"),
         "snapshots": plane.list_snapshots(u, w),
         "baseline": plane.active_baseline(u, w),
@@ -414,8 +492,22 @@ def _check_reference(state: dict[str, Any]) -> None:
     check(state["head"] == SNAPSHOT_HEIGHT + 2, f"fault-free run ended at head {state['head']}")
     check(state["cursor"] == 4, f"fault-free run left the cursor at {state['cursor']}")
     check(
-        state["notifications"] == 4,
-        "fault-free run: four enqueue calls did not notify four times",
+        state["notifications"] == 5,
+        "fault-free run: five enqueue calls that stored items did not notify five times",
+    )
+    # Compaction removed the five consumed items and their entries; k1 retried after the
+    # window is a new item (position 5), k4 retried inside it was not.
+    check(
+        [position for position, _ in state["inbox"]] == [5],
+        f"fault-free run left inbox positions {state['inbox']} after compaction, not [5]",
+    )
+    check(
+        state["idempotency entries"] == [5],
+        f"fault-free run left idempotency entries {state['idempotency entries']}, not [5]",
+    )
+    check(
+        state["consumed marks"] == [(0, 4)],
+        f"fault-free run left consumed marks {state['consumed marks']}, not [(0, 4)]",
     )
     check(state["baseline"].height == SNAPSHOT_HEIGHT, "fault-free run did not promote at 7")
     check(state["segments"] == [(1, 3, 3), (4, 6, 3)], f"segments {state['segments']}")
@@ -473,11 +565,11 @@ def commit_faults_and_crash_points(ctx: Context) -> None:
         run = Run(FaultyEngine(base, injector), ctx.plane, universe, world)
         try:
             _work(run)
-            state = logical_state(observer, universe, world)
+            reported = [seq for _, outcome in run.outcomes for seq in _seqs(outcome)]
+            position = _positions(observer, universe, world, reported)
+            state = logical_state(observer, universe, world, position)
         except PersistError as exc:
             raise ConformanceFailure(f"{what}: {type(exc).__name__}: {exc}") from exc
-        inbox = observer.read_after(universe, world, None, 100)
-        position = {seq: i for i, (seq, _) in enumerate(inbox)}
         outcomes = [(name, _normal(outcome, position)) for name, outcome in run.outcomes]
         return Outcome(state, outcomes, injector)
 
@@ -545,7 +637,7 @@ def _interleaving(
     before the retry. Each such run must end in the state, and every call in it must report
     the outcome, of its fault-free twin: the same competitor committing right after the
     commit (applied), or a 1020 with the same competitor (not applied). The quick profile
-    pairs each commit with one competitor kind in turn; the full profile with all seven."""
+    pairs each commit with one competitor kind in turn; the full profile with all eight."""
     kinds = list(COMPETITORS)
     runs = 0
     ctx.progress(f"faults: commit 1-{commits}, 1021 with a competing writer between the tries")

@@ -12,11 +12,15 @@ argument, before it writes anything: a refused call leaves the store byte-identi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.records import InboxItem, SegmentIndexRecord, SnapshotRecord
+
+if TYPE_CHECKING:  # the contracts stay importable without the plane
+    from persistence.plane.compaction import InboxCompaction
 
 
 @runtime_checkable
@@ -114,7 +118,9 @@ class WorldInboxStore(Protocol):
 
         Safe with many concurrent writers. With ``idempotency_key``, a repeated enqueue
         (e.g. a retry after an unknown commit result) returns the first sequence and
-        stores nothing new. Raises ``Validation``, ``NotFound``, ``Backend``.
+        stores nothing new, for as long as the item is retained: until inbox compaction
+        removes it, at least the retention window after it was drained (a repeat after
+        that makes a new item). Raises ``Validation``, ``NotFound``, ``Backend``.
         """
         ...
 
@@ -136,6 +142,28 @@ class WorldInboxStore(Protocol):
         The cursor only moves forward: ``new_cursor <= old_cursor`` raises ``Validation``;
         a cursor that is not ``old_cursor`` raises ``CursorAdvanced``. Re-committing the
         same swap after an unknown commit result is recognised and succeeds.
+        """
+        ...
+
+    def compact_inbox(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        *,
+        max_items: int = 1_000,
+        now_ns: Callable[[], int] = time.time_ns,
+    ) -> InboxCompaction:
+        """Remove up to ``max_items`` items consumed at least the retention window ago,
+        with their idempotency entries, in one transaction; ``more`` in the result says
+        whether such items remain (call again).
+
+        "Consumed at least the window ago" is read from consumed marks stored with the
+        world (a compaction marks the cursor with ``now_ns()`` when a mark is due), never
+        from the clock alone: an item is removed only if a mark at least the window old
+        covers it, so nothing above the cursor and nothing consumed less than the window
+        ago is ever removed. Safe to run concurrently with every other call and with other
+        compactions, and to stop anywhere. A retry after an unknown commit result reports
+        what the first attempt removed. Raises ``Validation``, ``NotFound``, ``Backend``.
         """
         ...
 

@@ -24,6 +24,7 @@ key                                                    value
 ``("u", U, "w", W, "inbox", "e", versionstamp)``       ``InboxEnvelope``
 ``("u", U, "w", W, "inbox", "cursor")``                ``InboxCursor``
 ``("u", U, "w", W, "inbox", "idem", key)``             12-byte inbox sequence
+``("u", U, "w", W, "inbox", "consumed", at_ns)``       ``InboxConsumedMark`` (cursor at ``at_ns``)
 ``("u", U, "w", W, "notify", "counter")``              u64, little-endian (atomic add)
 ``("u", U, "w", W, "export", "marker")``               ``ExportMarker`` (export in flight)
 ``("u", U, "w", W, "gc", "pin", hash)``                pin reason (CBOR)
@@ -305,6 +306,26 @@ class WorldKeys:
     def inbox_idempotency(self, key: bytes) -> bytes:
         """The sequence of the item enqueued with idempotency ``key``."""
         return pack((*self._p, "inbox", "idem", key))
+
+    def inbox_idempotency_entries(self) -> tuple[bytes, bytes]:
+        """Every idempotency entry of the world's inbox."""
+        return _range((*self._p, "inbox", "idem"))
+
+    def inbox_through(self, seq: InboxSeq) -> tuple[bytes, bytes]:
+        """Inbox entries up to and including ``seq``."""
+        return _range((*self._p, "inbox", "e"))[0], self.inbox_item(seq) + b"\x00"
+
+    def inbox_consumed_mark(self, at_ns: int) -> bytes:
+        """The consumed mark a compactor wrote at ``at_ns`` (its clock, nanoseconds)."""
+        return pack((*self._p, "inbox", "consumed", at_ns))
+
+    def inbox_consumed_marks(self) -> tuple[bytes, bytes]:
+        """Every consumed mark of the world, oldest first."""
+        return _range((*self._p, "inbox", "consumed"))
+
+    def inbox_consumed_prefix_len(self) -> int:
+        """Length of the consumed-mark key prefix, to decode times from keys."""
+        return len(pack((*self._p, "inbox", "consumed")))
 
     def export_marker(self) -> bytes:
         """Progress of the world's in-flight segment export (Protocol F)."""

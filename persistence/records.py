@@ -532,6 +532,27 @@ class InboxEnvelope(Record):
     idempotency_key: bytes | None = _opt(BYTES)
 
 
+@dataclass(frozen=True, slots=True)
+class InboxConsumedMark(Record):
+    """``inbox/consumed/<at_ns>``: the cursor as an inbox compactor read it at ``at_ns`` (its
+    clock, in the key). The cursor only moves forward, so every item at or below ``seq`` was
+    consumed at or before ``at_ns`` (see ``plane/compaction.py``)."""
+
+    seq: InboxSeq = _f(SEQ)
+
+
+@dataclass(frozen=True, slots=True)
+class InboxCompactionRecord(Record):
+    """What one inbox compaction transaction removed and wrote, kept as its call record's
+    ``value`` so that a retry after an applied ``commit_unknown_result`` reports it."""
+
+    items: int = _f(U64)
+    idempotency_entries: int = _f(U64)
+    marks_written: int = _f(U64)
+    marks_removed: int = _f(U64)
+    more: bool = _f(BOOL)
+
+
 # --------------------------------------------------------------------------- effects and timers
 
 

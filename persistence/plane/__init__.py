@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Final, Protocol
 
@@ -31,6 +31,7 @@ from persistence.objects import ObjectStore
 from persistence.plane import (
     budget,
     calls,
+    compaction,
     effects,
     inbox,
     journal,
@@ -40,6 +41,7 @@ from persistence.plane import (
 )
 from persistence.plane.calls import Call
 from persistence.plane.cas import Cas, VerifyMode
+from persistence.plane.compaction import InboxCompaction
 from persistence.plane.inbox import DrainResult, Normalizer
 from persistence.plane.snapshots import SnapshotOutcome
 from persistence.records import (
@@ -85,6 +87,8 @@ CLAIM_RESERVE: Final = 4 * MAX_NAME_CHARS + 128
 claim time, and the call record that repeats the in-flight item."""
 MAX_SETTING: Final = 2**63 - 1
 """The largest integer setting: a signed 64-bit integer, which every engine can take."""
+MAX_INBOX_RETENTION_SECONDS: Final = 10 * 365 * 86_400.0
+"""The longest inbox retention window (``PlaneConfig.inbox_retention_seconds``): ten years."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,10 @@ class PlaneConfig:
     verify_sample_rate: float = 0.01
     call_record_seconds: float = calls.DEFAULT_WINDOW_SECONDS
     """How long a write call's record is kept for its own retries (``plane/calls.py``)."""
+    inbox_retention_seconds: float = 86_400.0
+    """How long a consumed inbox item and its idempotency entry are kept before inbox
+    compaction may remove them: an idempotency key deduplicates for at least this long after
+    its item was drained (``plane/compaction.py``)."""
 
     def __post_init__(self) -> None:
         for name, low, high in (
@@ -127,6 +135,15 @@ class PlaneConfig:
         field = "PlaneConfig.call_record_seconds"
         if not check_number(self.call_record_seconds, field, 0, MAX_CALL_RECORD_SECONDS):
             raise Validation(field, "must be a positive number of seconds")
+        field = "PlaneConfig.inbox_retention_seconds"
+        check_number(self.inbox_retention_seconds, field, 0, MAX_INBOX_RETENTION_SECONDS)
+        if self.inbox_retention_ns < 1:
+            raise Validation(field, "must be at least one nanosecond")
+
+    @property
+    def inbox_retention_ns(self) -> int:
+        """``inbox_retention_seconds`` in nanoseconds."""
+        return round(self.inbox_retention_seconds * 1_000_000_000)
 
 
 class SegmentSource(Protocol):
@@ -519,7 +536,9 @@ class Plane:
 
         Items without a caller key get a random one, so a retry after an unknown commit
         result never duplicates them; a caller key makes repeats across calls return the
-        first sequence too (for as long as the item is in the inbox)."""
+        first sequence too, until inbox compaction removes the item: at least
+        ``config.inbox_retention_seconds`` after it was drained (then a repeat makes a new
+        item)."""
         keys = _world_keys(universe, world)
         # user versions are two bytes: at most 65,536 items per transaction
         check_sequence(items, "items", 1, min(self.config.max_batch_entries, 65_536))
@@ -617,6 +636,31 @@ class Plane:
         limits = inbox.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
         result = inbox.drain(self.engine, keys, limits, normalize, self._call())
         self.hooks.reached("inbox.after_drain")
+        return result
+
+    @traced("inbox.compact")
+    def compact_inbox(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        *,
+        max_items: int = 1_000,
+        now_ns: Callable[[], int] = time.time_ns,
+    ) -> InboxCompaction:
+        """One inbox compaction transaction (``plane/compaction.py``): mark the cursor if a
+        mark is due, then remove up to ``max_items`` items consumed at least
+        ``config.inbox_retention_seconds`` ago (by the marks) with their idempotency
+        entries; call again while the result's ``more``. Never removes an item above the
+        cursor. ``now_ns`` is the clock (nanoseconds since the epoch)."""
+        keys = _world_keys(universe, world)
+        check_int(max_items, "max_items", 1, self.config.max_batch_entries)
+        if not callable(now_ns):
+            raise Validation("now_ns", f"expected a function, got {type(now_ns).__name__}")
+        limits = compaction.CompactionLimits(
+            self.config.inbox_retention_ns, max_items, self.config.read_page_bytes, self.budget
+        )
+        result = compaction.compact(self.engine, keys, limits, now_ns, self._call())
+        self.hooks.reached("inbox.after_compact")
         return result
 
     # ------------------------------------------------------------------ snapshots (E)

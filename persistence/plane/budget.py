@@ -13,6 +13,7 @@ from typing import Final
 
 from persistence import kv, txsize
 from persistence.errors import Validation
+from persistence.ids import InboxSeq
 from persistence.keyspace import CHUNK_SIZE, WorldKeys
 from persistence.plane.calls import CALL_ID_BYTES, SWEEP
 
@@ -27,6 +28,12 @@ CURSOR_BYTES: Final = 24
 """An upper bound on an inbox cursor record's value."""
 STAMP_VALUE_BYTES: Final = 16
 """An idempotency index value: 12 bytes of sequence and the 4-byte offset suffix."""
+MARK_BYTES: Final = 24
+"""An upper bound on an inbox consumed mark's value."""
+COMPACTION_RECORD_BYTES: Final = 192
+"""An upper bound on an inbox compaction's call record (its outcome is the record's value)."""
+LATEST_NS: Final = 2**64 - 1
+"""The largest time a consumed mark's key can hold (its longest encoding)."""
 
 
 def budget(engine: kv.Engine) -> int:
@@ -46,13 +53,12 @@ def entries_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:
     return total
 
 
-def call_cost(keys: WorldKeys) -> int:
-    """A call record: the retry's lookup, the record, and the sweep's clears."""
+def call_cost(keys: WorldKeys, record_bytes: int = CALL_RECORD_BYTES) -> int:
+    """A call record of at most ``record_bytes``: the retry's lookup, the record, and the
+    sweep's clears."""
     key = len(keys.call(b"\x00" * CALL_ID_BYTES))
     return (
-        txsize.get_cost(key)
-        + txsize.set_cost(key, CALL_RECORD_BYTES)
-        + SWEEP * txsize.clear_cost(key)
+        txsize.get_cost(key) + txsize.set_cost(key, record_bytes) + SWEEP * txsize.clear_cost(key)
     )
 
 
@@ -88,6 +94,31 @@ def enqueue_cost(keys: WorldKeys, items: Sequence[tuple[bytes, int]]) -> int:
         total += txsize.versionstamped_key_cost(item_key, envelope)
         total += txsize.set_cost(idem, STAMP_VALUE_BYTES)
     return total
+
+
+def compaction_fixed_cost(keys: WorldKeys) -> int:
+    """An inbox compaction transaction before its items: reading the consumed marks, writing
+    one and clearing the expired ones, the range clear of the items, the call record."""
+    marks_begin, marks_end = keys.inbox_consumed_marks()
+    mark = len(keys.inbox_consumed_mark(LATEST_NS))
+    items_begin, _ = keys.inbox_after(None)
+    item_end = len(keys.inbox_item(InboxSeq(b"\x00" * 12))) + 1
+    return (
+        txsize.read_cost(len(marks_begin), len(marks_end))
+        + txsize.set_cost(mark, MARK_BYTES)
+        + txsize.clear_range_cost(len(marks_begin), mark)
+        + txsize.clear_range_cost(len(items_begin), item_end)
+        + call_cost(keys, COMPACTION_RECORD_BYTES)
+    )
+
+
+def compaction_item_cost(keys: WorldKeys, idempotency_key: bytes | None) -> int:
+    """Removing one consumed item beyond the fixed cost: reading its idempotency entry (with
+    a conflict) and clearing it. The item itself goes with the range clear."""
+    if idempotency_key is None:
+        return 0
+    idem = len(keys.inbox_idempotency(idempotency_key))
+    return txsize.get_cost(idem) + txsize.clear_cost(idem)
 
 
 def check(cost: int, limit: int, field: str, what: str) -> None:

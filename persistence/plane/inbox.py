@@ -108,9 +108,12 @@ def read_after(
     ]
 
 
-def read_cursor(tr: kv.Transaction, keys: WorldKeys) -> InboxCursor | None:
-    """The cursor record (``None`` before the first drain)."""
-    raw = tr.get(keys.inbox_cursor())
+def read_cursor(
+    tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = False
+) -> InboxCursor | None:
+    """The cursor record (``None`` before the first drain); ``snapshot`` reads it without a
+    conflict (the inbox compactor, which must not abort drains)."""
+    raw = tr.get(keys.inbox_cursor(), snapshot=snapshot)
     return None if raw is None else decode_record(InboxCursor, raw, "inbox cursor")
 
 

@@ -266,7 +266,12 @@ def test_the_fault_matrix_fails_a_retry_blind_enqueue() -> None:
     report = run_suite(plane, QUICK, kv_url="mutant", objects_url="mutant", cases=[FAULT_CASE])
     result = report.results[0]
     assert result.outcome == "failed", result
-    assert "1021 applied" in result.message or "crash at inbox.after_enqueue" in result.message
+    # The fault-free run's own re-enqueue of a caller's key inside the window already
+    # catches it; otherwise the first 1021 or crash after an enqueue does.
+    assert any(
+        sign in result.message
+        for sign in ("fault-free run", "1021 applied", "crash at inbox.after_enqueue")
+    ), result.message
 
 
 @pytest.mark.parametrize(

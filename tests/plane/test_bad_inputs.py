@@ -358,6 +358,11 @@ for index, (name, value) in enumerate(
         ("call_record_seconds", float("inf")),
         ("call_record_seconds", 0),
         ("call_record_seconds", 10**30),
+        ("inbox_retention_seconds", 0),
+        ("inbox_retention_seconds", float("nan")),
+        ("inbox_retention_seconds", True),
+        ("inbox_retention_seconds", 1e-10),
+        ("inbox_retention_seconds", 10**30),
     ]
 ):
     case(
@@ -501,6 +506,17 @@ def _key_error(seq: InboxSeq, item: object) -> bytes:
     missing: dict[str, bytes] = {}
     return missing["absent"]
 
+
+COMPACT = world_args(lambda s: {"max_items": 10})
+ids_of("compact_inbox", COMPACT)
+unknown_world("compact_inbox", COMPACT)
+bad_args("compact_inbox", COMPACT, "max_items", [0, -1, True, 10**9, "1", None, 1.0])
+bad_args(
+    "compact_inbox",
+    COMPACT,
+    "now_ns",
+    [None, 5, "now", lambda: -1, lambda: 1.5, lambda: 2**64, lambda: None],
+)
 
 DRAIN = world_args(lambda s: {"max_items": 10, "max_bytes": 1024})
 ids_of("drain_inbox_to_journal", DRAIN)

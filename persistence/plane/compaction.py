@@ -1,0 +1,247 @@
+"""Inbox compaction: consumed items and their idempotency entries are removed once they have
+been consumed for at least the retention window (``PlaneConfig.inbox_retention_seconds``).
+
+When an item was consumed is never taken from the compactor's clock alone. Each compaction
+transaction reads the cursor (at snapshot isolation) and, if it moved past the newest
+*consumed mark* and that mark is at least a sixteenth of the window old, writes
+``inbox/consumed/<now>`` holding the cursor. The cursor only moves forward and was set before
+it was read, so every item at or below a mark's cursor was consumed at or before the mark's
+time. The transaction then takes the newest mark at least the window old -- the boundary --,
+removes the marks older than it, and removes the items at or below the boundary's cursor
+with their idempotency entries, a bounded page at a time (``more`` says whether some remain).
+Marks are a sixteenth of the window apart and one beyond the window is kept: at most 17.
+The hosts' clocks must agree to well within the window: a mark is written by one compactor's
+clock and judged by another's, so a clock running late shortens the window by its lag.
+
+Conflicts. Items are read at snapshot isolation: they are immutable, drains read only above
+the cursor, and a compaction reads only at or below a mark's cursor, which is at or below the
+cursor. The cursor is read at snapshot isolation too (a drain that moves it meanwhile only
+makes the mark conservative). What a compaction reads with a conflict is what other writers
+of those keys must serialize with: the marks (another compactor of the world) and each
+removed item's idempotency entry, which it clears only if the entry still names the item. An
+enqueue reads that entry with a conflict too, so an enqueue that found it aborts if the
+compaction commits first and, retried, makes a new item; a compaction that read it aborts if
+another compaction cleared it and an enqueue wrote it anew meanwhile.
+
+A retry after an applied ``commit_unknown_result`` reports what the first attempt removed
+(its call record, ``plane/calls.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from persistence import fdbtuple, kv
+from persistence.errors import CorruptRecord, WorldNotFound
+from persistence.ids import InboxSeq
+from persistence.keyspace import WorldKeys, seq_in_key
+from persistence.plane import budget, calls
+from persistence.plane.calls import Call
+from persistence.plane.inbox import read_cursor
+from persistence.records import (
+    CallRecord,
+    InboxCompactionRecord,
+    InboxConsumedMark,
+    InboxEnvelope,
+    decode_record,
+)
+from persistence.sizes import check_int
+
+Clock = Callable[[], int]
+"""Wall-clock time in nanoseconds since the epoch (``time.time_ns``; tests inject their own)."""
+
+MARKS_PER_WINDOW: Final = 16
+"""A new consumed mark is written at most once per ``retention / MARKS_PER_WINDOW``."""
+MAX_MARKS: Final = MARKS_PER_WINDOW + 1
+"""The most marks a world keeps: those within the window, and the boundary beyond it."""
+READ_PAGE: Final = 64
+"""Items read per range read of a compaction."""
+OP: Final = "compact_inbox"
+"""The call record's ``op``."""
+
+
+@dataclass(frozen=True, slots=True)
+class InboxCompaction:
+    """What inbox compaction did: ``items`` removed with ``idempotency_entries`` of their
+    entries, consumed marks written and removed, and whether consumed items older than the
+    window remain (call again)."""
+
+    items: int = 0
+    idempotency_entries: int = 0
+    marks_written: int = 0
+    marks_removed: int = 0
+    more: bool = False
+
+    @property
+    def wrote(self) -> bool:
+        """Whether anything was written."""
+        return bool(
+            self.items or self.idempotency_entries or self.marks_written or self.marks_removed
+        )
+
+    def __add__(self, later: InboxCompaction) -> InboxCompaction:
+        """Both compactions' counts; ``more`` as ``later`` left it."""
+        return InboxCompaction(
+            self.items + later.items,
+            self.idempotency_entries + later.idempotency_entries,
+            self.marks_written + later.marks_written,
+            self.marks_removed + later.marks_removed,
+            later.more,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionLimits:
+    """The window (nanoseconds) and what one transaction may do: remove ``max_items``, read
+    about ``max_read_bytes`` of envelopes (at least one), count ``budget`` bytes
+    (``plane/budget.py``)."""
+
+    retention_ns: int
+    max_items: int
+    max_read_bytes: int
+    budget: int
+
+
+@kv.transactional
+def compact(
+    tr: kv.Transaction, keys: WorldKeys, limits: CompactionLimits, now_ns: Clock, call: Call
+) -> InboxCompaction:
+    """One compaction transaction of ``keys``' inbox (see the module): write a consumed mark if
+    one is due, drop the marks older than the boundary, remove a page of the items at or below
+    the boundary's cursor with their idempotency entries. ``WorldNotFound`` if there is no
+    such world; ``Validation`` naming ``now_ns`` if the clock gives no time."""
+    done = calls.replayed(tr, keys, call)
+    if done is not None:
+        return _recorded(done)
+    # The world's meta never changes: a snapshot read, so nothing aborts the compaction on it.
+    if tr.get(keys.meta(), snapshot=True) is None:
+        raise WorldNotFound(keys.universe, keys.world)
+    cursor = read_cursor(tr, keys, snapshot=True)
+    marks = _read_marks(tr, keys)
+    # The clock is read after the cursor: that cursor was set before this time.
+    now = check_int(now_ns(), "now_ns", 0, budget.LATEST_NS)
+    written = 0
+    if cursor is not None and _mark_due(marks, cursor.seq, now, limits.retention_ns):
+        tr.set(keys.inbox_consumed_mark(now), InboxConsumedMark(cursor.seq).to_cbor())
+        written = 1
+    expired = [i for i, (at_ns, _) in enumerate(marks) if at_ns <= now - limits.retention_ns]
+    outcome = InboxCompaction(marks_written=written)
+    if expired:
+        boundary = expired[-1]
+        if boundary:
+            begin, _ = keys.inbox_consumed_marks()
+            tr.clear_range(begin, keys.inbox_consumed_mark(marks[boundary][0]))
+        items, entries, more = _remove_items(tr, keys, marks[boundary][1], limits)
+        outcome = InboxCompaction(items, entries, written, boundary, more)
+    if outcome.wrote:
+        record = InboxCompactionRecord(
+            outcome.items,
+            outcome.idempotency_entries,
+            outcome.marks_written,
+            outcome.marks_removed,
+            outcome.more,
+        )
+        calls.record(tr, keys, call, CallRecord(OP, value=record.to_cbor()))
+    return outcome
+
+
+def read_marks(tr: kv.Transaction, keys: WorldKeys) -> list[tuple[int, InboxSeq]]:
+    """The world's consumed marks, oldest first: ``(at_ns, cursor)`` (snapshot reads, for
+    inspection)."""
+    return _decode_marks(keys, tr.get_range(*keys.inbox_consumed_marks(), snapshot=True))
+
+
+def _read_marks(tr: kv.Transaction, keys: WorldKeys) -> list[tuple[int, InboxSeq]]:
+    """The marks, read with a conflict: compactions of one world serialize on them."""
+    return _decode_marks(keys, tr.get_range(*keys.inbox_consumed_marks()))
+
+
+def _decode_marks(keys: WorldKeys, rows: list[tuple[bytes, bytes]]) -> list[tuple[int, InboxSeq]]:
+    prefix = keys.inbox_consumed_prefix_len()
+    marks = []
+    for key, value in rows:
+        try:
+            element = fdbtuple.unpack(key, prefix)
+        except ValueError:
+            element = ()
+        if len(element) != 1 or type(element[0]) is not int or element[0] < 0:
+            raise CorruptRecord("consumed mark key", f"{key.hex()} does not end with a time")
+        marks.append((element[0], decode_record(InboxConsumedMark, value, "consumed mark").seq))
+    return marks
+
+
+def _mark_due(
+    marks: list[tuple[int, InboxSeq]], cursor: InboxSeq, now: int, retention_ns: int
+) -> bool:
+    """Whether to mark ``cursor`` at ``now``: it moved past the newest mark, which is at least
+    a sixteenth of the window old (so marks stay at most :data:`MAX_MARKS`)."""
+    if not marks:
+        return True
+    newest_ns, newest = marks[-1]
+    return cursor > newest and now - newest_ns >= -(-retention_ns // MARKS_PER_WINDOW)
+
+
+def _remove_items(
+    tr: kv.Transaction, keys: WorldKeys, through: InboxSeq, limits: CompactionLimits
+) -> tuple[int, int, bool]:
+    """Remove the oldest items up to ``through`` (within the limits, at least one) and the
+    idempotency entries that still name them; return the items and entries removed and
+    whether items up to ``through`` remain."""
+    cost = budget.compaction_fixed_cost(keys)
+    read = removed = entries = 0
+    begin, end = keys.inbox_through(through)
+    last: bytes | None = None
+    more = False
+    while not more:
+        page = min(READ_PAGE, limits.max_items - removed)
+        rows = tr.get_range(begin, end, limit=page, snapshot=True)
+        for key, value in rows:
+            envelope = decode_record(InboxEnvelope, value, "inbox entry")
+            cost += budget.compaction_item_cost(keys, envelope.idempotency_key)
+            read += len(value)
+            if removed and (cost > limits.budget or read > limits.max_read_bytes):
+                more = True
+                break
+            budget.check(cost, limits.budget, "size_limit", "removing one consumed inbox item")
+            if envelope.idempotency_key is not None:
+                entries += _clear_entry(tr, keys, envelope.idempotency_key, key)
+            removed += 1
+            last = key
+        else:
+            if len(rows) < page:
+                break
+            begin = rows[-1][0] + b"\x00"
+            if removed == limits.max_items:
+                more = bool(tr.get_range(begin, end, limit=1, snapshot=True))
+                break
+    if last is not None:
+        # The items below ``last`` are removed here or were earlier: one cheap range clear.
+        tr.clear_range(keys.inbox_after(None)[0], last + b"\x00")
+    return removed, entries, more
+
+
+def _clear_entry(tr: kv.Transaction, keys: WorldKeys, idempotency_key: bytes, item: bytes) -> int:
+    """Clear the idempotency entry of ``idempotency_key`` if it names the item at key
+    ``item`` (read with a conflict: see the module); 1 if cleared."""
+    entry = keys.inbox_idempotency(idempotency_key)
+    seq = seq_in_key(item, keys.inbox_prefix_len(), f"inbox entry key of world {keys.world}")
+    if tr.get(entry) != seq.raw:
+        return 0
+    tr.clear(entry)
+    return 1
+
+
+def _recorded(done: CallRecord) -> InboxCompaction:
+    """The outcome an earlier attempt of the call recorded."""
+    if done.op != OP or done.value is None:
+        raise CorruptRecord("call record", f"a {done.op!r} record for an inbox compaction")
+    record = decode_record(InboxCompactionRecord, done.value, "inbox compaction record")
+    return InboxCompaction(
+        record.items,
+        record.idempotency_entries,
+        record.marks_written,
+        record.marks_removed,
+        record.more,
+    )
