@@ -20,7 +20,7 @@ from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import Kernel, load_kernel
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
-from persistence.plane import Plane
+from persistence.plane import Plane, PlaneConfig
 from segments import open_plane
 
 T = TypeVar("T")
@@ -106,10 +106,13 @@ def open_objects(url: str, *, create: bool) -> ObjectStore:
     return open_object_store(url, create=create)
 
 
-def open_store(args: argparse.Namespace, *, create: bool = False) -> Plane:
-    """Open the store's plane. Only with ``create`` (commands that make things) may the
-    store, its database or its directories be created; otherwise whatever is missing is
-    ``NotFound`` naming the option, and nothing is created."""
+def open_store(
+    args: argparse.Namespace, *, create: bool = False, config: PlaneConfig | None = None
+) -> Plane:
+    """Open the store's plane (with ``config``, default ``PlaneConfig()``). Only with
+    ``create`` (commands that make things) may the store, its database or its directories
+    be created; otherwise whatever is missing is ``NotFound`` naming the option, and
+    nothing is created."""
     from backends.kv import open_engine
 
     kv_url, objects_url = checked_store_urls(args, create=create)
@@ -122,7 +125,7 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> Plane:
     except BaseException:
         engine.close()
         raise
-    return open_plane(engine, objects)
+    return open_plane(engine, objects, config)
 
 
 def check_kernel(path: str) -> Kernel:

@@ -147,6 +147,39 @@ def compact(
     return outcome
 
 
+@dataclass(frozen=True, slots=True)
+class CompactionPreview:
+    """What a compaction pass at ``now`` would do, found with snapshot reads only: the
+    world's ``marks``, whether it would write one, the boundary mark's time (``None``: no
+    mark is older than the window yet) and how many items it would remove (counted up to
+    a cap: ``removable_capped``). It removes idempotency entries with their items."""
+
+    marks: int
+    mark_due: bool
+    boundary_ns: int | None
+    removable: int
+    removable_capped: bool
+
+
+@kv.transactional
+def preview(
+    tr: kv.Transaction, keys: WorldKeys, retention_ns: int, now: int, cap: int
+) -> CompactionPreview:
+    """What :func:`compact` would do at ``now`` with the window ``retention_ns`` (nothing is
+    written; ``WorldNotFound`` if there is no such world)."""
+    if tr.get(keys.meta(), snapshot=True) is None:
+        raise WorldNotFound(keys.universe, keys.world)
+    cursor = read_cursor(tr, keys, snapshot=True)
+    marks = read_marks(tr, keys)
+    due = cursor is not None and _mark_due(marks, cursor.seq, now, retention_ns)
+    expired = [mark for mark in marks if mark[0] <= now - retention_ns]
+    if not expired:
+        return CompactionPreview(len(marks), due, None, 0, False)
+    boundary_ns, through = expired[-1]
+    rows = tr.get_range(*keys.inbox_through(through), limit=cap + 1, snapshot=True)
+    return CompactionPreview(len(marks), due, boundary_ns, min(len(rows), cap), len(rows) > cap)
+
+
 def read_marks(tr: kv.Transaction, keys: WorldKeys) -> list[tuple[int, InboxSeq]]:
     """The world's consumed marks, oldest first: ``(at_ns, cursor)`` (snapshot reads, for
     inspection)."""

@@ -1,0 +1,113 @@
+"""``aosp compact``: inbox compaction (``persistence.plane.compaction``) of selected worlds."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any, Final
+
+from aosp.cli.console import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    Progress,
+    int_at_least,
+    print_json,
+    print_table,
+)
+from aosp.cli.store import open_store, selected_worlds, world_options
+from persistence.errors import Corruption, Validation
+from persistence.keyspace import WorldKeys
+from persistence.plane import PlaneConfig, compaction
+from persistence.plane.compactor import Compactor
+
+PREVIEW_CAP: Final = 100_000
+"""A dry run counts removable items up to this many per world."""
+
+
+def _config(args: argparse.Namespace) -> PlaneConfig:
+    try:
+        return PlaneConfig(inbox_retention_seconds=args.retention)
+    except Validation as exc:
+        raise Validation("--retention", exc.problem) from None
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    """Compact (or, with ``--dry-run``, preview) the inbox of every selected world."""
+    config = _config(args)
+    plane = open_store(args, config=config)
+    worlds = selected_worlds(plane, args)
+    try:
+        compactor = Compactor(plane, max_items=args.max_items)
+    except Validation as exc:
+        raise Validation("--max-items", exc.problem) from None
+    rows: list[dict[str, Any]] = []
+    with Progress("compact", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
+        for universe, world in worlds:
+            row: dict[str, Any] = {"universe": str(universe), "world": str(world)}
+            try:
+                if args.dry_run:
+                    seen = compaction.preview(
+                        plane.engine,
+                        WorldKeys(universe, world),
+                        config.inbox_retention_ns,
+                        time.time_ns(),
+                        PREVIEW_CAP,
+                    )
+                    removable = f"{seen.removable}+" if seen.removable_capped else seen.removable
+                    row |= {"marks": seen.marks, "mark_due": seen.mark_due, "items": removable}
+                else:
+                    done, transactions = compactor.compact_world(universe, world)
+                    row |= {
+                        "items": done.items,
+                        "idempotency_entries": done.idempotency_entries,
+                        "marks_written": done.marks_written,
+                        "marks_removed": done.marks_removed,
+                        "transactions": transactions,
+                    }
+            except Corruption as exc:  # one damaged world must not stop the others
+                row["error"] = f"{type(exc).__name__}: {exc}"
+            rows.append(row)
+            progress.advance()
+    failed = [r for r in rows if "error" in r]
+    if args.json:
+        print_json({"dry_run": args.dry_run, "worlds": rows, "failed": len(failed)})
+    else:
+        columns = ["world", "marks", "mark_due", "items"] if args.dry_run else ["world", "items"]
+        if not args.dry_run:
+            columns += ["idempotency_entries", "marks_written", "marks_removed"]
+        print_table(rows, [*columns, *(["error"] if failed else [])])
+        verb = "removable" if args.dry_run else "removed"
+        total = sum(r["items"] for r in rows if isinstance(r.get("items"), int))
+        print(f"{total} consumed items {verb} from {len(worlds)} worlds")
+    return EXIT_CHECK_FAILED if failed else EXIT_OK
+
+
+def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
+    """Add ``compact``."""
+    parser = sub.add_parser(
+        "compact",
+        parents=[common, store, world_options(required=False)],
+        help="remove consumed inbox items and their idempotency entries past the window",
+        description="One compaction pass per selected world: marks the cursor when a mark is "
+        "due and removes the items consumed at least --retention seconds ago (by the marks) "
+        "with their idempotency entries. A store's first pass removes nothing: run it at "
+        "least every retention/16. Exit 1 if a world could not be compacted (corrupt).",
+    )
+    parser.add_argument(
+        "--retention",
+        type=float,
+        default=PlaneConfig().inbox_retention_seconds,
+        help="the idempotency window in seconds (default 86400); use the hosts' value",
+    )
+    parser.add_argument(
+        "--max-items",
+        type=int_at_least(1),
+        default=1_000,
+        help="items removed per transaction (default 1000)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="show what a pass would remove (no mark written, nothing removed)",
+    )
+    parser.set_defaults(run=cmd_compact)
