@@ -40,9 +40,9 @@ from persistence.errors import (
     SegmentIndexCorruption,
     Validation,
 )
-from persistence.ids import Hash, UniverseId, WorldId
+from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
-from persistence.plane import Plane
+from persistence.plane import Plane, compaction
 from persistence.plane.cas import object_key
 from persistence.records import (
     CasMeta,
@@ -446,8 +446,10 @@ class Fsck:
     def _check_inbox(self, keys: WorldKeys, cursor_raw: bytes | None) -> None:
         universe, world = keys.universe, keys.world
         try:
+            cursor = None
             if cursor_raw is not None:
-                decode_record(InboxCursor, cursor_raw, "inbox cursor")
+                cursor = decode_record(InboxCursor, cursor_raw, "inbox cursor").seq
+            self._check_marks(keys, cursor)
             begin = keys.inbox_after(None)[0]
             while rows := _inbox_page(self.plane.engine, keys, begin, 1_000):
                 for _, raw in rows:
@@ -456,6 +458,24 @@ class Fsck:
                 begin = rows[-1][0] + b"\x00"
         except CorruptRecord as exc:
             self._add("error", "inbox", universe, world, "records", str(exc))
+
+    def _check_marks(self, keys: WorldKeys, cursor: InboxSeq | None) -> None:
+        """Consumed marks (inbox compaction) must name sequences at or below the cursor:
+        compaction removes the items at or below a mark, so a mark above the cursor would
+        let it remove items never drained."""
+        marks = kv.run(self.plane.engine, lambda tr: compaction.read_marks(tr, keys))
+        self.report.count("consumed marks", len(marks))
+        for at_ns, seq in marks:
+            if cursor is None or seq > cursor:
+                self._add(
+                    "error",
+                    "inbox",
+                    keys.universe,
+                    keys.world,
+                    f"consumed mark {at_ns}",
+                    f"names {seq}, above the cursor ({cursor}): compaction would remove "
+                    "items never drained",
+                )
 
     # ------------------------------------------------------------------ objects
 

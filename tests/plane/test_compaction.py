@@ -338,6 +338,28 @@ def test_fsck_is_clean_after_compaction(plane: Plane, universe: UniverseId, worl
     assert report.errors == [], report.errors
 
 
+def test_fsck_reports_a_consumed_mark_above_the_cursor(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    u, w, clock = universe, world, Clock()
+    for n in range(3):
+        enqueue(plane, u, w, n)
+    drain(plane, u, w, max_items=1)
+    compact(plane, u, w, clock)
+    assert Fsck(plane).run([u]).errors == []
+    # A damaged mark naming the last, undrained item: compaction would remove it.
+    undrained = inbox_seqs(plane, u, w)[-1]
+    keys = WorldKeys(u, w)
+    kv.run(
+        plane.engine,
+        lambda tr: tr.set(
+            keys.inbox_consumed_mark(clock.now + 1), InboxConsumedMark(undrained).to_cbor()
+        ),
+    )
+    (finding,) = Fsck(plane).run([u]).errors
+    assert finding.area == "inbox" and "above the cursor" in finding.message
+
+
 def test_a_retry_after_an_applied_unknown_result_reports_what_it_removed() -> None:
     injector = FaultInjector()
     engine = FaultyEngine(MemoryEngine(), injector)
