@@ -26,9 +26,10 @@ segments), so it imports the ``segments`` package inside functions.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from persistence import kv
 from persistence.errors import (
@@ -41,7 +42,7 @@ from persistence.errors import (
     Validation,
 )
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
-from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
 from persistence.plane import Plane, compaction
 from persistence.plane.cas import object_key
 from persistence.records import (
@@ -139,6 +140,11 @@ def _world_records(
 def _first_key(tr: kv.Transaction, begin: bytes, end: bytes) -> bytes | None:
     rows = tr.get_range(begin, end, limit=1, snapshot=True)
     return rows[0][0] if rows else None
+
+
+FUTURE_MARK_NS: Final = 60 * 10**9
+"""A consumed mark dated this far after fsck's clock is reported (a compactor's clock ran
+ahead)."""
 
 
 @kv.transactional
@@ -452,12 +458,43 @@ class Fsck:
             self._check_marks(keys, cursor)
             begin = keys.inbox_after(None)[0]
             while rows := _inbox_page(self.plane.engine, keys, begin, 1_000):
-                for _, raw in rows:
-                    decode_record(InboxEnvelope, raw, "inbox envelope")
+                envelopes = [
+                    (key, decode_record(InboxEnvelope, raw, "inbox envelope")) for key, raw in rows
+                ]
+                self._check_idempotency(keys, envelopes)
                 self.report.count("inbox items", len(rows))
                 begin = rows[-1][0] + b"\x00"
         except CorruptRecord as exc:
             self._add("error", "inbox", universe, world, "records", str(exc))
+
+    def _check_idempotency(
+        self, keys: WorldKeys, envelopes: list[tuple[bytes, InboxEnvelope]]
+    ) -> None:
+        """Every item's idempotency entry names it: the two are written, and compacted,
+        together; an item without its entry would be enqueued again by a retry."""
+        entries = kv.run(
+            self.plane.engine,
+            lambda tr: [
+                None
+                if e.idempotency_key is None
+                else tr.get(keys.inbox_idempotency(e.idempotency_key), snapshot=True)
+                for _, e in envelopes
+            ],
+        )
+        prefix = keys.inbox_prefix_len()
+        for (key, envelope), entry in zip(envelopes, entries, strict=True):
+            seq = seq_in_key(key, prefix, f"inbox entry key of world {keys.world}")
+            if envelope.idempotency_key is not None and entry != seq.raw:
+                named = "missing" if entry is None else f"names {entry.hex()}"
+                self._add(
+                    "error",
+                    "inbox",
+                    keys.universe,
+                    keys.world,
+                    f"item {seq}",
+                    f"its idempotency entry ({envelope.idempotency_key!r}) is {named}: "
+                    "a retry of its enqueue would make a duplicate",
+                )
 
     def _check_marks(self, keys: WorldKeys, cursor: InboxSeq | None) -> None:
         """Consumed marks (inbox compaction) must name sequences at or below the cursor:
@@ -465,7 +502,19 @@ class Fsck:
         let it remove items never drained."""
         marks = kv.run(self.plane.engine, lambda tr: compaction.read_marks(tr, keys))
         self.report.count("consumed marks", len(marks))
+        now = time.time_ns()
         for at_ns, seq in marks:
+            if at_ns > now + FUTURE_MARK_NS:
+                self._add(
+                    "warning",
+                    "inbox",
+                    keys.universe,
+                    keys.world,
+                    f"consumed mark {at_ns}",
+                    f"dated {(at_ns - now) / 1e9:.0f} s after this host's clock: a compactor's "
+                    "clock runs ahead; no new mark is written until then, so compaction of the "
+                    "world stalls (clear the mark once the clocks agree)",
+                )
             if cursor is None or seq > cursor:
                 self._add(
                     "error",

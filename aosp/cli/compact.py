@@ -7,6 +7,7 @@ import time
 from typing import Any, Final
 
 from aosp.cli.console import (
+    EXIT_BACKEND,
     EXIT_CHECK_FAILED,
     EXIT_OK,
     Progress,
@@ -15,13 +16,13 @@ from aosp.cli.console import (
     print_table,
 )
 from aosp.cli.store import open_store, selected_worlds, world_options
-from persistence.errors import Corruption, Validation
+from persistence.errors import Backend, Corruption, Validation
 from persistence.keyspace import WorldKeys
 from persistence.plane import PlaneConfig, compaction
 from persistence.plane.compactor import Compactor
 
 PREVIEW_CAP: Final = 100_000
-"""A dry run counts removable items up to this many per world."""
+"""A dry run counts removable items up to this many per world (``more_than_counted``)."""
 
 
 def _config(args: argparse.Namespace) -> PlaneConfig:
@@ -41,6 +42,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
     except Validation as exc:
         raise Validation("--max-items", exc.problem) from None
     rows: list[dict[str, Any]] = []
+    stopped = False
     with Progress("compact", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
         for universe, world in worlds:
             row: dict[str, Any] = {"universe": str(universe), "world": str(world)}
@@ -53,8 +55,12 @@ def cmd_compact(args: argparse.Namespace) -> int:
                         time.time_ns(),
                         PREVIEW_CAP,
                     )
-                    removable = f"{seen.removable}+" if seen.removable_capped else seen.removable
-                    row |= {"marks": seen.marks, "mark_due": seen.mark_due, "items": removable}
+                    row |= {
+                        "marks": seen.marks,
+                        "mark_due": seen.mark_due,
+                        "items": seen.removable,
+                        "more_than_counted": seen.removable_capped,
+                    }
                 else:
                     done, transactions = compactor.compact_world(universe, world)
                     row |= {
@@ -66,6 +72,11 @@ def cmd_compact(args: argparse.Namespace) -> int:
                     }
             except Corruption as exc:  # one damaged world must not stop the others
                 row["error"] = f"{type(exc).__name__}: {exc}"
+            except Backend as exc:  # the store failed: report what was done, then stop
+                row["error"] = f"{type(exc).__name__}: {exc}"
+                rows.append(row)
+                stopped = True
+                break
             rows.append(row)
             progress.advance()
     failed = [r for r in rows if "error" in r]
@@ -77,8 +88,11 @@ def cmd_compact(args: argparse.Namespace) -> int:
             columns += ["idempotency_entries", "marks_written", "marks_removed"]
         print_table(rows, [*columns, *(["error"] if failed else [])])
         verb = "removable" if args.dry_run else "removed"
-        total = sum(r["items"] for r in rows if isinstance(r.get("items"), int))
-        print(f"{total} consumed items {verb} from {len(worlds)} worlds")
+        total = sum(r.get("items", 0) for r in rows)
+        capped = any(r.get("more_than_counted") for r in rows)
+        print(f"{total}{'+' if capped else ''} consumed items {verb} from {len(worlds)} worlds")
+    if stopped:
+        return EXIT_BACKEND
     return EXIT_CHECK_FAILED if failed else EXIT_OK
 
 
@@ -91,7 +105,8 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         description="One compaction pass per selected world: marks the cursor when a mark is "
         "due and removes the items consumed at least --retention seconds ago (by the marks) "
         "with their idempotency entries. A store's first pass removes nothing: run it at "
-        "least every retention/16. Exit 1 if a world could not be compacted (corrupt).",
+        "least every retention/16. Exit 1 if a world could not be compacted (corrupt); exit 3 if "
+        "the store failed (the worlds done so far are reported).",
     )
     parser.add_argument(
         "--retention",

@@ -133,6 +133,11 @@ class FaultInjector:
         with self._lock:
             self._late.append(transaction)
 
+    def holds(self, transaction: kv.Transaction) -> bool:
+        """Whether ``transaction`` is held to commit late."""
+        with self._lock:
+            return any(held is transaction for held in self._late)
+
     def land_late(self) -> None:
         """Commit the held transactions; one whose reads changed since aborts (logged)."""
         with self._lock:
@@ -224,9 +229,10 @@ class _FailedFuture(kv.VersionstampFuture):
 class FaultyTransaction(kv.Transaction):
     """Delegates to an engine transaction; the injector may fail its commit."""
 
-    def __init__(self, inner: kv.Transaction, injector: FaultInjector) -> None:
+    def __init__(self, inner: kv.Transaction, injector: FaultInjector, engine: kv.Engine) -> None:
         self._inner = inner
         self._injector = injector
+        self._engine = engine
         self._future: _FailedFuture | None = None
         self._writes = False
 
@@ -307,7 +313,15 @@ class FaultyTransaction(kv.Transaction):
         raise error
 
     def on_error(self, error: EngineError) -> FaultyTransaction:
-        return FaultyTransaction(self._inner.on_error(error), self._injector)
+        if self._injector.holds(self._inner):
+            # The held transaction commits later, as it is: on_error would reset it (an FDB
+            # transaction is reused by its retry), so the retry gets a new one instead.
+            if not self._engine.is_retryable(error):
+                raise error
+            return FaultyTransaction(
+                self._engine.create_transaction(), self._injector, self._engine
+            )
+        return FaultyTransaction(self._inner.on_error(error), self._injector, self._engine)
 
 
 class FaultyEngine(kv.Engine):
@@ -322,7 +336,7 @@ class FaultyEngine(kv.Engine):
         self.max_retry_seconds = inner.max_retry_seconds
 
     def create_transaction(self) -> FaultyTransaction:
-        return FaultyTransaction(self.inner.create_transaction(), self.injector)
+        return FaultyTransaction(self.inner.create_transaction(), self.injector, self.inner)
 
     def is_retryable(self, error: EngineError) -> bool:
         return self.inner.is_retryable(error)

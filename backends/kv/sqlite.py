@@ -409,6 +409,9 @@ class SqliteTransaction(BufferedTransaction):
         return SqliteTransaction(self._engine)
 
     def _close(self) -> None:
+        # Releasing the connection rolls back its read transaction: a commit after this one
+        # must take the slow path, which validates every read (never the in-place upgrade).
+        self._reading = False
         conn, self._conn = self._conn, None
         if conn is not None:
             self._engine._release(conn)  # rolls back whatever was not committed

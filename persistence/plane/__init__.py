@@ -659,7 +659,9 @@ class Plane:
         limits = compaction.CompactionLimits(
             self.config.inbox_retention_ns, max_items, self.config.read_page_bytes, self.budget
         )
-        result = compaction.compact(self.engine, keys, limits, now_ns, self._call())
+        result = compaction.compact(
+            self.engine, keys, limits, compaction.never_back(now_ns), self._call()
+        )
         self.hooks.reached("inbox.after_compact")
         return result
 

@@ -52,6 +52,22 @@ from persistence.sizes import check_int
 Clock = Callable[[], int]
 """Wall-clock time in nanoseconds since the epoch (``time.time_ns``; tests inject their own)."""
 
+
+def never_back(clock: Clock) -> Clock:
+    """``clock`` as one call's attempts read it: never earlier than an earlier attempt read.
+    A retry must see at least the work its first attempt saw, so that when that attempt may
+    have committed (1021) or may still (a late 1031) the retry writes too -- and conflicts
+    with it, or finds its call record -- instead of reporting less than was done."""
+    latest = 0
+
+    def read() -> int:
+        nonlocal latest
+        latest = max(latest, check_int(clock(), "now_ns", 0, budget.LATEST_NS))
+        return latest
+
+    return read
+
+
 MARKS_PER_WINDOW: Final = 16
 """A new consumed mark is written at most once per ``retention / MARKS_PER_WINDOW``."""
 MAX_MARKS: Final = MARKS_PER_WINDOW + 1
@@ -161,23 +177,44 @@ class CompactionPreview:
     removable_capped: bool
 
 
+PREVIEW_PAGE: Final = 100
+"""Items a preview counts per read-only transaction (whole envelopes are read: up to
+100,000 bytes each, so a page stays near FoundationDB's comfortable read sizes)."""
+
+
 @kv.transactional
-def preview(
-    tr: kv.Transaction, keys: WorldKeys, retention_ns: int, now: int, cap: int
-) -> CompactionPreview:
-    """What :func:`compact` would do at ``now`` with the window ``retention_ns`` (nothing is
-    written; ``WorldNotFound`` if there is no such world)."""
+def _preview_marks(
+    tr: kv.Transaction, keys: WorldKeys, retention_ns: int, now: int
+) -> tuple[int, bool, tuple[int, InboxSeq] | None]:
     if tr.get(keys.meta(), snapshot=True) is None:
         raise WorldNotFound(keys.universe, keys.world)
     cursor = read_cursor(tr, keys, snapshot=True)
     marks = read_marks(tr, keys)
     due = cursor is not None and _mark_due(marks, cursor.seq, now, retention_ns)
     expired = [mark for mark in marks if mark[0] <= now - retention_ns]
-    if not expired:
-        return CompactionPreview(len(marks), due, None, 0, False)
-    boundary_ns, through = expired[-1]
-    rows = tr.get_range(*keys.inbox_through(through), limit=cap + 1, snapshot=True)
-    return CompactionPreview(len(marks), due, boundary_ns, min(len(rows), cap), len(rows) > cap)
+    return len(marks), due, (expired[-1] if expired else None)
+
+
+@kv.transactional
+def _count_page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[bytes]:
+    return [key for key, _ in tr.get_range(begin, end, limit=PREVIEW_PAGE, snapshot=True)]
+
+
+def preview(
+    engine: kv.Engine, keys: WorldKeys, retention_ns: int, now: int, cap: int
+) -> CompactionPreview:
+    """What :func:`compact` would do at ``now`` with the window ``retention_ns``, counting
+    removable items up to ``cap`` a page per transaction (nothing is written;
+    ``WorldNotFound`` if there is no such world)."""
+    marks, due, boundary = _preview_marks(engine, keys, retention_ns, now)
+    if boundary is None:
+        return CompactionPreview(marks, due, None, 0, False)
+    begin, end = keys.inbox_through(boundary[1])
+    counted = 0
+    while counted <= cap and (page := _count_page(engine, begin, end)):
+        counted += len(page)
+        begin = page[-1] + b"\x00"
+    return CompactionPreview(marks, due, boundary[0], min(counted, cap), counted > cap)
 
 
 def read_marks(tr: kv.Transaction, keys: WorldKeys) -> list[tuple[int, InboxSeq]]:

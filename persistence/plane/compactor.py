@@ -65,8 +65,9 @@ class Compactor:
             )
             total += step
             transactions += 1
-            # Each transaction that reports ``more`` removed at least one item of a finite
-            # set that nothing adds to (items at or below a mark's cursor): this ends.
+            # Each transaction that reports ``more`` removed at least one item, so the pass
+            # ends once it catches up with the marks (while items expire faster than it
+            # removes them -- the boundary moves with the clock -- it keeps going).
             if not step.more:
                 return total, transactions
 

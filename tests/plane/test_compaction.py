@@ -9,6 +9,7 @@ Time is a :class:`Clock` the tests move: nothing sleeps.
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -360,6 +361,35 @@ def test_fsck_reports_a_consumed_mark_above_the_cursor(
     assert finding.area == "inbox" and "above the cursor" in finding.message
 
 
+def test_fsck_reports_an_item_whose_idempotency_entry_is_gone(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    u, w = universe, world
+    for n in range(3):
+        enqueue(plane, u, w, n)
+    drain(plane, u, w, max_items=1)
+    assert Fsck(plane).run([u]).errors == []
+    entry = WorldKeys(u, w).inbox_idempotency(key(2))
+    kv.run(plane.engine, lambda tr: tr.clear(entry))
+    (finding,) = Fsck(plane).run([u]).errors
+    assert finding.subject == f"item {inbox_seqs(plane, u, w)[-1]}"
+    assert "is missing" in finding.message and "duplicate" in finding.message
+
+
+def test_fsck_warns_of_a_mark_dated_in_the_future(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    u, w = universe, world
+    enqueue(plane, u, w, 0)
+    drain(plane, u, w)
+    ahead = Clock(time.time_ns() + 3_600 * 10**9)  # a compactor whose clock is an hour fast
+    compact(plane, u, w, ahead)
+    report = Fsck(plane).run([u])
+    assert report.errors == []
+    (warning,) = report.warnings
+    assert warning.area == "inbox" and "runs ahead" in warning.message
+
+
 def test_a_retry_after_an_applied_unknown_result_reports_what_it_removed() -> None:
     injector = FaultInjector()
     engine = FaultyEngine(MemoryEngine(), injector)
@@ -375,6 +405,25 @@ def test_a_retry_after_an_applied_unknown_result_reports_what_it_removed() -> No
     assert plane.compact_inbox(u, w, max_items=3, now_ns=clock) == InboxCompaction(3, 3, more=True)
     assert ("commit", (injector.commits, fdb_errors.COMMIT_UNKNOWN_RESULT, True)) in injector.log
     assert plane.compact_inbox(u, w, max_items=3, now_ns=clock) == InboxCompaction(1, 1)
+
+
+def test_a_late_attempt_is_reported_when_the_clock_steps_back_before_the_retry() -> None:
+    """The first attempt removes 4 items and is held (a late 1021); the clock then steps back
+    1 ns (an NTP step). The retry must still see that work, write, and so report it."""
+    injector = FaultInjector()
+    engine = FaultyEngine(MemoryEngine(), injector)
+    plane = open_plane(engine, MemoryObjectStore())
+    u, w, clock = UniverseId.new(), WorldId.new(), Clock()
+    plane.create_world(u, w)
+    for n in range(4):
+        enqueue(plane, u, w, n)
+    drain(plane, u, w)
+    compact(plane, u, w, clock)
+    readings = iter([T0 + retention(plane), T0 + retention(plane) - 1])
+    injector.fail_commit(1, fdb_errors.COMMIT_UNKNOWN_RESULT, late=True)
+    assert plane.compact_inbox(u, w, now_ns=lambda: next(readings)) == InboxCompaction(4, 4)
+    assert ("late", "landed") in injector.log
+    assert inbox_seqs(plane, u, w) == []
 
 
 def test_a_pass_is_bounded_by_the_transaction_budget() -> None:
