@@ -2,10 +2,12 @@
 
 * :mod:`conformance.cases` -- the cases (section 8 of the source specification), written
   against the contracts only;
-* :mod:`conformance.fault_matrix` -- commit faults (1020, 1021 applied and not, 1007) and
-  crashes at every protocol step, recovered by a new plane, on fault-capable engines;
-* :mod:`conformance.torture` -- SIGKILL crash torture of writer, drainer and exporter OS
-  processes (:mod:`conformance.torture.worker`) on a store they share, and its checks;
+* :mod:`conformance.fault_matrix` -- commit faults (1020, 1021 and 1031 applied, not applied
+  and late, 1007), competing writers between an attempt and its retry, and crashes at every
+  protocol step, recovered by a new plane, on fault-capable engines;
+* :mod:`conformance.torture` -- SIGKILL crash torture of writer, appender, drainer, exporter
+  and compactor OS processes (:mod:`conformance.torture.worker`) on a store they share --
+  with its server processes killed too, for FoundationDB -- and its checks;
 * :mod:`conformance.model` -- the oracle model of the contracts, for differential tests;
 * :mod:`conformance.runner` -- runs the cases and writes JUnit XML and a JSON summary;
 * :mod:`conformance.pytest_plugin` -- ``ConformanceTests``, to run the suite inside a

@@ -75,6 +75,38 @@ class TortureSize:
     server_kill_interval: float = 2.0
     """With server faults: mean seconds between two server kills (exponentially
     distributed); each killed server is restarted after a random part of that."""
+    compaction_retention_seconds: float = 8.0
+    """The run's inbox window (``PlaneConfig.inbox_retention_seconds`` of every plane the
+    torture opens): consumed items are compacted this long after they were consumed, while
+    ``compactors`` processes run passes among the others.
+
+    It must exceed the longest a writer takes to redo a call whose outcome it lost, counted
+    from the first attempt's start (the item was consumed after that attempt committed, and
+    is removed at least the window after it was consumed): the first attempt (milliseconds
+    on SQLite; on FoundationDB up to its 10 s transaction timeout plus the runner's 1 s when
+    it meets a recovery) + the kill and restart (the fleet restarts at once; interpreter,
+    imports and open take 0.2-1 s, seconds on a loaded machine) + the kills of that writer
+    while it restarts (each process is killed every ``mean_kill_interval`` times the
+    processes seconds on average, so chains of two or three are seen in a run) + the redo
+    (again up to a timeout, and redone after ``Backend`` once the cluster has recovered).
+    Without server kills: about 1 + 3 x 1 + 1 s on either engine, so 8 s leaves room (with
+    server kills see ``server_kills_retention_seconds``). Every run measures it
+    (``slowest_redo_seconds``) and reports a redo later than the window as a ``window``
+    violation: a derivation that fails is a failed run, never a duplicate blamed on the
+    store."""
+    server_kills_retention_seconds: float = 20.0
+    """The window instead of ``compaction_retention_seconds`` while server processes are
+    killed too: a first attempt can meet a recovery and time out (11 s), then the restarts
+    (3 x 1 s) and the redo (seconds: a server is killed only once the cluster has healed
+    from the last kill, so the redo does not wait out a second timeout), about 15 s."""
+    compactors: int = 1
+    """Compactor processes (more than one run concurrent passes over the same worlds)."""
+
+    def retention_seconds(self, server_kills: bool) -> float:
+        """The run's inbox window (see ``compaction_retention_seconds``)."""
+        if server_kills:
+            return self.server_kills_retention_seconds
+        return self.compaction_retention_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +145,7 @@ PROFILES = {
         1_000,
         20.0,
         30_000,
-        TortureSize(4, 4, 2, 30.0, 0.3, appenders=2, server_kill_interval=2.0),
+        TortureSize(4, 4, 2, 30.0, 0.3, appenders=2, server_kill_interval=2.0, compactors=2),
         fault_seeds=24,
     ),
 }
@@ -509,9 +541,10 @@ def commit_faults_and_crash_points(ctx: Context) -> None:
 
 
 def crash_torture(ctx: Context) -> None:
-    """Crash 1: writer, drainer and exporter OS processes SIGKILLed at random moments and
-    restarted, then every invariant checked against what they durably acknowledged
-    (:mod:`conformance.torture`; engines and object stores that processes share)."""
+    """Crash 1: writer, appender, drainer, exporter and compactor OS processes SIGKILLed at
+    random moments and restarted, then every invariant checked against what they durably
+    acknowledged (:mod:`conformance.torture`; engines and object stores that processes
+    share)."""
     from conformance.torture.run import crash_torture as run
 
     run(ctx)

@@ -1,14 +1,16 @@
-"""SIGKILL crash torture: OS processes write, drain and export on one shared store while the
-torture kills them at random moments and restarts them (and, given server faults, kills and
-restarts the store's own server processes); then every invariant is checked against what
-the processes durably acknowledged and what each call reported.
+"""SIGKILL crash torture: OS processes write, drain, export and compact on one shared store
+while the torture kills them at random moments and restarts them (and, given server faults,
+kills and restarts the store's own server processes); then every invariant is checked
+against what the processes durably acknowledged and what each call reported.
 
 Roles (:mod:`conformance.torture.worker`, one OS process each, restarted after each kill):
 
 * **writers** enqueue items with unique idempotency keys into the worlds, singly and in
   batches of three. Before a call a writer logs its *intent*, after it returns the *ack*
-  with the sequences. A restarted writer resumes at the first call it has no ack for, so a
-  call that was interrupted is repeated with the same keys (and must not duplicate).
+  with the sequences, both with the wall-clock time. A restarted writer resumes at the first
+  call it has no ack for, so a call that was interrupted is repeated with the same keys (and
+  must not duplicate). Every few calls a writer also repeats one of its acknowledged calls
+  whose first attempt began a quarter to half of the inbox window ago (a *redo*, logged).
 * **appenders** append entries straight to a world's journal at the head they read, one
   per call, logging the intent (with that head) and the height the call reported. After an
   unknown outcome (a kill, or a ``Backend`` error while the cluster recovers) the call is
@@ -18,6 +20,10 @@ Roles (:mod:`conformance.torture.worker`, one OS process each, restarted after e
 * one **exporter** replays the reference kernel from the active baseline to the head,
   commits that state as a snapshot at the head (promoting it two times in three), and
   exports the journal below the baseline to segments; it logs each snapshot and segment.
+* **compactors** run inbox compaction passes (``persistence.plane.compactor``) over the
+  worlds twice per mark interval (a sixteenth of the run's window,
+  ``TortureSize.compaction_retention_seconds``, with which every plane of the run is
+  opened), a few items per transaction, and log what each pass reported removing.
 
 Every log line is appended and fsynced **after** the call returned, so it is a durable
 acknowledgement. Each incarnation of a process writes its own file, so a line torn by a kill
@@ -33,7 +39,9 @@ failed reads instead of reporting them. After the run every process is killed, a
 is checked:
 
 1. before any repair: every acknowledged item is either journaled once or pending after the
-   cursor;
+   cursor (one gone from above the cursor was *removed*); every inbox item still has its
+   idempotency entry, and no entry names a removed item (compaction removes an item only at
+   or below the cursor, and with its entry);
 2. after a final clean drain and export: heights are contiguous through segments and hot
    tail; every journaled item was attempted by a writer, is journaled at most once, in the
    world it was sent to, under the sequence its writer was given; every acknowledged item is
@@ -44,8 +52,13 @@ is checked:
    two calls reported indexing (or promoting) the same height, a reported promotion is in
    the journal, each indexed height is announced once, every snapshot body equals the
    replay of the journal to its height; baselines only move forward and the active one is
-   the last announced; segments are contiguous, below the baseline and as logged; and
-   restore (baseline + segments + hot tail) equals full replay, byte for byte.
+   the last announced; segments are contiguous, below the baseline and as logged;
+   restore (baseline + segments + hot tail) equals full replay, byte for byte; every redo
+   returned inside the window (else the run's window was too short for its redos: a
+   ``window`` violation), and every redo of an acknowledged call got the acknowledged
+   sequences; the compactors reported removing no more than the inboxes lost; and a run
+   long enough for compaction (:func:`~conformance.torture.run.compaction_due`) removed
+   items and idempotency entries.
 
 Modules: :mod:`~conformance.torture.workload` (what is sent, the configuration),
 :mod:`~conformance.torture.evidence` (logs and acknowledgements),
@@ -57,5 +70,6 @@ conformance cases).
 
 The run reports, besides kills and acknowledgements, what the processes' retry runners
 retried and raised per engine error code, the calls that failed with ``Backend``, the
-slowest call, and (for an ``fdb-local`` cluster) the recoveries the servers logged.
+slowest call and redo, what compaction did (passes, what they reported, what the inboxes
+lost), and (for an ``fdb-local`` cluster) the recoveries the servers logged.
 """

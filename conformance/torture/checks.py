@@ -3,22 +3,38 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Final
 
 from conformance.torture.evidence import Evidence
-from conformance.torture.workload import AppendId, ItemId, append_id, item_id
-from persistence.errors import PersistError
+from conformance.torture.workload import (
+    AppendId,
+    ItemId,
+    append_id,
+    idempotency_key,
+    item_id,
+)
+from persistence import kv
+from persistence.errors import CorruptRecord, PersistError
+from persistence.fdbtuple import unpack
 from persistence.ids import InboxSeq, UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
+from persistence.keyspace import WorldKeys, seq_in_key
 from persistence.plane import Plane
 from persistence.records import (
     BaselineSnapshotJournalRecord,
+    InboxEnvelope,
     IngressJournalRecord,
     SnapshotJournalRecord,
     SnapshotRecord,
     decode_journal_record,
+    decode_record,
 )
 from segments.restore import full_replay, load_root, restore
+
+PAGE_ROWS: Final = 1_000
+"""Rows read per transaction when the checks read an inbox."""
 
 # --------------------------------------------------------------------------- the checks
 
@@ -74,29 +90,109 @@ def read_journal(
     return journal
 
 
-def _all_after(
-    plane: Plane, universe: UniverseId, world: WorldId, after: InboxSeq | None
-) -> list[InboxSeq]:
-    """Every inbox sequence after ``after`` (paged)."""
-    out: list[InboxSeq] = []
-    while page := plane.read_after(universe, world, after, 1_000):
-        out.extend(seq for seq, _ in page)
-        after = page[-1][0]
-    return out
+@dataclass
+class Inbox:
+    """One world's inbox as stored: the cursor, every item left (compaction removes
+    consumed ones) with its idempotency key, and every idempotency entry."""
+
+    cursor: InboxSeq | None
+    items: dict[InboxSeq, bytes | None]
+    entries: dict[bytes, InboxSeq]
+
+    def pending(self) -> set[InboxSeq]:
+        """The items after the cursor."""
+        return {seq for seq in self.items if self.cursor is None or seq > self.cursor}
+
+
+def read_inbox(plane: Plane, universe: UniverseId, world: WorldId) -> Inbox:
+    """The world's inbox, read in pages (the store is quiet: no process runs)."""
+    keys = WorldKeys(universe, world)
+    items: dict[InboxSeq, bytes | None] = {}
+    for key, value in _rows(plane, *keys.inbox_after(None)):
+        seq = seq_in_key(key, keys.inbox_prefix_len(), "inbox entry key")
+        items[seq] = decode_record(InboxEnvelope, value, "inbox entry").idempotency_key
+    entries: dict[bytes, InboxSeq] = {}
+    for key, value in _rows(plane, *keys.inbox_idempotency_entries()):
+        try:
+            element = unpack(key, keys.prefix_len())[-1]
+        except ValueError:
+            element = None
+        if not isinstance(element, bytes):
+            raise CorruptRecord("idempotency entry key", f"{key.hex()} does not end with a key")
+        entries[element] = InboxSeq(value)
+    return Inbox(plane.inbox_cursor(universe, world), items, entries)
+
+
+@kv.transactional
+def _page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+    return list(tr.get_range(begin, end, limit=PAGE_ROWS, snapshot=True))
+
+
+def _read_inbox(
+    plane: Plane, universe: UniverseId, world: WorldId, index: int, violations: list[str]
+) -> Inbox | None:
+    """The world's inbox, or ``None`` (and a violation) if it cannot be read."""
+    try:
+        return read_inbox(plane, universe, world)
+    except PersistError as exc:
+        violations.append(f"inbox: world {index}: the read failed: {exc!r}")
+        return None
+
+
+def _rows(plane: Plane, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Every row of ``[begin, end)``, a page per transaction."""
+    while rows := _page(plane.engine, begin, end):
+        yield from rows
+        if len(rows) < PAGE_ROWS:
+            return
+        begin = rows[-1][0] + b"\x00"
+
+
+def _check_inbox(inbox: Inbox, index: int, violations: list[str]) -> None:
+    """Compaction removes an item only at or below the cursor, and always with its
+    idempotency entry: no entry names a removed item, no item lacks its entry (a retry
+    would enqueue it again)."""
+    for key, seq in sorted(inbox.entries.items()):
+        if seq in inbox.items:
+            continue
+        if inbox.cursor is None or seq > inbox.cursor:
+            violations.append(
+                f"removed: world {index}: item {seq} (key {key!r}) above the cursor "
+                f"{inbox.cursor} is gone from the inbox, its idempotency entry remains"
+            )
+        else:
+            violations.append(
+                f"compaction: world {index}: the idempotency entry {key!r} names item {seq}, "
+                "which was removed without it"
+            )
+    for seq, item_key in sorted(inbox.items.items()):
+        if item_key is not None and inbox.entries.get(item_key) != seq:
+            held = inbox.entries.get(item_key)
+            violations.append(
+                f"dedup: world {index}: item {seq} is in the inbox but its idempotency entry "
+                f"{item_key!r} {'is gone' if held is None else f'names {held}'}: a retry would "
+                "enqueue it again"
+            )
 
 
 def check_pending(
     plane: Plane, universe: UniverseId, worlds: tuple[WorldId, ...], evidence: Evidence
 ) -> list[str]:
     """Right after the last kill, before anything repairs the store: every acknowledged item
-    is journaled once or pending after the cursor, never both, never neither."""
+    is journaled once or pending after the cursor, never both, never neither (one missing
+    above the cursor was *removed*: compacted before it was drained); the inbox is as
+    compaction may leave it (:func:`_check_inbox`)."""
     violations: list[str] = []
     for index, world in enumerate(worlds):
         journal = read_journal(plane, universe, world, index, violations)
         if journal is None:
             continue
         journaled = Counter(seq for _, seq, _ in journal.items)
-        pending = set(_all_after(plane, universe, world, plane.inbox_cursor(universe, world)))
+        inbox = _read_inbox(plane, universe, world, index, violations)
+        if inbox is None:
+            continue
+        _check_inbox(inbox, index, violations)
+        pending = inbox.pending()
         for item_key, (target, seq) in sorted(evidence.acked.items()):
             if target != index:
                 continue
@@ -106,9 +202,15 @@ def check_pending(
                     f"pending: {where} is journaled and also pending after the cursor"
                 )
             elif not journaled[seq] and seq not in pending:
-                violations.append(
-                    f"lost: {where} is neither journaled nor pending after the cursor"
-                )
+                if inbox.cursor is None or seq > inbox.cursor:
+                    violations.append(
+                        f"removed: {where} is not journaled and gone from the inbox above the "
+                        f"cursor {inbox.cursor}"
+                    )
+                else:
+                    violations.append(
+                        f"lost: {where} is neither journaled nor pending after the cursor"
+                    )
             elif journaled[seq] > 1:
                 violations.append(f"duplicate: {where} is journaled {journaled[seq]} times")
     return violations
@@ -122,8 +224,15 @@ def check_store(
     violations: list[str] = []
     placed: dict[ItemId, list[tuple[int, int]]] = defaultdict(list)
     unreadable: set[int] = set()
+    compacted: InboxTally | None = InboxTally()
     for index, world in enumerate(worlds):
         journal = read_journal(plane, universe, world, index, violations)
+        inbox = _read_inbox(plane, universe, world, index, violations)
+        compacted = (
+            None
+            if compacted is None or journal is None or inbox is None
+            else (compacted + InboxTally.of(journal, inbox))
+        )
         if journal is None:
             unreadable.add(index)
             continue
@@ -145,7 +254,91 @@ def check_store(
                 f"lost: acknowledged item w{key[0]}#{key[1]} (world {target}, seq {seq}) is not "
                 "in the journal after the final drain"
             )
+    _check_redos(evidence, plane.config.inbox_retention_seconds, violations)
+    if compacted is not None:
+        _check_compaction_reports(evidence, compacted, violations)
     return violations
+
+
+@dataclass(frozen=True, slots=True)
+class InboxTally:
+    """What compaction did to journaled items: the items gone from the inbox and the
+    idempotency entries gone with them, out of the items journaled."""
+
+    items_journaled: int = 0
+    items_removed: int = 0
+    entries_removed: int = 0
+
+    @classmethod
+    def of(cls, journal: Journal, inbox: Inbox) -> InboxTally:
+        """One world's tally."""
+        removed = [(seq, key) for _, seq, key in journal.items if seq not in inbox.items]
+        entries = sum(
+            inbox.entries.get(idempotency_key(*key)) != seq
+            for seq, key in removed
+            if key is not None
+        )
+        return cls(len(journal.items), len(removed), entries)
+
+    def __add__(self, other: InboxTally) -> InboxTally:
+        return InboxTally(
+            self.items_journaled + other.items_journaled,
+            self.items_removed + other.items_removed,
+            self.entries_removed + other.entries_removed,
+        )
+
+
+def inbox_tally(
+    plane: Plane, universe: UniverseId, worlds: tuple[WorldId, ...]
+) -> InboxTally | None:
+    """Every world's tally (``None`` if a journal cannot be read whole)."""
+    total = InboxTally()
+    for index, world in enumerate(worlds):
+        unread: list[str] = []
+        journal = read_journal(plane, universe, world, index, unread)
+        inbox = _read_inbox(plane, universe, world, index, unread)
+        if journal is None or inbox is None:
+            return None
+        total += InboxTally.of(journal, inbox)
+    return total
+
+
+def _check_redos(evidence: Evidence, window: float, violations: list[str]) -> None:
+    """Every redo returned inside the window (else the run's window is shorter than its
+    redos take, and nothing it says about deduplication holds), and every redo of an
+    acknowledged call got the sequences the call was acknowledged with."""
+    for redo in evidence.redos:
+        first_n = redo.items[0][0]
+        name = f"{redo.process}'s redo of w{redo.writer}#{first_n}"
+        if redo.seconds >= window:
+            violations.append(
+                f"window: {name} returned {redo.seconds:.1f} s after the first attempt began, "
+                f"beyond the run's {window:g} s window (raise the torture's retention)"
+            )
+            continue
+        for n, seq in redo.items:
+            acked = evidence.acked.get((redo.writer, n))
+            if redo.acknowledged and acked is not None and acked[1] != seq:
+                violations.append(
+                    f"dedup: {name} {redo.seconds:.1f} s after the first attempt (inside the "
+                    f"{window:g} s window) got seq {seq} for w{redo.writer}#{n}, acknowledged "
+                    f"with {acked[1]}"
+                )
+
+
+def _check_compaction_reports(
+    evidence: Evidence, compacted: InboxTally, violations: list[str]
+) -> None:
+    """The compactors reported no more than the store lost: each acknowledged pass's
+    removals are its own (a retry after an applied 1021 reports the first attempt's)."""
+    items = sum(ack.items for ack in evidence.compactions)
+    entries = sum(ack.idempotency_entries for ack in evidence.compactions)
+    if items > compacted.items_removed or entries > compacted.entries_removed:
+        violations.append(
+            f"compaction: passes reported removing {items} items and {entries} idempotency "
+            f"entries; the inboxes lost {compacted.items_removed} journaled items and "
+            f"{compacted.entries_removed} of their entries"
+        )
 
 
 def _check_items(

@@ -104,12 +104,49 @@ class SegmentAck:
     checksum: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class RedoAck:
+    """A writer call that returned for items the writer had sent before: after an unknown
+    outcome (a kill or ``Backend`` after the intent), or deliberately, repeating a call
+    already acknowledged. Times are wall-clock seconds (``time.time()``), as the
+    compactors' clocks."""
+
+    process: str
+    writer: int
+    world: int
+    items: tuple[tuple[int, InboxSeq], ...]
+    """(index, sequence) of each item, as the redo returned them."""
+    first_at: float
+    """When the first attempt at these items began (its intent)."""
+    at: float
+    """When the redo returned."""
+    acknowledged: bool
+    """Whether the call had been acknowledged before (a deliberate redo)."""
+
+    @property
+    def seconds(self) -> float:
+        """How long after the first attempt began the redo returned."""
+        return self.at - self.first_at
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionAck:
+    """A compaction pass over every world that a compactor saw return: what it reported."""
+
+    process: str
+    transactions: int
+    items: int
+    idempotency_entries: int
+
+
 @dataclass
 class Evidence:
     """What the processes durably logged."""
 
     intents: dict[ItemId, int] = field(default_factory=dict)
     """Every item a writer started to enqueue, and the world it was sent to."""
+    first_tried: dict[ItemId, float] = field(default_factory=dict)
+    """When the first attempt to enqueue each item began (wall-clock seconds)."""
     acked: dict[ItemId, tuple[int, InboxSeq]] = field(default_factory=dict)
     """Every item whose enqueue returned: its world and sequence."""
     drains: list[DrainAck] = field(default_factory=list)
@@ -118,6 +155,8 @@ class Evidence:
     append_intents: dict[AppendId, int] = field(default_factory=dict)
     """Every entry an appender started to append, and the world it was sent to."""
     appended: dict[AppendId, AppendAck] = field(default_factory=dict)
+    redos: list[RedoAck] = field(default_factory=list)
+    compactions: list[CompactionAck] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     backend_errors: Counter[str] = field(default_factory=Counter)
     """``Backend`` errors calls raised (outcome unknown; the worker redid the call), by type."""
@@ -137,6 +176,7 @@ class Evidence:
 def read_evidence(directory: Path) -> Evidence:
     """Every log of the run, parsed."""
     evidence = Evidence()
+    attempts: Counter[ItemId] = Counter()  # intents logged per writer call (its first item)
     for path in log_files(directory):
         records, torn = read_lines(path)
         evidence.torn_lines += torn
@@ -158,11 +198,22 @@ def read_evidence(directory: Path) -> Evidence:
                         record["world"], record["first"], record["retried"]
                     )
             elif "intent" in record:
+                writer = record["writer"]
+                attempts[(writer, record["intent"][0])] += 1
                 for n in record["intent"]:
-                    evidence.intents[(record["writer"], n)] = record["world"]
-            elif "ack" in record:
-                for n, seq in record["ack"]:
-                    evidence.acked[(record["writer"], n)] = (record["world"], InboxSeq.parse(seq))
+                    evidence.intents[(writer, n)] = record["world"]
+                    evidence.first_tried.setdefault((writer, n), record["at"])
+            elif "ack" in record or "redo" in record:
+                _writer_returned(evidence, process, record, attempts)
+            elif "compaction" in record:
+                evidence.compactions.append(
+                    CompactionAck(
+                        process,
+                        record["transactions"],
+                        record["items"],
+                        record["idempotency_entries"],
+                    )
+                )
             elif "drain" in record:
                 evidence.drains.append(
                     DrainAck(
@@ -205,14 +256,69 @@ def read_evidence(directory: Path) -> Evidence:
     return evidence
 
 
-def resume_point(directory: Path, writer: int) -> int:
-    """The first item of ``writer`` whose call has no acknowledgement yet."""
+def _writer_returned(
+    evidence: Evidence, process: str, record: dict[str, Any], attempts: Counter[ItemId]
+) -> None:
+    """An ``ack`` (a call returned; a redo if its intent was logged more than once) or a
+    ``redo`` (a deliberate repeat of an acknowledged call) line of a writer."""
+    writer, world = record["writer"], record["world"]
+    items = tuple(
+        (n, InboxSeq.parse(seq)) for n, seq in record["ack" if "ack" in record else "redo"]
+    )
+    first = (writer, items[0][0])
+    if "ack" in record:
+        evidence.acked.update({(writer, n): (world, seq) for n, seq in items})
+        if attempts[first] < 2:
+            return
+    evidence.redos.append(
+        RedoAck(
+            process,
+            writer,
+            world,
+            items,
+            evidence.first_tried[first],
+            record["at"],
+            acknowledged="redo" in record,
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AckedCall:
+    """A writer call that was acknowledged, and when its first attempt began."""
+
+    first_at: float
+    world: int
+    numbers: tuple[int, ...]
+
+
+@dataclass
+class WriterHistory:
+    """What a writer's logs say about its calls (read by each incarnation at start)."""
+
+    resume: int
+    """The first item whose call has no acknowledgement yet."""
+    pending_since: float | None
+    """When the first attempt at that call began, if it was attempted (its outcome is
+    unknown: the call is redone)."""
+    acked: list[AckedCall]
+    """The acknowledged calls, oldest first."""
+
+
+def writer_history(directory: Path, writer: int) -> WriterHistory:
+    """``writer``'s calls so far, from its logs."""
     done = -1
+    first_at: dict[int, float] = {}
+    acked: list[AckedCall] = []
     for path in log_files(directory, "writer", str(writer)):
         for record in read_lines(path)[0]:
-            if "ack" in record:
-                done = max([done, *(n for n, _ in record["ack"])])
-    return done + 1
+            if "intent" in record:
+                first_at.setdefault(record["intent"][0], record["at"])
+            elif "ack" in record:
+                numbers = tuple(n for n, _ in record["ack"])
+                acked.append(AckedCall(first_at[numbers[0]], record["world"], numbers))
+                done = max(done, *numbers)
+    return WriterHistory(done + 1, first_at.get(done + 1), acked)
 
 
 def append_resume_point(directory: Path, appender: int) -> tuple[int, int | None]:

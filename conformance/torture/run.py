@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from conformance.cases import ConformanceFailure, Context, TortureSize
-from conformance.torture.checks import check_pending, check_store
+from conformance.torture.checks import check_pending, check_store, inbox_tally
 from conformance.torture.evidence import read_evidence
 from conformance.torture.fleet import Fleet
 from conformance.torture.monitor import Monitor
@@ -25,10 +26,7 @@ from persistence.errors import Backend, PersistError
 from persistence.fdb_errors import ERROR_DESCRIPTIONS
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
-from persistence.records import (
-    IngressJournalRecord,
-    decode_journal_record,
-)
+from persistence.plane.compaction import MARKS_PER_WINDOW
 from segments.export import ExportConfig, Exporter
 
 MAX_LISTED: Final = 25
@@ -38,6 +36,9 @@ POSTPONE_SECONDS: Final = 0.5
 again (killing faster than it heals exceeds its fault tolerance)."""
 AVAILABLE_WITHIN_SECONDS: Final = 60.0
 """How soon the store must answer again after the last server restart."""
+COMPACTION_SLACK_SECONDS: Final = 5.0
+"""Time for the processes to start and drain a first item, and for a compactor killed
+meanwhile to come back (see :func:`compaction_due`)."""
 
 # --------------------------------------------------------------------------- the run
 
@@ -70,16 +71,26 @@ def run_torture(
     a time), and calls that fail while the cluster recovers are part of the run."""
     kv_url = kv_url.removeprefix("faults+")
     check_shared_urls(kv_url, objects_url)
+    window = size.retention_seconds(servers is not None)
+    # Every plane of the run (the workers', the monitor's, the checks') has the run's window.
+    plane = Plane(
+        plane.engine,
+        plane.objects,
+        dataclasses.replace(plane.config, inbox_retention_seconds=window),
+        plane.segments,
+        hooks=plane.hooks,
+    )
     rng = random.Random(seed)
     universe = UniverseId.new()
     worlds = tuple(WorldId.new() for _ in range(size.worlds))
     for world in worlds:
         plane.create_world(universe, world)
-    config = TortureConfig(kv_url, objects_url, universe, worlds, directory, seed)
+    config = TortureConfig(kv_url, objects_url, universe, worlds, directory, seed, window)
     fleet = Fleet(config.save(), directory)
     roles = [("writer", i) for i in range(size.writers)]
     roles += [("appender", i) for i in range(size.appenders)]
     roles += [("drainer", i) for i in range(size.drainers)] + [("exporter", 0)]
+    roles += [("compactor", i) for i in range(size.compactors)]
     for role, ident in roles:
         fleet.start(role, ident)
     monitor = Monitor(plane, universe, worlds, tolerate_backend=servers is not None)
@@ -119,7 +130,16 @@ def run_torture(
             violations.append(f"repair: world {index}: the final drain and export failed: {exc!r}")
     progress("torture: checking the store")
     violations += check_store(plane, universe, worlds, evidence)
+    tally = inbox_tally(plane, universe, worlds)
+    due = compaction_due(run_seconds, window)
+    if due and tally is not None and not (tally.items_removed and tally.entries_removed):
+        violations.append(
+            f"compaction: a {run_seconds:.0f} s run with a {window:g} s window removed "
+            f"{tally.items_removed} items and {tally.entries_removed} idempotency entries"
+        )
     violations = list(dict.fromkeys(violations))  # a finding before and after the repair: once
+    redos = [r.seconds for r in evidence.redos if not r.acknowledged]
+    repeats = [r.seconds for r in evidence.redos if r.acknowledged]
     figures: dict[str, Any] = {
         "seed": seed,
         "seconds": round(run_seconds, 1),
@@ -131,7 +151,19 @@ def run_torture(
         "items_sent": len(evidence.intents),
         "items_acknowledged": len(evidence.acked),
         "writer_calls_interrupted": evidence.interrupted_calls,
-        "items_journaled": _items_journaled(plane, universe, worlds),
+        "items_journaled": None if tally is None else tally.items_journaled,
+        "writer_redos_after_unknown_outcome": len(redos),
+        "slowest_redo_seconds": round(max(redos, default=0.0), 3),
+        "writer_redos_of_acknowledged_calls": len(repeats),
+        "oldest_redo_of_acknowledged_call_seconds": round(max(repeats, default=0.0), 3),
+        "compaction_window_seconds": window,
+        "compaction_due": due,
+        "compaction_passes": len(evidence.compactions),
+        "compaction_transactions": sum(c.transactions for c in evidence.compactions),
+        "compaction_items_reported": sum(c.items for c in evidence.compactions),
+        "compaction_entries_reported": sum(c.idempotency_entries for c in evidence.compactions),
+        "items_compacted": None if tally is None else tally.items_removed,
+        "idempotency_entries_compacted": None if tally is None else tally.entries_removed,
         "appends_acknowledged": len(evidence.appended),
         "appends_retried_after_unknown_outcome": sum(a.retried for a in evidence.appended.values()),
         "drains_acknowledged": len(evidence.drains),
@@ -233,16 +265,11 @@ def _by_code(counts: Counter[int]) -> dict[str, int]:
     return {f"{code} {ERROR_DESCRIPTIONS.get(code, '?')}": n for code, n in sorted(counts.items())}
 
 
-def _items_journaled(plane: Plane, universe: UniverseId, worlds: tuple[WorldId, ...]) -> int | None:
-    """How many items the journals hold (``None`` if one cannot be read)."""
-    count = 0
-    try:
-        for world in worlds:
-            for _, entry in plane.read_range(universe, world, 1, plane.head(universe, world)):
-                count += isinstance(decode_journal_record(entry), IngressJournalRecord)
-    except PersistError:
-        return None
-    return count
+def compaction_due(seconds: float, window: float) -> bool:
+    """Whether a run of ``seconds`` must have compacted something: items drained in its
+    first :data:`COMPACTION_SLACK_SECONDS` are marked within a sixteenth of the window (plus
+    a pass interval) and removed one window later."""
+    return seconds >= window * (1 + 2 / MARKS_PER_WINDOW) + COMPACTION_SLACK_SECONDS
 
 
 def crash_torture(ctx: Context, servers: ServerFaults | None = None) -> None:

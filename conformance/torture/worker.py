@@ -2,10 +2,11 @@
 
 Usage: ``python -m conformance.torture.worker CONFIG ROLE ID INCARNATION``
 
-``CONFIG`` is the run's ``config.json``; ``ROLE`` is ``writer``, ``appender``, ``drainer``
-or ``exporter``. The process opens the shared store, then works until it is killed,
-appending what each call durably did (and what it reported) to
-``<ROLE>-<ID>.<INCARNATION>.jsonl`` in the run's directory (fsynced after the call returned).
+``CONFIG`` is the run's ``config.json``; ``ROLE`` is ``writer``, ``appender``, ``drainer``,
+``exporter`` or ``compactor``. The process opens the shared store with the run's inbox
+window (``TortureConfig.plane_config``), then works until it is killed, appending what each
+call durably did (and what it reported) to ``<ROLE>-<ID>.<INCARNATION>.jsonl`` in the run's
+directory (fsynced after the call returned).
 
 A ``Backend`` error (a timeout while the cluster recovers, the retry limit) leaves the call's
 outcome unknown: it is logged as ``{"backend": ...}`` and the process goes on as after a
@@ -22,16 +23,20 @@ import random
 import sys
 import time
 import traceback
+from collections import deque
 from pathlib import Path
+from typing import Final
 
 from backends.kv import open_engine
 from backends.objects import open_object_store
+from conformance.cases import ConformanceFailure
 from conformance.torture.evidence import (
+    AckedCall,
     Log,
     append_resume_point,
     log_name,
-    resume_point,
     state_at,
+    writer_history,
 )
 from conformance.torture.workload import (
     TortureConfig,
@@ -44,14 +49,25 @@ from conformance.torture.workload import (
 )
 from persistence import kv
 from persistence.errors import Backend, HeadAdvanced
-from persistence.ids import WorldId
+from persistence.ids import InboxSeq, WorldId
 from persistence.plane import Plane
 from persistence.plane import calls as plane_calls
+from persistence.plane.compaction import MARKS_PER_WINDOW
+from persistence.plane.compactor import Compactor
 from segments import open_plane
 from segments.export import ExportConfig, Exporter
 
-STATS_EVERY = 50
+STATS_EVERY: Final = 50
 """Calls between two logs of the counts when the retry counts did not change."""
+REDO_EVERY: Final = 8
+"""A writer repeats one of its acknowledged calls after every this many calls."""
+REDO_AGE: Final = (0.25, 0.5)
+"""Which acknowledged calls a writer repeats: those whose first attempt began between these
+fractions of the window ago -- after several compaction passes (a mark every sixteenth of
+the window), with half the window left for the repeat itself."""
+COMPACTION_PAGE: Final = 16
+"""Items a compaction transaction removes at most: small, so that passes take several
+transactions and kills land between them."""
 
 
 class Calls:
@@ -92,36 +108,92 @@ class Calls:
 
 
 def write(plane: Plane, config: TortureConfig, writer: int, log: Log) -> None:
-    """Enqueue items forever, from the first call without an acknowledgement."""
+    """Enqueue items forever, from the first call without an acknowledgement.
+
+    A call whose outcome is unknown (the process was killed after logging the intent, or
+    the call raised ``Backend``) is redone with the same keys, by the next incarnation or at
+    once; if the first attempt landed, the redo must return its sequences. After every
+    :data:`REDO_EVERY` calls the writer also repeats one acknowledged call of
+    :data:`REDO_AGE`, logged as a ``redo``: inside the window it must get the acknowledged
+    sequences. Intents, acks and redos carry their wall-clock time (``at``): the checks
+    measure each redo from its call's first attempt, against the window."""
     calls = Calls(log)
-    n = resume_point(config.directory, writer)
+    history = writer_history(config.directory, writer)
+    n, first_at = history.resume, history.pending_since
+    recent = deque(history.acked)
     while True:
         size = call_size(n)
         target = call_world(writer, n, len(config.worlds))
-        numbers = list(range(n, n + size))
-        log.append({"writer": writer, "world": target, "intent": numbers})
-        items = [item(writer, i) for i in numbers]
-        keys = [idempotency_key(writer, i) for i in numbers]
-        world = config.worlds[target]
+        numbers = tuple(range(n, n + size))
+        now = time.time()
+        first_at = now if first_at is None else first_at
+        log.append({"writer": writer, "world": target, "intent": numbers, "at": now})
         started = time.monotonic()
         try:
-            if size == 1:
-                seqs = [plane.enqueue(config.universe, world, items[0], idempotency_key=keys[0])]
-            else:
-                seqs = plane.enqueue_batch(config.universe, world, items, idempotency_keys=keys)
+            seqs = _enqueue(plane, config, writer, target, numbers)
         except Backend as exc:
             calls.unknown(exc)
             continue  # the same call again, with the same keys
         log.append(
-            {
-                "writer": writer,
-                "world": target,
-                "ack": [[i, str(seq)] for i, seq in zip(numbers, seqs, strict=True)],
-            }
+            {"writer": writer, "world": target, "ack": _pairs(numbers, seqs), "at": time.time()}
         )
-        n += size
+        recent.append(AckedCall(first_at, target, numbers))
+        n, first_at = n + size, None
         calls.done(started)
+        if calls.count % REDO_EVERY == 0:
+            _redo_acknowledged(plane, config, writer, recent, calls, log)
         time.sleep(config.writer_pause)
+
+
+def _enqueue(
+    plane: Plane, config: TortureConfig, writer: int, target: int, numbers: tuple[int, ...]
+) -> list[InboxSeq]:
+    """Enqueue ``writer``'s items ``numbers`` into world ``target``: one ``enqueue`` or an
+    ``enqueue_batch``, as the call's size says."""
+    world = config.worlds[target]
+    items = [item(writer, i) for i in numbers]
+    keys = [idempotency_key(writer, i) for i in numbers]
+    if len(numbers) == 1:
+        return [plane.enqueue(config.universe, world, items[0], idempotency_key=keys[0])]
+    return plane.enqueue_batch(config.universe, world, items, idempotency_keys=keys)
+
+
+def _pairs(numbers: tuple[int, ...], seqs: list[InboxSeq]) -> list[list[int | str]]:
+    return [[i, str(seq)] for i, seq in zip(numbers, seqs, strict=True)]
+
+
+def _redo_acknowledged(
+    plane: Plane,
+    config: TortureConfig,
+    writer: int,
+    recent: deque[AckedCall],
+    calls: Calls,
+    log: Log,
+) -> None:
+    """Repeat the oldest acknowledged call of :data:`REDO_AGE` (each at most once), as a
+    client retrying after a lost reply does; ``recent`` drops the calls too old for it."""
+    now = time.time()
+    youngest, oldest = (now - f * config.inbox_retention_seconds for f in REDO_AGE)
+    while recent and recent[0].first_at < oldest:
+        recent.popleft()
+    if not recent or recent[0].first_at > youngest:
+        return
+    call = recent.popleft()
+    started = time.monotonic()
+    try:
+        seqs = _enqueue(plane, config, writer, call.world, call.numbers)
+    except Backend as exc:
+        calls.unknown(exc)  # not redone: the call was acknowledged already
+        return
+    log.append(
+        {
+            "writer": writer,
+            "world": call.world,
+            "redo": _pairs(call.numbers, seqs),
+            "at": time.time(),
+        }
+    )
+    calls.done(started)
 
 
 def append(plane: Plane, config: TortureConfig, appender: int, log: Log) -> None:
@@ -268,11 +340,44 @@ def _export_world(
         )
 
 
+def compact(plane: Plane, config: TortureConfig, log: Log) -> None:
+    """Compaction passes over the run's worlds forever, twice per mark interval (a
+    sixteenth of the window: the compactor's documented cadence), each logged with what it
+    reported removing."""
+    compactor = Compactor(plane, max_items=COMPACTION_PAGE)
+    calls = Calls(log)
+    pause = config.inbox_retention_seconds / MARKS_PER_WINDOW / 2
+    while True:
+        started = time.monotonic()
+        try:
+            totals = compactor.run([config.universe])
+        except Backend as exc:
+            calls.unknown(exc)
+            continue
+        if totals.failures:
+            _, world, problem = totals.failures[0]
+            raise ConformanceFailure(f"compaction of world {world} failed: {problem}")
+        log.append(
+            {
+                "compaction": totals.worlds,
+                "transactions": totals.transactions,
+                "items": totals.compaction.items,
+                "idempotency_entries": totals.compaction.idempotency_entries,
+            }
+        )
+        calls.done(started)
+        time.sleep(pause)
+
+
 def _open(config: TortureConfig, log: Log) -> Plane:
     """Open the shared store, waiting out a cluster that is recovering."""
     while True:
         try:
-            return open_plane(open_engine(config.kv_url), open_object_store(config.objects_url))
+            return open_plane(
+                open_engine(config.kv_url),
+                open_object_store(config.objects_url),
+                config.plane_config(),
+            )
         except Backend as exc:
             log.append({"backend": f"{type(exc).__name__}: {exc}"})
             time.sleep(0.2)
@@ -297,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
             drain(plane, config, ident, log)
         elif role == "exporter":
             export(plane, config, log)
+        elif role == "compactor":
+            compact(plane, config, log)
         else:
             raise ValueError(f"unknown role {role!r}")
     except Exception as exc:

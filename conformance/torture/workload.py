@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from conformance.cases import CaseSkipped
 from persistence import cbor
 from persistence.ids import UniverseId, WorldId
+from persistence.plane import PlaneConfig
 from persistence.records import (
     DomainEventIngress,
     decode_inbox_item,
@@ -101,6 +102,9 @@ class TortureConfig:
     worlds: tuple[WorldId, ...]
     directory: Path
     seed: int
+    inbox_retention_seconds: float
+    """The run's inbox window: every plane of the run is opened with it
+    (:meth:`plane_config`)."""
     writer_pause: float = 0.001
     """Seconds a writer sleeps between calls (so that drains keep up and logs stay small)."""
     export_target_entries: int = 25
@@ -117,6 +121,10 @@ class TortureConfig:
         )
         path.write_text(json.dumps(data, indent=1))
         return path
+
+    def plane_config(self) -> PlaneConfig:
+        """The plane configuration of every worker: the run's inbox window."""
+        return PlaneConfig(inbox_retention_seconds=self.inbox_retention_seconds)
 
     @classmethod
     def load(cls, path: Path) -> TortureConfig:

@@ -3,6 +3,7 @@ violation, and its checks must catch violations planted in an otherwise clean st
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -14,21 +15,33 @@ from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
 from conformance.cases import CaseSkipped, TortureSize
-from conformance.torture.checks import check_pending, check_store
+from conformance.torture.checks import (
+    InboxTally,
+    check_pending,
+    check_store,
+    inbox_tally,
+    read_inbox,
+)
 from conformance.torture.evidence import (
+    AckedCall,
     AppendAck,
+    CompactionAck,
     DrainAck,
     Evidence,
     Log,
+    RedoAck,
     SegmentAck,
     SnapshotAck,
     append_resume_point,
     log_name,
+    read_evidence,
     state_at,
+    writer_history,
 )
 from conformance.torture.monitor import Monitor
-from conformance.torture.run import run_torture
+from conformance.torture.run import compaction_due, run_torture
 from conformance.torture.workload import (
+    ItemId,
     append_entry,
     call_size,
     call_world,
@@ -37,15 +50,17 @@ from conformance.torture.workload import (
     item,
 )
 from persistence import kv
-from persistence.ids import UniverseId, WorldId
+from persistence.ids import InboxSeq, UniverseId, WorldId
 from persistence.keyspace import WorldKeys
-from persistence.plane import Plane
+from persistence.plane import Plane, PlaneConfig
+from persistence.plane.compactor import Compactor
 from persistence.records import InboxCursor
 from segments import open_plane
 from segments.export import ExportConfig, Exporter
 from tests.fdb_cluster import FdbCluster, clear_keyspace
 
 SEED = 20_240_607
+SEQ = "00" * 12
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "fdb"])
@@ -79,12 +94,22 @@ def test_seeded_torture_with_local_objects(
     assert not report.violations, "\n".join(report.violations[:20])
     print(kind, figures)  # the run's figures, for -s
     assert figures["kills"] >= 40
-    assert min(figures["kills_writer"], figures["kills_drainer"], figures["kills_exporter"]) >= 3
+    kills = [figures[f"kills_{role}"] for role in ("writer", "drainer", "exporter", "compactor")]
+    assert min(kills) >= 3
     assert figures["writer_calls_interrupted"] >= 1  # a call repeated after a kill
+    assert figures["writer_redos_after_unknown_outcome"] >= 1
     assert figures["items_acknowledged"] >= 1_000
     assert figures["items_journaled"] >= figures["items_acknowledged"]
     assert figures["promotions_acknowledged"] >= 10 and figures["segments"] >= 10
     assert figures["monitor_samples"] >= 100
+    # Compaction ran among them: it removed consumed items with their idempotency entries
+    # while writers repeated acknowledged calls inside the window (each deduplicated).
+    assert figures["compaction_due"] and figures["compaction_window_seconds"] == 8.0
+    assert figures["items_compacted"] >= 500
+    assert figures["idempotency_entries_compacted"] == figures["items_compacted"]
+    assert 0 < figures["compaction_items_reported"] <= figures["items_compacted"]
+    assert figures["writer_redos_of_acknowledged_calls"] >= 50
+    assert figures["oldest_redo_of_acknowledged_call_seconds"] >= 2.0  # a quarter window
 
 
 @pytest.mark.parametrize(
@@ -107,10 +132,19 @@ def test_stores_inside_one_process_are_refused(kv_url: str, objects_url: str, na
 Store = tuple[Plane, UniverseId, tuple[WorldId, ...], Evidence]
 
 
+WINDOW = 60.0
+"""The doctored stores' inbox window (seconds)."""
+START_NS = 1_000 * 10**9
+"""The compactor's clock at the first pass over a doctored store."""
+
+
 def clean_store() -> Store:
-    """Two writers' items in two worlds, drained, snapshotted, promoted and exported, with
-    the evidence the torture's processes would have logged for it."""
-    plane = open_plane(MemoryEngine(), MemoryObjectStore())
+    """Two writers' items in two worlds, drained, snapshotted, promoted and exported, the
+    first drained items compacted (the others consumed but kept), with the evidence the
+    torture's processes would have logged for it."""
+    plane = open_plane(
+        MemoryEngine(), MemoryObjectStore(), PlaneConfig(inbox_retention_seconds=WINDOW)
+    )
     universe = UniverseId.new()
     worlds = (WorldId.new(), WorldId.new())
     for world in worlds:
@@ -122,6 +156,7 @@ def clean_store() -> Store:
             numbers = range(n, n + call_size(n))
             target = call_world(writer, n, len(worlds))
             evidence.intents.update({(writer, i): target for i in numbers})
+            evidence.first_tried.update({(writer, i): time.time() for i in numbers})
             seqs = plane.enqueue_batch(
                 universe,
                 worlds[target],
@@ -132,6 +167,13 @@ def clean_store() -> Store:
                 {(writer, i): (target, s) for i, s in zip(numbers, seqs, strict=True)}
             )
             n = numbers[-1] + 1
+    for index, world in enumerate(worlds):  # consumed before the first compaction pass
+        drained = plane.drain_inbox_to_journal(universe, world, max_items=3)
+        assert drained.cursor is not None
+        evidence.drains.append(
+            DrainAck("drainer-0.0", index, drained.first_height, drained.count, drained.cursor)
+        )
+    compact(plane, universe, evidence, START_NS)  # marks the cursors
     exporter = Exporter(plane, ExportConfig(enabled=True, target_entries=4))
     for index, world in enumerate(worlds):
         for n in range(3):  # appender `index` writes straight to world `index`
@@ -160,7 +202,22 @@ def clean_store() -> Store:
             evidence.segments.append(
                 SegmentAck(index, segment.start, segment.end, segment.checksum)
             )
+    # One window after the marks: the first three items of each world go, the rest stay.
+    compact(plane, universe, evidence, START_NS + round(WINDOW * 1e9))
     return plane, universe, worlds, evidence
+
+
+def compact(plane: Plane, universe: UniverseId, evidence: Evidence, at_ns: int) -> None:
+    """A compaction pass at ``at_ns`` on the compactor's clock, logged as a compactor would."""
+    totals = Compactor(plane, max_items=2, now_ns=lambda: at_ns).run([universe])
+    evidence.compactions.append(
+        CompactionAck(
+            "compactor-0.0",
+            totals.transactions,
+            totals.compaction.items,
+            totals.compaction.idempotency_entries,
+        )
+    )
 
 
 def violations_of(store: Store) -> list[str]:
@@ -171,8 +228,13 @@ def violations_of(store: Store) -> list[str]:
 
 
 def test_a_clean_store_has_no_violations() -> None:
+    """Including the consumed items compaction removed, and those it kept."""
     store = clean_store()
-    assert store[3].segments and len(store[3].acked) == 24 and len(store[3].appended) == 6
+    plane, universe, worlds, evidence = store
+    assert evidence.segments and len(evidence.acked) == 24 and len(evidence.appended) == 6
+    assert [c.items for c in evidence.compactions] == [0, 6]
+    tally = inbox_tally(plane, universe, worlds)
+    assert tally == InboxTally(items_journaled=24, items_removed=6, entries_removed=6)
     assert violations_of(store) == []
 
 
@@ -266,7 +328,73 @@ def promotion_reported_but_not_journaled(store: Store) -> None:
     evidence.snapshots.append(SnapshotAck(1, height, record.snapshot_ref, True, True))
 
 
+def _pending(store: Store) -> tuple[WorldKeys, InboxSeq, bytes]:
+    """A new acknowledged item pending in world 0: its world's keys, sequence and key."""
+    plane, universe, worlds, evidence = store
+    key = idempotency_key(0, 99)
+    seq = plane.enqueue(universe, worlds[0], item(0, 99), idempotency_key=key)
+    evidence.intents[(0, 99)] = 0
+    evidence.acked[(0, 99)] = (0, seq)
+    return WorldKeys(universe, worlds[0]), seq, key
+
+
+def item_removed_above_the_cursor(store: Store) -> None:
+    """As a compaction that ignored the cursor would: the item and its entry."""
+    keys, seq, key = _pending(store)
+
+    def remove(tr: kv.Transaction) -> None:
+        tr.clear(keys.inbox_item(seq))
+        tr.clear(keys.inbox_idempotency(key))
+
+    kv.run(store[0].engine, remove)
+
+
+def entry_of_a_pending_item_removed(store: Store) -> None:
+    keys, _, key = _pending(store)
+    kv.run(store[0].engine, lambda tr: tr.clear(keys.inbox_idempotency(key)))
+
+
+def _compacted_item(store: Store) -> tuple[ItemId, int]:
+    """An acknowledged item compaction removed, and its world."""
+    plane, universe, worlds, evidence = store
+    left = {w: read_inbox(plane, universe, world).items for w, world in enumerate(worlds)}
+    return next((k, w) for k, (w, seq) in sorted(evidence.acked.items()) if seq not in left[w])
+
+
+def redo_inside_the_window_got_a_new_sequence(store: Store) -> None:
+    """A writer repeats an acknowledged call a second after its first attempt, but its
+    item and entry are gone (as if compacted before the window ended): a new item."""
+    plane, universe, worlds, evidence = store
+    (writer, n), world = _compacted_item(store)
+    seq = plane.enqueue(
+        universe, worlds[world], item(writer, n), idempotency_key=idempotency_key(writer, n)
+    )
+    now = time.time()
+    evidence.first_tried[(writer, n)] = now - 1.0
+    evidence.redos.append(RedoAck("writer-0.1", writer, world, ((n, seq),), now - 1.0, now, True))
+
+
+def redo_later_than_the_window(store: Store) -> None:
+    evidence = store[3]
+    (writer, n), world = _compacted_item(store)
+    seq = evidence.acked[(writer, n)][1]
+    now = time.time()
+    evidence.redos.append(
+        RedoAck("writer-0.1", writer, world, ((n, seq),), now - WINDOW - 1, now, False)
+    )
+
+
+def compaction_reported_more_than_it_removed(store: Store) -> None:
+    evidence = store[3]
+    evidence.compactions[-1] = replace(evidence.compactions[-1], items=7)
+
+
 PLANTED: list[tuple[Callable[[Store], None], str]] = [
+    (item_removed_above_the_cursor, "removed: acknowledged item w0#99 (world 0"),
+    (entry_of_a_pending_item_removed, "its idempotency entry b'torture/0/99' is gone"),
+    (redo_inside_the_window_got_a_new_sequence, "dedup: writer-0.1's redo of w"),
+    (redo_later_than_the_window, "beyond the run's 60 s window"),
+    (compaction_reported_more_than_it_removed, "compaction: passes reported removing 7 items"),
     (duplicate_append, "duplicate: appended entry a1#0 at world 1"),
     (phantom_append, "phantom: appended entry a0#7"),
     (append_reported_at_another_height, "append: a0#1 was reported at world 0 height"),
@@ -303,6 +431,38 @@ def test_the_monitor_catches_a_cursor_moving_back() -> None:
     kv.run(plane.engine, lambda tr: tr.set(keys.inbox_cursor(), InboxCursor(first).to_cbor()))
     monitor.sample(0, worlds[0])
     assert any("cursor moved back" in v for v in monitor.violations), monitor.violations
+
+
+def test_a_writer_resumes_at_its_first_unacknowledged_call(tmp_path: Path) -> None:
+    """Its history: where to resume, when that call was first tried (two incarnations
+    tried it), and when each acknowledged call's first attempt began."""
+    for incarnation, lines in enumerate(
+        [
+            [{"intent": [0], "at": 10.0}, {"ack": [[0, SEQ]], "at": 10.5}],
+            [{"intent": [1], "at": 11.0}, {"ack": [[1, SEQ]], "at": 11.5}],
+            [{"intent": [2, 3, 4], "at": 12.0}],
+            [{"intent": [2, 3, 4], "at": 13.0}],
+        ]
+    ):
+        log = Log(tmp_path / log_name("writer", 0, incarnation))
+        for line in lines:
+            log.append({"writer": 0, "world": 1, **line})
+    history = writer_history(tmp_path, 0)
+    assert (history.resume, history.pending_since) == (2, 12.0)
+    assert history.acked == [AckedCall(10.0, 1, (0,)), AckedCall(11.0, 1, (1,))]
+    log.append({"writer": 0, "world": 1, "ack": [[2, SEQ], [3, SEQ], [4, SEQ]], "at": 14.0})
+    log.append({"writer": 0, "world": 1, "redo": [[0, SEQ]], "at": 15.0})
+    evidence = read_evidence(tmp_path)
+    assert [(r.items[0][0], r.first_at, r.at, r.acknowledged) for r in evidence.redos] == [
+        (2, 12.0, 14.0, False),  # the call two incarnations tried, acknowledged by the last
+        (0, 10.0, 15.0, True),
+    ]
+    assert writer_history(tmp_path, 0).resume == 5
+
+
+def test_compaction_is_due_one_window_and_two_mark_intervals_after_the_start() -> None:
+    assert not compaction_due(13.9, 8.0)
+    assert compaction_due(14.0, 8.0)
 
 
 def test_an_appender_resumes_at_its_last_unknown_attempt(tmp_path: Path) -> None:
