@@ -84,7 +84,9 @@ def open_store(data_dir: Path) -> Plane:
     return open_plane(SqliteEngine(data_dir / "aos.db"), LocalObjectStore(data_dir / "objects"))
 
 
-def _item(writer: int, index: int, blob: Hash) -> InboxItem:
+def demo_item(writer: int, index: int, blob: Hash) -> InboxItem:
+    """The demo's ``index``-th item of ``writer``: the five item kinds in turn, each tagged
+    with its writer, index and ``blob`` (read back with :func:`item_payload`)."""
     tag = cbor.encode({"writer": writer, "index": index, "blob": blob.digest})
     kind = index % 5
     if kind == 0:
@@ -110,7 +112,7 @@ def _writer(data_dir: str, universe: str, worlds: list[str], writer: int, items:
         blob_bytes += size
         world = WorldId.parse(worlds[(writer + index) % len(worlds)])
         plane.enqueue(
-            u, world, _item(writer, index, blob), idempotency_key=f"{writer}/{index}".encode()
+            u, world, demo_item(writer, index, blob), idempotency_key=f"{writer}/{index}".encode()
         )
     plane.engine.close()
     return blob_bytes
@@ -226,7 +228,7 @@ def _verify(
                 if last_seq is not None and not record.seq > last_seq:
                     ordered = False
                 last_seq = record.seq
-                tag: dict[str, Any] = cbor.decode(_payload(decode_inbox_item(record.item)))
+                tag: dict[str, Any] = cbor.decode(item_payload(decode_inbox_item(record.item)))
                 key = (tag["writer"], tag["index"])
                 seen[key] = seen.get(key, 0) + 1
                 per_writer.setdefault(tag["writer"], []).append(tag["index"])
@@ -253,7 +255,8 @@ def _verify(
     }
 
 
-def _payload(item: InboxItem) -> bytes:
+def item_payload(item: InboxItem) -> bytes:
+    """The CBOR payload of any item kind (a domain event's value)."""
     if isinstance(item, DomainEventIngress):
         return item.value_cbor
     return item.payload_cbor

@@ -160,15 +160,32 @@ def _server_faults(args: argparse.Namespace) -> ServerFaults | None:
     return None
 
 
-SUITES = ("engine", "plane", "cas", "segments", "spark", "fdb")
+SUITES = ("engine", "plane", "cas", "segments", "spark", "steady", "fdb")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run benchmark suites; print each figure against its peer or limit."""
-    from aosp.benchmarks import Figure, cas, engine, fdb, plane, segments, spark
+    from aosp.benchmarks import Figure, cas, engine, fdb, plane, segments, spark, steady
 
     if not 0 < args.seconds < float("inf"):
         raise UsageError(f"--seconds must be a positive number, not {args.seconds}")
+    # checked here, before any suite runs (SteadyConfig names its fields, not the options)
+    if args.steady_worlds < 1:
+        raise UsageError(f"--steady-worlds must be at least 1, not {args.steady_worlds}")
+    for option, value in (
+        ("--steady-seconds", args.steady_seconds),
+        ("--steady-rate", args.steady_rate),
+    ):
+        if not 0 < value < float("inf"):
+            raise UsageError(f"{option} must be a positive number, not {value}")
+    steady_config = steady.SteadyConfig(
+        worlds=args.steady_worlds, seconds=args.steady_seconds, rate=args.steady_rate
+    )
+
+    suites = args.suites or [s for s in SUITES if s != "fdb" or args.fdb]
+    plot = args.plot or steady.default_plot_path()
+    if "steady" in suites:
+        make_directory(plot.parent, "--plot")  # before the runs, not after them
 
     runners: dict[str, Callable[..., list[Figure]]] = {
         "engine": engine.run,
@@ -176,10 +193,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "cas": cas.run,
         "segments": segments.run,
         "spark": spark.run,
+        "steady": lambda seconds, progress: steady.run(steady_config, plot, progress),
         "fdb": functools.partial(fdb.run, fdb_url=args.fdb),
     }
     figures: list[Figure] = []
-    for suite in args.suites or [s for s in SUITES if s != "fdb" or args.fdb]:
+    for suite in suites:
         figures.extend(runners[suite](seconds=args.seconds, progress=_progress(args)))
     if args.json:
         print_json([f.to_json() for f in figures])
@@ -259,5 +277,28 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         metavar="URL",
         help="a FoundationDB cluster for the fdb suite (fdb:///path/fdb.cluster?...); "
         "without it the fdb suite is left out of a run of every suite",
+    )
+    bench.add_argument(
+        "--steady-seconds",
+        type=float,
+        default=180.0,
+        help="steady suite: length of each of its two runs (default 180; --seconds does "
+        "not apply to it; at least 4 retention windows of 10 s)",
+    )
+    bench.add_argument(
+        "--steady-worlds", type=int, default=100, help="steady suite: worlds (default 100)"
+    )
+    bench.add_argument(
+        "--steady-rate",
+        type=float,
+        default=100.0,
+        help="steady suite: items enqueued per second over all worlds (default 100)",
+    )
+    bench.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PNG",
+        help="steady suite: where to write the plot (default docs/steady-state.png if ./docs "
+        "is a directory, else ./steady-state.png)",
     )
     bench.set_defaults(run=cmd_bench)
