@@ -17,7 +17,7 @@ from typing import Final
 from persistence import kv
 from persistence.fdbtuple import Versionstamp, unpack
 from persistence.ids import InboxSeq
-from persistence.keyspace import WorldKeys
+from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.records import InboxCursor, decode_record
 
 PAGE_ROWS: Final = 1_000
@@ -30,11 +30,13 @@ FAMILIES: Final = (
     "idempotency",
     "call_records",
     "snapshots",
+    "segment_index",
     "bookkeeping",
 )
 """The key families, in report order. ``journal`` counts entries (an entry of several
 chunks is one), the others keys; ``bookkeeping`` is the head, cursor, meta, notify counter,
-export marker, pins and anything else."""
+export marker, pins and anything else. ``segment_index`` counts the world's segment index
+records, which live among its universe's keys."""
 
 
 @dataclass(slots=True)
@@ -91,8 +93,8 @@ def _page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[tuple[bytes, byt
     return list(tr.get_range(begin, end, limit=PAGE_ROWS, snapshot=True))
 
 
-def _pages(engine: kv.Engine, keys: WorldKeys) -> Iterator[list[tuple[bytes, bytes]]]:
-    begin, end = keys.all()
+def _pages(engine: kv.Engine, span: tuple[bytes, bytes]) -> Iterator[list[tuple[bytes, bytes]]]:
+    begin, end = span
     while rows := _page(engine, begin, end):
         yield rows
         if len(rows) < PAGE_ROWS:
@@ -111,7 +113,11 @@ def measure(engine: kv.Engine, keys: WorldKeys) -> HotState:
     cursor = _cursor(engine, keys)
     state = HotState()
     prefix = keys.prefix_len()
-    for rows in _pages(engine, keys):
+    segments = state.families["segment_index"]
+    for rows in _pages(engine, UniverseKeys(keys.universe).segment_range(keys.world)):
+        segments.count += len(rows)
+        segments.bytes += sum(len(key) + len(value) for key, value in rows)
+    for rows in _pages(engine, keys.all()):
         for key, value in rows:
             try:
                 path = unpack(key, prefix)

@@ -87,6 +87,7 @@ def test_inspect_counts_hot_keys_by_family(store: Store) -> None:
     # The demo drained every item: all consumed, one idempotency entry each, none pending.
     assert detail["hot"]["inbox_pending"]["count"] == 0
     assert detail["hot"]["inbox_consumed"]["count"] == detail["hot"]["idempotency"]["count"] > 0
+    assert detail["hot"]["segment_index"]["count"] == detail["segments"] > 0
     listing = aosp("inspect", *store.args("--json", "--quiet", "--hot")).json()
     row = next(r for r in listing["worlds"] if r["world"] == store.world)
     assert row["hot"] == detail["hot"] and row["consumed"] == detail["consumed"]

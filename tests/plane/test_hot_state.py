@@ -21,6 +21,7 @@ def test_a_new_world_holds_bookkeeping_and_its_genesis_snapshot(
     counts = {name: f.count for name, f in state.families.items()}
     assert list(counts) == list(FAMILIES)
     assert counts["journal"] == counts["inbox_pending"] == counts["idempotency"] == 0
+    assert counts["segment_index"] == 0
     assert counts["snapshots"] == 2  # the genesis record by height and as active baseline
     assert counts["bookkeeping"] >= 2  # meta and head at least
     assert state.bytes == sum(f.bytes for f in state.families.values()) > 0
