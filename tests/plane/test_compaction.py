@@ -390,16 +390,22 @@ def test_fsck_warns_of_a_mark_dated_in_the_future(
     assert warning.area == "inbox" and "runs ahead" in warning.message
 
 
-def test_a_retry_after_an_applied_unknown_result_reports_what_it_removed() -> None:
+def four_consumed_and_marked() -> tuple[FaultInjector, Plane, UniverseId, WorldId, Clock]:
+    """A world on a fault-injected memory engine with 4 items drained and marked consumed
+    at the clock's time (so they are removable one window later)."""
     injector = FaultInjector()
-    engine = FaultyEngine(MemoryEngine(), injector)
-    plane = open_plane(engine, MemoryObjectStore())
+    plane = open_plane(FaultyEngine(MemoryEngine(), injector), MemoryObjectStore())
     u, w, clock = UniverseId.new(), WorldId.new(), Clock()
     plane.create_world(u, w)
     for n in range(4):
         enqueue(plane, u, w, n)
     drain(plane, u, w)
     compact(plane, u, w, clock)
+    return injector, plane, u, w, clock
+
+
+def test_a_retry_after_an_applied_unknown_result_reports_what_it_removed() -> None:
+    injector, plane, u, w, clock = four_consumed_and_marked()
     clock.now += retention(plane)
     injector.fail_commit(1, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=True)
     assert plane.compact_inbox(u, w, max_items=3, now_ns=clock) == InboxCompaction(3, 3, more=True)
@@ -410,15 +416,7 @@ def test_a_retry_after_an_applied_unknown_result_reports_what_it_removed() -> No
 def test_a_late_attempt_is_reported_when_the_clock_steps_back_before_the_retry() -> None:
     """The first attempt removes 4 items and is held (a late 1021); the clock then steps back
     1 ns (an NTP step). The retry must still see that work, write, and so report it."""
-    injector = FaultInjector()
-    engine = FaultyEngine(MemoryEngine(), injector)
-    plane = open_plane(engine, MemoryObjectStore())
-    u, w, clock = UniverseId.new(), WorldId.new(), Clock()
-    plane.create_world(u, w)
-    for n in range(4):
-        enqueue(plane, u, w, n)
-    drain(plane, u, w)
-    compact(plane, u, w, clock)
+    injector, plane, u, w, _ = four_consumed_and_marked()
     readings = iter([T0 + retention(plane), T0 + retention(plane) - 1])
     injector.fail_commit(1, fdb_errors.COMMIT_UNKNOWN_RESULT, late=True)
     assert plane.compact_inbox(u, w, now_ns=lambda: next(readings)) == InboxCompaction(4, 4)
