@@ -9,6 +9,7 @@ them), saying so.
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -62,9 +63,21 @@ def _fdb_local(*args: object) -> str:
     return done.stdout.strip()
 
 
+def _listening_port(processes: int) -> int:
+    """A first port for ``processes`` servers below the kernel's ephemeral range. fdb-local's
+    default (20000-39999) reaches into it, and a server killed and restarted by the
+    server-kill torture could find its port taken meanwhile as the source port of one of the
+    many client connections, and die at once."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    return random.randrange(20000, max(20001, ephemeral - processes))
+
+
 def start_cluster(directory: Path, processes: int = 1) -> FdbCluster:
     """Start a cluster of ``processes`` fdbserver processes under ``directory``."""
-    cluster_file = Path(_fdb_local("start", directory, "", processes))
+    cluster_file = Path(_fdb_local("start", directory, _listening_port(processes), processes))
     library = Path(_fdb_local("bin")) / "lib" / "libfdb_c.so"
     return FdbCluster(directory, cluster_file, library, processes)
 
