@@ -216,6 +216,7 @@ class Plane:
         segments: SegmentSource | None = None,
         *,
         hooks: StepHooks = NO_HOOKS,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         if not isinstance(engine, Engine):
             raise Validation("engine", f"expected an Engine, got {type(engine).__name__}")
@@ -223,11 +224,16 @@ class Plane:
             raise Validation("objects", f"expected an ObjectStore, got {type(objects).__name__}")
         if config is not None and not isinstance(config, PlaneConfig):
             raise Validation("config", f"expected a PlaneConfig, got {type(config).__name__}")
+        if not callable(clock):
+            raise Validation("clock", f"expected a function, got {type(clock).__name__}")
         self.engine = engine
         self.objects = objects
         self.segments = segments
         self.hooks = hooks
         self.config = config or PlaneConfig()
+        self.clock = clock
+        """The wall clock (nanoseconds since the epoch) of call ids, creation and claim times
+        and inbox compaction."""
         self.budget = budget.budget(engine)
         """Bytes one transaction of this plane may count (``plane/budget.py``)."""
         self.cas = Cas(
@@ -243,7 +249,11 @@ class Plane:
 
     def _call(self) -> Call:
         """A new write call: its id is drawn here, outside the retry loop."""
-        return Call.new(self.config.call_record_seconds)
+        return Call.new(self.config.call_record_seconds, self._now())
+
+    def _now(self) -> int:
+        """The plane's clock, checked: nanoseconds since the epoch."""
+        return check_int(self.clock(), "clock", 0, budget.LATEST_NS)
 
     # ------------------------------------------------------------------ CAS (Protocol A)
 
@@ -297,7 +307,7 @@ class Plane:
         keys = _world_keys(universe, world)
         check_bytes(genesis_state, "genesis_state")
         meta = WorldMeta(
-            created_ns=time.time_ns(),
+            created_ns=self._now(),
             handle=None if handle is None else check_text(handle, "handle"),
         )
         if worlds.world_exists(self.engine, keys):
@@ -645,15 +655,16 @@ class Plane:
         world: WorldId,
         *,
         max_items: int = 1_000,
-        now_ns: Callable[[], int] = time.time_ns,
+        now_ns: Callable[[], int] | None = None,
     ) -> InboxCompaction:
         """One inbox compaction transaction (``plane/compaction.py``): mark the cursor if a
         mark is due, then remove up to ``max_items`` items consumed at least
         ``config.inbox_retention_seconds`` ago (by the marks) with their idempotency
         entries; call again while the result's ``more``. Never removes an item above the
-        cursor. ``now_ns`` is the clock (nanoseconds since the epoch)."""
+        cursor. ``now_ns`` is the clock (nanoseconds since the epoch; the plane's by default)."""
         keys = _world_keys(universe, world)
         check_int(max_items, "max_items", 1, self.config.max_batch_entries)
+        now_ns = self.clock if now_ns is None else now_ns
         if not callable(now_ns):
             raise Validation("now_ns", f"expected a function, got {type(now_ns).__name__}")
         limits = compaction.CompactionLimits(
@@ -778,7 +789,7 @@ class Plane:
         keys = _universe_keys(universe)
         check_id(seq, InboxSeq, "seq")
         check_text(worker, "worker")
-        return effects.claim(self.engine, keys, seq, worker, time.time_ns(), self._call())
+        return effects.claim(self.engine, keys, seq, worker, self._now(), self._call())
 
     @traced("effects.complete")
     def complete_effect(self, universe: UniverseId, seq: InboxSeq, intent: Hash) -> None:

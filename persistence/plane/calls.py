@@ -60,11 +60,11 @@ class Call:
     attempts: int = 0
 
     @classmethod
-    def new(cls, window_seconds: float = DEFAULT_WINDOW_SECONDS) -> Call:
-        """A call starting now."""
+    def new(cls, window_seconds: float = DEFAULT_WINDOW_SECONDS, now_ns: int | None = None) -> Call:
+        """A call starting at ``now_ns`` (nanoseconds since the epoch; now by default)."""
         if not window_seconds > 0:
             raise Validation("call_record_seconds", f"must be positive, got {window_seconds!r}")
-        stamp = time.time_ns().to_bytes(8, "big")
+        stamp = (time.time_ns() if now_ns is None else now_ns).to_bytes(8, "big")
         return cls(stamp + os.urandom(CALL_ID_BYTES - 8), int(window_seconds * 1e9))
 
     @property

@@ -39,20 +39,21 @@ class CompactionTotals:
 
 class Compactor:
     """Runs inbox compaction passes with ``plane`` (its config's window), removing at most
-    ``max_items`` items per transaction, reading time from ``now_ns``."""
+    ``max_items`` items per transaction, reading time from ``now_ns`` (the plane's clock by
+    default)."""
 
     def __init__(
         self,
         plane: Plane,
         *,
         max_items: int = 1_000,
-        now_ns: Clock = time.time_ns,
+        now_ns: Clock | None = None,
         progress: Progress | None = None,
     ) -> None:
         check_int(max_items, "max_items", 1, plane.config.max_batch_entries)
         self.plane = plane
         self.max_items = max_items
-        self.now_ns = now_ns
+        self.now_ns = plane.clock if now_ns is None else now_ns
         self.progress = progress
 
     def compact_world(self, universe: UniverseId, world: WorldId) -> tuple[InboxCompaction, int]:

@@ -346,6 +346,15 @@ for name, make, names in SURROGATE_RECORDS:
 case("Plane.engine", lambda s: Plane(None, s.objects), names="engine")  # type: ignore[arg-type]
 case("Plane.objects", lambda s: Plane(s.engine, "memory://"), names="objects")  # type: ignore[arg-type]
 case("Plane.config", lambda s: Plane(s.engine, s.objects, {}), names="config")  # type: ignore[arg-type]
+case("Plane.clock", lambda s: Plane(s.engine, s.objects, clock=5), names="clock")  # type: ignore[arg-type]
+for i, bad_clock in enumerate([lambda: -1, lambda: 1.5, lambda: 2**64, lambda: None]):
+    case(
+        f"Plane.clock:{i}",
+        lambda s, c=bad_clock: Plane(s.engine, s.objects, clock=c).append_batch(  # type: ignore[misc]
+            U, W, 0, [b"x"]
+        ),
+        names="clock",
+    )
 for index, (name, value) in enumerate(
     [
         ("inline_threshold", 10**6),
@@ -515,7 +524,7 @@ bad_args(
     "compact_inbox",
     COMPACT,
     "now_ns",
-    [None, 5, "now", lambda: -1, lambda: 1.5, lambda: 2**64, lambda: None],
+    [5, "now", lambda: -1, lambda: 1.5, lambda: 2**64, lambda: None],
 )
 
 DRAIN = world_args(lambda s: {"max_items": 10, "max_bytes": 1024})
