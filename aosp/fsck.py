@@ -26,12 +26,11 @@ segments), so it imports the ``segments`` package inside functions.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from persistence import kv
+from persistence import fdbtuple, kv
 from persistence.errors import (
     Corruption,
     CorruptRecord,
@@ -44,9 +43,11 @@ from persistence.errors import (
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
 from persistence.plane import Plane, compaction
-from persistence.plane.cas import object_key
+from persistence.plane.cas_bodies import doom_is_stale, object_key
 from persistence.records import (
+    CasDoom,
     CasMeta,
+    CasPin,
     ExportMarker,
     InboxCursor,
     InboxEnvelope,
@@ -114,6 +115,13 @@ class FsckReport:
             "checked": dict(sorted(self.checked.items())),
             "findings": [f.to_json() for f in self.findings],
         }
+
+
+@kv.transactional
+def _range_page(
+    tr: kv.Transaction, begin: bytes, end: bytes, limit: int
+) -> list[tuple[bytes, bytes]]:
+    return tr.get_range(begin, end, limit=limit, snapshot=True)
 
 
 @kv.transactional
@@ -222,6 +230,43 @@ class Fsck:
                 self._check_blob(universe, key[prefix:], raw)
             begin = rows[-1][0] + b"\x00"
             self._progress(f"cas of {universe}: {self.report.checked.get('cas bodies', 0)} bodies")
+        self._check_pins_and_dooms(universe, keys)
+
+    def _check_pins_and_dooms(self, universe: UniverseId, keys: UniverseKeys) -> None:
+        """Bodies pinned by puts in flight are not orphans; a doom is a collection in
+        progress, or (past its lease) one a crashed collector left: puts of it wait."""
+        now = self.plane.clock()
+        for name, (begin, end) in (("pin", keys.cas_pins()), ("doom", keys.cas_dooms())):
+            prefix = len(begin) - 1
+            while rows := _range_page(self.plane.engine, begin, end, 1_000):
+                for key, raw in rows:
+                    self.report.count(f"cas {name}s")
+                    try:
+                        digest = fdbtuple.unpack(key, prefix)[0]
+                        hash = Hash(digest)  # type: ignore[arg-type]
+                        record = decode_record(CasPin if name == "pin" else CasDoom, raw, name)
+                    except (ValueError, IndexError, PersistError) as exc:
+                        self._add("error", "cas", universe, None, key.hex(), f"cas {name}: {exc}")
+                        continue
+                    if isinstance(record, CasPin):
+                        self._in_flight.add(object_key(universe, hash))
+                    elif isinstance(record, CasDoom):
+                        stale = doom_is_stale(record, now)
+                        self._add(
+                            "warning",
+                            "cas",
+                            universe,
+                            None,
+                            hash.hex,
+                            f"body being collected since {(now - record.at_ns) / 1e9:.0f} s"
+                            + (
+                                " (its collector is gone: aosp compact --orphans finishes it; "
+                                "puts of this body wait until then)"
+                                if stale
+                                else ""
+                            ),
+                        )
+                begin = rows[-1][0] + b"\x00"
 
     def _check_blob(self, universe: UniverseId, packed_hash: bytes, raw: bytes) -> None:
         from persistence.fdbtuple import unpack
@@ -502,7 +547,7 @@ class Fsck:
         let it remove items never drained."""
         marks = kv.run(self.plane.engine, lambda tr: compaction.read_marks(tr, keys))
         self.report.count("consumed marks", len(marks))
-        now = time.time_ns()
+        now = self.plane.clock()
         for at_ns, seq in marks:
             if at_ns > now + FUTURE_MARK_NS:
                 self._add(

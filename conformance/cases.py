@@ -37,7 +37,7 @@ from persistence.plane import Plane
 from persistence.plane import inbox as inbox_protocol
 from persistence.plane import journal as journal_protocol
 from persistence.plane.calls import Call
-from persistence.plane.cas import object_key
+from persistence.plane.cas_bodies import object_key
 
 if TYPE_CHECKING:
     from conformance.torture.servers import ServerFaults

@@ -11,6 +11,8 @@ key                                                    value
 ``("u", U, "info")``                                   ``UniverseInfo`` (first world time)
 ``("u", U, "calls", call_id)``                         ``CallRecord`` (effect calls)
 ``("u", U, "cas", "meta", hash)``                      ``CasMeta``
+``("u", U, "cas", "pin", hash, put_id)``               ``CasPin`` (a put of the body in flight)
+``("u", U, "cas", "doomed", hash)``                    ``CasDoom`` (its body being collected)
 ``("u", U, "segments", W, end)``                       ``SegmentIndexRecord``
 ``("u", U, "effects", "pending", versionstamp)``       ``EffectDispatchItem``
 ``("u", U, "effects", "inflight", versionstamp)``      ``EffectInFlightItem``
@@ -121,6 +123,24 @@ class UniverseKeys:
     def cas_meta_range(self) -> tuple[bytes, bytes]:
         """Every CAS metadata key of the universe."""
         return _range((*self._p, "cas", "meta"))
+
+    def cas_pin(self, hash: Hash, put_id: bytes) -> bytes:
+        """The pin of put ``put_id`` of the external body of ``hash``."""
+        return pack((*self._p, "cas", "pin", hash.digest, put_id))
+
+    def cas_pins(self, hash: Hash | None = None) -> tuple[bytes, bytes]:
+        """Every pin of ``hash`` (of every hash: ``None``)."""
+        if hash is None:
+            return _range((*self._p, "cas", "pin"))
+        return _range((*self._p, "cas", "pin", hash.digest))
+
+    def cas_doom(self, hash: Hash) -> bytes:
+        """The collection decision for the body of ``hash``."""
+        return pack((*self._p, "cas", "doomed", hash.digest))
+
+    def cas_dooms(self) -> tuple[bytes, bytes]:
+        """Every collection decision of the universe."""
+        return _range((*self._p, "cas", "doomed"))
 
     def segment(self, world: WorldId, end: int) -> bytes:
         """Index record of the segment of ``world`` ending at height ``end``."""

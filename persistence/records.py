@@ -279,6 +279,25 @@ class CasMeta(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class CasPin(Record):
+    """``cas/pin/<hash>/<put_id>``: a put of an external body in flight since ``at_ns`` (its
+    clock). While a pin is younger than the collection grace, the body is not collected
+    (``plane/cas_bodies.py``)."""
+
+    at_ns: int = _f(U64)
+
+
+@dataclass(frozen=True, slots=True)
+class CasDoom(Record):
+    """``cas/doomed/<hash>``: a collector decided at ``at_ns`` to delete the unreferenced
+    body of ``hash``; ``token`` names that collector's attempt. Puts of the hash wait until
+    it is cleared (``plane/cas_bodies.py``)."""
+
+    at_ns: int = _f(U64)
+    token: bytes = _f(BYTES)
+
+
+@dataclass(frozen=True, slots=True)
 class SnapshotRecord(Record):
     """``snapshot/by_height/<h>`` and ``baseline/active``: one kernel snapshot in CAS."""
 

@@ -117,7 +117,7 @@ class ExportRaced(Conflict):
 
 
 @kv.transactional
-def _transition(
+def transition(
     tr: kv.Transaction,
     keys: WorldKeys,
     call: Call,
@@ -220,9 +220,6 @@ class Exporter:
         self.plane = require(plane, Plane, "plane")
         self.config = require(config, ExportConfig, "config")
 
-    def _call(self) -> Call:
-        return Call.new(self.plane.config.call_record_seconds)
-
     def plan(self, universe: UniverseId, world: WorldId) -> ExportPlan | None:
         """The next exportable range, or ``None``."""
         require_ids(universe, world)
@@ -273,7 +270,7 @@ class Exporter:
             marker = ExportMarker(
                 "copy_started", plan.start, plan.end, segment_prefix(universe, world, plan.start)
             )
-            _transition(engine, keys, self._call(), None, marker)
+            transition(engine, keys, self.plane.new_call(), None, marker)
             self.plane.hooks.reached("export.after_copy_started")
         record: SegmentIndexRecord | None = None
         if marker.state == "copy_started":
@@ -286,17 +283,17 @@ class Exporter:
                 record.checksum,
                 record.byte_size,
             )
-            _transition(engine, keys, self._call(), marker, finished, index=record)
+            transition(engine, keys, self.plane.new_call(), marker, finished, index=record)
             self.plane.hooks.reached("export.after_index")
             marker = finished
         if marker.state == "copy_finished":
             started = replace(marker, state="delete_started", deleted_through=marker.start - 1)
-            _transition(engine, keys, self._call(), marker, started)
+            transition(engine, keys, self.plane.new_call(), marker, started)
             marker = started
         if marker.state == "delete_started":
             marker = self._delete(keys, marker, progress)
         if marker.state == "delete_finished":
-            _transition(engine, keys, self._call(), marker, None)
+            transition(engine, keys, self.plane.new_call(), marker, None)
         if record is None:
             record = self._indexed(universe, world, marker.end)
         progress(f"world {world}: segment {record.start}-{record.end} exported")
@@ -406,11 +403,13 @@ class Exporter:
         while done < marker.end:
             last = min(marker.end, done + self.config.delete_chunk_entries)
             advanced = replace(marker, deleted_through=last)
-            _transition(engine, keys, self._call(), marker, advanced, clear=(done + 1, last))
+            transition(
+                engine, keys, self.plane.new_call(), marker, advanced, clear=(done + 1, last)
+            )
             self.plane.hooks.reached("export.after_delete_chunk")
             marker, done = advanced, last
         finished = replace(marker, state="delete_finished")
-        _transition(engine, keys, self._call(), marker, finished)
+        transition(engine, keys, self.plane.new_call(), marker, finished)
         self.plane.hooks.reached("export.after_delete")
         progress(f"world {keys.world}: hot keys {marker.start}-{marker.end} deleted")
         return finished

@@ -1,4 +1,6 @@
-"""``aosp compact``: inbox compaction (``persistence.plane.compaction``) of selected worlds."""
+"""``aosp compact``: inbox compaction (``persistence.plane.compaction``) of selected worlds,
+and with ``--orphans`` the collection of orphaned objects (``persistence.plane.cas_bodies``,
+``segments.collect``)."""
 
 from __future__ import annotations
 
@@ -17,9 +19,11 @@ from aosp.cli.console import (
 )
 from aosp.cli.store import open_store, selected_worlds, world_options
 from persistence.errors import Backend, Corruption, Validation
+from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
-from persistence.plane import PlaneConfig, compaction
+from persistence.plane import Plane, PlaneConfig, cas_bodies, compaction
 from persistence.plane.compactor import Compactor
+from segments.collect import SegmentCollection, collect_world
 
 PREVIEW_CAP: Final = 100_000
 """A dry run counts removable items up to this many per world (``more_than_counted``)."""
@@ -79,9 +83,22 @@ def cmd_compact(args: argparse.Namespace) -> int:
                 break
             rows.append(row)
             progress.advance()
+    orphans: dict[str, dict[str, int]] | None = None
+    orphan_error: str | None = None
+    if args.orphans and not stopped:
+        try:
+            orphans = _collect(plane, worlds, args)
+        except (Corruption, Backend) as exc:
+            orphan_error = f"{type(exc).__name__}: {exc}"
+            stopped = isinstance(exc, Backend)
     failed = [r for r in rows if "error" in r]
     if args.json:
-        print_json({"dry_run": args.dry_run, "worlds": rows, "failed": len(failed)})
+        out: dict[str, Any] = {"dry_run": args.dry_run, "worlds": rows, "failed": len(failed)}
+        if orphans is not None:
+            out["orphans"] = orphans
+        if orphan_error is not None:
+            out["orphans_error"] = orphan_error
+        print_json(out)
     else:
         columns = ["world", "marks", "mark_due", "items"] if args.dry_run else ["world", "items"]
         if not args.dry_run:
@@ -91,9 +108,50 @@ def cmd_compact(args: argparse.Namespace) -> int:
         total = sum(r.get("items", 0) for r in rows)
         capped = any(r.get("more_than_counted") for r in rows)
         print(f"{total}{'+' if capped else ''} consumed items {verb} from {len(worlds)} worlds")
+        if orphans is not None:
+            cas, seg = orphans["cas"], orphans["segments"]
+            verb = "collectable" if args.dry_run else "collected"
+            print(
+                f"orphans {verb}: {cas['collected']} CAS bodies ({cas['collected_bytes']:,} "
+                f"bytes; {cas['pinned']} pinned by puts in flight, {cas['pins_expired']} "
+                f"expired pins cleared), {seg['collected']} segment objects "
+                f"({seg['collected_bytes']:,} bytes; {seg['kept']} kept for an export in "
+                f"flight), {seg['markers_cleared']} finished export markers"
+            )
+        if orphan_error is not None:
+            print(f"orphan collection failed: {orphan_error}")
     if stopped:
         return EXIT_BACKEND
-    return EXIT_CHECK_FAILED if failed else EXIT_OK
+    return EXIT_CHECK_FAILED if failed or orphan_error is not None else EXIT_OK
+
+
+def _collect(
+    plane: Plane, worlds: list[tuple[UniverseId, WorldId]], args: argparse.Namespace
+) -> dict[str, dict[str, int]]:
+    """Collect (or count, with ``--dry-run``) the orphaned CAS bodies of the selected
+    worlds' universes and the orphaned segment objects and finished markers of the worlds."""
+    cas = cas_bodies.CasCollection()
+    for universe in dict.fromkeys(u for u, _ in worlds):
+        cas += cas_bodies.collect(
+            plane.engine, plane.objects, universe, plane.clock, args.grace, dry_run=args.dry_run
+        )
+    segments = SegmentCollection()
+    for universe, world in worlds:
+        segments += collect_world(plane, universe, world, dry_run=args.dry_run)
+    return {
+        "cas": {name: getattr(cas, name) for name in cas.__slots__},
+        "segments": {name: getattr(segments, name) for name in segments.__slots__},
+    }
+
+
+def _grace(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
 
 
 def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
@@ -124,5 +182,19 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "--dry-run",
         action="store_true",
         help="show what a pass would remove (no mark written, nothing removed)",
+    )
+    parser.add_argument(
+        "--orphans",
+        action="store_true",
+        help="also delete orphaned objects: CAS bodies of the worlds' universes that no "
+        "metadata names and no put in flight pins, segment objects of the worlds that no "
+        "index record names and no export can adopt, and finished export markers",
+    )
+    parser.add_argument(
+        "--grace",
+        type=_grace,
+        default=cas_bodies.DEFAULT_GRACE_SECONDS,
+        help="seconds a CAS put's pin protects its upload (default 3600): longer than any "
+        "upload takes",
     )
     parser.set_defaults(run=cmd_compact)

@@ -244,10 +244,11 @@ class Plane:
             sample_rate=self.config.verify_sample_rate,
             hooks=hooks,
             budget=self.budget,
+            clock=self._now,
         )
         worlds.ensure_layout(engine)
 
-    def _call(self) -> Call:
+    def new_call(self) -> Call:
         """A new write call: its id is drawn here, outside the retry loop."""
         return Call.new(self.config.call_record_seconds, self._now())
 
@@ -380,7 +381,7 @@ class Plane:
             "entries",
             f"appending {len(batch):,} entries ({sum(map(len, batch)):,} bytes)",
         )
-        first = journal.append_batch(self.engine, keys, expected_head, batch, self._call())
+        first = journal.append_batch(self.engine, keys, expected_head, batch, self.new_call())
         self.hooks.reached("journal.after_append")
         return first
 
@@ -622,7 +623,7 @@ class Plane:
         if old_cursor is not None:
             check_id(old_cursor, InboxSeq, "old_cursor")
         check_id(new_cursor, InboxSeq, "new_cursor")
-        inbox.commit_cursor(self.engine, keys, old_cursor, new_cursor, self._call())
+        inbox.commit_cursor(self.engine, keys, old_cursor, new_cursor, self.new_call())
         self.hooks.reached("inbox.after_commit_cursor")
 
     @traced("inbox.drain")
@@ -644,7 +645,7 @@ class Plane:
         if not callable(normalize):
             raise Validation("normalize", f"expected a function, got {type(normalize).__name__}")
         limits = inbox.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
-        result = inbox.drain(self.engine, keys, limits, normalize, self._call())
+        result = inbox.drain(self.engine, keys, limits, normalize, self.new_call())
         self.hooks.reached("inbox.after_drain")
         return result
 
@@ -671,7 +672,7 @@ class Plane:
             self.config.inbox_retention_ns, max_items, self.config.read_page_bytes, self.budget
         )
         result = compaction.compact(
-            self.engine, keys, limits, compaction.never_back(now_ns), self._call()
+            self.engine, keys, limits, compaction.never_back(now_ns), self.new_call()
         )
         self.hooks.reached("inbox.after_compact")
         return result
@@ -721,7 +722,7 @@ class Plane:
         self.put_verified(universe, manifest_bytes)
         self.hooks.reached("snapshot.after_cas")
         outcome = snapshots.commit_snapshot(
-            self.engine, keys, record, promote_baseline, self._call()
+            self.engine, keys, record, promote_baseline, self.new_call()
         )
         self.hooks.reached("snapshot.after_commit")
         return record, outcome
@@ -731,7 +732,7 @@ class Plane:
         """Index an already stored snapshot (no promotion)."""
         keys = _world_keys(universe, world)
         _encoded(record, (SnapshotRecord,), "record")
-        snapshots.commit_snapshot(self.engine, keys, record, False, self._call())
+        snapshots.commit_snapshot(self.engine, keys, record, False, self.new_call())
 
     @traced("baseline.read")
     def active_baseline(self, universe: UniverseId, world: WorldId) -> SnapshotRecord:
@@ -750,7 +751,7 @@ class Plane:
         _encoded(record, (SnapshotRecord,), "record")
         snapshots.check_fence(record)
         snapshots.check_root(self.cas, keys.universe, record, None)
-        snapshots.promote_baseline(self.engine, keys, record, self._call())
+        snapshots.promote_baseline(self.engine, keys, record, self.new_call())
 
     @traced("snapshot.list")
     def list_snapshots(self, universe: UniverseId, world: WorldId) -> list[SnapshotRecord]:
@@ -789,7 +790,7 @@ class Plane:
         keys = _universe_keys(universe)
         check_id(seq, InboxSeq, "seq")
         check_text(worker, "worker")
-        return effects.claim(self.engine, keys, seq, worker, self._now(), self._call())
+        return effects.claim(self.engine, keys, seq, worker, self._now(), self.new_call())
 
     @traced("effects.complete")
     def complete_effect(self, universe: UniverseId, seq: InboxSeq, intent: Hash) -> None:

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import random
 import tempfile
+import time
+from collections.abc import Callable
 from typing import BinaryIO, Final, Literal
 
 from persistence import kv, txsize
@@ -28,7 +31,9 @@ from persistence.ids import Hash, UniverseId, check_id
 from persistence.keyspace import UniverseKeys
 from persistence.kv import Engine
 from persistence.objects import COPY_CHUNK, HashingReader, ObjectStore
-from persistence.records import CasMeta, decode_record
+from persistence.plane import cas_bodies
+from persistence.plane.cas_bodies import object_key
+from persistence.records import CasDoom, CasMeta, CasPin, decode_record
 from persistence.sizes import check_bytes
 
 VerifyMode = Literal["always", "sampled", "never"]
@@ -37,6 +42,8 @@ META_OVERHEAD: Final = 32
 """An upper bound on what a ``CasMeta`` record adds to an inline body (CBOR map, size)."""
 SPOOL_IN_MEMORY: Final = 8 * 1024 * 1024
 """Streamed bodies up to this size are spooled in memory, larger ones in a temporary file."""
+AWAIT_DOOM_MAX_SLEEP: Final = 1.0
+"""The longest pause of a put waiting for a collector to finish with its hash."""
 
 
 @kv.transactional
@@ -55,9 +62,44 @@ def put_meta(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, meta: CasMeta) 
     return True
 
 
-def object_key(universe: UniverseId, hash: Hash) -> str:
-    """Object-store key of an external body."""
-    return f"cas/{universe}/sha256/{hash.hex}"
+@kv.transactional
+def _pin(
+    tr: kv.Transaction, keys: UniverseKeys, hash: Hash, put_id: bytes, now_ns: int
+) -> Literal["present", "pinned"] | CasDoom:
+    """A put's first step: ``"present"`` if the metadata exists (its pin, if an earlier
+    round wrote one, is dropped), the doom if a collector is deleting the body, else pin
+    the hash for this put."""
+    pin = keys.cas_pin(hash, put_id)
+    if tr.get(keys.cas_meta(hash)) is not None:
+        if tr.get(pin, snapshot=True) is not None:
+            tr.clear(pin)
+        return "present"
+    doom = cas_bodies.read_doom(tr, keys, hash)
+    if doom is not None:
+        return doom
+    if tr.get(pin) is None:  # else a retry whose first attempt committed
+        tr.set(pin, CasPin(now_ns).to_cbor())
+    return "pinned"
+
+
+@kv.transactional
+def _commit_meta(
+    tr: kv.Transaction, keys: UniverseKeys, hash: Hash, put_id: bytes, meta: CasMeta
+) -> bool:
+    """A put's last step: drop its pin and write the metadata unless present; ``False``
+    (nothing written) if the pin is gone -- a collector expired it -- and no metadata
+    names the body."""
+    pin = keys.cas_pin(hash, put_id)
+    pinned = tr.get(pin) is not None
+    if tr.get(keys.cas_meta(hash)) is not None:
+        if pinned:
+            tr.clear(pin)
+        return True
+    if not pinned:
+        return False
+    tr.clear(pin)
+    tr.set(keys.cas_meta(hash), meta.to_cbor())
+    return True
 
 
 class VerifyingReader(io.RawIOBase):
@@ -101,8 +143,10 @@ class Cas:
         sample_rate: float = 0.01,
         hooks: StepHooks = NO_HOOKS,
         budget: int = kv.MAX_TRANSACTION_SIZE,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.engine = engine
+        self.clock = clock
         self.objects = objects
         self.hooks = hooks
         self.inline_threshold = inline_threshold
@@ -128,10 +172,9 @@ class Cas:
         if read_meta(self.engine, keys, hash) is not None:
             return hash
         if self._inline(keys, hash, len(data)):
-            meta = CasMeta(size=len(data), inline_bytes=data)
+            put_meta(self.engine, keys, hash, CasMeta(size=len(data), inline_bytes=data))
         else:
-            meta = self._put_body(universe, hash, data, len(data))
-        put_meta(self.engine, keys, hash, meta)
+            self._put_external(universe, hash, lambda: data, len(data))
         self.hooks.reached("cas.after_meta")
         return hash
 
@@ -168,24 +211,55 @@ class Cas:
                 return hash
             spool.seek(0)
             if self._inline(keys, hash, size):
-                meta = CasMeta(size=size, inline_bytes=spool.read())
+                put_meta(self.engine, keys, hash, CasMeta(size=size, inline_bytes=spool.read()))
             else:
-                meta = self._put_body(universe, hash, spool, size)  # type: ignore[arg-type]
-        put_meta(self.engine, keys, hash, meta)
+
+                def body() -> BinaryIO:
+                    spool.seek(0)
+                    return spool  # type: ignore[return-value]
+
+                self._put_external(universe, hash, body, size)
         self.hooks.reached("cas.after_meta")
         return hash
 
-    def _put_body(
-        self, universe: UniverseId, hash: Hash, body: bytes | BinaryIO, size: int
-    ) -> CasMeta:
+    def _put_external(
+        self, universe: UniverseId, hash: Hash, body: Callable[[], bytes | BinaryIO], size: int
+    ) -> None:
+        """Pin, upload (``body()`` gives the bytes afresh each round), commit the metadata;
+        again while a collector expired the pin, after waiting out any doom."""
+        keys = UniverseKeys(universe)
         key = object_key(universe, hash)
-        created = self.objects.put(key, body, sha256=hash.digest)
-        if not created:
-            # Already there: from an earlier attempt whose metadata commit failed, or a
-            # concurrent put. Content-addressed, so it is ours if it hashes right.
-            self._check_existing(hash, key, size)
-        self.hooks.reached("cas.after_body")
-        return CasMeta(size=size, object_key=key)
+        put_id = os.urandom(16)
+        waits = 0
+        while True:
+            state = _pin(self.engine, keys, hash, put_id, self.clock())
+            if state == "present":
+                return
+            if isinstance(state, CasDoom):
+                self._await_collection(keys, hash, key, state, waits)
+                waits += 1
+                continue
+            self.hooks.reached("cas.after_pin")
+            created = self.objects.put(key, body(), sha256=hash.digest)
+            if not created:
+                # Already there: from an earlier attempt whose metadata commit failed, or a
+                # concurrent put. Content-addressed, so it is ours if it hashes right.
+                self._check_existing(hash, key, size)
+            self.hooks.reached("cas.after_body")
+            if _commit_meta(self.engine, keys, hash, put_id, CasMeta(size=size, object_key=key)):
+                return
+
+    def _await_collection(
+        self, keys: UniverseKeys, hash: Hash, key: str, doom: CasDoom, waits: int
+    ) -> None:
+        """A collector doomed the body: finish its work if its lease ran out, else pause."""
+        now = self.clock()
+        if cas_bodies.doom_is_stale(doom, now):
+            grace_ns = round(cas_bodies.DEFAULT_GRACE_SECONDS * cas_bodies.NS)
+            cas_bodies.collect_body(self.engine, self.objects, keys, hash, key, now, grace_ns)
+            return
+        self.hooks.reached("cas.await_collection")
+        time.sleep(min(AWAIT_DOOM_MAX_SLEEP, 0.01 * 2**waits))
 
     def _check_existing(self, hash: Hash, key: str, size: int) -> None:
         with VerifyingReader(self.objects.open(key), hash, size, key) as verifying:

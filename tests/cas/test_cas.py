@@ -27,7 +27,8 @@ from persistence.ids import Hash, UniverseId
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
 from persistence.plane import Plane, PlaneConfig
-from persistence.plane.cas import VerifyMode, object_key
+from persistence.plane.cas import VerifyMode
+from persistence.plane.cas_bodies import object_key
 from segments import open_plane
 
 BIG = hashlib.shake_256(b"big").digest(300_000)
@@ -162,7 +163,7 @@ def test_metadata_commit_failure_leaves_an_orphan_that_a_retry_adopts(objects: O
     injector = FaultInjector()
     plane = open_plane(FaultyEngine(MemoryEngine(), injector), objects, hooks=injector)
     u = UniverseId.new()
-    injector.fail_commit(1, fdb_errors.IO_ERROR)  # the metadata write (the lookup reads only)
+    injector.fail_commit(2, fdb_errors.IO_ERROR)  # the metadata write (after the pin)
     with pytest.raises(EngineError) as err:
         plane.put_verified(u, BIG)
     assert err.value.code == fdb_errors.IO_ERROR

@@ -3,12 +3,15 @@ removes consumed items and their idempotency entries, and the store stays clean.
 
 from __future__ import annotations
 
+import hashlib
+import os
 from pathlib import Path
 
 from backends.kv.sqlite import SqliteEngine
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane.hot_state import measure
+from segments.format import segment_key
 from tests.cli.conftest import Store, aosp
 
 WINDOW = "0.001"
@@ -74,3 +77,35 @@ def test_a_missing_store_is_not_created(tmp_path: Path) -> None:
     result = aosp("compact", "--data-dir", str(tmp_path / "nowhere"))
     assert result.code == 3 and "no store" in result.err
     assert not (tmp_path / "nowhere").exists()
+
+
+def _plant_orphans(store: Store) -> tuple[Path, Path]:
+    """A CAS body whose put never committed its metadata, and a segment object below what
+    the world's index covers (a racing exporter's upload): both orphans."""
+    u, w = store.universe, store.world
+    body = os.urandom(30_000)
+    cas = store.data_dir / "objects" / "cas" / u / "sha256" / hashlib.sha256(body).hexdigest()
+    cas.write_bytes(body)
+    segment = store.data_dir / "objects" / segment_key(UniverseId.parse(u), WorldId.parse(w), 1, 1)
+    segment.parent.mkdir(parents=True, exist_ok=True)
+    segment.write_bytes(b"x" * 10)
+    return cas, segment
+
+
+def test_orphans_are_collected_and_fsck_is_clean_after(store: Store) -> None:
+    cas, segment = _plant_orphans(store)  # the demo exported segments from height 1
+    assert aosp("fsck", *store.args("--quiet", "--strict")).code == 1
+    before = dump(store)
+    preview = aosp("compact", *store.world_args("--orphans", "--dry-run", "--json", "--quiet"))
+    assert preview.code == 0, preview.err
+    orphans = preview.json()["orphans"]
+    assert orphans["cas"]["collected"] == 1 and orphans["cas"]["collected_bytes"] == 30_000
+    assert orphans["segments"]["collected"] == 1 and orphans["segments"]["referenced"] >= 1
+    assert dump(store) == before and cas.exists() and segment.exists()
+
+    done = aosp("compact", *store.world_args("--orphans", "--json", "--quiet"))
+    assert done.code == 0, done.err
+    assert done.json()["orphans"] == orphans
+    assert not cas.exists() and not segment.exists()
+    assert aosp("fsck", *store.args("--quiet", "--strict")).code == 0
+    assert aosp("restore", "verify", *store.args("--quiet")).code == 0

@@ -22,7 +22,7 @@ from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, fdb_errors, kv
 from persistence.errors import WorldExists
-from persistence.ids import Hash, UniverseId, WorldId
+from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.records import DomainEventIngress, EffectDispatchItem, TimerDueItem
@@ -97,23 +97,56 @@ def run_workload(plane: Plane) -> None:
 
 
 def logical_state(plane: Plane) -> dict[str, object]:
-    """Everything a caller can observe, minus wall-clock times and random batch ids."""
+    """Everything a caller can observe, minus wall-clock times and random batch ids, with
+    inbox sequences by rank: a recovery may commit more often than a clean run (a crashed
+    CAS put pins its hash again), which moves later versionstamps but not their order."""
     head = plane.head(U, W)
     objects = plane.objects
     assert isinstance(objects, MemoryObjectStore)
-    return {
-        "journal": plane.read_range(U, W, 1, head + 1),
-        "inbox": plane.read_after(U, W, None, 100),
-        "cursor": plane.inbox_cursor(U, W),
-        "snapshots": plane.list_snapshots(U, W),
-        "baseline": plane.active_baseline(U, W),
-        "cas": [plane.get(U, Hash.of(b)) for b in (SMALL, LARGE)],
-        "objects": list(objects.list()),
-        "pending": plane.pending_effects(U),
-        "inflight": [(s, (i.intent_hash, i.claimed_by)) for s, i in plane.inflight_effects(U)],
-        "timers": plane.due_timers(U, 10**18),
-        "notify": kv.run(plane.engine, lambda tr: tr.get(WorldKeys(U, W).notify_counter())),
-    }
+    return _by_rank(
+        {
+            "journal": plane.read_range(U, W, 1, head + 1),
+            "inbox": plane.read_after(U, W, None, 100),
+            "cursor": plane.inbox_cursor(U, W),
+            "snapshots": plane.list_snapshots(U, W),
+            "baseline": plane.active_baseline(U, W),
+            "cas": [plane.get(U, Hash.of(b)) for b in (SMALL, LARGE)],
+            "objects": list(objects.list()),
+            "pending": plane.pending_effects(U),
+            "inflight": [(s, (i.intent_hash, i.claimed_by)) for s, i in plane.inflight_effects(U)],
+            "timers": plane.due_timers(U, 10**18),
+            "notify": kv.run(plane.engine, lambda tr: tr.get(WorldKeys(U, W).notify_counter())),
+        }
+    )
+
+
+def _by_rank(state: dict[str, object]) -> dict[str, object]:
+    """``state`` with every inbox sequence, also inside journal entries' bytes, replaced by
+    its rank among the sequences ``state`` holds."""
+    seqs: set[bytes] = set()
+
+    def collect(value: object) -> None:
+        if isinstance(value, InboxSeq):
+            seqs.add(value.raw)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                collect(item)
+
+    collect(list(state.values()))
+    rank = {raw: f"seq{i:09d}".encode() for i, raw in enumerate(sorted(seqs))}
+
+    def replace(value: object) -> object:
+        if isinstance(value, InboxSeq):
+            return rank[value.raw].decode()
+        if isinstance(value, bytes):
+            for raw, name in rank.items():
+                value = value.replace(raw, name)
+            return value
+        if isinstance(value, (list, tuple)):
+            return [replace(item) for item in value]
+        return value
+
+    return {name: replace(value) for name, value in state.items()}
 
 
 def fresh(injector: FaultInjector) -> Plane:

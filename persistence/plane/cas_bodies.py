@@ -1,0 +1,316 @@
+"""External CAS bodies: their object keys, and the collection of orphaned ones -- objects
+under ``cas/<universe>/sha256/`` that no metadata names (a put that failed or crashed after
+its upload).
+
+Bodies are content-addressed and create-only, so a new put of the same body finds the old
+object "already there" and commits metadata naming it: "no metadata" alone does not make a
+body garbage. The put protocol (``plane/cas.py``) and the collector agree through two keys:
+
+* **pins** ``cas/pin/<hash>/<put_id>`` (``CasPin``): a put writes one before it uploads and
+  removes it in the transaction that commits the metadata, which it does only if its pin is
+  still there;
+* **dooms** ``cas/doomed/<hash>`` (``CasDoom``): the collector's decision, taken in one
+  transaction that reads the metadata (absent), the hash's pins (none younger than the
+  grace; older ones are cleared with it) and writes the doom. A put does not pin while a doom
+  stands; it waits until the collector has deleted the object and cleared the doom, then
+  uploads anew.
+
+Both transactions read what the other writes, so they serialise: a pinned put makes the
+collector skip the body, and a doomed body makes the put wait; a put whose pin outlived the
+grace (stalled, or crashed) finds it gone at its metadata commit and starts again.
+
+The one thing no transaction can order is the object store's DELETE. A collector deletes
+only while its doom is fresh: it re-reads the doom (still its token) and checks that less
+than :data:`DELETE_DEADLINE_SECONDS` passed since it was written, then deletes and clears
+it. A doom left behind by a crashed collector is taken over (by the next collector, or by a
+put that waits for it) only once it is :data:`DOOM_LEASE_SECONDS` old: safe unless a
+collector stalls for longer than the lease minus the deadline (4 minutes) between its check
+and its DELETE reaching the store -- the usual lease assumption, stated in docs/protocols.md.
+The object store client's own timeouts and retries must fit in that margin.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from persistence import fdbtuple, kv
+from persistence.errors import CorruptRecord
+from persistence.ids import Hash, UniverseId
+from persistence.keyspace import UniverseKeys
+from persistence.objects import ObjectStore
+from persistence.records import CasDoom, CasPin, decode_record
+
+DOOM_LEASE_SECONDS: Final = 300.0
+"""How long a doom belongs to the collector that wrote it; after it, another may take over."""
+DELETE_DEADLINE_SECONDS: Final = 60.0
+"""A collector deletes a body only this soon after its doom committed (by its own clock)."""
+DEFAULT_GRACE_SECONDS: Final = 3_600.0
+"""A put's pin protects its body this long: the longest an upload may take."""
+NS: Final = 1_000_000_000
+
+Decision = Literal["referenced", "pinned", "collecting", "doomed"]
+"""What :func:`decide` found: metadata names the body; a put in flight pins it; another
+collector's fresh doom stands; or this collector doomed it (it may delete it now)."""
+
+
+def read_doom(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> CasDoom | None:
+    """The doom of ``hash``, if any."""
+    raw = tr.get(keys.cas_doom(hash))
+    return None if raw is None else decode_record(CasDoom, raw, f"cas doom {hash}")
+
+
+def doom_is_stale(doom: CasDoom, now_ns: int) -> bool:
+    """Whether ``doom``'s lease has run out at ``now_ns``."""
+    return now_ns - doom.at_ns >= DOOM_LEASE_SECONDS * NS
+
+
+@kv.transactional
+def decide(
+    tr: kv.Transaction,
+    keys: UniverseKeys,
+    hash: Hash,
+    now_ns: int,
+    grace_ns: int,
+    token: bytes,
+) -> Decision:
+    """Doom the body of ``hash`` if nothing names or pins it (clearing expired pins), or
+    take over a stale doom. A retry whose first attempt committed finds its own token."""
+    if tr.get(keys.cas_meta(hash)) is not None:
+        return "referenced"
+    doom = read_doom(tr, keys, hash)
+    if doom is not None and doom.token == token:
+        return "doomed"
+    if doom is not None and not doom_is_stale(doom, now_ns):
+        return "collecting"
+    expired = []
+    for key, raw in tr.get_range(*keys.cas_pins(hash)):
+        pin = decode_record(CasPin, raw, f"cas pin {hash}")
+        if now_ns - pin.at_ns < grace_ns:
+            return "pinned"
+        expired.append(key)
+    for key in expired:
+        tr.clear(key)
+    tr.set(keys.cas_doom(hash), CasDoom(now_ns, token).to_cbor())
+    return "doomed"
+
+
+@kv.transactional
+def _doom_token(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> bytes | None:
+    doom = read_doom(tr, keys, hash)
+    return None if doom is None else doom.token
+
+
+@kv.transactional
+def _clear_doom(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, token: bytes) -> None:
+    doom = read_doom(tr, keys, hash)
+    if doom is not None and doom.token == token:
+        tr.clear(keys.cas_doom(hash))
+
+
+def new_token() -> bytes:
+    """A collector attempt's token."""
+    return os.urandom(16)
+
+
+def delete_doomed(
+    engine: kv.Engine,
+    objects: ObjectStore,
+    keys: UniverseKeys,
+    hash: Hash,
+    object_key: str,
+    token: bytes,
+    doomed_at: float,
+) -> bool:
+    """Delete the body this collector doomed (``doomed_at``: ``time.monotonic()`` when
+    :func:`decide` returned) and clear the doom; ``False`` if the doom is no longer its own
+    or the deadline passed (the doom then waits for its lease to run out)."""
+    if _doom_token(engine, keys, hash) != token:
+        return False
+    if time.monotonic() - doomed_at >= DELETE_DEADLINE_SECONDS:
+        return False
+    objects.delete(object_key)
+    _clear_doom(engine, keys, hash, token)
+    return True
+
+
+def collect_body(
+    engine: kv.Engine,
+    objects: ObjectStore,
+    keys: UniverseKeys,
+    hash: Hash,
+    object_key: str,
+    now_ns: int,
+    grace_ns: int,
+) -> Decision:
+    """Decide about the body of ``hash`` and, if doomed, delete it. ``"doomed"`` means it
+    is gone (or, past the deadline, left to the lease)."""
+    token = new_token()
+    decision = decide(engine, keys, hash, now_ns, grace_ns, token)
+    if decision == "doomed":
+        delete_doomed(engine, objects, keys, hash, object_key, token, time.monotonic())
+    return decision
+
+
+@dataclass(slots=True)
+class CasCollection:
+    """What a collection pass over one universe's bodies found and did."""
+
+    listed: int = 0
+    referenced: int = 0
+    pinned: int = 0
+    collecting: int = 0
+    """Bodies another collector's fresh doom covers."""
+    collected: int = 0
+    collected_bytes: int = 0
+    foreign: int = 0
+    """Objects under the prefix whose key is not a body's key: left alone."""
+    pins_expired: int = 0
+    """Pins older than the grace, cleared (puts that crashed, or stalled: they pin again)."""
+    dooms_resumed: int = 0
+    """Stale dooms of crashed collectors, finished."""
+
+    def __iadd__(self, other: CasCollection) -> CasCollection:
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        return self
+
+
+def object_key(universe: UniverseId, hash: Hash) -> str:
+    """Object-store key of an external body."""
+    return f"cas/{universe}/sha256/{hash.hex}"
+
+
+def bodies_prefix(universe: UniverseId) -> str:
+    """The prefix of every external body of ``universe``."""
+    return f"cas/{universe}/sha256/"
+
+
+def collect(
+    engine: kv.Engine,
+    objects: ObjectStore,
+    universe: UniverseId,
+    now_ns: Callable[[], int],
+    grace_seconds: float = DEFAULT_GRACE_SECONDS,
+    *,
+    dry_run: bool = False,
+) -> CasCollection:
+    """One pass over the bodies of ``universe``: delete each that no metadata names and no
+    put younger than ``grace_seconds`` pins (with ``dry_run``, only count them; nothing is
+    written). Dooms left by crashed collectors are taken over once stale."""
+    keys = UniverseKeys(universe)
+    grace_ns = round(grace_seconds * NS)
+    prefix = bodies_prefix(universe)
+    done = CasCollection()
+    if not dry_run:
+        done.pins_expired = _sweep_pins(engine, keys, now_ns, grace_ns)
+        for stale in _stale_dooms(engine, keys, now_ns()):
+            # a crashed collector's: its object may be gone already (no listing shows it)
+            key = object_key(universe, stale)
+            collect_body(engine, objects, keys, stale, key, now_ns(), grace_ns)
+            done.dooms_resumed += 1
+    for info in objects.list(prefix):
+        done.listed += 1
+        hash = _hash_of(info.key[len(prefix) :])
+        if hash is None or object_key(universe, hash) != info.key:
+            done.foreign += 1
+            continue
+        if dry_run:
+            decision = preview(engine, keys, hash, now_ns(), grace_ns)
+        else:
+            decision = collect_body(engine, objects, keys, hash, info.key, now_ns(), grace_ns)
+        if decision == "doomed":
+            done.collected += 1
+            done.collected_bytes += info.size
+        else:
+            setattr(done, decision, getattr(done, decision) + 1)
+    return done
+
+
+@kv.transactional
+def preview(
+    tr: kv.Transaction, keys: UniverseKeys, hash: Hash, now_ns: int, grace_ns: int
+) -> Decision:
+    """What :func:`decide` would decide, without writing."""
+    if tr.get(keys.cas_meta(hash), snapshot=True) is not None:
+        return "referenced"
+    doom = read_doom(tr, keys, hash)
+    if doom is not None and not doom_is_stale(doom, now_ns):
+        return "collecting"
+    for _, raw in tr.get_range(*keys.cas_pins(hash), snapshot=True):
+        if now_ns - decode_record(CasPin, raw, f"cas pin {hash}").at_ns < grace_ns:
+            return "pinned"
+    return "doomed"
+
+
+SWEEP_PAGE: Final = 500
+"""Pins or dooms read per transaction of a sweep."""
+
+
+def _sweep_pins(
+    engine: kv.Engine, keys: UniverseKeys, now_ns: Callable[[], int], grace_ns: int
+) -> int:
+    """Clear every pin older than the grace, a page per transaction; return how many.
+    Always safe: a put finding its pin gone at its metadata commit pins and uploads again."""
+    cleared = 0
+    begin, end = keys.cas_pins()
+    while True:
+        count, after = _sweep_page(engine, begin, end, now_ns(), grace_ns)
+        cleared += count
+        if after is None:
+            return cleared
+        begin = after
+
+
+@kv.transactional
+def _sweep_page(
+    tr: kv.Transaction, begin: bytes, end: bytes, now_ns: int, grace_ns: int
+) -> tuple[int, bytes | None]:
+    rows = tr.get_range(begin, end, limit=SWEEP_PAGE)
+    count = 0
+    for key, raw in rows:
+        if now_ns - decode_record(CasPin, raw, "cas pin").at_ns >= grace_ns:
+            tr.clear(key)
+            count += 1
+    return count, (rows[-1][0] + b"\x00" if len(rows) == SWEEP_PAGE else None)
+
+
+def _stale_dooms(engine: kv.Engine, keys: UniverseKeys, now_ns: int) -> list[Hash]:
+    """The hashes whose doom's lease ran out (their collector crashed or gave up)."""
+    stale: list[Hash] = []
+    begin, end = keys.cas_dooms()
+    while True:
+        rows = _page(engine, begin, end)
+        for key, raw in rows:
+            if doom_is_stale(decode_record(CasDoom, raw, "cas doom"), now_ns):
+                stale.append(_hash_in_key(key, len(keys.cas_dooms()[0]) - 1))
+        if len(rows) < SWEEP_PAGE:
+            return stale
+        begin = rows[-1][0] + b"\x00"
+
+
+@kv.transactional
+def _page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+    return tr.get_range(begin, end, limit=SWEEP_PAGE, snapshot=True)
+
+
+def _hash_in_key(key: bytes, prefix_len: int) -> Hash:
+    try:
+        items = fdbtuple.unpack(key, prefix_len)
+    except ValueError:
+        items = ()
+    if len(items) != 1 or not isinstance(items[0], bytes) or len(items[0]) != 32:
+        raise CorruptRecord("cas doom key", f"{key.hex()} does not end with a sha256")
+    return Hash(items[0])
+
+
+def _hash_of(name: str) -> Hash | None:
+    if len(name) != 64:
+        return None
+    try:
+        return Hash(bytes.fromhex(name))
+    except ValueError:
+        return None
