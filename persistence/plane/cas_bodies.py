@@ -41,8 +41,8 @@ from persistence import fdbtuple, kv
 from persistence.errors import CorruptRecord
 from persistence.ids import Hash, UniverseId
 from persistence.keyspace import UniverseKeys
-from persistence.objects import ObjectStore
-from persistence.records import CasDoom, CasPin, decode_record
+from persistence.objects import ObjectInfo, ObjectStore
+from persistence.records import CasDoom, CasMeta, CasPin, decode_record
 
 DOOM_LEASE_SECONDS: Final = 300.0
 """How long a doom belongs to the collector that wrote it; after it, another may take over."""
@@ -68,18 +68,28 @@ def doom_is_stale(doom: CasDoom, now_ns: int) -> bool:
     return now_ns - doom.at_ns >= DOOM_LEASE_SECONDS * NS
 
 
+def _names(raw: bytes | None, hash: Hash, object_key: str) -> bool:
+    """Whether the metadata ``raw`` of ``hash`` names ``object_key`` (an inline body, put
+    by a host with a higher inline threshold, leaves the object unreferenced)."""
+    return raw is not None and decode_record(CasMeta, raw, f"cas meta {hash}").object_key == (
+        object_key
+    )
+
+
 @kv.transactional
 def decide(
     tr: kv.Transaction,
     keys: UniverseKeys,
     hash: Hash,
+    object_key: str,
     now_ns: int,
     grace_ns: int,
     token: bytes,
 ) -> Decision:
-    """Doom the body of ``hash`` if nothing names or pins it (clearing expired pins), or
-    take over a stale doom. A retry whose first attempt committed finds its own token."""
-    if tr.get(keys.cas_meta(hash)) is not None:
+    """Doom the body of ``hash`` at ``object_key`` if no metadata names it and no pin
+    younger than ``grace_ns`` protects it (clearing the expired pins), or take over a stale
+    doom. A retry whose first attempt committed finds its own token."""
+    if _names(tr.get(keys.cas_meta(hash)), hash, object_key):
         return "referenced"
     doom = read_doom(tr, keys, hash)
     if doom is not None and doom.token == token:
@@ -149,7 +159,7 @@ def collect_body(
     """Decide about the body of ``hash`` and, if doomed, delete it. ``"doomed"`` means it
     is gone (or, past the deadline, left to the lease)."""
     token = new_token()
-    decision = decide(engine, keys, hash, now_ns, grace_ns, token)
+    decision = decide(engine, keys, hash, object_key, now_ns, grace_ns, token)
     if decision == "doomed":
         delete_doomed(engine, objects, keys, hash, object_key, token, time.monotonic())
     return decision
@@ -212,14 +222,39 @@ def collect(
             key = object_key(universe, stale)
             collect_body(engine, objects, keys, stale, key, now_ns(), grace_ns)
             done.dooms_resumed += 1
+    page: list[tuple[Hash, ObjectInfo]] = []
     for info in objects.list(prefix):
         done.listed += 1
         hash = _hash_of(info.key[len(prefix) :])
         if hash is None or object_key(universe, hash) != info.key:
             done.foreign += 1
             continue
-        if dry_run:
-            decision = preview(engine, keys, hash, now_ns(), grace_ns)
+        page.append((hash, info))
+        if len(page) == SWEEP_PAGE:
+            _collect_page(engine, objects, keys, page, now_ns, grace_ns, dry_run, done)
+            page = []
+    _collect_page(engine, objects, keys, page, now_ns, grace_ns, dry_run, done)
+    return done
+
+
+def _collect_page(
+    engine: kv.Engine,
+    objects: ObjectStore,
+    keys: UniverseKeys,
+    page: list[tuple[Hash, ObjectInfo]],
+    now_ns: Callable[[], int],
+    grace_ns: int,
+    dry_run: bool,
+    done: CasCollection,
+) -> None:
+    """Collect a page of listed bodies: one read for their metadata, then a decision for
+    each that none names."""
+    named = _referenced(engine, keys, [(h, info.key) for h, info in page]) if page else []
+    for (hash, info), referenced in zip(page, named, strict=True):
+        if referenced:
+            decision: Decision = "referenced"
+        elif dry_run:
+            decision = preview(engine, keys, hash, info.key, now_ns(), grace_ns)
         else:
             decision = collect_body(engine, objects, keys, hash, info.key, now_ns(), grace_ns)
         if decision == "doomed":
@@ -227,15 +262,19 @@ def collect(
             done.collected_bytes += info.size
         else:
             setattr(done, decision, getattr(done, decision) + 1)
-    return done
 
 
 @kv.transactional
 def preview(
-    tr: kv.Transaction, keys: UniverseKeys, hash: Hash, now_ns: int, grace_ns: int
+    tr: kv.Transaction,
+    keys: UniverseKeys,
+    hash: Hash,
+    object_key: str,
+    now_ns: int,
+    grace_ns: int,
 ) -> Decision:
     """What :func:`decide` would decide, without writing."""
-    if tr.get(keys.cas_meta(hash), snapshot=True) is not None:
+    if _names(tr.get(keys.cas_meta(hash), snapshot=True), hash, object_key):
         return "referenced"
     doom = read_doom(tr, keys, hash)
     if doom is not None and not doom_is_stale(doom, now_ns):
@@ -244,6 +283,14 @@ def preview(
         if now_ns - decode_record(CasPin, raw, f"cas pin {hash}").at_ns < grace_ns:
             return "pinned"
     return "doomed"
+
+
+@kv.transactional
+def _referenced(
+    tr: kv.Transaction, keys: UniverseKeys, bodies: list[tuple[Hash, str]]
+) -> list[bool]:
+    """Whether metadata names each body (snapshot reads: a hint; :func:`decide` rechecks)."""
+    return [_names(tr.get(keys.cas_meta(h), snapshot=True), h, key) for h, key in bodies]
 
 
 SWEEP_PAGE: Final = 500

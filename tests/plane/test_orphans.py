@@ -26,7 +26,7 @@ from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
-from persistence.plane import Plane, cas_bodies
+from persistence.plane import Plane, PlaneConfig, cas_bodies
 from persistence.plane.cas_bodies import object_key
 from segments import open_plane
 from segments.collect import collect_world
@@ -154,7 +154,10 @@ def test_a_put_waits_for_a_collector_that_doomed_its_hash(engine: Engine, clock:
     key = object_key(U, h)
     objects.put(key, BIG)  # an orphan
     token = cas_bodies.new_token()
-    assert cas_bodies.decide(engine, UniverseKeys(U), h, clock(), 0, token) == "doomed"
+    assert (
+        cas_bodies.decide(engine, UniverseKeys(U), h, object_key(U, h), clock(), 0, token)
+        == "doomed"
+    )
 
     def collector_deletes() -> None:
         assert objects.stat(key) is not None
@@ -176,7 +179,9 @@ def test_a_doom_left_by_a_crashed_collector_is_taken_over_after_its_lease(
     plane = plane_on(engine, objects, clock)
     h = Hash.of(BIG)
     objects.put(object_key(U, h), BIG)
-    cas_bodies.decide(engine, UniverseKeys(U), h, clock(), 0, cas_bodies.new_token())
+    cas_bodies.decide(
+        engine, UniverseKeys(U), h, object_key(U, h), clock(), 0, cas_bodies.new_token()
+    )
     warnings = [f for f in fsck_findings(plane) if "being collected" in f[2]]
     assert len(warnings) == 1 and "collector is gone" not in warnings[0][2]
     fresh = collect(plane, clock)
@@ -194,7 +199,9 @@ def test_a_put_takes_over_a_stale_doom(engine: Engine, clock: Clock) -> None:
     plane = plane_on(engine, objects, clock)
     h = Hash.of(BIG)
     objects.put(object_key(U, h), b"a torn body under the hash")
-    cas_bodies.decide(engine, UniverseKeys(U), h, clock(), 0, cas_bodies.new_token())
+    cas_bodies.decide(
+        engine, UniverseKeys(U), h, object_key(U, h), clock(), 0, cas_bodies.new_token()
+    )
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
     assert plane.put_verified(U, BIG) == h  # deleted the doomed object, then uploaded
     assert plane.get(U, h) == BIG and fsck_findings(plane) == []
@@ -207,15 +214,15 @@ def test_a_collector_that_lost_its_doom_deletes_nothing(engine: Engine, clock: C
     objects.put(key, BIG)
     keys = UniverseKeys(U)
     slow = cas_bodies.new_token()
-    assert cas_bodies.decide(engine, keys, h, clock(), 0, slow) == "doomed"
+    assert cas_bodies.decide(engine, keys, h, key, clock(), 0, slow) == "doomed"
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
-    assert cas_bodies.decide(engine, keys, h, clock(), 0, cas_bodies.new_token()) == "doomed"
+    assert cas_bodies.decide(engine, keys, h, key, clock(), 0, cas_bodies.new_token()) == "doomed"
     assert not cas_bodies.delete_doomed(engine, objects, keys, h, key, slow, 0.0)
     assert objects.stat(key) is not None
     # past its own deadline it gives up too, even with its doom in place
     own = cas_bodies.new_token()
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
-    assert cas_bodies.decide(engine, keys, h, clock(), 0, own) == "doomed"
+    assert cas_bodies.decide(engine, keys, h, key, clock(), 0, own) == "doomed"
     late = time.monotonic() - cas_bodies.DELETE_DEADLINE_SECONDS
     assert not cas_bodies.delete_doomed(engine, objects, keys, h, key, own, late)
     assert objects.stat(key) is not None
@@ -351,3 +358,19 @@ def test_every_commit_failed_once_collects_exactly_the_orphan(code: int, how: st
         injector.land_late()
         assert any(entry[0] == "commit" for entry in injector.log), index
         assert _outcome(engine, objects) == expected, f"commit {index} failed with {code} {how}"
+
+
+def test_a_body_whose_metadata_is_inline_is_an_orphan(clock: Clock) -> None:
+    """A host with a higher inline threshold stored the body in its metadata: the object
+    another host uploaded under the hash is named by nothing."""
+    engine, objects = MemoryEngine(), MemoryObjectStore()
+    injector = FaultInjector()
+    injector.crash_at("cas.after_body")
+    with pytest.raises(SimulatedCrash):
+        plane_on(engine, objects, clock, injector).put_verified(U, BIG)
+    roomy = open_plane(engine, objects, PlaneConfig(inline_threshold=64 * 1024), clock=clock)
+    h = roomy.put_verified(U, BIG)
+    assert roomy.blob_meta(U, h).storage == "inline"
+    clock.advance(GRACE)
+    assert collect(roomy, clock).collected == 1
+    assert objects.stat(object_key(U, h)) is None and roomy.get(U, h) == BIG
