@@ -16,6 +16,10 @@ DEFAULT_KERNEL: Final = "persistence.kernel:ReferenceKernel"
 REPLAY_SCHEMA: Final = ", ".join(f"{name} {kind}" for name, kind in REPLAY_CHECK_COLUMNS)
 """One row per world, the columns ``aosp restore verify`` reports too
 (``segments.restore.REPLAY_CHECK_COLUMNS``)."""
+ANALYTICS_COLUMNS: Final = (
+    "universe,world,segment_start,segment_end,segment_bytes,height,kind,entry_size,error"
+)
+"""The ``aos_segments`` columns :func:`analytics` reads: every one but ``entry``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,12 +112,13 @@ def _close(plane: Plane) -> None:
 def analytics(spark: Any, store: Store, **source_options: str) -> tuple[Any, Any]:
     """Two DataFrames over the cold segments: per (universe, world, kind) counts, bytes and
     height ranges; and per world the segment count and sizes. Rows of skipped (corrupt)
-    segments, when ``on_corrupt=skip``, are left out of both."""
+    segments, when ``on_corrupt=skip``, are left out of both. The entries themselves are
+    never built (the source produces only :data:`ANALYTICS_COLUMNS`)."""
     from pyspark.sql import functions as F
 
     rows = (
         spark.read.format("aos_segments")
-        .options(**store.source_options(), **source_options)
+        .options(**store.source_options(), columns=ANALYTICS_COLUMNS, **source_options)
         .load()
         .where(F.col("error").isNull())
     )

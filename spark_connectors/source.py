@@ -21,6 +21,8 @@ Options:
 ``partition_bytes``           small segments are grouped up to this many bytes per input
                               partition (default 128 MiB); a larger one is its own
 ``batch_rows``                rows per Arrow record batch (default 8192)
+``columns``                   comma-separated columns to produce (default: all); the same as
+                              a user-given schema naming a subset of the columns
 ``pushdown``                  ``false`` when ``spark.sql.python.filterPushdown.enabled``
                               is off (Spark refuses push-down readers then)
 ``aws_access_key_id`` ...     S3 credentials (with ``aws_secret_access_key`` and
@@ -31,6 +33,14 @@ Columns: ``universe``, ``world``, ``segment_start``, ``segment_end``, ``segment_
 ``height``, ``kind`` (the record kind when the entry is one the plane writes, ``ingress:<item
 kind>`` for drained items, ``opaque`` otherwise), ``entry``, ``entry_size`` and ``error``
 (null except on rows standing for a skipped segment).
+
+A scan builds only the columns of its schema. Spark 4.3 does not tell a Python source which
+columns a query uses (its scan builder has no column pruning: ``reader`` receives the
+DataFrame's schema, never the query's columns), so name them: with a user-given schema
+(``.schema("height long, entry binary")``, the source's names and types, any order) or
+``.option("columns", "height,entry")``. Every segment a scan reads is still fetched and
+verified whole, whichever columns it produces. With ``on_corrupt=skip`` the columns must
+include ``error``, so that a skipped segment is never a silent row of nulls.
 
 Filters on ``universe``, ``world`` (equality, ``IN``) and ``height`` (comparisons) are pushed
 down when ``spark.sql.python.filterPushdown.enabled`` is on: whole segments are pruned at
@@ -47,10 +57,9 @@ its largest segment (export's ``target_bytes``, 64 MiB by default).
 from __future__ import annotations
 
 import threading
-from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from itertools import pairwise
+from functools import cached_property
 from typing import Any, Final
 
 import pyarrow as pa
@@ -67,7 +76,14 @@ from pyspark.sql.datasource import (
     LessThan,
     LessThanOrEqual,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from persistence.errors import Corruption, NotFound, SegmentCorruption, Validation
 from persistence.ids import UniverseId, WorldId
@@ -75,7 +91,7 @@ from persistence.kernel import entry_kind
 from persistence.objects import ObjectStore
 from persistence.plane.segment_index import SegmentRecordMismatch
 from segments import open_plane
-from segments.format import DecodedSegment, SegmentHeader, decode_segment
+from segments.format import MAX_ENTRY, DecodedSegment, SegmentHeader, decode_segment
 from spark_connectors.listing import (
     SegmentListingError,
     SegmentRef,
@@ -85,25 +101,33 @@ from spark_connectors.listing import (
 )
 
 NAME: Final = "aos_segments"
-SCHEMA: Final = (
-    "universe string, world string, segment_start long, segment_end long, "
-    "segment_bytes long, height long, kind string, entry binary, entry_size int, "
-    "error string"
-)
-ARROW_SCHEMA: Final = pa.schema(
+SCHEMA: Final = StructType(
     [
-        ("universe", pa.string()),
-        ("world", pa.string()),
-        ("segment_start", pa.int64()),
-        ("segment_end", pa.int64()),
-        ("segment_bytes", pa.int64()),
-        ("height", pa.int64()),
-        ("kind", pa.string()),
-        ("entry", pa.binary()),
-        ("entry_size", pa.int32()),
-        ("error", pa.string()),
+        StructField("universe", StringType()),
+        StructField("world", StringType()),
+        StructField("segment_start", LongType()),
+        StructField("segment_end", LongType()),
+        StructField("segment_bytes", LongType()),
+        StructField("height", LongType()),
+        StructField("kind", StringType()),
+        StructField("entry", BinaryType()),
+        StructField("entry_size", IntegerType()),
+        StructField("error", StringType()),
     ]
 )
+"""Every column the source can produce (a scan produces the ones its schema names)."""
+ARROW_TYPES: Final[Mapping[str, pa.DataType]] = {
+    "universe": pa.string(),
+    "world": pa.string(),
+    "segment_start": pa.int64(),
+    "segment_end": pa.int64(),
+    "segment_bytes": pa.int64(),
+    "height": pa.int64(),
+    "kind": pa.string(),
+    "entry": pa.binary(),
+    "entry_size": pa.int32(),
+    "error": pa.string(),
+}
 CREDENTIALS: Final = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 DEFAULT_PARTITION_BYTES: Final = 128 * 1024 * 1024
 DEFAULT_BATCH_ROWS: Final = 8192
@@ -124,13 +148,17 @@ class ScanOptions:
     credentials: tuple[tuple[str, str], ...]
     pushdown: bool = True
     selection: Selection = field(default_factory=Selection)
+    columns: tuple[str, ...] = tuple(SCHEMA.names)
+    """The columns to produce, in the schema's order."""
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> ScanOptions:
-        """Validate the reader options; a bad one is ``Validation`` naming it."""
+    def parse(cls, options: Mapping[str, str], schema: StructType | None = None) -> ScanOptions:
+        """Validate the reader options and the scan's ``schema`` (a subset of
+        :data:`SCHEMA`; the ``columns`` option's when not given); a bad one is
+        ``Validation`` naming it."""
         known = {
             "objects", "kv", "listing", "universe", "world", "on_corrupt", "partition_bytes",
-            "batch_rows", "path", "pushdown", *CREDENTIALS,
+            "batch_rows", "path", "pushdown", "columns", *CREDENTIALS,
         }  # fmt: skip
         unknown = {k for k in options if k.lower() not in known}
         if unknown:
@@ -145,6 +173,20 @@ class ScanOptions:
         on_corrupt = options.get("on_corrupt", "fail")
         if on_corrupt not in ("fail", "skip"):
             raise Validation(f"{NAME}.on_corrupt", f"fail or skip, not {on_corrupt!r}")
+        columns = _columns(options.get("columns"))
+        if schema is not None:
+            given = _schema_columns(schema)
+            if "columns" in options and given != columns:
+                raise Validation(
+                    f"{NAME}.columns", f"{list(columns)} but the schema names {list(given)}"
+                )
+            columns = given
+        if on_corrupt == "skip" and "error" not in columns:
+            raise Validation(
+                f"{NAME}.columns",
+                "on_corrupt=skip needs the error column (or rows of nulls "
+                "would stand for skipped segments)",
+            )
         return cls(
             objects=objects,
             kv=kv,
@@ -158,7 +200,41 @@ class ScanOptions:
                 universes=_ids(options.get("universe"), UniverseId.parse),
                 worlds=_ids(options.get("world"), WorldId.parse),
             ),
+            columns=columns,
         )
+
+
+def _columns(raw: str | None) -> tuple[str, ...]:
+    """The ``columns`` option: names of :data:`SCHEMA`, at least one, each once."""
+    if raw is None:
+        return tuple(SCHEMA.names)
+    names = tuple(name.strip() for name in raw.split(","))
+    unknown = [name for name in names if name not in ARROW_TYPES]
+    if unknown or len(set(names)) != len(names):
+        raise Validation(
+            f"{NAME}.columns", f"distinct names of {', '.join(SCHEMA.names)}, not {raw!r}"
+        )
+    return names
+
+
+def _schema_columns(schema: StructType) -> tuple[str, ...]:
+    """The columns a scan's schema names: each must be a column of :data:`SCHEMA` with its
+    name, type and nullability (a user-given schema may name a subset, in any order)."""
+    names = tuple(schema.names)
+    for given in schema.fields:
+        if given.name not in ARROW_TYPES or given != SCHEMA[given.name]:
+            raise Validation(
+                f"{NAME}.schema",
+                f"{given.simpleString()} is not a column of {SCHEMA.simpleString()} "
+                "(names and types as given, nullable)",
+            )
+    if not names or len(set(names)) != len(names):
+        raise Validation(f"{NAME}.schema", f"distinct columns, not {schema.simpleString()}")
+    return names
+
+
+def _subset(columns: Sequence[str]) -> StructType:
+    return StructType([SCHEMA[name] for name in columns])
 
 
 def _positive(options: Mapping[str, str], name: str, default: int) -> int:
@@ -199,13 +275,15 @@ class SegmentDataSource(DataSource):
         """The short name used with ``spark.read.format``."""
         return NAME
 
-    def schema(self) -> str:
-        """The fixed schema (the DDL string of :data:`SCHEMA`)."""
-        return SCHEMA
+    def schema(self) -> StructType:
+        """The columns the ``columns`` option names, else every column of :data:`SCHEMA`
+        (Spark asks only when the user gives no schema)."""
+        return _subset(ScanOptions.parse(self.options).columns)
 
     def reader(self, schema: StructType) -> SegmentScan:
-        """A reader for one scan (with push-down unless the ``pushdown`` option is false)."""
-        options = ScanOptions.parse(self.options)
+        """A reader for one scan producing ``schema``'s columns (with push-down unless the
+        ``pushdown`` option is false)."""
+        options = ScanOptions.parse(self.options, schema)
         return PushdownSegmentScan(options) if options.pushdown else SegmentScan(options)
 
 
@@ -228,7 +306,9 @@ class SegmentScan(DataSourceReader):
                 size = 0
             groups[-1].append(ref)
             size += ref.byte_size
-        return [SegmentPartition(tuple(g)) for g in groups]
+        # None left (every segment pruned): one empty partition, since Spark would read a
+        # plain InputPartition in place of an empty list.
+        return [SegmentPartition(tuple(g)) for g in groups] or [SegmentPartition(())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Fetch, verify and decode each segment; yield Arrow batches of the schema."""
@@ -244,7 +324,7 @@ class SegmentScan(DataSourceReader):
             except Corruption as exc:
                 if self.options.on_corrupt == "fail":
                     raise
-                yield _error_batch(ref, str(exc))
+                yield _error_batch(ref, str(exc), self.options.columns)
 
 
 class PushdownSegmentScan(SegmentScan):
@@ -281,7 +361,8 @@ def list_segments(options: ScanOptions) -> list[SegmentRef]:
 def segment_batches(
     objects: ObjectStore, ref: SegmentRef, options: ScanOptions
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of one segment, verified whole before the first batch is produced."""
+    """The rows of one segment with the columns of ``options``, verified whole before the
+    first batch is produced; only those columns are built."""
     try:
         data = objects.get(ref.object_key)
     except NotFound:
@@ -304,43 +385,73 @@ def segment_batches(
     hi = min(ref.end, options.selection.max_height or ref.end)
     if lo > hi:
         return
-    count = ref.end - ref.start + 1
-    # Whole-segment columns built once; batches are zero-copy slices of them. Entries
-    # are copied once into one contiguous buffer (an Arrow binary column's layout).
-    starts, view, first = segment.starts, memoryview(data), segment.starts[0]
-    payload = b"".join([view[b + LENGTH_PREFIX : e] for b, e in pairwise(starts)])
-    offsets = array("i", [start - first - LENGTH_PREFIX * i for i, start in enumerate(starts)])
-    entries = pa.Array.from_buffers(
-        pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(payload)]
-    )
-    sizes = pc.binary_length(entries)
-    heights = pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), count)), ref.start - 1)
-    kinds = pa.array(_kinds(segment), pa.string())
-    constants = [
-        pa.repeat(pa.scalar(ref.universe, pa.string()), count),
-        pa.repeat(pa.scalar(ref.world, pa.string()), count),
-        pa.repeat(pa.scalar(ref.start, pa.int64()), count),
-        pa.repeat(pa.scalar(ref.end, pa.int64()), count),
-        pa.repeat(pa.scalar(len(data), pa.int64()), count),
-    ]
+    # Whole-segment columns built once; batches are zero-copy slices of them.
+    source = SegmentColumns(ref, segment)
     whole = pa.RecordBatch.from_arrays(
-        [*constants, heights, kinds, entries, sizes, pa.nulls(count, pa.string())],
-        schema=ARROW_SCHEMA,
+        [COLUMN_BUILDERS[name](source) for name in options.columns],
+        schema=arrow_schema(options.columns),
     )
     for first in range(lo, hi + 1, options.batch_rows):
         rows = min(hi, first + options.batch_rows - 1) - first + 1
         yield whole.slice(first - ref.start, rows)
 
 
-def _kinds(segment: DecodedSegment) -> list[str]:
+def arrow_schema(columns: Sequence[str]) -> pa.Schema:
+    """The Arrow schema of batches with ``columns`` (what Spark checks them against)."""
+    return pa.schema([(name, ARROW_TYPES[name]) for name in columns])
+
+
+class SegmentColumns:
+    """What a verified segment's columns are built from: the listing's ref and the
+    decoded segment. Parts two columns share are computed once, when first needed."""
+
+    def __init__(self, ref: SegmentRef, segment: DecodedSegment) -> None:
+        self.ref = ref
+        self.segment = segment
+        self.count = ref.end - ref.start + 1
+
+    def constant(self, value: str | int, kind: pa.DataType) -> pa.Array:
+        """``value`` on every row."""
+        return pa.repeat(pa.scalar(value, kind), self.count)
+
+    @cached_property
+    def framed(self) -> pa.Array:
+        """Each entry with its length prefix, as a binary column over the segment's own
+        buffer (zero-copy: the framed entries are contiguous)."""
+        starts = self.segment.starts
+        offsets = pc.subtract(pa.array(starts, pa.int32()), pa.scalar(starts[0], pa.int32()))
+        values = memoryview(self.segment.data)[starts[0] : starts[-1]]
+        return pa.Array.from_buffers(
+            pa.binary(), self.count, [None, offsets.buffers()[1], pa.py_buffer(values)]
+        )
+
+
+def _entries(source: SegmentColumns) -> pa.Array:
+    """The entries, copied once into one contiguous buffer (an Arrow binary column)."""
+    return pc.binary_slice(source.framed, LENGTH_PREFIX, LENGTH_PREFIX + MAX_ENTRY)
+
+
+def _entry_sizes(source: SegmentColumns) -> pa.Array:
+    """Entry sizes from the framing, without copying the entries."""
+    framed = pc.binary_length(source.framed)
+    return pc.subtract(framed, pa.scalar(LENGTH_PREFIX, pa.int32()))
+
+
+def _heights(source: SegmentColumns) -> pa.Array:
+    ones = pa.repeat(pa.scalar(1, pa.int64()), source.count)
+    return pc.add(pc.cumulative_sum(ones), source.ref.start - 1)
+
+
+def _kinds(source: SegmentColumns) -> pa.Array:
     """The ``kind`` column. Plane records are canonical CBOR maps (major type 5): anything
     else is opaque without decoding it."""
-    data, starts = segment.data, segment.starts
+    data, starts = source.segment.data, source.segment.starts
     first = [start + LENGTH_PREFIX for start in starts]
-    return [
+    kinds = [
         _kind(data, begin, end) if begin < end and 0xA0 <= data[begin] <= 0xBF else "opaque"
         for begin, end in zip(first, starts[1:], strict=False)
     ]
+    return pa.array(kinds, pa.string())
 
 
 def _kind(payload: bytes, start: int, end: int) -> str:
@@ -350,12 +461,34 @@ def _kind(payload: bytes, start: int, end: int) -> str:
         return "corrupt record"
 
 
-def _error_batch(ref: SegmentRef, message: str) -> pa.RecordBatch:
-    values: list[Any] = [ref.universe, ref.world, ref.start, ref.end, ref.byte_size]
-    values += [None, None, None, None, message]
+COLUMN_BUILDERS: Final[dict[str, Callable[[SegmentColumns], pa.Array]]] = {
+    "universe": lambda s: s.constant(s.ref.universe, pa.string()),
+    "world": lambda s: s.constant(s.ref.world, pa.string()),
+    "segment_start": lambda s: s.constant(s.ref.start, pa.int64()),
+    "segment_end": lambda s: s.constant(s.ref.end, pa.int64()),
+    "segment_bytes": lambda s: s.constant(len(s.segment.data), pa.int64()),
+    "height": _heights,
+    "kind": _kinds,
+    "entry": _entries,
+    "entry_size": _entry_sizes,
+    "error": lambda s: pa.nulls(s.count, pa.string()),
+}
+"""How each column of a segment's rows is built; a scan calls only its columns'."""
+
+
+def _error_batch(ref: SegmentRef, message: str, columns: Sequence[str]) -> pa.RecordBatch:
+    """The row standing for a skipped segment: where it is and why, other columns null."""
+    known: dict[str, Any] = {
+        "universe": ref.universe,
+        "world": ref.world,
+        "segment_start": ref.start,
+        "segment_end": ref.end,
+        "segment_bytes": ref.byte_size,
+        "error": message,
+    }
     return pa.RecordBatch.from_arrays(
-        [pa.array([v], t.type) for v, t in zip(values, ARROW_SCHEMA, strict=True)],
-        schema=ARROW_SCHEMA,
+        [pa.array([known.get(name)], ARROW_TYPES[name]) for name in columns],
+        schema=arrow_schema(columns),
     )
 
 

@@ -132,10 +132,11 @@ def test_cli_spark_on_a_missing_store(tmp_path: Path) -> None:
 
 
 def test_the_scan_benchmark_checks_and_reports_both_readers(tmp_path: Path) -> None:
-    """``aosp bench spark``'s suite at a tiny size, in its own process (it owns its session)."""
+    """``aosp bench spark``'s suite at a tiny size, in its own process (it owns its sessions)."""
     import subprocess
     import sys
 
+    from aosp.benchmarks.spark import LOCAL_1_ROUNDS, ROUNDS
     from tests.cli.conftest import ROOT
 
     code = (
@@ -146,7 +147,13 @@ def test_the_scan_benchmark_checks_and_reports_both_readers(tmp_path: Path) -> N
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    (figure,) = json.loads(done.stdout.strip().splitlines()[-1])
-    assert figure["unit"] == "rows/s" and figure["target"] == 0.5
-    assert figure["value"] > 0 and figure["baseline_value"] > 0
-    assert "16,000 entries" in figure["name"]
+    pruned, full, single, *scaling = json.loads(done.stdout.strip().splitlines()[-1])
+    assert pruned["target"] == 0.8 and full["target"] is None and single["target"] is None
+    assert "(height, entry)" in pruned["name"] and "every column" in full["name"]
+    assert "local[1]" in single["name"] and len(scaling) == 2
+    for figure, rounds in ((pruned, ROUNDS), (full, ROUNDS), (single, LOCAL_1_ROUNDS)):
+        assert figure["unit"] == "rows/s" and "16,000 entries" in figure["name"]
+        assert len(figure["round_ratios"]) == rounds
+        assert figure["ratio_min"] <= figure["ratio"] <= figure["ratio_max"]
+    for figure in (pruned, full, single, *scaling):
+        assert figure["value"] > 0 and figure["baseline_value"] > 0

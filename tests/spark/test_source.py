@@ -63,6 +63,15 @@ def test_filters_prune_partitions_and_stay_correct(spark: Any, store: SegmentSto
     assert filtered.rdd.getNumPartitions() == len(covering)
 
 
+@pytest.mark.parametrize("listing", ["index", "objects"])
+def test_a_filter_pruning_every_segment_gives_no_rows(
+    spark: Any, store: SegmentStore, listing: str
+) -> None:
+    """No partition is left to read: Spark would substitute one the reader does not know."""
+    for where in ("height < 0", "height > 1000000000"):
+        assert store.read(spark, listing=listing).where(where).count() == 0
+
+
 def test_filters_are_correct_with_push_down_off(spark: Any, store: SegmentStore) -> None:
     world = str(store.worlds[2])
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
