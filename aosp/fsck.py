@@ -234,7 +234,8 @@ class Fsck:
 
     def _check_pins_and_dooms(self, universe: UniverseId, keys: UniverseKeys) -> None:
         """Bodies pinned by puts in flight are not orphans; a doom is a collection in
-        progress, or (past its lease) one a crashed collector left: puts of it wait."""
+        progress or settling (counted), or past its lease one a crashed collector left
+        (a warning: puts of the body wait)."""
         now = self.plane.clock()
         for name, (begin, end) in (("pin", keys.cas_pins()), ("doom", keys.cas_dooms())):
             prefix = len(begin) - 1
@@ -250,21 +251,20 @@ class Fsck:
                         continue
                     if isinstance(record, CasPin):
                         self._in_flight.add(object_key(universe, hash))
-                    elif isinstance(record, CasDoom):
-                        stale = doom_is_stale(record, now)
+                    elif (
+                        isinstance(record, CasDoom)
+                        and record.settled_ns is None
+                        and doom_is_stale(record, now)
+                    ):
                         self._add(
                             "warning",
                             "cas",
                             universe,
                             None,
                             hash.hex,
-                            f"body being collected since {(now - record.at_ns) / 1e9:.0f} s"
-                            + (
-                                " (its collector is gone: aosp compact --orphans finishes it; "
-                                "puts of this body wait until then)"
-                                if stale
-                                else ""
-                            ),
+                            f"a collector doomed this body {(now - record.at_ns) / 1e9:.0f} s "
+                            "ago and is gone (puts of the body wait until a pass of aosp "
+                            "compact --orphans finishes it)",
                         )
                 begin = rows[-1][0] + b"\x00"
 

@@ -89,6 +89,10 @@ class ObjectStore(ABC):
     """Create-only object storage."""
 
     url: str
+    late_delete_seconds: float = 300.0
+    """How long after :meth:`delete` returned a request it sent may still take effect (a
+    retried request whose first attempt timed out): orphan collection keeps puts of the body
+    waiting that long. Stores whose delete is done when it returns say 0."""
 
     @abstractmethod
     def put(self, key: str, data: bytes | BinaryIO, *, sha256: bytes | None = None) -> bool:

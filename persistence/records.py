@@ -290,11 +290,13 @@ class CasPin(Record):
 @dataclass(frozen=True, slots=True)
 class CasDoom(Record):
     """``cas/doomed/<hash>``: a collector decided at ``at_ns`` to delete the unreferenced
-    body of ``hash``; ``token`` names that collector's attempt. Puts of the hash wait until
-    it is cleared (``plane/cas_bodies.py``)."""
+    body of ``hash``; ``token`` names that collector's attempt; once its DELETE call returned,
+    ``settled_ns`` is when no request of it can still land. Puts of the hash wait until it
+    is cleared (``plane/cas_bodies.py``)."""
 
     at_ns: int = _f(U64)
     token: bytes = _f(BYTES)
+    settled_ns: int | None = _opt(U64)
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,6 +112,11 @@ def _plan(tr: kv.Transaction, keys: WorldKeys, config: ExportConfig) -> ExportPl
     return ExportPlan(start, min(limit, start + config.target_entries - 1))
 
 
+@kv.transactional
+def _last_segment(tr: kv.Transaction, keys: WorldKeys) -> SegmentIndexRecord | None:
+    return segment_index.last_segment(tr, UniverseKeys(keys.universe), keys.world, snapshot=True)
+
+
 class ExportRaced(Conflict):
     """Another exporter moved the world's export marker first."""
 
@@ -129,7 +134,8 @@ def transition(
     """Move the marker from ``expected`` to ``new`` (``None``: absent), optionally indexing
     a segment or clearing hot heights in the same transaction. A retry whose earlier
     attempt committed returns (its call record); a marker moved by another exporter is
-    ``ExportRaced``."""
+    ``ExportRaced``, and so is a new ``copy_started`` marker whose range does not begin
+    right after the last indexed segment (another exporter indexed it since the plan)."""
     if calls.replayed(tr, keys, call) is not None:
         return
     current = _read_marker(tr, keys)
@@ -137,6 +143,13 @@ def transition(
         return
     if current != expected:
         raise ExportRaced(f"world {keys.world}: export marker {current}, expected {expected}")
+    if expected is None and new is not None:
+        last = segment_index.last_segment(tr, UniverseKeys(keys.universe), keys.world)
+        if new.start != (1 if last is None else last.end + 1):
+            raise ExportRaced(
+                f"world {keys.world}: planned from {new.start}, but segments end at "
+                f"{0 if last is None else last.end}"
+            )
     if index is not None:
         segment_index.put_segment(tr, UniverseKeys(keys.universe), keys.world, index)
     if clear is not None:
@@ -273,6 +286,11 @@ class Exporter:
             transition(engine, keys, self.plane.new_call(), None, marker)
             self.plane.hooks.reached("export.after_copy_started")
         record: SegmentIndexRecord | None = None
+        if marker.state == "copy_started" and self._covered(keys) >= marker.start:
+            # a marker installed from a stale plan (before the check above existed): its
+            # range is indexed already, by another exporter; drop it and plan again
+            transition(engine, keys, self.plane.new_call(), marker, None)
+            raise ExportRaced(f"world {world}: marker from {marker.start} below the index")
         if marker.state == "copy_started":
             record = self._copy(universe, world, marker, progress)
             finished = ExportMarker(
@@ -298,6 +316,11 @@ class Exporter:
             record = self._indexed(universe, world, marker.end)
         progress(f"world {world}: segment {record.start}-{record.end} exported")
         return record
+
+    def _covered(self, keys: WorldKeys) -> int:
+        """The last height the world's segment index covers (0: none)."""
+        last = _last_segment(self.plane.engine, keys)
+        return 0 if last is None else last.end
 
     def _indexed(self, universe: UniverseId, world: WorldId, end: int) -> SegmentIndexRecord:
         for record in self.plane.list_segments(universe, world, end):

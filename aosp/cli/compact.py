@@ -114,9 +114,10 @@ def cmd_compact(args: argparse.Namespace) -> int:
             print(
                 f"orphans {verb}: {cas['collected']} CAS bodies ({cas['collected_bytes']:,} "
                 f"bytes; {cas['pinned']} pinned by puts in flight, {cas['pins_expired']} "
-                f"expired pins cleared), {seg['collected']} segment objects "
-                f"({seg['collected_bytes']:,} bytes; {seg['kept']} kept for an export in "
-                f"flight), {seg['markers_cleared']} finished export markers"
+                f"expired pins, {cas['dooms_resumed'] + cas['dooms_settled']} left-over "
+                f"collections, {cas['abandoned']} left to their lease), {seg['collected']} "
+                f"segment objects ({seg['collected_bytes']:,} bytes; {seg['kept']} kept for "
+                f"an export in flight), {seg['markers_cleared']} finished export markers"
             )
         if orphan_error is not None:
             print(f"orphan collection failed: {orphan_error}")
@@ -129,9 +130,11 @@ def _collect(
     plane: Plane, worlds: list[tuple[UniverseId, WorldId]], args: argparse.Namespace
 ) -> dict[str, dict[str, int]]:
     """Collect (or count, with ``--dry-run``) the orphaned CAS bodies of the selected
-    worlds' universes and the orphaned segment objects and finished markers of the worlds."""
+    universe (every universe, also those without worlds, when none is selected) and the
+    orphaned segment objects and finished markers of the selected worlds."""
     cas = cas_bodies.CasCollection()
-    for universe in dict.fromkeys(u for u, _ in worlds):
+    universes = [args.universe] if args.universe is not None else list(plane.universes())
+    for universe in universes:
         cas += cas_bodies.collect(
             plane.engine, plane.objects, universe, plane.clock, args.grace, dry_run=args.dry_run
         )

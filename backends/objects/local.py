@@ -77,6 +77,7 @@ def _os_errors(what: str) -> Iterator[None]:
 
 
 class LocalObjectStore(ObjectStore):
+    late_delete_seconds = 0.0
     """Objects as files under ``root`` (created if missing, unless ``create`` is false)."""
 
     def __init__(

@@ -14,6 +14,7 @@ from persistence.objects import ObjectInfo, ObjectStore, check_object_key, check
 
 
 class MemoryObjectStore(ObjectStore):
+    late_delete_seconds = 0.0
     """Create-only objects in memory; thread-safe."""
 
     def __init__(self) -> None:

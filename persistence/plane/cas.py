@@ -42,8 +42,6 @@ META_OVERHEAD: Final = 32
 """An upper bound on what a ``CasMeta`` record adds to an inline body (CBOR map, size)."""
 SPOOL_IN_MEMORY: Final = 8 * 1024 * 1024
 """Streamed bodies up to this size are spooled in memory, larger ones in a temporary file."""
-AWAIT_DOOM_MAX_SLEEP: Final = 1.0
-"""The longest pause of a put waiting for a collector to finish with its hash."""
 
 
 @kv.transactional
@@ -80,6 +78,13 @@ def _pin(
     if tr.get(pin) is None:  # else a retry whose first attempt committed
         tr.set(pin, CasPin(now_ns).to_cbor())
     return "pinned"
+
+
+@kv.transactional
+def _unpin(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, put_id: bytes) -> None:
+    pin = keys.cas_pin(hash, put_id)
+    if tr.get(pin, snapshot=True) is not None:
+        tr.clear(pin)
 
 
 @kv.transactional
@@ -244,7 +249,13 @@ class Cas:
             if not created:
                 # Already there: from an earlier attempt whose metadata commit failed, or a
                 # concurrent put. Content-addressed, so it is ours if it hashes right.
-                self._check_existing(hash, key, size)
+                try:
+                    self._check_existing(hash, key, size)
+                except NotFound:
+                    continue  # collected meanwhile (this put's pin had expired): again
+                except CasBodyHashMismatch:
+                    _unpin(self.engine, keys, hash, put_id)  # let collection remove it
+                    raise
             self.hooks.reached("cas.after_body")
             if _commit_meta(self.engine, keys, hash, put_id, CasMeta(size=size, object_key=key)):
                 return
@@ -252,14 +263,20 @@ class Cas:
     def _await_collection(
         self, keys: UniverseKeys, hash: Hash, key: str, doom: CasDoom, waits: int
     ) -> None:
-        """A collector doomed the body: finish its work if its lease ran out, else pause."""
+        """A collector doomed the body: clear its doom once settled, take it over once its
+        lease ran out (its collector is gone), else pause."""
         now = self.clock()
         if cas_bodies.doom_is_stale(doom, now):
-            grace_ns = round(cas_bodies.DEFAULT_GRACE_SECONDS * cas_bodies.NS)
-            cas_bodies.collect_body(self.engine, self.objects, keys, hash, key, now, grace_ns)
+            if doom.settled_ns is not None:
+                cas_bodies.clear_settled(self.engine, keys, hash, now)
+            else:
+                grace_ns = round(cas_bodies.DEFAULT_GRACE_SECONDS * cas_bodies.NS)
+                cas_bodies.collect_body(
+                    self.engine, self.objects, keys, hash, key, self.clock, grace_ns
+                )
             return
         self.hooks.reached("cas.await_collection")
-        time.sleep(min(AWAIT_DOOM_MAX_SLEEP, 0.01 * 2**waits))
+        time.sleep(min(cas_bodies.AWAIT_MAX_SLEEP_SECONDS, 0.01 * 2 ** min(waits, 7)))
 
     def _check_existing(self, hash: Hash, key: str, size: int) -> None:
         with VerifyingReader(self.objects.open(key), hash, size, key) as verifying:

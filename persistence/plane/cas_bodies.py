@@ -10,23 +10,28 @@ body garbage. The put protocol (``plane/cas.py``) and the collector agree throug
   removes it in the transaction that commits the metadata, which it does only if its pin is
   still there;
 * **dooms** ``cas/doomed/<hash>`` (``CasDoom``): the collector's decision, taken in one
-  transaction that reads the metadata (absent), the hash's pins (none younger than the
-  grace; older ones are cleared with it) and writes the doom. A put does not pin while a doom
-  stands; it waits until the collector has deleted the object and cleared the doom, then
-  uploads anew.
+  transaction that reads the metadata (none names the object), the hash's pins (none
+  younger than the grace; older ones are cleared with it) and writes the doom. A put does not
+  pin while a doom stands; it waits until the doom is cleared, then uploads anew.
 
 Both transactions read what the other writes, so they serialise: a pinned put makes the
 collector skip the body, and a doomed body makes the put wait; a put whose pin outlived the
 grace (stalled, or crashed) finds it gone at its metadata commit and starts again.
 
-The one thing no transaction can order is the object store's DELETE. A collector deletes
-only while its doom is fresh: it re-reads the doom (still its token) and checks that less
-than :data:`DELETE_DEADLINE_SECONDS` passed since it was written, then deletes and clears
-it. A doom left behind by a crashed collector is taken over (by the next collector, or by a
-put that waits for it) only once it is :data:`DOOM_LEASE_SECONDS` old: safe unless a
-collector stalls for longer than the lease minus the deadline (4 minutes) between its check
-and its DELETE reaching the store -- the usual lease assumption, stated in docs/protocols.md.
-The object store client's own timeouts and retries must fit in that margin.
+The one thing no transaction can order is the object store's DELETE, which may land after
+the call that sent it returned (a retried request), or be sent by a collector that stalled.
+So a doom lives through three phases. **Deciding**: the collector deletes only while its
+doom is its own (re-read just before) and, by its monotonic clock from before the decision
+and by the wall clock of the doom, younger than :data:`DELETE_DEADLINE_SECONDS`.
+**Settling**: once the DELETE call returned, the doom is cleared -- unless the store says a
+request of the call may still land (``ObjectStore.late_delete_seconds``: S3, not a local
+directory), and then it records until when and stays, so that no put uploads the body while
+one may. **Stale**: a doom never marked deleted (its collector crashed or gave up) is taken
+over, by the next pass or by a put waiting for it, only after :data:`DOOM_LEASE_SECONDS`.
+The assumptions, stated in docs/protocols.md: a DELETE request reaches the store within the
+lease minus the deadline after the collector's re-read (the client's whole retrying
+included), and within ``late_delete_seconds`` after its call returned; hosts' clocks agree
+to well within both.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 from persistence import fdbtuple, kv
@@ -44,17 +49,22 @@ from persistence.keyspace import UniverseKeys
 from persistence.objects import ObjectInfo, ObjectStore
 from persistence.records import CasDoom, CasMeta, CasPin, decode_record
 
-DOOM_LEASE_SECONDS: Final = 300.0
-"""How long a doom belongs to the collector that wrote it; after it, another may take over."""
 DELETE_DEADLINE_SECONDS: Final = 60.0
-"""A collector deletes a body only this soon after its doom committed (by its own clock)."""
+"""A collector sends the DELETE of a body it doomed only this soon after it began deciding."""
+DOOM_LEASE_SECONDS: Final = 900.0
+"""How long an undeleted doom belongs to its collector; after it, another may take over.
+Its margin over the deadline (14 minutes) bounds a DELETE call's retries (the S3 store's: 5
+attempts of at most 70 s, with backoff) and its requests' time in flight."""
 DEFAULT_GRACE_SECONDS: Final = 3_600.0
 """A put's pin protects its body this long: the longest an upload may take."""
+AWAIT_MAX_SLEEP_SECONDS: Final = 1.0
+"""The longest pause of a put waiting for a doom of its hash to be cleared."""
 NS: Final = 1_000_000_000
 
-Decision = Literal["referenced", "pinned", "collecting", "doomed"]
-"""What :func:`decide` found: metadata names the body; a put in flight pins it; another
-collector's fresh doom stands; or this collector doomed it (it may delete it now)."""
+Decision = Literal["referenced", "pinned", "collecting", "doomed", "abandoned"]
+"""What a collector found: metadata names the body; a put in flight pins it; another
+collector's doom stands; it doomed and deleted the body; or it doomed it but gave up before
+the DELETE (past its deadline, or its doom was taken over): the lease then runs out."""
 
 
 def read_doom(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> CasDoom | None:
@@ -64,7 +74,10 @@ def read_doom(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> CasDoom | N
 
 
 def doom_is_stale(doom: CasDoom, now_ns: int) -> bool:
-    """Whether ``doom``'s lease has run out at ``now_ns``."""
+    """Whether ``doom`` may be taken over (undeleted, lease run out) or cleared (deleted,
+    settled) at ``now_ns``."""
+    if doom.settled_ns is not None:
+        return now_ns >= doom.settled_ns
     return now_ns - doom.at_ns >= DOOM_LEASE_SECONDS * NS
 
 
@@ -87,8 +100,8 @@ def decide(
     token: bytes,
 ) -> Decision:
     """Doom the body of ``hash`` at ``object_key`` if no metadata names it and no pin
-    younger than ``grace_ns`` protects it (clearing the expired pins), or take over a stale
-    doom. A retry whose first attempt committed finds its own token."""
+    younger than ``grace_ns`` protects it (clearing the expired pins), also replacing a
+    stale doom. A retry whose first attempt committed finds its own token."""
     if _names(tr.get(keys.cas_meta(hash)), hash, object_key):
         return "referenced"
     doom = read_doom(tr, keys, hash)
@@ -109,16 +122,37 @@ def decide(
 
 
 @kv.transactional
-def _doom_token(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> bytes | None:
+def _own_doom(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, token: bytes) -> CasDoom | None:
     doom = read_doom(tr, keys, hash)
-    return None if doom is None else doom.token
+    return doom if doom is not None and doom.token == token and doom.settled_ns is None else None
 
 
 @kv.transactional
-def _clear_doom(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, token: bytes) -> None:
+def _deleted(
+    tr: kv.Transaction, keys: UniverseKeys, hash: Hash, token: bytes, settled_ns: int | None
+) -> None:
+    """The DELETE call of this collector's doom returned: clear the doom, or keep it until
+    ``settled_ns`` (a request of the call may land until then)."""
     doom = read_doom(tr, keys, hash)
-    if doom is not None and doom.token == token:
+    if doom is None or doom.token != token or doom.settled_ns is not None:
+        return
+    if settled_ns is None:
         tr.clear(keys.cas_doom(hash))
+    else:
+        tr.set(keys.cas_doom(hash), replace(doom, settled_ns=settled_ns).to_cbor())
+
+
+@kv.transactional
+def clear_settled(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, now_ns: int) -> bool:
+    """Clear the doom of ``hash`` if it was deleted and has settled; whether the hash has
+    no doom now (also when a retry finds its first attempt's clear)."""
+    doom = read_doom(tr, keys, hash)
+    if doom is None:
+        return True
+    if doom.settled_ns is None or not doom_is_stale(doom, now_ns):
+        return False
+    tr.clear(keys.cas_doom(hash))
+    return True
 
 
 def new_token() -> bytes:
@@ -133,17 +167,22 @@ def delete_doomed(
     hash: Hash,
     object_key: str,
     token: bytes,
-    doomed_at: float,
+    started: float,
+    now_ns: Callable[[], int],
 ) -> bool:
-    """Delete the body this collector doomed (``doomed_at``: ``time.monotonic()`` when
-    :func:`decide` returned) and clear the doom; ``False`` if the doom is no longer its own
-    or the deadline passed (the doom then waits for its lease to run out)."""
-    if _doom_token(engine, keys, hash) != token:
+    """Delete the body this collector doomed and clear its doom, or keep it to settle
+    (``started``:
+    ``time.monotonic()`` before :func:`decide`); ``False``, deleting nothing, if the doom is
+    no longer its own or the deadline passed by either clock."""
+    doom = _own_doom(engine, keys, hash, token)
+    deadline = DELETE_DEADLINE_SECONDS
+    if doom is None or time.monotonic() - started >= deadline:
         return False
-    if time.monotonic() - doomed_at >= DELETE_DEADLINE_SECONDS:
+    if now_ns() - doom.at_ns >= deadline * NS:
         return False
     objects.delete(object_key)
-    _clear_doom(engine, keys, hash, token)
+    late = objects.late_delete_seconds
+    _deleted(engine, keys, hash, token, now_ns() + round(late * NS) if late > 0 else None)
     return True
 
 
@@ -153,16 +192,17 @@ def collect_body(
     keys: UniverseKeys,
     hash: Hash,
     object_key: str,
-    now_ns: int,
+    now_ns: Callable[[], int],
     grace_ns: int,
 ) -> Decision:
-    """Decide about the body of ``hash`` and, if doomed, delete it. ``"doomed"`` means it
-    is gone (or, past the deadline, left to the lease)."""
+    """Decide about the body of ``hash`` and, if doomed, delete it."""
     token = new_token()
-    decision = decide(engine, keys, hash, object_key, now_ns, grace_ns, token)
-    if decision == "doomed":
-        delete_doomed(engine, objects, keys, hash, object_key, token, time.monotonic())
-    return decision
+    started = time.monotonic()
+    decision = decide(engine, keys, hash, object_key, now_ns(), grace_ns, token)
+    if decision != "doomed":
+        return decision
+    deleted = delete_doomed(engine, objects, keys, hash, object_key, token, started, now_ns)
+    return "doomed" if deleted else "abandoned"
 
 
 @dataclass(slots=True)
@@ -173,15 +213,21 @@ class CasCollection:
     referenced: int = 0
     pinned: int = 0
     collecting: int = 0
-    """Bodies another collector's fresh doom covers."""
+    """Bodies another collector's doom covers (deciding, or deleted and settling)."""
     collected: int = 0
     collected_bytes: int = 0
+    """Listed bodies deleted (their size as listed)."""
+    abandoned: int = 0
+    """Bodies doomed but not deleted (the deadline passed): their doom's lease runs out."""
     foreign: int = 0
     """Objects under the prefix whose key is not a body's key: left alone."""
     pins_expired: int = 0
     """Pins older than the grace, cleared (puts that crashed, or stalled: they pin again)."""
     dooms_resumed: int = 0
-    """Stale dooms of crashed collectors, finished."""
+    """Stale dooms of crashed collectors whose objects were gone from the listing, taken
+    over (their DELETE sent again) and cleared or left to settle."""
+    dooms_settled: int = 0
+    """Settled dooms cleared (a dry run: stale dooms left after the listing)."""
 
     def __iadd__(self, other: CasCollection) -> CasCollection:
         for name in self.__slots__:
@@ -215,13 +261,7 @@ def collect(
     grace_ns = round(grace_seconds * NS)
     prefix = bodies_prefix(universe)
     done = CasCollection()
-    if not dry_run:
-        done.pins_expired = _sweep_pins(engine, keys, now_ns, grace_ns)
-        for stale in _stale_dooms(engine, keys, now_ns()):
-            # a crashed collector's: its object may be gone already (no listing shows it)
-            key = object_key(universe, stale)
-            collect_body(engine, objects, keys, stale, key, now_ns(), grace_ns)
-            done.dooms_resumed += 1
+    done.pins_expired = _sweep_pins(engine, keys, now_ns, grace_ns, dry_run)
     page: list[tuple[Hash, ObjectInfo]] = []
     for info in objects.list(prefix):
         done.listed += 1
@@ -234,6 +274,17 @@ def collect(
             _collect_page(engine, objects, keys, page, now_ns, grace_ns, dry_run, done)
             page = []
     _collect_page(engine, objects, keys, page, now_ns, grace_ns, dry_run, done)
+    # Dooms the listing did not settle: a crashed collector's whose object is gone (or
+    # whose DELETE may still land), and settled ones. A dry run only counts them.
+    for stale in _stale_dooms(engine, keys, now_ns()):
+        if dry_run:
+            done.dooms_settled += 1
+        elif clear_settled(engine, keys, stale, now_ns()):
+            done.dooms_settled += 1
+        else:
+            key = object_key(universe, stale)
+            if collect_body(engine, objects, keys, stale, key, now_ns, grace_ns) == "doomed":
+                done.dooms_resumed += 1
     return done
 
 
@@ -256,7 +307,7 @@ def _collect_page(
         elif dry_run:
             decision = preview(engine, keys, hash, info.key, now_ns(), grace_ns)
         else:
-            decision = collect_body(engine, objects, keys, hash, info.key, now_ns(), grace_ns)
+            decision = collect_body(engine, objects, keys, hash, info.key, now_ns, grace_ns)
         if decision == "doomed":
             done.collected += 1
             done.collected_bytes += info.size
@@ -273,11 +324,11 @@ def preview(
     now_ns: int,
     grace_ns: int,
 ) -> Decision:
-    """What :func:`decide` would decide, without writing."""
+    """What :func:`decide` would decide, without writing (``"doomed"``: collectable)."""
     if _names(tr.get(keys.cas_meta(hash), snapshot=True), hash, object_key):
         return "referenced"
-    doom = read_doom(tr, keys, hash)
-    if doom is not None and not doom_is_stale(doom, now_ns):
+    raw = tr.get(keys.cas_doom(hash), snapshot=True)
+    if raw is not None and not doom_is_stale(decode_record(CasDoom, raw, "cas doom"), now_ns):
         return "collecting"
     for _, raw in tr.get_range(*keys.cas_pins(hash), snapshot=True):
         if now_ns - decode_record(CasPin, raw, f"cas pin {hash}").at_ns < grace_ns:
@@ -298,14 +349,19 @@ SWEEP_PAGE: Final = 500
 
 
 def _sweep_pins(
-    engine: kv.Engine, keys: UniverseKeys, now_ns: Callable[[], int], grace_ns: int
+    engine: kv.Engine,
+    keys: UniverseKeys,
+    now_ns: Callable[[], int],
+    grace_ns: int,
+    dry_run: bool,
 ) -> int:
-    """Clear every pin older than the grace, a page per transaction; return how many.
-    Always safe: a put finding its pin gone at its metadata commit pins and uploads again."""
+    """Clear every pin older than the grace (``dry_run``: count them), a page per
+    transaction; return how many. Always safe: a put finding its pin gone at its metadata
+    commit pins and uploads again."""
     cleared = 0
     begin, end = keys.cas_pins()
     while True:
-        count, after = _sweep_page(engine, begin, end, now_ns(), grace_ns)
+        count, after = _sweep_page(engine, begin, end, now_ns(), grace_ns, dry_run)
         cleared += count
         if after is None:
             return cleared
@@ -314,19 +370,23 @@ def _sweep_pins(
 
 @kv.transactional
 def _sweep_page(
-    tr: kv.Transaction, begin: bytes, end: bytes, now_ns: int, grace_ns: int
+    tr: kv.Transaction, begin: bytes, end: bytes, now_ns: int, grace_ns: int, dry_run: bool
 ) -> tuple[int, bytes | None]:
-    rows = tr.get_range(begin, end, limit=SWEEP_PAGE)
+    """A page of pins, read without conflicts (puts of other bodies pin and unpin all the
+    time); only each pin cleared conflicts, with its own put."""
+    rows = tr.get_range(begin, end, limit=SWEEP_PAGE, snapshot=True)
     count = 0
     for key, raw in rows:
         if now_ns - decode_record(CasPin, raw, "cas pin").at_ns >= grace_ns:
-            tr.clear(key)
+            if not dry_run:
+                tr.add_read_conflict_key(key)
+                tr.clear(key)
             count += 1
     return count, (rows[-1][0] + b"\x00" if len(rows) == SWEEP_PAGE else None)
 
 
 def _stale_dooms(engine: kv.Engine, keys: UniverseKeys, now_ns: int) -> list[Hash]:
-    """The hashes whose doom's lease ran out (their collector crashed or gave up)."""
+    """The hashes whose doom may be taken over or cleared (see :func:`doom_is_stale`)."""
     stale: list[Hash] = []
     begin, end = keys.cas_dooms()
     while True:

@@ -21,6 +21,7 @@ from backends.kv.memory import MemoryEngine
 from backends.objects import open_object_store
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor
+from persistence.errors import CasBodyHashMismatch
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
@@ -35,10 +36,17 @@ from segments.format import segment_key
 from tests.objects.servers import S3Server
 
 NS = 1_000_000_000
+LATE = 300.0
 U = UniverseId(uuid.UUID(int=0x51))
 W = WorldId(uuid.UUID(int=0x52))
 BIG = b"B" * 40_000
 GRACE = 60.0
+
+
+class RemoteLike(MemoryObjectStore):
+    """A store whose DELETE requests may land after the call returned, as S3's may."""
+
+    late_delete_seconds = LATE
 
 
 class Clock:
@@ -130,22 +138,67 @@ def test_a_put_in_flight_keeps_its_body_against_a_collector(engine: Engine, cloc
     assert plane.get(U, h) == BIG and collect(collector, clock).referenced == 1
 
 
+class Settling:
+    """Hooks for a put that waits on a doom: each pause moves the clock by ``step``
+    seconds (the wait passes without sleeping it), running ``first`` at the first pause."""
+
+    def __init__(self, clock: Clock, step: float, first: Callable[[], object] = lambda: None):
+        self.clock, self.step, self.first = clock, step, first
+        self.seen: list[str] = []
+
+    def reached(self, step: str) -> None:
+        self.seen.append(step)
+        if step == "cas.await_collection":
+            if self.seen.count(step) == 1:
+                self.first()
+            self.clock.advance(self.step)
+
+
 def test_a_put_stalled_past_the_grace_uploads_again(engine: Engine, clock: Clock) -> None:
     objects = MemoryObjectStore()
+    key = object_key(U, Hash.of(BIG))
+    stalled = [False]
 
-    def stall_then_collect() -> None:
-        clock.advance(GRACE)
-        done = collect(collector, clock)
-        assert (done.pins_expired, done.collected) == (1, 1)
-        assert objects.stat(object_key(U, Hash.of(BIG))) is None
+    class Hooks(Settling):
+        def reached(self, step: str) -> None:
+            if step == "cas.after_body" and not stalled[0]:
+                stalled[0] = True
+                clock.advance(GRACE)
+                done = collect(collector, clock)
+                assert (done.pins_expired, done.collected) == (1, 1)
+                assert objects.stat(key) is None
+            super().reached(step)
 
-    hooks = At(cas__after_body=stall_then_collect)
+    hooks = Hooks(clock, 0)
     collector = plane_on(engine, objects, clock)
     plane = plane_on(engine, objects, clock, hooks)
     h = plane.put_verified(U, BIG)
     assert hooks.seen.count("cas.after_pin") == 2  # its pin was gone: pinned again
+    assert "cas.await_collection" not in hooks.seen  # a local delete is done when it returns
     assert plane.get(U, h) == BIG
     assert fsck_findings(plane) == []
+
+
+def test_a_put_waits_until_a_collectors_delete_has_settled(engine: Engine, clock: Clock) -> None:
+    """A DELETE may land after its call returned (a retried request): the doom stays,
+    deleted, for the settle time, and no put uploads the body until it has passed."""
+    objects = RemoteLike()
+    h = Hash.of(BIG)
+    key = object_key(U, h)
+    objects.put(key, BIG)  # an orphan
+    collector = plane_on(engine, objects, clock)
+    assert collect(collector, clock).collected == 1
+    assert objects.stat(key) is None
+
+    def late_delete_lands() -> None:
+        objects.delete(key)  # harmless: nothing was uploaded while the doom stood
+
+    hooks = Settling(clock, LATE / 3, late_delete_lands)
+    plane = plane_on(engine, objects, clock, hooks)
+    assert plane.put_verified(U, BIG) == h
+    assert hooks.seen.count("cas.await_collection") == 3
+    assert hooks.seen.index("cas.await_collection") < hooks.seen.index("cas.after_pin")
+    assert plane.get(U, h) == BIG and fsck_findings(plane) == []
 
 
 def test_a_put_waits_for_a_collector_that_doomed_its_hash(engine: Engine, clock: Clock) -> None:
@@ -154,18 +207,15 @@ def test_a_put_waits_for_a_collector_that_doomed_its_hash(engine: Engine, clock:
     key = object_key(U, h)
     objects.put(key, BIG)  # an orphan
     token = cas_bodies.new_token()
-    assert (
-        cas_bodies.decide(engine, UniverseKeys(U), h, object_key(U, h), clock(), 0, token)
-        == "doomed"
-    )
+    started = time.monotonic()
+    assert cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, token) == "doomed"
 
     def collector_deletes() -> None:
         assert objects.stat(key) is not None
-        assert cas_bodies.delete_doomed(
-            engine, objects, UniverseKeys(U), h, key, token, time.monotonic()
-        )
+        keys = UniverseKeys(U)
+        assert cas_bodies.delete_doomed(engine, objects, keys, h, key, token, started, clock)
 
-    hooks = At(cas__await_collection=collector_deletes)
+    hooks = Settling(clock, 0, collector_deletes)
     plane = plane_on(engine, objects, clock, hooks)
     assert plane.put_verified(U, BIG) == h
     assert hooks.seen.index("cas.await_collection") < hooks.seen.index("cas.after_pin")
@@ -175,57 +225,91 @@ def test_a_put_waits_for_a_collector_that_doomed_its_hash(engine: Engine, clock:
 def test_a_doom_left_by_a_crashed_collector_is_taken_over_after_its_lease(
     engine: Engine, clock: Clock
 ) -> None:
-    objects = MemoryObjectStore()
+    objects = RemoteLike()
     plane = plane_on(engine, objects, clock)
     h = Hash.of(BIG)
-    objects.put(object_key(U, h), BIG)
-    cas_bodies.decide(
-        engine, UniverseKeys(U), h, object_key(U, h), clock(), 0, cas_bodies.new_token()
-    )
-    warnings = [f for f in fsck_findings(plane) if "being collected" in f[2]]
-    assert len(warnings) == 1 and "collector is gone" not in warnings[0][2]
+    key = object_key(U, h)
+    objects.put(key, BIG)
+    cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, cas_bodies.new_token())
+    # the orphan being collected is still an orphan; the collection itself is no finding
+    assert [area for _, area, _ in fsck_findings(plane)] == ["objects"]
     fresh = collect(plane, clock)
     assert (fresh.collecting, fresh.collected) == (1, 0)  # another collector's, not stale
 
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
-    assert "collector is gone" in next(f[2] for f in fsck_findings(plane) if "being" in f[2])
+    [(severity, area, message)] = [f for f in fsck_findings(plane) if f[1] == "cas"]
+    assert severity == "warning" and "is gone" in message
     done = collect(plane, clock)
-    assert (done.dooms_resumed, done.listed, done.collected) == (1, 0, 0)  # deleted first
-    assert objects.stat(object_key(U, h)) is None and fsck_findings(plane) == []
+    assert (done.listed, done.collected, done.dooms_resumed) == (1, 1, 0)
+    assert objects.stat(key) is None and fsck_findings(plane) == []
+    # one that crashed after its DELETE: no listing shows the object, the sweep finishes it
+    other = Hash.of(b"gone")
+    cas_bodies.decide(engine, UniverseKeys(U), other, object_key(U, other), clock(), 0, b"t")
+    clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
+    assert collect(plane, clock, dry_run=True).dooms_settled == 2
+    swept = collect(plane, clock)
+    assert (swept.dooms_resumed, swept.dooms_settled) == (1, 1)
+    assert kv_range(engine, *UniverseKeys(U).cas_dooms())  # settling: a DELETE may land late
+    clock.advance(LATE)
+    assert collect(plane, clock).dooms_settled == 1
+    assert not kv_range(engine, *UniverseKeys(U).cas_dooms())
 
 
 def test_a_put_takes_over_a_stale_doom(engine: Engine, clock: Clock) -> None:
-    objects = MemoryObjectStore()
-    plane = plane_on(engine, objects, clock)
+    objects = RemoteLike()
     h = Hash.of(BIG)
-    objects.put(object_key(U, h), b"a torn body under the hash")
-    cas_bodies.decide(
-        engine, UniverseKeys(U), h, object_key(U, h), clock(), 0, cas_bodies.new_token()
-    )
+    key = object_key(U, h)
+    objects.put(key, b"a torn body under the hash")
+    cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, cas_bodies.new_token())
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
-    assert plane.put_verified(U, BIG) == h  # deleted the doomed object, then uploaded
+    hooks = Settling(clock, LATE)
+    plane = plane_on(engine, objects, clock, hooks)
+    assert plane.put_verified(U, BIG) == h  # deleted the doomed object, settled, uploaded
+    assert hooks.seen.count("cas.await_collection") == 1
     assert plane.get(U, h) == BIG and fsck_findings(plane) == []
 
 
-def test_a_collector_that_lost_its_doom_deletes_nothing(engine: Engine, clock: Clock) -> None:
+def test_a_collector_deletes_only_its_own_young_doom(engine: Engine, clock: Clock) -> None:
     objects = MemoryObjectStore()
     h = Hash.of(BIG)
     key = object_key(U, h)
     objects.put(key, BIG)
     keys = UniverseKeys(U)
     slow = cas_bodies.new_token()
+    started = time.monotonic()
     assert cas_bodies.decide(engine, keys, h, key, clock(), 0, slow) == "doomed"
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
     assert cas_bodies.decide(engine, keys, h, key, clock(), 0, cas_bodies.new_token()) == "doomed"
-    assert not cas_bodies.delete_doomed(engine, objects, keys, h, key, slow, 0.0)
-    assert objects.stat(key) is not None
-    # past its own deadline it gives up too, even with its doom in place
-    own = cas_bodies.new_token()
+    assert not cas_bodies.delete_doomed(engine, objects, keys, h, key, slow, started, clock)
+    assert objects.stat(key) is not None  # taken over: the slow collector deletes nothing
+
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
+    own = cas_bodies.new_token()
     assert cas_bodies.decide(engine, keys, h, key, clock(), 0, own) == "doomed"
     late = time.monotonic() - cas_bodies.DELETE_DEADLINE_SECONDS
-    assert not cas_bodies.delete_doomed(engine, objects, keys, h, key, own, late)
+    assert not cas_bodies.delete_doomed(engine, objects, keys, h, key, own, late, clock)
+    clock.advance(cas_bodies.DELETE_DEADLINE_SECONDS)  # its monotonic clock may lag (suspend)
+    assert not cas_bodies.delete_doomed(engine, objects, keys, h, key, own, time.monotonic(), clock)
     assert objects.stat(key) is not None
+
+
+def test_a_damaged_object_under_the_hash_fails_the_put_and_is_then_collected(
+    engine: Engine, clock: Clock
+) -> None:
+    objects = MemoryObjectStore()
+    h = Hash.of(BIG)
+    key = object_key(U, h)
+    objects.put(key, b"torn")
+    plane = plane_on(engine, objects, clock)
+    with pytest.raises(CasBodyHashMismatch):
+        plane.put_verified(U, BIG)
+    assert not kv_range(engine, *UniverseKeys(U).cas_pins())  # its pin went with it
+    assert collect(plane, clock).collected == 1  # no grace to wait: nothing pins it
+    assert plane.put_verified(U, BIG) == h and plane.get(U, h) == BIG
+
+
+def kv_range(engine: Engine, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+    return engine.create_transaction().get_range(begin, end)
 
 
 # ---------------------------------------------------------------- segments and markers
@@ -329,7 +413,10 @@ def _put_and_collect(engine: Engine, objects: ObjectStore, clock: Clock) -> None
     plane = plane_on(engine, objects, clock)
     plane.put_verified(U, BIG)
     clock.advance(GRACE)
-    collect(plane, clock)
+    assert collect(plane, clock).collected == 1
+    assert kv_range(engine, *UniverseKeys(U).cas_dooms())  # settling: a DELETE may land late
+    clock.advance(LATE)
+    assert collect(plane, clock).dooms_settled == 1
 
 
 def _outcome(engine: Engine, objects: ObjectStore) -> tuple[object, ...]:
@@ -346,13 +433,13 @@ def _outcome(engine: Engine, objects: ObjectStore) -> tuple[object, ...]:
     ids=["1020", "1021-applied", "1021-lost", "1021-late", "1007"],
 )
 def test_every_commit_failed_once_collects_exactly_the_orphan(code: int, how: str) -> None:
-    clean_engine, clean_objects = MemoryEngine(), MemoryObjectStore()
+    clean_engine, clean_objects = MemoryEngine(), RemoteLike()
     baseline = FaultInjector()
     _put_and_collect(FaultyEngine(clean_engine, baseline), clean_objects, Clock())
     expected = _outcome(clean_engine, clean_objects)
     assert expected == ([object_key(U, Hash.of(BIG))], [], True)
     for index in range(1, baseline.commits + 1):
-        engine, objects, injector = MemoryEngine(), MemoryObjectStore(), FaultInjector()
+        engine, objects, injector = MemoryEngine(), RemoteLike(), FaultInjector()
         injector.fail_commit(index, code, applied=how == "applied", late=how == "late")
         _put_and_collect(FaultyEngine(engine, injector), objects, Clock())
         injector.land_late()
