@@ -1,7 +1,8 @@
-"""SIGKILL crash torture: OS processes write, drain, export and compact on one shared store
-while the torture kills them at random moments and restarts them (and, given server faults,
-kills and restarts the store's own server processes); then every invariant is checked
-against what the processes durably acknowledged and what each call reported.
+"""SIGKILL crash torture: OS processes write, drain, export, compact and collect orphans on
+one shared store while the torture kills them at random moments and restarts them (and,
+given server faults, kills and restarts the store's own server processes); then every
+invariant is checked against what the processes durably acknowledged and what each call
+reported.
 
 Roles (:mod:`conformance.torture.worker`, one OS process each, restarted after each kill):
 
@@ -18,12 +19,28 @@ Roles (:mod:`conformance.torture.worker`, one OS process each, restarted after e
   the unknown attempt put it, or reports that it did not land.
 * **drainers** drain the worlds in small random batches and log every drain that moved items.
 * one **exporter** replays the reference kernel from the active baseline to the head,
-  commits that state as a snapshot at the head (promoting it two times in three), and
-  exports the journal below the baseline to segments; it logs each snapshot and segment.
+  commits that state as a snapshot at the head (promoting it two times in three), puts
+  that height's *attachment* (20,000-40,000 bytes derived from the world and the height,
+  :func:`~conformance.torture.workload.attachment`: an external CAS body, above the 16 KiB
+  inline threshold) and exports the journal below the baseline to segments; it logs each
+  snapshot and segment, and each attachment put before (intent) and after (the hash, and
+  how often the put pinned and waited on a doom). A restarted exporter first puts again
+  the attachment whose outcome it lost: the same bytes, so the same hash, racing the
+  collectors over the body the killed attempt may have uploaded. One put in fifty (the
+  fourth of the run first) *stalls* after its upload until a collector has expired its pin
+  and deleted its body, as a client slower than the grace does, and then starts over; a
+  put that waits on a doom for a second gives up (logged: a doom whose collector died
+  stands for its lease, minutes).
 * **compactors** run inbox compaction passes (``persistence.plane.compactor``) over the
   worlds twice per mark interval (a sixteenth of the run's window,
   ``TortureSize.compaction_retention_seconds``, with which every plane of the run is
-  opened), a few items per transaction, and log what each pass reported removing.
+  opened), a few items per transaction, and log what each pass reported removing. After
+  each pass a compactor collects orphans: the run's CAS bodies that no metadata names and
+  no pin younger than a short grace protects (``cas_bodies.collect``,
+  ``TortureConfig.orphan_grace_seconds``, 1 s: the pins of killed or stalled puts expire
+  during the run, and those puts must pin again), then each world's segment objects below
+  its index's coverage that no record names and its finished export marker
+  (``segments.collect.collect_world``); it logs what the collection reported.
 
 Every log line is appended and fsynced **after** the call returned, so it is a durable
 acknowledgement. Each incarnation of a process writes its own file, so a line torn by a kill
@@ -42,7 +59,9 @@ is checked:
    cursor (one gone from above the cursor was *removed*); every inbox item still has its
    idempotency entry, and no entry names a removed item (compaction removes an item only at
    or below the cursor, and with its entry);
-2. after a final clean drain and export: heights are contiguous through segments and hot
+2. after a final clean drain, export and orphan collection (on a clock the grace ahead, so
+   the pins of killed puts have expired; then nothing may be left collectable but bodies
+   under a doom): heights are contiguous through segments and hot
    tail; every journaled item was attempted by a writer, is journaled at most once, in the
    world it was sent to, under the sequence its writer was given; every acknowledged item is
    journaled exactly once; drains are in sequence order and every acknowledged drain is in
@@ -58,7 +77,14 @@ is checked:
    ``window`` violation), and every redo of an acknowledged call got the acknowledged
    sequences; the compactors reported removing no more than the inboxes lost; and a run
    long enough for compaction (:func:`~conformance.torture.run.compaction_due`) removed
-   items and idempotency entries.
+   items and idempotency entries. No referenced object was deleted: every acknowledged
+   attachment reads back (``get`` verifies the hash) as exactly its bytes, and fsck of the
+   run's universe finds no error -- no CAS metadata names a missing or damaged body, no
+   segment record a missing object, no snapshot a body the CAS lacks (acknowledged
+   snapshots and segments are read above, through ``get`` and the stitched journal, so a
+   deleted one is a violation there too); and a run long enough for orphan collection
+   (:func:`~conformance.torture.run.orphan_collection_due`) acknowledged a collection
+   pass.
 
 Modules: :mod:`~conformance.torture.workload` (what is sent, the configuration),
 :mod:`~conformance.torture.evidence` (logs and acknowledgements),
@@ -71,5 +97,8 @@ conformance cases).
 The run reports, besides kills and acknowledgements, what the processes' retry runners
 retried and raised per engine error code, the calls that failed with ``Backend``, the
 slowest call and redo, what compaction did (passes, what they reported, what the inboxes
-lost), and (for an ``fdb-local`` cluster) the recoveries the servers logged.
+lost), what orphan collection did (attachments acknowledged, interrupted, put again, pinned
+again, stalled and given up; bodies and bytes the passes collected, bodies they saw pinned,
+pins expired, dooms resumed, segment objects collected, markers cleared; and what the final
+pass found left), and (for an ``fdb-local`` cluster) the recoveries the servers logged.
 """

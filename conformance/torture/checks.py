@@ -7,21 +7,24 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
+from aosp.fsck import Fsck
 from conformance.torture.evidence import Evidence
 from conformance.torture.workload import (
     AppendId,
     ItemId,
     append_id,
+    attachment,
     idempotency_key,
     item_id,
 )
 from persistence import kv
 from persistence.errors import CorruptRecord, PersistError
 from persistence.fdbtuple import unpack
-from persistence.ids import InboxSeq, UniverseId, WorldId
+from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
-from persistence.keyspace import WorldKeys, seq_in_key
-from persistence.plane import Plane
+from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
+from persistence.plane import Plane, cas_bodies
+from persistence.plane.cas_bodies import CasCollection
 from persistence.records import (
     BaselineSnapshotJournalRecord,
     InboxEnvelope,
@@ -31,6 +34,7 @@ from persistence.records import (
     decode_journal_record,
     decode_record,
 )
+from segments.collect import SegmentCollection, collect_world
 from segments.restore import full_replay, load_root, restore
 
 PAGE_ROWS: Final = 1_000
@@ -216,6 +220,56 @@ def check_pending(
     return violations
 
 
+@dataclass(frozen=True, slots=True)
+class OrphanTally:
+    """What the final clean collection pass found: what the killed processes left."""
+
+    cas: CasCollection
+    segments: SegmentCollection
+    dooms: int
+    """Dooms left after it: of collectors killed (or failing) between their decision and
+    its end, standing until their lease runs out, and deleted ones kept while they settle
+    (``cas_bodies.SETTLE_SECONDS``, if the protocol keeps them)."""
+
+
+def collect_orphans(
+    plane: Plane,
+    universe: UniverseId,
+    worlds: tuple[WorldId, ...],
+    grace: float,
+    violations: list[str],
+) -> OrphanTally | None:
+    """A clean collection pass once every process is dead, on a clock ``grace`` ahead (as
+    if it ran that much later: every pin a killed put left has expired), then a dry run:
+    nothing may be left collectable -- every orphan is gone but those under another
+    collector's doom. ``None`` (and a violation) if a pass fails."""
+    grace_ns = round(grace * cas_bodies.NS)
+
+    def later() -> int:
+        return plane.clock() + grace_ns
+
+    try:
+        cas = cas_bodies.collect(plane.engine, plane.objects, universe, later, grace)
+        segments = SegmentCollection()
+        for world in worlds:
+            segments += collect_world(plane, universe, world)
+        left = cas_bodies.collect(plane.engine, plane.objects, universe, later, grace, dry_run=True)
+        left_segments = SegmentCollection()
+        for world in worlds:
+            left_segments += collect_world(plane, universe, world, dry_run=True)
+        dooms = sum(1 for _ in _rows(plane, *UniverseKeys(universe).cas_dooms()))
+    except PersistError as exc:
+        violations.append(f"orphans: the final collection failed: {exc!r}")
+        return None
+    if left.collected or left_segments.collected or left_segments.markers_cleared:
+        violations.append(
+            f"orphans: after the final collection {left.collected} CAS bodies, "
+            f"{left_segments.collected} segment objects and {left_segments.markers_cleared} "
+            "finished export markers are still collectable"
+        )
+    return OrphanTally(cas, segments, dooms)
+
+
 def check_store(
     plane: Plane, universe: UniverseId, worlds: tuple[WorldId, ...], evidence: Evidence
 ) -> list[str]:
@@ -257,7 +311,51 @@ def check_store(
     _check_redos(evidence, plane.config.inbox_retention_seconds, violations)
     if compacted is not None:
         _check_compaction_reports(evidence, compacted, violations)
+    _check_attachments(plane, universe, evidence, violations)
+    _check_fsck(plane, universe, worlds, violations)
     return violations
+
+
+def _check_attachments(
+    plane: Plane, universe: UniverseId, evidence: Evidence, violations: list[str]
+) -> None:
+    """No referenced object deleted: every acknowledged attachment put returned the hash of
+    its bytes, and reads back as exactly those bytes (``get`` verifies the body against the
+    hash), whatever the collectors did meanwhile."""
+    for (index, height), ack in sorted(evidence.attachments.items()):
+        data = attachment(index, height)
+        name = f"attachment of world {index} at height {height} ({ack.hash.hex[:16]})"
+        if ack.hash != Hash.of(data):
+            violations.append(
+                f"orphans: the put of the {name} returned a hash that is not its bytes' "
+                f"({Hash.of(data).hex[:16]})"
+            )
+            continue
+        try:
+            stored = plane.get(universe, ack.hash)
+        except PersistError as exc:
+            violations.append(f"orphans: the acknowledged {name} is unreadable: {exc!r}")
+            continue
+        if stored != data:
+            violations.append(f"orphans: the acknowledged {name} reads back other bytes")
+
+
+def _check_fsck(
+    plane: Plane, universe: UniverseId, worlds: tuple[WorldId, ...], violations: list[str]
+) -> None:
+    """fsck of the run's universe finds no error: no CAS metadata names a missing body (or
+    one that does not hash to its key), no segment record a missing or damaged object, no
+    snapshot a body missing from the CAS; orphans, pins and dooms are warnings, not
+    errors."""
+    try:
+        report = Fsck(plane).run([universe])
+    except PersistError as exc:
+        violations.append(f"fsck: the run failed: {exc!r}")
+        return
+    index = {str(world): i for i, world in enumerate(worlds)}
+    for finding in report.errors:
+        where = "" if finding.world is None else f" world {index.get(finding.world, finding.world)}"
+        violations.append(f"fsck: {finding.area}{where}: {finding.subject}: {finding.message}")
 
 
 @dataclass(frozen=True, slots=True)

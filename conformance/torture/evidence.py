@@ -1,5 +1,5 @@
-"""The workers' durable logs and what they acknowledge: intents, acks, drains, snapshots
-and segments, read back as :class:`Evidence`."""
+"""The workers' durable logs and what they acknowledge: intents, acks, drains, snapshots,
+segments, attachments and collection passes, read back as :class:`Evidence`."""
 
 from __future__ import annotations
 
@@ -105,6 +105,39 @@ class SegmentAck:
 
 
 @dataclass(frozen=True, slots=True)
+class AttachmentAck:
+    """An attachment put (an external CAS body, :func:`~conformance.torture.workload.attachment`)
+    the exporter saw return, and what its put went through."""
+
+    world: int
+    height: int
+    hash: Hash
+    pins: int
+    """Times the put pinned the hash: more than once if a collector expired its pin (it then
+    found its pin gone at its metadata commit and started over)."""
+    waits: int
+    """Pauses of the put while a collector's doom on its hash stood."""
+    redo: bool
+    """A put again of an attachment whose earlier attempt's outcome was unknown (the process
+    was killed, or the call raised ``Backend``, after its intent)."""
+    stalled: float | None = None
+    """Seconds the put stalled after its upload (``None``: it did not), waiting for a
+    collector to expire its pin and collect its body (see ``worker.Attachments``)."""
+    collected_while_stalled: bool = False
+    """Whether a collector did, before the stall's limit."""
+
+
+@dataclass(frozen=True, slots=True)
+class OrphanPass:
+    """An orphan collection pass a compactor saw return (after a compaction pass): what it
+    reported, as ``CasCollection`` and ``SegmentCollection`` fields."""
+
+    process: str
+    cas: dict[str, int]
+    segments: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class RedoAck:
     """A writer call that returned for items the writer had sent before: after an unknown
     outcome (a kill or ``Backend`` after the intent), or deliberately, repeating a call
@@ -157,6 +190,23 @@ class Evidence:
     appended: dict[AppendId, AppendAck] = field(default_factory=dict)
     redos: list[RedoAck] = field(default_factory=list)
     compactions: list[CompactionAck] = field(default_factory=list)
+    attachments: dict[tuple[int, int], AttachmentAck] = field(default_factory=dict)
+    """Every acknowledged attachment, by (world, height): the last put that returned."""
+    attachment_intents: int = 0
+    """Attachment puts begun (redos included)."""
+    attachment_stalls: int = 0
+    """Attachment puts begun with a stall after their upload (see ``worker.Attachments``)."""
+    attachment_acks: list[AttachmentAck] = field(default_factory=list)
+    """Every attachment put that returned, in log order."""
+    attachments_interrupted: int = 0
+    """Attachment puts whose process was killed after logging the intent, before the ack."""
+    attachments_blocked: int = 0
+    """Attachment puts the exporter gave up waiting on a doom (see
+    ``worker.DOOM_WAIT_LIMIT``)."""
+    stalls: list[tuple[float, bool]] = field(default_factory=list)
+    """Each stall that ended (its put returned or was given up): its seconds and whether a
+    collector collected the put's body meanwhile."""
+    orphan_passes: list[OrphanPass] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     backend_errors: Counter[str] = field(default_factory=Counter)
     """``Backend`` errors calls raised (outcome unknown; the worker redid the call), by type."""
@@ -182,13 +232,37 @@ def read_evidence(directory: Path) -> Evidence:
         evidence.torn_lines += torn
         process = path.name.removesuffix(".jsonl")
         in_call = False
+        attaching = False
         last_stats: dict[str, Any] = {}
         for record in records:
             if "retries" in record:
                 last_stats = record
                 continue
             in_call = "intent" in record
-            if "appender" in record:
+            if "attach" in record:
+                evidence.attachment_intents += 1
+                evidence.attachment_stalls += record.get("stall", False)
+            elif "attached" in record:
+                stall = record.get("stall")
+                ack = AttachmentAck(
+                    record["attached"],
+                    record["height"],
+                    Hash.parse(record["hash"]),
+                    record["pins"],
+                    record["waits"],
+                    record["redo"],
+                    None if stall is None else stall["seconds"],
+                    stall is not None and stall["collected"],
+                )
+                evidence.attachments[(ack.world, ack.height)] = ack
+                evidence.attachment_acks.append(ack)
+            elif "attachment_blocked" in record:
+                evidence.attachments_blocked += 1
+            elif "orphans" in record:
+                evidence.orphan_passes.append(
+                    OrphanPass(process, record["orphans"], record["segment_orphans"])
+                )
+            elif "appender" in record:
                 if "intent" in record:
                     evidence.append_intents[(record["appender"], record["intent"])] = record[
                         "world"
@@ -247,7 +321,12 @@ def read_evidence(directory: Path) -> Evidence:
                 evidence.errors.append(f"{process}: {record['error']}")
             elif "backend" in record:
                 evidence.backend_errors[record["backend"].split(":")[0]] += 1
+            if "attach" in record or "attached" in record or "attachment_blocked" in record:
+                attaching = "attach" in record
+                if isinstance(stall := record.get("stall"), dict):  # how a stall ended
+                    evidence.stalls.append((stall["seconds"], stall["collected"]))
         evidence.interrupted_calls += in_call and process.startswith("writer")
+        evidence.attachments_interrupted += attaching
         if last_stats:  # each line holds the process's counts since it started
             for kind, counts in last_stats["retries"].items():
                 evidence.retries[kind].update({int(c): n for c, n in counts.items()})
@@ -335,6 +414,40 @@ def append_resume_point(directory: Path, appender: int) -> tuple[int, int | None
     if last_intent is None or last_intent["intent"] <= done:
         return done + 1, None
     return done + 1, last_intent["head"]
+
+
+@dataclass
+class AttachmentHistory:
+    """What the exporter's logs say about its attachment puts (read by each incarnation)."""
+
+    pending: tuple[int, int] | None = None
+    """The (world, height) of the last put if its outcome is unknown: an intent with neither
+    an ack nor a give-up after it (the process died, or the call raised ``Backend``)."""
+    puts: int = 0
+    """Puts begun (intents)."""
+    stalls: int = 0
+    """Puts begun with a stall."""
+
+
+def attachment_history(directory: Path) -> AttachmentHistory:
+    """The exporter's attachment puts so far, from its logs."""
+    history = AttachmentHistory()
+    for path in log_files(directory, "exporter"):
+        for record in read_lines(path)[0]:
+            if "attach" in record:
+                history.pending = (record["attach"], record["height"])
+                history.puts += 1
+                history.stalls += record.get("stall", False)
+            elif "attached" in record or "attachment_blocked" in record:
+                history.pending = None
+    return history
+
+
+def attachment_resume_point(directory: Path) -> tuple[int, int] | None:
+    """The (world, height) of the exporter's last attachment put if its outcome is unknown:
+    the next incarnation puts it again, the same bytes, racing the collectors over the body
+    the lost attempt may have uploaded."""
+    return attachment_history(directory).pending
 
 
 def state_at(plane: Plane, universe: UniverseId, world: WorldId, height: int) -> bytes:

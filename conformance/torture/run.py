@@ -16,12 +16,22 @@ from pathlib import Path
 from typing import Any, Final
 
 from conformance.cases import ConformanceFailure, Context, TortureSize
-from conformance.torture.checks import check_pending, check_store, inbox_tally
-from conformance.torture.evidence import read_evidence
+from conformance.torture.checks import (
+    OrphanTally,
+    check_pending,
+    check_store,
+    collect_orphans,
+    inbox_tally,
+)
+from conformance.torture.evidence import Evidence, read_evidence
 from conformance.torture.fleet import Fleet
 from conformance.torture.monitor import Monitor
 from conformance.torture.servers import ServerFaultError, ServerFaults
-from conformance.torture.workload import TortureConfig, check_shared_urls
+from conformance.torture.workload import (
+    ORPHAN_GRACE_SECONDS,
+    TortureConfig,
+    check_shared_urls,
+)
 from persistence.errors import Backend, PersistError
 from persistence.fdb_errors import ERROR_DESCRIPTIONS
 from persistence.ids import UniverseId, WorldId
@@ -62,13 +72,15 @@ def run_torture(
     directory: Path,
     servers: ServerFaults | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    orphan_grace_seconds: float = ORPHAN_GRACE_SECONDS,
 ) -> TortureReport:
     """Run the torture on the store ``plane`` works on (which ``kv_url``/``objects_url``
     open in other processes), in fresh worlds of a fresh universe; logs go to
     ``directory``. Raises ``CaseSkipped`` if the URLs cannot be shared between processes.
     A ``faults+`` engine URL is opened plain in the workers: their faults are real kills.
     With ``servers``, the store's server processes are killed and restarted too (one down at
-    a time), and calls that fail while the cluster recovers are part of the run."""
+    a time), and calls that fail while the cluster recovers are part of the run. The
+    compactors collect orphans with ``orphan_grace_seconds`` of grace."""
     kv_url = kv_url.removeprefix("faults+")
     check_shared_urls(kv_url, objects_url)
     window = size.retention_seconds(servers is not None)
@@ -85,7 +97,16 @@ def run_torture(
     worlds = tuple(WorldId.new() for _ in range(size.worlds))
     for world in worlds:
         plane.create_world(universe, world)
-    config = TortureConfig(kv_url, objects_url, universe, worlds, directory, seed, window)
+    config = TortureConfig(
+        kv_url,
+        objects_url,
+        universe,
+        worlds,
+        directory,
+        seed,
+        window,
+        orphan_grace_seconds=orphan_grace_seconds,
+    )
     fleet = Fleet(config.save(), directory)
     roles = [("writer", i) for i in range(size.writers)]
     roles += [("appender", i) for i in range(size.appenders)]
@@ -128,6 +149,8 @@ def run_torture(
             exporter.export_all(universe, world)
         except PersistError as exc:
             violations.append(f"repair: world {index}: the final drain and export failed: {exc!r}")
+    # ... and a clean collector what they left orphaned, once their pins' grace is over.
+    orphans = collect_orphans(plane, universe, worlds, orphan_grace_seconds, violations)
     progress("torture: checking the store")
     violations += check_store(plane, universe, worlds, evidence)
     tally = inbox_tally(plane, universe, worlds)
@@ -136,6 +159,10 @@ def run_torture(
         violations.append(
             f"compaction: a {run_seconds:.0f} s run with a {window:g} s window removed "
             f"{tally.items_removed} items and {tally.entries_removed} idempotency entries"
+        )
+    if orphan_collection_due(run_seconds, orphan_grace_seconds) and not evidence.orphan_passes:
+        violations.append(
+            f"orphans: a {run_seconds:.0f} s run acknowledged no orphan collection pass"
         )
     violations = list(dict.fromkeys(violations))  # a finding before and after the repair: once
     redos = [r.seconds for r in evidence.redos if not r.acknowledged]
@@ -164,6 +191,7 @@ def run_torture(
         "compaction_entries_reported": sum(c.idempotency_entries for c in evidence.compactions),
         "items_compacted": None if tally is None else tally.items_removed,
         "idempotency_entries_compacted": None if tally is None else tally.entries_removed,
+        **_orphan_figures(evidence, orphans, run_seconds, orphan_grace_seconds),
         "appends_acknowledged": len(evidence.appended),
         "appends_retried_after_unknown_outcome": sum(a.retried for a in evidence.appended.values()),
         "drains_acknowledged": len(evidence.drains),
@@ -190,6 +218,57 @@ def run_torture(
             figures["recoveries"] = len(recoveries)
             figures["slowest_recovery_seconds"] = round(max(recoveries, default=0.0), 3)
     return TortureReport(violations, figures, directory)
+
+
+def _orphan_figures(
+    evidence: Evidence, final: OrphanTally | None, seconds: float, grace: float
+) -> dict[str, Any]:
+    """What the exporter's attachment puts went through, what the compactors' collection
+    passes reported, and what the final clean pass found left."""
+    cas: Counter[str] = Counter()
+    segments: Counter[str] = Counter()
+    for done in evidence.orphan_passes:
+        cas.update(done.cas)
+        segments.update(done.segments)
+    acks = evidence.attachment_acks
+    return {
+        "attachments_acknowledged": len(evidence.attachments),
+        "attachment_puts": evidence.attachment_intents,
+        "attachment_puts_interrupted": evidence.attachments_interrupted,
+        "attachment_redos_after_unknown_outcome": sum(a.redo for a in acks),
+        "attachment_puts_pinned_again": sum(a.pins > 1 for a in acks),
+        "attachment_puts_waited_on_a_doom": sum(a.waits > 0 for a in acks),
+        "attachment_puts_given_up_on_a_doom": evidence.attachments_blocked,
+        "attachment_puts_stalled": evidence.attachment_stalls,
+        "attachment_stalls_collected": sum(collected for _, collected in evidence.stalls),
+        "attachment_stalls_not_collected": sum(not c for _, c in evidence.stalls),
+        "slowest_stall_collected_seconds": max(
+            (seconds for seconds, collected in evidence.stalls if collected), default=0.0
+        ),
+        "orphan_grace_seconds": grace,
+        "orphan_collection_due": orphan_collection_due(seconds, grace),
+        "orphan_passes": len(evidence.orphan_passes),
+        "orphan_bodies_collected": cas["collected"],
+        "orphan_bytes_collected": cas["collected_bytes"],
+        "orphan_bodies_seen_pinned": cas["pinned"],
+        "orphan_pins_expired": cas["pins_expired"],
+        "orphan_bodies_abandoned": cas["abandoned"],
+        "orphan_dooms_resumed": cas["dooms_resumed"],
+        "orphan_dooms_settled": cas["dooms_settled"],
+        "orphan_segment_objects_collected": segments["collected"],
+        "orphan_export_markers_cleared": segments["markers_cleared"],
+        **(
+            {}
+            if final is None
+            else {
+                "orphan_bodies_left": final.cas.collected,
+                "orphan_pins_left": final.cas.pins_expired,
+                "orphan_dooms_left": final.dooms,
+                "orphan_segment_objects_left": final.segments.collected,
+                "orphan_export_markers_left": final.segments.markers_cleared,
+            }
+        ),
+    }
 
 
 class Killer:
@@ -272,10 +351,18 @@ def compaction_due(seconds: float, window: float) -> bool:
     return seconds >= window * (1 + 2 / MARKS_PER_WINDOW) + COMPACTION_SLACK_SECONDS
 
 
+def orphan_collection_due(seconds: float, grace: float) -> bool:
+    """Whether a run of ``seconds`` must have acknowledged an orphan collection pass: the
+    compactors start one after each compaction pass, the first within
+    :data:`COMPACTION_SLACK_SECONDS`; its pins are those of puts at least ``grace`` old."""
+    return seconds >= COMPACTION_SLACK_SECONDS + grace
+
+
 def crash_torture(ctx: Context, servers: ServerFaults | None = None) -> None:
-    """Crash 1 (and 2, with ``servers``): SIGKILL torture of writer, appender, drainer and
-    exporter processes on the shared store (and of its server processes), then every
-    invariant against what they acknowledged (see the module)."""
+    """Crash 1 (and 2, with ``servers``): SIGKILL torture of writer, appender, drainer,
+    exporter and compactor (and orphan collector) processes on the shared store (and of its
+    server processes), then every invariant against what they acknowledged (see the
+    module)."""
     kv_url, objects_url = ctx.store_urls()
     kv_url = kv_url.removeprefix("faults+")  # workers open the plain engine
     check_shared_urls(kv_url, objects_url)

@@ -8,6 +8,10 @@ window (``TortureConfig.plane_config``), then works until it is killed, appendin
 call durably did (and what it reported) to ``<ROLE>-<ID>.<INCARNATION>.jsonl`` in the run's
 directory (fsynced after the call returned).
 
+The exporter's plane has :class:`PutSteps` as its hooks: they count what each of its
+attachment puts went through, stall the puts that stall (:class:`Attachments`) and give up a
+put that waits on a doom too long (logged as ``attachment_blocked``).
+
 A ``Backend`` error (a timeout while the cluster recovers, the retry limit) leaves the call's
 outcome unknown: it is logged as ``{"backend": ...}`` and the process goes on as after a
 restart (a writer repeats the call with the same idempotency keys, an appender appends again
@@ -24,8 +28,9 @@ import sys
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from backends.kv import open_engine
 from backends.objects import open_object_store
@@ -34,6 +39,7 @@ from conformance.torture.evidence import (
     AckedCall,
     Log,
     append_resume_point,
+    attachment_history,
     log_name,
     state_at,
     writer_history,
@@ -42,6 +48,7 @@ from conformance.torture.workload import (
     TortureConfig,
     append_entry,
     append_world,
+    attachment,
     call_size,
     call_world,
     idempotency_key,
@@ -49,12 +56,15 @@ from conformance.torture.workload import (
 )
 from persistence import kv
 from persistence.errors import Backend, HeadAdvanced
-from persistence.ids import InboxSeq, WorldId
-from persistence.plane import Plane
+from persistence.hooks import NO_HOOKS, StepHooks
+from persistence.ids import Hash, InboxSeq, WorldId
+from persistence.keyspace import UniverseKeys
+from persistence.plane import Plane, cas_bodies
 from persistence.plane import calls as plane_calls
 from persistence.plane.compaction import MARKS_PER_WINDOW
 from persistence.plane.compactor import Compactor
 from segments import open_plane
+from segments.collect import SegmentCollection, collect_world
 from segments.export import ExportConfig, Exporter
 
 STATS_EVERY: Final = 50
@@ -68,6 +78,21 @@ the window), with half the window left for the repeat itself."""
 COMPACTION_PAGE: Final = 16
 """Items a compaction transaction removes at most: small, so that passes take several
 transactions and kills land between them."""
+STALL_EVERY: Final = 50
+"""One attachment put in this many stalls after its upload (see :class:`Attachments`)."""
+STALL_FIRST: Final = 3
+"""The first put that stalls (counted from 0 over the run): early, so that every run has
+one."""
+STALL_LIMIT: Final = 15.0
+"""The longest a stalled put waits for a collector to collect its body."""
+STALL_POLL: Final = 0.05
+"""Seconds between two looks of a stalled put at its pin and its body."""
+DOOM_WAIT_LIMIT: Final = 1.0
+"""Seconds the exporter's attachment put waits on a collector's doom before it gives up.
+A collector deciding and deleting holds its doom for milliseconds; one killed (or failing
+with ``Backend``) in between leaves it for the doom's lease (``cas_bodies.DOOM_LEASE_SECONDS``),
+minutes, longer than a run, and so does a doom kept after the delete while late requests
+may still land (if the protocol keeps one): the put would wait that long."""
 
 
 class Calls:
@@ -273,8 +298,146 @@ def drain(plane: Plane, config: TortureConfig, drainer: int, log: Log) -> None:
             time.sleep(0.005)
 
 
-def export(plane: Plane, config: TortureConfig, log: Log) -> None:
-    """Snapshot (promoting two times in three) and export every world, round after round."""
+class AttachmentBlocked(Exception):
+    """An attachment put waited :data:`DOOM_WAIT_LIMIT` seconds on a doom: given up."""
+
+
+class PutSteps:
+    """The exporter plane's hooks: count the steps of a CAS put (pins, pauses on a doom),
+    run the put's stall (if it has one) after its first upload, and give the put up
+    (:class:`AttachmentBlocked`) once it has waited ``limit`` seconds on a doom."""
+
+    def __init__(self, limit: float = DOOM_WAIT_LIMIT) -> None:
+        self.limit = limit
+        self.pins = self.waits = 0
+        self.waiting_since: float | None = None
+        self.stall: Callable[[], None] | None = None
+
+    def start(self, stall: Callable[[], None] | None = None) -> None:
+        """A put begins: count afresh; ``stall`` runs once, after its first upload."""
+        self.pins = self.waits = 0
+        self.waiting_since = None
+        self.stall = stall
+
+    def reached(self, step: str) -> None:
+        if step == "cas.after_pin":
+            self.pins += 1
+            self.waiting_since = None
+        elif step == "cas.after_body" and self.stall is not None:
+            stall, self.stall = self.stall, None
+            stall()
+        elif step == "cas.await_collection":
+            self.waits += 1
+            now = time.monotonic()
+            if self.waiting_since is None:
+                self.waiting_since = now
+            elif now - self.waiting_since >= self.limit:
+                raise AttachmentBlocked(f"waited {now - self.waiting_since:.1f} s on a doom")
+
+
+@kv.transactional
+def _pinned(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> bool:
+    """Whether a pin of ``hash`` stands."""
+    return bool(tr.get_range(*keys.cas_pins(hash), limit=1, snapshot=True))
+
+
+class Attachments:
+    """The exporter's attachment puts: each logged before (``attach``) and after
+    (``attached``, with the hash and what the put went through); one whose outcome is
+    unknown is put again before anything else (:meth:`redo`).
+
+    One put in :data:`STALL_EVERY` (from the :data:`STALL_FIRST`, counted over the run's
+    incarnations; the next one if that is a redo) *stalls* after its upload, before its
+    metadata commit, as a slow client does, until the collectors have expired its pin and
+    deleted its body (at most :data:`STALL_LIMIT` seconds): its metadata commit then finds
+    the pin gone and the put starts over -- it waits for the collector's doom to be
+    cleared, pins again and uploads anew, or gives up after :data:`DOOM_WAIT_LIMIT`. A kill
+    during the stall leaves a body and an expired pin, which the next incarnation's redo and
+    the collectors race for. Redos never stall."""
+
+    def __init__(
+        self,
+        plane: Plane,
+        config: TortureConfig,
+        steps: PutSteps,
+        log: Log,
+        stall_every: int | None = STALL_EVERY,
+        stall_first: int = STALL_FIRST,
+    ) -> None:
+        self.plane, self.config, self.steps, self.log = plane, config, steps, log
+        self.stall_every, self.stall_first = stall_every, stall_first
+        """``None``: no put stalls."""
+        history = attachment_history(config.directory)
+        self.pending = history.pending
+        self.puts, self.stalls = history.puts, history.stalls
+        self.stalled: dict[str, Any] | None = None
+
+    def put(self, index: int, height: int, redo: bool = False) -> None:
+        """Put the attachment of world ``index`` at ``height`` (``Backend`` leaves it
+        pending)."""
+        data = attachment(index, height)
+        threshold = self.plane.config.inline_threshold
+        assert len(data) > threshold, f"an attachment of {len(data)} bytes would be inline"
+        hash = Hash.of(data)
+        every = self.stall_every
+        stall = (
+            every is not None and not redo and self.puts >= self.stall_first + self.stalls * every
+        )
+        self.pending = (index, height)
+        self.log.append({"attach": index, "height": height, "stall": stall})
+        self.puts += 1
+        self.stalls += stall
+        self.stalled = None
+        self.steps.start((lambda: self._stall(hash)) if stall else None)
+        try:
+            returned = self.plane.put_verified(self.config.universe, data)
+        except AttachmentBlocked as exc:
+            self.log.append(
+                {
+                    "attachment_blocked": index,
+                    "height": height,
+                    "why": str(exc),
+                    "stall": self.stalled,
+                }
+            )
+            self.pending = None
+            return
+        self.log.append(
+            {
+                "attached": index,
+                "height": height,
+                "hash": returned.hex,
+                "pins": self.steps.pins,
+                "waits": self.steps.waits,
+                "redo": redo,
+                "stall": self.stalled,
+            }
+        )
+        self.pending = None
+
+    def _stall(self, hash: Hash) -> None:
+        """Wait until neither a pin nor the body of ``hash`` remains (a collector expired
+        the pin and collected the body), or :data:`STALL_LIMIT` passed."""
+        keys = UniverseKeys(self.config.universe)
+        key = cas_bodies.object_key(self.config.universe, hash)
+        began = time.monotonic()
+        collected = False
+        while time.monotonic() - began < STALL_LIMIT:
+            if self.plane.objects.stat(key) is None and not _pinned(self.plane.engine, keys, hash):
+                collected = True
+                break
+            time.sleep(STALL_POLL)
+        self.stalled = {"seconds": round(time.monotonic() - began, 3), "collected": collected}
+
+    def redo(self) -> None:
+        """Put again the attachment whose outcome is unknown, if any."""
+        if self.pending is not None:
+            self.put(*self.pending, redo=True)
+
+
+def export(plane: Plane, config: TortureConfig, steps: PutSteps, log: Log) -> None:
+    """Snapshot (promoting two times in three), attach and export every world, round after
+    round; first put again the attachment a killed incarnation left unacknowledged."""
     exporter = Exporter(
         plane,
         ExportConfig(
@@ -283,13 +446,17 @@ def export(plane: Plane, config: TortureConfig, log: Log) -> None:
             delete_chunk_entries=config.export_delete_chunk,
         ),
     )
+    attachments = Attachments(plane, config, steps, log)
     calls = Calls(log)
     rounds = 0
     while True:
         for index, world in enumerate(config.worlds):
             started = time.monotonic()
             try:
-                _export_world(plane, exporter, config, index, world, rounds % 3 != 2, log)
+                attachments.redo()
+                _export_world(
+                    plane, exporter, attachments, config, index, world, rounds % 3 != 2, log
+                )
             except Backend as exc:
                 calls.unknown(exc)
                 continue
@@ -301,13 +468,15 @@ def export(plane: Plane, config: TortureConfig, log: Log) -> None:
 def _export_world(
     plane: Plane,
     exporter: Exporter,
+    attachments: Attachments,
     config: TortureConfig,
     index: int,
     world: WorldId,
     promote: bool,
     log: Log,
 ) -> None:
-    """Snapshot the world at its head (maybe promoting), then export what is safe."""
+    """Snapshot the world at its head (maybe promoting) and put that height's attachment,
+    then export what is safe."""
     height = plane.head(config.universe, world)
     if height:
         state = state_at(plane, config.universe, world, height)
@@ -329,6 +498,7 @@ def _export_world(
                 "promoted": outcome.promoted,
             }
         )
+        attachments.put(index, height)
     while (segment := exporter.export_once(config.universe, world)) is not None:
         log.append(
             {
@@ -343,7 +513,7 @@ def _export_world(
 def compact(plane: Plane, config: TortureConfig, log: Log) -> None:
     """Compaction passes over the run's worlds forever, twice per mark interval (a
     sixteenth of the window: the compactor's documented cadence), each logged with what it
-    reported removing."""
+    reported removing, and each followed by an orphan collection pass (:func:`collect`)."""
     compactor = Compactor(plane, max_items=COMPACTION_PAGE)
     calls = Calls(log)
     pause = config.inbox_retention_seconds / MARKS_PER_WINDOW / 2
@@ -366,10 +536,36 @@ def compact(plane: Plane, config: TortureConfig, log: Log) -> None:
             }
         )
         calls.done(started)
+        started = time.monotonic()
+        try:
+            collect(plane, config, log)
+        except Backend as exc:
+            calls.unknown(exc)
+            continue
+        calls.done(started)
         time.sleep(pause)
 
 
-def _open(config: TortureConfig, log: Log) -> Plane:
+def collect(plane: Plane, config: TortureConfig, log: Log) -> None:
+    """One orphan collection pass: the run's CAS bodies that no metadata names and no pin
+    younger than the run's short grace protects, then each world's segment objects below
+    its index's coverage that no record names, and finished export markers; logged with
+    what it reported."""
+    cas = cas_bodies.collect(
+        plane.engine, plane.objects, config.universe, plane.clock, config.orphan_grace_seconds
+    )
+    segments = SegmentCollection()
+    for world in config.worlds:
+        segments += collect_world(plane, config.universe, world)
+    log.append(
+        {
+            "orphans": {name: getattr(cas, name) for name in cas.__slots__},
+            "segment_orphans": {name: getattr(segments, name) for name in segments.__slots__},
+        }
+    )
+
+
+def _open(config: TortureConfig, log: Log, hooks: StepHooks = NO_HOOKS) -> Plane:
     """Open the shared store, waiting out a cluster that is recovering."""
     while True:
         try:
@@ -377,6 +573,7 @@ def _open(config: TortureConfig, log: Log) -> Plane:
                 open_engine(config.kv_url),
                 open_object_store(config.objects_url),
                 config.plane_config(),
+                hooks=hooks,
             )
         except Backend as exc:
             log.append({"backend": f"{type(exc).__name__}: {exc}"})
@@ -392,8 +589,9 @@ def main(argv: list[str] | None = None) -> int:
     config = TortureConfig.load(Path(args[0]))
     role, ident, incarnation = args[1], int(args[2]), int(args[3])
     log = Log(config.directory / log_name(role, ident, incarnation))
+    steps = PutSteps()
     try:
-        plane = _open(config, log)
+        plane = _open(config, log, steps if role == "exporter" else NO_HOOKS)
         if role == "writer":
             write(plane, config, ident, log)
         elif role == "appender":
@@ -401,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
         elif role == "drainer":
             drain(plane, config, ident, log)
         elif role == "exporter":
-            export(plane, config, log)
+            export(plane, config, steps, log)
         elif role == "compactor":
             compact(plane, config, log)
         else:

@@ -1,8 +1,10 @@
-"""What the torture's writers send (items, idempotency keys, call sizes and worlds) and
-the configuration every worker process reads."""
+"""What the torture's writers send (items, idempotency keys, call sizes and worlds), what
+its appenders append and its exporter attaches, and the configuration every worker process
+reads."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,6 +27,13 @@ MULTI_PROCESS_OBJECT_STORES: Final = ("file", "s3")
 
 APPEND_PREFIX: Final = b"torture-append/"
 """Entries appenders write straight to the journal start with this."""
+ATTACHMENT_SIZES: Final = (20_000, 40_000)
+"""An attachment's size is in ``[low, high)``: above the plane's 16 KiB inline threshold,
+so that it is an external CAS body (an object the orphan collector lists)."""
+ORPHAN_GRACE_SECONDS: Final = 1.0
+"""The compactors' orphan collection grace: a put's pin protects its body this long. Short,
+so that the pins of puts killed or stalled during the run expire while it runs (and puts
+that outlive it pin and upload again)."""
 
 ItemId = tuple[int, int]
 """An item: (writer, index). Its world, payload and idempotency key follow from it."""
@@ -89,6 +98,16 @@ def append_id(entry: bytes) -> AppendId | None:
         return None
 
 
+def attachment(world: int, height: int) -> bytes:
+    """The attachment the exporter stores with its snapshot of world ``world`` (index) at
+    ``height``: the same bytes in every incarnation, so a restarted exporter putting it again
+    puts the same CAS body (the same hash) as the attempt it lost."""
+    seed = b"torture-attachment/%d/%d" % (world, height)
+    low, high = ATTACHMENT_SIZES
+    size = low + int.from_bytes(hashlib.sha256(seed).digest()[:4], "big") % (high - low)
+    return hashlib.shake_256(seed).digest(size)
+
+
 # --------------------------------------------------------------------------- configuration
 
 
@@ -109,6 +128,8 @@ class TortureConfig:
     """Seconds a writer sleeps between calls (so that drains keep up and logs stay small)."""
     export_target_entries: int = 25
     export_delete_chunk: int = 7
+    orphan_grace_seconds: float = ORPHAN_GRACE_SECONDS
+    """The grace of the compactors' orphan collection (``cas_bodies.collect``)."""
 
     def save(self) -> Path:
         """Write ``config.json``; return its path."""
