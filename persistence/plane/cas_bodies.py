@@ -277,9 +277,7 @@ def collect(
     # Dooms the listing did not settle: a crashed collector's whose object is gone (or
     # whose DELETE may still land), and settled ones. A dry run only counts them.
     for stale in _stale_dooms(engine, keys, now_ns()):
-        if dry_run:
-            done.dooms_settled += 1
-        elif clear_settled(engine, keys, stale, now_ns()):
+        if dry_run or clear_settled(engine, keys, stale, now_ns()):
             done.dooms_settled += 1
         else:
             key = object_key(universe, stale)

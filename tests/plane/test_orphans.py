@@ -237,7 +237,7 @@ def test_a_doom_left_by_a_crashed_collector_is_taken_over_after_its_lease(
     assert (fresh.collecting, fresh.collected) == (1, 0)  # another collector's, not stale
 
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
-    [(severity, area, message)] = [f for f in fsck_findings(plane) if f[1] == "cas"]
+    [(severity, _, message)] = [f for f in fsck_findings(plane) if f[1] == "cas"]
     assert severity == "warning" and "is gone" in message
     done = collect(plane, clock)
     assert (done.listed, done.collected, done.dooms_resumed) == (1, 1, 0)
