@@ -88,6 +88,12 @@ def _height(height: int) -> bytes:
 
 
 @functools.lru_cache(maxsize=4096)
+def _calls_prefix(universe: UniverseId, world: WorldId) -> bytes:
+    """A world's call-record key prefix, packed once per world."""
+    return pack(("u", universe.uuid, "w", world.uuid, "calls"))
+
+
+@functools.lru_cache(maxsize=4096)
 def _journal_prefixes(universe: UniverseId, world: WorldId) -> tuple[bytes, bytes]:
     """A world's head key and journal-entry prefix, packed once per world."""
     base = ("u", universe.uuid, "w", world.uuid, "journal")
@@ -231,11 +237,11 @@ class WorldKeys:
 
     def call(self, call_id: bytes) -> bytes:
         """The record of a write call on this world."""
-        return pack((*self._p, "calls", call_id))
+        return _calls_prefix(self.universe, self.world) + pack((call_id,))
 
     def calls(self) -> tuple[bytes, bytes]:
         """Every call record of the world, oldest first."""
-        return _range((*self._p, "calls"))
+        return range_of(_calls_prefix(self.universe, self.world))
 
     def all(self) -> tuple[bytes, bytes]:
         """Every key of the world."""

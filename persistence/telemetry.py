@@ -4,9 +4,12 @@ Every public :class:`~persistence.plane.Plane` operation is wrapped by :func:`tr
 ``opentelemetry-api`` is installed each call is an OpenTelemetry span named
 ``aos.<operation>`` carrying ``aos.universe``, ``aos.world``, input sizes
 (``aos.entries``, ``aos.bytes``), result sizes (``aos.rows``) and, on failure,
-``aos.error.kind`` (the :class:`~persistence.errors.PersistError` kind, or ``internal``);
-without an SDK configured those spans are OpenTelemetry's no-op spans. Without the package
-the wrapper costs one flag check.
+``aos.error.kind`` (the :class:`~persistence.errors.PersistError` kind, or ``internal``).
+Until the application installs a tracer provider (an SDK's, in code or through
+``OTEL_PYTHON_TRACER_PROVIDER``) OpenTelemetry's spans would be no-ops, so none is started:
+the wrapper then costs one look at the global provider, which it repeats on every call, so a
+provider installed later is followed from its next call on. Without the package the wrapper
+costs one flag check.
 
 Independently, :func:`collect_stats` records count, errors and latencies per operation in
 this process (what ``aosp --stats`` prints).
@@ -33,6 +36,10 @@ except ImportError:  # the optional extra is not installed: spans are off
     _otel_trace = None
 _tracer: Any = None if _otel_trace is None else _otel_trace.get_tracer("aos-persistence")
 """A proxy: it follows whatever tracer provider the application installs, even later."""
+_NO_OP_PROVIDERS: tuple[type, ...] = (
+    () if _otel_trace is None else (_otel_trace.ProxyTracerProvider, _otel_trace.NoOpTracerProvider)
+)
+"""Global providers whose spans are no-ops: the default (none installed yet) and the no-op."""
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -126,6 +133,13 @@ def _result_rows(result: object) -> int | None:
     return count if isinstance(count, int) else None
 
 
+def _tracing() -> bool:
+    """Whether the application has installed a tracer provider whose spans are not no-ops."""
+    return _otel_trace is not None and not isinstance(
+        _otel_trace.get_tracer_provider(), _NO_OP_PROVIDERS
+    )
+
+
 def traced(operation: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
     """Wrap a plane method: a span named ``aos.<operation>`` and a stats record per call."""
 
@@ -135,15 +149,16 @@ def traced(operation: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
 
         @functools.wraps(method)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-            if _otel_trace is None and not _recorders:
+            tracing = _tracing()
+            if not tracing and not _recorders:
                 return method(*args, **kwargs)
             start = time.perf_counter()
             failed = True
             try:
-                if _otel_trace is None:
-                    result = method(*args, **kwargs)
-                else:
+                if tracing:
                     result = _call_in_span(name, signature, method, args, kwargs)
+                else:
+                    result = method(*args, **kwargs)
                 failed = False
                 return result
             finally:

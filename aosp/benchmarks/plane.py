@@ -1,12 +1,17 @@
 """Plane throughput on the SQLite engine against the ``eventsourcing`` library's SQLite
-application recorder doing the equivalent work, measured in the same run.
+application recorder doing the equivalent work, and reads against raw SQL on our own table,
+measured in the same run.
 
 Figures (1,000-byte entries, events and inbox items throughout):
 
-1. single-entry :meth:`Plane.append_batch` commits/s vs single-event ``insert_events`` calls/s;
-2. 100-entry ``append_batch`` entries/s vs 100-event ``insert_events`` events/s;
-3. ``read_range`` of 20,000 entries vs ``select_events`` of the same 20,000 events;
-4. enqueue -> drain end to end: 4 writer processes (``spawn`` context) each call
+1. single-entry :meth:`Plane.append_batch` commits/s vs single-event ``insert_events`` calls/s
+   (target 1.0);
+2. 100-entry ``append_batch`` entries/s vs 100-event ``insert_events`` events/s (target 1.2);
+3. ``read_range`` of 20,000 entries vs a raw ``SELECT key, value FROM kv`` of the same 20,000
+   rows of our own table on a plain ``sqlite3`` connection (target 0.8: what the plane and the
+   engine add to reading the rows);
+4. ``read_range`` of 20,000 entries vs ``select_events`` of the same 20,000 events (target 2.0);
+5. enqueue -> drain end to end: 4 writer processes (``spawn`` context) each call
    :meth:`Plane.enqueue` one item at a time for a fixed time while this process drains
    with :meth:`Plane.drain_inbox_to_journal` until every item is in the journal (the count
    and every entry are verified afterwards). The eventsourcing equivalent: the same 4
@@ -18,8 +23,12 @@ Figures (1,000-byte entries, events and inbox items throughout):
    more work (every item is written twice: into the inbox, then into the journal with
    the cursor), so this figure has no target.
 
-Each figure uses a fresh store on each side (figure 4: per round). Rounds of ours and
-theirs alternate and the median is kept, so drift in fsync latency hits both sides alike.
+Figures 1-4 use one store per side; after a warm-up, each of ``ROUNDS`` rounds calls the
+two sides **alternately, operation by operation** (the order flipping every pair), timing
+each call, so drift in fsync latency or CPU contention hits both sides alike. A round's
+ratio is our calls/s over theirs in that round; a figure reports the median and the range
+of its round ratios (``Figure.round_ratios``) and the median rate of each side. Figure 5
+alternates whole rounds (theirs, ours), each on fresh stores.
 
 Durability and configuration of each side (both files in the same temporary directory):
 
@@ -27,7 +36,8 @@ Durability and configuration of each side (both files in the same temporary dire
   database in WAL journal mode, ``PRAGMA synchronous = FULL`` on every connection (every
   commit fsyncs the WAL), 16 KiB pages, busy timeout 60 s; objects in a
   :class:`~backends.objects.memory.MemoryObjectStore` (only the two tiny genesis bodies,
-  stored inline in the engine anyway).
+  stored inline in the engine anyway). No OpenTelemetry SDK is configured (spans are
+  no-ops), as in an application that does not trace.
 * theirs: eventsourcing 9.5 ``SQLiteApplicationRecorder`` over ``SQLiteDatastore(path,
   lock_timeout=60)``: a file database (not ``:memory:``); the library itself switches the
   file to WAL journal mode on its first connection. It has no option for
@@ -37,6 +47,8 @@ Durability and configuration of each side (both files in the same temporary dire
   ``journal_mode = wal`` and ``synchronous = 2`` (FULL). Its table is the library's own
   (rowid table plus a ``(originator_id, originator_version)`` primary-key index, default
   4 KiB pages); events are ``StoredEvent(uuid, version, topic, 1,000-byte state)``.
+* raw SQL (figure 3): a ``sqlite3`` connection of its own on our store's file, one
+  ``SELECT`` of the journal's key range fetched whole.
 
 Both sides make exactly one WAL ``fdatasync`` per commit, so single-entry commits are
 bounded by the same fsync latency: even a zero-cost engine cannot reach much beyond 1.0x
@@ -47,11 +59,13 @@ there (raw ``sqlite3`` doing BEGIN/INSERT/COMMIT runs at eventsourcing's speed).
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 import statistics
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from types import SimpleNamespace
@@ -61,6 +75,7 @@ from aosp.benchmarks import Figure
 from persistence import cbor
 from persistence.errors import MissingDependency
 from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.records import (
     DomainEventIngress,
@@ -72,6 +87,9 @@ from segments import open_plane
 
 ENTRY: Final = b"x" * 1000
 ROUNDS: Final = 5
+WARMUP_SECONDS: Final = 0.5
+"""Alternating calls of both sides before the measured rounds (connections, page cache and
+allocator warm), at most one round's time."""
 READ_ENTRIES: Final = 20_000
 WRITERS: Final = 4
 TOPIC: Final = "bench:Entry"
@@ -141,25 +159,53 @@ def _item() -> DomainEventIngress:
     return item
 
 
-def _rate(count: int, fn: Callable[[], None], seconds: float) -> float:
-    """Calls per second of ``fn`` over at least ``seconds`` and ``count`` calls."""
-    start = time.perf_counter()
-    done = 0
-    while done < count or time.perf_counter() - start < seconds:
-        fn()
-        done += 1
-    return done / (time.perf_counter() - start)
+@dataclass(frozen=True, slots=True)
+class _Compared:
+    """Two sides measured in alternating rounds: median calls/s of each, and each round's
+    ratio (ours over theirs)."""
+
+    ours: float
+    theirs: float
+    ratios: tuple[float, ...]
+
+    @classmethod
+    def of(cls, ours: list[float], theirs: list[float]) -> _Compared:
+        """The medians and per-round ratios of the rates of paired rounds."""
+        return cls(
+            statistics.median(ours),
+            statistics.median(theirs),
+            tuple(o / t for o, t in zip(ours, theirs, strict=True)),
+        )
 
 
 def _alternate(
     ours: Callable[[], None], theirs: Callable[[], None], seconds: float, minimum: int
-) -> tuple[float, float]:
-    """Median calls/s of ``ours`` and ``theirs`` over alternating rounds."""
+) -> _Compared:
+    """Call ``ours`` and ``theirs`` alternately, one call each in turn (the order flipping
+    every pair), timing each call: a warm-up, then ``ROUNDS`` rounds of at least
+    ``seconds / ROUNDS`` and ``minimum`` pairs each."""
+    clock = time.perf_counter
+    sides = ((0, ours), (1, theirs))
+    warm_until = clock() + min(WARMUP_SECONDS, seconds / ROUNDS)
+    while True:
+        theirs()
+        ours()
+        if clock() >= warm_until:
+            break
     ours_rates, theirs_rates = [], []
     for _ in range(ROUNDS):
-        theirs_rates.append(_rate(minimum, theirs, seconds / ROUNDS))
-        ours_rates.append(_rate(minimum, ours, seconds / ROUNDS))
-    return statistics.median(ours_rates), statistics.median(theirs_rates)
+        spent = [0.0, 0.0]
+        pairs = 0
+        deadline = clock() + seconds / ROUNDS
+        while pairs < minimum or clock() < deadline:
+            for side, fn in sides if pairs % 2 else sides[::-1]:
+                start = clock()
+                fn()
+                spent[side] += clock() - start
+            pairs += 1
+        ours_rates.append(pairs / spent[0])
+        theirs_rates.append(pairs / spent[1])
+    return _Compared.of(ours_rates, theirs_rates)
 
 
 class _Journal:
@@ -198,16 +244,23 @@ class _Sequence:
 
 
 def _figure(
-    name: str, value: float, unit: str, baseline: str, baseline_value: float, target: float | None
+    name: str,
+    unit: str,
+    baseline: str,
+    compared: _Compared,
+    scale: int,
+    target: float | None,
 ) -> Figure:
+    """A figure of ``compared`` (calls/s times ``scale``: entries or events per call)."""
     return Figure(
         name=name,
-        value=round(value, 1),
+        value=round(compared.ours * scale, 1),
         unit=unit,
         baseline=baseline,
-        baseline_value=round(baseline_value, 1),
+        baseline_value=round(compared.theirs * scale, 1),
         target=target,
         better="higher",
+        round_ratios=compared.ratios,
     )
 
 
@@ -220,62 +273,85 @@ def _appends(tmp: Path, batch: int, seconds: float, progress: Callable[[str], No
     recorder = _their_recorder(str(tmp / f"es-append{batch}.db"), create=True)
     journal = _Journal(plane, [ENTRY] * batch)
     sequence = _Sequence(recorder, batch)
-    ours, theirs = _alternate(journal.append, sequence.insert, seconds, 10)
+    compared = _alternate(journal.append, sequence.insert, seconds, 10)
     _close(plane)
     recorder.datastore.close()
     if batch == 1:
         return _figure(
             "plane: single-entry append_batch (1 KB entries, sqlite FULL)",
-            ours,
             "commits/s",
             f"{BASELINE}: single-event insert_events",
-            theirs,
-            1.3,
+            compared,
+            1,
+            1.0,
         )
     return _figure(
         f"plane: {batch}-entry append_batch (1 KB entries, sqlite FULL)",
-        ours * batch,
         "entries/s",
         f"{BASELINE}: {batch}-event insert_events",
-        theirs * batch,
-        1.1,
+        compared,
+        batch,
+        1.2,
     )
 
 
-def _reads(tmp: Path, seconds: float, progress: Callable[[str], None]) -> Figure:
-    progress(f"plane: read_range of {READ_ENTRIES:,} entries vs select_events")
-    plane = _our_plane(str(tmp / "read.db"))
+def _reads(tmp: Path, seconds: float, progress: Callable[[str], None]) -> list[Figure]:
+    progress(f"plane: read_range of {READ_ENTRIES:,} entries vs raw SELECT and select_events")
+    path = tmp / "read.db"
+    plane = _our_plane(str(path))
     recorder = _their_recorder(str(tmp / "es-read.db"), create=True)
     journal = _Journal(plane, [ENTRY] * 1000)
     sequence = _Sequence(recorder, 1000)
     for _ in range(READ_ENTRIES // 1000):
         journal.append()
         sequence.insert()
+    raw = sqlite3.connect(path, isolation_level=None)
+    begin, end = WorldKeys(journal.universe, journal.world).entries_between(1, READ_ENTRIES)
 
     def ours() -> None:
         rows = plane.read_range(journal.universe, journal.world, 1, READ_ENTRIES)
         if len(rows) != READ_ENTRIES or rows[-1] != (READ_ENTRIES, ENTRY):
             raise AssertionError("read_range returned the wrong entries")
 
+    def raw_select() -> None:
+        rows = raw.execute(
+            "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key", (begin, end)
+        ).fetchall()
+        if len(rows) != READ_ENTRIES or rows[-1][1] != ENTRY:
+            raise AssertionError("the raw SELECT returned the wrong rows")
+
     def theirs() -> None:
         events = recorder.select_events(sequence.id, gt=0, limit=READ_ENTRIES)
         if len(events) != READ_ENTRIES or events[-1].originator_version != READ_ENTRIES:
             raise AssertionError("select_events returned the wrong events")
 
-    ours_rate, theirs_rate = _alternate(ours, theirs, seconds, 2)
+    against_raw = _alternate(ours, raw_select, seconds, 3)
+    against_theirs = _alternate(ours, theirs, seconds, 3)
+    raw.close()
     _close(plane)
     recorder.datastore.close()
-    return _figure(
-        f"plane: read_range of {READ_ENTRIES:,} entries (1 KB entries, sqlite)",
-        ours_rate * READ_ENTRIES,
-        "entries/s",
-        f"{BASELINE}: select_events of the same {READ_ENTRIES:,} events",
-        theirs_rate * READ_ENTRIES,
-        2.0,
-    )
+    name = f"plane: read_range of {READ_ENTRIES:,} entries (1 KB entries, sqlite)"
+    return [
+        _figure(
+            f"{name} vs raw SQL",
+            "entries/s",
+            f"raw sqlite3 SELECT of the same {READ_ENTRIES:,} rows of our kv table",
+            against_raw,
+            READ_ENTRIES,
+            0.8,
+        ),
+        _figure(
+            name,
+            "entries/s",
+            f"{BASELINE}: select_events of the same {READ_ENTRIES:,} events",
+            against_theirs,
+            READ_ENTRIES,
+            2.0,
+        ),
+    ]
 
 
-# --------------------------------------------------------------------------- figure 4
+# --------------------------------------------------------------------------- figure 5
 
 _barrier: Barrier | None = None
 
@@ -402,11 +478,11 @@ def _pipeline(tmp: Path, seconds: float, progress: Callable[[str], None]) -> Fig
             ours_rates.append(_pipeline_ours(pool, barrier, tmp, round_, seconds / ROUNDS))
     return _figure(
         f"plane: enqueue -> drain_inbox_to_journal, {WRITERS} writer processes (1 KB items)",
-        statistics.median(ours_rates),
         "items/s",
         f"{BASELINE}: {WRITERS} writer processes of single-event insert_events, "
         "one reader following select_notifications (no target: ours writes each item twice)",
-        statistics.median(theirs_rates),
+        _Compared.of(ours_rates, theirs_rates),
+        1,
         None,
     )
 
@@ -419,6 +495,6 @@ def run(seconds: float = 2.0, progress: Callable[[str], None] = lambda _: None) 
         tmp = Path(name)
         figures.append(_appends(tmp, 1, seconds, progress))
         figures.append(_appends(tmp, 100, seconds, progress))
-        figures.append(_reads(tmp, seconds, progress))
+        figures.extend(_reads(tmp, seconds, progress))
         figures.append(_pipeline(tmp, seconds, progress))
     return figures

@@ -286,6 +286,7 @@ class SqliteTransaction(BufferedTransaction):
         self._reading = False
         # Non-snapshot reads to validate at commit: (begin, end, committed rows seen).
         self._reads: list[tuple[bytes, bytes, list[tuple[bytes, bytes]]]] = []
+        self._first_page = _PAGE  # rows the next range read's first statement fetches
 
     # ------------------------------------------------------------ read snapshot
 
@@ -323,8 +324,26 @@ class SqliteTransaction(BufferedTransaction):
             raise _sqlite_error(exc, "get") from None
         return None if row is None else bytes(row[0])
 
+    def get_range(
+        self,
+        begin: bytes,
+        end: bytes,
+        *,
+        limit: int = 0,
+        reverse: bool = False,
+        snapshot: bool = False,
+    ) -> list[tuple[bytes, bytes]]:
+        # A small limit sizes the first statement, so that reading the first few rows of a
+        # long range (a call-record sweep, a page of journal) fetches only those; rows the
+        # write buffer hides are made up by the following, full pages.
+        self._first_page = limit if type(limit) is int and 0 < limit < _PAGE else _PAGE
+        try:
+            return super().get_range(begin, end, limit=limit, reverse=reverse, snapshot=snapshot)
+        finally:
+            self._first_page = _PAGE
+
     def _base_range(self, begin: bytes, end: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
-        return _scan(self._snapshot(), begin, end, reverse)
+        return _scan(self._snapshot(), begin, end, reverse, self._first_page)
 
     def _note_read(self, begin: bytes, end: bytes, rows: list[tuple[bytes, bytes]] | None) -> None:
         if rows is None:  # a declared conflict range: remember what it holds now
@@ -423,31 +442,33 @@ class SqliteTransaction(BufferedTransaction):
 
 
 def _scan(
-    conn: sqlite3.Connection, begin: bytes, end: bytes, reverse: bool
+    conn: sqlite3.Connection, begin: bytes, end: bytes, reverse: bool, first_page: int = _PAGE
 ) -> Iterator[tuple[bytes, bytes]]:
     """Rows of ``[begin, end)`` in key order, fetched a page of rows per statement."""
-    return itertools.chain.from_iterable(_pages(conn, begin, end, reverse))
+    return itertools.chain.from_iterable(_pages(conn, begin, end, reverse, first_page))
 
 
 def _pages(
-    conn: sqlite3.Connection, begin: bytes, end: bytes, reverse: bool
+    conn: sqlite3.Connection, begin: bytes, end: bytes, reverse: bool, first_page: int
 ) -> Iterator[list[tuple[bytes, bytes]]]:
-    """Pages of up to ``_PAGE`` rows of ``[begin, end)``. The rows are ``sqlite3``'s own
-    tuples, used as they are: the ``kv`` table holds only BLOBs, which it returns as
-    ``bytes``."""
+    """Pages of ``[begin, end)``: ``first_page`` rows, then up to ``_PAGE`` per statement.
+    The rows are ``sqlite3``'s own tuples, used as they are: the ``kv`` table holds only
+    BLOBs, which it returns as ``bytes``."""
     lo, hi = begin, end
+    page = first_page
     if reverse:
         sql = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key DESC LIMIT ?"
     else:
         sql = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT ?"
     while True:
         try:
-            rows: list[tuple[bytes, bytes]] = conn.execute(sql, (lo, hi, _PAGE)).fetchall()
+            rows: list[tuple[bytes, bytes]] = conn.execute(sql, (lo, hi, page)).fetchall()
         except sqlite3.Error as exc:
             raise _sqlite_error(exc, "range read") from None
         yield rows
-        if len(rows) < _PAGE:
+        if len(rows) < page:
             return
+        page = _PAGE
         if reverse:
             hi = rows[-1][0]
         else:

@@ -375,12 +375,14 @@ class Plane:
                 "expected_head", f"{expected_head} + {len(entries)} entries passes 2**64-1"
             )
         batch = list(entries)
-        budget.check(
-            budget.append_cost(keys, expected_head + 1, batch),
-            self.budget,
-            "entries",
-            f"appending {len(batch):,} entries ({sum(map(len, batch)):,} bytes)",
-        )
+        cost = budget.append_cost(keys, expected_head + 1, batch)
+        if cost > self.budget:
+            budget.check(
+                cost,
+                self.budget,
+                "entries",
+                f"appending {len(batch):,} entries ({sum(map(len, batch)):,} bytes)",
+            )
         first = journal.append_batch(self.engine, keys, expected_head, batch, self.new_call())
         self.hooks.reached("journal.after_append")
         return first

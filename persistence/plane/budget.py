@@ -44,8 +44,12 @@ def budget(engine: kv.Engine) -> int:
 def entries_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:
     """Writing ``entries`` at heights ``first..``: every chunk and its key."""
     total = 0
+    whole_key = keys.whole_entry_key()
     for offset, entry in enumerate(entries):
-        count = max(1, -(-len(entry) // CHUNK_SIZE))
+        if len(entry) <= CHUNK_SIZE:
+            total += txsize.set_cost(len(whole_key(first + offset)), len(entry))
+            continue
+        count = -(-len(entry) // CHUNK_SIZE)
         for index in range(count):
             key = keys.entry_chunk(first + offset, index, count)
             chunk = min(CHUNK_SIZE, len(entry) - index * CHUNK_SIZE)

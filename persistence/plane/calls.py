@@ -95,12 +95,14 @@ def replayed(tr: kv.Transaction, scope: CallScope, call: Call) -> CallRecord | N
 def record(tr: kv.Transaction, scope: CallScope, call: Call, outcome: CallRecord) -> None:
     """Store ``outcome`` as what ``call`` did (in the transaction that does it), and remove
     up to :data:`SWEEP` records of the scope older than the call's window."""
-    tr.set(scope.call(call.id), outcome.to_cbor())
-    begin, end = scope.calls()
     horizon = call.started_ns - call.window_ns
-    for key, _ in tr.get_range(begin, end, limit=SWEEP, snapshot=True):
-        if _started_ns(key, len(begin) - 1) < horizon:
-            tr.clear(key)
+    if horizon > 0:
+        begin, _ = scope.calls()
+        expired = scope.call(horizon.to_bytes(8, "big"))  # sorts before every id from horizon
+        for key, _ in tr.get_range(begin, expired, limit=SWEEP, snapshot=True):
+            if _started_ns(key, len(begin) - 1) < horizon:
+                tr.clear(key)
+    tr.set(scope.call(call.id), outcome.to_cbor())
 
 
 def _started_ns(key: bytes, prefix_len: int) -> int:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -23,21 +25,105 @@ from persistence.records import CallRecord, JournalHead, SegmentIndexRecord, dec
 def read_head(tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = False) -> JournalHead:
     """The world's head record; ``NotFound`` if the world does not exist. A ``snapshot``
     read adds no conflict: for checks that only need a head at least this high."""
-    raw = tr.get(keys.head(), snapshot=snapshot)
+    return _decode_head(keys, tr.get(keys.head(), snapshot=snapshot))
+
+
+def _decode_head(keys: WorldKeys, raw: bytes | None) -> JournalHead:
+    """The head record stored as ``raw``, strictly decoded (``WorldNotFound`` if absent,
+    ``CorruptRecord`` if damaged)."""
     if raw is None:
         raise WorldNotFound(keys.universe, keys.world)
     return decode_record(JournalHead, raw, f"journal head of world {keys.world}")
 
 
+@functools.lru_cache(maxsize=4096)
+def head_bytes(height: int) -> bytes:
+    """The stored bytes of ``JournalHead(height)``: canonical CBOR has one encoding per
+    record, so a stored head equal to them *is* that head, valid, with no decoding. Kept
+    for recent heights: the head one append writes is the head the next one expects."""
+    return JournalHead(height).to_cbor()
+
+
+def check_head(tr: kv.Transaction, keys: WorldKeys, expected: int) -> None:
+    """Read the head (with a conflict) and raise ``HeadAdvanced`` unless it is ``expected``.
+    Compared as bytes with the encoding of ``expected``; anything else is strictly decoded,
+    so an absent head is ``WorldNotFound`` and a damaged one ``CorruptRecord``."""
+    raw = tr.get(keys.head())
+    if raw == head_bytes(expected):
+        return
+    head = _decode_head(keys, raw)
+    if head.height != expected:
+        raise HeadAdvanced(expected, head.height)
+
+
+_key_of = operator.itemgetter(0)
+_value_of = operator.itemgetter(1)
+_PLAIN_HEIGHTS: Final = 2**63
+"""Heights below this are packed as one type byte naming their width, then their big-endian
+bytes (the tuple encoding's integers); ``whole_keys`` builds the keys of higher ones singly."""
+
+
+def whole_keys(
+    whole_key: Callable[[int], bytes], prefix: int, first: int, count: int
+) -> list[bytes]:
+    """``[whole_key(h) for h in range(first, first + count)]`` (``whole_key`` and ``prefix``
+    from ``WorldKeys.whole_entry_key`` and ``entry_prefix_len``), built in bulk: the keys of
+    plain heights of one width differ only in the heights' big-endian bytes."""
+    out: list[bytes] = []
+    height, stop = first, first + count
+    while height < stop:
+        if height >= _PLAIN_HEIGHTS:
+            out.append(whole_key(height))
+            height += 1
+            continue
+        width = (height.bit_length() + 7) // 8
+        run_stop = min(stop, 1 << (8 * width), _PLAIN_HEIGHTS)
+        key = whole_key(height)
+        lead, tail = key[: prefix + 1], key[prefix + 1 + width :]
+        out.extend([lead + h.to_bytes(width, "big") + tail for h in range(height, run_stop)])
+        height = run_stop
+    return out
+
+
+def whole_run(
+    keys: list[bytes], whole_key: Callable[[int], bytes], prefix: int, first: int
+) -> bool:
+    """Whether ``keys`` -- strictly increasing, as a range read returns them -- are the keys
+    of the whole entries at heights ``first, first + 1, ...`` (``whole_key`` and ``prefix``
+    as for :func:`whole_keys`), checked without building them: the first and the last must
+    be those heights' keys, and every key must have their length and their suffix (what
+    follows the height). Such keys differ only in the height's bytes, which then strictly
+    increase from the first height to the last: they are each height between, once."""
+    count = len(keys)
+    if not count:
+        return True
+    last = first + count - 1
+    if last >= _PLAIN_HEIGHTS:
+        return False
+    low, high = whole_key(first), whole_key(last)
+    size = len(low)
+    if keys[0] != low or keys[-1] != high or len(high) != size or max(map(len, keys)) != size:
+        return False
+    joined = b"".join(keys)
+    if len(joined) != count * size:
+        return False
+    suffix = prefix + 1 + (last.bit_length() + 7) // 8
+    return all(joined[i::size] == low[i : i + 1] * count for i in range(suffix, size))
+
+
 def write_entries(
     tr: kv.Transaction, keys: WorldKeys, first: int, entries: Sequence[bytes]
 ) -> None:
-    """Write ``entries`` at heights ``first..``, each split into value-sized chunks."""
-    for offset, entry in enumerate(entries):
-        height = first + offset
-        count = max(1, -(-len(entry) // CHUNK_SIZE))
+    """Write ``entries`` at heights ``first..``, each split into value-sized chunks (an entry
+    that fits one value is stored whole)."""
+    whole = whole_keys(keys.whole_entry_key(), keys.entry_prefix_len(), first, len(entries))
+    for height, key, entry in zip(range(first, first + len(entries)), whole, entries, strict=True):
+        if len(entry) <= CHUNK_SIZE:
+            tr.set(key, entry)
+            continue
+        count = -(-len(entry) // CHUNK_SIZE)
         for index in range(count):
-            chunk = entry if count == 1 else entry[index * CHUNK_SIZE : (index + 1) * CHUNK_SIZE]
+            chunk = entry[index * CHUNK_SIZE : (index + 1) * CHUNK_SIZE]
             tr.set(keys.entry_chunk(height, index, count), chunk)
 
 
@@ -45,10 +131,14 @@ def append_at(
     tr: kv.Transaction, keys: WorldKeys, head: JournalHead, entries: Sequence[bytes]
 ) -> int:
     """Append after ``head`` (already read in ``tr``) and move the head; return the first height."""
-    first = head.height + 1
-    write_entries(tr, keys, first, entries)
-    tr.set(keys.head(), JournalHead(head.height + len(entries)).to_cbor())
-    return first
+    return _append(tr, keys, head.height, entries)
+
+
+def _append(tr: kv.Transaction, keys: WorldKeys, height: int, entries: Sequence[bytes]) -> int:
+    """Write ``entries`` after the head ``height`` and move the head; return the first height."""
+    write_entries(tr, keys, height + 1, entries)
+    tr.set(keys.head(), head_bytes(height + len(entries)))
+    return height + 1
 
 
 @kv.transactional
@@ -65,10 +155,8 @@ def append_batch(
     done = calls.replayed(tr, keys, call)
     if done is not None:
         return _required(done.first_height, "append")
-    head = read_head(tr, keys)
-    if head.height != expected_head:
-        raise HeadAdvanced(expected_head, head.height)
-    first = append_at(tr, keys, head, entries)
+    check_head(tr, keys, expected_head)
+    first = _append(tr, keys, expected_head, entries)
     calls.record(tr, keys, call, CallRecord("append", first_height=first, count=len(entries)))
     return first
 
@@ -132,27 +220,41 @@ def read_entries(
     begin, end = keys.entries_between(first, last)
     while True:
         rows = tr.get_range(begin, end, limit=ROWS_PER_READ)
-        for key, value in rows:
-            size += len(value)
-            if not parts and key == whole_key(expected):
-                out.append((expected, value))  # fast path: the next entry, stored whole
-                expected += 1
-            else:
-                height, index, count = fdbtuple.unpack(key, prefix)
-                if not (
-                    isinstance(height, int) and isinstance(index, int) and isinstance(count, int)
-                ):
-                    raise MissingJournalEntry(str(keys.world), expected)
-                if height != expected or index != len(parts):
-                    raise MissingJournalEntry(str(keys.world), expected)
-                parts.append(value)
-                if index + 1 < count:
-                    continue
-                out.append((expected, b"".join(parts)))
-                parts = []
-                expected += 1
-            if max_bytes and size >= max_bytes:
-                return JournalPage(head, out)
+        values = list(map(_value_of, rows))
+        run = sum(map(len, values))
+        if (
+            not parts
+            and (not max_bytes or size + run < max_bytes)
+            and whole_run(list(map(_key_of, rows)), whole_key, prefix, expected)
+        ):
+            # the usual page: the next entries, each stored whole, within the byte budget
+            out.extend(zip(range(expected, expected + len(rows)), values, strict=True))
+            expected += len(rows)
+            size += run
+        else:
+            for key, value in rows:
+                size += len(value)
+                if not parts and key == whole_key(expected):
+                    out.append((expected, value))  # the next entry, stored whole
+                    expected += 1
+                else:
+                    height, index, count = fdbtuple.unpack(key, prefix)
+                    if not (
+                        isinstance(height, int)
+                        and isinstance(index, int)
+                        and isinstance(count, int)
+                    ):
+                        raise MissingJournalEntry(str(keys.world), expected)
+                    if height != expected or index != len(parts):
+                        raise MissingJournalEntry(str(keys.world), expected)
+                    parts.append(value)
+                    if index + 1 < count:
+                        continue
+                    out.append((expected, b"".join(parts)))
+                    parts = []
+                    expected += 1
+                if max_bytes and size >= max_bytes:
+                    return JournalPage(head, out)
         if len(rows) < ROWS_PER_READ:
             break
         begin = rows[-1][0] + b"\x00"

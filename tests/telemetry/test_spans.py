@@ -76,3 +76,36 @@ def test_stats_count_calls_errors_and_latency() -> None:
     assert report["journal.append"]["calls"] == 2 and report["journal.append"]["errors"] == 1
     assert report["journal.head"]["calls"] == 1
     assert report["journal.append"]["max_ms"] >= report["journal.append"]["p50_ms"] > 0
+
+
+def test_a_provider_installed_later_is_followed() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.telemetry.span_worker", "late"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(done.stdout) == ["aos.journal.append"]
+
+
+def test_no_span_is_started_until_a_provider_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process installs no provider (span tests run in their own): spans would be
+    OpenTelemetry's no-ops, so the tracer is never asked for one -- stats still count."""
+    from opentelemetry import trace
+
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        pytest.skip("a tracer provider is installed in this process")
+
+    class Refusing:
+        def start_as_current_span(self, *args: object, **kwargs: object) -> None:
+            raise AssertionError("a span was started without a tracer provider")
+
+    monkeypatch.setattr(telemetry, "_tracer", Refusing())
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    with telemetry.collect_stats() as stats:
+        plane.append_batch(u, w, 0, [b"x"])
+    assert stats.to_json()["journal.append"]["calls"] == 1

@@ -1,0 +1,166 @@
+"""The journal's hot paths on every engine: the append compares the stored head with the
+expected head's known encoding and falls back to the strict decode for anything else (so a
+damaged head is still ``CorruptRecord``), keys and head bytes are built once, and a read
+takes a page of whole entries in bulk with the same checks and byte budget as row by row."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.objects.memory import MemoryObjectStore
+from persistence import cbor, kv
+from persistence.errors import CorruptRecord, HeadAdvanced, MissingJournalEntry, WorldNotFound
+from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
+from persistence.keyspace import CHUNK_SIZE, WorldKeys
+from persistence.plane import Plane, PlaneConfig, journal
+from persistence.records import JournalHead, decode_record
+from segments import open_plane
+
+BOUNDARY_HEIGHTS = [0, 1, 23, 24, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 2**63, MAX_HEIGHT]
+
+
+@pytest.mark.parametrize("height", BOUNDARY_HEIGHTS)
+def test_head_bytes_are_the_head_records_encoding(height: int) -> None:
+    assert journal.head_bytes(height) == JournalHead(height).to_cbor()
+    assert decode_record(JournalHead, journal.head_bytes(height)).height == height
+
+
+@pytest.mark.parametrize(
+    ("first", "count"),
+    [
+        (1, 0),
+        (1, 300),
+        (250, 20),
+        (65_530, 10),
+        (2**32 - 3, 6),
+        (2**63 - 3, 6),
+        (MAX_HEIGHT - 2, 3),
+    ],
+)
+def test_whole_keys_are_the_keys_of_whole_entries(first: int, count: int) -> None:
+    keys = WorldKeys(UniverseId.new(), WorldId.new())
+    built = journal.whole_keys(keys.whole_entry_key(), keys.entry_prefix_len(), first, count)
+    assert built == [keys.entry_chunk(h, 0, 1) for h in range(first, first + count)]
+
+
+def _stored_head(plane: Plane, keys: WorldKeys) -> bytes | None:
+    return kv.run(plane.engine, lambda tr: tr.get(keys.head()))
+
+
+def test_append_moves_the_head_to_its_canonical_record(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    keys = WorldKeys(universe, world)
+    assert plane.append_batch(universe, world, 0, [b"a", b"b", b"c"]) == 1
+    assert plane.append_batch(universe, world, 3, [b"d"]) == 4
+    assert _stored_head(plane, keys) == JournalHead(4).to_cbor()
+    assert plane.read_range(universe, world, 1, 10) == [(1, b"a"), (2, b"b"), (3, b"c"), (4, b"d")]
+
+
+@pytest.mark.parametrize("expected", [0, 2, 4, MAX_HEIGHT - 1])
+def test_append_at_another_head_names_both_heights(
+    plane: Plane, universe: UniverseId, world: WorldId, expected: int
+) -> None:
+    plane.append_batch(universe, world, 0, [b"a", b"b", b"c"])
+    with pytest.raises(HeadAdvanced) as err:
+        plane.append_batch(universe, world, expected, [b"x"])
+    assert (err.value.expected, err.value.actual) == (expected, 3)
+    assert plane.head(universe, world) == 3
+
+
+def test_append_to_a_missing_world_is_not_found(plane: Plane, universe: UniverseId) -> None:
+    with pytest.raises(WorldNotFound):
+        plane.append_batch(universe, WorldId.new(), 0, [b"a"])
+
+
+DAMAGED_HEADS = {
+    # the head 2, but not in canonical form: equal in value, never in bytes
+    "non-shortest integer": b"\xa1\x66height\x18\x02",
+    "trailing byte": JournalHead(2).to_cbor() + b"\x00",
+    "unknown field": cbor.encode({"extra": 1, "height": 2}),
+    "wrong type": cbor.encode({"height": b"\x02"}),
+    "not a map": cbor.encode([2]),
+    "not CBOR": b"\xff\x00",
+    "empty": b"",
+}
+
+
+@pytest.mark.parametrize("damaged", DAMAGED_HEADS.values(), ids=DAMAGED_HEADS.keys())
+def test_append_on_a_damaged_head_is_corruption_and_writes_nothing(
+    plane: Plane, universe: UniverseId, world: WorldId, damaged: bytes
+) -> None:
+    plane.append_batch(universe, world, 0, [b"a", b"b"])
+    keys = WorldKeys(universe, world)
+    kv.run(plane.engine, lambda tr: tr.set(keys.head(), damaged))
+    with pytest.raises(CorruptRecord):
+        plane.append_batch(universe, world, 2, [b"c"])
+    assert _stored_head(plane, keys) == damaged
+    assert kv.run(plane.engine, lambda tr: tr.get_range(*keys.entry_prefix(3))) == []
+
+
+def test_entries_of_every_size_round_trip_across_pages(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    """Pages of whole entries (taken in bulk) and pages with chunked or empty ones (row by
+    row), with page boundaries inside and between them."""
+    entries = [
+        b"c" * (2 * CHUNK_SIZE + 1) if i % 97 == 0 else b"" if i % 89 == 0 else i.to_bytes(3, "big")
+        for i in range(1, 701)
+    ]
+    plane.append_batch(universe, world, 0, entries[:350])
+    plane.append_batch(universe, world, 350, entries[350:])
+    assert plane.read_range(universe, world, 1, 700) == list(enumerate(entries, 1))
+    for first in (2, 97, 98, 255, 256, 257, 600):
+        rows = plane.read_range(universe, world, first, 300)
+        assert rows == list(enumerate(entries, 1))[first - 1 : first + 299]
+
+
+@pytest.mark.parametrize(
+    ("budget", "rows"),
+    [
+        (1, 1),  # at least one entry
+        (10_000, 10),  # stops at the entry that reaches the budget, inside the first page
+        (journal.ROWS_PER_READ * 1_000, journal.ROWS_PER_READ),  # reached by a page's last
+        (journal.ROWS_PER_READ * 1_000 + 1, journal.ROWS_PER_READ + 1),  # just past a page
+    ],
+)
+def test_a_read_stops_at_the_entry_that_reaches_its_byte_budget(
+    engine: kv.Engine, budget: int, rows: int
+) -> None:
+    plane = open_plane(engine, MemoryObjectStore(), PlaneConfig(read_page_bytes=budget))
+    universe, world = UniverseId.new(), WorldId.new()
+    plane.create_world(universe, world)
+    entries = [i.to_bytes(2, "big") * 500 for i in range(1_000)]
+    plane.append_batch(universe, world, 0, entries)
+    assert plane.read_hot(universe, world, 1, 1_000) == list(enumerate(entries, 1))[:rows]
+
+
+def test_a_hole_in_a_page_of_whole_entries_is_missing(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    plane.append_batch(universe, world, 0, [b"e"] * 600)
+    keys = WorldKeys(universe, world)
+    kv.run(plane.engine, lambda tr: tr.clear(keys.entry_chunk(300, 0, 1)))
+    with pytest.raises(MissingJournalEntry) as err:
+        plane.read_range(universe, world, 1, 600)
+    assert err.value.height == 300
+
+
+def test_a_stray_chunk_among_whole_entries_is_missing(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    """A first chunk of two in place of a whole entry: its key has a whole entry's length
+    and sorts where that entry's would."""
+    plane.append_batch(universe, world, 0, [b"e"] * 600)
+    keys = WorldKeys(universe, world)
+    stray = keys.entry_chunk(5, 0, 2)
+    assert len(stray) == len(keys.entry_chunk(5, 0, 1))
+
+    def swap(tr: kv.Transaction) -> None:
+        tr.clear(keys.entry_chunk(5, 0, 1))
+        tr.set(stray, b"e")
+
+    kv.run(plane.engine, swap)
+    with pytest.raises(MissingJournalEntry) as err:
+        plane.read_range(universe, world, 1, 600)
+    assert err.value.height == 5
