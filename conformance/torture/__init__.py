@@ -78,9 +78,8 @@ is checked:
    sequences; the compactors reported removing no more than the inboxes lost; and a run
    long enough for compaction (:func:`~conformance.torture.run.compaction_due`) removed
    items and idempotency entries. No referenced object was deleted: every acknowledged
-   attachment reads back (``get`` verifies the hash) as exactly its bytes, and fsck of the
-   run's universe finds no error -- no CAS metadata names a missing or damaged body, no
-   segment record a missing object, no snapshot a body the CAS lacks (acknowledged
+   attachment reads back (``get`` verifies the hash) as exactly its bytes, and every body
+   the universe's CAS metadata names reads back verified (acknowledged
    snapshots and segments are read above, through ``get`` and the stitched journal, so a
    deleted one is a violation there too); and a run long enough for orphan collection
    (:func:`~conformance.torture.run.orphan_collection_due`) acknowledged a collection

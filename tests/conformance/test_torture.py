@@ -125,7 +125,7 @@ def test_seeded_torture_with_local_objects(
     # Orphan collection ran among them, a pass after each compaction pass with a 1 s grace,
     # while the exporter put an external attachment per snapshot (the fourth put stalling
     # until a collector took its body): the checks found every acknowledged one readable as
-    # its bytes and fsck no error, and the final clean pass nothing left collectable.
+    # its bytes, every CAS body readable, and the final clean pass nothing left collectable.
     # (What was collected depends on where the kills landed: figures, not floors.)
     assert figures["orphan_collection_due"] and figures["orphan_grace_seconds"] == 1.0
     assert figures["orphan_passes"] >= 5 and figures["kills_compactor"] >= 3
@@ -454,7 +454,7 @@ PLANTED: list[tuple[Callable[[Store], None], str]] = [
     (attachment_acknowledged_with_another_hash, "returned a hash that is not its bytes'"),
     (
         body_of_an_unacknowledged_put_deleted,
-        f"fsck: cas: {Hash.of(UNACKNOWLEDGED).hex}: body cas/",
+        f"orphans: the CAS body {Hash.of(UNACKNOWLEDGED).hex[:16]} is unreadable: CasBodyMissing",
     ),
     (segment_object_deleted, "journal: world 0: the stitched read failed: SegmentMissing"),
     (external_snapshot_body_deleted, "snapshot: world 0: replay failed: CasBodyMissing"),
