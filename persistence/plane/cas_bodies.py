@@ -89,6 +89,33 @@ def _names(raw: bytes | None, hash: Hash, object_key: str) -> bool:
     )
 
 
+def _judge(
+    tr: kv.Transaction,
+    keys: UniverseKeys,
+    hash: Hash,
+    object_key: str,
+    now_ns: int,
+    grace_ns: int,
+    token: bytes | None,
+) -> tuple[Decision, list[bytes] | None]:
+    """What a collector with ``token`` decides about the body (see :func:`decide`) and,
+    when it is to write a doom, the expired pins it clears with it (``None``: nothing to
+    write, also when its own doom stands already); reads only."""
+    if _names(tr.get(keys.cas_meta(hash)), hash, object_key):
+        return "referenced", None
+    doom = read_doom(tr, keys, hash)
+    if doom is not None and doom.token == token:
+        return "doomed", None
+    if doom is not None and not doom_is_stale(doom, now_ns):
+        return "collecting", None
+    expired = []
+    for key, raw in tr.get_range(*keys.cas_pins(hash)):
+        if now_ns - decode_record(CasPin, raw, f"cas pin {hash}").at_ns < grace_ns:
+            return "pinned", None
+        expired.append(key)
+    return "doomed", expired
+
+
 @kv.transactional
 def decide(
     tr: kv.Transaction,
@@ -102,23 +129,13 @@ def decide(
     """Doom the body of ``hash`` at ``object_key`` if no metadata names it and no pin
     younger than ``grace_ns`` protects it (clearing the expired pins), also replacing a
     stale doom. A retry whose first attempt committed finds its own token."""
-    if _names(tr.get(keys.cas_meta(hash)), hash, object_key):
-        return "referenced"
-    doom = read_doom(tr, keys, hash)
-    if doom is not None and doom.token == token:
-        return "doomed"
-    if doom is not None and not doom_is_stale(doom, now_ns):
-        return "collecting"
-    expired = []
-    for key, raw in tr.get_range(*keys.cas_pins(hash)):
-        pin = decode_record(CasPin, raw, f"cas pin {hash}")
-        if now_ns - pin.at_ns < grace_ns:
-            return "pinned"
-        expired.append(key)
+    decision, expired = _judge(tr, keys, hash, object_key, now_ns, grace_ns, token)
+    if expired is None:
+        return decision
     for key in expired:
         tr.clear(key)
     tr.set(keys.cas_doom(hash), CasDoom(now_ns, token).to_cbor())
-    return "doomed"
+    return decision
 
 
 @kv.transactional
@@ -323,15 +340,7 @@ def preview(
     grace_ns: int,
 ) -> Decision:
     """What :func:`decide` would decide, without writing (``"doomed"``: collectable)."""
-    if _names(tr.get(keys.cas_meta(hash), snapshot=True), hash, object_key):
-        return "referenced"
-    raw = tr.get(keys.cas_doom(hash), snapshot=True)
-    if raw is not None and not doom_is_stale(decode_record(CasDoom, raw, "cas doom"), now_ns):
-        return "collecting"
-    for _, raw in tr.get_range(*keys.cas_pins(hash), snapshot=True):
-        if now_ns - decode_record(CasPin, raw, f"cas pin {hash}").at_ns < grace_ns:
-            return "pinned"
-    return "doomed"
+    return _judge(tr, keys, hash, object_key, now_ns, grace_ns, None)[0]
 
 
 @kv.transactional
