@@ -4,7 +4,8 @@ A host-like workload (create a world, store an inline and an external blob, appe
 singly and in a batch with idempotency keys, drain, move the cursor past an item, compact the
 inbox -- mark the cursor, retry an enqueue inside the window, remove the consumed items after
 it in chunks, retry an enqueue after it --, snapshot and promote, export segments, dispatch
-and claim an effect, schedule a timer) runs once without faults, then again with:
+and claim an effect, schedule a timer, then append to the world and create a second world in
+one group commit) runs once without faults, then again with:
 
 * each of its commits failed in turn with 1020 ``not_committed``, 1021
   ``commit_unknown_result`` (applied, and not applied), 1007 ``transaction_too_old`` and
@@ -37,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -262,6 +264,30 @@ def _timer(run: Run) -> None:
     run.plane.schedule_timer(run.universe, item)
 
 
+def second_world(world: WorldId) -> WorldId:
+    """The world the group append creates next to the run's world."""
+    return WorldId(uuid.uuid5(world.uuid, "fault-matrix second world"))
+
+
+GROUP_ENTRIES: Final = (b"group: first world", b"group: second world")
+
+
+def _group(run: Run) -> None:
+    """Append to the run's world and create a second world with its first entry, in one
+    group commit, once: a restarted host finds the second world's entry and stops; a group
+    refused because another writer moved the first world's head is redone at the new head."""
+    u, w, second = run.universe, run.world, second_world(run.world)
+    for _ in range(STEP_ATTEMPTS):
+        with contextlib.suppress(NotFound):
+            run.plane.head(u, second)
+            return  # the group created it: it landed
+        batches = [(w, run.plane.head(u, w), [GROUP_ENTRIES[0]]), (second, 0, [GROUP_ENTRIES[1]])]
+        group = functools.partial(run.plane.append_batches, u, batches, create_missing=True)
+        if run.report("group append", group) != "HeadAdvanced":
+            return
+    raise ConformanceFailure(f"the head moved under {STEP_ATTEMPTS} group appends in a row")
+
+
 STEPS: Final[tuple[tuple[str, Callable[[Run], Any]], ...]] = (
     ("create world", _create),
     ("put inline blob", _small),
@@ -280,6 +306,7 @@ STEPS: Final[tuple[tuple[str, Callable[[Run], Any]], ...]] = (
     ("export segments", _export),
     ("dispatch and claim effect", _effect),
     ("schedule timer", _timer),
+    ("group append creating a second world", _group),
 )
 
 
@@ -426,6 +453,7 @@ def logical_state(
     """What a caller observes of world ``w``, with what legitimately differs between runs
     (inbox sequences, universe and world ids) replaced by ``position`` and placeholders."""
     keys = WorldKeys(u, w)
+    second = second_world(w)
     head = plane.head(u, w)
     inbox = plane.read_after(u, w, None, 100)
     journal: list[tuple[int, str, object, str]] = []
@@ -444,16 +472,21 @@ def logical_state(
     marks = kv.run(plane.engine, lambda tr: read_marks(tr, keys))
 
     def placeholders(key: str) -> str:
-        return key.replace(str(u), "U").replace(str(w), "W")
+        return key.replace(str(u), "U").replace(str(w), "W").replace(str(second), "W2")
 
     objects = [
         (placeholders(info.key), info.size)
         for prefix in (f"cas/{u}/", f"segments/{u}/")
         for info in plane.objects.list(prefix)
     ]
+    try:
+        group = [_digest(e) for _, e in plane.read_range(u, second, 1, plane.head(u, second))]
+    except NotFound:
+        group = None
     return {
         "head": head,
         "journal": journal,
+        "second world": group,
         "inbox": [(position[seq], _digest(encode_inbox_item(item))) for seq, item in inbox],
         "idempotency entries": sorted(
             (position.get(InboxSeq(v), str(v)) for _, v in entries), key=str
@@ -489,7 +522,12 @@ def _check_reference(state: dict[str, Any]) -> None:
     """The fault-free run itself must show the workload's effects exactly once."""
     items = [entry[2] for entry in state["journal"] if entry[1] == "item"]
     check(items == [0, 1, 2, 3], f"fault-free run journaled inbox positions {items}, not 0-3")
-    check(state["head"] == SNAPSHOT_HEIGHT + 2, f"fault-free run ended at head {state['head']}")
+    check(state["head"] == SNAPSHOT_HEIGHT + 3, f"fault-free run ended at head {state['head']}")
+    check(
+        state["journal"][-1][3] == _digest(GROUP_ENTRIES[0])
+        and state["second world"] == [_digest(GROUP_ENTRIES[1])],
+        f"fault-free run: the group append left {state['second world']} in the second world",
+    )
     check(state["cursor"] == 4, f"fault-free run left the cursor at {state['cursor']}")
     check(
         state["notifications"] == 5,

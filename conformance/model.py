@@ -24,6 +24,7 @@ item (:func:`envelope_size`), and the genesis snapshot is the plane's default
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -42,17 +43,20 @@ from persistence.errors import (
     WorldNotFound,
 )
 from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, UniverseId, WorldId
-from persistence.keyspace import WorldKeys
+from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import MAX_TRANSACTION_SIZE, MAX_VALUE_SIZE
-from persistence.plane import GENESIS_STATE, PlaneConfig, budget
+from persistence.plane import EMPTY_MANIFEST, GENESIS_STATE, PlaneConfig, budget
+from persistence.plane.journal import Creation
 from persistence.plane.snapshots import SnapshotOutcome
 from persistence.records import (
     BaselineSnapshotJournalRecord,
+    CasMeta,
     InboxEnvelope,
     InboxItem,
     IngressJournalRecord,
     SnapshotJournalRecord,
     SnapshotRecord,
+    WorldMeta,
     encode_inbox_item,
 )
 from persistence.sizes import MiB
@@ -296,10 +300,67 @@ class ContractModel:
         )
         state = self._world(universe, world)
         if state.head != expected_head:
-            raise HeadAdvanced(expected_head, state.head)
+            raise HeadAdvanced(expected_head, state.head, world)
         first = state.head + 1
         state.journal.extend(RawEntry(bytes(entry)) for entry in entries)
         return first
+
+    def append_batches(
+        self,
+        universe: UniverseId,
+        batches: Sequence[tuple[WorldId, int, Sequence[bytes]]],
+        *,
+        create_missing: bool = False,
+    ) -> list[int]:
+        """Group commit: every ``(world, expected_head, entries)`` appended, or none; a
+        missing world expecting head 0 created first with ``create_missing``."""
+        if not 1 <= len(batches) <= self.config.max_batch_entries:
+            raise Validation("batches", f"{len(batches)} batches")
+        seen: set[WorldId] = set()
+        for index, (world, expected_head, entries) in enumerate(batches):
+            if world in seen:
+                raise Validation(f"batches[{index}].world", "two batches for one world")
+            seen.add(world)
+            self._check_height(expected_head, f"batches[{index}].expected_head")
+            self._check_entries(entries, f"batches[{index}].entries")
+        count = sum(len(entries) for _, _, entries in batches)
+        size = sum(len(entry) for _, _, entries in batches for entry in entries)
+        if count > self.config.max_batch_entries or size > self.config.max_batch_bytes:
+            raise Validation("batches", f"{count} entries of {size} bytes")
+        genesis = SnapshotRecord(
+            Hash.of(GENESIS_STATE), 0, 0, Hash.of(EMPTY_MANIFEST), receipt_horizon_height=0
+        )
+        creation = Creation(
+            WorldMeta(created_ns=time.time_ns()),
+            genesis,
+            tuple(
+                (Hash.of(body), CasMeta(size=len(body), inline_bytes=body))
+                for body in (GENESIS_STATE, EMPTY_MANIFEST)
+                if len(body) <= self.config.inline_threshold
+            ),
+        )
+        cost = budget.group_append_cost(
+            UniverseKeys(universe),
+            [(WorldKeys(universe, w), head + 1, list(entries)) for w, head, entries in batches],
+            creation if create_missing else None,
+        )
+        budget.check(cost, self.budget, "batches", "the group")
+        created: list[WorldId] = []
+        for world, expected_head, _ in batches:
+            if (universe, world) not in self.worlds and create_missing and expected_head == 0:
+                created.append(world)
+                continue
+            head = self._world(universe, world).head
+            if head != expected_head:
+                raise HeadAdvanced(expected_head, head, world)
+        for world in created:
+            self.create_world(universe, world)
+        firsts = []
+        for world, _, entries in batches:
+            state = self._world(universe, world)
+            firsts.append(state.head + 1)
+            state.journal.extend(RawEntry(bytes(entry)) for entry in entries)
+        return firsts
 
     def read_range(
         self, universe: UniverseId, world: WorldId, from_inclusive: int, limit: int

@@ -74,6 +74,25 @@ class WorldJournalStore(Protocol):
         """
         ...
 
+    def append_batches(
+        self,
+        universe: UniverseId,
+        batches: Sequence[tuple[WorldId, int, Sequence[bytes]]],
+        *,
+        create_missing: bool = False,
+    ) -> list[int]:
+        """Group commit: :meth:`append_batch` for each ``(world, expected_head, entries)``
+        (one per world) in one transaction; return the first heights, in order.
+
+        All or nothing: a head that is not its ``expected_head`` raises
+        ``HeadAdvanced(expected, actual, world)`` naming that world, and writes nothing. With
+        ``create_missing``, a world that does not exist and whose batch expects head 0 is
+        created (empty genesis) in the same transaction, else ``NotFound``. A retry after an
+        unknown commit result that did apply returns the same heights. The limits of one
+        append (entries, bytes, transaction size) apply to the whole group: ``Validation``.
+        """
+        ...
+
     def retry_append_batch(
         self, universe: UniverseId, world: WorldId, expected_head: int, entries: Sequence[bytes]
     ) -> int:

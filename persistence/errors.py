@@ -35,12 +35,15 @@ class Conflict(PersistError):
 
 
 class HeadAdvanced(Conflict):
-    """``append_batch`` was called at a journal head that is no longer current."""
+    """An append was called at a journal head that is no longer current. ``world`` names
+    the world whose head moved (the one that refused a group append)."""
 
-    def __init__(self, expected: int, actual: int) -> None:
-        super().__init__(f"journal head advanced: expected {expected}, actual {actual}")
+    def __init__(self, expected: int, actual: int, world: object = None) -> None:
+        where = "" if world is None else f" of world {world}"
+        super().__init__(f"journal head{where} advanced: expected {expected}, actual {actual}")
         self.expected = expected
         self.actual = actual
+        self.world = world
 
 
 class CursorAdvanced(Conflict):

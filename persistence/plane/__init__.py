@@ -82,6 +82,8 @@ MAX_INLINE_BYTES: Final = kv.MAX_VALUE_SIZE - (
 """The largest CAS body kept inline: its ``CasMeta`` record must fit one FoundationDB value."""
 GENESIS_STATE: Final = cbor.encode(None)
 """Default genesis snapshot bytes: a kernel hydrating from them starts empty."""
+EMPTY_MANIFEST: Final = cbor.encode([])
+"""The manifest of a snapshot that names no blobs (every genesis snapshot's)."""
 CLAIM_RESERVE: Final = 4 * MAX_NAME_CHARS + 128
 """Room a dispatched effect's value leaves for its claim: the worker's name (UTF-8) and
 claim time, and the call record that repeats the in-flight item."""
@@ -314,7 +316,7 @@ class Plane:
         if worlds.world_exists(self.engine, keys):
             raise WorldExists(f"world {world} already exists in universe {universe}")
         snapshot_ref = self.put_verified(universe, genesis_state)
-        manifest_hash = self.put_verified(universe, cbor.encode([]))
+        manifest_hash = self.put_verified(universe, EMPTY_MANIFEST)
         genesis = SnapshotRecord(snapshot_ref, 0, 0, manifest_hash, receipt_horizon_height=0)
         worlds.create_world(self.engine, keys, meta, genesis)
         self.hooks.reached("world.after_create")
@@ -386,6 +388,79 @@ class Plane:
         first = journal.append_batch(self.engine, keys, expected_head, batch, self.new_call())
         self.hooks.reached("journal.after_append")
         return first
+
+    @traced("journal.append_batches")
+    def append_batches(
+        self,
+        universe: UniverseId,
+        batches: Sequence[tuple[WorldId, int, Sequence[bytes]]],
+        *,
+        create_missing: bool = False,
+    ) -> list[int]:
+        """Group commit: append each ``(world, expected_head, entries)`` of ``batches`` (one
+        per world) in one transaction, all or nothing; return the first new heights, in
+        order. ``HeadAdvanced`` names the world whose head moved (``.world``), and nothing is
+        written. With ``create_missing``, a world that does not exist and whose batch
+        expects head 0 is created in the same transaction (an empty genesis, as
+        :meth:`create_world` with its defaults); otherwise it is ``WorldNotFound``. The
+        limits of one append apply to the whole group: ``max_batch_entries``,
+        ``max_batch_bytes`` and the transaction budget."""
+        keys = _universe_keys(universe)
+        check_sequence(batches, "batches", 1, self.config.max_batch_entries)
+        check_bool(create_missing, "create_missing")
+        parts: list[journal.WorldAppend] = []
+        seen: set[WorldId] = set()
+        for index, batch in enumerate(batches):
+            field = f"batches[{index}]"
+            if not isinstance(batch, (tuple, list)) or len(batch) != 3:
+                raise Validation(field, "expected a (world, expected_head, entries) triple")
+            world, expected_head, entries = batch
+            world_keys = keys.world(check_id(world, WorldId, f"{field}.world"))
+            if world_keys.world in seen:
+                raise Validation(f"{field}.world", f"{world} has two batches: one per world")
+            seen.add(world_keys.world)
+            check_height(expected_head, f"{field}.expected_head")
+            self._check_entries(entries, f"{field}.entries")
+            if expected_head > MAX_HEIGHT - len(entries):
+                raise Validation(
+                    f"{field}.expected_head",
+                    f"{expected_head} + {len(entries)} entries passes 2**64-1",
+                )
+            parts.append(journal.WorldAppend(world_keys, expected_head, list(entries)))
+        count = sum(len(part.entries) for part in parts)
+        size = sum(len(entry) for part in parts for entry in part.entries)
+        limits = self.config.max_batch_entries, self.config.max_batch_bytes
+        if count > limits[0]:
+            raise Validation("batches", f"{count:,} entries > max {limits[0]:,}")
+        if size > limits[1]:
+            raise Validation("batches", f"{size:,} bytes > max {limits[1]:,}")
+        create = self._creation(universe) if create_missing else None
+        budget.check(
+            budget.group_append_cost(
+                keys, [(p.keys, p.expected_head + 1, p.entries) for p in parts], create
+            ),
+            self.budget,
+            "batches",
+            f"appending {count:,} entries ({size:,} bytes) to {len(parts):,} worlds",
+        )
+        firsts = journal.append_batches(self.engine, keys, parts, create, self.new_call())
+        self.hooks.reached("journal.after_append")
+        return firsts
+
+    def _creation(self, universe: UniverseId) -> journal.Creation:
+        """How a group append creates a world: :meth:`create_world`'s defaults. Genesis
+        blobs the configuration keeps inline are written in the append's transaction;
+        others are stored first."""
+        blobs: list[tuple[Hash, CasMeta]] = []
+        for body in (GENESIS_STATE, EMPTY_MANIFEST):
+            if len(body) <= self.config.inline_threshold:
+                blobs.append((Hash.of(body), CasMeta(size=len(body), inline_bytes=body)))
+            else:
+                self.put_verified(universe, body)
+        genesis = SnapshotRecord(
+            Hash.of(GENESIS_STATE), 0, 0, Hash.of(EMPTY_MANIFEST), receipt_horizon_height=0
+        )
+        return journal.Creation(WorldMeta(created_ns=self._now()), genesis, tuple(blobs))
 
     @traced("journal.retry_append")
     def retry_append_batch(

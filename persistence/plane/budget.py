@@ -14,8 +14,10 @@ from typing import Final
 from persistence import kv, txsize
 from persistence.errors import Validation
 from persistence.ids import InboxSeq
-from persistence.keyspace import CHUNK_SIZE, WorldKeys
-from persistence.plane.calls import CALL_ID_BYTES, SWEEP
+from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
+from persistence.plane.calls import CALL_ID_BYTES, SWEEP, CallScope
+from persistence.plane.journal import Creation
+from persistence.records import UniverseInfo
 
 RESERVE: Final = 10
 """Percent of the engine's size limit the plane never plans to use."""
@@ -57,7 +59,7 @@ def entries_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:
     return total
 
 
-def call_cost(keys: WorldKeys, record_bytes: int = CALL_RECORD_BYTES) -> int:
+def call_cost(keys: CallScope, record_bytes: int = CALL_RECORD_BYTES) -> int:
     """A call record of at most ``record_bytes``: the retry's lookup, the record, and the
     sweep's clears."""
     key = len(keys.call(b"\x00" * CALL_ID_BYTES))
@@ -75,6 +77,44 @@ def append_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:
         + entries_cost(keys, first, entries)
         + call_cost(keys)
     )
+
+
+def group_append_cost(
+    universe: UniverseKeys,
+    batches: Sequence[tuple[WorldKeys, int, Sequence[bytes]]],
+    create: Creation | None,
+) -> int:
+    """A group append of ``(keys, first height, entries)``: per world, read and move the
+    head and write the entries -- and with ``create``, creating the world --; one call
+    record in the universe's scope."""
+    total = call_cost(universe)
+    for keys, first, entries in batches:
+        head = len(keys.head())
+        total += txsize.get_cost(head) + txsize.set_cost(head, HEAD_BYTES)
+        total += entries_cost(keys, first, entries)
+        if create is not None:
+            total += creation_cost(keys, create)
+    return total
+
+
+def creation_cost(keys: WorldKeys, create: Creation) -> int:
+    """A group append creating a world: read its meta and the universe's info, write the
+    info, the meta, the empty head, the genesis snapshot and baseline, and the genesis
+    blobs' metadata unless present."""
+    universe = UniverseKeys(keys.universe)
+    genesis = len(create.genesis.to_cbor())
+    info = len(UniverseInfo(create.meta.created_ns).to_cbor())
+    total = txsize.get_cost(len(keys.meta())) + txsize.set_cost(
+        len(keys.meta()), len(create.meta.to_cbor())
+    )
+    total += txsize.get_cost(len(universe.info())) + txsize.set_cost(len(universe.info()), info)
+    total += txsize.set_cost(len(keys.head()), HEAD_BYTES)
+    total += txsize.set_cost(len(keys.snapshot(0)), genesis)
+    total += txsize.set_cost(len(keys.baseline()), genesis)
+    for hash, meta in create.blobs:
+        key = len(universe.cas_meta(hash))
+        total += txsize.get_cost(key) + txsize.set_cost(key, len(meta.to_cbor()))
+    return total
 
 
 def drain_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:

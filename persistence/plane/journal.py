@@ -16,10 +16,19 @@ from persistence.errors import (
     SegmentIndexCorruption,
     WorldNotFound,
 )
+from persistence.ids import Hash
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
-from persistence.plane import calls, segment_index
+from persistence.plane import calls, cas, segment_index, worlds
 from persistence.plane.calls import Call
-from persistence.records import CallRecord, JournalHead, SegmentIndexRecord, decode_record
+from persistence.records import (
+    CallRecord,
+    CasMeta,
+    JournalHead,
+    SegmentIndexRecord,
+    SnapshotRecord,
+    WorldMeta,
+    decode_record,
+)
 
 
 def read_head(tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = False) -> JournalHead:
@@ -53,7 +62,7 @@ def check_head(tr: kv.Transaction, keys: WorldKeys, expected: int) -> None:
         return
     head = _decode_head(keys, raw)
     if head.height != expected:
-        raise HeadAdvanced(expected, head.height)
+        raise HeadAdvanced(expected, head.height, keys.world)
 
 
 _key_of = operator.itemgetter(0)
@@ -159,6 +168,63 @@ def append_batch(
     first = _append(tr, keys, expected_head, entries)
     calls.record(tr, keys, call, CallRecord("append", first_height=first, count=len(entries)))
     return first
+
+
+@dataclass(frozen=True, slots=True)
+class WorldAppend:
+    """One world's part of a group append: ``entries`` at ``expected_head``."""
+
+    keys: WorldKeys
+    expected_head: int
+    entries: Sequence[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Creation:
+    """How a group append creates a world whose journal it finds absent (when the batch
+    expects head 0): the world's meta and genesis baseline, and the inline CAS metadata of
+    the genesis blobs, written unless present."""
+
+    meta: WorldMeta
+    genesis: SnapshotRecord
+    blobs: tuple[tuple[Hash, CasMeta], ...]
+
+
+@kv.transactional
+def append_batches(
+    tr: kv.Transaction,
+    universe: UniverseKeys,
+    batches: Sequence[WorldAppend],
+    create: Creation | None,
+    call: Call,
+) -> list[int]:
+    """Group commit: append every batch at its expected head, all or nothing; return the
+    first heights, in order. ``HeadAdvanced`` names the first world whose head moved. With
+    ``create``, a world without a journal whose batch expects head 0 is created first, in
+    the same transaction. The call record is kept in the universe's scope: a retry whose
+    earlier attempt committed returns the same heights (each ``expected_head + 1``)."""
+    done = calls.replayed(tr, universe, call)
+    if done is not None:
+        if done.count != len(batches):
+            raise CorruptRecord("call record", "a group append record of another size")
+        return [batch.expected_head + 1 for batch in batches]
+    firsts: list[int] = []
+    for batch in batches:
+        keys = batch.keys
+        raw = tr.get(keys.head())
+        if raw is None and create is not None and batch.expected_head == 0:
+            if tr.get(keys.meta()) is not None:
+                raise CorruptRecord(f"world {keys.world}", "its meta is stored without a head")
+            for hash, meta in create.blobs:
+                cas.put_meta(tr, universe, hash, meta)
+            worlds.write_world(tr, keys, create.meta, create.genesis)
+        elif raw != head_bytes(batch.expected_head):
+            height = _decode_head(keys, raw).height
+            if height != batch.expected_head:
+                raise HeadAdvanced(batch.expected_head, height, keys.world)
+        firsts.append(_append(tr, keys, batch.expected_head, batch.entries))
+    calls.record(tr, universe, call, CallRecord("append group", count=len(batches)))
+    return firsts
 
 
 def _required(value: int | None, op: str) -> int:

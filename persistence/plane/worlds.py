@@ -75,6 +75,15 @@ def create_world(
         if decode_record(WorldMeta, existing, "world meta") == meta:
             return False
         raise WorldExists(f"world {keys.world} already exists in universe {keys.universe}")
+    write_world(tr, keys, meta, genesis)
+    return True
+
+
+def write_world(
+    tr: kv.Transaction, keys: WorldKeys, meta: WorldMeta, genesis: SnapshotRecord
+) -> None:
+    """Write a new world (its meta read absent in ``tr``): meta, an empty journal head, the
+    genesis snapshot and the active baseline, and the universe's info if it is new."""
     universe = UniverseKeys(keys.universe)
     if tr.get(universe.info()) is None:
         tr.set(universe.info(), UniverseInfo(meta.created_ns).to_cbor())
@@ -82,7 +91,6 @@ def create_world(
     tr.set(keys.head(), JournalHead(0).to_cbor())
     tr.set(keys.snapshot(genesis.height), genesis.to_cbor())
     tr.set(keys.baseline(), genesis.to_cbor())
-    return True
 
 
 SCAN_SECONDS: Final = 1.0

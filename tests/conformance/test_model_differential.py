@@ -122,7 +122,7 @@ def _error_signature(
 ) -> tuple[Any, ...]:
     """What must agree between two errors: the class and its distinguishing attributes."""
     if isinstance(error, HeadAdvanced):
-        return (HeadAdvanced, error.expected, error.actual)
+        return (HeadAdvanced, error.expected, error.actual, error.world)
     if isinstance(error, CursorAdvanced):
         return (CursorAdvanced, label(error.expected), label(error.actual))
     if isinstance(error, SnapshotMismatch):
@@ -437,6 +437,39 @@ class PlaneMachine(RuleBasedStateMachine):
             lambda: self.plane.append_batch(u, w, expected_head, entries),
             lambda: self.model.append_batch(u, w, expected_head, entries),
             between=pair,
+        )
+        if both is not None:
+            assert both[0] == both[1]
+
+    @rule(
+        universe=universes,
+        order=st.permutations(WORLDS),
+        deltas=st.lists(st.sampled_from([0, 0, 0, -1, 1]), min_size=2, max_size=2),
+        sizes=st.lists(entry_sizes, min_size=1, max_size=3),
+        create=st.booleans(),
+    )
+    def append_group(
+        self,
+        universe: UniverseId,
+        order: list[WorldId],
+        deltas: list[int],
+        sizes: list[int],
+        create: bool,
+    ) -> None:
+        """A group append to both worlds of a universe (either may be missing: created or
+        ``WorldNotFound``), at the right heads or a stale one (``HeadAdvanced`` naming it)."""
+        batches = []
+        for index, (world, delta) in enumerate(zip(order, deltas, strict=True)):
+            head = (
+                self.model.head(universe, world) if self.model.world_exists(universe, world) else 0
+            )
+            entries = [bytes([index + 1]) * n for n in sizes]
+            batches.append((world, max(head + delta, 0), entries))
+        event(f"group append of {len(batches)} worlds")
+        both = self.lockstep(
+            lambda: self.plane.append_batches(universe, batches, create_missing=create),
+            lambda: self.model.append_batches(universe, batches, create_missing=create),
+            between=(universe, order[0]),
         )
         if both is not None:
             assert both[0] == both[1]

@@ -441,6 +441,37 @@ for method in ("append_batch", "retry_append_batch"):
     bad_args(method, APPEND, "expected_head", [2**64 - 1])
     bad_args(method, APPEND, "expected_head", [0], HeadAdvanced, "head")
 
+GROUP = universe_args(lambda s: {"batches": [(W, 8, [b"never appended"])]})
+ids_of("append_batches", GROUP, world=False)
+bad_args("append_batches", GROUP, "batches", [None, [], "batches", (W, 8, [b"x"]), [None]])
+bad_args("append_batches", GROUP, "create_missing", [1, None, "yes"])
+
+
+def group_case(
+    label: str, batches: list[Any], error: type[PersistError] = Validation, names: str = ""
+) -> None:
+    """A bad group for ``append_batches`` (by ``label``), the error naming ``names``."""
+    call = lambda s: s.plane.append_batches(U, batches)  # noqa: E731
+    case(f"append_batches.batches:{label}", call, error, names)
+
+
+group_case("pair", [(W, 8)], names="batches[0]")
+group_case("quadruple", [[W, 8, [b"x"], 1]], names="batches[0]")
+for index, world in enumerate(["w", None, W.uuid]):
+    group_case(f"world:{index}", [(world, 8, [b"x"])], names="batches[0].world")
+group_case("twice", [(W, 8, [b"x"]), (W, 9, [b"y"])], names="batches[1].world")
+for index, head in enumerate([*HEIGHTS, 2**64 - 1]):
+    group_case(
+        f"head:{index}", [(W, 8, [b"x"]), (NEW_W, head, [b"y"])], names="batches[1].expected_head"
+    )
+for index, entries in enumerate(APPEND_ENTRIES):
+    group_case(
+        f"entries:{index}", [(OTHER_W, 0, [b"x"]), (W, 8, entries)], names="batches[1].entries"
+    )
+group_case("over entries", [(W, 8, [b"x"] * 5_000), (NEW_W, 0, [b"y"] * 5_001)], names="batches")
+group_case("missing", [(W, 8, [b"x"]), (NEW_W, 0, [b"x"])], WorldNotFound, str(NEW_W))
+group_case("moved", [(W, 7, [b"x"])], HeadAdvanced, str(W))
+
 HOT = world_args(lambda s: {"from_inclusive": 1, "limit": 10})
 ids_of("read_hot", HOT)
 unknown_world("read_hot", HOT)
