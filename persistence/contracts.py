@@ -13,7 +13,7 @@ argument, before it writes anything: a refused call leaves the store byte-identi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
@@ -21,6 +21,7 @@ from persistence.records import InboxItem, SegmentIndexRecord, SnapshotRecord
 
 if TYPE_CHECKING:  # the contracts stay importable without the plane
     from persistence.plane.compaction import InboxCompaction
+    from persistence.plane.journal import GroupAppend, LogEntry
 
 
 @runtime_checkable
@@ -118,6 +119,52 @@ class WorldJournalStore(Protocol):
 
     def head(self, universe: UniverseId, world: WorldId) -> int:
         """The highest written height (0 for an empty journal). Raises ``NotFound``."""
+        ...
+
+
+@runtime_checkable
+class UniverseLog(Protocol):
+    """One order across the worlds of a universe: positions given to appended entries."""
+
+    def append_sequenced(
+        self,
+        universe: UniverseId,
+        batches: Sequence[tuple[WorldId, int, Sequence[bytes]]],
+        tags: Sequence[Sequence[str]],
+        *,
+        create_missing: bool = False,
+        tracking: tuple[str, int] | None = None,
+    ) -> GroupAppend:
+        """``append_batches``, and each entry gets the next universe log position (1, 2,
+        ... in commit order, no gaps), tagged ``tags[batch][entry]``. ``tracking=(name,
+        position)`` stores consumer ``name``'s position atomically with the appends;
+        ``TrackingConflict`` (nothing written) unless it is above the stored one. A retry
+        after an unknown commit result that applied returns the same outcome."""
+        ...
+
+    def read_log(
+        self,
+        universe: UniverseId,
+        first: int,
+        limit: int,
+        *,
+        last: int | None = None,
+        tags: Collection[str] | None = None,
+    ) -> list[LogEntry]:
+        """Up to ``limit`` entries from position ``first`` (to ``last``), optionally only
+        those tagged with one of ``tags``, each with its world, height and journal entry."""
+        ...
+
+    def log_head(self, universe: UniverseId) -> int:
+        """The last position (0 if none)."""
+        ...
+
+    def wait_log(self, universe: UniverseId, after: int, timeout: float) -> int:
+        """Block until the last position passes ``after`` (or ``timeout``); return it."""
+        ...
+
+    def tracking_position(self, universe: UniverseId, name: str) -> int | None:
+        """The position consumer ``name`` stored last (``None`` if none)."""
         ...
 
 

@@ -46,6 +46,19 @@ class HeadAdvanced(Conflict):
         self.world = world
 
 
+class TrackingConflict(Conflict):
+    """A sequenced append's tracking position is not above the one its consumer recorded
+    (the upstream position was processed already)."""
+
+    def __init__(self, name: str, recorded: int, attempted: int) -> None:
+        super().__init__(
+            f"tracking {name!r} is at position {recorded}: {attempted} was recorded already"
+        )
+        self.name = name
+        self.recorded = recorded
+        self.attempted = attempted
+
+
 class CursorAdvanced(Conflict):
     """``commit_cursor`` compare-and-swap failed: the cursor is not where the caller said."""
 

@@ -122,6 +122,22 @@ class UniverseKeys:
         """Every universe-level call record, oldest first."""
         return _range((*self._p, "calls"))
 
+    def log_head(self) -> bytes:
+        """The universe log's last position."""
+        return pack((*self._p, "log", "head"))
+
+    def log_entry(self, position: int) -> bytes:
+        """The universe log record at ``position``."""
+        return pack((*self._p, "log", "at", position))
+
+    def log_range(self, first: int, last: int) -> tuple[bytes, bytes]:
+        """The universe log records at ``first..last``."""
+        return self.log_entry(first), self.log_entry(last) + b"\x00"
+
+    def tracking(self, name: str) -> bytes:
+        """The tracking record of consumer ``name``."""
+        return pack((*self._p, "tracking", name))
+
     def cas_meta(self, hash: Hash) -> bytes:
         """CAS metadata of ``hash``."""
         return pack((*self._p, "cas", "meta", hash.digest))

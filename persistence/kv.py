@@ -139,6 +139,10 @@ class Transaction(ABC):
         self.add_read_conflict_range(key, key + b"\x00")
 
 
+POLL_MAX_SECONDS: Final = 0.01
+"""The longest pause between two reads of :meth:`Engine.wait_changed`'s default poll."""
+
+
 class Engine(ABC):
     """A transactional ordered key-value store (a FoundationDB ``Database``)."""
 
@@ -159,6 +163,21 @@ class Engine(ABC):
     @abstractmethod
     def create_transaction(self) -> Transaction:
         """A new transaction."""
+
+    def wait_changed(self, key: bytes, seen: bytes | None, timeout: float) -> None:
+        """Return once the committed value of ``key`` may differ from ``seen`` (``None``:
+        absent), or after ``timeout`` seconds; the caller reads again (a return without a
+        change is allowed). This default polls with a backoff from 1 ms to
+        :data:`POLL_MAX_SECONDS`, one snapshot read each; engines with a change notification
+        (FoundationDB's watches, the memory engine) override it."""
+        deadline = time.monotonic() + timeout
+        pause = 0.001
+        while run(self, lambda tr: tr.get(key, snapshot=True)) == seen:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, POLL_MAX_SECONDS)
 
     def close(self) -> None:  # noqa: B027 -- most engines hold nothing to release
         """Release connections and files. The engine is unusable afterwards."""

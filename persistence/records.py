@@ -516,6 +516,31 @@ class UniverseInfo(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class LogHead(Record):
+    """``log/head``: the last position of the universe log (see ``plane/journal.py``)."""
+
+    position: int = _f(U64)
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord(Record):
+    """``log/<position>``: the journal entry at a universe log position, and the tag the
+    appender gave it (readers filter by tag)."""
+
+    world: WorldId = _f(WORLD)
+    height: int = _f(U64)
+    tag: str = _f(TEXT)
+
+
+@dataclass(frozen=True, slots=True)
+class TrackingRecord(Record):
+    """``tracking/<name>``: the highest upstream position consumer ``name`` recorded with
+    an append."""
+
+    position: int = _f(U64)
+
+
+@dataclass(frozen=True, slots=True)
 class JournalHead(Record):
     """``journal/head``: the highest height."""
 

@@ -341,5 +341,8 @@ class FaultyEngine(kv.Engine):
     def is_retryable(self, error: EngineError) -> bool:
         return self.inner.is_retryable(error)
 
+    def wait_changed(self, key: bytes, seen: bytes | None, timeout: float) -> None:
+        self.inner.wait_changed(key, seen, timeout)
+
     def close(self) -> None:
         self.inner.close()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import importlib.metadata
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -276,3 +277,28 @@ class FdbEngine(kv.Engine):
 
     def is_retryable(self, error: EngineError) -> bool:
         return bool(self._fdb.predicates.is_retryable(self._fdb.FDBError(error.code)))
+
+    def wait_changed(self, key: bytes, seen: bytes | None, timeout: float) -> None:
+        """A FoundationDB watch on ``key``, set in a transaction that found it ``seen``;
+        waited for up to ``timeout`` seconds, then cancelled. A failed watch returns (the
+        caller reads again, and a read reports what is wrong)."""
+
+        def watch() -> Any:
+            tr = self._db.create_transaction()
+            value = tr.get(key).wait()
+            if (bytes(value) if value.present() else None) != seen:
+                return None
+            future = tr.watch(key)
+            tr.commit().wait()
+            return future
+
+        try:
+            future = _translate(self._fdb, watch)
+        except EngineError:
+            return
+        if future is None:
+            return
+        fired = threading.Event()
+        future.on_ready(lambda _: fired.set())
+        fired.wait(timeout)
+        future.cancel()

@@ -50,6 +50,7 @@ class MemoryEngine(kv.Engine):
         self.size_limit = size_limit
         self._clock = clock
         self._lock = threading.Lock()
+        self._committed = threading.Condition(self._lock)
         self._keys: list[bytes] = []  # sorted; every key with retained history
         self._history: dict[bytes, list[tuple[int, bytes | None]]] = {}
         self._version = 0
@@ -156,7 +157,18 @@ class MemoryEngine(kv.Engine):
             self._version = version
             self._commits.append((version, now, write_ranges))
             self.commit_count += 1
+            self._committed.notify_all()
             return stamp
+
+    def wait_changed(self, key: bytes, seen: bytes | None, timeout: float) -> None:
+        """Wait on the engine's commits (no polling) until ``key`` is not ``seen``."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._latest(key) == seen:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                self._committed.wait(left)
 
     def _latest(self, key: bytes) -> bytes | None:
         history = self._history.get(key)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO, Final, Protocol
 
 from persistence import cbor, kv
 from persistence.errors import (
+    CorruptRecord,
     HeadAdvanced,
     MissingDependency,
     SegmentIndexCorruption,
@@ -53,11 +54,14 @@ from persistence.records import (
     InboxEnvelope,
     InboxItem,
     IngressJournalRecord,
+    LogHead,
+    LogRecord,
     Record,
     SegmentIndexRecord,
     SnapshotRecord,
     TimerDueItem,
     WorldMeta,
+    decode_record,
     encode_inbox_item,
 )
 from persistence.sizes import (
@@ -89,6 +93,8 @@ CLAIM_RESERVE: Final = 4 * MAX_NAME_CHARS + 128
 claim time, and the call record that repeats the in-flight item."""
 MAX_SETTING: Final = 2**63 - 1
 """The largest integer setting: a signed 64-bit integer, which every engine can take."""
+MAX_WAIT_SECONDS: Final = 86_400.0
+"""The longest wait of :meth:`Plane.wait_log`: a day."""
 MAX_INBOX_RETENTION_SECONDS: Final = 10 * 365 * 86_400.0
 """The longest inbox retention window (``PlaneConfig.inbox_retention_seconds``): ten years."""
 
@@ -405,8 +411,48 @@ class Plane:
         :meth:`create_world` with its defaults); otherwise it is ``WorldNotFound``. The
         limits of one append apply to the whole group: ``max_batch_entries``,
         ``max_batch_bytes`` and the transaction budget."""
-        keys = _universe_keys(universe)
         check_sequence(batches, "batches", 1, self.config.max_batch_entries)
+        return self._append_group(universe, batches, create_missing, None).first_heights
+
+    @traced("journal.append_sequenced")
+    def append_sequenced(
+        self,
+        universe: UniverseId,
+        batches: Sequence[tuple[WorldId, int, Sequence[bytes]]],
+        tags: Sequence[Sequence[str]],
+        *,
+        create_missing: bool = False,
+        tracking: tuple[str, int] | None = None,
+    ) -> journal.GroupAppend:
+        """:meth:`append_batches`, and every entry also gets the next position of the
+        universe log, in batch order, tagged ``tags[batch][entry]`` (non-empty text):
+        positions start at 1 and follow commit order without gaps, so a reader of the log
+        sees a prefix of what committed (sequenced appends of a universe serialize on the
+        log head). ``tracking=(name, position)`` records, in the same transaction, that
+        consumer ``name`` processed upstream position ``position``: a position at or below
+        the one it recorded is ``TrackingConflict`` and nothing is written. ``batches`` may
+        be empty if ``tracking`` is given. Returns the first heights and the first position
+        (``None`` if no entry)."""
+        low = 0 if tracking is not None else 1
+        check_sequence(batches, "batches", low, self.config.max_batch_entries)
+        check_sequence(tags, "tags", len(batches), len(batches))
+        if tracking is not None:
+            if not isinstance(tracking, tuple) or len(tracking) != 2:
+                raise Validation("tracking", "expected a (name, position) pair")
+            check_text(tracking[0], "tracking.name")
+            check_int(tracking[1], "tracking.position", 1, MAX_HEIGHT)
+        return self._append_group(universe, batches, create_missing, (tags, tracking))
+
+    def _append_group(
+        self,
+        universe: UniverseId,
+        batches: Sequence[tuple[WorldId, int, Sequence[bytes]]],
+        create_missing: bool,
+        sequenced: tuple[Sequence[Sequence[str]], tuple[str, int] | None] | None,
+    ) -> journal.GroupAppend:
+        """Check a group append (``batches`` already checked as a sequence, ``sequenced``'s
+        tags as one of their length, its tracking) and run it."""
+        keys = _universe_keys(universe)
         check_bool(create_missing, "create_missing")
         parts: list[journal.WorldAppend] = []
         seen: set[WorldId] = set()
@@ -427,6 +473,15 @@ class Plane:
                     f"{expected_head} + {len(entries)} entries passes 2**64-1",
                 )
             parts.append(journal.WorldAppend(world_keys, expected_head, list(entries)))
+        sequencing = None
+        if sequenced is not None:
+            tags, tracking = sequenced
+            checked: list[list[str]] = []
+            for index, (part, batch_tags) in enumerate(zip(parts, tags, strict=True)):
+                field = f"tags[{index}]"
+                check_sequence(batch_tags, field, len(part.entries), len(part.entries))
+                checked.append([check_text(t, f"{field}[{i}]") for i, t in enumerate(batch_tags)])
+            sequencing = journal.Sequencing(checked, tracking)
         count = sum(len(part.entries) for part in parts)
         size = sum(len(entry) for part in parts for entry in part.entries)
         limits = self.config.max_batch_entries, self.config.max_batch_bytes
@@ -438,14 +493,15 @@ class Plane:
         budget.check(
             budget.group_append_cost(
                 keys, [(p.keys, p.expected_head + 1, p.entries) for p in parts], create
-            ),
+            )
+            + (0 if sequencing is None else budget.sequencing_cost(keys, sequencing)),
             self.budget,
             "batches",
             f"appending {count:,} entries ({size:,} bytes) to {len(parts):,} worlds",
         )
-        firsts = journal.append_batches(self.engine, keys, parts, create, self.new_call())
+        done = journal.append_batches(self.engine, keys, parts, create, self.new_call(), sequencing)
         self.hooks.reached("journal.after_append")
-        return firsts
+        return done
 
     def _creation(self, universe: UniverseId) -> journal.Creation:
         """How a group append creates a world: :meth:`create_world`'s defaults. Genesis
@@ -461,6 +517,95 @@ class Plane:
             Hash.of(GENESIS_STATE), 0, 0, Hash.of(EMPTY_MANIFEST), receipt_horizon_height=0
         )
         return journal.Creation(WorldMeta(created_ns=self._now()), genesis, tuple(blobs))
+
+    @traced("log.head")
+    def log_head(self, universe: UniverseId) -> int:
+        """The universe log's last position (0 if nothing was sequenced)."""
+        keys = _universe_keys(universe)
+        return kv.run(self.engine, lambda tr: journal.read_log_head(tr, keys, snapshot=True))
+
+    def wait_log(self, universe: UniverseId, after: int, timeout: float) -> int:
+        """Wait until the universe log's head is above ``after`` or ``timeout`` seconds
+        pass; return the head (at most ``after`` on a timeout). Uses the engine's change
+        notification (``Engine.wait_changed``): no busy loop."""
+        keys = _universe_keys(universe)
+        check_height(after, "after")
+        check_number(timeout, "timeout", 0, MAX_WAIT_SECONDS)
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = kv.run(self.engine, lambda tr: tr.get(keys.log_head(), snapshot=True))
+            head = 0 if seen is None else decode_record(LogHead, seen, "universe log head").position
+            left = deadline - time.monotonic()
+            if head > after or left <= 0:
+                return head
+            self.engine.wait_changed(keys.log_head(), seen, left)
+
+    @traced("log.tracking")
+    def tracking_position(self, universe: UniverseId, name: str) -> int | None:
+        """The upstream position consumer ``name`` recorded last (``None`` if none)."""
+        keys = _universe_keys(universe)
+        check_text(name, "name")
+        return kv.run(self.engine, lambda tr: journal.read_tracking(tr, keys, name, snapshot=True))
+
+    @traced("log.read")
+    def read_log(
+        self,
+        universe: UniverseId,
+        first: int,
+        limit: int,
+        *,
+        last: int | None = None,
+        tags: Collection[str] | None = None,
+    ) -> list[journal.LogEntry]:
+        """Up to ``limit`` entries of the universe log from position ``first`` (to ``last``,
+        or the head), in position order, each with its world, height, tag and journal entry
+        (read through cold segments like :meth:`read_range`); with ``tags``, only entries
+        with one of those tags. Reads a page of ``read_page_entries`` records per
+        transaction, so a filter that matches nothing still ends."""
+        keys = _universe_keys(universe)
+        check_height(first, "first", allow_zero=False)
+        _limit(limit)
+        if last is not None:
+            check_height(last, "last")
+        wanted = None
+        if tags is not None:
+            if isinstance(tags, (str, bytes)) or not isinstance(tags, Collection):
+                raise Validation(
+                    "tags", f"expected a collection of text, got {type(tags).__name__}"
+                )
+            wanted = {check_text(tag, "tags") for tag in tags}
+        found: list[tuple[int, LogRecord]] = []
+        while len(found) < limit:
+            page = journal.read_log(self.engine, keys, first, self.config.read_page_entries, last)
+            found.extend(
+                (position, record)
+                for position, record in page.records
+                if wanted is None or record.tag in wanted
+            )
+            if page.next is None:
+                break
+            first = page.next
+        found = found[:limit]
+        entries: dict[tuple[WorldId, int], bytes] = {}
+        by_world: dict[WorldId, list[int]] = {}
+        for _, record in found:
+            by_world.setdefault(record.world, []).append(record.height)
+        for world, heights in by_world.items():
+            low, high = min(heights), max(heights)
+            wanted_heights = set(heights)
+            for height, entry in self.read_range(universe, world, low, high - low + 1):
+                if height in wanted_heights:
+                    entries[(world, height)] = entry
+        out = []
+        for position, record in found:
+            stored = entries.get((record.world, record.height))
+            if stored is None:
+                raise CorruptRecord(
+                    f"universe log at {position}",
+                    f"names height {record.height} of world {record.world}, above its head",
+                )
+            out.append(journal.LogEntry(position, record.world, record.height, record.tag, stored))
+        return out
 
     @traced("journal.retry_append")
     def retry_append_batch(

@@ -16,7 +16,7 @@ from persistence.errors import Validation
 from persistence.ids import InboxSeq
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
 from persistence.plane.calls import CALL_ID_BYTES, SWEEP, CallScope
-from persistence.plane.journal import Creation
+from persistence.plane.journal import Creation, Sequencing
 from persistence.records import UniverseInfo
 
 RESERVE: Final = 10
@@ -34,6 +34,8 @@ MARK_BYTES: Final = 24
 """An upper bound on an inbox consumed mark's value."""
 COMPACTION_RECORD_BYTES: Final = 192
 """An upper bound on an inbox compaction's call record (its outcome is the record's value)."""
+LOG_RECORD_BYTES: Final = 48
+"""An upper bound on a universe log record's value besides its tag (map, world, height)."""
 LATEST_NS: Final = 2**64 - 1
 """The largest time a consumed mark's key can hold (its longest encoding)."""
 
@@ -94,6 +96,21 @@ def group_append_cost(
         total += entries_cost(keys, first, entries)
         if create is not None:
             total += creation_cost(keys, create)
+    return total
+
+
+def sequencing_cost(universe: UniverseKeys, sequencing: Sequencing) -> int:
+    """A sequenced append's log records (one per entry, with its tag), the log head read and
+    written, and the tracking record read and written."""
+    head = len(universe.log_head())
+    total = txsize.get_cost(head) + txsize.set_cost(head, HEAD_BYTES)
+    record = len(universe.log_entry(2**64 - 1))
+    for tags in sequencing.tags:
+        for tag in tags:
+            total += txsize.set_cost(record, LOG_RECORD_BYTES + len(tag.encode()))
+    if sequencing.tracking is not None:
+        key = len(universe.tracking(sequencing.tracking[0]))
+        total += txsize.get_cost(key) + txsize.set_cost(key, HEAD_BYTES)
     return total
 
 

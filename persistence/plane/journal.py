@@ -14,9 +14,10 @@ from persistence.errors import (
     HeadAdvanced,
     MissingJournalEntry,
     SegmentIndexCorruption,
+    TrackingConflict,
     WorldNotFound,
 )
-from persistence.ids import Hash
+from persistence.ids import Hash, WorldId
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
 from persistence.plane import calls, cas, segment_index, worlds
 from persistence.plane.calls import Call
@@ -24,8 +25,11 @@ from persistence.records import (
     CallRecord,
     CasMeta,
     JournalHead,
+    LogHead,
+    LogRecord,
     SegmentIndexRecord,
     SnapshotRecord,
+    TrackingRecord,
     WorldMeta,
     decode_record,
 )
@@ -190,6 +194,25 @@ class Creation:
     blobs: tuple[tuple[Hash, CasMeta], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Sequencing:
+    """What a sequenced group append adds: a position in the universe log for every entry,
+    in batch order, each with its tag (``tags[batch][entry]``); and a consumer's tracking
+    position, which must be above the one it recorded before."""
+
+    tags: Sequence[Sequence[str]]
+    tracking: tuple[str, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupAppend:
+    """What a group append did: each batch's first height, in order, and the universe log
+    position of its first entry (``None`` unless sequenced, or if it appended nothing)."""
+
+    first_heights: list[int]
+    first_position: int | None
+
+
 @kv.transactional
 def append_batches(
     tr: kv.Transaction,
@@ -197,17 +220,22 @@ def append_batches(
     batches: Sequence[WorldAppend],
     create: Creation | None,
     call: Call,
-) -> list[int]:
-    """Group commit: append every batch at its expected head, all or nothing; return the
-    first heights, in order. ``HeadAdvanced`` names the first world whose head moved. With
-    ``create``, a world without a journal whose batch expects head 0 is created first, in
-    the same transaction. The call record is kept in the universe's scope: a retry whose
-    earlier attempt committed returns the same heights (each ``expected_head + 1``)."""
+    sequencing: Sequencing | None = None,
+) -> GroupAppend:
+    """Group commit: append every batch at its expected head, all or nothing. ``HeadAdvanced``
+    names the first world whose head moved. With ``create``, a world without a journal whose
+    batch expects head 0 is created first, in the same transaction. With ``sequencing``, the
+    entries also get the next positions of the universe log: its head is read with a
+    conflict, so sequenced appends of a universe serialize and positions follow commit
+    order without gaps; the tracking position is checked (``TrackingConflict``) and stored.
+    The call record is kept in the universe's scope: a retry whose earlier attempt
+    committed returns the same outcome (heights ``expected_head + 1``, its positions)."""
     done = calls.replayed(tr, universe, call)
     if done is not None:
         if done.count != len(batches):
             raise CorruptRecord("call record", "a group append record of another size")
-        return [batch.expected_head + 1 for batch in batches]
+        first_position = None if done.value is None else int.from_bytes(done.value, "big")
+        return GroupAppend([batch.expected_head + 1 for batch in batches], first_position)
     firsts: list[int] = []
     for batch in batches:
         keys = batch.keys
@@ -223,8 +251,93 @@ def append_batches(
             if height != batch.expected_head:
                 raise HeadAdvanced(batch.expected_head, height, keys.world)
         firsts.append(_append(tr, keys, batch.expected_head, batch.entries))
-    calls.record(tr, universe, call, CallRecord("append group", count=len(batches)))
-    return firsts
+    position = None if sequencing is None else _sequence(tr, universe, batches, sequencing)
+    value = None if position is None else position.to_bytes(8, "big")
+    calls.record(tr, universe, call, CallRecord("append group", count=len(batches), value=value))
+    return GroupAppend(firsts, position)
+
+
+def read_log_head(tr: kv.Transaction, universe: UniverseKeys, *, snapshot: bool = False) -> int:
+    """The universe log's last position (0 if empty)."""
+    raw = tr.get(universe.log_head(), snapshot=snapshot)
+    return 0 if raw is None else decode_record(LogHead, raw, "universe log head").position
+
+
+def read_tracking(
+    tr: kv.Transaction, universe: UniverseKeys, name: str, *, snapshot: bool = False
+) -> int | None:
+    """The position consumer ``name`` recorded last (``None`` if none)."""
+    raw = tr.get(universe.tracking(name), snapshot=snapshot)
+    return None if raw is None else decode_record(TrackingRecord, raw, "tracking record").position
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """A journal entry at its universe log position."""
+
+    position: int
+    world: WorldId
+    height: int
+    tag: str
+    entry: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LogPage:
+    """Log records read in one transaction, and the position to read from next (``None``
+    at the end)."""
+
+    records: list[tuple[int, LogRecord]]
+    next: int | None
+
+
+@kv.transactional
+def read_log(
+    tr: kv.Transaction, universe: UniverseKeys, first: int, limit: int, last: int | None
+) -> LogPage:
+    """Up to ``limit`` log records from ``first`` to ``last`` (or the head), checked to be
+    the positions ``first, first + 1, ...`` with none missing below the head."""
+    head = read_log_head(tr, universe, snapshot=True)
+    stop = head if last is None else min(head, last)
+    if first > stop:
+        return LogPage([], None)
+    end = min(stop, first + limit - 1)
+    rows = tr.get_range(*universe.log_range(first, end), snapshot=True)
+    records: list[tuple[int, LogRecord]] = []
+    for expected, (key, value) in enumerate(rows, start=first):
+        if key != universe.log_entry(expected):
+            break
+        records.append((expected, decode_record(LogRecord, value, f"universe log at {expected}")))
+    if len(records) != end - first + 1:
+        missing = first + len(records)
+        raise CorruptRecord("universe log", f"position {missing} is missing below head {head}")
+    return LogPage(records, None if end >= stop else end + 1)
+
+
+def _sequence(
+    tr: kv.Transaction, universe: UniverseKeys, batches: Sequence[WorldAppend], how: Sequencing
+) -> int | None:
+    """Check and store the tracking position; give the batches' entries the next log
+    positions. The first position, if any entry was appended."""
+    if how.tracking is not None:
+        name, position = how.tracking
+        recorded = read_tracking(tr, universe, name)
+        if recorded is not None and recorded >= position:
+            raise TrackingConflict(name, recorded, position)
+        tr.set(universe.tracking(name), TrackingRecord(position).to_cbor())
+    if not batches:
+        return None
+    head = read_log_head(tr, universe)
+    position = head
+    for batch, tags in zip(batches, how.tags, strict=True):
+        height = batch.expected_head
+        for tag in tags:
+            position += 1
+            height += 1
+            record = LogRecord(batch.keys.world, height, tag)
+            tr.set(universe.log_entry(position), record.to_cbor())
+    tr.set(universe.log_head(), LogHead(position).to_cbor())
+    return head + 1
 
 
 def _required(value: int | None, op: str) -> int:

@@ -57,6 +57,7 @@ streaming modes (accepted and ignored). The backoff of ``on_error`` is not slept
 
 from __future__ import annotations
 
+import threading
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -627,6 +628,13 @@ class Transaction(TransactionRead):
         k = _key_to_bytes(key)
         self.add_read_conflict_range(k, k + b"\x00")
 
+    def watch(self, key: object) -> Watch:
+        """``fdb.Transaction.watch``: a future that fires once the committed value of ``key``
+        is no longer the one this transaction reads."""
+        k = _key_to_bytes(key)
+        seen = _memory(lambda: self._state.inner.get(k))
+        return Watch(self._state.database.engine, k, seen)
+
     def get_versionstamp(self) -> Key:
         """A lazy :class:`Key` for the versionstamp; ready once the commit succeeded."""
         state = self._state
@@ -733,6 +741,32 @@ class _TransactionOptions:
         if isinstance(value, int) and not 32 <= value <= kv.MAX_TRANSACTION_SIZE:
             raise fdb_error(2006, "invalid_option_value")
         self._set("size_limit", value)
+
+
+class Watch:
+    """A watch's future (``FutureVoid``): ``on_ready`` runs its callback, on a thread, once
+    the backing engine's value of the key changes; ``cancel`` stops it."""
+
+    def __init__(self, engine: kv.Engine, key: bytes, seen: bytes | None) -> None:
+        self._engine, self._key, self._seen = engine, key, seen
+        self._cancelled = threading.Event()
+
+    def on_ready(self, callback: Callable[[Watch], None]) -> None:
+        """Call ``callback(self)`` when the value changes (not after a cancel)."""
+
+        def wait() -> None:
+            while not self._cancelled.is_set():
+                self._engine.wait_changed(self._key, self._seen, 0.05)
+                latest = kv.run(self._engine, lambda tr: tr.get(self._key, snapshot=True))
+                if latest != self._seen and not self._cancelled.is_set():
+                    callback(self)
+                    return
+
+        threading.Thread(target=wait, daemon=True).start()
+
+    def cancel(self) -> None:
+        """Stop watching."""
+        self._cancelled.set()
 
 
 class Database:

@@ -479,3 +479,16 @@ def test_an_empty_conflict_range_conflicts_with_nothing(engine: Engine) -> None:
     commit_all(engine, {b"a": b"1", b"b": b"1", b"b\x00": b"1"})
     tr.set(b"z", b"1")
     tr.commit()
+
+
+def test_wait_changed_returns_on_a_commit_and_at_its_timeout(engine: Engine) -> None:
+    key = b"watched"
+    engine.wait_changed(key, b"not the value", 60.0)  # differs already: returns at once
+    engine.wait_changed(key, None, 0.05)  # unchanged: returns at the timeout
+    commit_all(engine, {key: b"v1"})
+    waiter = threading.Thread(target=engine.wait_changed, args=(key, b"v1", 60.0))
+    waiter.start()
+    commit_all(engine, {b"other key": b"x"})
+    commit_all(engine, {key: b"v2"})
+    waiter.join(timeout=30.0)
+    assert not waiter.is_alive()  # woken by the change, not by the 60 s timeout
