@@ -373,6 +373,11 @@ class WorldKeys:
         """Progress of the world's in-flight segment export (Protocol F)."""
         return pack((*self._p, "export", "marker"))
 
+    def cold_horizon(self) -> bytes:
+        """The height through which the world's owner lets export move entries to cold
+        segments without a baseline."""
+        return pack((*self._p, "export", "horizon"))
+
     def notify_counter(self) -> bytes:
         """The best-effort notification counter (atomic add)."""
         return pack((*self._p, "notify", "counter"))

@@ -516,6 +516,14 @@ class UniverseInfo(Record):
 
 
 @dataclass(frozen=True, slots=True)
+class ColdHorizon(Record):
+    """``export/horizon``: heights at or below ``height`` may be exported to cold segments
+    whatever the active baseline (set by the world's owner; only rises)."""
+
+    height: int = _f(U64)
+
+
+@dataclass(frozen=True, slots=True)
 class LogHead(Record):
     """``log/head``: the last position of the universe log (see ``plane/journal.py``)."""
 

@@ -3,7 +3,8 @@
 Safety rules (source specification section 7):
 
 * only heights strictly older than the active baseline minus ``margin`` are exported
-  (``end < baseline.height - margin``), never past the head;
+  (``end < baseline.height - margin``) -- or at or below the world's cold horizon, which its
+  owner sets when it needs no baseline (``Plane.set_cold_horizon``) --, never past the head;
 * a segment is uploaded (create-only) and indexed **before** any hot key of its range is
   deleted; reads switch to the segment as soon as the index record commits;
 * every step is recorded in a durable marker, so a crash anywhere resumes and converges.
@@ -36,7 +37,6 @@ from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.objects import COPY_CHUNK
 from persistence.plane import Plane, calls, journal, segment_index
 from persistence.plane.calls import Call
-from persistence.plane.snapshots import read_baseline
 from persistence.records import CallRecord, ExportMarker, SegmentIndexRecord, decode_record
 from persistence.sizes import MiB
 from persistence.telemetry import traced
@@ -103,10 +103,9 @@ def read_marker(tr: kv.Transaction, keys: WorldKeys) -> ExportMarker | None:
 @kv.transactional
 def _plan(tr: kv.Transaction, keys: WorldKeys, config: ExportConfig) -> ExportPlan | None:
     head = journal.read_head(tr, keys).height
-    baseline = read_baseline(tr, keys).height
     last = segment_index.last_segment(tr, UniverseKeys(keys.universe), keys.world)
     start = 1 if last is None else last.end + 1
-    limit = min(head, baseline - config.margin - 1)
+    limit = min(head, segment_index.exportable_through(tr, keys, config.margin))
     if limit - start + 1 < config.min_entries:
         return None
     return ExportPlan(start, min(limit, start + config.target_entries - 1))

@@ -48,6 +48,7 @@ from persistence.plane.snapshots import SnapshotOutcome
 from persistence.records import (
     INBOX_ITEM_TYPES,
     CasMeta,
+    ColdHorizon,
     EffectDispatchItem,
     EffectInFlightItem,
     InboxCursor,
@@ -702,9 +703,10 @@ class Plane:
     def put_segment(self, universe: UniverseId, world: WorldId, record: SegmentIndexRecord) -> None:
         """Index an uploaded segment, checked as export guarantees it: the world exists
         (``WorldNotFound``); the record names the canonical object of its range, ends at or
-        below the head and below the active baseline, and continues the index without gap
-        or overlap (``Validation`` naming the field, ``SegmentOverlap``); the object exists
-        (``SegmentMissing``) and its header, checksum and size are the record's."""
+        below the head and below the active baseline (or at or below the cold horizon), and
+        continues the index without gap or overlap (``Validation`` naming the field,
+        ``SegmentOverlap``); the object exists (``SegmentMissing``) and its header,
+        checksum and size are the record's."""
         _world_keys(universe, world)  # ``Validation`` naming a malformed id
         if not isinstance(record, SegmentIndexRecord):
             raise Validation("record", f"a SegmentIndexRecord, not {type(record).__name__}")
@@ -726,6 +728,28 @@ class Plane:
         ) as exc:
             raise Validation(f"record.{exc.field}", str(exc)) from None
         segment_index.put_segment(self.engine, UniverseKeys(universe), world, record)
+
+    @traced("segments.cold_horizon")
+    def set_cold_horizon(self, universe: UniverseId, world: WorldId, height: int) -> int:
+        """Let export move heights ``1..height`` of ``world`` to cold segments whatever its
+        active baseline: for worlds whose readers replay entries through :meth:`read_range`
+        (which reads cold segments) rather than restoring from a baseline. The horizon only
+        rises (a lower ``height`` leaves it); it cannot pass the head (``Validation``).
+        Returns the horizon."""
+        keys = _world_keys(universe, world)
+        check_height(height, "height")
+
+        def raise_horizon(tr: kv.Transaction) -> int:
+            head = journal.read_head(tr, keys, snapshot=True).height
+            if height > head:
+                raise Validation("height", f"{height} is above the journal head {head}")
+            current = segment_index.read_cold_horizon(tr, keys, snapshot=False)
+            if height <= current:
+                return current
+            tr.set(keys.cold_horizon(), ColdHorizon(height).to_cbor())
+            return height
+
+        return kv.run(self.engine, raise_horizon)
 
     @traced("segments.list")
     def list_segments(

@@ -25,7 +25,7 @@ from persistence.errors import (
 )
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
-from persistence.records import SegmentIndexRecord, SnapshotRecord, decode_record
+from persistence.records import ColdHorizon, SegmentIndexRecord, SnapshotRecord, decode_record
 
 CHECKSUM_ALGORITHM: Final = "blake3"
 """The one checksum algorithm segments are written with (named in every index record)."""
@@ -222,13 +222,27 @@ def audit(
         after = rows[-1][0]
 
 
-def _read_baseline_height(tr: kv.Transaction, keys: WorldKeys) -> int:
+def read_baseline_height(tr: kv.Transaction, keys: WorldKeys) -> int:
     """The active baseline's height, read without a conflict: it never regresses, so a
     check against an older value is only stricter."""
     raw = tr.get(keys.baseline(), snapshot=True)
     if raw is None:
         raise NotFound(f"world {keys.world} has no active baseline")
     return decode_record(SnapshotRecord, raw, f"baseline of world {keys.world}").height
+
+
+def read_cold_horizon(tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = True) -> int:
+    """The height through which the world's owner lets export go without a baseline (0 if
+    never set); by default read without a conflict: it only rises."""
+    raw = tr.get(keys.cold_horizon(), snapshot=snapshot)
+    return 0 if raw is None else decode_record(ColdHorizon, raw, "cold horizon").height
+
+
+def exportable_through(tr: kv.Transaction, keys: WorldKeys, margin: int = 0) -> int:
+    """The highest height a segment may end at (before the head's bound): below the active
+    baseline by more than ``margin``, or at or below the cold horizon."""
+    baseline = read_baseline_height(tr, keys)
+    return max(baseline - margin - 1, read_cold_horizon(tr, keys))
 
 
 @kv.transactional
@@ -240,9 +254,10 @@ def put_segment(
     What export guarantees is checked here, in the indexing transaction: the world exists
     (``WorldNotFound``), the record names the canonical object of its range with a
     :data:`CHECKSUM_ALGORITHM` digest, ends at or below the head and below the active
-    baseline (``Validation`` naming the field), and continues the index without gap or
-    overlap (``SegmentOverlap``). The head and baseline are read without conflicts (both
-    only move up, so an older value is only stricter): export's transitions stay out of
+    baseline or at or below the cold horizon (``Validation`` naming the field), and
+    continues the index without gap or overlap (``SegmentOverlap``). The head, baseline and
+    horizon are read without conflicts (all only move up, so an older value is only
+    stricter): export's transitions stay out of
     the way of foreground appends. The object itself is checked by ``Plane.put_segment``
     before it calls this (export has just written and verified it)."""
     from persistence.plane.journal import read_head  # journal reads the index: import late
@@ -255,12 +270,14 @@ def put_segment(
         raise Validation(f"record.{field}", what)
     if record.end > head:
         raise Validation("record.end", f"{record.end} is above the journal head {head}")
-    baseline = _read_baseline_height(tr, world_keys)
-    if record.end >= baseline:
+    baseline = read_baseline_height(tr, world_keys)
+    horizon = read_cold_horizon(tr, world_keys)
+    if record.end >= baseline and record.end > horizon:
         raise Validation(
             "record.end",
-            f"{record.end} is not below the active baseline {baseline}: only history older "
-            "than the baseline may be cold",
+            f"{record.end} is not below the active baseline {baseline} nor at or below the "
+            f"cold horizon {horizon}: only history older than the baseline, or that the "
+            "world's owner let go, may be cold",
         )
     key = keys.segment(world, record.end)
     existing = tr.get(key)

@@ -505,6 +505,11 @@ unknown_world("read_hot", HOT)
 bad_args("read_hot", HOT, "from_inclusive", [0, *HEIGHTS])
 bad_args("read_hot", HOT, "limit", LIMITS)
 
+HORIZON = world_args(lambda s: {"height": 1})
+ids_of("set_cold_horizon", HORIZON)
+unknown_world("set_cold_horizon", HORIZON)
+bad_args("set_cold_horizon", HORIZON, "height", [*HEIGHTS, 9, 2**64 - 1])
+
 SEGMENTS = world_args(lambda s: {"from_height": 1})
 ids_of("list_segments", SEGMENTS)
 bad_args("list_segments", SEGMENTS, "from_height", HEIGHTS)
