@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import groupby
 
-from persistence.errors import Corruption, MissingJournalEntry, Validation
+from persistence.errors import Corruption, MissingJournalEntry, Validation, WorldNotFound
 from persistence.ids import UniverseId, WorldId
 from persistence.objects import ObjectStore
 from persistence.plane import Plane
@@ -125,6 +125,10 @@ def _world_refs(plane: Plane, universe: UniverseId, world: WorldId) -> Iterator[
         covered = max(covered, entry.key_end if record is None else record.end)
     try:
         plane.read_hot(universe, world, covered + 1, 1)
+    except WorldNotFound:
+        if covered:  # segments indexed for a world that does not exist: fail the listing
+            raise
+        # a selected world that this universe does not have: nothing to read
     except MissingJournalEntry as exc:  # the hot journal does not go on where the index ends
         problem = f"{exc}, and no segment holds it (the index ends at {covered})"
         yield SegmentRef(u, w, covered + 1, exc.height, "", 0, error=problem)

@@ -16,6 +16,7 @@ import pytest
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence.errors import Validation
+from persistence.ids import UniverseId, WorldId
 from segments import open_plane
 from segments.verify import check_segments
 from spark_connectors.listing import Selection, from_index
@@ -31,7 +32,6 @@ from tests.segments.test_index_corruption import (
 @pytest.fixture
 def stores(tmp_path: Path) -> Iterator[list[tuple[str, DamageStore, Damaged]]]:
     """One damaged store per kind of damage."""
-    from persistence.ids import UniverseId, WorldId
 
     made = []
     for name, plant in DAMAGE.items():
@@ -97,3 +97,13 @@ def test_the_listing_names_a_gap_before_any_task_runs(
         Selection(min_height=-1)
     with pytest.raises(Validation, match="selection"):
         from_index(store.plane, "everything")  # type: ignore[arg-type]
+
+
+def test_a_world_filter_lists_only_the_universes_that_have_the_world(
+    stores: list[tuple[str, DamageStore, Damaged]],
+) -> None:
+    store = next(s for name, s, _ in stores if name == "record_deleted")
+    refs = from_index(store.plane, Selection(worlds=frozenset({str(store.x)})))
+    assert refs and {(r.universe, r.world) for r in refs} == {(str(store.u2), str(store.x))}
+    absent = from_index(store.plane, Selection(worlds=frozenset({str(WorldId.new())})))
+    assert absent == []  # a filter naming a world no universe has matches nothing
