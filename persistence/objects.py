@@ -4,7 +4,8 @@ Object stores hold CAS bodies over the inline threshold and cold segments. Keys 
 ``/``-separated relative paths (``cas/<universe>/sha256/<hex>``,
 ``segments/<universe>/<world>/<start>-<end>.log``); implementations are chosen by URL in
 :mod:`backends.objects`. Bodies may be larger than memory: ``put`` accepts a stream and
-``open`` returns one.
+``open`` returns one. A body whose key is known only once it has been read (a content
+address) is written with ``stage``, hashed on the way, then published under its key.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Self
 
 from persistence.errors import Validation
 from persistence.sizes import MAX_OBJECT_KEY_BYTES
@@ -85,6 +86,31 @@ class HashingReader:
         return data
 
 
+class StagedBody(ABC):
+    """A body a store holds under no key yet (see :meth:`ObjectStore.stage`); leaving it as a
+    context manager discards the staging copy (a published object stays)."""
+
+    def __init__(self, sha256: bytes, size: int) -> None:
+        self.sha256 = sha256
+        self.size = size
+
+    @abstractmethod
+    def publish(self, key: str) -> bool:
+        """Create ``key`` with the body unless it exists, as :meth:`ObjectStore.put` does (and
+        with the same errors); whether it was created. May be called again, for instance after
+        the object was deleted."""
+
+    @abstractmethod
+    def discard(self) -> None:
+        """Drop the staging copy (idempotent)."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()
+
+
 class ObjectStore(ABC):
     """Create-only object storage."""
 
@@ -103,6 +129,15 @@ class ObjectStore(ABC):
         caller verifies them if it must). With ``sha256`` the store checks the body against
         it and stores nothing on a mismatch (``Validation``). Raises ``Validation`` (bad
         key), ``Backend``."""
+
+    @abstractmethod
+    def stage(self, data: bytes | BinaryIO, *, known_sha256: bytes | None = None) -> StagedBody:
+        """Write a body whose key is not known yet where no key can see it, hashing it (sha256)
+        on the way; :meth:`StagedBody.publish` then creates it under its key.
+
+        ``known_sha256`` is the digest the caller computed of these very bytes: it is trusted
+        and not computed again (a server that checks checksums still checks it). Raises
+        ``Validation`` (bad ``data`` or digest), ``Backend``."""
 
     @abstractmethod
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:

@@ -38,11 +38,17 @@ from persistence.sizes import check_int
 def check_put(key: object, data: object, sha256: object, prefix: str = "") -> str:
     """Check the arguments of :meth:`ObjectStore.put` before anything is read or sent."""
     text = check_object_key(key, prefix)
+    check_body(data, sha256, "sha256")
+    return text
+
+
+def check_body(data: object, sha256: object, field: str) -> None:
+    """Check a body (bytes or a binary stream) and its digest argument ``field`` (``None`` or
+    32 bytes), as :meth:`ObjectStore.put` and :meth:`ObjectStore.stage` take them."""
     if not isinstance(data, bytes) and not callable(getattr(data, "read", None)):
         raise Validation("data", f"expected bytes or a binary stream, got {type(data).__name__}")
     if sha256 is not None and (type(sha256) is not bytes or len(sha256) != 32):
-        raise Validation("sha256", f"a declared sha256 is 32 bytes, got {sha256!r:.80}")
-    return text
+        raise Validation(field, f"a sha256 is 32 bytes, got {sha256!r:.80}")
 
 
 def read_bytes(stream: BinaryIO, n: int = -1) -> bytes:

@@ -1,10 +1,17 @@
 """The local-directory object store (``file:///var/lib/aos/objects``): the embedded default.
 
-Create-only and crash-safe: a body is written to a temporary file in the target directory,
-fsynced, then published with ``link(2)`` -- which fails if the name exists, so two writers
-racing on one key cannot overwrite each other -- and the directory is fsynced so the new
-name survives a power loss. A crash leaves at most a ``.tmp-*`` file, never a partial object
-under a real key. Arguments are checked as every store checks them
+Create-only and crash-safe: a body is written to a staging file ``.tmp-*`` in the root
+(hashed on the way when asked), fsynced, then published with ``link(2)`` -- which fails if the
+name exists, so two writers racing on one key cannot overwrite each other -- and the target
+directory is fsynced so the new name survives a power loss. So :meth:`LocalObjectStore.stage`
+costs no more than a put: the body is written once, and publishing only adds the link.
+
+A crash leaves at most a staging file, never a partial object under a real key. Its writer
+holds an exclusive ``flock`` on it for as long as it lives (the kernel drops it when the
+process dies, SIGKILL included), so a leftover is told from a body in use without clocks:
+each store removes the staging files that are unlocked and at least
+:data:`STAGING_SWEEP_SECONDS` old, at its first staging write and then at most once per that
+interval. Arguments are checked as every store checks them
 (:func:`~persistence.objects.check_object_key` and the checks of :mod:`backends.objects`),
 before the disk is touched, so no key can escape the root.
 
@@ -17,21 +24,33 @@ that is absent).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import BinaryIO, Final, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from backends.objects import check_listing, check_put, check_window, read_bytes
+from backends.objects import check_body, check_listing, check_put, check_window, read_bytes
 from persistence.errors import Backend, NotFound, Validation
-from persistence.objects import COPY_CHUNK, ObjectInfo, ObjectStore, check_object_key, check_sha256
+from persistence.objects import (
+    COPY_CHUNK,
+    ObjectInfo,
+    ObjectStore,
+    StagedBody,
+    check_object_key,
+    check_sha256,
+)
 
 _TMP_PREFIX = ".tmp-"
+STAGING_SWEEP_SECONDS: Final = 60.0
+"""Staging files younger than this are never removed as leftovers (a writer locks its file
+right after creating it), and each store looks for leftovers at most this often."""
 
 
 class _Limited(io.RawIOBase):
@@ -93,6 +112,7 @@ class LocalObjectStore(ObjectStore):
                 raise NotFound(f"no object store at {self.root}: the directory does not exist")
         self.fsync = fsync
         self.url = f"file://{self.root}"
+        self._next_sweep = float("-inf")
 
     @classmethod
     def from_url(cls, url: str, *, create: bool = True) -> LocalObjectStore:
@@ -122,40 +142,54 @@ class LocalObjectStore(ObjectStore):
 
     def put(self, key: str, data: bytes | BinaryIO, *, sha256: bytes | None = None) -> bool:
         path = self._path(check_put(key, data, sha256))
-        try:
-            if path.is_dir():
-                raise Backend(f"object {key!r}: {path} is a directory (keys under {key!r}/ exist)")
-            if path.exists():
+        with _os_errors(f"object {key!r}"):
+            if path.is_file():
                 return False
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=path.parent)
-            try:
-                digest = hashlib.sha256()
-                with os.fdopen(fd, "wb") as fh:
-                    if isinstance(data, bytes):
-                        fh.write(data)
-                        if sha256 is not None:
-                            digest.update(data)
-                    else:
-                        while chunk := read_bytes(data, COPY_CHUNK):
-                            fh.write(chunk)
-                            if sha256 is not None:
-                                digest.update(chunk)
-                    fh.flush()
-                    if self.fsync:
-                        os.fsync(fh.fileno())
-                check_sha256(key, sha256, digest.digest())
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    return False
-            finally:
-                os.unlink(tmp)
-            if self.fsync:
-                _fsync_dir(path.parent)
-            return True
-        except OSError as exc:
-            raise Backend(f"object {key!r}: write failed: {exc}") from None
+        with self._write(data, hashlib.sha256() if sha256 is not None else None) as staged:
+            check_sha256(key, sha256, staged.sha256)
+            return staged.link(key, path)
+
+    def stage(self, data: bytes | BinaryIO, *, known_sha256: bytes | None = None) -> StagedBody:
+        check_body(data, known_sha256, "known_sha256")
+        staged = self._write(data, None if known_sha256 is not None else hashlib.sha256())
+        if known_sha256 is not None:
+            staged.sha256 = known_sha256
+        return staged
+
+    def _write(self, data: bytes | BinaryIO, digest: hashlib._Hash | None) -> _Staged:
+        """Write ``data`` to a new staging file (locked), hashing it into ``digest`` (without
+        one, ``sha256`` is left empty)."""
+        self._sweep_staging()
+        with _os_errors(f"staging a body in {self.root}"):
+            fd, name = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=self.root)
+        staged = _Staged(self, fd, Path(name))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with open(fd, "wb", closefd=False) as fh:
+                for chunk in (data,) if isinstance(data, bytes) else _chunks(data):
+                    fh.write(chunk)
+                    staged.size += len(chunk)
+                    if digest is not None:
+                        digest.update(chunk)
+        except BaseException as exc:
+            staged.discard()
+            if isinstance(exc, OSError):
+                raise Backend(f"staging a body in {self.root}: write failed: {exc}") from None
+            raise
+        if digest is not None:
+            staged.sha256 = digest.digest()
+        return staged
+
+    def _sweep_staging(self) -> None:
+        """Remove the staging files that killed writers left (see the module docstring)."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + STAGING_SWEEP_SECONDS
+        with _os_errors(f"sweeping staging files in {self.root}"):
+            for entry in os.scandir(self.root):
+                if entry.name.startswith(_TMP_PREFIX) and entry.is_file(follow_symlinks=False):
+                    _remove_if_left(Path(entry.path))
 
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
         path = self._path(check_object_key(key))
@@ -219,6 +253,75 @@ class LocalObjectStore(ObjectStore):
             return  # absent, or a prefix of other keys rather than an object: nothing to delete
         except OSError as exc:
             raise Backend(f"object {key!r}: delete failed: {exc}") from None
+
+
+class _Staged(StagedBody):
+    """A staging file, locked through ``fd`` until discarded; fsynced when first published
+    (a body found present already costs no fsync)."""
+
+    def __init__(self, store: LocalObjectStore, fd: int, path: Path) -> None:
+        super().__init__(b"", 0)
+        self._store = store
+        self._fd: int | None = fd
+        self._synced = not store.fsync
+        self.path = path
+
+    def publish(self, key: str) -> bool:
+        return self.link(key, self._store._path(check_object_key(key)))
+
+    def link(self, key: str, path: Path) -> bool:
+        """Link the staging file to ``path``, the file of ``key``, unless it exists."""
+        if self._fd is None:
+            raise Backend(f"object {key!r}: its staged body was discarded")
+        try:
+            if not self._synced:
+                os.fsync(self._fd)
+                self._synced = True
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(self.path, path)
+            except FileExistsError:
+                if path.is_dir():
+                    raise Backend(
+                        f"object {key!r}: {path} is a directory (keys under {key!r}/ exist)"
+                    ) from None
+                return False
+            if self._store.fsync:
+                _fsync_dir(path.parent)
+            return True
+        except OSError as exc:
+            raise Backend(f"object {key!r}: write failed: {exc}") from None
+
+    def discard(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):  # else unlocked once closed: a sweep removes it
+            self.path.unlink()
+        os.close(self._fd)
+        self._fd = None
+
+
+def _chunks(stream: BinaryIO) -> Iterator[bytes]:
+    while chunk := read_bytes(stream, COPY_CHUNK):
+        yield chunk
+
+
+def _remove_if_left(path: Path) -> None:
+    """Remove the staging file ``path`` if no writer holds it and it is old enough."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return  # gone meanwhile (published and discarded), or not ours to open
+    try:
+        if time.time() - os.fstat(fd).st_mtime < STAGING_SWEEP_SECONDS:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a live writer's
+        path.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
 
 
 def _may_hold(directory: str, prefix: str) -> bool:

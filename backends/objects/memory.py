@@ -8,9 +8,31 @@ import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from backends.objects import check_listing, check_put, check_window, read_bytes
+from backends.objects import check_body, check_listing, check_put, check_window, read_bytes
 from persistence.errors import NotFound
-from persistence.objects import ObjectInfo, ObjectStore, check_object_key, check_sha256
+from persistence.objects import (
+    ObjectInfo,
+    ObjectStore,
+    StagedBody,
+    check_object_key,
+    check_sha256,
+)
+
+
+class _Staged(StagedBody):
+    """A staged body: the bytes, kept until published."""
+
+    def __init__(self, store: MemoryObjectStore, body: bytes, sha256: bytes) -> None:
+        super().__init__(sha256, len(body))
+        self._store = store
+        self._body = body
+
+    def publish(self, key: str) -> bool:
+        check_object_key(key)
+        return self._store._create(key, self._body)
+
+    def discard(self) -> None:
+        pass  # nothing outside this object
 
 
 class MemoryObjectStore(ObjectStore):
@@ -26,11 +48,19 @@ class MemoryObjectStore(ObjectStore):
         check_put(key, data, sha256)
         body = data if isinstance(data, bytes) else read_bytes(data)
         check_sha256(key, sha256, hashlib.sha256(body).digest() if sha256 else b"")
+        return self._create(key, body)
+
+    def _create(self, key: str, body: bytes) -> bool:
         with self._lock:
             if key in self._objects:
                 return False
             self._objects[key] = bytes(body)
             return True
+
+    def stage(self, data: bytes | BinaryIO, *, known_sha256: bytes | None = None) -> StagedBody:
+        check_body(data, known_sha256, "known_sha256")
+        body = data if isinstance(data, bytes) else read_bytes(data)
+        return _Staged(self, body, known_sha256 or hashlib.sha256(body).digest())
 
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
         check_object_key(key)

@@ -15,7 +15,9 @@ bytes damaged on the way (``BadDigest``, raised as ``Validation`` naming the key
 server checks (moto does not), so by default single-put bodies are also hashed here and a
 wrong declared sha256 is refused before anything is sent. Multipart bodies are always hashed
 here -- S3 cannot verify a whole-object sha256 for them -- and a mismatch aborts the upload
-before ``CompleteMultipartUpload``: nothing is stored.
+before ``CompleteMultipartUpload``: nothing is stored. A staged body
+(:meth:`S3ObjectStore.stage`) was hashed once when staged, and its digest is sent as it is;
+only a multipart upload's parts are hashed again, each for its own checksum.
 
 Retries: botocore's own retrying is switched off for clients this module creates, so that
 one policy governs every call and attempts do not multiply: 5xx, throttling (``SlowDown``,
@@ -61,12 +63,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, cast
 from urllib.parse import quote
 
-from backends.objects import check_listing, check_put, check_window, read_bytes
+from backends.objects import check_body, check_listing, check_put, check_window, read_bytes
 from persistence.errors import Backend, MissingDependency, NotFound, Validation
 from persistence.objects import (
     COPY_CHUNK,
     ObjectInfo,
     ObjectStore,
+    StagedBody,
     check_object_key,
     check_sha256,
 )
@@ -244,6 +247,24 @@ class _BodyReader(io.RawIOBase):
         super().close()
 
 
+class _Staged(StagedBody):
+    """A staged body: bytes, or a spool (closed when discarded)."""
+
+    def __init__(
+        self, store: S3ObjectStore, body: bytes | BinaryIO, sha256: bytes, size: int
+    ) -> None:
+        super().__init__(sha256, size)
+        self._store = store
+        self._body = body
+
+    def publish(self, key: str) -> bool:
+        return self._store._create(key, self._body, self.size, self.sha256)
+
+    def discard(self) -> None:
+        if not isinstance(self._body, bytes):
+            self._body.close()
+
+
 CREDENTIAL_NAMES: Final = frozenset(
     {"aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
 )
@@ -416,39 +437,80 @@ class S3ObjectStore(ObjectStore):
         if len(head) <= self.multipart_threshold:
             return self._put_single(key, full_key, head, sha256)
         if not self.multipart:
-            return self._put_spooled(key, full_key, head, data, sha256)
+            with self._spool(head, data, None) as staged:
+                check_sha256(key, sha256, staged.sha256)
+                return staged.publish(key)
         return self._put_multipart(key, full_key, _parts(head, data, self.part_size), sha256)
 
-    def _put_single(self, key: str, full_key: str, body: bytes, sha256: bytes | None) -> bool:
+    def stage(self, data: bytes | BinaryIO, *, known_sha256: bytes | None = None) -> StagedBody:
+        """Bodies up to the multipart threshold are kept in memory, larger streams spooled to
+        a temporary file: S3 cannot rename, and a create-only server-side copy from a staging
+        key would cost a second upload's worth of server work (see docs/objects.md)."""
+        check_body(data, known_sha256, "known_sha256")
+        if isinstance(data, bytes):
+            body = data
+        else:
+            body = _read_up_to(data, self.multipart_threshold + 1)
+            if len(body) > self.multipart_threshold:
+                return self._spool(body, data, known_sha256)
+        return _Staged(self, body, known_sha256 or hashlib.sha256(body).digest(), len(body))
+
+    def _spool(self, head: bytes, rest: BinaryIO, known_sha256: bytes | None) -> _Staged:
+        """``head`` and the rest of a stream, spooled (in memory up to the multipart threshold,
+        then to a temporary file) and hashed unless ``known_sha256`` is given."""
+        if self.multipart:
+            limit, why = self.part_size * MAX_PARTS, f"{MAX_PARTS} parts of {self.part_size} bytes"
+        else:
+            limit, why = MAX_SINGLE_PUT, "one PutObject: multipart is off for this store"
+        digest = hashlib.sha256()
+        size = 0
+        spool = tempfile.SpooledTemporaryFile(  # noqa: SIM115 -- the staged body closes it
+            max_size=max(self.multipart_threshold, 1)
+        )
+        try:
+            chunk = head
+            while chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise Validation(
+                        "object size", f"a body over {limit} bytes is too large ({why})"
+                    )
+                if known_sha256 is None:
+                    digest.update(chunk)
+                spool.write(chunk)
+                chunk = read_bytes(rest, COPY_CHUNK)
+        except BaseException:
+            spool.close()
+            raise
+        sha256 = known_sha256 or digest.digest()
+        return _Staged(self, cast(BinaryIO, spool), sha256, size)
+
+    def _create(self, key: str, body: bytes | BinaryIO, size: int, sha256: bytes) -> bool:
+        """Create ``key`` from a staged body (its ``sha256`` computed already: sent, not
+        computed again)."""
+        full_key = self._full_key(key)
+        if size <= self.multipart_threshold or not self.multipart:
+            if isinstance(body, bytes):
+                return self._put_single(key, full_key, body, sha256, hashed=True)
+            return self._send_put(key, full_key, body, size, sha256)
+        if isinstance(body, bytes):
+            parts = _parts(body, None, self.part_size)
+        else:
+            body.seek(0)
+            parts = _parts(b"", body, self.part_size)
+        return self._put_multipart(key, full_key, parts, sha256, hashed=True)
+
+    def _put_single(
+        self, key: str, full_key: str, body: bytes, sha256: bytes | None, *, hashed: bool = False
+    ) -> bool:
+        """One PutObject; ``hashed``: ``sha256`` was computed of ``body`` (not again)."""
         if len(body) > MAX_SINGLE_PUT:
             raise Validation("object size", f"{key!r}: {len(body)} bytes > {MAX_SINGLE_PUT}")
-        if sha256 is None or self.verify_sha256_locally:
+        if sha256 is None or (self.verify_sha256_locally and not hashed):
             actual = hashlib.sha256(body).digest()
             check_sha256(key, sha256, actual)
             sha256 = actual
         return self._send_put(key, full_key, body, len(body), sha256)
-
-    def _put_spooled(
-        self, key: str, full_key: str, head: bytes, rest: BinaryIO, sha256: bytes | None
-    ) -> bool:
-        """A stream over the threshold with multipart off: spooled (in memory up to the
-        threshold, then to a temporary file) and hashed, then sent with one PutObject."""
-        digest = hashlib.sha256(head)
-        size = len(head)
-        with tempfile.SpooledTemporaryFile(max_size=max(self.multipart_threshold, 1)) as spool:
-            spool.write(head)
-            while chunk := read_bytes(rest, COPY_CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-                if size > MAX_SINGLE_PUT:
-                    raise Validation(
-                        "object size",
-                        f"{key!r} is over {MAX_SINGLE_PUT} bytes: too large for one PutObject "
-                        "(multipart is off for this store)",
-                    )
-                spool.write(chunk)
-            check_sha256(key, sha256, digest.digest())
-            return self._send_put(key, full_key, cast(BinaryIO, spool), size, digest.digest())
 
     def _send_put(
         self, key: str, full_key: str, body: bytes | BinaryIO, size: int, sha256: bytes
@@ -481,8 +543,17 @@ class S3ObjectStore(ObjectStore):
         return True
 
     def _put_multipart(
-        self, key: str, full_key: str, parts: Iterator[bytes], sha256: bytes | None
+        self,
+        key: str,
+        full_key: str,
+        parts: Iterator[bytes],
+        sha256: bytes | None,
+        *,
+        hashed: bool = False,
     ) -> bool:
+        """A multipart upload, each part with its own sha256 for the server to check, the
+        whole body hashed and checked against ``sha256`` before it completes -- unless
+        ``hashed`` (``sha256`` was computed of these bytes already)."""
         try:
             created = self._call(
                 self._client.create_multipart_upload,
@@ -505,7 +576,8 @@ class S3ObjectStore(ObjectStore):
                         "object size",
                         f"{key!r} needs more than {MAX_PARTS} parts of {self.part_size} bytes",
                     )
-                digest.update(part)
+                if not hashed:
+                    digest.update(part)
                 checksum = _b64(hashlib.sha256(part).digest())
                 uploaded = self._call(
                     self._client.upload_part,
@@ -522,7 +594,8 @@ class S3ObjectStore(ObjectStore):
                 completed.append(
                     {"PartNumber": number, "ETag": uploaded["ETag"], "ChecksumSHA256": checksum}
                 )
-            check_sha256(key, sha256, digest.digest())
+            if not hashed:
+                check_sha256(key, sha256, digest.digest())
             op = "CompleteMultipartUpload"
             self._call(
                 self._client.complete_multipart_upload,

@@ -1,11 +1,14 @@
 """Protocol A: the universe-scoped content-addressed store.
 
-The hash is always computed here, while the body streams through; a caller may declare the
-hash it expects, and a different one is a ``Validation`` error with nothing stored. Bodies up
-to the inline threshold live in the metadata value; larger ones go to the object store at
+The hash is always computed on our side, once per put: of the bytes by :meth:`Cas.put`, and
+by the object store while it stages a stream (:meth:`ObjectStore.stage`: written where no key
+sees it, hashed on the way, with no second copy); a caller may declare the hash it expects,
+and a different one is a ``Validation`` error with nothing stored. Bodies up to the inline
+threshold live in the metadata value; larger ones are published in the object store at
 ``cas/<universe>/sha256/<hex>`` **before** the metadata commits, so metadata never points at
-nothing. If the metadata commit fails after the body was written, a retry finds the body
-already there (create-only put returns "exists") and commits the metadata: it converges.
+nothing, and only after the put's pin has committed (see :mod:`.cas_bodies`). If the metadata
+commit fails after the body was published, a retry finds the body already there (create-only
+publishing returns "exists") and commits the metadata: it converges.
 Metadata whose body is missing or does not hash to its key is a hard ``Corruption`` error:
 the plane never heals it silently.
 
@@ -15,14 +18,13 @@ Reads verify the body against its hash: ``always``, ``sampled`` (a fraction of r
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import io
 import os
 import random
-import tempfile
 import time
 from collections.abc import Callable
-from typing import BinaryIO, Final, Literal
+from typing import BinaryIO, Final, Literal, cast
 
 from persistence import kv, txsize
 from persistence.errors import CasBodyHashMismatch, CasBodyMissing, NotFound, Validation
@@ -30,7 +32,7 @@ from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import Hash, UniverseId, check_id
 from persistence.keyspace import UniverseKeys
 from persistence.kv import Engine
-from persistence.objects import COPY_CHUNK, HashingReader, ObjectStore
+from persistence.objects import COPY_CHUNK, HashingReader, ObjectStore, StagedBody
 from persistence.plane import cas_bodies
 from persistence.plane.cas_bodies import object_key
 from persistence.records import CasDoom, CasMeta, CasPin, decode_record
@@ -40,8 +42,6 @@ VerifyMode = Literal["always", "sampled", "never"]
 
 META_OVERHEAD: Final = 32
 """An upper bound on what a ``CasMeta`` record adds to an inline body (CBOR map, size)."""
-SPOOL_IN_MEMORY: Final = 8 * 1024 * 1024
-"""Streamed bodies up to this size are spooled in memory, larger ones in a temporary file."""
 
 
 @kv.transactional
@@ -174,12 +174,7 @@ class Cas:
         check_bytes(data, "data")
         hash = Hash.of(data)
         self._check_expected(expected, hash)
-        if read_meta(self.engine, keys, hash) is not None:
-            return hash
-        if self._inline(keys, hash, len(data)):
-            put_meta(self.engine, keys, hash, CasMeta(size=len(data), inline_bytes=data))
-        else:
-            self._put_external(universe, hash, lambda: data, len(data))
+        self._put_bytes(keys, hash, data)
         self.hooks.reached("cas.after_meta")
         return hash
 
@@ -188,77 +183,69 @@ class Cas:
     ) -> Hash:
         """Store a body read from ``stream`` with bounded memory; return its sha256.
 
-        The body is hashed while it is spooled (in memory up to 8 MiB, then to a temporary
-        file), because its object key is its hash. A stream that yields anything but bytes
-        is ``Validation`` naming ``stream``, with nothing stored."""
+        A body over the inline threshold is staged by the object store, which hashes it on
+        the way (a local directory writes it once, to the file it then publishes). A stream
+        that yields anything but bytes is ``Validation`` naming ``stream``, with nothing
+        stored."""
         keys = _keys(universe)
         if expected is not None:
             check_id(expected, Hash, "expected")
         if not callable(getattr(stream, "read", None)):
             raise Validation("stream", f"expected a binary stream, got {type(stream).__name__}")
-        sha256 = hashlib.sha256()
-        size = 0
-        with tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY) as spool:
-            while True:
-                chunk = stream.read(COPY_CHUNK)
-                if not isinstance(chunk, bytes):  # even at its end: "" is a text stream's EOF
-                    raise Validation(
-                        "stream", f"read returned {type(chunk).__name__}: open it in binary mode"
-                    )
-                if not chunk:
-                    break
-                sha256.update(chunk)
-                size += len(chunk)
-                spool.write(chunk)
-            hash = Hash(sha256.digest())
+        body = _Body(stream)
+        head = body.read_head(self.inline_threshold + 1)
+        if len(head) <= self.inline_threshold:  # the whole body
+            hash = Hash.of(head)
             self._check_expected(expected, hash)
-            if read_meta(self.engine, keys, hash) is not None:
-                return hash
-            spool.seek(0)
-            if self._inline(keys, hash, size):
-                put_meta(self.engine, keys, hash, CasMeta(size=size, inline_bytes=spool.read()))
-            else:
-
-                def body() -> BinaryIO:
-                    spool.seek(0)
-                    return spool  # type: ignore[return-value]
-
-                self._put_external(universe, hash, body, size)
+            self._put_bytes(keys, hash, head)
+        else:
+            with self.objects.stage(cast(BinaryIO, body)) as staged:
+                hash = Hash(staged.sha256)
+                self._check_expected(expected, hash)
+                self._put_external(keys, hash, staged)
         self.hooks.reached("cas.after_meta")
         return hash
 
-    def _put_external(
-        self, universe: UniverseId, hash: Hash, body: Callable[[], bytes | BinaryIO], size: int
-    ) -> None:
-        """Pin, upload (``body()`` gives the bytes afresh each round), commit the metadata;
+    def _put_bytes(self, keys: UniverseKeys, hash: Hash, data: bytes) -> None:
+        """Store ``data`` of ``hash`` unless present, inline or external."""
+        if self._inline(keys, hash, len(data)):
+            put_meta(self.engine, keys, hash, CasMeta(size=len(data), inline_bytes=data))
+        else:
+            self._put_external(keys, hash, data)
+
+    def _put_external(self, keys: UniverseKeys, hash: Hash, body: bytes | StagedBody) -> None:
+        """Unless the metadata is present: pin, publish the body (bytes are staged once the
+        first pin found no metadata, with their hash: not hashed again), commit the metadata;
         again while a collector expired the pin, after waiting out any doom."""
-        keys = UniverseKeys(universe)
-        key = object_key(universe, hash)
+        key = object_key(keys.universe, hash)
         put_id = os.urandom(16)
         waits = 0
-        while True:
-            state = _pin(self.engine, keys, hash, put_id, self.clock())
-            if state == "present":
-                return
-            if isinstance(state, CasDoom):
-                self._await_collection(keys, hash, key, state, waits)
-                waits += 1
-                continue
-            self.hooks.reached("cas.after_pin")
-            created = self.objects.put(key, body(), sha256=hash.digest)
-            if not created:
-                # Already there: from an earlier attempt whose metadata commit failed, or a
-                # concurrent put. Content-addressed, so it is ours if it hashes right.
-                try:
-                    self._check_existing(hash, key, size)
-                except NotFound:
-                    continue  # collected meanwhile (this put's pin had expired): again
-                except CasBodyHashMismatch:
-                    _unpin(self.engine, keys, hash, put_id)  # let collection remove it
-                    raise
-            self.hooks.reached("cas.after_body")
-            if _commit_meta(self.engine, keys, hash, put_id, CasMeta(size=size, object_key=key)):
-                return
+        with contextlib.ExitStack() as staging:
+            while True:
+                state = _pin(self.engine, keys, hash, put_id, self.clock())
+                if state == "present":
+                    return
+                if isinstance(state, CasDoom):
+                    self._await_collection(keys, hash, key, state, waits)
+                    waits += 1
+                    continue
+                self.hooks.reached("cas.after_pin")
+                if isinstance(body, bytes):
+                    body = staging.enter_context(self.objects.stage(body, known_sha256=hash.digest))
+                if not body.publish(key):
+                    # Already there: from an earlier attempt whose metadata commit failed, or
+                    # a concurrent put. Content-addressed, so it is ours if it hashes right.
+                    try:
+                        self._check_existing(hash, key, body.size)
+                    except NotFound:
+                        continue  # collected meanwhile (this put's pin had expired): again
+                    except CasBodyHashMismatch:
+                        _unpin(self.engine, keys, hash, put_id)  # let collection remove it
+                        raise
+                self.hooks.reached("cas.after_body")
+                meta = CasMeta(size=body.size, object_key=key)
+                if _commit_meta(self.engine, keys, hash, put_id, meta):
+                    return
 
     def _await_collection(
         self, keys: UniverseKeys, hash: Hash, key: str, doom: CasDoom, waits: int
@@ -352,6 +339,45 @@ class Cas:
     def has(self, universe: UniverseId, hash: Hash) -> bool:
         """Whether ``universe`` holds metadata for ``hash``."""
         return read_meta(self.engine, _keys(universe), check_id(hash, Hash, "hash")) is not None
+
+
+class _Body:
+    """The body of :meth:`Cas.put_stream`: the bytes read ahead, then the rest of the stream;
+    a read that returns anything but bytes is ``Validation`` naming ``stream``."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+        self._head = b""
+
+    def _read(self, n: int) -> bytes:
+        chunk = self._stream.read(n)
+        if not isinstance(chunk, bytes):  # even at its end: "" is a text stream's EOF
+            raise Validation(
+                "stream", f"read returned {type(chunk).__name__}: open it in binary mode"
+            )
+        return chunk
+
+    def read_head(self, n: int) -> bytes:
+        """Read ahead ``n`` bytes (fewer only at the end of the stream) and return them; they
+        are read again first."""
+        chunks = []
+        remaining = n
+        while remaining > 0 and (chunk := self._read(remaining)):
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        self._head = b"".join(chunks)
+        return self._head
+
+    def read(self, n: int = -1) -> bytes:
+        """Like ``stream.read``: the bytes read ahead first, topped up from the stream (so
+        that chunks keep the size the reader asks for)."""
+        if not self._head:
+            return self._read(n)
+        if n < 0:
+            head, self._head = self._head, b""
+            return head + self._read(-1)
+        head, self._head = self._head[:n], self._head[n:]
+        return head if len(head) == n else head + self._read(n - len(head))
 
 
 def _keys(universe: UniverseId) -> UniverseKeys:

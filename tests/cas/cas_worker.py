@@ -4,20 +4,36 @@ Usage:
   python cas_worker.py same DATA_DIR UNIVERSE       put one shared 1 MiB blob; print its hash
   python cas_worker.py big DATA_DIR UNIVERSE MIB    stream a MIB-sized generated blob in and
                                                     out; print hash, bytes read, RSS growth
+  python cas_worker.py killed DATA_DIR UNIVERSE     stream KILLED_BODY in and SIGKILL this
+                                                    process once its put has pinned it
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
+import os
 import resource
+import signal
 import sys
 from pathlib import Path
 
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
+from persistence.hooks import NO_HOOKS
 from persistence.ids import UniverseId
 from segments import open_plane
+
+KILLED_BODY = hashlib.shake_256(b"killed").digest(100_000)
+
+
+class KillAfterPin:
+    """Hooks that SIGKILL this process when a put has pinned its body."""
+
+    def reached(self, step: str) -> None:
+        if step == "cas.after_pin":
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Generated:
@@ -51,8 +67,12 @@ def peak_rss_bytes() -> int:
 
 def main() -> None:
     mode, data_dir, universe = sys.argv[1], Path(sys.argv[2]), UniverseId.parse(sys.argv[3])
-    plane = open_plane(SqliteEngine(data_dir / "aos.db"), LocalObjectStore(data_dir / "objects"))
-    if mode == "same":
+    hooks = KillAfterPin() if mode == "killed" else NO_HOOKS
+    engine, objects = SqliteEngine(data_dir / "aos.db"), LocalObjectStore(data_dir / "objects")
+    plane = open_plane(engine, objects, hooks=hooks)
+    if mode == "killed":
+        plane.put_stream(universe, io.BytesIO(KILLED_BODY))
+    elif mode == "same":
         blob = hashlib.shake_256(b"shared").digest(1 << 20)
         print(plane.put_verified(universe, blob).hex)
     elif mode == "big":

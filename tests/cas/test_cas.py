@@ -5,17 +5,27 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Iterator
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import BinaryIO, ClassVar
 
 import pytest
 
 from backends.kv.faults import FaultInjector, FaultyEngine, SimulatedCrash
 from backends.kv.memory import MemoryEngine
-from backends.objects.local import LocalObjectStore
+from backends.kv.sqlite import SqliteEngine
+from backends.objects import local, memory, s3
+from backends.objects.local import STAGING_SWEEP_SECONDS, LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
 from backends.objects.s3 import S3ObjectStore
-from persistence import fdb_errors
+from persistence import fdb_errors, ids
+from persistence import objects as objects_module
 from persistence.errors import (
     CasBodyHashMismatch,
     CasBodyMissing,
@@ -25,11 +35,12 @@ from persistence.errors import (
 )
 from persistence.ids import Hash, UniverseId
 from persistence.kv import Engine
-from persistence.objects import ObjectStore
+from persistence.objects import ObjectStore, StagedBody
 from persistence.plane import Plane, PlaneConfig
 from persistence.plane.cas import VerifyMode
 from persistence.plane.cas_bodies import object_key
 from segments import open_plane
+from tests.cas.cas_worker import KILLED_BODY
 
 BIG = hashlib.shake_256(b"big").digest(300_000)
 
@@ -181,3 +192,130 @@ def test_an_existing_body_with_wrong_bytes_is_refused(objects: ObjectStore) -> N
     with pytest.raises(CasBodyHashMismatch):
         plane.put_verified(u, BIG)
     assert not plane.has(u, h)
+
+
+# --------------------------------------------------------------------------- one hash pass
+
+
+class CountingSha256:
+    """``hashlib.sha256`` that adds the bytes it hashes to ``counted``."""
+
+    counted: ClassVar[list[int]] = []
+
+    def __init__(self, data: bytes = b"") -> None:
+        self._hash = hashlib.sha256()
+        self.update(data)
+
+    def update(self, data: bytes) -> None:
+        self.counted.append(len(data))
+        self._hash.update(data)
+
+    def digest(self) -> bytes:
+        return self._hash.digest()
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+@pytest.fixture
+def hashed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of what the plane and the object stores hash (botocore's request signing,
+    which is not ours, is not counted)."""
+    counted: list[int] = []
+    monkeypatch.setattr(CountingSha256, "counted", counted)
+    counting = SimpleNamespace(sha256=CountingSha256)
+    for module in (ids, objects_module, local, memory, s3):
+        monkeypatch.setattr(module, "hashlib", counting)
+    return counted
+
+
+@pytest.mark.parametrize("size", [100, len(BIG)], ids=["inline", "external"])
+def test_a_put_hashes_its_body_once(plane: Plane, hashed: list[int], size: int) -> None:
+    u = UniverseId.new()
+    body = BIG[:size]
+    expected = Hash.of(body)
+    puts: list[Callable[[], Hash]] = [
+        lambda: plane.put_verified(u, body),
+        lambda: plane.put_stream(UniverseId.new(), io.BytesIO(body)),
+        lambda: plane.put_stream(u, io.BytesIO(body)),  # present already: nothing written
+    ]
+    for put in puts:
+        hashed.clear()
+        assert put() == expected
+        assert sum(hashed) == size
+
+
+def test_a_stream_is_staged_as_read_not_spooled(
+    objects: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plane hands the stream itself to the store, which stages it (S3 spools only
+    bodies over its multipart threshold, 8 MiB here); a local directory publishes the very
+    file it staged: the object is a second link to it until the put discards the staging."""
+    staged: list[object] = []
+    stage = objects.stage
+
+    def recording(data: bytes | BinaryIO, **kwargs: bytes | None) -> StagedBody:
+        staged.append(data)
+        return stage(data, **kwargs)
+
+    monkeypatch.setattr(objects, "stage", recording)
+    monkeypatch.setattr(objects, "put", None)  # never called
+    links: list[int] = []
+    u = UniverseId.new()
+    key = object_key(u, Hash.of(BIG))
+
+    class Hooks:
+        def reached(self, step: str) -> None:
+            if step == "cas.after_body" and isinstance(objects, LocalObjectStore):
+                links.append((objects.root / key).stat().st_nlink)
+
+    plane = open_plane(MemoryEngine(), objects, hooks=Hooks())
+    assert plane.put_stream(u, io.BytesIO(BIG)) == Hash.of(BIG)
+    assert len(staged) == 1 and not isinstance(staged[0], bytes)
+    assert links == ([2] if isinstance(objects, LocalObjectStore) else [])
+    assert plane.get(u, Hash.of(BIG)) == BIG
+
+
+def test_a_refused_stream_stores_nothing(plane: Plane) -> None:
+    u = UniverseId.new()
+
+    class TurnsToText:
+        def __init__(self) -> None:
+            self.reads = 0
+
+        def read(self, n: int = -1) -> bytes | str:
+            self.reads += 1
+            return b"x" * 50_000 if self.reads == 1 else "text"
+
+    with pytest.raises(Validation, match="stream"):
+        plane.put_stream(u, TurnsToText())  # type: ignore[arg-type]
+    with pytest.raises(Validation, match="expected_hash"):
+        plane.put_stream(u, io.BytesIO(BIG), expected=Hash.of(b"other"))
+    assert list(plane.objects.list()) == []
+    if isinstance(plane.objects, LocalObjectStore):
+        assert [p.name for p in plane.objects.root.iterdir()] == []  # no staging file left
+
+
+def test_a_killed_stream_put_leaves_a_staging_file_the_next_put_sweeps(tmp_path: Path) -> None:
+    """SIGKILLed after its pin, before publishing: its staging file stays (unlocked now),
+    nothing is under the content key, and a later put of the same body succeeds and, once
+    the leftover is old enough, sweeps it."""
+    u = UniverseId.new()
+    open_plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    args = [sys.executable, str(Path(__file__).with_name("cas_worker.py")), "killed"]
+    proc = subprocess.run([*args, str(tmp_path), str(u)], env=env, capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    root = tmp_path / "objects"
+    (left,) = [p for p in root.iterdir() if p.name.startswith(".tmp-")]
+    assert left.stat().st_size == len(KILLED_BODY)
+    store = LocalObjectStore(root)
+    plane = open_plane(SqliteEngine(tmp_path / "aos.db"), store)
+    assert list(store.list()) == [] and not plane.has(u, Hash.of(KILLED_BODY))
+    then = time.time() - 2 * STAGING_SWEEP_SECONDS
+    os.utime(left, (then, then))
+    assert plane.put_stream(u, io.BytesIO(KILLED_BODY)) == Hash.of(KILLED_BODY)
+    assert plane.get(u, Hash.of(KILLED_BODY)) == KILLED_BODY
+    assert [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()] == [
+        object_key(u, Hash.of(KILLED_BODY))
+    ]

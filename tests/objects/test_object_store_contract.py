@@ -266,6 +266,59 @@ def test_wrong_declared_sha256_is_refused_and_nothing_stored(
     assert store.get("h/bad") == body
 
 
+# --------------------------------------------------------------------------- staged bodies
+
+
+@pytest.mark.parametrize(
+    ("size", "as_stream"),
+    [(0, False), (100, True), (MULTIPART_BODY, False), (MULTIPART_BODY, True)],
+    ids=["empty-bytes", "small-stream", "multipart-bytes", "multipart-stream"],
+)
+def test_a_staged_body_is_hashed_and_invisible_until_published(
+    store: ObjectStore, size: int, as_stream: bool
+) -> None:
+    body = _body(size, 11)
+    with store.stage(_stream(body) if as_stream else body) as staged:
+        assert (staged.sha256, staged.size) == (hashlib.sha256(body).digest(), size)
+        assert list(store.list()) == []
+        assert staged.publish("st/a") is True
+        assert staged.publish("st/a") is False  # create-only
+        assert staged.publish("st/b") is True  # again, under another key
+        store.delete("st/b")
+        assert staged.publish("st/b") is True  # and again after a delete
+    assert [(i.key, i.size) for i in store.list()] == [("st/a", size), ("st/b", size)]
+    assert store.get("st/a") == store.get("st/b") == body
+
+
+def test_publishing_a_staged_body_never_overwrites(store: ObjectStore) -> None:
+    assert store.put("st/k", b"first") is True
+    with store.stage(_stream(b"second")) as staged:
+        assert staged.publish("st/k") is False
+    assert store.get("st/k") == b"first"
+
+
+def test_a_known_sha256_is_taken_as_given(store: ObjectStore) -> None:
+    """The caller hashed the bytes itself: the digest is passed on, not computed again."""
+    body = _body(1000, 12)
+    digest = hashlib.sha256(body).digest()
+    with store.stage(body, known_sha256=digest) as staged:
+        assert (staged.sha256, staged.size) == (digest, len(body))
+        assert staged.publish("st/known") is True
+    assert store.get("st/known") == body
+
+
+def test_stage_arguments_are_checked(store: ObjectStore) -> None:
+    with pytest.raises(Validation, match="data"):
+        store.stage("text")  # type: ignore[arg-type]
+    with pytest.raises(Validation, match="data"):
+        store.stage(io.StringIO("text"))  # type: ignore[arg-type]
+    with pytest.raises(Validation, match="known_sha256"):
+        store.stage(b"x", known_sha256=b"short")
+    with store.stage(b"x") as staged, pytest.raises(Validation, match="object key"):
+        staged.publish("../escape")
+    assert list(store.list()) == []
+
+
 # --------------------------------------------------------------------------- listing
 
 LISTED = [
