@@ -1,11 +1,13 @@
 """The import contract: one direction of imports between the packages.
 
-    aosp  ->  conformance, spark_connectors  ->  segments  ->  backends  ->  persistence
+    aosp, aos_eventsourcing  ->  conformance, spark_connectors  ->  segments  ->  backends
+        ->  persistence
 
 A package may import itself and the packages below it, never one above it or beside it
-(``conformance`` and ``spark_connectors`` do not import each other). Every import counts,
-including the lazy ones inside functions. The check reads the source with ``ast``; nothing
-is imported to run it.
+(``conformance`` and ``spark_connectors`` do not import each other; nothing imports
+``aos_eventsourcing``, which eventsourcing loads by name through ``PERSISTENCE_MODULE``).
+Every import counts, including the lazy ones inside functions. The check reads the source
+with ``ast``; nothing is imported to run it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ LAYERS: Final = {
     "conformance": 3,
     "spark_connectors": 3,
     "aosp": 4,
+    "aos_eventsourcing": 4,
 }
 
 

@@ -1,0 +1,29 @@
+"""eventsourcing on the plane: the persistence module of ``PERSISTENCE_MODULE=aos_eventsourcing``.
+
+An eventsourcing application selects it, and names its store, with environment variables::
+
+    PERSISTENCE_MODULE=aos_eventsourcing
+    AOSP_KV_URL=sqlite:///var/lib/app/aos.db        # or fdb:///etc/foundationdb/fdb.cluster
+    AOSP_OBJECTS_URL=file:///var/lib/app/objects    # or s3://bucket/prefix?...
+
+Each application is a universe, each aggregate a world, each stored event a journal entry;
+notification ids are positions of the universe's log. See ``docs/eventsourcing.md``.
+"""
+
+from aos_eventsourcing.factory import PlaneFactory
+from aos_eventsourcing.recorders import (
+    PlaneAggregateRecorder,
+    PlaneApplicationRecorder,
+    PlaneProcessRecorder,
+    PlaneSubscription,
+    PlaneTrackingRecorder,
+)
+
+__all__ = [
+    "PlaneAggregateRecorder",
+    "PlaneApplicationRecorder",
+    "PlaneFactory",
+    "PlaneProcessRecorder",
+    "PlaneSubscription",
+    "PlaneTrackingRecorder",
+]

@@ -1,0 +1,108 @@
+"""How eventsourcing's records become plane records: aggregate ids to worlds, stored events
+to journal entries, plane errors to eventsourcing's errors.
+
+A journal entry is the CBOR array ``[version, topic, state]``, or ``[version, topic, state,
+id]`` for an aggregate whose id is text (a UUID id *is* the world id, a text id is hashed
+into one with :func:`uuid.uuid5` and kept in every entry so that reads give it back)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Final
+
+import cbor2
+from eventsourcing.persistence import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    InternalError,
+    OperationalError,
+)
+
+from persistence.errors import (
+    Backend,
+    Conflict,
+    Corruption,
+    NotFound,
+    PersistError,
+    Validation,
+)
+from persistence.ids import WorldId
+
+NAMESPACE: Final = uuid.uuid5(uuid.NAMESPACE_URL, "https://aos-persistence/eventsourcing")
+"""The namespace of every name-derived id of this package (universes of applications)."""
+TEXT_IDS: Final = uuid.uuid5(NAMESPACE, "originator_id")
+"""The namespace that hashes text aggregate ids into world ids."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stored event as its journal entry holds it."""
+
+    version: int
+    topic: str
+    state: bytes
+    text_id: str | None
+
+
+def world_of(originator_id: object) -> tuple[WorldId, str | None]:
+    """The world of an aggregate id, and the id itself if it is text (``DataError`` for
+    anything but a ``uuid.UUID`` or ``str``)."""
+    if isinstance(originator_id, uuid.UUID):
+        if type(originator_id) is not uuid.UUID:  # a subclass: the plane takes only UUIDs
+            originator_id = uuid.UUID(int=originator_id.int)
+        return WorldId(originator_id), None
+    if isinstance(originator_id, str):
+        return WorldId(uuid.uuid5(TEXT_IDS, originator_id)), originator_id
+    raise DataError(f"originator_id must be a UUID or text, not {type(originator_id).__name__}")
+
+
+def encode(version: object, topic: object, state: object, text_id: str | None) -> bytes:
+    """The journal entry of one stored event (``DataError`` if a field has the wrong type)."""
+    if type(version) is not int:
+        raise DataError(f"originator_version must be an int, not {type(version).__name__}")
+    if not isinstance(topic, str):
+        raise DataError(f"topic must be text, not {type(topic).__name__}")
+    if not isinstance(state, bytes):
+        raise DataError(f"state must be bytes, not {type(state).__name__}")
+    try:
+        if text_id is None:
+            return cbor2.dumps([version, topic, state])
+        return cbor2.dumps([version, topic, state, text_id])
+    except (ValueError, cbor2.CBOREncodeError) as exc:  # text with a lone surrogate
+        raise DataError(f"stored event not encodable: {exc}") from None
+
+
+def decode(entry: bytes, where: str) -> Entry:
+    """The stored event of a journal entry (``InternalError`` if it is not one of ours)."""
+    try:
+        item = cbor2.loads(entry)
+    except (ValueError, cbor2.CBORDecodeError):
+        item = None
+    if (
+        type(item) is list
+        and len(item) in (3, 4)
+        and type(item[0]) is int
+        and type(item[1]) is str
+        and type(item[2]) is bytes
+        and (len(item) == 3 or type(item[3]) is str)
+    ):
+        return Entry(item[0], item[1], item[2], item[3] if len(item) == 4 else None)
+    raise InternalError(f"{where} is not a stored event of this module")
+
+
+def translate(exc: PersistError) -> Exception:
+    """The eventsourcing error for a plane error: a conflict is ``IntegrityError``, refused
+    input ``DataError``, an unavailable or failing backend ``OperationalError``, damaged
+    records ``InternalError``."""
+    message = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, Conflict):
+        return IntegrityError(message)
+    if isinstance(exc, Validation):
+        return DataError(message)
+    if isinstance(exc, Corruption):
+        return InternalError(message)
+    if isinstance(exc, (Backend, NotFound)):
+        return OperationalError(message)
+    return DatabaseError(message)

@@ -1,0 +1,137 @@
+"""The infrastructure factory eventsourcing constructs for ``PERSISTENCE_MODULE=aos_eventsourcing``.
+
+Configured through the application's environment, as eventsourcing's own factories are (a
+variable prefixed with the application's name in upper case, ``BANK_AOSP_KV_URL``, wins
+over the plain one for that application):
+
+``AOSP_KV_URL``
+    the engine: ``memory://`` (default), ``sqlite:///path/aos.db``, ``fdb:///etc/foundationdb/fdb.cluster``
+    (the forms :func:`backends.kv.open_engine` takes; the ``aosp`` CLI's ``--kv``).
+``AOSP_OBJECTS_URL``
+    the object store: ``memory://`` (default), ``file:///dir``, ``s3://bucket/prefix?...``
+    (:func:`backends.objects.open_object_store`; the CLI's ``--objects``).
+``AOSP_UNIVERSE``
+    the application's universe id (default: derived from the application's name with
+    :func:`uuid.uuid5`, so every process of an application finds the same one). Give it per
+    application (``BANK_AOSP_UNIVERSE``): applications sharing a universe share one
+    notification log.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Final, TypeVar
+
+from eventsourcing.persistence import InfrastructureFactory
+from eventsourcing.utils import Environment, EnvType, resolve_topic
+
+from aos_eventsourcing import codec
+from aos_eventsourcing.recorders import (
+    PlaneAggregateRecorder,
+    PlaneApplicationRecorder,
+    PlaneProcessRecorder,
+    PlaneTrackingRecorder,
+)
+from persistence.errors import PersistError, Validation
+from persistence.ids import UniverseId
+from persistence.plane import Plane
+from segments import open_plane
+
+DEFAULT_URL: Final = "memory://"
+R = TypeVar("R")
+
+
+class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
+    """Recorders of one application over the plane of ``AOSP_KV_URL`` and
+    ``AOSP_OBJECTS_URL``, opened at the first recorder and closed by :meth:`close`."""
+
+    AOSP_KV_URL: Final = "AOSP_KV_URL"
+    AOSP_OBJECTS_URL: Final = "AOSP_OBJECTS_URL"
+    AOSP_UNIVERSE: Final = "AOSP_UNIVERSE"
+
+    def __init__(self, env: Environment | EnvType | None) -> None:
+        super().__init__(env)
+        self.kv_url = self.env.get(self.AOSP_KV_URL) or DEFAULT_URL
+        """The engine's URL."""
+        self.objects_url = self.env.get(self.AOSP_OBJECTS_URL) or DEFAULT_URL
+        """The object store's URL."""
+        self._lock = threading.Lock()
+        self._plane: Plane | None = None
+
+    @property
+    def plane(self) -> Plane:
+        """The plane (opened, creating the store if need be, on first use)."""
+        with self._lock:
+            if self._plane is None:
+                try:
+                    self._plane = open_plane(self.kv_url, self.objects_url)
+                except Validation as exc:
+                    raise OSError(
+                        f"{self.AOSP_KV_URL}={self.kv_url!r} or {self.AOSP_OBJECTS_URL}="
+                        f"{self.objects_url!r}: {exc}"
+                    ) from None
+                except PersistError as exc:
+                    raise codec.translate(exc) from exc
+            return self._plane
+
+    def universe(self, purpose: str = "events") -> UniverseId:
+        """The universe of the application's ``purpose`` records: ``AOSP_UNIVERSE`` or the
+        one named by the application; snapshots (any purpose but events) in a universe
+        derived from it."""
+        text = self.env.get(self.AOSP_UNIVERSE)
+        if text:
+            try:
+                universe = UniverseId.parse(text)
+            except Validation as exc:
+                raise OSError(f"{self.AOSP_UNIVERSE}={text!r}: {exc.problem}") from None
+        else:
+            universe = UniverseId(uuid.uuid5(codec.NAMESPACE, self.env.name))
+        if purpose == "events":
+            return universe
+        return UniverseId(uuid.uuid5(universe.uuid, purpose))
+
+    def aggregate_recorder(self, purpose: str = "events") -> PlaneAggregateRecorder:
+        """A recorder of ``purpose`` records (eventsourcing asks for ``snapshots``)."""
+        return PlaneAggregateRecorder(self.plane, self.universe(purpose))
+
+    def application_recorder(self) -> PlaneApplicationRecorder:
+        """The application's recorder (``APPLICATION_RECORDER_TOPIC`` names a subclass)."""
+        cls = self._class(self.APPLICATION_RECORDER_TOPIC, PlaneApplicationRecorder)
+        return cls(self.plane, self.universe())
+
+    def tracking_recorder(
+        self, tracking_recorder_class: type[PlaneTrackingRecorder] | None = None
+    ) -> PlaneTrackingRecorder:
+        """A tracking recorder (``tracking_recorder_class`` or ``TRACKING_RECORDER_TOPIC``
+        names a subclass)."""
+        cls = tracking_recorder_class or self._class(
+            self.TRACKING_RECORDER_TOPIC, PlaneTrackingRecorder
+        )
+        return cls(self.plane, self.universe())
+
+    def process_recorder(self) -> PlaneProcessRecorder:
+        """A process application's recorder (``PROCESS_RECORDER_TOPIC`` names a subclass)."""
+        cls = self._class(self.PROCESS_RECORDER_TOPIC, PlaneProcessRecorder)
+        return cls(self.plane, self.universe())
+
+    def _class(self, variable: str, default: type[R]) -> type[R]:
+        """The class the topic in ``variable`` names (a subclass of ``default``), else
+        ``default``."""
+        topic = self.env.get(variable)
+        if not topic:
+            return default
+        cls: object = resolve_topic(topic)
+        if not (isinstance(cls, type) and issubclass(cls, default)):
+            raise OSError(f"{variable}={topic!r} is not a subclass of {default.__name__}")
+        return cls
+
+    def close(self) -> None:
+        """Close the plane's engine and object store (if opened)."""
+        with self._lock:
+            plane, self._plane = self._plane, None
+        if plane is not None:
+            try:
+                plane.engine.close()
+            finally:
+                plane.objects.close()

@@ -1,0 +1,566 @@
+"""eventsourcing's recorders over the plane: one universe per application, one world per
+aggregate, one journal entry per stored event (see ``docs/eventsourcing.md``).
+
+Inserts are one group append of the plane (``append_batches``; ``append_sequenced`` where
+notification ids are wanted: every entry then gets the next position of the universe log,
+tagged with its topic), all or nothing, expecting each world's head where the recorder last
+saw it. Each recorder remembers, per aggregate, the last height and version it saw (after
+its own inserts and its reads), so an insert into a known aggregate and an insert into a new
+one (expected head 0, created in the same transaction) are each one transaction. When a head
+has moved, the recorder reads the version at the new head: a version already taken is
+eventsourcing's ``IntegrityError``, anything above it is appended at the new head.
+
+Versions of an aggregate must increase along its journal (heights), but need not be
+contiguous (snapshots' are not): reads map versions to heights from the first version when
+the recorder has seen them to be contiguous, and otherwise read and filter.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from uuid import UUID
+
+from eventsourcing.persistence import (
+    AggregateRecorder,
+    ApplicationRecorder,
+    IntegrityError,
+    Notification,
+    OperationalError,
+    ProcessRecorder,
+    StoredEvent,
+    Subscription,
+    Tracking,
+    TrackingRecorder,
+)
+
+from aos_eventsourcing import codec
+from persistence.errors import HeadAdvanced, PersistError, WorldNotFound
+from persistence.ids import UniverseId, WorldId
+from persistence.plane import Plane
+from persistence.sizes import MAX_ROW_LIMIT
+
+CACHE_SIZE: Final = 100_000
+"""Aggregates a recorder remembers (least recently used forgotten first)."""
+MAX_ATTEMPTS: Final = 100
+"""Appends one insert tries before giving up (``OperationalError``) while the heads of its
+aggregates keep moving without taking its versions."""
+ALL: Final = MAX_ROW_LIMIT
+"""A read limit that means "to the head"."""
+WATCH_SECONDS: Final = 1.0
+"""The longest single wait of a subscription's watcher: how long it may outlive ``stop``."""
+SUBSCRIPTION_PAGE: Final = 500
+"""Notifications a subscription reads per query."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """What a recorder saw of an aggregate's world: ``height`` is a head it had (never above
+    its head now) and ``last_version`` the version there (``None`` at height 0); heights 1 to
+    ``contiguous`` hold ``first_version``, ``first_version + 1``, ... (entries never change,
+    so that stays true)."""
+
+    height: int
+    last_version: int | None
+    first_version: int | None
+    contiguous: int
+
+
+class _Cache:
+    """Per world, what the recorder knows (:class:`_Known`); thread-safe, bounded."""
+
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        self._lock = threading.Lock()
+        self._known: dict[WorldId, _Known] = {}
+        self._size = size
+
+    def get(self, world: WorldId) -> _Known | None:
+        """What is known of ``world``."""
+        with self._lock:
+            return self._known.get(world)
+
+    def forget(self, world: WorldId) -> None:
+        """Forget ``world`` (it does not exist)."""
+        with self._lock:
+            self._known.pop(world, None)
+
+    def seen(self, world: WorldId, first_height: int, versions: Sequence[int]) -> _Known:
+        """Learn that heights ``first_height, ...`` hold ``versions`` (read, or appended)."""
+        with self._lock:
+            old = self._known.get(world)
+            first = None if old is None else old.first_version
+            if first is None and first_height == 1:
+                first = versions[0]
+            contiguous = 0 if old is None else old.contiguous
+            last_height = first_height + len(versions) - 1
+            if first is not None and first_height <= contiguous + 1 < last_height + 1:
+                if versions[-1] == first + last_height - 1:  # increasing: all between too
+                    contiguous = last_height
+                else:
+                    height = contiguous + 1
+                    while height <= last_height and versions[height - first_height] == (
+                        first + height - 1
+                    ):
+                        height += 1
+                    contiguous = height - 1
+            if old is not None and old.height >= last_height:
+                known = _Known(old.height, old.last_version, first, contiguous)
+            else:
+                known = _Known(last_height, versions[-1], first, contiguous)
+            self._put(world, known)
+            return known
+
+    def refreshed(self, world: WorldId, head: int, version: int | None) -> _Known:
+        """Learn that ``world``'s head is ``head``, holding ``version``."""
+        with self._lock:
+            old = self._known.get(world)
+            first = None if old is None else old.first_version
+            contiguous = 0 if old is None else min(old.contiguous, head)
+            if head == 1:
+                first = version
+            if first is not None and version == first + head - 1:
+                contiguous = head
+            known = _Known(head, version, first, contiguous)
+            self._put(world, known)
+            return known
+
+    def _put(self, world: WorldId, known: _Known) -> None:
+        self._known.pop(world, None)
+        self._known[world] = known
+        if len(self._known) > self._size:
+            del self._known[next(iter(self._known))]
+
+
+@dataclass(slots=True)
+class _Batch:
+    """The events of one insert for one aggregate: its world's part of the group append."""
+
+    world: WorldId
+    origin: object
+    versions: list[int]
+    entries: list[bytes]
+    topics: list[str]
+    indexes: list[int]
+    """Where each event is in the caller's list."""
+
+
+class _PlaneRecorder:
+    """A recorder of one universe of a plane."""
+
+    def __init__(self, plane: Plane, universe: UniverseId) -> None:
+        self.plane = plane
+        """The plane the recorder writes to."""
+        self.universe = universe
+        """The universe that holds the recorder's records."""
+
+
+class _Journals(_PlaneRecorder):
+    """Aggregates as worlds: inserts and reads of their events."""
+
+    def __init__(self, plane: Plane, universe: UniverseId) -> None:
+        super().__init__(plane, universe)
+        self._cache = _Cache()
+
+    # ------------------------------------------------------------------ inserts
+
+    def _insert(
+        self, stored_events: Sequence[StoredEvent], tracking: Tracking | None, *, sequenced: bool
+    ) -> list[int]:
+        """Append ``stored_events`` (and ``tracking``) in one transaction; their log
+        positions in the caller's order if ``sequenced``, else ``[]``."""
+        batches = self._group(stored_events)
+        if not batches and tracking is None:
+            return []
+        tracked = (
+            None if tracking is None else (tracking.application_name, tracking.notification_id)
+        )
+        tags = [batch.topics for batch in batches]
+        for _ in range(MAX_ATTEMPTS):
+            heads = [self._expected_head(batch) for batch in batches]
+            group = [(b.world, head, b.entries) for b, head in zip(batches, heads, strict=True)]
+            create = 0 in heads  # appends to known aggregates skip the creation's costs
+            try:
+                if sequenced:
+                    done = self.plane.append_sequenced(
+                        self.universe, group, tags, create_missing=create, tracking=tracked
+                    )
+                    first_position = done.first_position
+                else:
+                    self.plane.append_batches(self.universe, group, create_missing=create)
+                    first_position = None
+            except HeadAdvanced as exc:
+                self._moved(batches, exc.world, exc.actual)
+                continue
+            except WorldNotFound as exc:
+                self._moved(batches, exc.world, None)
+                continue
+            except PersistError as exc:
+                raise codec.translate(exc) from exc
+            for batch, head in zip(batches, heads, strict=True):
+                self._cache.seen(batch.world, head + 1, batch.versions)
+            if first_position is None:
+                return []
+            ids = [0] * len(stored_events)
+            order = itertools.chain.from_iterable(batch.indexes for batch in batches)
+            for position, index in enumerate(order, start=first_position):
+                ids[index] = position
+            return ids
+        raise OperationalError(
+            f"gave up after {MAX_ATTEMPTS} attempts: the heads of the aggregates kept moving"
+        )
+
+    def _group(self, stored_events: Sequence[StoredEvent]) -> list[_Batch]:
+        """The events by aggregate, in order of first appearance; ``IntegrityError`` if an
+        aggregate's versions do not increase within the call (a duplicate, say)."""
+        batches: dict[WorldId, _Batch] = {}
+        for index, event in enumerate(stored_events):
+            world, text_id = codec.world_of(event.originator_id)
+            entry = codec.encode(event.originator_version, event.topic, event.state, text_id)
+            batch = batches.get(world)
+            if batch is None:
+                batch = batches[world] = _Batch(world, event.originator_id, [], [], [], [])
+            elif event.originator_version <= batch.versions[-1]:
+                raise IntegrityError(
+                    f"aggregate {event.originator_id}: version {event.originator_version} "
+                    f"after {batch.versions[-1]} in one insert (versions must increase)"
+                )
+            batch.versions.append(event.originator_version)
+            batch.entries.append(entry)
+            batch.topics.append(event.topic)
+            batch.indexes.append(index)
+        return list(batches.values())
+
+    def _expected_head(self, batch: _Batch) -> int:
+        """The head ``batch`` is appended at: where the recorder last saw it (0 if never);
+        ``IntegrityError`` if the aggregate had a version at or above the batch's first."""
+        known = self._cache.get(batch.world)
+        if known is None:
+            return 0
+        if known.last_version is not None and batch.versions[0] <= known.last_version:
+            raise IntegrityError(
+                f"aggregate {batch.origin}: version {batch.versions[0]} is taken (the "
+                f"aggregate is at version {known.last_version} or above)"
+            )
+        return known.height
+
+    def _moved(self, batches: list[_Batch], world: object, head: int | None) -> None:
+        """An append found the head of ``world`` at ``head`` (``None``: no such world):
+        learn the version there; ``IntegrityError`` if it takes the batch's first version."""
+        batch = next((b for b in batches if b.world == world), None)
+        if batch is None:  # the plane named a world the insert does not append to
+            raise OperationalError(f"an append reported a conflict on world {world}")
+        if head is None:
+            self._cache.forget(batch.world)
+            return
+        self._refresh(batch.world, head)
+        self._expected_head(batch)
+
+    def _refresh(self, world: WorldId, head: int) -> _Known:
+        """Learn the version at ``head`` (``head`` must be a height the world had)."""
+        if head == 0:
+            return self._cache.refreshed(world, 0, None)
+        try:
+            rows = self.plane.read_range(self.universe, world, head, 1)
+        except PersistError as exc:
+            raise codec.translate(exc) from exc
+        return self._cache.refreshed(world, head, codec.decode(rows[0][1], "entry").version)
+
+    # ------------------------------------------------------------------ reads
+
+    def select_events(
+        self,
+        originator_id: UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """The aggregate's events with versions above ``gt`` and at most ``lte``, in version
+        order (``desc``: newest first), at most ``limit`` of them."""
+        world, _ = codec.world_of(originator_id)
+        if limit is not None and limit < 1:
+            return []
+        try:
+            if desc:
+                entries = self._descending(world, gt, lte, limit)
+            else:
+                entries = self._ascending(world, gt, lte, limit)
+        except WorldNotFound:
+            return []
+        except PersistError as exc:
+            raise codec.translate(exc) from exc
+        return [StoredEvent(originator_id, e.version, e.topic, e.state) for _, e in entries]
+
+    def set_cold_version(self, originator_id: UUID | str, version: int) -> int:
+        """Let segment export (``aosp segments export``, ``segments.export.Exporter``) move
+        the aggregate's events at or below ``version`` to cold segments in the object store
+        (reads stitch them back); return the height of the world's cold horizon. The horizon
+        only rises: a lower version leaves it."""
+        world, _ = codec.world_of(originator_id)
+        try:
+            found = self._descending(world, None, version, 1)
+            height = found[0][0] if found else 0
+            return self.plane.set_cold_horizon(self.universe, world, height)
+        except PersistError as exc:
+            raise codec.translate(exc) from exc
+
+    def _ascending(
+        self, world: WorldId, gt: int | None, lte: int | None, limit: int | None
+    ) -> list[tuple[int, codec.Entry]]:
+        low = 1
+        high = None
+        if gt is not None or lte is not None:
+            first = self._first_version(world)
+            if first is None:
+                return []
+            if gt is not None:
+                found = self._low(world, gt, first)
+                if found is None:
+                    return []
+                low = found
+            if lte is not None:
+                high = lte - first + 1  # version(h) >= first + h - 1: nothing above it
+        out: list[tuple[int, codec.Entry]] = []
+        while high is None or low <= high:
+            want = ALL if high is None else high - low + 1
+            if limit is not None:
+                want = min(want, limit - len(out))
+            rows = self._read(world, low, want)
+            for height, entry in rows:
+                if lte is not None and entry.version > lte:
+                    return out
+                if gt is None or entry.version > gt:
+                    out.append((height, entry))
+                    if len(out) == limit:
+                        return out
+            if len(rows) < want:  # the head
+                return out
+            low += len(rows)
+        return out
+
+    def _low(self, world: WorldId, gt: int, first: int) -> int | None:
+        """The lowest height that can hold a version above ``gt`` (``None``: none does)."""
+        guess = gt - first + 2  # exact while versions are contiguous below it
+        if guess <= 1:
+            return 1
+        known = self._cache.get(world)
+        if known is not None and guess - 1 <= known.contiguous:
+            return guess
+        known = self._refresh(world, self._head(world))
+        if known.last_version is None or known.last_version <= gt:
+            return None
+        # version(h) <= last_version - (height - h): below this, all are at most gt
+        return max(1, gt - known.last_version + known.height + 1)
+
+    def _descending(
+        self, world: WorldId, gt: int | None, lte: int | None, limit: int | None
+    ) -> list[tuple[int, codec.Entry]]:
+        top = self._head(world)
+        if lte is not None and top:
+            first = self._first_version(world)
+            if first is None:
+                return []
+            top = min(top, lte - first + 1)
+        out: list[tuple[int, codec.Entry]] = []
+        while top >= 1:
+            want = top if limit is None else min(top, limit - len(out))
+            rows = self._read(world, top - want + 1, want)
+            for height, entry in reversed(rows):
+                if gt is not None and entry.version <= gt:
+                    return out
+                if lte is None or entry.version <= lte:
+                    out.append((height, entry))
+                    if len(out) == limit:
+                        return out
+            top -= want
+        return out
+
+    def _head(self, world: WorldId) -> int:
+        return self.plane.head(self.universe, world)
+
+    def _first_version(self, world: WorldId) -> int | None:
+        """The version at height 1 (``None`` if the journal is empty)."""
+        known = self._cache.get(world)
+        if known is not None and known.first_version is not None:
+            return known.first_version
+        rows = self._read(world, 1, 1)
+        return rows[0][1].version if rows else None
+
+    def _read(self, world: WorldId, first: int, limit: int) -> list[tuple[int, codec.Entry]]:
+        """Entries ``first, ...`` (up to ``limit``, to the head), decoded; learned."""
+        rows = [
+            (height, codec.decode(entry, f"entry {height} of world {world}"))
+            for height, entry in self.plane.read_range(self.universe, world, first, limit)
+        ]
+        if rows:
+            self._cache.seen(world, first, [entry.version for _, entry in rows])
+        return rows
+
+
+class PlaneAggregateRecorder(_Journals, AggregateRecorder):
+    """eventsourcing's ``AggregateRecorder`` (snapshots, for one): each insert is one group
+    append (``Plane.append_batches``), without notification ids."""
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
+        """Record ``stored_events`` atomically (``IntegrityError`` if a version is taken)."""
+        self._insert(stored_events, None, sequenced=False)
+
+
+class PlaneApplicationRecorder(_Journals, ApplicationRecorder):
+    """eventsourcing's ``ApplicationRecorder``: notification ids are the positions of the
+    universe log (``Plane.append_sequenced``), gapless and in commit order."""
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
+        """Record ``stored_events`` atomically; their notification ids, in order."""
+        return self._insert(stored_events, None, sequenced=True)
+
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> list[Notification]:
+        """Up to ``limit`` notifications from ``start`` (after it, unless
+        ``inclusive_of_start``) to ``stop``, with one of ``topics`` if any are given."""
+        first = 1 if start is None else start if inclusive_of_start else start + 1
+        first = max(first, 1)
+        if limit < 1 or (stop is not None and stop < first):
+            return []
+        limit = min(limit, MAX_ROW_LIMIT)
+        if not topics:  # positions are gapless: the last one wanted is known
+            stop = first + limit - 1 if stop is None else min(stop, first + limit - 1)
+        try:
+            entries = self.plane.read_log(
+                self.universe, first, limit, last=stop, tags=topics or None
+            )
+        except PersistError as exc:
+            raise codec.translate(exc) from exc
+        out = []
+        for found in entries:
+            entry = codec.decode(found.entry, f"log position {found.position}")
+            out.append(
+                Notification(
+                    id=found.position,
+                    originator_id=found.world.uuid if entry.text_id is None else entry.text_id,
+                    originator_version=entry.version,
+                    topic=entry.topic,
+                    state=entry.state,
+                )
+            )
+        return out
+
+    def max_notification_id(self) -> int | None:
+        """The last notification id (``None`` before the first)."""
+        try:
+            return self.plane.log_head(self.universe) or None
+        except PersistError as exc:
+            raise codec.translate(exc) from exc
+
+    def subscribe(self, gt: int | None = None, topics: Sequence[str] = ()) -> PlaneSubscription:
+        """Notifications after ``gt`` (with one of ``topics``, if given), blocking for new
+        ones until stopped."""
+        return PlaneSubscription(self, gt, topics)
+
+
+class PlaneSubscription(Subscription[PlaneApplicationRecorder]):
+    """A subscription to an application's notifications. The iterating thread reads the
+    log; a watcher thread waits on the log head with ``Plane.wait_log`` (the engine's change
+    notification: a FoundationDB watch, the memory engine's commit condition, SQLite's poll)
+    and wakes it when the head moves. ``stop`` wakes it at once."""
+
+    def __init__(
+        self, recorder: PlaneApplicationRecorder, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> None:
+        super().__init__(recorder, gt, topics)
+        self._scanned = gt or 0
+        self._ready: deque[Notification] = deque()
+        self._changed = threading.Event()
+        self._error: Exception | None = None
+        head = recorder.max_notification_id() or 0
+        self._watcher = threading.Thread(
+            target=self._watch, args=(head,), name="aos-eventsourcing-watch", daemon=True
+        )
+        self._watcher.start()
+
+    def stop(self) -> None:
+        """Stop the subscription: iteration ends, now or at its next item."""
+        super().stop()
+        self._changed.set()
+
+    def __next__(self) -> Notification:
+        while not self._has_been_stopped:
+            if self._ready:
+                return self._ready.popleft()
+            self._changed.clear()
+            head = self._recorder.max_notification_id() or 0
+            if head > self._scanned:
+                found = self._recorder.select_notifications(
+                    self._scanned,
+                    SUBSCRIPTION_PAGE,
+                    head,
+                    self._topics,
+                    inclusive_of_start=False,
+                )
+                self._scanned = found[-1].id if len(found) == SUBSCRIPTION_PAGE else head
+                self._ready.extend(found)
+                continue
+            self._changed.wait()
+        if self._error is not None:
+            raise self._error
+        raise StopIteration
+
+    def _watch(self, after: int) -> None:
+        """Wake the iterating thread whenever the log head passes ``after``."""
+        recorder = self._recorder
+        try:
+            while not self._has_been_stopped:
+                head = recorder.plane.wait_log(recorder.universe, after, WATCH_SECONDS)
+                if head > after:
+                    after = head
+                    self._changed.set()
+        except Exception as exc:  # reported to the iterating thread, unless stopped
+            if not self._has_been_stopped:
+                self._error = codec.translate(exc) if isinstance(exc, PersistError) else exc
+                self.stop()
+
+
+class PlaneTrackingRecorder(_PlaneRecorder, TrackingRecorder):
+    """eventsourcing's ``TrackingRecorder``: a tracking record is the universe's tracking
+    position of the upstream application (``Plane.append_sequenced`` with no entries)."""
+
+    def insert_tracking(self, tracking: Tracking) -> None:
+        """Record that ``tracking``'s notification was processed (``IntegrityError`` if one
+        at or above it was)."""
+        position = (tracking.application_name, tracking.notification_id)
+        try:
+            self.plane.append_sequenced(self.universe, [], [], tracking=position)
+        except PersistError as exc:
+            raise codec.translate(exc) from exc
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        """The last notification id of ``application_name`` recorded as processed."""
+        try:
+            return self.plane.tracking_position(self.universe, application_name)
+        except PersistError as exc:
+            raise codec.translate(exc) from exc
+
+
+class PlaneProcessRecorder(PlaneTrackingRecorder, PlaneApplicationRecorder, ProcessRecorder):
+    """eventsourcing's ``ProcessRecorder``: events and the tracking record in one
+    transaction."""
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
+        """Record ``stored_events`` and the ``tracking`` keyword's record atomically; their
+        notification ids (``IntegrityError`` if a version or the tracking id is taken)."""
+        tracking = kwargs.get("tracking")
+        if tracking is not None and not isinstance(tracking, Tracking):
+            raise TypeError(f"tracking must be a Tracking, not {type(tracking).__name__}")
+        return self._insert(stored_events, tracking, sequenced=True)

@@ -1,0 +1,280 @@
+"""eventsourcing applications on the plane (the ``aos_eventsourcing`` module) against
+eventsourcing's own recorders doing the same calls, measured in the same run.
+
+The module is loaded as an application loads it: ``InfrastructureFactory.construct`` with
+``PERSISTENCE_MODULE=aos_eventsourcing`` and ``AOSP_KV_URL`` / ``AOSP_OBJECTS_URL`` (nothing
+here imports it). Events are ``StoredEvent(uuid, version, topic, 100-byte state)``.
+
+Figures, on SQLite files at equal durability (ours: :class:`~backends.kv.sqlite.SqliteEngine`
+with ``synchronous=FULL`` and a local object directory; theirs: ``SQLiteApplicationRecorder``
+with WAL and ``PRAGMA synchronous = FULL`` on every connection, checked before measuring --
+the plane suite's peer, see ``aosp/benchmarks/plane.py``):
+
+1. ``insert_events`` of one event into a new aggregate, calls/s (target 1.0);
+2. ``insert_events`` of one event into an existing aggregate (the next version), calls/s
+   (target 1.0);
+3. ``select_events`` of a 10-event aggregate (what a repository reads), calls/s;
+4. ``select_notifications`` of 10 notifications from 10 aggregates (a follower's section),
+   calls/s;
+5. eventsourcing's ``test_concurrent_throughput`` workload: 4 threads inserting 50-event
+   batches into new aggregates, events/s;
+6. durable commits per insert into a new aggregate, and 7. into an existing one, counted in
+   the SQLite write-ahead log of each side (commit frames: with ``synchronous=FULL`` each is
+   one fsync), against eventsourcing's (target 1.0: no more than theirs);
+
+and on the memory engine against eventsourcing's in-memory ``POPOApplicationRecorder``
+(figures 8-10: 1-3 again; no targets, reported).
+
+Figures 1-4 and 8-10 alternate the two sides **operation by operation** after a warm-up, in
+``ROUNDS`` rounds (the plane suite's ``_alternate``); each reports the median and range of
+the per-round ratios. Figure 5 alternates whole rounds (theirs, ours), each of ``JOBS`` jobs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Final
+
+from aosp.benchmarks import Figure
+from aosp.benchmarks.plane import (
+    BASELINE,
+    ROUNDS,
+    _alternate,
+    _Compared,
+    _eventsourcing,
+    _figure,
+    _their_recorder,
+)
+
+STATE: Final = b"s" * 100
+TOPIC: Final = "bench:Event"
+SELECTED: Final = 10
+"""Events of the aggregate ``select_events`` reads, and notifications per section."""
+WORKERS: Final = 4
+JOB_EVENTS: Final = 50
+JOBS: Final = 40
+"""Jobs per round of the concurrent figure (eventsourcing's test runs 10)."""
+COUNTED: Final = 50
+"""Inserts whose durable commits are counted."""
+MODULE: Final = "aos_eventsourcing"
+
+
+def _ours(kv_url: str, objects_url: str) -> Any:
+    """The module's application recorder, constructed as eventsourcing constructs it."""
+    from eventsourcing.persistence import InfrastructureFactory
+    from eventsourcing.utils import Environment
+
+    env = {"PERSISTENCE_MODULE": MODULE, "AOSP_KV_URL": kv_url, "AOSP_OBJECTS_URL": objects_url}
+    factory = InfrastructureFactory.construct(Environment("BenchApp", env))
+    return factory, factory.application_recorder()
+
+
+class _Side:
+    """Calls on one recorder: events of new aggregates, the next version of one aggregate,
+    reads of a 10-event aggregate and of a 10-notification section."""
+
+    def __init__(self, recorder: Any) -> None:
+        self.recorder = recorder
+        self.event = _eventsourcing().StoredEvent
+        self.existing = uuid.uuid4()
+        self.version = 0
+        self.read = uuid.uuid4()
+        self.recorder.insert_events([self.event(self.read, v, TOPIC, STATE) for v in range(1, 11)])
+        for _ in range(SELECTED):
+            self.new()
+        self.first = self.recorder.max_notification_id() - SELECTED + 1
+
+    def new(self) -> None:
+        self.recorder.insert_events([self.event(uuid.uuid4(), 1, TOPIC, STATE)])
+
+    def next(self) -> None:
+        self.version += 1
+        self.recorder.insert_events([self.event(self.existing, self.version, TOPIC, STATE)])
+
+    def select(self) -> None:
+        if len(self.recorder.select_events(self.read)) != SELECTED:
+            raise AssertionError("select_events returned the wrong events")
+
+    def section(self) -> None:
+        if len(self.recorder.select_notifications(self.first, SELECTED)) != SELECTED:
+            raise AssertionError("select_notifications returned the wrong notifications")
+
+    def job(self) -> None:
+        aggregate = uuid.uuid4()
+        self.recorder.insert_events(
+            [self.event(aggregate, v, TOPIC, STATE) for v in range(JOB_EVENTS)]
+        )
+
+
+def _calls(
+    name: str,
+    baseline: str,
+    ours: Callable[[], None],
+    theirs: Callable[[], None],
+    seconds: float,
+    target: float | None,
+) -> Figure:
+    return _figure(name, "calls/s", baseline, _alternate(ours, theirs, seconds, 10), 1, target)
+
+
+def _throughput(side: _Side) -> float:
+    """Events/s of ``JOBS`` jobs on ``WORKERS`` threads."""
+    with ThreadPoolExecutor(WORKERS) as pool:
+        for _ in range(WORKERS):  # warm every thread's connection
+            pool.submit(side.job).result()
+        start = time.perf_counter()
+        for future in [pool.submit(side.job) for _ in range(JOBS)]:
+            future.result()
+        return JOBS * JOB_EVENTS / (time.perf_counter() - start)
+
+
+def wal_commits(database: Path) -> tuple[bytes, int]:
+    """The salt of ``database``'s write-ahead log and how many commit frames it holds since
+    its last reset (a frame whose header names the database size ends a commit)."""
+    wal = Path(f"{database}-wal").read_bytes()
+    if len(wal) < 32:
+        return b"", 0
+    page_size = int.from_bytes(wal[8:12], "big")
+    salt = wal[16:24]
+    count = 0
+    for offset in range(32, len(wal) - 24 - page_size + 1, 24 + page_size):
+        header = wal[offset : offset + 24]
+        if header[8:16] != salt:
+            break
+        count += int.from_bytes(header[4:8], "big") != 0
+    return salt, count
+
+
+def _commits_per_call(database: Path, call: Callable[[], None]) -> float:
+    """Durable commits per ``call``, averaged over ``COUNTED`` calls (counted again if the
+    log was checkpointed and reset meanwhile)."""
+    for _ in range(3):
+        salt, before = wal_commits(database)
+        for _ in range(COUNTED):
+            call()
+        after_salt, after = wal_commits(database)
+        if after_salt == salt:
+            return (after - before) / COUNTED
+    raise RuntimeError(f"{database}: the log was reset during every count")
+
+
+def commit_figures(tmp: Path) -> list[Figure]:
+    """Figures 6 and 7, on fresh stores of both sides in ``tmp``."""
+    factory, recorder = _ours(f"sqlite://{tmp}/ours-count.db", f"file://{tmp}/objects")
+    theirs_recorder = _their_recorder(str(tmp / "theirs-count.db"), create=True)
+    ours, theirs = _Side(recorder), _Side(theirs_recorder)
+    figures = []
+    for what, ours_call, theirs_call in (
+        ("a new aggregate", ours.new, theirs.new),
+        ("an existing aggregate", ours.next, theirs.next),
+    ):
+        figures.append(
+            Figure(
+                name=f"eventsourcing: durable commits per insert into {what} (sqlite WAL)",
+                value=_commits_per_call(tmp / "ours-count.db", ours_call),
+                unit="commits",
+                baseline=f"{BASELINE}: commit frames in its WAL over {COUNTED} inserts",
+                baseline_value=_commits_per_call(tmp / "theirs-count.db", theirs_call),
+                target=1.0,
+                better="lower",
+            )
+        )
+    factory.close()
+    theirs_recorder.datastore.close()
+    return figures
+
+
+def _sqlite(tmp: Path, seconds: float, progress: Callable[[str], None]) -> list[Figure]:
+    progress("eventsourcing: the module on SQLite vs SQLiteApplicationRecorder")
+    factory, recorder = _ours(f"sqlite://{tmp}/ours.db", f"file://{tmp}/objects")
+    theirs_recorder = _their_recorder(str(tmp / "theirs.db"), create=True)
+    ours, theirs = _Side(recorder), _Side(theirs_recorder)
+    base = f"{BASELINE}:"
+    figures = [
+        _calls(
+            "eventsourcing: insert_events into a new aggregate (sqlite FULL)",
+            f"{base} the same calls",
+            ours.new,
+            theirs.new,
+            seconds,
+            1.0,
+        ),
+        _calls(
+            "eventsourcing: insert_events into an existing aggregate (sqlite FULL)",
+            f"{base} the same calls",
+            ours.next,
+            theirs.next,
+            seconds,
+            1.0,
+        ),
+        _calls(
+            f"eventsourcing: select_events of a {SELECTED}-event aggregate (sqlite)",
+            f"{base} the same calls",
+            ours.select,
+            theirs.select,
+            seconds,
+            None,
+        ),
+        _calls(
+            f"eventsourcing: select_notifications of {SELECTED} from {SELECTED} aggregates "
+            "(sqlite)",
+            f"{base} the same calls",
+            ours.section,
+            theirs.section,
+            seconds,
+            None,
+        ),
+    ]
+    progress("eventsourcing: concurrent throughput")
+    ours_rates, theirs_rates = [], []
+    for _ in range(ROUNDS):
+        theirs_rates.append(_throughput(theirs))
+        ours_rates.append(_throughput(ours))
+    figures.append(
+        _figure(
+            f"eventsourcing: concurrent_throughput, {WORKERS} threads of {JOB_EVENTS}-event "
+            "inserts into new aggregates (sqlite FULL)",
+            "events/s",
+            f"{base} the same workload",
+            _Compared.of(ours_rates, theirs_rates),
+            1,
+            None,
+        )
+    )
+    progress("eventsourcing: durable commits per insert")
+    figures.extend(commit_figures(tmp))
+    factory.close()
+    theirs_recorder.datastore.close()
+    return figures
+
+
+def _memory(seconds: float, progress: Callable[[str], None]) -> list[Figure]:
+    progress("eventsourcing: the module on the memory engine vs POPOApplicationRecorder")
+    from eventsourcing.popo import POPOApplicationRecorder
+
+    factory, recorder = _ours("memory://", "memory://")
+    ours, theirs = _Side(recorder), _Side(POPOApplicationRecorder())
+    base = "eventsourcing 9.5 POPOApplicationRecorder (in memory)"
+    figures = [
+        _calls(f"eventsourcing: {what} (memory engine)", base, mine, their, seconds, None)
+        for what, mine, their in (
+            ("insert_events into a new aggregate", ours.new, theirs.new),
+            ("insert_events into an existing aggregate", ours.next, theirs.next),
+            (f"select_events of a {SELECTED}-event aggregate", ours.select, theirs.select),
+        )
+    ]
+    factory.close()
+    return figures
+
+
+def run(seconds: float = 2.0, progress: Callable[[str], None] = lambda _: None) -> list[Figure]:
+    """Measure and return the figures (``MissingDependency`` without eventsourcing)."""
+    _eventsourcing()
+    with tempfile.TemporaryDirectory(prefix="aosp-bench-es-") as name:
+        figures = _sqlite(Path(name), seconds, progress)
+    return figures + _memory(seconds, progress)

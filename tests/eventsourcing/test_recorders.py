@@ -1,0 +1,368 @@
+"""What the module promises beyond eventsourcing's own cases: one durable commit per insert
+(a new aggregate, a known one, several with a tracking record), all or nothing, exactly once
+under an unknown commit result, reads that agree with eventsourcing's reference recorder for
+any versions (snapshots' skip), text ids, errors, subscriptions woken by another writer, and
+the factory's configuration."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from eventsourcing.persistence import (
+    DataError,
+    IntegrityError,
+    Notification,
+    OperationalError,
+    StoredEvent,
+    Tracking,
+)
+from eventsourcing.popo import POPOAggregateRecorder
+from eventsourcing.utils import Environment
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aos_eventsourcing import (
+    PlaneAggregateRecorder,
+    PlaneApplicationRecorder,
+    PlaneFactory,
+    PlaneProcessRecorder,
+)
+from aos_eventsourcing.codec import NAMESPACE
+from backends.kv.faults import FaultInjector, FaultyEngine
+from backends.kv.memory import MemoryEngine
+from backends.kv.sqlite import SqliteEngine
+from backends.objects.memory import MemoryObjectStore
+from persistence import fdb_errors
+from persistence.ids import UniverseId, WorldId
+from persistence.kv import Engine
+from persistence.plane import Plane
+from segments import open_plane
+from segments.export import ExportConfig, Exporter
+
+
+@dataclass
+class Counted:
+    """A plane over a fault-injecting wrapper that counts writing commits (and injects only
+    what a test scripts), and a second plane on the same store: another client."""
+
+    plane: Plane
+    other: Plane
+    injector: FaultInjector
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Counted]:
+    inner: Engine
+    second: Engine
+    if request.param == "memory":
+        inner = second = MemoryEngine()
+    else:
+        inner = SqliteEngine(tmp_path / "aos.db")
+        second = SqliteEngine(tmp_path / "aos.db")
+    injector = FaultInjector()
+    objects = MemoryObjectStore()
+    yield Counted(
+        open_plane(FaultyEngine(inner, injector), objects), open_plane(second, objects), injector
+    )
+    inner.close()
+    second.close()
+
+
+def event(aggregate: uuid.UUID | str, version: int, topic: str = "topic") -> StoredEvent:
+    return StoredEvent(aggregate, version, topic, f"{aggregate}@{version}".encode())
+
+
+def commits(store: Counted, do: object) -> int:
+    """How many writing commits ``do()`` made."""
+    before = store.injector.commits
+    assert callable(do)
+    do()
+    return store.injector.commits - before
+
+
+# --------------------------------------------------------------------------- one commit
+
+
+def test_a_new_aggregate_costs_one_durable_commit(store: Counted) -> None:
+    recorder = PlaneApplicationRecorder(store.plane, UniverseId.new())
+    for new in (uuid.uuid4(), uuid.uuid4(), uuid.uuid4()):
+        assert commits(store, lambda new=new: recorder.insert_events([event(new, 1)])) == 1
+    snapshots = PlaneAggregateRecorder(store.plane, UniverseId.new())
+    assert commits(store, lambda: snapshots.insert_events([event(new, 7)])) == 1
+
+
+def test_an_insert_into_a_known_aggregate_is_one_commit(store: Counted) -> None:
+    universe = UniverseId.new()
+    recorder = PlaneApplicationRecorder(store.plane, universe)
+    aggregate = uuid.uuid4()
+    recorder.insert_events([event(aggregate, 1)])
+    assert commits(store, lambda: recorder.insert_events([event(aggregate, 2)])) == 1
+    # a recorder that read the aggregate first (as a repository does before a save)
+    reader = PlaneApplicationRecorder(store.plane, universe)
+    assert len(reader.select_events(aggregate)) == 2
+    assert commits(store, lambda: reader.insert_events([event(aggregate, 3)])) == 1
+    # a recorder that never saw it: its first attempt expects a new aggregate, finds the
+    # head moved (nothing committed), reads the version there, and appends
+    blind = PlaneApplicationRecorder(store.plane, universe)
+    assert commits(store, lambda: blind.insert_events([event(aggregate, 4)])) == 1
+    assert [e.originator_version for e in blind.select_events(aggregate)] == [1, 2, 3, 4]
+
+
+def test_several_aggregates_and_a_tracking_record_are_one_commit(store: Counted) -> None:
+    recorder = PlaneProcessRecorder(store.plane, UniverseId.new())
+    known = uuid.uuid4()
+    recorder.insert_events([event(known, 1)])
+    batch = [event(known, 2), event(uuid.uuid4(), 1), event(uuid.uuid4(), 0)]
+    tracking = Tracking("upstream", 5)
+    assert commits(store, lambda: recorder.insert_events(batch, tracking=tracking)) == 1
+    assert recorder.max_tracking_id("upstream") == 5
+    assert recorder.max_notification_id() == 4
+
+
+# --------------------------------------------------------------------------- atomicity
+
+
+def test_an_insert_is_all_or_nothing_across_aggregates(store: Counted) -> None:
+    recorder = PlaneProcessRecorder(store.plane, UniverseId.new())
+    taken = uuid.uuid4()
+    recorder.insert_events([event(taken, 1)])
+    fresh = uuid.uuid4()
+    with pytest.raises(IntegrityError):
+        recorder.insert_events([event(fresh, 1), event(taken, 1)], tracking=Tracking("up", 1))
+    with pytest.raises(IntegrityError):  # the taken version is found by a recorder that
+        other = PlaneProcessRecorder(store.other, recorder.universe)  # never saw it
+        other.insert_events([event(fresh, 1), event(taken, 1)], tracking=Tracking("up", 1))
+    assert recorder.select_events(fresh) == []
+    assert recorder.max_notification_id() == 1
+    assert recorder.max_tracking_id("up") is None
+    with pytest.raises(IntegrityError):  # a duplicate within one call
+        recorder.insert_events([event(fresh, 1), event(fresh, 1)])
+    with pytest.raises(IntegrityError):  # a lower version after a higher one
+        recorder.insert_events([event(taken, 3), event(taken, 2)])
+    assert recorder.select_events(fresh) == []
+
+
+def test_notification_ids_follow_the_callers_order(store: Counted) -> None:
+    recorder = PlaneApplicationRecorder(store.plane, UniverseId.new())
+    a, b = uuid.uuid4(), uuid.uuid4()
+    ids = recorder.insert_events([event(a, 1), event(b, 1), event(a, 2)])
+    # one world per aggregate: a's events take consecutive positions, b's follows them
+    assert ids == [1, 3, 2]
+    by_id = {n.id: (n.originator_id, n.originator_version) for n in _all(recorder)}
+    assert by_id == {1: (a, 1), 2: (a, 2), 3: (b, 1)}
+
+
+def test_a_stale_recorder_gets_integrity_error_for_a_taken_version(store: Counted) -> None:
+    universe = UniverseId.new()
+    first = PlaneApplicationRecorder(store.plane, universe)
+    second = PlaneApplicationRecorder(store.other, universe)
+    aggregate = uuid.uuid4()
+    first.insert_events([event(aggregate, 1)])
+    assert len(second.select_events(aggregate)) == 1
+    first.insert_events([event(aggregate, 2)])
+    with pytest.raises(IntegrityError):
+        second.insert_events([event(aggregate, 2)])
+    assert second.insert_events([event(aggregate, 3)]) == [3]  # above the head: appended
+    assert [e.originator_version for e in first.select_events(aggregate)] == [1, 2, 3]
+
+
+def test_an_unknown_commit_result_is_exactly_once(store: Counted) -> None:
+    """The insert's commit is applied but reported as 1021, and another client inserts
+    before the retry: the retry finds its call record and reports its own ids."""
+    recorder = PlaneProcessRecorder(store.plane, UniverseId.new())
+    competitor = PlaneApplicationRecorder(store.other, recorder.universe)
+    rival = uuid.uuid4()
+
+    def compete() -> None:
+        competitor.insert_events([event(rival, 1), event(rival, 2)])
+
+    store.injector.fail_commit(
+        1, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=True, interleave=compete
+    )
+    mine = uuid.uuid4()
+    ids = recorder.insert_events([event(mine, 1), event(mine, 2)], tracking=Tracking("up", 9))
+    assert ids == [1, 2]
+    assert [(n.id, n.originator_id) for n in _all(recorder)] == [
+        (1, mine),
+        (2, mine),
+        (3, rival),
+        (4, rival),
+    ]
+    assert recorder.max_tracking_id("up") == 9
+    assert recorder.insert_events([event(mine, 3)]) == [5]  # the cache holds the right head
+
+
+# --------------------------------------------------------------------------- reads
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[list[int], list[int]]:
+    """An aggregate's versions (contiguous or with gaps, from 0, 1 or 7) and the sizes of
+    the inserts that record them."""
+    start = draw(st.sampled_from([0, 1, 7]))
+    steps = draw(st.lists(st.integers(1, 1 if draw(st.booleans()) else 4), max_size=25))
+    versions = [start]
+    for step in steps:
+        versions.append(versions[-1] + step)
+    sizes = []
+    left = len(versions)
+    while left:
+        size = draw(st.integers(1, left))
+        sizes.append(size)
+        left -= size
+    return versions, sizes
+
+
+def bound(versions: list[int]) -> st.SearchStrategy[int | None]:
+    """``gt`` or ``lte``: none, or at or next to one of ``versions``."""
+    near = st.builds(lambda v, d: v + d, st.sampled_from(versions), st.integers(-1, 1))
+    return st.none() | near
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories(), st.data())
+def test_reads_agree_with_the_reference_recorder(
+    history: tuple[list[int], list[int]], data: st.DataObject
+) -> None:
+    versions, sizes = history
+    plane = open_plane("memory://", "memory://")
+    universe = UniverseId.new()
+    writer = PlaneAggregateRecorder(plane, universe)
+    reference = POPOAggregateRecorder()
+    aggregate = uuid.uuid4()
+    done = 0
+    for size in sizes:
+        events = [event(aggregate, v) for v in versions[done : done + size]]
+        writer.insert_events(events)
+        reference.insert_events(events)
+        done += size
+    cold = PlaneAggregateRecorder(plane, universe)  # knows nothing yet
+    for _ in range(data.draw(st.integers(1, 8))):
+        gt, lte = data.draw(bound(versions)), data.draw(bound(versions))
+        desc, limit = data.draw(st.booleans()), data.draw(st.none() | st.integers(1, 6))
+        expected = reference.select_events(aggregate, gt=gt, lte=lte, desc=desc, limit=limit)
+        for recorder in (writer, cold):
+            got = recorder.select_events(aggregate, gt=gt, lte=lte, desc=desc, limit=limit)
+            assert got == expected, (gt, lte, desc, limit)
+
+
+def test_cold_versions_go_to_segments_and_read_back(store: Counted) -> None:
+    universe = UniverseId.new()
+    recorder = PlaneAggregateRecorder(store.plane, universe)
+    aggregate = uuid.uuid4()
+    events = [event(aggregate, v) for v in (1, 3, 5, 9, 12)]  # versions that skip
+    recorder.insert_events(events)
+    assert recorder.set_cold_version(aggregate, 6) == 3  # version 5 is at height 3
+    assert recorder.set_cold_version(aggregate, 2) == 3  # the horizon only rises
+    Exporter(store.plane, ExportConfig(enabled=True)).export_all(universe, WorldId(aggregate))
+    assert [(s.start, s.end) for s in store.plane.list_segments(universe, WorldId(aggregate))] == [
+        (1, 3)
+    ]
+    reader = PlaneAggregateRecorder(store.other, universe)
+    assert reader.select_events(aggregate) == events
+    assert reader.select_events(aggregate, gt=1, lte=9, desc=True, limit=2) == events[3:1:-1]
+    with pytest.raises(OperationalError):  # no such aggregate
+        recorder.set_cold_version(uuid.uuid4(), 1)
+
+
+def test_text_ids_come_back_as_text(store: Counted) -> None:
+    recorder = PlaneApplicationRecorder(store.plane, UniverseId.new())
+    name = "order-17"
+    recorder.insert_events([event(name, 1), event(name, 2)])
+    assert recorder.select_events(name) == [event(name, 1), event(name, 2)]
+    assert [n.originator_id for n in _all(recorder)] == [name, name]
+    twin = uuid.uuid5(uuid.NAMESPACE_DNS, "x")  # a UUID and its text are two aggregates
+    recorder.insert_events([event(twin, 1), event(str(twin), 1)])
+    assert recorder.select_events(twin) == [event(twin, 1)]
+    assert recorder.select_events(str(twin)) == [event(str(twin), 1)]
+
+
+def test_refused_input_is_eventsourcings_data_error(store: Counted) -> None:
+    recorder = PlaneProcessRecorder(store.plane, UniverseId.new())
+    aggregate = uuid.uuid4()
+    for bad in (
+        [event(aggregate, 1, topic="")],  # a log tag is 1 to 1,024 characters
+        [event(aggregate, 1, topic="t" * 1025)],
+        [StoredEvent(aggregate, 1, "topic", "text, not bytes")],  # type: ignore[arg-type]
+        [StoredEvent(17, 1, "topic", b"")],  # type: ignore[arg-type]
+    ):
+        with pytest.raises(DataError):
+            recorder.insert_events(bad)
+    with pytest.raises(DataError):
+        recorder.insert_tracking(Tracking("up", 0))  # notification ids start at 1
+    assert recorder.max_notification_id() is None
+
+
+# --------------------------------------------------------------------------- subscriptions
+
+
+def _all(recorder: PlaneApplicationRecorder) -> list[Notification]:
+    return list(recorder.select_notifications(None, 1000))
+
+
+def test_a_subscription_wakes_for_another_writer_and_stops_at_once(store: Counted) -> None:
+    universe = UniverseId.new()
+    reader = PlaneApplicationRecorder(store.plane, universe)
+    writer = PlaneApplicationRecorder(store.other, universe)
+    before = uuid.uuid4()
+    writer.insert_events([event(before, 1, "seen")])
+    received: queue.Queue[Notification | None] = queue.Queue()
+    subscription = reader.subscribe(gt=None, topics=["seen"])
+
+    def consume() -> None:
+        with subscription:
+            for notification in subscription:
+                received.put(notification)
+        received.put(None)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    assert received.get(timeout=30).originator_id == before  # type: ignore[union-attr]
+    aggregate = uuid.uuid4()
+    writer.insert_events([event(aggregate, 1, "skipped"), event(aggregate, 2, "seen")])
+    writer.insert_events([event(aggregate, 3, "seen")])
+    got = [received.get(timeout=30), received.get(timeout=30)]
+    assert [(n.id, n.originator_version) for n in got if n] == [(3, 2), (4, 3)]
+    subscription.stop()  # from another thread, while the consumer blocks
+    consumer.join(timeout=30)
+    assert not consumer.is_alive()
+    assert received.get(timeout=30) is None
+
+
+# --------------------------------------------------------------------------- the factory
+
+
+def test_the_universe_comes_from_the_application_name_or_the_environment() -> None:
+    factory = PlaneFactory(Environment("Bank", {}))
+    named = UniverseId(uuid.uuid5(NAMESPACE, "Bank"))
+    assert factory.universe() == named
+    assert factory.universe("snapshots") == UniverseId(uuid.uuid5(named.uuid, "snapshots"))
+    chosen = UniverseId.new()
+    for env in ({"BANK_AOSP_UNIVERSE": str(chosen)}, {"AOSP_UNIVERSE": str(chosen)}):
+        assert PlaneFactory(Environment("Bank", env)).universe() == chosen
+    other = PlaneFactory(Environment("Bank", {"AOSP_UNIVERSE": "not-a-uuid"}))
+    with pytest.raises(OSError, match="AOSP_UNIVERSE"):
+        other.universe()
+
+
+def test_the_factory_opens_the_store_at_the_first_recorder_and_closes_it(tmp_path: Path) -> None:
+    env = {"AOSP_KV_URL": f"sqlite://{tmp_path}/aos.db", "AOSP_OBJECTS_URL": f"file://{tmp_path}/o"}
+    factory = PlaneFactory(Environment("Bank", env))
+    factory.mapper()
+    assert not (tmp_path / "aos.db").exists()
+    recorder = factory.application_recorder()
+    assert (tmp_path / "aos.db").is_file()
+    assert recorder.insert_events([event(uuid.uuid4(), 1)]) == [1]
+    factory.close()
+    again = PlaneFactory(Environment("Bank", env))
+    assert again.application_recorder().max_notification_id() == 1
+    again.close()
+    bad = PlaneFactory(Environment("Bank", {"AOSP_KV_URL": "nosuch://x"}))
+    with pytest.raises(OSError, match="AOSP_KV_URL"):
+        bad.application_recorder()
