@@ -138,6 +138,12 @@ class Transaction(ABC):
         """Make the commit conflict with any write to ``key`` after the read version."""
         self.add_read_conflict_range(key, key + b"\x00")
 
+    def relax_durability(self) -> None:  # noqa: B027 -- most engines sync every commit
+        """Let this transaction's commit skip its own sync to disk: it becomes durable with
+        the engine's next durable commit (SQLite's write-ahead log is synced in order). Only
+        for writes whose loss in a machine crash is harmless (a CAS put's pin, see
+        ``plane/cas.py``). FoundationDB makes every commit durable and ignores it."""
+
 
 POLL_MAX_SECONDS: Final = 0.01
 """The longest pause between two reads of :meth:`Engine.wait_changed`'s default poll."""

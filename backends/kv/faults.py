@@ -289,6 +289,9 @@ class FaultyTransaction(kv.Transaction):
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         self._inner.add_read_conflict_range(begin, end)
 
+    def relax_durability(self) -> None:
+        self._inner.relax_durability()
+
     def get_read_version(self) -> int:
         return self._inner.get_read_version()
 

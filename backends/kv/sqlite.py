@@ -287,6 +287,7 @@ class SqliteTransaction(BufferedTransaction):
         # Non-snapshot reads to validate at commit: (begin, end, committed rows seen).
         self._reads: list[tuple[bytes, bytes, list[tuple[bytes, bytes]]]] = []
         self._first_page = _PAGE  # rows the next range read's first statement fetches
+        self._relaxed = False  # commit without its own sync (relax_durability)
 
     # ------------------------------------------------------------ read snapshot
 
@@ -417,6 +418,18 @@ class SqliteTransaction(BufferedTransaction):
         conn.execute("COMMIT")
         return stamp
 
+    def relax_durability(self) -> None:
+        """Commit with ``synchronous=NORMAL`` (WAL: the commit is not synced; the next FULL
+        commit's sync of the log covers it, frames being appended in order). SQLite fixes
+        the level outside a transaction: call it before the transaction's first read."""
+        if self._relaxed or self._engine.synchronous not in ("FULL", "EXTRA"):
+            return
+        conn = self._connection()
+        if conn.in_transaction:
+            raise ValueError("relax_durability must come before the transaction's first read")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        self._relaxed = True
+
     def _size_limit(self) -> int:
         return self._engine.size_limit
 
@@ -432,6 +445,15 @@ class SqliteTransaction(BufferedTransaction):
         # must take the slow path, which validates every read (never the in-place upgrade).
         self._reading = False
         conn, self._conn = self._conn, None
+        if conn is not None and self._relaxed:
+            self._relaxed = False
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                conn.execute(f"PRAGMA synchronous = {self._engine.synchronous}")
+            except sqlite3.Error:
+                conn.close()  # never back in the pool at the relaxed level
+                return
         if conn is not None:
             self._engine._release(conn)  # rolls back whatever was not committed
 

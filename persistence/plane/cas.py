@@ -66,7 +66,11 @@ def _pin(
 ) -> Literal["present", "pinned"] | CasDoom:
     """A put's first step: ``"present"`` if the metadata exists (its pin, if an earlier
     round wrote one, is dropped), the doom if a collector is deleting the body, else pin
-    the hash for this put."""
+    the hash for this put. The commit need not be durable on its own (a machine crash that
+    loses the pin also ends the put; the body it may have published is then an orphan that
+    collection removes), so it skips its sync where the engine can: the metadata commit that
+    follows makes it durable."""
+    tr.relax_durability()
     pin = keys.cas_pin(hash, put_id)
     if tr.get(keys.cas_meta(hash)) is not None:
         if tr.get(pin, snapshot=True) is not None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from backends.kv import open_engine
-from backends.kv.sqlite import FORMAT_VERSION, SqliteEngine
+from backends.kv.sqlite import FORMAT_VERSION, SqliteEngine, SqliteTransaction
 from persistence import fdbtuple, kv
 from persistence.errors import StoreFormatError, Validation
 
@@ -217,4 +217,36 @@ def test_faults_prefix_wraps_the_engine_without_injecting(tmp_path: Path) -> Non
     tr.commit()  # no fault injected unless asked
     assert engine.create_transaction().get(b"k") == b"v"
     assert engine.injector.log == []
+    engine.close()
+
+
+def test_a_relaxed_commit_skips_only_its_own_sync(tmp_path: Path) -> None:
+    """``relax_durability``: that transaction commits with ``synchronous=NORMAL`` (WAL: not
+    synced; the next FULL commit's sync covers it) and its connection goes back to the pool
+    at FULL; it must come before the transaction's first read."""
+    engine = SqliteEngine(tmp_path / "kv.db")
+    levels: list[int] = []
+
+    def relaxed(tr: kv.Transaction) -> None:
+        tr.relax_durability()
+        assert isinstance(tr, SqliteTransaction)
+        levels.append(tr._connection().execute("PRAGMA synchronous").fetchone()[0])
+        tr.set(b"pin", b"1")
+
+    def durable(tr: kv.Transaction) -> None:
+        assert isinstance(tr, SqliteTransaction)
+        levels.append(tr._connection().execute("PRAGMA synchronous").fetchone()[0])
+        tr.set(b"meta", b"2")
+
+    kv.run(engine, relaxed)
+    kv.run(engine, durable)  # the same pooled connection
+    assert levels == [1, 2]  # NORMAL, then FULL again
+    assert kv.run(engine, lambda tr: (tr.get(b"pin"), tr.get(b"meta"))) == (b"1", b"2")
+
+    def late(tr: kv.Transaction) -> None:
+        tr.get(b"pin")
+        tr.relax_durability()
+
+    with pytest.raises(ValueError, match="before the transaction's first read"):
+        kv.run(engine, late)
     engine.close()
