@@ -4,15 +4,16 @@ A host-like workload (create a world, store an inline and an external blob, appe
 singly and in a batch with idempotency keys, drain, move the cursor past an item, compact the
 inbox -- mark the cursor, retry an enqueue inside the window, remove the consumed items after
 it in chunks, retry an enqueue after it --, snapshot and promote, export segments, dispatch
-and claim an effect, schedule a timer, then append to the world and create a second world in
-one group commit) runs once without faults, then again with:
+and claim an effect, schedule a timer, append to the world and create a second world in one
+group commit, then enqueue into both worlds and drain both in multi-world drains of one item
+per world) runs once without faults, then again with:
 
 * each of its commits failed in turn with 1020 ``not_committed``, 1021
   ``commit_unknown_result`` (applied, and not applied), 1007 ``transaction_too_old`` and
   1031 ``transaction_timed_out`` (applied and not: the host redoes the step);
 * a crash at each occurrence of each named crash point the plane and the exporter declare;
 * the interleaving mode: each writing commit failed with 1021, applied and not, while
-  another client (eight kinds of competing writer) commits before the retry; the run must
+  another client (nine kinds of competing writer) commits before the retry; the run must
   match its fault-free twin in state and in every outcome its calls reported;
 * seeded random faults and crashes (``Profile.fault_seeds`` runs: none in ``quick``, 24 in
   ``full``), 25% of commits failed, 5% of reads failed (1007, 1009, 1037) and 10% of crash
@@ -24,8 +25,10 @@ same object store. A crash ends the "process": another new plane redoes the inte
 step, as a restarted host would. Every run must end in exactly the state of the fault-free
 run (sequences, ids and wall-clock times aside): each item journaled once, each blob and
 segment stored once, one notification per enqueue, the same items and idempotency entries
-compacted away, and the journal read through the segments unchanged. Compaction reads the
-time from a clock the workload sets (:data:`COMPACT_AT`, then one window later).
+compacted away, and the journal read through the segments unchanged -- and no world with
+items after its cursor without its ready mark (a mark left over by a retry is allowed).
+Compaction reads the time from a clock the workload sets (:data:`COMPACT_AT`, then one
+window later).
 
 Faults are injected by :class:`~backends.kv.faults.FaultyEngine`, so the case needs an engine
 it can wrap without changing what is tested: the memory engine, or an engine that is already
@@ -49,9 +52,10 @@ from conformance.cases import CaseSkipped, ConformanceFailure, Context, check, e
 from persistence import fdb_errors, kv
 from persistence.errors import Conflict, EngineError, NotFound, PersistError, WorldExists
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
-from persistence.keyspace import WorldKeys
+from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.plane import Plane
+from persistence.plane import inbox as inbox_protocol
 from persistence.plane.compaction import InboxCompaction, read_marks
 from persistence.plane.inbox import DrainResult
 from persistence.records import (
@@ -288,6 +292,30 @@ def _group(run: Run) -> None:
     raise ConformanceFailure(f"the head moved under {STEP_ATTEMPTS} group appends in a row")
 
 
+def _enqueue_both(run: Run) -> None:
+    """An item into each world (the second one's first), with idempotency keys."""
+    for world, key, n in ((run.world, b"k6", 6), (second_world(run.world), b"k7", 7)):
+        run.report(
+            f"enqueue {key!r}",
+            lambda world=world, key=key, n=n: run.plane.enqueue(  # type: ignore[misc]
+                run.universe, world, event(n, "faults"), idempotency_key=key
+            ),
+        )
+
+
+def _drain_both(run: Run) -> None:
+    """Multi-world drains of both worlds, one item per world each, until neither has more
+    (a restarted host drains what is left)."""
+    worlds = [run.world, second_world(run.world)]
+    while True:
+        results = run.report(
+            "multi-world drain",
+            lambda: list(run.plane.drain_worlds(run.universe, worlds, max_items=1).values()),
+        )
+        if not isinstance(results, list) or not any(r.more for r in results):
+            return
+
+
 STEPS: Final[tuple[tuple[str, Callable[[Run], Any]], ...]] = (
     ("create world", _create),
     ("put inline blob", _small),
@@ -307,6 +335,8 @@ STEPS: Final[tuple[tuple[str, Callable[[Run], Any]], ...]] = (
     ("dispatch and claim effect", _effect),
     ("schedule timer", _timer),
     ("group append creating a second world", _group),
+    ("enqueue k6 and k7 into both worlds", _enqueue_both),
+    ("multi-world drain of both worlds", _drain_both),
 )
 
 
@@ -356,6 +386,14 @@ def _compete_claim(other: Plane, u: UniverseId, w: WorldId) -> None:
         other.claim_effect(u, seq, "competitor")
 
 
+def _compete_drain_worlds(other: Plane, u: UniverseId, w: WorldId) -> None:
+    worlds = [w]
+    with contextlib.suppress(NotFound):
+        other.head(u, second_world(w))
+        worlds.append(second_world(w))
+    other.drain_worlds(u, worlds, max_items=1)
+
+
 def _compete_compact(other: Plane, u: UniverseId, w: WorldId) -> None:
     later = _after_window(other)
     other.compact_inbox(u, w, max_items=1, now_ns=lambda: later)
@@ -370,6 +408,7 @@ COMPETITORS: Final[dict[str, Callable[[Plane, UniverseId, WorldId], None]]] = {
     "cursor commit": _compete_cursor,
     "effect claim": _compete_claim,
     "inbox compaction": _compete_compact,
+    "multi-world drain": _compete_drain_worlds,
 }
 """Other clients, each committing between an attempt of the workload's commit and its retry
 (the interleaving mode): a plane without faults on the same engine, world and universe."""
@@ -420,20 +459,33 @@ def _work(run: Run) -> None:
 def _positions(
     plane: Plane, u: UniverseId, w: WorldId, reported: Iterable[InboxSeq]
 ) -> dict[InboxSeq, int]:
-    """Each inbox sequence by its rank among those the world still shows -- items in the
-    inbox, in the journal, the cursor, the consumed marks -- and those the run's calls
-    reported (compaction removes consumed items, also ones skipped and never journaled)."""
-    keys = WorldKeys(u, w)
-    seqs = {seq for seq, _ in plane.read_after(u, w, None, 100)} | set(reported)
-    for _, entry in plane.read_range(u, w, 1, plane.head(u, w)):
-        record = decode_journal_record(entry)
-        if isinstance(record, IngressJournalRecord):
-            seqs.add(record.seq)
-    cursor = plane.inbox_cursor(u, w)
-    seqs.update(seq for _, seq in kv.run(plane.engine, lambda tr: read_marks(tr, keys)))
-    if cursor is not None:
-        seqs.add(cursor)
+    """Each inbox sequence by its rank among those the world (and the second world) still
+    shows -- items in the inbox, in the journal, the cursor, the consumed marks -- and those
+    the run's calls reported (compaction removes consumed items, also ones skipped and never
+    journaled)."""
+    seqs = set(reported)
+    for world in _worlds(plane, u, w).values():
+        keys = WorldKeys(u, world)
+        seqs.update(seq for seq, _ in plane.read_after(u, world, None, 100))
+        for _, entry in plane.read_range(u, world, 1, plane.head(u, world)):
+            record = decode_journal_record(entry)
+            if isinstance(record, IngressJournalRecord):
+                seqs.add(record.seq)
+        cursor = plane.inbox_cursor(u, world)
+        marks = kv.run(plane.engine, functools.partial(read_marks, keys=keys))
+        seqs.update(seq for _, seq in marks)
+        if cursor is not None:
+            seqs.add(cursor)
     return {seq: i for i, seq in enumerate(sorted(seqs))}
+
+
+def _worlds(plane: Plane, u: UniverseId, w: WorldId) -> dict[str, WorldId]:
+    """The run's world and, once the group append created it, the second world."""
+    worlds = {"W": w}
+    with contextlib.suppress(NotFound):
+        plane.head(u, second_world(w))
+        worlds["W2"] = second_world(w)
+    return worlds
 
 
 def _seqs(outcome: object) -> Iterator[InboxSeq]:
@@ -456,16 +508,6 @@ def logical_state(
     second = second_world(w)
     head = plane.head(u, w)
     inbox = plane.read_after(u, w, None, 100)
-    journal: list[tuple[int, str, object, str]] = []
-    for height, entry in plane.read_range(u, w, 1, head + 1):
-        record = decode_journal_record(entry)
-        if isinstance(record, IngressJournalRecord):
-            at = position.get(record.seq, str(record.seq))
-            journal.append((height, "item", at, _digest(record.item)))
-        else:
-            journal.append(
-                (height, "opaque" if record is None else str(record.KIND), None, _digest(entry))
-            )
     cursor = plane.inbox_cursor(u, w)
     notify = kv.run(plane.engine, lambda tr: tr.get(keys.notify_counter()))
     entries = kv.run(plane.engine, lambda tr: tr.get_range(*keys.inbox_idempotency_entries()))
@@ -479,14 +521,21 @@ def logical_state(
         for prefix in (f"cas/{u}/", f"segments/{u}/")
         for info in plane.objects.list(prefix)
     ]
-    try:
-        group = [_digest(e) for _, e in plane.read_range(u, second, 1, plane.head(u, second))]
-    except NotFound:
-        group = None
+    worlds = _worlds(plane, u, w)
+    ready = set(
+        inbox_protocol.read_ready(plane.engine, UniverseKeys(u), *UniverseKeys(u).ready_range())[0]
+    )
+    second_cursor = plane.inbox_cursor(u, second) if "W2" in worlds else None
     return {
         "head": head,
-        "journal": journal,
-        "second world": group,
+        "journal": _journal(plane, u, w, position),
+        "second world": _journal(plane, u, second, position) if "W2" in worlds else None,
+        "second world cursor": None if second_cursor is None else position[second_cursor],
+        "pending without a ready mark": [
+            label
+            for label, world in worlds.items()
+            if world not in ready and plane.read_after(u, world, plane.inbox_cursor(u, world), 1)
+        ],
         "inbox": [(position[seq], _digest(encode_inbox_item(item))) for seq, item in inbox],
         "idempotency entries": sorted(
             (position.get(InboxSeq(v), str(v)) for _, v in entries), key=str
@@ -513,6 +562,23 @@ def logical_state(
     }
 
 
+def _journal(
+    plane: Plane, u: UniverseId, w: WorldId, position: dict[InboxSeq, int]
+) -> list[tuple[int, str, object, str]]:
+    """World ``w``'s journal: each drained item by its position, other entries by kind."""
+    journal: list[tuple[int, str, object, str]] = []
+    for height, entry in plane.read_range(u, w, 1, plane.head(u, w)):
+        record = decode_journal_record(entry)
+        if isinstance(record, IngressJournalRecord):
+            at = position.get(record.seq, str(record.seq))
+            journal.append((height, "item", at, _digest(record.item)))
+        else:
+            journal.append(
+                (height, "opaque" if record is None else str(record.KIND), None, _digest(entry))
+            )
+    return journal
+
+
 def _digest(data: bytes) -> str:
     """What the state keeps of bytes: enough of their sha256 to compare, none of the bytes."""
     return hashlib.sha256(data).hexdigest()[:16]
@@ -521,31 +587,45 @@ def _digest(data: bytes) -> str:
 def _check_reference(state: dict[str, Any]) -> None:
     """The fault-free run itself must show the workload's effects exactly once."""
     items = [entry[2] for entry in state["journal"] if entry[1] == "item"]
-    check(items == [0, 1, 2, 3], f"fault-free run journaled inbox positions {items}, not 0-3")
-    check(state["head"] == SNAPSHOT_HEIGHT + 3, f"fault-free run ended at head {state['head']}")
     check(
-        state["journal"][-1][3] == _digest(GROUP_ENTRIES[0])
-        and state["second world"] == [_digest(GROUP_ENTRIES[1])],
-        f"fault-free run: the group append left {state['second world']} in the second world",
+        items == [0, 1, 2, 3, 5, 6],
+        f"fault-free run journaled inbox positions {items}, not 0-3, 5, 6",
     )
-    check(state["cursor"] == 4, f"fault-free run left the cursor at {state['cursor']}")
+    check(state["head"] == SNAPSHOT_HEIGHT + 5, f"fault-free run ended at head {state['head']}")
+    group = state["journal"][SNAPSHOT_HEIGHT + 2]
+    second = state["second world"] or []
     check(
-        state["notifications"] == 5,
-        "fault-free run: five enqueue calls that stored items did not notify five times",
+        group[3] == _digest(GROUP_ENTRIES[0])
+        and [entry[1:3] for entry in second] == [("opaque", None), ("item", 7)]
+        and second[0][3] == _digest(GROUP_ENTRIES[1]),
+        f"fault-free run: the group append and the multi-world drain left {group} in the "
+        f"world and {second} in the second world",
+    )
+    check(
+        (state["cursor"], state["second world cursor"]) == (6, 7),
+        f"fault-free run left the cursors at {state['cursor']}, {state['second world cursor']}",
+    )
+    check(
+        state["notifications"] == 6,
+        "fault-free run: six enqueue calls that stored items did not notify six times",
     )
     # Compaction removed the five consumed items and their entries; k1 retried after the
-    # window is a new item (position 5), k4 retried inside it was not.
+    # window is a new item (position 5), k4 retried inside it was not; k6 is position 6.
     check(
-        [position for position, _ in state["inbox"]] == [5],
-        f"fault-free run left inbox positions {state['inbox']} after compaction, not [5]",
+        [position for position, _ in state["inbox"]] == [5, 6],
+        f"fault-free run left inbox positions {state['inbox']} after compaction, not [5, 6]",
     )
     check(
-        state["idempotency entries"] == [5],
-        f"fault-free run left idempotency entries {state['idempotency entries']}, not [5]",
+        state["idempotency entries"] == [5, 6],
+        f"fault-free run left idempotency entries {state['idempotency entries']}, not [5, 6]",
     )
     check(
         state["consumed marks"] == [(0, 4)],
         f"fault-free run left consumed marks {state['consumed marks']}, not [(0, 4)]",
+    )
+    check(
+        state["pending without a ready mark"] == [],
+        f"fault-free run: {state['pending without a ready mark']} have items and no ready mark",
     )
     check(state["baseline"].height == SNAPSHOT_HEIGHT, "fault-free run did not promote at 7")
     check(state["segments"] == [(1, 3, 3), (4, 6, 3)], f"segments {state['segments']}")
@@ -675,7 +755,7 @@ def _interleaving(
     before the retry. Each such run must end in the state, and every call in it must report
     the outcome, of its fault-free twin: the same competitor committing right after the
     commit (applied), or a 1020 with the same competitor (not applied). The quick profile
-    pairs each commit with one competitor kind in turn; the full profile with all eight."""
+    pairs each commit with one competitor kind in turn; the full profile with all nine."""
     kinds = list(COMPETITORS)
     runs = 0
     ctx.progress(f"faults: commit 1-{commits}, 1021 with a competing writer between the tries")

@@ -18,6 +18,7 @@ key                                                    value
 ``("u", U, "effects", "inflight", versionstamp)``      ``EffectInFlightItem``
 ``("u", U, "effects", "by_intent", hash)``             sequence of the intent's effect
 ``("u", U, "timers", "due", deliver_at_ns, hash)``     ``TimerDueItem``
+``("u", U, "ready", bucket, W)``                       10-byte versionstamp (pending-work mark)
 ``("u", U, "w", W, "meta")``                           ``WorldMeta``
 ``("u", U, "w", W, "journal", "head")``                ``JournalHead``
 ``("u", U, "w", W, "journal", "e", h, i, n)``          chunk ``i`` of ``n`` of the entry at ``h``
@@ -41,6 +42,7 @@ chunk is detected, never read as a short entry.
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -72,6 +74,13 @@ def _range(prefix: tuple[Element, ...]) -> tuple[bytes, bytes]:
     return range_of(pack(prefix))
 
 
+@functools.lru_cache(maxsize=8192)
+def _packed(elements: tuple[Element, ...]) -> bytes:
+    """``pack(elements)``, kept for prefixes and constant suffixes (a tuple's encoding is
+    the concatenation of its elements' encodings)."""
+    return pack(elements)
+
+
 _INT_CODES: Final = [bytes((INT_ZERO + width,)) for width in range(9)]
 _WHOLE: Final = pack((0, 1))
 """Key suffix after the height of an entry stored whole: chunk 0 of 1."""
@@ -88,9 +97,34 @@ def _height(height: int) -> bytes:
 
 
 @functools.lru_cache(maxsize=4096)
+def _universe_prefixes(universe: UniverseId) -> tuple[bytes, bytes, bytes]:
+    """A universe's call-record prefix, log head key and log record prefix, packed once per
+    universe (every group append uses them)."""
+    base = ("u", universe.uuid)
+    return pack((*base, "calls")), pack((*base, "log", "head")), pack((*base, "log", "at"))
+
+
+@functools.lru_cache(maxsize=4096)
 def _calls_prefix(universe: UniverseId, world: WorldId) -> bytes:
     """A world's call-record key prefix, packed once per world."""
     return pack(("u", universe.uuid, "w", world.uuid, "calls"))
+
+
+READY_BUCKETS: Final = 256
+"""Buckets of the pending-work index: drain workers that share a universe each scan a
+contiguous range of buckets (``aosp drain --shard``)."""
+
+
+def ready_bucket(world: WorldId) -> int:
+    """The bucket of ``world``'s ready mark: the first byte of the sha256 of its id, so that
+    worlds spread evenly over the buckets whatever scheme made their ids."""
+    return hashlib.sha256(world.uuid.bytes).digest()[0]
+
+
+@functools.lru_cache(maxsize=4096)
+def _ready_key(universe: UniverseId, world: WorldId) -> bytes:
+    """A world's ready mark key, packed once per world (every enqueue writes it)."""
+    return pack(("u", universe.uuid, "ready", ready_bucket(world), world.uuid))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -110,25 +144,33 @@ class UniverseKeys:
     def _p(self) -> tuple[Element, ...]:
         return ("u", self.universe.uuid)
 
+    def _key(self, *suffix: Element) -> bytes:
+        """The key ``(*prefix, *suffix)``, its prefix packed once."""
+        return _packed(self._p) + pack(suffix)
+
+    def _const(self, *suffix: str) -> bytes:
+        """The key ``(*prefix, *suffix)`` for a constant suffix, both packed once."""
+        return _packed(self._p) + _packed(suffix)
+
     def info(self) -> bytes:
         """Marker written when the universe gets its first world."""
-        return pack((*self._p, "info"))
+        return self._const("info")
 
     def call(self, call_id: bytes) -> bytes:
-        """The record of a universe-level write call (effects)."""
-        return pack((*self._p, "calls", call_id))
+        """The record of a universe-level write call (effects, group appends)."""
+        return _universe_prefixes(self.universe)[0] + pack((call_id,))
 
     def calls(self) -> tuple[bytes, bytes]:
         """Every universe-level call record, oldest first."""
-        return _range((*self._p, "calls"))
+        return range_of(_universe_prefixes(self.universe)[0])
 
     def log_head(self) -> bytes:
         """The universe log's last position."""
-        return pack((*self._p, "log", "head"))
+        return _universe_prefixes(self.universe)[1]
 
     def log_entry(self, position: int) -> bytes:
         """The universe log record at ``position``."""
-        return pack((*self._p, "log", "at", position))
+        return _universe_prefixes(self.universe)[2] + _height(position)
 
     def log_range(self, first: int, last: int) -> tuple[bytes, bytes]:
         """The universe log records at ``first..last``."""
@@ -136,11 +178,24 @@ class UniverseKeys:
 
     def tracking(self, name: str) -> bytes:
         """The tracking record of consumer ``name``."""
-        return pack((*self._p, "tracking", name))
+        return self._key("tracking", name)
+
+    def ready(self, world: WorldId) -> bytes:
+        """The pending-work mark of ``world``: written by every enqueue that stores items,
+        cleared by a drain that leaves the inbox empty (``plane/inbox.py``)."""
+        return _ready_key(self.universe, world)
+
+    def ready_range(self, first: int = 0, end: int = READY_BUCKETS) -> tuple[bytes, bytes]:
+        """The marks of the worlds in buckets ``first`` to ``end - 1``, bucket by bucket."""
+        return pack((*self._p, "ready", first)), pack((*self._p, "ready", end))
+
+    def ready_prefix_len(self) -> int:
+        """Length of the ready-mark key prefix, to decode (bucket, world) from keys."""
+        return len(pack((*self._p, "ready")))
 
     def cas_meta(self, hash: Hash) -> bytes:
         """CAS metadata of ``hash``."""
-        return pack((*self._p, "cas", "meta", hash.digest))
+        return self._key("cas", "meta", hash.digest)
 
     def cas_meta_range(self) -> tuple[bytes, bytes]:
         """Every CAS metadata key of the universe."""
@@ -148,7 +203,7 @@ class UniverseKeys:
 
     def cas_pin(self, hash: Hash, put_id: bytes) -> bytes:
         """The pin of put ``put_id`` of the external body of ``hash``."""
-        return pack((*self._p, "cas", "pin", hash.digest, put_id))
+        return self._key("cas", "pin", hash.digest, put_id)
 
     def cas_pins(self, hash: Hash | None = None) -> tuple[bytes, bytes]:
         """Every pin of ``hash`` (of every hash: ``None``)."""
@@ -158,7 +213,7 @@ class UniverseKeys:
 
     def cas_doom(self, hash: Hash) -> bytes:
         """The collection decision for the body of ``hash``."""
-        return pack((*self._p, "cas", "doomed", hash.digest))
+        return self._key("cas", "doomed", hash.digest)
 
     def cas_dooms(self) -> tuple[bytes, bytes]:
         """Every collection decision of the universe."""
@@ -166,7 +221,7 @@ class UniverseKeys:
 
     def segment(self, world: WorldId, end: int) -> bytes:
         """Index record of the segment of ``world`` ending at height ``end``."""
-        return pack((*self._p, "segments", world.uuid, end))
+        return self._key("segments", world.uuid, end)
 
     def segment_range(self, world: WorldId, from_end: int = 0) -> tuple[bytes, bytes]:
         """Index records of ``world`` whose end height is at least ``from_end``."""
@@ -183,7 +238,7 @@ class UniverseKeys:
 
     def effect_prefix_len(self, state: str) -> int:
         """Length of the effect key prefix of ``state``."""
-        return len(pack((*self._p, "effects", state)))
+        return len(self._key("effects", state))
 
     def pending_effect_with_versionstamp(self) -> bytes:
         """A pending effect key (with offset suffix) sequenced by the commit versionstamp."""
@@ -191,16 +246,16 @@ class UniverseKeys:
 
     def effect_by_intent(self, intent: Hash) -> bytes:
         """The sequence of the pending effect of ``intent`` (idempotent dispatch)."""
-        return pack((*self._p, "effects", "by_intent", intent.digest))
+        return self._key("effects", "by_intent", intent.digest)
 
     def timer(self, deliver_at_ns: int, intent: Hash) -> bytes:
         """A timer due at ``deliver_at_ns``."""
-        return pack((*self._p, "timers", "due", deliver_at_ns, intent.digest))
+        return self._key("timers", "due", deliver_at_ns, intent.digest)
 
     def timer_range(self, until_ns: int | None = None) -> tuple[bytes, bytes]:
         """Timers due (strictly) before ``until_ns``, or all timers."""
         begin, end = _range((*self._p, "timers", "due"))
-        return begin, (end if until_ns is None else pack((*self._p, "timers", "due", until_ns)))
+        return begin, (end if until_ns is None else self._key("timers", "due", until_ns))
 
     def all(self) -> tuple[bytes, bytes]:
         """Every key of the universe."""
@@ -216,7 +271,7 @@ class UniverseKeys:
 
     def world_meta_prefix_len(self) -> int:
         """Length of the ``("u", U, "w")`` prefix, to decode world ids from keys."""
-        return len(pack((*self._p, "w")))
+        return len(self._const("w"))
 
 
 def seq_in_key(key: bytes, prefix_len: int, what: str) -> InboxSeq:
@@ -247,9 +302,17 @@ class WorldKeys:
     def _p(self) -> tuple[Element, ...]:
         return ("u", self.universe.uuid, "w", self.world.uuid)
 
+    def _key(self, *suffix: Element) -> bytes:
+        """The key ``(*prefix, *suffix)``, its prefix packed once."""
+        return _packed(self._p) + pack(suffix)
+
+    def _const(self, *suffix: str) -> bytes:
+        """The key ``(*prefix, *suffix)`` for a constant suffix, both packed once."""
+        return _packed(self._p) + _packed(suffix)
+
     def meta(self) -> bytes:
         """The world's ``WorldMeta``."""
-        return pack((*self._p, "meta"))
+        return self._const("meta")
 
     def call(self, call_id: bytes) -> bytes:
         """The record of a write call on this world."""
@@ -292,7 +355,7 @@ class WorldKeys:
 
     def entries_from(self, height: int) -> tuple[bytes, bytes]:
         """Entry chunks from ``height`` (inclusive) to the end of the journal."""
-        begin = pack((*self._p, "journal", "e", height))
+        begin = self._key("journal", "e", height)
         return begin, _range((*self._p, "journal", "e"))[1]
 
     def entries_between(self, first: int, last: int) -> tuple[bytes, bytes]:
@@ -308,7 +371,7 @@ class WorldKeys:
 
     def snapshot(self, height: int) -> bytes:
         """The snapshot record indexed at ``height``."""
-        return pack((*self._p, "snapshot", "by_height", height))
+        return self._key("snapshot", "by_height", height)
 
     def snapshots(self) -> tuple[bytes, bytes]:
         """Every snapshot record of the world."""
@@ -316,11 +379,11 @@ class WorldKeys:
 
     def snapshot_prefix_len(self) -> int:
         """Length of the snapshot key prefix."""
-        return len(pack((*self._p, "snapshot", "by_height")))
+        return len(self._const("snapshot", "by_height"))
 
     def baseline(self) -> bytes:
         """The active baseline."""
-        return pack((*self._p, "baseline", "active"))
+        return self._const("baseline", "active")
 
     # inbox
 
@@ -339,15 +402,15 @@ class WorldKeys:
 
     def inbox_prefix_len(self) -> int:
         """Length of the inbox-entry key prefix, to decode sequences from keys."""
-        return len(pack((*self._p, "inbox", "e")))
+        return len(self._const("inbox", "e"))
 
     def inbox_cursor(self) -> bytes:
         """The drained boundary."""
-        return pack((*self._p, "inbox", "cursor"))
+        return self._const("inbox", "cursor")
 
     def inbox_idempotency(self, key: bytes) -> bytes:
         """The sequence of the item enqueued with idempotency ``key``."""
-        return pack((*self._p, "inbox", "idem", key))
+        return self._key("inbox", "idem", key)
 
     def inbox_idempotency_entries(self) -> tuple[bytes, bytes]:
         """Every idempotency entry of the world's inbox."""
@@ -359,7 +422,7 @@ class WorldKeys:
 
     def inbox_consumed_mark(self, at_ns: int) -> bytes:
         """The consumed mark a compactor wrote at ``at_ns`` (its clock, nanoseconds)."""
-        return pack((*self._p, "inbox", "consumed", at_ns))
+        return self._key("inbox", "consumed", at_ns)
 
     def inbox_consumed_marks(self) -> tuple[bytes, bytes]:
         """Every consumed mark of the world, oldest first."""
@@ -367,21 +430,26 @@ class WorldKeys:
 
     def inbox_consumed_prefix_len(self) -> int:
         """Length of the consumed-mark key prefix, to decode times from keys."""
-        return len(pack((*self._p, "inbox", "consumed")))
+        return len(self._const("inbox", "consumed"))
 
     def export_marker(self) -> bytes:
         """Progress of the world's in-flight segment export (Protocol F)."""
-        return pack((*self._p, "export", "marker"))
+        return self._const("export", "marker")
 
     def cold_horizon(self) -> bytes:
         """The height through which the world's owner lets export move entries to cold
         segments without a baseline."""
-        return pack((*self._p, "export", "horizon"))
+        return self._const("export", "horizon")
 
     def notify_counter(self) -> bytes:
-        """The best-effort notification counter (atomic add)."""
-        return pack((*self._p, "notify", "counter"))
+        """The world's enqueue counter: one atomic add per enqueue transaction that stores
+        items (nothing in the plane reads it; see docs/protocols.md)."""
+        return self._const("notify", "counter")
+
+    def ready(self) -> bytes:
+        """The world's pending-work mark (:meth:`UniverseKeys.ready`)."""
+        return _ready_key(self.universe, self.world)
 
     def gc_pin(self, hash: Hash) -> bytes:
         """A GC pin of ``hash`` held by this world."""
-        return pack((*self._p, "gc", "pin", hash.digest))
+        return self._key("gc", "pin", hash.digest)

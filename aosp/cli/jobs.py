@@ -160,12 +160,22 @@ def _server_faults(args: argparse.Namespace) -> ServerFaults | None:
     return None
 
 
-SUITES = ("engine", "plane", "cas", "segments", "spark", "steady", "fdb", "eventsourcing")
+SUITES = (
+    "engine",
+    "plane",
+    "cas",
+    "segments",
+    "spark",
+    "steady",
+    "fairness",
+    "fdb",
+    "eventsourcing",
+)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run benchmark suites; print each figure against its peer or limit."""
-    from aosp.benchmarks import Figure, cas, engine, fdb, plane, segments, spark, steady
+    from aosp.benchmarks import Figure, cas, engine, fairness, fdb, plane, segments, spark, steady
     from aosp.benchmarks import eventsourcing as eventsourcing_suite
 
     if not 0 < args.seconds < float("inf"):
@@ -195,6 +205,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "segments": segments.run,
         "spark": spark.run,
         "steady": lambda seconds, progress: steady.run(steady_config, plot, progress),
+        "fairness": fairness.run,
         "fdb": functools.partial(fdb.run, fdb_url=args.fdb),
         "eventsourcing": eventsourcing_suite.run,
     }

@@ -37,6 +37,10 @@ def _overlaps(a: list[tuple[bytes, bytes]], b: list[tuple[bytes, bytes]]) -> boo
     return any(ab < be and bb < ae for ab, ae in a for bb, be in b)
 
 
+def _version_of(entry: tuple[int, bytes | None]) -> int:
+    return entry[0]
+
+
 class MemoryEngine(kv.Engine):
     """FoundationDB semantics in one process's memory."""
 
@@ -55,8 +59,9 @@ class MemoryEngine(kv.Engine):
         self._history: dict[bytes, list[tuple[int, bytes | None]]] = {}
         self._version = 0
         self._floor = 0  # versions at or below this may be compacted: reads below fail 1007
-        self._commits: deque[tuple[int, float, list[tuple[bytes, bytes]]]] = deque()
-        self._dirty: set[bytes] = set()
+        # each commit in the window: version, time, write conflict ranges, keys it wrote
+        self._commits: deque[tuple[int, float, list[tuple[bytes, bytes]], list[bytes]]] = deque()
+        self._written: list[bytes] = []  # keys the commit being applied wrote
         self.commit_count = 0
 
     def create_transaction(self) -> MemoryTransaction:
@@ -135,7 +140,7 @@ class MemoryEngine(kv.Engine):
                         fdb_errors.TRANSACTION_TOO_OLD, "transaction older than 5 s"
                     )
                 if tr.read_ranges:
-                    for version, _, writes in reversed(self._commits):
+                    for version, _, writes, _ in reversed(self._commits):
                         if version <= read_version:
                             break
                         if _overlaps(tr.read_ranges, writes):
@@ -155,7 +160,8 @@ class MemoryEngine(kv.Engine):
             for key, value in list(buffer.final_writes(self._latest, stamp)):
                 self._put(key, version, value)
             self._version = version
-            self._commits.append((version, now, write_ranges))
+            self._commits.append((version, now, write_ranges, self._written))
+            self._written = []
             self.commit_count += 1
             self._committed.notify_all()
             return stamp
@@ -185,30 +191,32 @@ class MemoryEngine(kv.Engine):
             history[-1] = (version, value)
         else:
             history.append((version, value))
-        self._dirty.add(key)
+        self._written.append(key)
 
     def _expire(self, now: float) -> None:
-        """Drop commits (and key history) that left the five-second window."""
+        """Drop commits that left the five-second window, and the history of the keys they
+        wrote that no read version in the window can see."""
         horizon = now - kv.MAX_TRANSACTION_SECONDS
-        expired = False
+        expired: set[bytes] = set()
         while self._commits and self._commits[0][1] < horizon:
-            self._floor = max(self._floor, self._commits.popleft()[0])
-            expired = True
-        if not expired or not self._dirty:
-            return
+            version, _, _, keys = self._commits.popleft()
+            self._floor = max(self._floor, version)
+            expired.update(keys)
         floor = self._floor
-        for key in self._dirty:
-            history = self._history[key]
-            keep = [entry for entry in history if entry[0] > floor]
-            older = [entry for entry in history if entry[0] <= floor]
-            if older and older[-1][1] is not None:
-                keep.insert(0, older[-1])
-            if keep:
-                self._history[key] = keep
-            else:
+        for key in expired:
+            history = self._history.get(key)
+            if history is None:
+                continue
+            # versions ascend: those at or below the floor are a prefix; keep its last
+            # entry (the value visible at the floor) unless it is a deletion
+            older = bisect.bisect_right(history, floor, key=_version_of)
+            if older and history[older - 1][1] is None:
+                del history[:older]
+            elif older > 1:
+                del history[: older - 1]
+            if not history:
                 del self._history[key]
                 self._keys.pop(bisect.bisect_left(self._keys, key))
-        self._dirty = {k for k in self._dirty if k in self._history and len(self._history[k]) > 1}
 
     def key_count(self) -> int:
         """Number of live keys at the latest version (for tests and inspection)."""

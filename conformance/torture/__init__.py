@@ -18,6 +18,12 @@ Roles (:mod:`conformance.torture.worker`, one OS process each, restarted after e
   redone with ``retry_append_batch`` and the same head: it appends the entry, reports where
   the unknown attempt put it, or reports that it did not land.
 * **drainers** drain the worlds in small random batches and log every drain that moved items.
+* **drain workers** (``TortureConfig.drain_workers``, 2) each run a
+  :class:`~persistence.plane.drain_worker.DrainWorker` on their shard (worker ``i`` of ``n``;
+  the run's worlds are drawn so that every shard has one): they find the worlds through the
+  ready marks and drain a few items per world and turn, every ready world of the shard in one
+  multi-world transaction, and log each world a transaction drained as a drainer logs a
+  drain (with the transaction's world count).
 * one **exporter** replays the reference kernel from the active baseline to the head,
   commits that state as a snapshot at the head (promoting it two times in three), puts
   that height's *attachment* (20,000-40,000 bytes derived from the world and the height,
@@ -58,11 +64,12 @@ is checked:
 1. before any repair: every acknowledged item is either journaled once or pending after the
    cursor (one gone from above the cursor was *removed*); every inbox item still has its
    idempotency entry, and no entry names a removed item (compaction removes an item only at
-   or below the cursor, and with its entry);
+   or below the cursor, and with its entry); every world with items after its cursor has its
+   ready mark (else no drain worker would find them);
 2. after a final clean drain, export and orphan collection (on a clock the grace ahead, so
    the pins of killed puts have expired; then nothing may be left collectable but bodies
-   under a doom): heights are contiguous through segments and hot
-   tail; every journaled item was attempted by a writer, is journaled at most once, in the
+   under a doom): no world is still marked ready; heights are contiguous through segments
+   and hot tail; every journaled item was attempted by a writer, is journaled at most once, in the
    world it was sent to, under the sequence its writer was given; every acknowledged item is
    journaled exactly once; drains are in sequence order and every acknowledged drain is in
    the journal as logged; the cursor is the last drained item; every appended entry is

@@ -23,6 +23,7 @@ from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
 from persistence.plane import Plane, cas_bodies
+from persistence.plane import inbox as inbox_protocol
 from persistence.plane.cas_bodies import CasCollection
 from persistence.records import (
     BaselineSnapshotJournalRecord,
@@ -184,8 +185,10 @@ def check_pending(
     """Right after the last kill, before anything repairs the store: every acknowledged item
     is journaled once or pending after the cursor, never both, never neither (one missing
     above the cursor was *removed*: compacted before it was drained); the inbox is as
-    compaction may leave it (:func:`_check_inbox`)."""
+    compaction may leave it (:func:`_check_inbox`); a world with items after its cursor has
+    its ready mark."""
     violations: list[str] = []
+    ready = ready_worlds(plane, universe)
     for index, world in enumerate(worlds):
         journal = read_journal(plane, universe, world, index, violations)
         if journal is None:
@@ -196,6 +199,11 @@ def check_pending(
             continue
         _check_inbox(inbox, index, violations)
         pending = inbox.pending()
+        if pending and world not in ready:
+            violations.append(
+                f"ready: world {index} has {len(pending)} items after its cursor and no ready "
+                "mark: no drain worker would find them"
+            )
         for item_key, (target, seq) in sorted(evidence.acked.items()):
             if target != index:
                 continue
@@ -217,6 +225,18 @@ def check_pending(
             elif journaled[seq] > 1:
                 violations.append(f"duplicate: {where} is journaled {journaled[seq]} times")
     return violations
+
+
+def ready_worlds(plane: Plane, universe: UniverseId) -> set[WorldId]:
+    """The worlds of ``universe`` whose ready mark is set (the pending-work index)."""
+    keys = UniverseKeys(universe)
+    after, end = keys.ready_range()
+    found: set[WorldId] = set()
+    page: bytes | None = after
+    while page is not None:
+        worlds, page = inbox_protocol.read_ready(plane.engine, keys, page, end)
+        found.update(worlds)
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +298,13 @@ def check_store(
     placed: dict[ItemId, list[tuple[int, int]]] = defaultdict(list)
     unreadable: set[int] = set()
     compacted: InboxTally | None = InboxTally()
+    ready = ready_worlds(plane, universe)
+    for index, world in enumerate(worlds):
+        if world in ready:
+            violations.append(
+                f"ready: world {index} is still marked ready after the final drain found its "
+                "inbox empty"
+            )
     for index, world in enumerate(worlds):
         journal = read_journal(plane, universe, world, index, violations)
         inbox = _read_inbox(plane, universe, world, index, violations)

@@ -71,6 +71,8 @@ class DrainAck:
     first: int
     count: int
     cursor: InboxSeq
+    group: int = 1
+    """Worlds drained in the same transaction (a drain worker's multi-world drain)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +298,7 @@ def read_evidence(directory: Path) -> Evidence:
                         record["first"],
                         record["count"],
                         InboxSeq.parse(record["cursor"]),
+                        record.get("group", 1),
                     )
                 )
             elif "snapshot" in record:

@@ -28,6 +28,7 @@ from conformance.torture.fleet import Fleet
 from conformance.torture.monitor import Monitor
 from conformance.torture.servers import ServerFaultError, ServerFaults
 from conformance.torture.workload import (
+    DRAIN_WORKERS,
     ORPHAN_GRACE_SECONDS,
     TortureConfig,
     check_shared_urls,
@@ -37,6 +38,7 @@ from persistence.fdb_errors import ERROR_DESCRIPTIONS
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
 from persistence.plane.compaction import MARKS_PER_WINDOW
+from persistence.plane.drain_worker import Shard
 from segments.export import ExportConfig, Exporter
 
 MAX_LISTED: Final = 25
@@ -94,7 +96,7 @@ def run_torture(
     )
     rng = random.Random(seed)
     universe = UniverseId.new()
-    worlds = tuple(WorldId.new() for _ in range(size.worlds))
+    worlds = spread_worlds(size.worlds, DRAIN_WORKERS)
     for world in worlds:
         plane.create_world(universe, world)
     config = TortureConfig(
@@ -111,6 +113,7 @@ def run_torture(
     roles = [("writer", i) for i in range(size.writers)]
     roles += [("appender", i) for i in range(size.appenders)]
     roles += [("drainer", i) for i in range(size.drainers)] + [("exporter", 0)]
+    roles += [("drainworker", i) for i in range(config.drain_workers)]
     roles += [("compactor", i) for i in range(size.compactors)]
     for role, ident in roles:
         fleet.start(role, ident)
@@ -195,6 +198,10 @@ def run_torture(
         "appends_acknowledged": len(evidence.appended),
         "appends_retried_after_unknown_outcome": sum(a.retried for a in evidence.appended.values()),
         "drains_acknowledged": len(evidence.drains),
+        "drains_acknowledged_by_drain_workers": sum(
+            d.process.startswith("drainworker") for d in evidence.drains
+        ),
+        "multi_world_drains_acknowledged": sum(d.group > 1 for d in evidence.drains),
         "snapshots_acknowledged": len(evidence.snapshots),
         "promotions_acknowledged": sum(s.promoted for s in evidence.snapshots),
         "segments": sum(len(plane.list_segments(universe, w)) for w in worlds),
@@ -342,6 +349,19 @@ def _wait_available(plane: Plane, universe: UniverseId, world: WorldId) -> list[
 def _by_code(counts: Counter[int]) -> dict[str, int]:
     """Error counts keyed by ``code name``."""
     return {f"{code} {ERROR_DESCRIPTIONS.get(code, '?')}": n for code, n in sorted(counts.items())}
+
+
+def spread_worlds(count: int, shards: int) -> tuple[WorldId, ...]:
+    """``count`` new worlds, at least one in each of the drain workers' ``shards`` (if there
+    are as many worlds), so that every drain worker has work."""
+    worlds: list[WorldId] = []
+    while len(worlds) < count:
+        world = WorldId.new()
+        missing = [s for s in range(shards) if not any(Shard(s, shards).holds(w) for w in worlds)]
+        lands = [s for s in missing if Shard(s, shards).holds(world)]
+        if lands or count - len(worlds) > len(missing):
+            worlds.append(world)
+    return tuple(worlds)
 
 
 def compaction_due(seconds: float, window: float) -> bool:

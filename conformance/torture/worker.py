@@ -3,10 +3,10 @@
 Usage: ``python -m conformance.torture.worker CONFIG ROLE ID INCARNATION``
 
 ``CONFIG`` is the run's ``config.json``; ``ROLE`` is ``writer``, ``appender``, ``drainer``,
-``exporter`` or ``compactor``. The process opens the shared store with the run's inbox
-window (``TortureConfig.plane_config``), then works until it is killed, appending what each
-call durably did (and what it reported) to ``<ROLE>-<ID>.<INCARNATION>.jsonl`` in the run's
-directory (fsynced after the call returned).
+``drainworker``, ``exporter`` or ``compactor``. The process opens the shared store with the
+run's inbox window (``TortureConfig.plane_config``), then works until it is killed, appending
+what each call durably did (and what it reported) to ``<ROLE>-<ID>.<INCARNATION>.jsonl`` in
+the run's directory (fsynced after the call returned).
 
 The exporter's plane has :class:`PutSteps` as its hooks: they count what each of its
 attachment puts went through, stall the puts that stall (:class:`Attachments`) and give up a
@@ -57,12 +57,14 @@ from conformance.torture.workload import (
 from persistence import kv
 from persistence.errors import Backend, HeadAdvanced
 from persistence.hooks import NO_HOOKS, StepHooks
-from persistence.ids import Hash, InboxSeq, WorldId
+from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys
 from persistence.plane import Plane, cas_bodies
 from persistence.plane import calls as plane_calls
 from persistence.plane.compaction import MARKS_PER_WINDOW
 from persistence.plane.compactor import Compactor
+from persistence.plane.drain_worker import DrainWorker, Shard
+from persistence.plane.inbox import DrainResult
 from segments import open_plane
 from segments.collect import SegmentCollection, collect_world
 from segments.export import ExportConfig, Exporter
@@ -283,18 +285,60 @@ def drain(plane: Plane, config: TortureConfig, drainer: int, log: Log) -> None:
                 calls.unknown(exc)
                 continue
             calls.done(started)
-            if result.count:
-                assert result.cursor is not None
-                log.append(
-                    {
-                        "drain": index,
-                        "first": result.first_height,
-                        "count": result.count,
-                        "cursor": str(result.cursor),
-                    }
-                )
-                moved += result.count
+            _log_drain(log, index, result)
+            moved += result.count
         if not moved:
+            time.sleep(0.005)
+
+
+def _log_drain(log: Log, index: int, result: DrainResult, group: int = 1) -> None:
+    """Log a drain of world ``index`` that moved items (``group``: worlds in its
+    transaction)."""
+    if result.count:
+        assert result.cursor is not None
+        log.append(
+            {
+                "drain": index,
+                "first": result.first_height,
+                "count": result.count,
+                "cursor": str(result.cursor),
+                "group": group,
+            }
+        )
+
+
+def drain_worker(plane: Plane, config: TortureConfig, ident: int, log: Log) -> None:
+    """A :class:`DrainWorker` on shard ``ident`` of ``config.drain_workers``, passes forever:
+    it finds the worlds through the ready marks and drains a few items per world and turn,
+    all of its shard's ready worlds in one multi-world transaction; every world a
+    transaction moved items of is logged as a drainer's drain is."""
+    calls = Calls(log)
+    rng = random.Random(config.seed * 1_000 + 500 + ident)
+    index = {world: i for i, world in enumerate(config.worlds)}
+
+    def drained(universe: UniverseId, results: dict[WorldId, DrainResult]) -> None:
+        for world, result in results.items():
+            _log_drain(log, index[world], result, len(results))
+
+    worker = DrainWorker(
+        plane,
+        universes=[config.universe],
+        shard=Shard(ident, config.drain_workers),
+        quantum=rng.randint(1, 4),
+        worlds_per_transaction=len(config.worlds),
+        drained=drained,
+    )
+    while True:
+        started = time.monotonic()
+        try:
+            report = worker.run_pass()
+        except Backend as exc:
+            calls.unknown(exc)
+            continue
+        if report.failures:
+            raise ConformanceFailure(f"drain worker: {report.failures[0]}")
+        calls.done(started)
+        if not report.items:
             time.sleep(0.005)
 
 
@@ -598,6 +642,8 @@ def main(argv: list[str] | None = None) -> int:
             append(plane, config, ident, log)
         elif role == "drainer":
             drain(plane, config, ident, log)
+        elif role == "drainworker":
+            drain_worker(plane, config, ident, log)
         elif role == "exporter":
             export(plane, config, steps, log)
         elif role == "compactor":

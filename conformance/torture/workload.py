@@ -30,6 +30,8 @@ APPEND_PREFIX: Final = b"torture-append/"
 ATTACHMENT_SIZES: Final = (20_000, 40_000)
 """An attachment's size is in ``[low, high)``: above the plane's 16 KiB inline threshold,
 so that it is an external CAS body (an object the orphan collector lists)."""
+DRAIN_WORKERS: Final = 2
+"""Drain worker processes in a run (each drains its shard of the worlds)."""
 ORPHAN_GRACE_SECONDS: Final = 1.0
 """The compactors' orphan collection grace: a put's pin protects its body this long. Short,
 so that the pins of puts killed or stalled during the run expire while it runs (and puts
@@ -130,6 +132,9 @@ class TortureConfig:
     export_delete_chunk: int = 7
     orphan_grace_seconds: float = ORPHAN_GRACE_SECONDS
     """The grace of the compactors' orphan collection (``cas_bodies.collect``)."""
+    drain_workers: int = DRAIN_WORKERS
+    """Drain worker processes (``persistence.plane.drain_worker``), one per shard of that
+    many: worker ``i`` runs shard ``i`` of ``drain_workers``."""
 
     def save(self) -> Path:
         """Write ``config.json``; return its path."""

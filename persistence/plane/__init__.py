@@ -70,6 +70,7 @@ from persistence.sizes import (
     MAX_IDEMPOTENCY_KEY_BYTES,
     MAX_NAME_CHARS,
     MAX_ROW_LIMIT,
+    KiB,
     MiB,
     check_bool,
     check_bytes,
@@ -491,15 +492,17 @@ class Plane:
         if size > limits[1]:
             raise Validation("batches", f"{size:,} bytes > max {limits[1]:,}")
         create = self._creation(universe) if create_missing else None
-        budget.check(
-            budget.group_append_cost(
-                keys, [(p.keys, p.expected_head + 1, p.entries) for p in parts], create
+        tags = [] if sequencing is None else sequencing.tags
+        if budget.group_append_bound([p.entries for p in parts], tags) > self.budget:
+            budget.check(
+                budget.group_append_cost(
+                    keys, [(p.keys, p.expected_head + 1, p.entries) for p in parts], create
+                )
+                + (0 if sequencing is None else budget.sequencing_cost(keys, sequencing)),
+                self.budget,
+                "batches",
+                f"appending {count:,} entries ({size:,} bytes) to {len(parts):,} worlds",
             )
-            + (0 if sequencing is None else budget.sequencing_cost(keys, sequencing)),
-            self.budget,
-            "batches",
-            f"appending {count:,} entries ({size:,} bytes) to {len(parts):,} worlds",
-        )
         done = journal.append_batches(self.engine, keys, parts, create, self.new_call(), sequencing)
         self.hooks.reached("journal.after_append")
         return done
@@ -575,31 +578,43 @@ class Plane:
                     "tags", f"expected a collection of text, got {type(tags).__name__}"
                 )
             wanted = {check_text(tag, "tags") for tag in tags}
+
+        def matches(record: LogRecord) -> bool:
+            return wanted is None or record.tag in wanted
+
         found: list[tuple[int, LogRecord]] = []
+        entries: dict[int, bytes] = {}
         while len(found) < limit:
-            page = journal.read_log(self.engine, keys, first, self.config.read_page_entries, last)
-            found.extend(
-                (position, record)
-                for position, record in page.records
-                if wanted is None or record.tag in wanted
-            )
+            # without a filter, a page need not be longer than what is still wanted
+            page_size = self.config.read_page_entries
+            if wanted is None:
+                page_size = min(page_size, limit - len(found))
+            page = journal.read_log(self.engine, keys, first, page_size, last, matches)
+            found.extend(item for item in page.records if matches(item[1]))
+            entries.update(page.entries)
             if page.next is None:
                 break
             first = page.next
         found = found[:limit]
-        entries: dict[tuple[WorldId, int], bytes] = {}
         by_world: dict[WorldId, list[int]] = {}
-        for _, record in found:
-            by_world.setdefault(record.world, []).append(record.height)
+        for position, record in found:
+            if position not in entries:  # cold, or stored in chunks
+                by_world.setdefault(record.world, []).append(record.height)
+        read: dict[tuple[WorldId, int], bytes] = {}
         for world, heights in by_world.items():
             low, high = min(heights), max(heights)
+            # one stitched read of the span, unless it is mostly other entries
+            spans = [(low, high)] if high - low < 4 * len(heights) else [(h, h) for h in heights]
             wanted_heights = set(heights)
-            for height, entry in self.read_range(universe, world, low, high - low + 1):
-                if height in wanted_heights:
-                    entries[(world, height)] = entry
+            for start, stop in spans:
+                for height, entry in self.read_range(universe, world, start, stop - start + 1):
+                    if height in wanted_heights:
+                        read[(world, height)] = entry
         out = []
         for position, record in found:
-            stored = entries.get((record.world, record.height))
+            stored = entries.get(position)
+            if stored is None:
+                stored = read.get((record.world, record.height))
             if stored is None:
                 raise CorruptRecord(
                     f"universe log at {position}",
@@ -894,6 +909,52 @@ class Plane:
         result = inbox.drain(self.engine, keys, limits, normalize, self.new_call())
         self.hooks.reached("inbox.after_drain")
         return result
+
+    @traced("inbox.drain_worlds")
+    def drain_worlds(
+        self,
+        universe: UniverseId,
+        worlds: Sequence[WorldId],
+        max_items: int = 100,
+        max_bytes: int = 256 * KiB,
+        normalize: Normalizer = default_normalizer,
+    ) -> dict[WorldId, DrainResult]:
+        """Protocol D for several worlds of ``universe`` in one transaction: one durable
+        commit for all. Each world of ``worlds`` (distinct, at most 1,000) is drained as by
+        :meth:`drain_inbox_to_journal` with ``max_items``/``max_bytes``, in order; the
+        transaction's budget is shared, so a world reached when it is spent drains fewer
+        items, possibly none (its result says so). ``len(worlds) * max_items`` and
+        ``len(worlds) * max_bytes`` must be within ``max_batch_entries`` and
+        ``max_batch_bytes``. A missing world is ``WorldNotFound``, a normalizer that fails
+        ``Validation`` naming it: nothing is written. Returns each world's result, in the
+        order given; a retry after an applied ``commit_unknown_result`` returns its own."""
+        keys = _universe_keys(universe)
+        check_sequence(worlds, "worlds", 1, inbox.MAX_DRAIN_WORLDS)
+        parts: list[WorldKeys] = []
+        seen: set[WorldId] = set()
+        for index, world in enumerate(worlds):
+            part = keys.world(check_id(world, WorldId, f"worlds[{index}]"))
+            if part.world in seen:
+                raise Validation(f"worlds[{index}]", f"{world} is listed twice: once per call")
+            seen.add(part.world)
+            parts.append(part)
+        for field, value, limit in (
+            ("max_items", max_items, self.config.max_batch_entries),
+            ("max_bytes", max_bytes, self.config.max_batch_bytes),
+        ):
+            check_int(value, field, 1, limit)
+            if value * len(parts) > limit:
+                raise Validation(
+                    field,
+                    f"{len(parts):,} worlds x {value:,} > {limit:,} for one transaction "
+                    f"(PlaneConfig.max_batch_{'entries' if field == 'max_items' else 'bytes'})",
+                )
+        if not callable(normalize):
+            raise Validation("normalize", f"expected a function, got {type(normalize).__name__}")
+        limits = inbox.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
+        results = inbox.drain_worlds(self.engine, keys, parts, limits, normalize, self.new_call())
+        self.hooks.reached("inbox.after_drain")
+        return {part.world: result for part, result in zip(parts, results, strict=True)}
 
     @traced("inbox.compact")
     def compact_inbox(

@@ -32,6 +32,10 @@ STAMP_VALUE_BYTES: Final = 16
 """An idempotency index value: 12 bytes of sequence and the 4-byte offset suffix."""
 MARK_BYTES: Final = 24
 """An upper bound on an inbox consumed mark's value."""
+READY_VALUE_BYTES: Final = 14
+"""A ready mark's versionstamped value: the 10-byte versionstamp and the 4-byte offset."""
+DRAIN_RESULT_BYTES: Final = 40
+"""An upper bound on one world's result in a multi-world drain's call record."""
 COMPACTION_RECORD_BYTES: Final = 192
 """An upper bound on an inbox compaction's call record (its outcome is the record's value)."""
 LOG_RECORD_BYTES: Final = 48
@@ -99,6 +103,31 @@ def group_append_cost(
     return total
 
 
+CHUNK_BOUND: Final = 500
+"""More than a journal chunk, a log record or a world's head costs besides its bytes (its
+keys are under 120 bytes: ``3 * 120 + 69`` for the write and its conflict range)."""
+WORLD_BOUND: Final = 5_000
+"""More than a group append spends on one world besides its entries: reading and writing
+the head, and creating the world (meta, universe info, head, genesis snapshot and
+baseline, the genesis blobs' metadata: under 3,000 bytes)."""
+GROUP_BOUND: Final = 50_000
+"""More than a group append's fixed part: its call record and sweep, the log head, and a
+tracking record (whose name of at most 1,024 characters makes a key under 4,200 bytes)."""
+
+
+def group_append_bound(batches: Sequence[Sequence[bytes]], tags: Sequence[Sequence[str]]) -> int:
+    """An upper bound on :func:`group_append_cost` plus :func:`sequencing_cost`, cheap to
+    compute (no keys built): the exact cost is computed only when this is over the budget."""
+    total = GROUP_BOUND + WORLD_BOUND * len(batches)
+    for entries in batches:
+        for entry in entries:
+            total += len(entry) + CHUNK_BOUND * (1 + len(entry) // CHUNK_SIZE)
+    for entry_tags in tags:
+        for tag in entry_tags:
+            total += 4 * len(tag) + CHUNK_BOUND
+    return total
+
+
 def sequencing_cost(universe: UniverseKeys, sequencing: Sequencing) -> int:
     """A sequenced append's log records (one per entry, with its tag), the log head read and
     written, and the tracking record read and written."""
@@ -135,19 +164,37 @@ def creation_cost(keys: WorldKeys, create: Creation) -> int:
 
 
 def drain_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:
-    """Protocol D: the append's cost, and reading and moving the cursor."""
-    cursor = len(keys.inbox_cursor())
+    """Protocol D: the world's part (:func:`drain_world_cost`) and its call record."""
+    return drain_world_cost(keys, first, entries) + call_cost(keys)
+
+
+def drain_world_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:
+    """One world's part of a drain: read and move the head and the cursor, write the
+    entries, read and clear the world's ready mark."""
+    head, cursor, ready = len(keys.head()), len(keys.inbox_cursor()), len(keys.ready())
     return (
-        append_cost(keys, first, entries)
+        txsize.get_cost(head)
+        + txsize.set_cost(head, HEAD_BYTES)
+        + entries_cost(keys, first, entries)
         + txsize.get_cost(cursor)
         + txsize.set_cost(cursor, CURSOR_BYTES)
+        + txsize.get_cost(ready)
+        + txsize.clear_cost(ready)
     )
+
+
+def drain_group_cost(universe: UniverseKeys, worlds: int) -> int:
+    """A multi-world drain besides its worlds' parts: one call record in the universe's
+    scope holding every world's result."""
+    return call_cost(universe, CALL_RECORD_BYTES + DRAIN_RESULT_BYTES * worlds)
 
 
 def enqueue_cost(keys: WorldKeys, items: Sequence[tuple[bytes, int]]) -> int:
     """Protocol C for ``(idempotency key, encoded envelope length)`` pairs: per item the
-    idempotency lookup, the versionstamped item and index entry; one notification add."""
+    idempotency lookup, the versionstamped item and index entry; one notification add and
+    the world's ready mark."""
     total = txsize.set_cost(len(keys.notify_counter()), 8)
+    total += txsize.set_cost(len(keys.ready()), READY_VALUE_BYTES)
     item_key = len(keys.inbox_item_with_versionstamp(0))
     for idempotency_key, envelope in items:
         idem = len(keys.inbox_idempotency(idempotency_key))

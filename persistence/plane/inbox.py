@@ -1,13 +1,28 @@
-"""Protocols C and D: the world inbox (commit-ordered enqueue, compare-and-swap cursor)
-and the drain that moves items into the journal exactly once."""
+"""Protocols C and D: the world inbox (commit-ordered enqueue, compare-and-swap cursor),
+the drain that moves items into the journal exactly once -- for one world, or for several
+worlds of a universe in one transaction -- and the pending-work index that tells drain
+workers which worlds have items.
+
+The pending-work index is one *ready mark* per world, ``("u", U, "ready", bucket, W)``
+(``keyspace.UniverseKeys.ready``). Every enqueue that stores items writes it blindly (no
+read: enqueues never conflict on it), with its own versionstamp as the value, so every write
+changes it. A drain that leaves the inbox empty clears it, after reading it with a conflict:
+an enqueue that commits between the drain's read version and its commit wrote the mark, so
+the drain aborts and, retried, sees the new item. Hence a world with items after its cursor
+always has its mark (a mark without items -- left by a retry, or by ``commit_cursor`` moving
+past the last item -- is harmless: the next drain of the world finds nothing and clears it).
+Only a call's first attempt clears marks: a retry leaves them, so an inbox that keeps
+receiving items costs a drain at most one conflict, never a livelock.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
+from uuid import UUID
 
-from persistence import kv
+from persistence import cbor, fdbtuple, kv
 from persistence.errors import (
     CorruptRecord,
     CursorAdvanced,
@@ -15,8 +30,8 @@ from persistence.errors import (
     Validation,
     WorldNotFound,
 )
-from persistence.ids import InboxSeq
-from persistence.keyspace import WorldKeys, seq_in_key
+from persistence.ids import InboxSeq, WorldId
+from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
 from persistence.plane import budget, calls
 from persistence.plane.calls import Call
 from persistence.plane.journal import append_at, read_head
@@ -34,6 +49,8 @@ Normalizer = Callable[[InboxSeq, InboxItem], bytes]
 a drain retried after an unknown commit result normalizes the same items again."""
 
 NOTIFY_INCREMENT = (1).to_bytes(8, "little")
+READY_VALUE: Final = bytes(10) + (0).to_bytes(4, "little")
+"""A ready mark as an enqueue writes it: the enqueue's versionstamp, set at commit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +81,8 @@ def enqueue(
     envelopes: Sequence[InboxEnvelope],
 ) -> PendingEnqueue:
     """Protocol C for a batch: versionstamped item keys (user version = position), an
-    idempotency index entry per item, one atomic add to the notify counter."""
+    idempotency index entry per item, one atomic add to the notify counter and the world's
+    ready mark (a blind versionstamped write, see the module)."""
     # The world must exist. Its meta never changes, so a snapshot read suffices -- and
     # unlike the head (rewritten by every drain) it cannot make enqueues conflict with drains.
     if tr.get(keys.meta(), snapshot=True) is None:
@@ -86,7 +104,50 @@ def enqueue(
         new[index] = index
     if new:
         tr.add(keys.notify_counter(), NOTIFY_INCREMENT)
+        tr.set_versionstamped_value(keys.ready(), READY_VALUE)
     return PendingEnqueue(known, new, tr.get_versionstamp() if new else None)
+
+
+@kv.transactional
+def mark_pending(tr: kv.Transaction, keys: WorldKeys) -> bool:
+    """Write the world's ready mark if items follow its cursor and it has none (inboxes
+    filled before the pending-work index existed); whether it did. Always safe: a mark
+    without items only costs a drain that finds nothing. ``WorldNotFound`` without a world."""
+    cursor = read_cursor(tr, keys, snapshot=True)
+    read_head(tr, keys, snapshot=True)
+    after = None if cursor is None else cursor.seq
+    if not tr.get_range(*keys.inbox_after(after), limit=1, snapshot=True):
+        return False
+    if tr.get(keys.ready(), snapshot=True) is not None:
+        return False
+    tr.set_versionstamped_value(keys.ready(), READY_VALUE)
+    return True
+
+
+READY_PAGE: Final = 1_000
+"""Ready marks read per transaction of a scan of the pending-work index."""
+
+
+@kv.transactional
+def read_ready(
+    tr: kv.Transaction, universe: UniverseKeys, begin: bytes, end: bytes
+) -> tuple[list[WorldId], bytes | None]:
+    """The worlds whose ready mark is in ``[begin, end)`` (a part of
+    ``universe.ready_range()``), up to :data:`READY_PAGE`, in key order, and where the next
+    page begins (``None``: no more). Snapshot reads: a scan never aborts anything."""
+    rows = tr.get_range(begin, end, limit=READY_PAGE, snapshot=True)
+    prefix = universe.ready_prefix_len()
+    worlds = []
+    for key, _ in rows:
+        try:
+            element = fdbtuple.unpack(key, prefix)
+        except ValueError:
+            element = ()
+        if len(element) != 2 or type(element[0]) is not int or not isinstance(element[1], UUID):
+            raise CorruptRecord("ready mark key", f"{key.hex()} does not end with (bucket, world)")
+        worlds.append(WorldId(element[1]))
+    more = len(rows) == READY_PAGE
+    return worlds, (rows[-1][0] + b"\x00" if more else None)
 
 
 def _seq_of(key: bytes, keys: WorldKeys) -> InboxSeq:
@@ -148,12 +209,16 @@ def commit_cursor(
 
 @dataclass(frozen=True, slots=True)
 class DrainResult:
-    """What one drain moved: ``count`` items appended from height ``first_height``,
-    and the cursor after it (``None`` if the inbox was never drained and is empty)."""
+    """What one drain moved: ``count`` items appended from height ``first_height``, the
+    cursor after it (``None`` if the inbox was never drained and is empty), and whether
+    items followed that cursor when the drain read the inbox (``more``: drain again; items
+    enqueued since are not seen; ``None`` if not known, from a call record written before
+    drains recorded it)."""
 
     first_height: int
     count: int
     cursor: InboxSeq | None
+    more: bool | None = None
 
 
 DRAIN_PAGE: Final = 64
@@ -183,40 +248,136 @@ def drain(
 ) -> DrainResult:
     """Protocol D in one transaction: read cursor and head, read items after the cursor
     (within ``limits``), normalize them, append at the head, advance the cursor to the last
-    drained item. If the entries would make the transaction count more than the budget,
-    fewer items are drained; an entry that alone does not fit, or is longer than
-    ``max_entry_bytes``, is ``Validation`` naming the normalizer (nothing is written).
+    drained item, and clear the world's ready mark if no item follows (see the module). If
+    the entries would make the transaction count more than the budget, fewer items are
+    drained; an entry that alone does not fit, or is longer than ``max_entry_bytes``, is
+    ``Validation`` naming the normalizer (nothing is written).
 
-    Conflicts are the ones the protocol needs: the cursor and the head are read with a
-    conflict (another drain, a cursor commit or an append aborts this drain), the items at
-    snapshot isolation -- they are immutable, and every item committed after this drain's
-    read version sorts after them, so concurrent enqueues never abort a drain. A retry whose
-    earlier attempt committed returns that attempt's result (its call record)."""
+    Conflicts are the ones the protocol needs: a drain that takes items reads the cursor and
+    the head with a conflict (another drain, a cursor commit or an append aborts it), the
+    items at snapshot isolation -- they are immutable, and every item committed after this
+    drain's read version sorts after them, so concurrent enqueues never abort a drain, except
+    one that leaves the inbox empty and clears the ready mark (the mark is read with a
+    conflict). A drain that takes nothing has no conflict but the mark's, if it clears it.
+    A retry whose earlier attempt committed returns that attempt's result (its call record)."""
     done = calls.replayed(tr, keys, call)
     if done is not None:
-        return DrainResult(_required(done.first_height), _required(done.count), done.seq)
-    cursor = read_cursor(tr, keys)
-    head = read_head(tr, keys)
-    after = None if cursor is None else cursor.seq
-    taken = _take(tr, keys, after, limits)
-    if not taken:
-        return DrainResult(head.height + 1, 0, after)
-    first = head.height + 1
-    entries = _normalized(keys, first, taken, normalize, limits)
-    taken = taken[: len(entries)]
-    append_at(tr, keys, head, entries)
-    last_seq = taken[-1][0]
-    tr.set(keys.inbox_cursor(), InboxCursor(last_seq).to_cbor())
-    calls.record(
-        tr, keys, call, CallRecord("drain", first_height=first, count=len(taken), seq=last_seq)
+        more = None if done.value is None else cbor.decode_stored(done.value, "drain record")
+        if more is not None and not isinstance(more, bool):
+            raise CorruptRecord("call record", "a drain record's value is not a boolean")
+        return DrainResult(_required(done.first_height), _required(done.count), done.seq, more)
+    result, _, wrote = _drain_world(
+        tr, keys, limits, normalize, budget.call_cost(keys), call.attempts == 1, alone=True
     )
-    return DrainResult(first, len(taken), last_seq)
+    if wrote:
+        outcome = CallRecord(
+            "drain",
+            first_height=result.first_height,
+            count=result.count,
+            seq=result.cursor,
+            value=cbor.encode(result.more),
+        )
+        calls.record(tr, keys, call, outcome)
+    return result
+
+
+MAX_DRAIN_WORLDS: Final = 1_000
+"""The most worlds one multi-world drain takes (its call record holds every result)."""
+GROUP_OP: Final = "drain group"
+"""The call record's ``op`` of a multi-world drain."""
+
+
+@kv.transactional
+def drain_worlds(
+    tr: kv.Transaction,
+    universe: UniverseKeys,
+    worlds: Sequence[WorldKeys],
+    limits: DrainLimits,
+    normalize: Normalizer,
+    call: Call,
+) -> list[DrainResult]:
+    """Protocol D for each of ``worlds`` (distinct worlds of ``universe``), in order, in one
+    transaction: one durable commit for all. Each world's drain is :func:`drain`'s, with
+    ``limits`` per world; the transaction's budget is shared, so a world reached when it is
+    spent drains fewer items, possibly none (an entry that does not fit when nothing before
+    it in the transaction drained an item is ``Validation`` naming the normalizer). A
+    missing world is ``WorldNotFound``; nothing is written. The call record is kept in the
+    universe's scope: a retry whose earlier attempt committed returns that attempt's results,
+    whatever committed in between."""
+    done = calls.replayed(tr, universe, call)
+    if done is not None:
+        return _recorded_group(done, len(worlds))
+    counted = budget.drain_group_cost(universe, len(worlds))
+    results: list[DrainResult] = []
+    wrote = False
+    for keys in worlds:
+        alone = not any(result.count for result in results)
+        result, counted, changed = _drain_world(
+            tr, keys, limits, normalize, counted, call.attempts == 1, alone
+        )
+        results.append(result)
+        wrote |= changed
+    if wrote:
+        value = cbor.encode([[r.first_height, r.count, _raw(r.cursor), r.more] for r in results])
+        calls.record(tr, universe, call, CallRecord(GROUP_OP, count=len(worlds), value=value))
+    return results
+
+
+def _drain_world(
+    tr: kv.Transaction,
+    keys: WorldKeys,
+    limits: DrainLimits,
+    normalize: Normalizer,
+    counted: int,
+    clear_ready: bool,
+    alone: bool,
+) -> tuple[DrainResult, int, bool]:
+    """One world's drain inside ``tr``, after ``counted`` bytes of the budget: its result,
+    the bytes counted with it, and whether it wrote. With ``clear_ready`` it clears the ready
+    mark when no item follows; with ``alone`` (no item drained before it in ``tr``) an entry
+    that does not fit is ``Validation``, else the world drains fewer items."""
+    # Cursor and head are read at snapshot isolation and get their conflicts only if the
+    # world drains items: a world that drains nothing writes neither (an append or another
+    # drain of it then aborts nothing, in a multi-world drain especially).
+    cursor = read_cursor(tr, keys, snapshot=True)
+    head = read_head(tr, keys, snapshot=True)
+    after = None if cursor is None else cursor.seq
+    first = head.height + 1
+    taken, exhausted = _take(tr, keys, after, limits)
+    entries, counted = _normalized(keys, first, taken, normalize, limits, counted, alone)
+    if entries:
+        tr.add_read_conflict_key(keys.inbox_cursor())
+        tr.add_read_conflict_key(keys.head())
+        after = taken[len(entries) - 1][0]
+        append_at(tr, keys, head, entries)
+        tr.set(keys.inbox_cursor(), InboxCursor(after).to_cbor())
+    if len(entries) < len(taken):
+        more = True
+    elif exhausted:
+        more = False
+    else:  # stopped at a limit: is there a next item? (a snapshot read: no conflict)
+        more = bool(tr.get_range(*keys.inbox_after(after), limit=1, snapshot=True))
+    cleared = clear_ready and not more and _clear_ready(tr, keys)
+    return DrainResult(first, len(entries), after, more), counted, bool(entries) or cleared
+
+
+def _clear_ready(tr: kv.Transaction, keys: WorldKeys) -> bool:
+    """Clear the ready mark of a world whose inbox this drain leaves empty; whether there
+    was one. The mark is read with a conflict only when it is cleared: an enqueue that
+    commits after this transaction's read version wrote it, and aborts the drain."""
+    mark = keys.ready()
+    if tr.get(mark, snapshot=True) is None:
+        return False
+    tr.add_read_conflict_key(mark)
+    tr.clear(mark)
+    return True
 
 
 def _take(
     tr: kv.Transaction, keys: WorldKeys, after: InboxSeq | None, limits: DrainLimits
-) -> list[tuple[InboxSeq, InboxItem]]:
-    """The items after ``after`` within the item and byte limits (snapshot reads)."""
+) -> tuple[list[tuple[InboxSeq, InboxItem]], bool]:
+    """The items after ``after`` within the item and byte limits (snapshot reads), and
+    whether they are every item after it."""
     taken: list[tuple[InboxSeq, InboxItem]] = []
     size = 0
     begin, end = keys.inbox_after(after)
@@ -225,14 +386,14 @@ def _take(
         rows = tr.get_range(begin, end, limit=page, snapshot=True)
         for key, value in rows:
             if taken and size + len(value) > limits.max_bytes:
-                return taken
+                return taken, False
             size += len(value)
             envelope = decode_record(InboxEnvelope, value, "inbox entry")
             taken.append((_seq_of(key, keys), decode_inbox_item(envelope.item)))
         if len(rows) < page:
-            break
+            return taken, True
         begin = rows[-1][0] + b"\x00"
-    return taken
+    return taken, False
 
 
 def _normalized(
@@ -241,9 +402,12 @@ def _normalized(
     taken: list[tuple[InboxSeq, InboxItem]],
     normalize: Normalizer,
     limits: DrainLimits,
-) -> list[bytes]:
-    """The journal entries of the longest prefix of ``taken`` that fits the budget."""
-    fixed = budget.drain_cost(keys, first, [])
+    counted: int,
+    alone: bool,
+) -> tuple[list[bytes], int]:
+    """The journal entries of the longest prefix of ``taken`` that fits the budget after
+    ``counted`` bytes, and the bytes counted with them."""
+    cost = counted + budget.drain_world_cost(keys, first, [])
     entries: list[bytes] = []
     for seq, item in taken:
         try:
@@ -263,13 +427,43 @@ def _normalized(
                 f"the journal entry of item {seq} is {what}: entries are bytes of at most "
                 f"{limits.max_entry_bytes:,}",
             )
-        fixed += budget.entries_cost(keys, first + len(entries), [entry])
-        if fixed > limits.budget:
-            if not entries:
-                budget.check(fixed, limits.budget, "normalize", f"the journal entry of item {seq}")
+        grown = cost + budget.entries_cost(keys, first + len(entries), [entry])
+        if grown > limits.budget:
+            if not entries and alone:
+                budget.check(grown, limits.budget, "normalize", f"the journal entry of item {seq}")
             break
+        cost = grown
         entries.append(entry)
-    return entries
+    return entries, cost
+
+
+def _raw(seq: InboxSeq | None) -> bytes | None:
+    return None if seq is None else seq.raw
+
+
+def _recorded_group(done: CallRecord, worlds: int) -> list[DrainResult]:
+    """The results an earlier attempt of a multi-world drain of ``worlds`` recorded."""
+    rows = None if done.value is None else cbor.decode_stored(done.value, "drain group record")
+    if done.op != GROUP_OP or not isinstance(rows, list) or len(rows) != worlds:
+        raise CorruptRecord("call record", f"a {done.op!r} record for a drain of {worlds} worlds")
+    results = []
+    for row in rows:
+        if (
+            not isinstance(row, list)
+            or len(row) != 4
+            or not all(type(n) is int and n >= 0 for n in row[:2])
+            or not (row[2] is None or isinstance(row[2], bytes))
+            or not isinstance(row[3], bool)
+        ):
+            raise CorruptRecord(
+                "call record", "a drain group result is not [height, count, seq, more]"
+            )
+        try:
+            cursor = None if row[2] is None else InboxSeq(row[2])
+        except Validation as exc:
+            raise CorruptRecord("call record", f"a drain group cursor: {exc}") from None
+        results.append(DrainResult(row[0], row[1], cursor, row[3]))
+    return results
 
 
 def _required(value: int | None) -> int:

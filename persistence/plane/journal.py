@@ -284,34 +284,50 @@ class LogEntry:
 
 @dataclass(frozen=True, slots=True)
 class LogPage:
-    """Log records read in one transaction, and the position to read from next (``None``
-    at the end)."""
+    """Log records read in one transaction, the entries of those that ``wanted`` and stored
+    whole in hot keys, and the position to read from next (``None`` at the end)."""
 
     records: list[tuple[int, LogRecord]]
+    entries: dict[int, bytes]
     next: int | None
 
 
 @kv.transactional
 def read_log(
-    tr: kv.Transaction, universe: UniverseKeys, first: int, limit: int, last: int | None
+    tr: kv.Transaction,
+    universe: UniverseKeys,
+    first: int,
+    limit: int,
+    last: int | None,
+    wanted: Callable[[LogRecord], bool],
 ) -> LogPage:
     """Up to ``limit`` log records from ``first`` to ``last`` (or the head), checked to be
-    the positions ``first, first + 1, ...`` with none missing below the head."""
+    the positions ``first, first + 1, ...`` with none missing below the head; and, by
+    position, the entries of the ``wanted`` ones that are stored whole in hot keys (entries
+    never change, so a snapshot read of them is as good as any; cold or chunked ones are
+    left to the caller)."""
     head = read_log_head(tr, universe, snapshot=True)
     stop = head if last is None else min(head, last)
     if first > stop:
-        return LogPage([], None)
+        return LogPage([], {}, None)
     end = min(stop, first + limit - 1)
     rows = tr.get_range(*universe.log_range(first, end), snapshot=True)
     records: list[tuple[int, LogRecord]] = []
+    entries: dict[int, bytes] = {}
     for expected, (key, value) in enumerate(rows, start=first):
         if key != universe.log_entry(expected):
             break
-        records.append((expected, decode_record(LogRecord, value, f"universe log at {expected}")))
+        record = decode_record(LogRecord, value, f"universe log at {expected}")
+        records.append((expected, record))
+        if wanted(record):
+            whole = universe.world(record.world).whole_entry_key()(record.height)
+            entry = tr.get(whole, snapshot=True)
+            if entry is not None:
+                entries[expected] = entry
     if len(records) != end - first + 1:
         missing = first + len(records)
         raise CorruptRecord("universe log", f"position {missing} is missing below head {head}")
-    return LogPage(records, None if end >= stop else end + 1)
+    return LogPage(records, entries, None if end >= stop else end + 1)
 
 
 def _sequence(

@@ -44,7 +44,12 @@ from conformance.torture.evidence import (
     writer_history,
 )
 from conformance.torture.monitor import Monitor
-from conformance.torture.run import compaction_due, orphan_collection_due, run_torture
+from conformance.torture.run import (
+    compaction_due,
+    orphan_collection_due,
+    run_torture,
+    spread_worlds,
+)
 from conformance.torture.worker import Attachments, PutSteps
 from conformance.torture.workload import (
     ATTACHMENT_SIZES,
@@ -64,6 +69,7 @@ from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import Plane, PlaneConfig, cas_bodies
 from persistence.plane.cas_bodies import object_key
 from persistence.plane.compactor import Compactor
+from persistence.plane.drain_worker import Shard
 from persistence.records import CasDoom, CasMeta, InboxCursor
 from segments import open_plane
 from segments.export import ExportConfig, Exporter
@@ -77,9 +83,9 @@ SEQ = "00" * 12
 def test_seeded_torture_with_local_objects(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """Six processes (3 writers, 2 drainers, 1 exporter) on 3 worlds, one killed every
-    0.25 s on average for 18 s, restarted each time: every invariant holds, on SQLite and on
-    a real FoundationDB cluster."""
+    """Eleven processes (3 writers, an appender, 2 drainers, 2 drain workers, the exporter,
+    a compactor) on 3 worlds, one killed every 0.25 s on average for 18 s, restarted each
+    time: every invariant holds, on SQLite and on a real FoundationDB cluster."""
     engine: kv.Engine
     if kind == "fdb":
         cluster: FdbCluster = request.getfixturevalue("fdb_cluster")
@@ -104,8 +110,12 @@ def test_seeded_torture_with_local_objects(
     assert not report.violations, "\n".join(report.violations[:20])
     print(kind, figures)  # the run's figures, for -s
     assert figures["kills"] >= 40
-    kills = [figures[f"kills_{role}"] for role in ("writer", "drainer", "exporter", "compactor")]
-    assert min(kills) >= 3
+    roles = ("writer", "drainer", "drainworker", "exporter", "compactor")
+    assert min(figures[f"kills_{role}"] for role in roles) >= 3
+    # The drain workers (one per shard) found the worlds through the ready marks and drained
+    # them, several worlds per transaction, among the drainers and the kills.
+    assert figures["drains_acknowledged_by_drain_workers"] >= 20
+    assert figures["multi_world_drains_acknowledged"] >= 1
     assert figures["writer_calls_interrupted"] >= 1  # a call repeated after a kill
     assert figures["writer_redos_after_unknown_outcome"] >= 1
     assert figures["items_acknowledged"] >= 1_000
@@ -380,6 +390,19 @@ def entry_of_a_pending_item_removed(store: Store) -> None:
     kv.run(store[0].engine, lambda tr: tr.clear(keys.inbox_idempotency(key)))
 
 
+def ready_mark_of_a_pending_world_removed(store: Store) -> None:
+    """As a drain that cleared the mark without reading it with a conflict could leave it."""
+    keys, _, _ = _pending(store)
+    kv.run(store[0].engine, lambda tr: tr.clear(keys.ready()))
+
+
+def ready_mark_left_after_the_final_drain(store: Store) -> None:
+    """As a drain that never clears the mark would leave it."""
+    plane, universe, worlds, _ = store
+    keys = WorldKeys(universe, worlds[1])
+    kv.run(plane.engine, lambda tr: tr.set(keys.ready(), b"\x00" * 10))
+
+
 def _compacted_item(store: Store) -> tuple[ItemId, int]:
     """An acknowledged item compaction removed, and its world."""
     plane, universe, worlds, evidence = store
@@ -470,6 +493,8 @@ PLANTED: list[tuple[Callable[[Store], None], str]] = [
     (snapshot_indexing_reported_twice, "2 calls reported indexing height"),
     (promotion_reported_but_not_journaled, "calls reported promoting height"),
     (duplicate_item, "duplicate: item w"),
+    (ready_mark_of_a_pending_world_removed, "ready: world 0 has 1 items after its cursor"),
+    (ready_mark_left_after_the_final_drain, "ready: world 1 is still marked ready"),
     (hole_in_hot_tail, "journal: world 1: the stitched read failed: MissingJournalEntry"),
     (cursor_skips_an_acknowledged_item, "lost: acknowledged item w0#99"),
     (snapshot_of_another_state, "differs from the replay of the journal"),
@@ -547,6 +572,14 @@ def test_an_appender_resumes_at_its_last_unknown_attempt(tmp_path: Path) -> None
         {"appender": 0, "world": 0, "appended": 12, "first": 212, "retried": True}
     )
     assert append_resume_point(tmp_path, 0) == (13, None)
+
+
+def test_the_worlds_give_every_drain_worker_work() -> None:
+    for count, shards in ((3, 2), (2, 2), (5, 3), (1, 2)):
+        worlds = spread_worlds(count, shards)
+        assert len(set(worlds)) == count
+        covered = {s for s in range(shards) for w in worlds if Shard(s, shards).holds(w)}
+        assert len(covered) == min(count, shards)
 
 
 def test_compaction_and_orphan_collection_due() -> None:

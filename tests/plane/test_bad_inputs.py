@@ -611,6 +611,29 @@ bad_args(
     ],
 )
 
+DRAIN_WORLDS = universe_args(lambda s: {"worlds": [W], "max_items": 10, "max_bytes": 1024})
+ids_of("drain_worlds", DRAIN_WORLDS, world=False)
+bad_args("drain_worlds", DRAIN_WORLDS, "worlds", [None, [], "worlds", W, [W] * 1_001])
+BAD_WORLD_LISTS: list[list[Any]] = [[None], [str(W)], [W.uuid], [W, U], [W, NEW_W, W]]
+for index, bad_worlds in enumerate(BAD_WORLD_LISTS):
+    case(
+        f"drain_worlds.worlds:{index}:entries",
+        lambda s, bad=bad_worlds: s.plane.drain_worlds(U, bad),  # type: ignore[misc]
+        names=f"worlds[{len(bad_worlds) - 1}]",
+    )
+bad_args("drain_worlds", DRAIN_WORLDS, "worlds", [[W, UNKNOWN_W]], WorldNotFound, str(UNKNOWN_W))
+bad_args("drain_worlds", DRAIN_WORLDS, "max_items", [0, -1, True, 10**9, "1", None, 1.0])
+bad_args("drain_worlds", DRAIN_WORLDS, "max_bytes", [0, True, 10**12, "1", None])
+TWO_WORLDS = universe_args(lambda s: {"worlds": [W, NEW_W]})
+bad_args("drain_worlds", TWO_WORLDS, "max_items", [5_001])  # 2 x 5,001 > max_batch_entries
+bad_args("drain_worlds", TWO_WORLDS, "max_bytes", [4 * 1024 * 1024 + 1])
+bad_args(
+    "drain_worlds",
+    DRAIN_WORLDS,
+    "normalize",
+    [None, 5, lambda seq, item: None, lambda seq, item: b"x" * (4 * 1024 * 1024 + 1), _raises],
+)
+
 # snapshots ------------------------------------------------------------------------------
 
 

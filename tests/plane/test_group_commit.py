@@ -6,6 +6,8 @@ outcome whatever other clients committed in between."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
@@ -13,8 +15,10 @@ from backends.objects.memory import MemoryObjectStore
 from persistence import fdb_errors
 from persistence.errors import EngineError, HeadAdvanced, Validation, WorldNotFound
 from persistence.ids import Hash, UniverseId, WorldId
-from persistence.plane import EMPTY_MANIFEST, GENESIS_STATE, Plane, PlaneConfig
+from persistence.keyspace import UniverseKeys
+from persistence.plane import EMPTY_MANIFEST, GENESIS_STATE, Plane, PlaneConfig, budget
 from persistence.plane.calls import REPLAYS
+from persistence.plane.journal import Sequencing
 from segments import open_plane
 
 
@@ -239,3 +243,30 @@ def test_a_timed_out_group_is_reported_as_unknown() -> None:
     with pytest.raises(HeadAdvanced):
         plane.append_batches(u, [(a, 0, [b"a1"]), (b, 0, [b"b1"])])
     assert journal(other, u, a) == [b"a1"] and journal(other, u, b) == [b"b1"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(
+        st.lists(st.sampled_from([0, 1, 100, 90_000, 90_001, 200_000]), min_size=1, max_size=5),
+        min_size=1,
+        max_size=4,
+    ),
+    heights=st.sampled_from([0, 255, 2**32, 2**63 - 10, 2**64 - 300_000]),
+    tag=st.sampled_from(["t", "\U0001f600" * 1024, "x" * 1024]),
+    tracking=st.sampled_from([None, "n", "\U0001f600" * 1024]),
+)
+def test_the_quick_budget_bound_is_never_below_the_exact_cost(
+    sizes: list[list[int]], heights: int, tag: str, tracking: str | None
+) -> None:
+    """The plane computes a group's exact cost only when this bound is over the budget:
+    it must bound the cost of the biggest keys and the creation of every world."""
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
+    u = UniverseKeys(UniverseId.new())
+    batches = [[bytes(n) for n in entries] for entries in sizes]
+    tags = [[tag] * len(entries) for entries in batches]
+    parts = [(u.world(WorldId.new()), heights + 1, entries) for entries in batches]
+    sequencing = Sequencing(tags, None if tracking is None else (tracking, 2**64 - 1))
+    exact = budget.group_append_cost(u, parts, plane._creation(u.universe))
+    exact += budget.sequencing_cost(u, sequencing)
+    assert budget.group_append_bound(batches, tags) >= exact

@@ -15,9 +15,11 @@ from backends.objects.memory import MemoryObjectStore
 from persistence import fdb_errors
 from persistence.errors import HeadAdvanced, TrackingConflict, Validation
 from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import CHUNK_SIZE
 from persistence.kv import Engine
 from persistence.plane import Plane, PlaneConfig
 from segments import open_plane
+from segments.export import ExportConfig, Exporter
 
 
 def logged(
@@ -240,3 +242,20 @@ def test_bad_waits_name_the_field(
     with pytest.raises(Validation) as refused:
         plane.wait_log(universe, after, timeout)  # type: ignore[arg-type]
     assert refused.value.field == field
+
+
+def test_log_reads_stitch_chunked_and_cold_entries(engine: Engine) -> None:
+    plane = open_plane(engine, MemoryObjectStore())
+    u, a, b = UniverseId.new(), WorldId.new(), WorldId.new()
+    big = b"B" * (CHUNK_SIZE + 10)  # stored in two chunks
+    plane.append_sequenced(
+        u, [(a, 0, [b"a1", big, b"a3"]), (b, 0, [b"b1"])], [["t"] * 3, ["t"]], create_missing=True
+    )
+    plane.append_sequenced(u, [(a, 3, [b"a4"])], [["t"]])
+    expected = [b"a1", big, b"a3", b"b1", b"a4"]
+    assert [e.entry for e in plane.read_log(u, 1, 10)] == expected
+    plane.set_cold_horizon(u, a, 3)
+    Exporter(plane, ExportConfig(enabled=True, target_entries=2)).export_all(u, a)
+    assert [(s.start, s.end) for s in plane.list_segments(u, a)] == [(1, 2), (3, 3)]
+    assert [e.entry for e in plane.read_log(u, 1, 10)] == expected  # through the segments
+    assert [e.entry for e in plane.read_log(u, 2, 2)] == [big, b"a3"]
