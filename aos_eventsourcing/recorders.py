@@ -52,7 +52,7 @@ aggregates keep moving without taking its versions."""
 ALL: Final = MAX_ROW_LIMIT
 """A read limit that means "to the head"."""
 WATCH_SECONDS: Final = 1.0
-"""The longest single wait of a subscription's watcher: how long it may outlive ``stop``."""
+"""The longest single wait of a subscription's watcher (``stop`` interrupts it)."""
 SUBSCRIPTION_PAGE: Final = 500
 """Notifications a subscription reads per query."""
 
@@ -484,6 +484,7 @@ class PlaneSubscription(Subscription[PlaneApplicationRecorder]):
         self._ready: deque[Notification] = deque()
         self._changed = threading.Event()
         self._error: Exception | None = None
+        self._stopped = threading.Event()
         head = recorder.max_notification_id() or 0
         self._watcher = threading.Thread(
             target=self._watch, args=(head,), name="aos-eventsourcing-watch", daemon=True
@@ -491,9 +492,13 @@ class PlaneSubscription(Subscription[PlaneApplicationRecorder]):
         self._watcher.start()
 
     def stop(self) -> None:
-        """Stop the subscription: iteration ends, now or at its next item."""
+        """Stop the subscription: iteration ends, now or at its next item; the watcher
+        thread has ended when this returns (it never outlives the subscription's store)."""
         super().stop()
+        self._stopped.set()
         self._changed.set()
+        if threading.current_thread() is not self._watcher and self._watcher.is_alive():
+            self._watcher.join()
 
     def __next__(self) -> Notification:
         while not self._has_been_stopped:
@@ -522,7 +527,9 @@ class PlaneSubscription(Subscription[PlaneApplicationRecorder]):
         recorder = self._recorder
         try:
             while not self._has_been_stopped:
-                head = recorder.plane.wait_log(recorder.universe, after, WATCH_SECONDS)
+                head = recorder.plane.wait_log(
+                    recorder.universe, after, WATCH_SECONDS, interrupt=self._stopped
+                )
                 if head > after:
                     after = head
                     self._changed.set()

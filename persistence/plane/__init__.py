@@ -10,6 +10,7 @@ outside the retry loop, which is what lets a retry recognise an attempt that com
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -97,6 +98,8 @@ MAX_SETTING: Final = 2**63 - 1
 """The largest integer setting: a signed 64-bit integer, which every engine can take."""
 MAX_WAIT_SECONDS: Final = 86_400.0
 """The longest wait of :meth:`Plane.wait_log`: a day."""
+INTERRUPT_SECONDS: Final = 0.05
+"""How soon :meth:`Plane.wait_log` notices its ``interrupt``."""
 MAX_INBOX_RETENTION_SECONDS: Final = 10 * 365 * 86_400.0
 """The longest inbox retention window (``PlaneConfig.inbox_retention_seconds``): ten years."""
 
@@ -528,20 +531,32 @@ class Plane:
         keys = _universe_keys(universe)
         return kv.run(self.engine, lambda tr: journal.read_log_head(tr, keys, snapshot=True))
 
-    def wait_log(self, universe: UniverseId, after: int, timeout: float) -> int:
-        """Wait until the universe log's head is above ``after`` or ``timeout`` seconds
-        pass; return the head (at most ``after`` on a timeout). Uses the engine's change
-        notification (``Engine.wait_changed``): no busy loop."""
+    def wait_log(
+        self,
+        universe: UniverseId,
+        after: int,
+        timeout: float,
+        *,
+        interrupt: threading.Event | None = None,
+    ) -> int:
+        """Wait until the universe log's head is above ``after``, ``timeout`` seconds pass
+        or ``interrupt`` is set; return the head (at most ``after`` unless it moved). Uses
+        the engine's change notification (``Engine.wait_changed``): no busy loop; with
+        ``interrupt``, in slices of at most :data:`INTERRUPT_SECONDS`."""
         keys = _universe_keys(universe)
         check_height(after, "after")
         check_number(timeout, "timeout", 0, MAX_WAIT_SECONDS)
+        if interrupt is not None and not isinstance(interrupt, threading.Event):
+            raise Validation("interrupt", f"a threading.Event, not {type(interrupt).__name__}")
         deadline = time.monotonic() + timeout
         while True:
             seen = kv.run(self.engine, lambda tr: tr.get(keys.log_head(), snapshot=True))
             head = 0 if seen is None else decode_record(LogHead, seen, "universe log head").position
             left = deadline - time.monotonic()
-            if head > after or left <= 0:
+            if head > after or left <= 0 or (interrupt is not None and interrupt.is_set()):
                 return head
+            if interrupt is not None:
+                left = min(left, INTERRUPT_SECONDS)
             self.engine.wait_changed(keys.log_head(), seen, left)
 
     @traced("log.tracking")

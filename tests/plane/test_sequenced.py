@@ -259,3 +259,18 @@ def test_log_reads_stitch_chunked_and_cold_entries(engine: Engine) -> None:
     assert [(s.start, s.end) for s in plane.list_segments(u, a)] == [(1, 2), (3, 3)]
     assert [e.entry for e in plane.read_log(u, 1, 10)] == expected  # through the segments
     assert [e.entry for e in plane.read_log(u, 2, 2)] == [big, b"a3"]
+
+
+def test_wait_log_returns_once_interrupted(plane: Plane, universe: UniverseId) -> None:
+    stop = threading.Event()
+    returned: list[int] = []
+    waiter = threading.Thread(
+        target=lambda: returned.append(plane.wait_log(universe, 0, 60.0, interrupt=stop))
+    )
+    waiter.start()
+    stop.set()
+    waiter.join(timeout=30.0)
+    assert not waiter.is_alive() and returned == [0]  # not the 60 s timeout
+    with pytest.raises(Validation) as refused:
+        plane.wait_log(universe, 0, 1.0, interrupt=True)  # type: ignore[arg-type]
+    assert refused.value.field == "interrupt"
