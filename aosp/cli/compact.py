@@ -14,6 +14,7 @@ from aosp.cli.console import (
     EXIT_OK,
     Progress,
     int_at_least,
+    positive_seconds,
     print_json,
     print_table,
 )
@@ -147,16 +148,6 @@ def _collect(
     }
 
 
-def _grace(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
-    return value
-
-
 def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
     """Add ``compact``."""
     parser = sub.add_parser(
@@ -195,7 +186,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     )
     parser.add_argument(
         "--grace",
-        type=_grace,
+        type=positive_seconds,
         default=cas_bodies.DEFAULT_GRACE_SECONDS,
         help="seconds a CAS put's pin protects its upload (default 3600): longer than any "
         "upload takes",

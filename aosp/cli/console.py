@@ -50,6 +50,17 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def positive_seconds(text: str) -> float:
+    """An argparse type: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
 def report_error(kind: str, what: str) -> None:
     """The one-line error on stderr: ``aosp: <kind> error: <what>`` (a message of several
     lines is joined into one, so that scripts can read the last line of stderr)."""

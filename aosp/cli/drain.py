@@ -16,6 +16,7 @@ from aosp.cli.console import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     int_at_least,
+    positive_seconds,
     print_fields,
     print_json,
     report_error,
@@ -152,16 +153,6 @@ def _one_line(out: dict[str, Any]) -> str:
     return json.dumps(out, separators=(",", ":"))
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
-    return value
-
-
 def _shard(text: str) -> Shard:
     try:
         return Shard.parse(text)
@@ -218,13 +209,13 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     )
     parser.add_argument(
         "--interval",
-        type=_seconds,
+        type=positive_seconds,
         default=0.05,
         help="--follow: seconds to wait after a pass that drained nothing (default 0.05)",
     )
     parser.add_argument(
         "--report-every",
-        type=_seconds,
+        type=positive_seconds,
         default=10.0,
         help="--follow: seconds between two lag reports (default 10)",
     )
