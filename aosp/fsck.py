@@ -14,7 +14,8 @@ What is checked, per universe:
 * **Snapshots** -- every indexed snapshot is at or below the head and its state and manifest
   are in the CAS; the active baseline is one of the indexed snapshots and its root is
   complete (every blob its manifest names is in the same universe's CAS).
-* **Inbox** -- the cursor and every pending envelope decode.
+* **Inbox** -- the cursor and every pending envelope decode; a world with items after its
+  cursor has its ready mark (the drain workers' index).
 * **Objects** -- objects no CAS record or segment index names (and no export in flight) are
   *orphans*: garbage, not damage, so they are warnings.
 
@@ -153,6 +154,17 @@ def _first_key(tr: kv.Transaction, begin: bytes, end: bytes) -> bytes | None:
 FUTURE_MARK_NS: Final = 60 * 10**9
 """A consumed mark dated this far after fsck's clock is reported (a compactor's clock ran
 ahead)."""
+
+
+@kv.transactional
+def _pending_unmarked(tr: kv.Transaction, keys: WorldKeys) -> bool:
+    """Whether the world has an item after its cursor but no ready mark, read in one
+    snapshot: an enqueue writes its item and the mark together, and a drain clears the mark
+    only when no item follows its new cursor, so the two always agree in one snapshot."""
+    raw = tr.get(keys.inbox_cursor(), snapshot=True)
+    cursor = None if raw is None else decode_record(InboxCursor, raw, "inbox cursor").seq
+    pending = tr.get_range(*keys.inbox_after(cursor), limit=1, snapshot=True)
+    return bool(pending) and tr.get(keys.ready(), snapshot=True) is None
 
 
 @kv.transactional
@@ -501,6 +513,16 @@ class Fsck:
             if cursor_raw is not None:
                 cursor = decode_record(InboxCursor, cursor_raw, "inbox cursor").seq
             self._check_marks(keys, cursor)
+            if _pending_unmarked(self.plane.engine, keys):
+                self._add(
+                    "error",
+                    "inbox",
+                    universe,
+                    world,
+                    "ready mark",
+                    "items wait after the cursor but the world has no ready mark: no drain "
+                    "worker will find them (aosp drain --backfill marks them)",
+                )
             begin = keys.inbox_after(None)[0]
             while rows := _inbox_page(self.plane.engine, keys, begin, 1_000):
                 envelopes = [

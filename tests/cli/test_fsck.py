@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from persistence import cbor
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
+from persistence.records import DomainEventIngress
 from tests.cli.conftest import Store, aosp
 from tests.cli.test_commands import open_store
 
@@ -95,11 +97,21 @@ def plant_hot_key_deleted(store: Store, plane: Plane) -> str:
     return f"height {head}"
 
 
+def plant_ready_mark_cleared(store: Store, plane: Plane) -> str:
+    u, w = ids(store)
+    plane.enqueue(u, w, DomainEventIngress("test/Event@1", cbor.encode(1)))
+    tr = plane.engine.create_transaction()
+    tr.clear(WorldKeys(u, w).ready())
+    tr.commit()
+    return "ready mark"
+
+
 PLANTS: dict[str, tuple[Callable[[Store, Plane], str], str]] = {
     "flipped CAS body byte": (plant_cas_flip, "cas"),
     "flipped segment byte": (plant_segment_flip, "segments"),
     "deleted segment object": (plant_segment_deleted, "segments"),
     "deleted hot journal key": (plant_hot_key_deleted, "journal"),
+    "pending items without their ready mark": (plant_ready_mark_cleared, "inbox"),
 }
 
 
