@@ -48,7 +48,7 @@ from typing import Final, Literal
 
 from aosp.benchmarks import Figure
 from backends.kv.sqlite import SqliteEngine
-from backends.objects.local import LocalObjectStore
+from backends.objects.local import LocalObjectStore, fsync_dir
 from persistence.errors import Validation
 from persistence.ids import Hash, UniverseId
 from persistence.objects import COPY_CHUNK
@@ -71,14 +71,6 @@ RSS_LIMIT_MIB: Final = 16
 Side = Literal["ours", "raw"]
 Op = Callable[[int], Callable[[], object]]
 """Given a call's index, prepares what the call needs (untimed) and returns the call."""
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:
@@ -165,7 +157,7 @@ def _raw_stream(directory: Path, name: str, stream: Generated) -> None:
             fh.write(chunk)
         fh.flush()
         os.fsync(fh.fileno())
-    _fsync_dir(directory)
+    fsync_dir(directory)
     sha256.digest()
 
 
@@ -290,7 +282,7 @@ def run(seconds: float = 2.0, progress: Callable[[str], None] = lambda _: None) 
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-                _fsync_dir(raw_dir)
+                fsync_dir(raw_dir)
                 raw_files.append(path)
 
             return put

@@ -63,7 +63,7 @@ from typing import Any, Final
 
 from aosp.benchmarks import Figure
 from backends.kv.sqlite import SqliteEngine
-from backends.objects.local import LocalObjectStore
+from backends.objects.local import LocalObjectStore, fsync_dir
 from persistence import cbor
 from persistence.ids import UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
@@ -207,11 +207,7 @@ def _fair_floor(db: Path, keys: WorldKeys, count: int, path: Path) -> float:
             os.fsync(fd)
         finally:
             os.close(fd)
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(path.parent)
         return time.perf_counter() - start
     finally:
         conn.close()

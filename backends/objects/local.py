@@ -77,7 +77,8 @@ class _Limited(io.RawIOBase):
         super().close()
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a directory (so a file created, linked or renamed in it survives a crash)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -287,7 +288,7 @@ class _Staged(StagedBody):
                     ) from None
                 return False
             if self._store.fsync:
-                _fsync_dir(path.parent)
+                fsync_dir(path.parent)
             return True
         except OSError as exc:
             raise Backend(f"object {key!r}: write failed: {exc}") from None

@@ -218,6 +218,29 @@ def _value_fits(encoded: bytes, field: str, limit: int = kv.MAX_VALUE_SIZE) -> N
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Genesis:
+    """The default genesis snapshot record, and its blobs: those kept inline as their CAS
+    metadata, the others as bodies to store."""
+
+    record: SnapshotRecord
+    inline: tuple[tuple[Hash, CasMeta], ...]
+    external: tuple[bytes, ...]
+
+    @classmethod
+    def of(cls, inline_threshold: int) -> _Genesis:
+        bodies = (GENESIS_STATE, EMPTY_MANIFEST)
+        record = SnapshotRecord(
+            Hash.of(GENESIS_STATE), 0, 0, Hash.of(EMPTY_MANIFEST), receipt_horizon_height=0
+        )
+        inline = tuple(
+            (Hash.of(body), CasMeta(size=len(body), inline_bytes=body))
+            for body in bodies
+            if len(body) <= inline_threshold
+        )
+        return cls(record, inline, tuple(b for b in bodies if len(b) > inline_threshold))
+
+
 class Plane:
     """CAS, journals, inboxes and snapshots of every universe in one engine + object store."""
 
@@ -259,6 +282,8 @@ class Plane:
             budget=self.budget,
             clock=self._now,
         )
+        self._genesis = _Genesis.of(self.config.inline_threshold)
+        """The default genesis, built once: group appends create worlds with it."""
         worlds.ensure_layout(engine)
 
     def new_call(self) -> Call:
@@ -514,16 +539,11 @@ class Plane:
         """How a group append creates a world: :meth:`create_world`'s defaults. Genesis
         blobs the configuration keeps inline are written in the append's transaction;
         others are stored first."""
-        blobs: list[tuple[Hash, CasMeta]] = []
-        for body in (GENESIS_STATE, EMPTY_MANIFEST):
-            if len(body) <= self.config.inline_threshold:
-                blobs.append((Hash.of(body), CasMeta(size=len(body), inline_bytes=body)))
-            else:
-                self.put_verified(universe, body)
-        genesis = SnapshotRecord(
-            Hash.of(GENESIS_STATE), 0, 0, Hash.of(EMPTY_MANIFEST), receipt_horizon_height=0
+        for body in self._genesis.external:
+            self.put_verified(universe, body)
+        return journal.Creation(
+            WorldMeta(created_ns=self._now()), self._genesis.record, self._genesis.inline
         )
-        return journal.Creation(WorldMeta(created_ns=self._now()), genesis, tuple(blobs))
 
     @traced("log.head")
     def log_head(self, universe: UniverseId) -> int:
