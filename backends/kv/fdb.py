@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from backends.kv import checks
-from persistence import kv
+from persistence import fdb_errors, kv
 from persistence.errors import EngineError, MissingDependency, NotFound, Validation
 
 DEFAULT_API_VERSION: Final = 730
@@ -129,11 +129,15 @@ def _bindings_version(fdb: Any) -> str:
         return str(getattr(fdb, "__version__", "?"))
 
 
-def _translate(fdb: Any, call: Callable[[], T]) -> T:
+def _translate(fdb: Any, call: Callable[[], T], timeout_hint: str = "") -> T:
     try:
         return call()
     except fdb.FDBError as exc:
-        raise EngineError(int(exc.code), str(exc.description)) from None
+        code, text = int(exc.code), exc.description
+        text = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+        if code == fdb_errors.TRANSACTION_TIMED_OUT and timeout_hint:
+            text = f"{text} ({timeout_hint})"
+        raise EngineError(code, text) from None
 
 
 class _Future(kv.VersionstampFuture):
@@ -150,12 +154,16 @@ class FdbTransaction(kv.Transaction):
     ones: ``fdb.open`` hands every engine of a cluster file in a process the same
     ``Database``, so database options set by one engine would change the others'."""
 
-    def __init__(self, fdb: Any, tr: Any, timeout_ms: int, size_limit: int) -> None:
+    def __init__(self, fdb: Any, tr: Any, timeout_ms: int, size_limit: int, hint: str) -> None:
         self._fdb = fdb
         self._tr = tr
         self._size_limit = size_limit
+        self._hint = hint
         tr.options.set_timeout(timeout_ms)  # spans on_error retries (API >= 610)
         tr.options.set_size_limit(size_limit)
+
+    def _call(self, call: Callable[[], T]) -> T:
+        return _translate(self._fdb, call, self._hint)
 
     def _reader(self, snapshot: bool) -> Any:
         return self._tr.snapshot if snapshot else self._tr
@@ -170,7 +178,7 @@ class FdbTransaction(kv.Transaction):
             value = self._reader(snapshot).get(key)
             return bytes(value) if value.present() else None
 
-        return _translate(self._fdb, read)
+        return self._call(read)
 
     def get_range(
         self,
@@ -196,57 +204,57 @@ class FdbTransaction(kv.Transaction):
             )
             return [(bytes(kv_.key), bytes(kv_.value)) for kv_ in rows]
 
-        return _translate(self._fdb, read)
+        return self._call(read)
 
     def set(self, key: bytes, value: bytes) -> None:
         checks.check_key(key)
         checks.check_value(value)
-        _translate(self._fdb, lambda: self._tr.set(key, value))
+        self._call(lambda: self._tr.set(key, value))
 
     def clear(self, key: bytes) -> None:
         checks.check_type(key, "key")
-        _translate(self._fdb, lambda: self._tr.clear(key))
+        self._call(lambda: self._tr.clear(key))
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
         checks.check_range(begin, end)
-        _translate(self._fdb, lambda: self._tr.clear_range(begin, end))
+        self._call(lambda: self._tr.clear_range(begin, end))
 
     def add(self, key: bytes, param: bytes) -> None:
         checks.check_type(key, "key")
         checks.check_type(param, "param")
-        _translate(self._fdb, lambda: self._tr.add(key, param))
+        self._call(lambda: self._tr.add(key, param))
 
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
         checks.check_type(key, "key")
         checks.check_type(value, "value")
-        _translate(self._fdb, lambda: self._tr.set_versionstamped_key(key, value))
+        self._call(lambda: self._tr.set_versionstamped_key(key, value))
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
         checks.check_type(key, "key")
         checks.check_type(value, "value")
-        _translate(self._fdb, lambda: self._tr.set_versionstamped_value(key, value))
+        self._call(lambda: self._tr.set_versionstamped_value(key, value))
 
     def get_versionstamp(self) -> kv.VersionstampFuture:
-        return _Future(self._fdb, _translate(self._fdb, self._tr.get_versionstamp))
+        return _Future(self._fdb, self._call(self._tr.get_versionstamp))
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         checks.check_range(begin, end)
-        _translate(self._fdb, lambda: self._tr.add_read_conflict_range(begin, end))
+        self._call(lambda: self._tr.add_read_conflict_range(begin, end))
 
     def get_read_version(self) -> int:
-        return _translate(self._fdb, lambda: int(self._tr.get_read_version().wait()))
+        return self._call(lambda: int(self._tr.get_read_version().wait()))
 
     def approximate_size(self) -> int:
         """What FoundationDB counts against ``size_limit`` so far (mutations and conflict
         ranges), as ``get_approximate_size`` reports it."""
-        return _translate(self._fdb, lambda: int(self._tr.get_approximate_size().wait()))
+        return self._call(lambda: int(self._tr.get_approximate_size().wait()))
 
     def commit(self) -> None:
-        _translate(self._fdb, lambda: self._tr.commit().wait())
+        self._call(lambda: self._tr.commit().wait())
 
     def on_error(self, error: EngineError) -> FdbTransaction:
         error_ = self._fdb.FDBError(error.code)
-        _translate(self._fdb, lambda: self._tr.on_error(error_).wait())
+        self._call(lambda: self._tr.on_error(error_).wait())
         self._tr.options.set_size_limit(self._size_limit)  # on_error resets it
         return self
 
@@ -264,6 +272,10 @@ class FdbEngine(kv.Engine):
         self.max_retry_seconds = self.options.timeout_ms / 1000 + 1.0
         if self.cluster_file is not None and not os.path.isfile(self.cluster_file):
             raise NotFound(f"FoundationDB cluster file {self.cluster_file} does not exist")
+        self._timeout_hint = (
+            f"timeout_ms={self.options.timeout_ms} on cluster file "
+            f"{self.cluster_file or 'the default'}: is the cluster reachable?"
+        )
         self._fdb = load_bindings(self.options.api_version, self.options.client_library)
         self._db = _translate(self._fdb, lambda: self._fdb.open(self.cluster_file))
 
@@ -271,7 +283,11 @@ class FdbEngine(kv.Engine):
         return _translate(
             self._fdb,
             lambda: FdbTransaction(
-                self._fdb, self._db.create_transaction(), self.options.timeout_ms, self.size_limit
+                self._fdb,
+                self._db.create_transaction(),
+                self.options.timeout_ms,
+                self.size_limit,
+                self._timeout_hint,
             ),
         )
 

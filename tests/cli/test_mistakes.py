@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import ROOT, Result, aosp
+from tests.fdb_cluster import FdbCluster
 
 UNIVERSE = "3f1b1c9e-2d7a-4c55-9a52-7c1e2f3a4b5c"
 WORLD = "0c6d4e2f-8a1b-4d3c-b5e6-f708192a3b4c"
@@ -260,6 +261,22 @@ def test_an_unreachable_spark_master_fails_fast(made: Made, dead_port: int, tmp_
     )
     fails(result, 3, "backend", f"127.0.0.1:{dead_port}", "unreachable")
     assert time.monotonic() - start < 20 and listing(tmp_path) == []
+
+
+def test_an_unreachable_fdb_cluster_fails_within_its_timeout(
+    fdb_cluster: FdbCluster, dead_port: int, tmp_path: Path
+) -> None:
+    """A cluster file naming no live coordinator: exit 3 within the URL's timeout, naming
+    the timeout and the cluster file (the real client library; it would otherwise wait)."""
+    cluster_file = tmp_path / "fdb.cluster"
+    cluster_file.write_text(f"test:dead@127.0.0.1:{dead_port}\n")
+    (tmp_path / "objects").mkdir()
+    before = listing(tmp_path)
+    url = f"fdb://{cluster_file}?client_library={fdb_cluster.client_library}&timeout_ms=1500"
+    start = time.monotonic()
+    result = aosp("inspect", "--kv", url, "--objects", f"file://{tmp_path}/objects")
+    fails(result, 3, "backend", "1031", "timeout_ms=1500", str(cluster_file), "reachable")
+    assert time.monotonic() - start < 20 and listing(tmp_path) == before
 
 
 def test_a_conformance_run_that_ran_nothing_is_not_ok(tmp_path: Path) -> None:

@@ -126,12 +126,13 @@ class FDBError(Exception):
         self.code = code
 
     @property
-    def description(self) -> str:
-        """FoundationDB's text for :attr:`code`."""
-        return ERROR_DESCRIPTIONS.get(self.code, UNKNOWN_ERROR_DESCRIPTION)
+    def description(self) -> bytes:
+        """FoundationDB's text for :attr:`code`, as bytes (``fdb_get_error`` is a
+        ``c_char_p``)."""
+        return ERROR_DESCRIPTIONS.get(self.code, UNKNOWN_ERROR_DESCRIPTION).encode()
 
     def __str__(self) -> str:
-        return f"{self.description} ({self.code})"
+        return f"{self.description!r} ({self.code})"
 
     def __repr__(self) -> str:
         return f"FDBError({self.code})"

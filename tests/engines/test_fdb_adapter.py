@@ -579,6 +579,9 @@ def test_unreachable_cluster_fails_within_the_timeout(fake: FakeFdb, tmp_path: P
     elapsed = time.monotonic() - started
     assert _code(error) == fdb_errors.TRANSACTION_TIMED_OUT
     assert 0.2 <= elapsed < 2.0
+    message = str(error.value)  # the library's text decoded, then what to check
+    assert "transaction timed out" in message and "b'" not in message
+    assert f"timeout_ms=200 on cluster file {engine.cluster_file}" in message
 
 
 def test_the_timeout_spans_retries(fake: FakeFdb, tmp_path: Path) -> None:
@@ -610,6 +613,35 @@ def test_throttling_and_maybe_committed_errors_are_retried_through_on_error(
         tr.set(b"k", b"v")
         return "done"
 
+    assert kv.run(engine, body) == "done"
+    assert calls == [1, 1]
+    assert fake.open(engine.cluster_file).on_error_calls == 1
+
+
+def test_retry_classification_follows_the_loaded_library(
+    fake: FakeFdb, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1235 is ``transaction_throttled_hot_shard`` (retryable) from FDB 7.4 on, but in
+    libfdb_c 7.3.79 an internal, non-retryable error: the engine asks the library, so the
+    same code reaches the caller at once from a 7.3 library and is retried under 7.4's."""
+    engine = FdbEngine(_cluster_file(tmp_path))
+    calls: list[int] = []
+
+    def body(tr: kv.Transaction) -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise fdb_errors.engine_error(1235, "hot shard")
+        return "done"
+
+    with pytest.raises(EngineError) as error:
+        kv.run(engine, body)
+    assert _code(error) == 1235 and calls == [1]
+    assert not engine.is_retryable(fdb_errors.engine_error(1235))
+
+    newer = fake_fdb.RETRYABLE_NOT_COMMITTED | {1235}  # fdb_error_predicate of 7.4
+    monkeypatch.setattr(fake_fdb, "RETRYABLE_NOT_COMMITTED", newer)
+    calls.clear()
+    assert engine.is_retryable(fdb_errors.engine_error(1235))
     assert kv.run(engine, body) == "done"
     assert calls == [1, 1]
     assert fake.open(engine.cluster_file).on_error_calls == 1
@@ -676,7 +708,7 @@ def test_fake_read_errors_surface_when_the_value_is_used(raw: FakeFdb) -> None:
     with pytest.raises(FDBError) as error:
         value.present()
     assert error.value.code == fdb_errors.KEY_OUTSIDE_LEGAL_RANGE
-    assert str(error.value) == "Key outside legal range (2004)"
+    assert str(error.value) == "b'Key outside legal range' (2004)"  # as the real bindings print it
     assert repr(error.value) == "FDBError(2004)"
 
 
