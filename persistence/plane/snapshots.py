@@ -92,8 +92,8 @@ def check_root(
 
     Raises ``RootIncomplete`` naming the first missing blob (``CasBodyMissing`` if its
     metadata is there without its body). Checked outside the promoting transaction: CAS
-    entries are never removed (there is no collection yet), so a blob present now is
-    present at commit."""
+    entries are never removed (orphan collection deletes only bodies no entry names), so
+    a blob present now is present at commit."""
     if manifest is None:
         _require(cas, universe, record, record.snapshot_ref, "snapshot_ref")
         manifest = read_manifest(cas, universe, record)

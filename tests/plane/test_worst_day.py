@@ -200,9 +200,6 @@ def test_export_step_after_another_exporter_moved_on(clients: Clients) -> None:
     assert c.journal() == [bytes([i]) for i in range(12)] + c.journal()[12:]
 
 
-# ----------------------------------------------------------------------- needless conflicts
-
-
 # ----------------------------------------------------------------------- a commit that lands late
 
 TIMED_OUT = fdb_errors.TRANSACTION_TIMED_OUT
@@ -254,6 +251,9 @@ def test_retry_append_batch_reports_an_attempt_that_never_landed(clients: Client
         c.plane.retry_append_batch(u, w, 0, [b"mine"])
     assert c.plane.retry_append_batch(u, w, 1, [b"mine"]) == 2
     assert c.journal() == [b"theirs", b"mine"]
+
+
+# ----------------------------------------------------------------------- needless conflicts
 
 
 def test_a_drain_commits_while_older_enqueues_are_in_flight() -> None:
