@@ -10,6 +10,15 @@ Each application is a universe, each aggregate a world, each stored event a jour
 notification ids are positions of the universe's log. See ``docs/eventsourcing.md``.
 """
 
+from persistence.errors import MissingDependency
+
+try:
+    import eventsourcing  # noqa: F401
+except ImportError:
+    raise MissingDependency(
+        "aos_eventsourcing needs eventsourcing: pip install 'aos-persistence[eventsourcing]'"
+    ) from None
+
 from aos_eventsourcing.factory import PlaneFactory
 from aos_eventsourcing.recorders import (
     PlaneAggregateRecorder,

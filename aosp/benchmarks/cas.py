@@ -54,9 +54,9 @@ from persistence.ids import Hash, UniverseId
 from persistence.objects import COPY_CHUNK
 from persistence.plane import Plane
 from persistence.plane.cas_bodies import object_key
+from persistence.sizes import MiB
 from segments import open_plane
 
-MiB: Final = 1 << 20
 BLOB: Final = MiB
 ROUNDS: Final = 5
 WARMUP_SECONDS: Final = 0.5

@@ -11,7 +11,15 @@ from pathlib import Path
 
 from tests.packaging.conftest import Dist, Env
 
-PACKAGES = ("persistence", "backends", "segments", "conformance", "spark_connectors", "aosp")
+PACKAGES = (
+    "persistence",
+    "backends",
+    "segments",
+    "conformance",
+    "spark_connectors",
+    "aosp",
+    "aos_eventsourcing",
+)
 
 
 def test_the_wheel_and_sdist_hold_every_package_typed(dist: Dist) -> None:
@@ -76,16 +84,27 @@ try:
     spark_session()
 except MissingDependency as exc:
     print(exc)
+try:
+    from aosp.benchmarks import spark
+    spark.run()
+except MissingDependency as exc:
+    print(exc)
+try:
+    import aos_eventsourcing
+except MissingDependency as exc:
+    print(exc)
 """
 
 
 def test_a_missing_extra_is_named_with_its_install_line(core_env: Env) -> None:
     done = core_env.run("python", "-c", MISSING)
     assert done.returncode == 0, done.stderr
-    s3, fdb, spark = done.stdout.strip().splitlines()
+    s3, fdb, spark, bench_spark, eventsourcing = done.stdout.strip().splitlines()
     assert "pip install 'aos-persistence[s3]'" in s3
     assert "pip install 'aos-persistence[fdb]'" in fdb
     assert "pip install 'aos-persistence[spark]'" in spark
+    assert "pip install 'aos-persistence[spark]'" in bench_spark
+    assert "pip install 'aos-persistence[eventsourcing]'" in eventsourcing
 
 
 def test_aosp_demo_runs_from_the_wheel(core_env: Env) -> None:
