@@ -452,6 +452,33 @@ def test_keys_a_versionstamped_key_could_become_are_unreadable(engine: Engine) -
     assert read(engine, lambda t: t.get_range(b"q/", b"q0")) == []
 
 
+def test_a_stamped_keys_possible_range_starts_at_the_read_version_it_was_issued_with(
+    engine: Engine,
+) -> None:
+    """The keys a versionstamped key could become start at the key stamped with the read
+    version the transaction had cached when the write was issued (stamp 0 if none): a key
+    stamped below that version stays readable; without a read version, none is."""
+    setup = engine.create_transaction()  # a stamped commit: read versions of at least 1
+    setup.set_versionstamped_key(_stamped_key(b"p/"), b"item")
+    setup.commit()
+    lowest = b"q/" + b"\x00" * 10  # the stamp of version 0
+    blind = engine.create_transaction()
+    blind.set_versionstamped_key(_stamped_key(b"q/"), b"item")  # no read version yet
+    assert blind.get_read_version() >= 1  # taken after the write: the range stays as it was
+    with pytest.raises(EngineError) as err:
+        blind.get(lowest)
+    assert err.value.code == fdb_errors.ACCESSED_UNREADABLE
+
+    tr = engine.create_transaction()
+    version = tr.get_read_version()
+    tr.set_versionstamped_key(_stamped_key(b"q/"), b"item")
+    assert tr.get(lowest) is None  # below any stamp this commit can get
+    assert tr.get(b"q/" + (version - 1).to_bytes(8, "big") + b"\xff\xff") is None
+    with pytest.raises(EngineError) as err:
+        tr.get(b"q/" + version.to_bytes(8, "big") + b"\x00\x00")
+    assert err.value.code == fdb_errors.ACCESSED_UNREADABLE
+
+
 def test_reads_of_keys_written_first_add_no_conflict(engine: Engine) -> None:
     commit_all(engine, {b"b": b"1"})
     tr = engine.create_transaction()
