@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ from aosp.cli.console import (
     EXIT_OK,
     Progress,
     UsageError,
+    positive_seconds,
     print_json,
     print_table,
     report_error,
@@ -22,6 +24,7 @@ from aosp.cli.store import DEFAULT_DATA_DIR, make_directory
 from segments import open_plane
 
 if TYPE_CHECKING:
+    from conformance.cases import Profile
     from conformance.torture.servers import ServerFaults
 
 
@@ -88,7 +91,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
     if args.list:
         return _list_cases(args)
-    profile = PROFILES[args.profile]
+    profile = _sized(PROFILES[args.profile], args)
     progress = _progress(args)
     servers = _server_faults(args)
     make_directory(args.report, "--report")  # before the run, not after it
@@ -126,6 +129,17 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     if not available:
         return EXIT_BACKEND
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED
+
+
+def _sized(profile: Profile, args: argparse.Namespace) -> Profile:
+    """``profile`` with the crash cases' length and kill rates the options give."""
+    changes = {
+        "seconds": args.torture_seconds,
+        "mean_kill_interval": args.kill_interval,
+        "server_kill_interval": args.server_kill_interval,
+    }
+    given = {field: value for field, value in changes.items() if value is not None}
+    return dataclasses.replace(profile, torture=dataclasses.replace(profile.torture, **given))
 
 
 def _list_cases(args: argparse.Namespace) -> int:
@@ -273,6 +287,25 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "--server-restart-command",
         metavar="CMD",
         help="crash 2: a shell command that restarts the server the kill command killed",
+    )
+    conf.add_argument(
+        "--torture-seconds",
+        type=positive_seconds,
+        metavar="S",
+        help="crash 1 and 2: how long the processes run and are killed (the profile's: "
+        "4 quick, 30 full)",
+    )
+    conf.add_argument(
+        "--kill-interval",
+        type=positive_seconds,
+        metavar="S",
+        help="crash 1 and 2: mean seconds between two worker kills (0.4 quick, 0.3 full)",
+    )
+    conf.add_argument(
+        "--server-kill-interval",
+        type=positive_seconds,
+        metavar="S",
+        help="crash 2: mean seconds between two server kills (1 quick, 2 full)",
     )
     conf.set_defaults(run=cmd_conformance)
 

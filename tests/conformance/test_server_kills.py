@@ -5,8 +5,11 @@ call's reported outcome matches the store."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +19,7 @@ import pytest
 from backends.objects.local import LocalObjectStore
 from conformance.cases import TortureSize
 from conformance.torture.run import run_torture
-from conformance.torture.servers import LocalCluster, ServerFaultError
+from conformance.torture.servers import CommandServers, LocalCluster, ServerFaultError
 from persistence.errors import Validation
 from segments import open_plane
 from tests.fdb_cluster import FDB_LOCAL, SKIP_REASON, FdbCluster, start_cluster, stop_cluster
@@ -121,3 +124,83 @@ def until(condition: Callable[[], bool], seconds: float) -> bool:
 def test_a_directory_without_a_cluster_is_refused(tmp_path: Path) -> None:
     with pytest.raises(Validation, match=r"fdb_local: .* holds no fdbserver\.pid"):
         LocalCluster(tmp_path)
+
+
+def test_the_cli_runs_crash2_on_a_cluster_for_the_given_time(
+    cluster3: FdbCluster, tmp_path: Path
+) -> None:
+    """What an operator runs nightly: ``aosp conformance --case crash2_server_kills
+    --fdb-local DIR`` with the run's length and kill rates given on the command line."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "aosp",
+            "conformance",
+            "--kv",
+            cluster3.url,
+            "--objects",
+            f"file://{tmp_path}/objects",
+            "--case",
+            "crash2_server_kills",
+            "--fdb-local",
+            str(cluster3.directory),
+            "--torture-seconds",
+            "12",
+            "--kill-interval",
+            "0.5",
+            "--server-kill-interval",
+            "2",
+            "--report",
+            str(tmp_path / "report"),
+            "--json",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout)
+    (result,) = summary["results"]
+    assert (result["name"], result["outcome"]) == ("crash2_server_kills", "passed")
+    notes = result["notes"]
+    assert notes["torture_seconds"] >= 12  # passed: every invariant held
+    assert notes["torture_server_kills"] >= 1 and notes["torture_kills"] >= 5
+    assert sorted(LocalCluster(cluster3.directory).pids()) == sorted(cluster3.pids())
+
+
+def test_the_torture_drives_an_operators_kill_and_restart_commands(tmp_path: Path) -> None:
+    """``--server-kill-command``/``--server-restart-command`` (``CommandServers``): the run
+    calls them in turn, one server down at a time, with a seed each; here on SQLite, whose
+    "servers" are two commands that only write down that they ran."""
+    journal = tmp_path / "commands"
+    servers = CommandServers(
+        f'echo "kill $AOSP_SEED" >> {journal}; echo "server-$AOSP_SEED"',
+        f'echo "restart $AOSP_SEED" >> {journal}',
+    )
+    plane = open_plane(f"sqlite://{tmp_path}/aos.db", f"file://{tmp_path}/objects")
+    (tmp_path / "logs").mkdir()
+    report = run_torture(
+        plane,
+        f"sqlite://{tmp_path}/aos.db",
+        f"file://{tmp_path}/objects",
+        TortureSize(
+            worlds=2,
+            writers=1,
+            drainers=1,
+            seconds=6.0,
+            mean_kill_interval=1.0,
+            server_kill_interval=1.0,
+        ),
+        seed=SEED,
+        directory=tmp_path / "logs",
+        servers=servers,
+    )
+    assert not report.violations, "\n".join(report.violations[:20])
+    lines = journal.read_text().splitlines()
+    kills = [line for line in lines if line.startswith("kill ")]
+    assert report.figures["server_kills"] == len(kills) >= 2
+    assert lines == [x for kill in kills for x in (kill, "restart 0")]  # strictly in turn
+    assert len(set(kills)) == len(kills)  # a seed drawn for each
+    assert sum(report.figures["servers_killed"].values()) == len(kills)
