@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,37 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     eng = make_engine(request.param, request, tmp_path)
     yield eng
     eng.close()
+
+
+# ------------------------------------------------ how many tests ran on a real FoundationDB
+
+CLUSTER_FIXTURES = frozenset({"fdb_cluster", "cluster3"})
+"""Fixtures that start a real FoundationDB cluster (``tests.fdb_cluster``)."""
+
+_on_a_cluster: dict[str, str] = {}
+"""Outcome of each test that used a real cluster (the first phase that did not pass, else
+``passed``)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    request = getattr(item, "_request", None)  # fixtures asked for with getfixturevalue too
+    used = set(getattr(item, "fixturenames", ())) | set(getattr(request, "_fixture_defs", ()))
+    decisive = report.when == "call" or report.outcome != "passed"
+    so_far = _on_a_cluster.get(item.nodeid, "passed")
+    if decisive and so_far == "passed" and used & CLUSTER_FIXTURES:
+        _on_a_cluster[item.nodeid] = report.outcome
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line: how many tests ran on a real FoundationDB cluster, and how they ended."""
+    if _on_a_cluster:
+        counts = Counter(_on_a_cluster.values())
+        terminalreporter.write_line(
+            f"on a real FoundationDB cluster: {counts['passed']} passed, "
+            f"{counts['failed']} failed, {counts['skipped']} skipped"
+        )
