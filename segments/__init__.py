@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
+from persistence.errors import Validation
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
 from persistence.plane import Plane, PlaneConfig
+from persistence.sizes import check_bool
+
+_T = TypeVar("_T")
 
 
 def open_plane(
@@ -31,14 +36,35 @@ def open_plane(
     ``create`` applies to what is given as a URL: without it only existing stores open
     (``NotFound`` otherwise) and nothing is created -- what reading tools and jobs use.
     ``clock`` is the plane's wall clock (see :class:`Plane`)."""
-    from backends.kv import open_engine
-    from backends.objects import open_object_store
+    from backends.kv import engine_opener
+    from backends.objects import object_store_opener
     from segments.cold import ObjectStoreSegments
+    from segments.inputs import require_callable
 
-    kv = open_engine(engine, create=create) if isinstance(engine, str) else engine
+    # Every argument is checked before either store is opened: a refused call creates nothing.
+    check_bool(create, "create")
+    open_kv: Callable[[], Engine]
+    if isinstance(engine, str):
+        open_kv = engine_opener(engine, create=create)
+    elif isinstance(engine, Engine):
+        open_kv = _given(engine)
+    else:
+        raise Validation("engine", f"an Engine or a URL, not {type(engine).__name__}")
+    open_objects: Callable[[], ObjectStore]
+    if isinstance(objects, str):
+        open_objects = object_store_opener(objects, create=create)
+    elif isinstance(objects, ObjectStore):
+        open_objects = _given(objects)
+    else:
+        raise Validation("objects", f"an ObjectStore or a URL, not {type(objects).__name__}")
+    if config is not None and not isinstance(config, PlaneConfig):
+        raise Validation("config", f"a PlaneConfig, not {type(config).__name__}")
+    require_callable(getattr(hooks, "reached", None), "hooks")
+    require_callable(clock, "clock")
+    kv = open_kv()
     store: ObjectStore | None = None
     try:
-        store = open_object_store(objects, create=create) if isinstance(objects, str) else objects
+        store = open_objects()
         return Plane(kv, store, config, ObjectStoreSegments(store), hooks=hooks, clock=clock)
     except BaseException:
         # what was opened here is not the caller's to close
@@ -47,3 +73,8 @@ def open_plane(
         if kv is not engine:
             kv.close()
         raise
+
+
+def _given(value: _T) -> Callable[[], _T]:
+    """The opener of what the caller opened."""
+    return lambda: value

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
+from persistence.sizes import check_bool
 from segments.export import ExportRaced, read_marker, transition
 from segments.format import segment_key
+from segments.inputs import require, require_ids
 
 
 @dataclass(slots=True)
@@ -54,6 +56,9 @@ def collect_world(
 ) -> SegmentCollection:
     """Delete ``world``'s orphaned segment objects and clear its finished export marker
     (with ``dry_run``, only count them)."""
+    require(plane, Plane, "plane")
+    require_ids(universe, world)
+    check_bool(dry_run, "dry_run")
     done = SegmentCollection()
     keys = WorldKeys(universe, world)
     marker = read_marker(plane.engine, keys)

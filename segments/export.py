@@ -32,17 +32,17 @@ from typing import BinaryIO, Final, cast
 
 from persistence import kv
 from persistence.errors import Conflict, NotFound, SegmentCorruption, SegmentMissing, Validation
-from persistence.ids import UniverseId, WorldId
+from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.objects import COPY_CHUNK
 from persistence.plane import Plane, calls, journal, segment_index
 from persistence.plane.calls import Call
 from persistence.records import CallRecord, ExportMarker, SegmentIndexRecord, decode_record
-from persistence.sizes import MiB
+from persistence.sizes import MAX_ROW_LIMIT, MiB, check_bool, check_int
 from persistence.telemetry import traced
 from segments.format import CHECKSUM_ALGORITHM, SegmentHeader, SegmentReader, SegmentWriter
 from segments.format import segment_key as _segment_key
-from segments.inputs import require, require_ids
+from segments.inputs import require, require_callable, require_ids
 
 RACE_ATTEMPTS: Final = 10
 """Times an export step starts again after another exporter moved the marker first."""
@@ -61,18 +61,11 @@ class ExportConfig:
     read_page_entries: int = 2_000
 
     def __post_init__(self) -> None:
-        if isinstance(self.margin, bool) or not isinstance(self.margin, int) or self.margin < 0:
-            raise Validation("ExportConfig.margin", f"must be an integer >= 0, got {self.margin!r}")
-        for name in (
-            "target_entries",
-            "target_bytes",
-            "min_entries",
-            "delete_chunk_entries",
-            "read_page_entries",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise Validation(f"ExportConfig.{name}", f"must be an integer >= 1, got {value!r}")
+        check_bool(self.enabled, "ExportConfig.enabled")
+        check_int(self.margin, "ExportConfig.margin", 0, MAX_HEIGHT)
+        check_int(self.target_bytes, "ExportConfig.target_bytes", 1, 2**63 - 1)
+        for name in ("target_entries", "min_entries", "delete_chunk_entries", "read_page_entries"):
+            check_int(getattr(self, name), f"ExportConfig.{name}", 1, MAX_ROW_LIMIT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +238,8 @@ class Exporter:
     ) -> list[SegmentIndexRecord]:
         """Finish any interrupted export, then export every safe range; return the new
         segments. Raises ``Validation`` if export is disabled."""
+        require_ids(universe, world)
+        require_callable(progress, "progress")
         done = []
         while (record := self.export_once(universe, world, progress)) is not None:
             done.append(record)
@@ -260,6 +255,7 @@ class Exporter:
         """Resume the in-flight export or start the next one; ``None`` if nothing to do.
         When another exporter moves the marker first, start again from where it left it."""
         require_ids(universe, world)
+        require_callable(progress, "progress")
         if not self.config.enabled:
             raise Validation("export", "segment export is disabled (ExportConfig.enabled)")
         for _ in range(RACE_ATTEMPTS - 1):

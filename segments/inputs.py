@@ -23,8 +23,7 @@ def require_ids(universe: object, world: object) -> tuple[UniverseId, WorldId]:
     return require(universe, UniverseId, "universe"), require(world, WorldId, "world")
 
 
-def require_count(value: object, field: str, *, low: int = 0) -> int:
-    """``value`` if it is an integer (not a bool) of at least ``low``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise Validation(field, f"an integer >= {low}, not {value!r}")
-    return value
+def require_callable(value: object, field: str) -> None:
+    """Refuse ``value`` unless it can be called."""
+    if not callable(value):
+        raise Validation(field, f"a function, not {type(value).__name__}")

@@ -19,7 +19,7 @@ from persistence.kernel import Kernel
 from persistence.plane import Plane
 from persistence.records import SnapshotRecord
 from persistence.telemetry import traced
-from segments.inputs import require, require_ids
+from segments.inputs import require, require_callable, require_ids
 
 REPLAY_PAGE: Final = 10_000
 
@@ -37,6 +37,9 @@ class RestoreResult:
 def load_root(plane: Plane, universe: UniverseId, record: SnapshotRecord) -> bytes:
     """The snapshot bytes of ``record``, after checking root completeness: the snapshot and
     its manifest are in CAS and hash right, and every object the manifest lists is present."""
+    require(plane, Plane, "plane")
+    require(universe, UniverseId, "universe")
+    require(record, SnapshotRecord, "record")
     try:
         snapshot = plane.cas.get(universe, record.snapshot_ref)
         manifest_bytes = plane.cas.get(universe, record.manifest_hash)
@@ -72,7 +75,7 @@ def replay(
     progress: Callable[[str], None] = lambda _: None,
 ) -> RestoreResult:
     """Hydrate ``kernel`` from ``start`` and apply every entry after it up to the head."""
-    _check_inputs(plane, universe, world, kernel)
+    _check_inputs(plane, universe, world, kernel, progress)
     require(start, SnapshotRecord, "start")
     kernel.hydrate(load_root(plane, universe, start))
     head = plane.head(universe, world)
@@ -90,11 +93,16 @@ def replay(
     return RestoreResult(head, start.height, head - start.height, kernel.snapshot())
 
 
-def _check_inputs(plane: object, universe: object, world: object, kernel: object) -> None:
+def _check_inputs(
+    plane: object, universe: object, world: object, kernel: object, progress: object
+) -> None:
     require(plane, Plane, "plane")
     require_ids(universe, world)
+    if isinstance(kernel, type):
+        raise Validation("kernel", f"a kernel instance, not the class {kernel.__name__}")
     if not isinstance(kernel, Kernel):
         raise Validation("kernel", f"hydrate, apply and snapshot, not {type(kernel).__name__}")
+    require_callable(progress, "progress")
 
 
 @traced("restore")
@@ -106,7 +114,7 @@ def restore(
     progress: Callable[[str], None] = lambda _: None,
 ) -> RestoreResult:
     """Active baseline + segments + hot tail."""
-    _check_inputs(plane, universe, world, kernel)
+    _check_inputs(plane, universe, world, kernel, progress)
     return replay(plane, universe, world, kernel, plane.active_baseline(universe, world), progress)
 
 
@@ -119,7 +127,7 @@ def full_replay(
     progress: Callable[[str], None] = lambda _: None,
 ) -> RestoreResult:
     """Genesis snapshot (height 0) + every entry from height 1."""
-    _check_inputs(plane, universe, world, kernel)
+    _check_inputs(plane, universe, world, kernel, progress)
     snapshots = plane.list_snapshots(universe, world)
     if not snapshots or snapshots[0].height != 0:
         raise Corruption(f"world {world}: no genesis snapshot at height 0")
@@ -147,7 +155,17 @@ def check_replay(
     """One world's replay check: full replay from genesis versus restore (baseline +
     segments + tail), each with a new kernel from ``kernel``. Every column of
     :data:`REPLAY_CHECK_COLUMNS` is set; corruption found on the way is ``equal`` false
-    with ``error`` naming it (other errors propagate)."""
+    with ``error`` naming it (other errors propagate). ``kernel`` makes kernels (a kernel
+    class, say): a kernel instance is ``Validation``."""
+    require(plane, Plane, "plane")
+    require_ids(universe, world)
+    if isinstance(kernel, Kernel) and not isinstance(kernel, type):
+        raise Validation(
+            "kernel",
+            f"a function making kernels (such as a kernel class), not "
+            f"a {type(kernel).__name__} instance: each replay needs a new one",
+        )
+    require_callable(kernel, "kernel")
     row: dict[str, Any] = dict.fromkeys(name for name, _ in REPLAY_CHECK_COLUMNS)
     row.update(universe=str(universe), world=str(world), equal=False)
     try:

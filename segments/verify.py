@@ -7,12 +7,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from persistence.errors import Corruption, SegmentIndexCorruption
-from persistence.ids import UniverseId, WorldId
+from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.plane import Plane
 from persistence.plane.segment_index import audit
 from persistence.records import SegmentIndexRecord
+from persistence.sizes import check_int
 from segments.cold import ObjectStoreSegments
-from segments.inputs import require, require_count, require_ids
+from segments.inputs import require, require_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +45,7 @@ def check_segments(
     problem is reported without following the record to an object."""
     require(plane, Plane, "plane")
     require_ids(universe, world)
-    require_count(head, "head")
+    check_int(head, "head", 0, MAX_HEIGHT)
     source = ObjectStoreSegments(plane.objects)
     for entry in audit(plane.engine, universe, world):
         record, error = entry.record, entry.error

@@ -6,8 +6,9 @@ URL                                        engine
 ``memory://``                              :class:`~backends.kv.memory.MemoryEngine` (new,
                                            empty, in this process)
 ``sqlite:///abs/path/aos.db``              :class:`~backends.kv.sqlite.SqliteEngine`
-``sqlite://relative/path.db``              (query: ``synchronous=FULL|NORMAL|OFF``,
-                                           ``busy_timeout=<seconds>``)
+``sqlite://relative/path.db``              (query: ``synchronous=OFF|NORMAL|FULL|EXTRA``,
+                                           ``busy_timeout=<seconds>``, digits as ``60``
+                                           or ``0.5``)
 ``fdb://`` or ``fdb:///etc/fdb/fdb.cluster``  :class:`~backends.kv.fdb.FdbEngine` (default
                                            cluster file when no path; query:
                                            ``api_version``, ``timeout_ms``,
@@ -27,83 +28,111 @@ naming the pip extra rather than at import time.
 A missing SQLite file is ``NotFound`` and an empty or foreign one ``StoreFormatError`` (see
 :class:`~backends.kv.sqlite.SqliteEngine`); ``memory://`` is ``NotFound`` (it always names a
 new, empty store); ``fdb://`` connects to a cluster, which creates nothing.
+
+A URL is checked whole before anything is opened (:func:`engine_opener`): bytes, control
+characters, a fragment, a NUL in the path, an unknown, repeated or malformed option are
+``Validation`` naming ``kv url`` and the option.
 """
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, unquote, urlsplit
+import re
+from collections.abc import Callable
+from urllib.parse import SplitResult
 
+from backends import split_url, url_options, url_path
 from persistence.errors import NotFound, Validation
 from persistence.kv import Engine
+from persistence.sizes import check_bool
 
-
-def _options(query: str) -> dict[str, str]:
-    parsed = parse_qs(query, keep_blank_values=True, strict_parsing=False)
-    return {name: values[-1] for name, values in parsed.items()}
+_SECONDS = re.compile(r"[0-9]+(\.[0-9]+)?", re.ASCII)
+"""``busy_timeout``: a decimal number of seconds."""
 
 
 def open_engine(url: str, *, create: bool = True) -> Engine:
     """Open the engine named by ``url`` (see the module docstring for the forms). Without
     ``create`` only an existing store opens; nothing is created."""
-    if url.startswith("faults+"):
+    return engine_opener(url, create=create)()
+
+
+def engine_opener(url: str, *, create: bool = True) -> Callable[[], Engine]:
+    """Check ``url`` and return the call that opens its engine. Every mistake in the URL is
+    ``Validation`` naming ``kv url`` and the option, raised here: before anything is opened
+    or created (so that a caller opening several stores can check them all first)."""
+    parts = split_url(url, "kv url")
+    check_bool(create, "create")
+    if parts.scheme.startswith("faults+"):
         from backends.kv.faults import FaultInjector, FaultyEngine
 
-        inner = open_engine(url.removeprefix("faults+"), create=create)
-        return FaultyEngine(inner, FaultInjector())
-    parts = urlsplit(url)
-    options = _options(parts.query)
-    path = unquote(parts.netloc + parts.path)
+        inner = engine_opener(url[len("faults+") :], create=create)
+        return lambda: FaultyEngine(inner(), FaultInjector())
     if parts.scheme == "memory":
         from backends.kv.memory import MemoryEngine
 
+        if parts.netloc or parts.path or parts.query:
+            raise Validation("kv url", f"memory:// takes no path or options: {url!r}")
         if not create:
             raise NotFound(f"{url!r} names a new, empty store: there is no existing one to open")
-        return MemoryEngine()
+        return MemoryEngine
     if parts.scheme == "sqlite":
-        from backends.kv.sqlite import SqliteEngine
+        return _sqlite_opener(parts, url, create)
+    if parts.scheme == "fdb":
+        return _fdb_opener(parts)
+    raise Validation("kv url", f"unknown engine scheme {parts.scheme!r} in {url!r}")
 
-        if not path:
-            raise Validation("kv url", f"sqlite URL needs a file path: {url!r}")
-        unknown = set(options) - {"synchronous", "busy_timeout"}
-        if unknown:
-            raise Validation("kv url", f"unknown sqlite option(s) {sorted(unknown)}")
-        busy_timeout = options.get("busy_timeout", "60")
-        try:
-            seconds = float(busy_timeout)
-        except ValueError:
-            raise Validation("kv url", f"busy_timeout is not seconds: {busy_timeout!r}") from None
+
+def _sqlite_opener(parts: SplitResult, url: str, create: bool) -> Callable[[], Engine]:
+    from backends.kv.sqlite import MAX_BUSY_TIMEOUT, SYNCHRONOUS_MODES, SqliteEngine
+
+    options = url_options(parts, "kv url", {"synchronous", "busy_timeout"})
+    path = url_path(parts, "kv url")
+    if not path:
+        raise Validation("kv url", f"sqlite URL needs a file path: {url!r}")
+    synchronous = options.get("synchronous", "FULL")
+    if synchronous.upper() not in SYNCHRONOUS_MODES:
+        raise Validation(
+            "kv url", f"synchronous must be one of {SYNCHRONOUS_MODES}, not {synchronous!r}"
+        )
+    busy_timeout = options.get("busy_timeout", "60")
+    if not _SECONDS.fullmatch(busy_timeout) or float(busy_timeout) > MAX_BUSY_TIMEOUT:
+        raise Validation(
+            "kv url",
+            f"busy_timeout must be seconds from 0 to {MAX_BUSY_TIMEOUT:g} (e.g. 60 or 0.5), "
+            f"not {busy_timeout!r}",
+        )
+
+    def open_sqlite() -> Engine:
         try:
             return SqliteEngine(
-                path,
-                synchronous=options.get("synchronous", "FULL"),
-                busy_timeout=seconds,
-                create=create,
+                path, synchronous=synchronous, busy_timeout=float(busy_timeout), create=create
             )
         except Validation as exc:
             raise Validation("kv url", f"{exc.field} must be {exc.problem}") from None
-    if parts.scheme == "fdb":
-        from backends.kv.fdb import FdbEngine, FdbOptions
 
-        integers = {"api_version", "timeout_ms", "retry_limit", "size_limit"}
-        unknown = set(options) - integers - {"client_library"}
-        if unknown:
-            raise Validation("kv url", f"unknown fdb option(s) {sorted(unknown)}")
-        defaults = FdbOptions()
+    return open_sqlite
 
-        def number(name: str) -> int:
-            text = options.get(name)
-            if text is None:
-                return int(getattr(defaults, name))
-            if not (text.isascii() and text.isdigit()):
-                raise Validation("kv url", f"fdb {name} must be an integer, not {text!r}")
-            return int(text)
 
-        settings = FdbOptions(
-            api_version=number("api_version"),
-            timeout_ms=number("timeout_ms"),
-            retry_limit=number("retry_limit"),
-            size_limit=number("size_limit"),
-            client_library=options.get("client_library"),
-        )
-        return FdbEngine(path or None, settings)
-    raise Validation("kv url", f"unknown engine scheme {parts.scheme!r} in {url!r}")
+def _fdb_opener(parts: SplitResult) -> Callable[[], Engine]:
+    from backends.kv.fdb import FdbEngine, FdbOptions
+
+    integers = {"api_version", "timeout_ms", "retry_limit", "size_limit"}
+    options = url_options(parts, "kv url", integers | {"client_library"})
+    path = url_path(parts, "kv url")
+    defaults = FdbOptions()
+
+    def number(name: str) -> int:
+        text = options.get(name)
+        if text is None:
+            return int(getattr(defaults, name))
+        if not (text.isascii() and text.isdigit()):
+            raise Validation("kv url", f"fdb {name} must be an integer, not {text!r}")
+        return int(text)
+
+    settings = FdbOptions(
+        api_version=number("api_version"),
+        timeout_ms=number("timeout_ms"),
+        retry_limit=number("retry_limit"),
+        size_limit=number("size_limit"),
+        client_library=options.get("client_library"),
+    )
+    return lambda: FdbEngine(path or None, settings)

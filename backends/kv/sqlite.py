@@ -47,9 +47,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
+from backends import check_path
 from backends.kv.buffered import BufferedTransaction
 from persistence import fdb_errors, kv
 from persistence.errors import Backend, EngineError, NotFound, StoreFormatError, Validation
+from persistence.sizes import check_bool, check_int
 
 APPLICATION_ID: Final = 0x414F5350  # "AOSP"
 FORMAT_VERSION: Final = 1
@@ -75,19 +77,23 @@ class SqliteEngine(kv.Engine):
         size_limit: int = kv.MAX_TRANSACTION_SIZE,
         create: bool = True,
     ) -> None:
-        self.path = Path(path)
-        self.create = create
-        self.size_limit = size_limit
-        mode = synchronous.upper()
+        self.path = Path(check_path(path, "path"))
+        self.create = check_bool(create, "create")
+        self.size_limit = check_int(size_limit, "size_limit", 32, kv.MAX_TRANSACTION_SIZE)
+        mode = synchronous.upper() if isinstance(synchronous, str) else synchronous
         if mode not in SYNCHRONOUS_MODES:
             raise Validation("synchronous", f"one of {SYNCHRONOUS_MODES}, not {synchronous!r}")
         self.synchronous = mode
-        if not (math.isfinite(busy_timeout) and 0 <= busy_timeout <= MAX_BUSY_TIMEOUT):
+        if (
+            isinstance(busy_timeout, bool)
+            or not isinstance(busy_timeout, int | float)
+            or not (math.isfinite(busy_timeout) and 0 <= busy_timeout <= MAX_BUSY_TIMEOUT)
+        ):
             raise Validation(
                 "busy_timeout", f"seconds in [0, {MAX_BUSY_TIMEOUT:g}], not {busy_timeout!r}"
             )
         self.busy_timeout = busy_timeout
-        self.cache_mib = cache_mib
+        self.cache_mib = check_int(cache_mib, "cache_mib", 1, 1024 * 1024)
         self.url = f"sqlite://{self.path.resolve()}"
         # A URI, so that an open without create cannot create the file (mode=rw) even when
         # it is deleted after _check_file looked.

@@ -5,11 +5,13 @@ URL                               store
 ================================  =====================================================
 ``memory://``                     :class:`~backends.objects.memory.MemoryObjectStore`
 ``file:///var/lib/aos/objects``   :class:`~backends.objects.local.LocalObjectStore`
-                                  (query: ``fsync=0`` to skip fsync, for tests only)
+                                  (query: ``fsync=0`` to skip fsync, for tests only;
+                                  ``fsync=1``, the default)
 ``s3://bucket/prefix``            :class:`~backends.objects.s3.S3ObjectStore`: keys
                                   under ``prefix/`` in ``bucket`` (the prefix may be
-                                  empty); query: ``endpoint_url=``, ``region=``,
-                                  ``multipart=0`` (one PutObject per object: for
+                                  empty); query: ``endpoint_url=`` (``http[s]://``),
+                                  ``region=`` (a host label), ``multipart=0|1`` (``0``:
+                                  one PutObject per object: for
                                   servers such as SeaweedFS whose conditional
                                   CompleteMultipartUpload is not atomic)
 ================================  =====================================================
@@ -21,18 +23,20 @@ An S3-compatible server is named by its endpoint, for example::
 
 Whatever the URL leaves out (endpoint, region, and always the credentials) comes from the
 standard boto3 chain: ``AWS_*`` environment variables, ``~/.aws`` config files, instance
-roles.
+roles. A URL is checked whole before anything is opened (:func:`object_store_opener`): a
+malformed one is ``Validation`` naming ``objects url`` and the option.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import BinaryIO
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import SplitResult, unquote
 
+from backends import split_url, url_flag, url_options
 from persistence.errors import NotFound, Validation
 from persistence.objects import ObjectStore, check_object_key
-from persistence.sizes import check_int
+from persistence.sizes import check_bool, check_int
 
 
 def check_put(key: object, data: object, sha256: object, prefix: str = "") -> str:
@@ -89,32 +93,61 @@ def open_object_store(
     Without ``create`` only an existing store opens and nothing is created: a missing
     ``file://`` directory is ``NotFound``, and so is ``memory://`` (it always names a new,
     empty store). ``s3://`` never creates a bucket either way."""
-    parts = urlsplit(url)
+    return object_store_opener(url, credentials=credentials, create=create)()
+
+
+def object_store_opener(
+    url: str, *, credentials: Mapping[str, str] | None = None, create: bool = True
+) -> Callable[[], ObjectStore]:
+    """Check ``url`` and return the call that opens its store. Every mistake in the URL is
+    ``Validation`` naming ``objects url`` and the option, raised here: before anything is
+    opened or created."""
+    parts = split_url(url, "objects url")
+    check_bool(create, "create")
+    if credentials is not None and not isinstance(credentials, Mapping):
+        raise Validation("credentials", f"expected a mapping, got {type(credentials).__name__}")
     if parts.scheme == "memory":
         from backends.objects.memory import MemoryObjectStore
 
+        if parts.netloc or parts.path or parts.query:
+            raise Validation("objects url", f"memory:// takes no path or options: {url!r}")
         if not create:
             raise NotFound(f"{url!r} names a new, empty store: there is no existing one to open")
-        return MemoryObjectStore()
+        return MemoryObjectStore
     if parts.scheme == "file":
-        from backends.objects.local import LocalObjectStore
+        from backends.objects.local import LocalObjectStore, parse_file_url
 
-        return LocalObjectStore.from_url(url, create=create)
+        root, fsync = parse_file_url(url)
+        return lambda: LocalObjectStore(root, fsync=fsync, create=create)
     if parts.scheme == "s3":
-        from backends.objects.s3 import S3ObjectStore
-
-        if not parts.netloc:
-            raise Validation("objects url", f"s3 URL needs a bucket: {url!r}")
-        options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        unknown = set(options) - {"endpoint_url", "region", "multipart"}
-        if unknown:
-            raise Validation("objects url", f"unknown option(s) {sorted(unknown)}")
-        return S3ObjectStore(
-            unquote(parts.netloc),
-            unquote(parts.path).strip("/"),
-            endpoint_url=options.get("endpoint_url"),
-            region=options.get("region"),
-            multipart=options.get("multipart", "1") != "0",
-            credentials=credentials,
-        )
+        return _s3_opener(parts, url, credentials)
     raise Validation("objects url", f"unknown object store scheme {parts.scheme!r} in {url!r}")
+
+
+def _s3_opener(
+    parts: SplitResult, url: str, credentials: Mapping[str, str] | None
+) -> Callable[[], ObjectStore]:
+    from backends.objects.s3 import S3ObjectStore, check_endpoint, check_region
+
+    options = url_options(parts, "objects url", {"endpoint_url", "region", "multipart"})
+    if not parts.netloc:
+        raise Validation("objects url", f"s3 URL needs a bucket: {url!r}")
+    for name, check in (("endpoint_url", check_endpoint), ("region", check_region)):
+        value = options.get(name)
+        if value == "":
+            raise Validation("objects url", f"{name} is empty (leave it out for the default)")
+        try:
+            check(value)
+        except Validation as exc:
+            raise Validation("objects url", f"{exc.field} must be {exc.problem}") from None
+    multipart = url_flag(options, "multipart", True, "objects url")
+    bucket, prefix = unquote(parts.netloc), unquote(parts.path).strip("/")
+    S3ObjectStore.check_location(bucket, prefix)
+    return lambda: S3ObjectStore(
+        bucket,
+        prefix,
+        endpoint_url=options.get("endpoint_url"),
+        region=options.get("region"),
+        multipart=multipart,
+        credentials=credentials,
+    )

@@ -34,8 +34,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, Final, cast
-from urllib.parse import parse_qs, unquote, urlsplit
 
+from backends import check_path, split_url, url_flag, url_options, url_path
 from backends.objects import check_body, check_listing, check_put, check_window, read_bytes
 from persistence.errors import Backend, NotFound, Validation
 from persistence.objects import (
@@ -46,6 +46,7 @@ from persistence.objects import (
     check_object_key,
     check_sha256,
 )
+from persistence.sizes import check_bool
 
 _TMP_PREFIX = ".tmp-"
 STAGING_SWEEP_SECONDS: Final = 60.0
@@ -96,6 +97,20 @@ def _os_errors(what: str) -> Iterator[None]:
         raise Backend(f"{what}: {exc}") from None
 
 
+def parse_file_url(url: str) -> tuple[str, bool]:
+    """The directory and ``fsync`` of a ``file:///dir[?fsync=0|1]`` URL, checked
+    (``Validation`` naming ``objects url``) before the directory is looked at."""
+    parts = split_url(url, "objects url")
+    if parts.scheme != "file":
+        raise Validation("objects url", f"not a file URL: {url!r}")
+    options = url_options(parts, "objects url", {"fsync"})
+    fsync = url_flag(options, "fsync", True, "objects url")
+    path = url_path(parts, "objects url")
+    if not path:
+        raise Validation("objects url", f"file URL needs a directory: {url!r}")
+    return path, fsync
+
+
 class LocalObjectStore(ObjectStore):
     late_delete_seconds = 0.0
     """Objects as files under ``root`` (created if missing, unless ``create`` is false)."""
@@ -103,8 +118,11 @@ class LocalObjectStore(ObjectStore):
     def __init__(
         self, root: str | os.PathLike[str], *, fsync: bool = True, create: bool = True
     ) -> None:
-        with _os_errors(f"object store root {root}"):
-            self.root = Path(root).resolve()
+        text = check_path(root, "root")
+        check_bool(fsync, "fsync")
+        check_bool(create, "create")
+        with _os_errors(f"object store root {text}"):
+            self.root = Path(text).resolve()
             if self.root.exists() and not self.root.is_dir():
                 raise Backend(f"object store root {self.root} is not a directory")
             if create:
@@ -117,18 +135,9 @@ class LocalObjectStore(ObjectStore):
 
     @classmethod
     def from_url(cls, url: str, *, create: bool = True) -> LocalObjectStore:
-        """The store a ``file:///dir[?fsync=0]`` URL names."""
-        parts = urlsplit(url)
-        if parts.scheme != "file":
-            raise Validation("objects url", f"not a file URL: {url!r}")
-        path = unquote(parts.netloc + parts.path)
-        if not path:
-            raise Validation("objects url", f"file URL needs a directory: {url!r}")
-        options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        unknown = set(options) - {"fsync"}
-        if unknown:
-            raise Validation("objects url", f"unknown option(s) {sorted(unknown)}")
-        return cls(path, fsync=options.get("fsync", "1") != "0", create=create)
+        """The store a ``file:///dir[?fsync=0|1]`` URL names (see :func:`parse_file_url`)."""
+        root, fsync = parse_file_url(url)
+        return cls(root, fsync=fsync, create=create)
 
     def _path(self, key: str) -> Path:
         """The file of ``key`` (already checked), which must lie under the root."""

@@ -55,13 +55,14 @@ import hashlib
 import io
 import logging
 import random
+import re
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, cast
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from backends.objects import check_body, check_listing, check_put, check_window, read_bytes
 from persistence.errors import Backend, MissingDependency, NotFound, Validation
@@ -73,7 +74,7 @@ from persistence.objects import (
     check_object_key,
     check_sha256,
 )
-from persistence.sizes import MiB
+from persistence.sizes import MiB, check_bool, check_int, check_number
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -265,6 +266,32 @@ class _Staged(StagedBody):
             self._body.close()
 
 
+_BUCKET: Final = re.compile(r"[A-Za-z0-9._-]{1,255}", re.ASCII)
+_REGION: Final = re.compile(r"(?![0-9]+$)(?!-)[a-zA-Z0-9-]{1,63}(?<!-)", re.ASCII)
+
+
+def check_region(region: object) -> None:
+    """``None``, or a region name (a host label, as botocore requires)."""
+    if region is not None and (not isinstance(region, str) or not _REGION.fullmatch(region)):
+        raise Validation("region", f"a region name such as us-east-1, not {region!r}")
+
+
+def check_endpoint(endpoint_url: object) -> None:
+    """``None``, or an ``http://`` or ``https://`` URL with a host (and a valid port)."""
+    if endpoint_url is None:
+        return
+    problem = f"an http:// or https:// URL with a host, not {endpoint_url!r}"
+    if not isinstance(endpoint_url, str) or not endpoint_url.isprintable() or " " in endpoint_url:
+        raise Validation("endpoint_url", problem)
+    try:
+        parts = urlsplit(endpoint_url)
+        parts.port  # noqa: B018 -- raises ValueError for a port out of range
+    except ValueError:
+        raise Validation("endpoint_url", problem) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise Validation("endpoint_url", problem)
+
+
 CREDENTIAL_NAMES: Final = frozenset(
     {"aws_access_key_id", "aws_secret_access_key", "aws_session_token"}
 )
@@ -303,30 +330,25 @@ class S3ObjectStore(ObjectStore):
         multipart: bool = True,
         credentials: Mapping[str, str] | None = None,
     ) -> None:
-        if (
-            not isinstance(bucket, str)
-            or not bucket
-            or "/" in bucket
-            or not bucket.isprintable()
-            or any(c.isspace() for c in bucket)
-        ):
-            raise Validation("s3 bucket", f"not a bucket name: {str(bucket)[:100]!r}")
-        if not isinstance(prefix, str):
-            raise Validation("s3 prefix", f"expected text, got {type(prefix).__name__}")
-        prefix = prefix.strip("/")
-        if prefix:
-            check_object_key(prefix)
-        if multipart_threshold < 0:
-            raise Validation("multipart_threshold", "must be >= 0")
-        if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
-            raise Validation("part_size", f"must be between {MIN_PART_SIZE} and {MAX_PART_SIZE}")
-        if max_attempts < 1:
-            raise Validation("max_attempts", "must be >= 1")
-        if not 1 <= list_page_size <= 1000:
-            raise Validation("list_page_size", "must be between 1 and 1000")
+        prefix = self.check_location(bucket, prefix)
+        check_endpoint(endpoint_url)
+        check_region(region)
+        check_int(multipart_threshold, "multipart_threshold", 0, 2**63 - 1)
+        check_int(part_size, "part_size", MIN_PART_SIZE, MAX_PART_SIZE)
+        check_int(max_attempts, "max_attempts", 1, 1_000)
+        check_number(retry_base_delay, "retry_base_delay", 0, 3_600)
+        check_number(retry_max_delay, "retry_max_delay", 0, 3_600)
+        check_int(list_page_size, "list_page_size", 1, 1_000)
+        check_bool(verify_sha256_locally, "verify_sha256_locally")
+        check_bool(multipart, "multipart")
+        if credentials is not None and not isinstance(credentials, Mapping):
+            raise Validation("s3 credentials", f"a mapping, not {type(credentials).__name__}")
         unknown = set(credentials or {}) - CREDENTIAL_NAMES
         if unknown:
             raise Validation("s3 credentials", f"unknown name(s) {sorted(unknown)}")
+        for name, value in (credentials or {}).items():
+            if not isinstance(value, str) or not value.isprintable():
+                raise Validation("s3 credentials", f"{name} is not printable text")
         boto3, config_cls, exceptions = _import_boto3()
         self.bucket = bucket
         self.prefix = prefix
@@ -364,12 +386,15 @@ class S3ObjectStore(ObjectStore):
             # Explicit credentials (aws_access_key_id, aws_secret_access_key,
             # aws_session_token) win over the standard chain, which supplies the rest.
             session = boto3.session.Session(**dict(credentials or {}))
-            client = session.client(
-                "s3",
-                endpoint_url=endpoint_url or None,
-                region_name=region or None,
-                config=config_cls(**config_args),
-            )
+            try:
+                client = session.client(
+                    "s3",
+                    endpoint_url=endpoint_url or None,
+                    region_name=region or None,
+                    config=config_cls(**config_args),
+                )
+            except (ValueError, exceptions.BotoCoreError) as exc:  # what the checks missed
+                raise Validation("endpoint_url or region", str(exc)) from None
         self._client = client
         query = [
             f"{name}={quote(value, safe=':/')}"
@@ -379,6 +404,24 @@ class S3ObjectStore(ObjectStore):
         if not multipart:
             query.append("multipart=0")
         self.url = f"s3://{bucket}/{prefix}" + (f"?{'&'.join(query)}" if query else "")
+
+    @staticmethod
+    def check_location(bucket: object, prefix: object) -> str:
+        """The key prefix (without outer ``/``), if ``bucket`` is a bucket name and
+        ``prefix`` a valid object key or empty."""
+        if not isinstance(bucket, str) or not _BUCKET.fullmatch(bucket):
+            raise Validation(
+                "s3 bucket", f"not a bucket name ([A-Za-z0-9._-], 1-255): {str(bucket)[:100]!r}"
+            )
+        if not isinstance(prefix, str):
+            raise Validation("s3 prefix", f"expected text, got {type(prefix).__name__}")
+        prefix = prefix.strip("/")
+        if prefix:
+            try:
+                check_object_key(prefix)
+            except Validation as exc:
+                raise Validation("s3 prefix", exc.problem) from None
+        return prefix
 
     # ------------------------------------------------------------------ plumbing
 

@@ -262,6 +262,10 @@ class Plane:
             raise Validation("config", f"expected a PlaneConfig, got {type(config).__name__}")
         if not callable(clock):
             raise Validation("clock", f"expected a function, got {type(clock).__name__}")
+        if not callable(getattr(hooks, "reached", None)):
+            raise Validation("hooks", f"expected StepHooks, got {type(hooks).__name__}")
+        if segments is not None and not callable(getattr(segments, "read", None)):
+            raise Validation("segments", f"expected a SegmentSource, got {type(segments).__name__}")
         self.engine = engine
         self.objects = objects
         self.segments = segments
@@ -682,8 +686,7 @@ class Plane:
         outgrows FoundationDB's limits. A missing or damaged segment is ``Corruption``."""
         keys = _world_keys(universe, world)
         check_height(from_inclusive, "from_inclusive", allow_zero=False)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise Validation("limit", f"must be a non-negative integer, got {limit!r}")
+        _limit(limit)
         if limit == 0:
             journal.read_entries(self.engine, keys, from_inclusive, 0)  # NotFound if no world
             return []
