@@ -101,6 +101,13 @@ class TortureSize:
     from the last kill, so the redo does not wait out a second timeout), about 15 s."""
     compactors: int = 1
     """Compactor processes (more than one run concurrent passes over the same worlds)."""
+    floors: tuple[tuple[str, int], ...] = ()
+    """Figures the run must reach (``("kills", 40)``, ...): past ``seconds`` it goes on, its
+    processes still killed, until the figures it can read while running (kills, what the
+    workers' logs acknowledge, monitor samples) reach them, or ``max_seconds``. So a test's
+    floors do not depend on how fast a loaded machine runs."""
+    max_seconds: float = 0.0
+    """The longest a run with ``floors`` goes on (at least ``seconds``)."""
 
     def retention_seconds(self, server_kills: bool) -> float:
         """The run's inbox window (see ``compaction_retention_seconds``)."""

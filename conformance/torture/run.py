@@ -33,7 +33,7 @@ from conformance.torture.workload import (
     TortureConfig,
     check_shared_urls,
 )
-from persistence.errors import Backend, PersistError
+from persistence.errors import Backend, PersistError, Validation
 from persistence.fdb_errors import ERROR_DESCRIPTIONS
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
@@ -43,6 +43,9 @@ from segments.export import ExportConfig, Exporter
 
 MAX_LISTED: Final = 25
 """Violations listed in a failure message (all are in the report's ``violations``)."""
+FLOOR_LOOK_SECONDS: Final = 1.0
+"""Past its planned length, how often a run with floors reads its logs to see if they are
+reached."""
 POSTPONE_SECONDS: Final = 0.5
 """How long a server kill waits for the cluster to heal from the last one before asking
 again (killing faster than it heals exceeds its fault tolerance)."""
@@ -115,6 +118,10 @@ def run_torture(
     roles += [("drainer", i) for i in range(size.drainers)] + [("exporter", 0)]
     roles += [("drainworker", i) for i in range(config.drain_workers)]
     roles += [("compactor", i) for i in range(size.compactors)]
+    live = {"kills", "server_kills", "monitor_samples", *(f"kills_{role}" for role, _ in roles)}
+    live |= {*_evidence_figures(Evidence()), *_orphan_figures(Evidence(), None, 0.0, 0.0)}
+    if unknown := [name for name, _ in size.floors if name not in live]:
+        raise Validation("TortureSize.floors", f"{unknown} are not figures known during a run")
     for role, ident in roles:
         fleet.start(role, ident)
     monitor = Monitor(plane, universe, worlds, tolerate_backend=servers is not None)
@@ -122,13 +129,32 @@ def run_torture(
     began, began_wall = time.monotonic(), time.time()
     killer = Killer(fleet, servers, size, rng, began)
     failures: list[str] = []
+    def unmet() -> list[str]:
+        """The floors the run has not reached yet (figures it knows while running)."""
+        if not size.floors:
+            return []
+        so_far = read_evidence(directory)
+        live = {
+            **_kill_figures(fleet, killer),
+            **_evidence_figures(so_far),
+            **_orphan_figures(so_far, None, time.monotonic() - began, orphan_grace_seconds),
+            "monitor_samples": monitor.samples,
+        }
+        return [f"{name} {live[name]} < {low}" for name, low in size.floors if live[name] < low]
+
     try:
-        while (now := time.monotonic()) < began + size.seconds:
-            time.sleep(max(0.0, min(killer.next_event(), began + size.seconds) - now))
+        end, cap = began + size.seconds, began + max(size.seconds, size.max_seconds)
+        next_look = end
+        while (now := time.monotonic()) < cap:
+            if now >= next_look:
+                if not unmet():
+                    break
+                next_look = now + FLOOR_LOOK_SECONDS
+            time.sleep(max(0.0, min(killer.next_event(), next_look, cap) - now))
             killer.act(time.monotonic())
         progress(
             f"torture: {sum(fleet.kills.values())} process kills, {killer.server_kills} server "
-            f"kills in {size.seconds:.0f}s"
+            f"kills in {time.monotonic() - began:.0f}s"
         )
     except ServerFaultError as exc:
         failures.append(f"servers: {exc}")
@@ -168,33 +194,65 @@ def run_torture(
             f"orphans: a {run_seconds:.0f} s run acknowledged no orphan collection pass"
         )
     violations = list(dict.fromkeys(violations))  # a finding before and after the repair: once
-    redos = [r.seconds for r in evidence.redos if not r.acknowledged]
-    repeats = [r.seconds for r in evidence.redos if r.acknowledged]
     figures: dict[str, Any] = {
         "seed": seed,
         "seconds": round(run_seconds, 1),
         "processes": len(roles),
         "starts": fleet.starts,
+        **_kill_figures(fleet, killer),
+        "final_kills": fleet.final_kills,
+        **_evidence_figures(evidence),
+        "items_journaled": None if tally is None else tally.items_journaled,
+        "compaction_window_seconds": window,
+        "compaction_due": due,
+        "items_compacted": None if tally is None else tally.items_removed,
+        "idempotency_entries_compacted": None if tally is None else tally.entries_removed,
+        **_orphan_figures(evidence, orphans, run_seconds, orphan_grace_seconds),
+        "segments": sum(len(plane.list_segments(universe, w)) for w in worlds),
+        "journal_heights": sum(plane.head(universe, w) for w in worlds),
+        "monitor_samples": monitor.samples,
+        "monitor_entries_compared": monitor.entries_seen,
+        "monitor_reads_failed": monitor.backend_errors,
+    }
+    if size.floors:
+        figures["floors_unmet_at_the_cap"] = unmet()
+    if servers is not None:
+        recoveries = servers.recoveries(began_wall)
+        figures["servers_killed"] = dict(sorted(killer.servers_killed.items()))
+        figures["server_kills_postponed"] = killer.server_kills_postponed
+        if recoveries is not None:
+            figures["recoveries"] = len(recoveries)
+            figures["slowest_recovery_seconds"] = round(max(recoveries, default=0.0), 3)
+    return TortureReport(violations, figures, directory)
+
+
+def _kill_figures(fleet: Fleet, killer: Killer) -> dict[str, int]:
+    """Kills so far: of worker processes (by role) and, with server faults, of servers."""
+    kills = {
         "kills": sum(fleet.kills.values()),
         **{f"kills_{role}": count for role, count in sorted(fleet.kills.items())},
-        "final_kills": fleet.final_kills,
+    }
+    if killer.servers is not None:
+        kills["server_kills"] = killer.server_kills
+    return kills
+
+
+def _evidence_figures(evidence: Evidence) -> dict[str, Any]:
+    """What the workers' logs say they did (readable while they run)."""
+    redos = [r.seconds for r in evidence.redos if not r.acknowledged]
+    repeats = [r.seconds for r in evidence.redos if r.acknowledged]
+    return {
         "items_sent": len(evidence.intents),
         "items_acknowledged": len(evidence.acked),
         "writer_calls_interrupted": evidence.interrupted_calls,
-        "items_journaled": None if tally is None else tally.items_journaled,
         "writer_redos_after_unknown_outcome": len(redos),
         "slowest_redo_seconds": round(max(redos, default=0.0), 3),
         "writer_redos_of_acknowledged_calls": len(repeats),
         "oldest_redo_of_acknowledged_call_seconds": round(max(repeats, default=0.0), 3),
-        "compaction_window_seconds": window,
-        "compaction_due": due,
         "compaction_passes": len(evidence.compactions),
         "compaction_transactions": sum(c.transactions for c in evidence.compactions),
         "compaction_items_reported": sum(c.items for c in evidence.compactions),
         "compaction_entries_reported": sum(c.idempotency_entries for c in evidence.compactions),
-        "items_compacted": None if tally is None else tally.items_removed,
-        "idempotency_entries_compacted": None if tally is None else tally.entries_removed,
-        **_orphan_figures(evidence, orphans, run_seconds, orphan_grace_seconds),
         "appends_acknowledged": len(evidence.appended),
         "appends_retried_after_unknown_outcome": sum(a.retried for a in evidence.appended.values()),
         "drains_acknowledged": len(evidence.drains),
@@ -204,27 +262,13 @@ def run_torture(
         "multi_world_drains_acknowledged": sum(d.group > 1 for d in evidence.drains),
         "snapshots_acknowledged": len(evidence.snapshots),
         "promotions_acknowledged": sum(s.promoted for s in evidence.snapshots),
-        "segments": sum(len(plane.list_segments(universe, w)) for w in worlds),
         "torn_log_lines": evidence.torn_lines,
-        "journal_heights": sum(plane.head(universe, w) for w in worlds),
-        "monitor_samples": monitor.samples,
-        "monitor_entries_compared": monitor.entries_seen,
-        "monitor_reads_failed": monitor.backend_errors,
         "calls_failed_backend": dict(sorted(evidence.backend_errors.items())),
         "engine_errors_retried": _by_code(evidence.retries["retried"]),
         "engine_errors_raised": _by_code(evidence.retries["raised"]),
         "retries_that_found_their_call_applied": dict(sorted(evidence.replays.items())),
         "slowest_call_seconds": evidence.slowest_call,
     }
-    if servers is not None:
-        recoveries = servers.recoveries(began_wall)
-        figures["server_kills"] = killer.server_kills
-        figures["servers_killed"] = dict(sorted(killer.servers_killed.items()))
-        figures["server_kills_postponed"] = killer.server_kills_postponed
-        if recoveries is not None:
-            figures["recoveries"] = len(recoveries)
-            figures["slowest_recovery_seconds"] = round(max(recoveries, default=0.0), 3)
-    return TortureReport(violations, figures, directory)
 
 
 def _orphan_figures(

@@ -25,6 +25,16 @@ from segments import open_plane
 from tests.fdb_cluster import FDB_LOCAL, SKIP_REASON, FdbCluster, start_cluster, stop_cluster
 
 SEED = 20_261_122
+SERVER_KILL_FLOORS = (
+    ("server_kills", 3),
+    ("kills", 40),
+    ("kills_compactor", 1),
+    ("items_acknowledged", 500),
+    ("appends_acknowledged", 200),
+    ("compaction_passes", 10),
+    ("writer_redos_of_acknowledged_calls", 20),
+)
+"""What the server-kill run must reach (it goes on past its 40 s until it does)."""
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +71,8 @@ def test_torture_with_fdbserver_kills(cluster3: FdbCluster, tmp_path: Path) -> N
             mean_kill_interval=0.5,
             appenders=2,
             server_kill_interval=3.0,
+            floors=SERVER_KILL_FLOORS,
+            max_seconds=150.0,
         ),
         seed=SEED,
         directory=logs,
@@ -69,22 +81,20 @@ def test_torture_with_fdbserver_kills(cluster3: FdbCluster, tmp_path: Path) -> N
     figures = report.figures
     print(figures)  # the run's figures, for -s
     assert not report.violations, "\n".join(report.violations[:20])
-    # Each kill waits until the cluster has healed from the last: with the exporter's
-    # attachments and the collectors beside it, runs here made 3 to 6 kills in 40 s (up to
-    # 23 postponed); two still prove kills land mid-run and the store comes back each time.
-    assert figures["server_kills"] >= 2, figures["server_kills_postponed"]
+    # Each server kill waits until the cluster has healed from the last (runs here made 3
+    # to 7 in 40 s, up to 23 postponed); the run goes on past its 40 s until the floors are
+    # reached: kills land mid-run and the store comes back each time.
+    assert figures["floors_unmet_at_the_cap"] == []
+    for name, floor in SERVER_KILL_FLOORS:
+        assert figures[name] >= floor, name
     assert figures["recoveries"] >= 1
-    assert figures["kills"] >= 40
-    assert figures["items_acknowledged"] >= 500 and figures["appends_acknowledged"] >= 200
     faults_met = sum(figures["engine_errors_retried"].values()) + sum(
         figures["calls_failed_backend"].values()
     )
     assert faults_met >= 1
     assert figures["compaction_due"] and figures["compaction_window_seconds"] == 20.0
-    assert figures["kills_compactor"] >= 1 and figures["compaction_passes"] >= 10
     assert figures["items_compacted"] >= 100
     assert figures["idempotency_entries_compacted"] == figures["items_compacted"]
-    assert figures["writer_redos_of_acknowledged_calls"] >= 20
     assert sorted(servers.pids()) == sorted(cluster3.pids())  # restarted ones recorded
 
 

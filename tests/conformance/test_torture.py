@@ -76,6 +76,23 @@ from segments.export import ExportConfig, Exporter
 from tests.fdb_cluster import FdbCluster, clear_keyspace
 
 SEED = 20_240_607
+TORTURE_FLOORS = (
+    ("kills", 40),
+    *((f"kills_{role}", 3) for role in ("writer", "drainer", "drainworker", "exporter")),
+    ("kills_compactor", 3),
+    ("drains_acknowledged_by_drain_workers", 20),
+    ("multi_world_drains_acknowledged", 1),
+    ("writer_calls_interrupted", 1),
+    ("writer_redos_after_unknown_outcome", 1),
+    ("items_acknowledged", 1_000),
+    ("promotions_acknowledged", 3),
+    ("monitor_samples", 20),
+    ("writer_redos_of_acknowledged_calls", 50),
+    ("orphan_passes", 5),
+    ("attachments_acknowledged", 3),
+    ("attachment_puts_stalled", 1),
+)
+"""What the seeded runs must reach (they go on past their length until they do)."""
 SEQ = "00" * 12
 
 
@@ -102,35 +119,37 @@ def test_seeded_torture_with_local_objects(
         plane,
         kv_url,
         plane.objects.url,
-        TortureSize(worlds=3, writers=3, drainers=2, seconds=18.0, mean_kill_interval=0.25),
+        TortureSize(
+            worlds=3,
+            writers=3,
+            drainers=2,
+            seconds=18.0,
+            mean_kill_interval=0.25,
+            floors=TORTURE_FLOORS,
+            max_seconds=90.0,
+        ),
         seed=SEED,
         directory=logs,
     )
     figures = report.figures
     assert not report.violations, "\n".join(report.violations[:20])
     print(kind, figures)  # the run's figures, for -s
-    assert figures["kills"] >= 40
-    roles = ("writer", "drainer", "drainworker", "exporter", "compactor")
-    assert min(figures[f"kills_{role}"] for role in roles) >= 3
-    # The drain workers (one per shard) found the worlds through the ready marks and drained
-    # them, several worlds per transaction, among the drainers and the kills.
-    assert figures["drains_acknowledged_by_drain_workers"] >= 20
-    assert figures["multi_world_drains_acknowledged"] >= 1
-    assert figures["writer_calls_interrupted"] >= 1  # a call repeated after a kill
-    assert figures["writer_redos_after_unknown_outcome"] >= 1
-    assert figures["items_acknowledged"] >= 1_000
+    # The run went on past its 18 s until these were reached (a loaded machine is slower):
+    # the drain workers (one per shard) found the worlds through the ready marks and drained
+    # them, several worlds per transaction; calls were interrupted and redone; the exporter
+    # promoted between its kills; orphan collection ran after compaction passes; the
+    # exporter's fourth attachment put stalled until a collector took its body.
+    assert figures["floors_unmet_at_the_cap"] == []
+    for name, floor in TORTURE_FLOORS:
+        assert figures[name] >= floor, name
     assert figures["items_journaled"] >= figures["items_acknowledged"]
-    # The exporter did real work between its kills (a floor, not a rate: a loaded machine
-    # gave 6 promotions and 42 segments in one run, against 10+ usually).
-    assert figures["promotions_acknowledged"] >= 3 and figures["segments"] >= 10
-    assert figures["monitor_samples"] >= 20  # 73 on the loaded run above, 100+ usually
+    assert figures["segments"] >= 10
     # Compaction ran among them: it removed consumed items with their idempotency entries
     # while writers repeated acknowledged calls inside the window (each deduplicated).
     assert figures["compaction_due"] and figures["compaction_window_seconds"] == 8.0
     assert figures["items_compacted"] >= 500
     assert figures["idempotency_entries_compacted"] == figures["items_compacted"]
     assert 0 < figures["compaction_items_reported"] <= figures["items_compacted"]
-    assert figures["writer_redos_of_acknowledged_calls"] >= 50
     assert figures["oldest_redo_of_acknowledged_call_seconds"] >= 2.0  # a quarter window
     # Orphan collection ran among them, a pass after each compaction pass with a 1 s grace,
     # while the exporter put an external attachment per snapshot (the fourth put stalling
@@ -138,8 +157,6 @@ def test_seeded_torture_with_local_objects(
     # its bytes, every CAS body readable, and the final clean pass nothing left collectable.
     # (What was collected depends on where the kills landed: figures, not floors.)
     assert figures["orphan_collection_due"] and figures["orphan_grace_seconds"] == 1.0
-    assert figures["orphan_passes"] >= 5 and figures["kills_compactor"] >= 3
-    assert figures["attachments_acknowledged"] >= 3 and figures["attachment_puts_stalled"] >= 1
     assert figures["attachment_puts"] >= figures["attachments_acknowledged"]
 
 
