@@ -129,6 +129,7 @@ def run_torture(
     began, began_wall = time.monotonic(), time.time()
     killer = Killer(fleet, servers, size, rng, began)
     failures: list[str] = []
+
     def unmet() -> list[str]:
         """The floors the run has not reached yet (figures it knows while running)."""
         if not size.floors:
