@@ -107,10 +107,16 @@ class FsckReport:
         """Add ``amount`` to the tally of checked ``what``."""
         self.checked[what] = self.checked.get(what, 0) + amount
 
+    @property
+    def ok(self) -> bool:
+        """No error finding, and something was checked: a run over a store without any
+        universe checked nothing, and a check that checked nothing does not pass."""
+        return not self.errors and self.checked.get("universes", 0) > 0
+
     def to_json(self) -> dict[str, Any]:
         """Counts and findings."""
         return {
-            "ok": not self.errors,
+            "ok": self.ok,
             "errors": len(self.errors),
             "warnings": len(self.warnings),
             "checked": dict(sorted(self.checked.items())),
@@ -149,6 +155,12 @@ def _world_records(
 def _first_key(tr: kv.Transaction, begin: bytes, end: bytes) -> bytes | None:
     rows = tr.get_range(begin, end, limit=1, snapshot=True)
     return rows[0][0] if rows else None
+
+
+def universe_exists(plane: Plane, universe: UniverseId) -> bool:
+    """Whether the store holds anything of ``universe`` (a world, a CAS body, a pin): what
+    ``Plane.universes`` lists."""
+    return _first_key(plane.engine, *UniverseKeys(universe).all()) is not None
 
 
 FUTURE_MARK_NS: Final = 60 * 10**9
@@ -192,12 +204,18 @@ class Fsck:
         """Object-key prefixes of exports in flight (their uploads are not orphans)."""
 
     def run(self, universes: list[UniverseId] | None = None) -> FsckReport:
-        """Check ``universes`` (default: all), then the object store for orphans."""
+        """Check ``universes`` (default: all), then the object store for orphans. A universe
+        named that has nothing in the store (no world, no CAS body: a mistyped id) is
+        ``NotFound``, raised before anything is checked: fsck never reports clean what it
+        could not find."""
         from segments.inputs import require
 
         if universes is not None:
             for index, universe in enumerate(require(universes, list, "universes")):
                 require(universe, UniverseId, f"universes[{index}]")
+            for universe in universes:
+                if not universe_exists(self.plane, universe):
+                    raise NotFound(f"universe {universe}: nothing in the store belongs to it")
         for universe in universes if universes is not None else list(self.plane.universes()):
             self.report.count("universes")
             self._check_cas(universe)

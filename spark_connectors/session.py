@@ -3,17 +3,23 @@
 PySpark 4.3 needs Java 17. When ``JAVA_HOME`` is unset or not a Java 17, the session looks
 for one in the usual Debian location before starting the JVM.
 
-A ``spark://`` master is checked with a TCP connect (a few seconds at most) before the JVM
-starts: Spark itself retries an unreachable master for about a minute and then fails with a
-Java stack trace, where a dead address deserves one line at once.
+The master is checked before the JVM starts (:func:`check_master`, a few seconds at most):
+Spark itself retries a ``spark://`` address that is not a master for about a minute (three
+registration attempts 20 s apart, fixed in ``StandaloneAppClient``: ``spark.rpc.askTimeout``
+and ``spark.rpc.lookupTimeout`` shorten each attempt, not the wait between them) and then
+fails with a Java stack trace, where a wrong address deserves one line at once. So a
+``spark://`` host must accept a TCP connection and answer one request of Spark's RPC
+protocol as a Spark process does (a web UI, a REST port or any other server does not).
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import socket
+import struct
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -27,30 +33,128 @@ JAVA_17_GLOB = "/usr/lib/jvm/java-17-openjdk*"
 SPARK_MASTER_PORT = 7077
 """A standalone master's port when a ``spark://`` URL names none."""
 CONNECT_TIMEOUT = 5.0
-"""Seconds to wait for a ``spark://`` master to accept a TCP connection."""
+"""Seconds to wait for a ``spark://`` master to accept a TCP connection, and again for its
+answer to the RPC probe."""
 
 
-def check_master_reachable(master: str, timeout: float = CONNECT_TIMEOUT) -> None:
-    """For a standalone ``spark://host:port[,host:port...]`` master, ``Backend`` unless
-    one of its hosts accepts a TCP connection within ``timeout`` seconds (other masters --
-    ``local[*]``, ``yarn``, ``k8s://`` -- are left to Spark)."""
-    if not master.startswith("spark://"):
+MASTER_FORMS = re.compile(
+    r"local(\[(\*|[1-9][0-9]*)(\s*,\s*[0-9]+)?\])?"
+    r"|local-cluster\[\s*[0-9]+\s*,\s*[0-9]+\s*,\s*[0-9]+\s*\]"
+)
+"""Local masters, as Spark's ``SparkMasterRegex`` spells them (not checked further: they
+run on this machine)."""
+PROBE_ENDPOINT = "aosp-master-probe"
+"""The RPC endpoint the probe asks for: no Spark process has one, so a Spark process
+answers with a failure naming it (logged by a master as a disassociation, nothing more)."""
+RPC_REQUEST, RPC_RESPONSE, RPC_FAILURE = 3, 4, 5
+"""Message types of Spark's transport protocol (``org.apache.spark.network.protocol``)."""
+
+
+def check_master(master: str, timeout: float = CONNECT_TIMEOUT, *, tls: bool = False) -> None:
+    """Refuse, before any JVM starts, a master this machine cannot use: ``Validation``
+    (field ``master``) for a form Spark does not run, ``Backend`` for a ``spark://`` master
+    none of whose hosts accepts a connection and answers Spark's RPC protocol within
+    ``timeout`` seconds (only the TCP connection is checked with ``tls``: RPC over TLS is
+    not probed), for ``yarn`` without ``HADOOP_CONF_DIR`` or ``YARN_CONF_DIR``, and for a
+    ``k8s://`` API server that does not accept a connection."""
+    if MASTER_FORMS.fullmatch(master):
         return
-    failures = []
-    for address in master.removeprefix("spark://").split(","):
-        try:
-            parts = urlsplit(f"//{address}")
-            host, port = parts.hostname, parts.port or SPARK_MASTER_PORT
-        except ValueError as exc:
-            raise Validation("master", f"not spark://host:port: {master!r}: {exc}") from None
-        if not host:
-            raise Validation("master", f"no host in {master!r}")
+    if master.startswith("spark://"):
+        _check_standalone(master, timeout, tls)
+    elif master == "yarn":
+        if not (os.environ.get("HADOOP_CONF_DIR") or os.environ.get("YARN_CONF_DIR")):
+            raise Backend(
+                "yarn needs the cluster's configuration: neither HADOOP_CONF_DIR nor "
+                "YARN_CONF_DIR is set"
+            )
+    elif master.startswith("k8s://"):
+        server = master.removeprefix("k8s://")
+        default_port = 80 if server.startswith("http://") else 443
+        host, port = _address(master, server.split("://", 1)[-1], default_port)
         try:
             socket.create_connection((host, port), timeout=timeout).close()
-            return
+        except OSError as exc:
+            raise Backend(f"Kubernetes API server {host}:{port}: {exc.strerror or exc}") from None
+    else:
+        raise Validation(
+            "master",
+            f"{master!r} is not a master Spark runs: local, local[N], local[*], "
+            "spark://host:port[,host:port...], yarn or k8s://host:port",
+        )
+
+
+def _address(master: str, address: str, default_port: int) -> tuple[str, int]:
+    try:
+        parts = urlsplit(f"//{address}")
+        host, port = parts.hostname, parts.port or default_port
+    except ValueError as exc:
+        raise Validation("master", f"not host:port in {master!r}: {exc}") from None
+    if not host:
+        raise Validation("master", f"no host in {master!r}")
+    return host, port
+
+
+def _check_standalone(master: str, timeout: float, tls: bool) -> None:
+    failures = []
+    for address in master.removeprefix("spark://").split(","):
+        host, port = _address(master, address, SPARK_MASTER_PORT)
+        try:
+            with socket.create_connection((host, port), timeout=timeout) as sock:
+                problem = None if tls else _rpc_problem(sock, host, port, timeout)
         except OSError as exc:
             failures.append(f"{host}:{port}: {exc.strerror or exc}")
+            continue
+        if problem is None:
+            return
+        failures.append(f"{host}:{port} {problem}")
     raise Backend(f"Spark master {master} is unreachable ({'; '.join(failures)})")
+
+
+def _rpc_problem(sock: socket.socket, host: str, port: int, timeout: float) -> str | None:
+    """Send one RPC request as Spark's ``NettyRpcEnv`` frames it (to an endpoint no process
+    has) and read the reply: ``None`` if it is a Spark reply to it (or cannot be told: the
+    server closed without a word, or answered in TLS), else what is wrong."""
+
+    def utf(text: str) -> bytes:  # Java's DataOutput.writeUTF (for text without NUL)
+        data = text.encode()
+        return struct.pack(">H", len(data)) + data
+
+    request_id = int.from_bytes(os.urandom(7), "big")
+    body = (
+        b"\x00"  # no sender address (the server uses the connection's)
+        + b"\x01" + utf(host) + struct.pack(">i", port)  # the receiver's address
+        + utf(PROBE_ENDPOINT)
+        # content: a Java-serialized String, with a line end so that a line-based
+        # server (HTTP: a web UI, a REST port) answers at once instead of waiting for one
+        + b"\xac\xed\x00\x05\x74" + utf("probe\r\n\r\n")
+    )  # fmt: skip
+    header = struct.pack(">qbqi", 8 + 1 + 8 + 4 + len(body), RPC_REQUEST, request_id, len(body))
+    sock.settimeout(timeout)
+    reply = b""
+    try:
+        sock.sendall(header + body)
+        while len(reply) < 17 and (chunk := sock.recv(4096)):
+            reply += chunk
+    except TimeoutError:
+        return f"accepts connections but did not answer Spark's RPC protocol within {timeout:g} s"
+    except OSError:
+        pass  # reset after a partial reply: judged by what came
+    if not reply or reply[:1] in (b"\x15", b"\x16"):
+        return None  # closed without a word, or a TLS record: Spark will tell
+    if (
+        len(reply) >= 17
+        and reply[8] in (RPC_RESPONSE, RPC_FAILURE)
+        and int.from_bytes(reply[9:17], "big") == request_id
+    ):
+        return None
+    return f"is not a Spark master: it answered {reply[:24]!r}"
+
+
+def _rpc_tls(conf: dict[str, str]) -> bool:
+    """Whether ``conf`` turns on TLS for Spark's RPC (``spark.ssl.rpc.*`` inherits
+    ``spark.ssl.enabled``)."""
+    rpc = conf.get("spark.ssl.rpc.enabled", conf.get("spark.ssl.enabled", "false"))
+    return rpc.strip().lower() == "true"
 
 
 def _java_17() -> str | None:
@@ -87,7 +191,7 @@ def spark_session(
     whose Python environments do not have this package, pass its built wheel (shipped as a
     ``.zip``, which Spark puts on the path; a wheel of pure Python imports from a zip)."""
     if master is not None:
-        check_master_reachable(master)
+        check_master(master, tls=_rpc_tls(conf))
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -108,7 +212,11 @@ def spark_session(
     )
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # Py4J and PySpark errors of a JVM that did not start
+        first = next((line for line in str(exc).splitlines() if line.strip()), "")
+        raise Backend(f"Spark did not start ({type(exc).__name__}): {first.strip()}") from exc
     for path in py_files:
         spark.sparkContext.addPyFile(_as_zip(Path(path)))
     from spark_connectors.source import SegmentDataSource

@@ -34,7 +34,7 @@ from aosp.cli.console import (
     print_json,
     report_error,
 )
-from aosp.cli.store import check_kernel, store_options
+from aosp.cli.store import check_kernel, command_options, named_for_cli, store_options
 from persistence import telemetry
 from persistence.errors import Conflict, PersistError, Validation
 
@@ -91,8 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except PersistError as exc:
             if args.verbose:
                 traceback.print_exc()
-            report_error(exc.kind, str(exc))
-            code = _exit_code(exc)
+            named = named_for_cli(exc, args, command_options(parser, args))
+            report_error(named.kind, str(named))
+            code = _exit_code(named)
         except BrokenPipeError:
             # The reader went away (``aosp ... | head``): stop quietly, as SIGPIPE would.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -41,7 +41,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
     """Compact (or, with ``--dry-run``, preview) the inbox of every selected world."""
     config = _config(args)
     plane = open_store(args, config=config)
-    worlds = selected_worlds(plane, args)
+    worlds = selected_worlds(plane, args, worldless=args.orphans)  # CAS bodies of a universe
     try:
         compactor = Compactor(plane, max_items=args.max_items)
     except Validation as exc:

@@ -9,7 +9,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Final
 
 from aosp.cli.console import (
     EXIT_OK,
@@ -194,6 +194,21 @@ def _record_text(entry: bytes) -> str:
 # --------------------------------------------------------------------------- inbox
 
 ITEM_KINDS = ("domain-event", "receipt", "inbox", "timer", "control")
+ITEM_OPTIONS: Final = {
+    "schema": "--schema",
+    "key": "--key",
+    "intent_hash": "--intent",
+    "effect_kind": "--effect-kind",
+    "adapter_id": "--adapter",
+    "signature": "--signature-hex",
+    "inbox_name": "--source",
+    "headers": "--header",
+    "timer_id": "--timer-id",
+    "cmd": "--command-name",
+    "value_cbor": "--payload",
+    "payload_cbor": "--payload",
+}
+"""The option of ``inbox enqueue`` that gives each field of the inbox item records."""
 
 
 def _payload(text: str) -> bytes:
@@ -451,7 +466,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         action="store_true",
         help="show the plane's records decoded (drained items with their payloads)",
     )
-    read.set_defaults(run=cmd_journal_read)
+    read.set_defaults(run=cmd_journal_read, option_fields={"from_inclusive": "--from"})
 
     inbox = sub.add_parser("inbox", help="world inboxes").add_subparsers(
         dest="action", required=True, metavar="ACTION"
@@ -472,13 +487,13 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     enqueue.add_argument("--header", action="append", help="inbox: header NAME=VALUE")
     enqueue.add_argument("--timer-id", help="timer: timer id")
     enqueue.add_argument("--command-name", help="control: command")
-    enqueue.set_defaults(run=cmd_inbox_enqueue)
+    enqueue.set_defaults(run=cmd_inbox_enqueue, option_fields=ITEM_OPTIONS)
     inbox_read = inbox.add_parser(
         "read", parents=[common, store, one_world], help="pending items after the cursor"
     )
     inbox_read.add_argument("--after", type=inbox_seq, help="sequence to read after")
     inbox_read.add_argument("--limit", type=int, default=100, help="items at most")
-    inbox_read.set_defaults(run=cmd_inbox_read)
+    inbox_read.set_defaults(run=cmd_inbox_read, option_fields={"after_exclusive": "--after"})
     drain = inbox.add_parser(
         "drain", parents=[common, store, one_world], help="move pending items to the journal"
     )

@@ -7,13 +7,19 @@ from typing import Any
 
 from aosp.cli.console import EXIT_CHECK_FAILED, EXIT_OK, Progress, print_json
 from aosp.cli.store import open_store, universe_id
+from persistence.errors import NotFound
 
 
 def cmd_fsck(args: argparse.Namespace) -> int:
     """Check the store; exit 1 on any error finding (on warnings too with ``--strict``)."""
-    from aosp.fsck import Fsck
+    from aosp.fsck import Fsck, universe_exists
 
     plane = open_store(args)
+    if args.universe is not None and not universe_exists(plane, args.universe):
+        raise NotFound(
+            f"--universe {args.universe}: the store has nothing of this universe (no world, "
+            "no CAS body)"
+        )
     with Progress("fsck", enabled=not args.quiet, unit="steps") as progress:
         report = Fsck(plane, lambda note: progress.advance(note=note)).run(
             None if args.universe is None else [args.universe]
@@ -25,9 +31,15 @@ def cmd_fsck(args: argparse.Namespace) -> int:
             where = f.universe + (f"/{f.world}" if f.world else "")
             print(f"{f.severity.upper():<8}{f.area:<10}{where} {f.subject}: {f.message}")
         checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
-        print(f"checked {checked}")
+        if report.checked.get("universes"):
+            print(f"checked {checked}")
+        else:  # not a clean store: nothing was checked (exit 1)
+            print(
+                "the store has no universes: nothing was checked"
+                + (f" ({checked})" if checked else "")
+            )
         print(f"{len(report.errors)} errors, {len(report.warnings)} warnings")
-    failed = report.errors or (args.strict and report.warnings)
+    failed = not report.ok or (args.strict and report.warnings)
     return EXIT_CHECK_FAILED if failed else EXIT_OK
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Final
 
 from aosp.cli.console import (
     EXIT_CHECK_FAILED,
@@ -14,6 +14,14 @@ from aosp.cli.console import (
 )
 from aosp.cli.store import open_store, selected_worlds, world_options
 from persistence.kernel import load_kernel
+
+EXPORT_OPTIONS: Final = {
+    "margin": "--margin",
+    "target_entries": "--target-entries",
+    "target_bytes": "--target-bytes",
+    "min_entries": "--min-entries",
+}
+"""The option that gives each field of ``ExportConfig``."""
 
 
 def _export_config(args: argparse.Namespace) -> Any:
@@ -136,13 +144,33 @@ def cmd_segments_verify(args: argparse.Namespace) -> int:
                         }
                     )
             progress.advance()
+    ok = bool(worlds) and not failures  # no world: nothing was verified, so no pass
     if args.json:
-        print_json({"segments": checked, "failed": failures})
+        print_json({"worlds": len(worlds), "segments": checked, "failed": failures})
     else:
         for failure in failures:
             print(f"FAIL {failure['object_key']}: {failure['error']}")
-        print(f"{checked - len(failures)}/{checked} segments verified")
-    return EXIT_CHECK_FAILED if failures else EXIT_OK
+        print(
+            f"{checked - len(failures)}/{checked} segments verified" if worlds else NOTHING_VERIFIED
+        )
+    return EXIT_OK if ok else EXIT_CHECK_FAILED
+
+
+NOTHING_VERIFIED: Final = "the store has no worlds: nothing was verified"
+"""What a check over every world says of a store without any (and exits 1)."""
+
+
+def replay_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``summary`` of ``restore verify`` and ``spark replay-check``: worlds, equal,
+    differ."""
+    differ = sum(1 for r in rows if not r["equal"])
+    return {"worlds": len(rows), "equal": len(rows) - differ, "differ": differ}
+
+
+def replay_passed(summary: dict[str, Any]) -> bool:
+    """Whether a replay check passed: some world was checked and none differs (no world
+    is nothing verified, not a pass)."""
+    return bool(summary["worlds"]) and not summary["differ"]
 
 
 def cmd_restore_verify(args: argparse.Namespace) -> int:
@@ -160,7 +188,7 @@ def cmd_restore_verify(args: argparse.Namespace) -> int:
             rows.append(check_replay(plane, universe, world, lambda: load_kernel(args.kernel)))
             progress.advance()
     differ = [r for r in rows if not r["equal"]]
-    summary = {"worlds": len(rows), "equal": len(rows) - len(differ), "differ": len(differ)}
+    summary = replay_summary(rows)
     if args.json:
         print_json({"summary": summary, "worlds": rows})
     else:
@@ -179,8 +207,12 @@ def cmd_restore_verify(args: argparse.Namespace) -> int:
         for r in differ:
             if r["error"] is not None:
                 print(f"FAIL {r['world']}: {r['error']}")
-        print(f"{summary['equal']}/{summary['worlds']} worlds: restore equals full replay")
-    return EXIT_CHECK_FAILED if differ else EXIT_OK
+        print(
+            f"{summary['equal']}/{summary['worlds']} worlds: restore equals full replay"
+            if rows
+            else NOTHING_VERIFIED
+        )
+    return EXIT_OK if replay_passed(summary) else EXIT_CHECK_FAILED
 
 
 def kernel_option() -> argparse.ArgumentParser:
@@ -212,7 +244,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         parents=[common, store, some_worlds, export_options],
         help="what export would move next (nothing is changed)",
     )
-    plan.set_defaults(run=cmd_segments_plan)
+    plan.set_defaults(run=cmd_segments_plan, option_fields=EXPORT_OPTIONS)
     export = segments.add_parser(
         "export",
         parents=[common, store, some_worlds, export_options],
@@ -220,7 +252,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         description="Exports every safe range (below the active baseline, minus "
         "--margin) of each selected world; resumes any interrupted export first.",
     )
-    export.set_defaults(run=cmd_segments_export)
+    export.set_defaults(run=cmd_segments_export, option_fields=EXPORT_OPTIONS)
     listing = segments.add_parser(
         "list", parents=[common, store, some_worlds], help="the segment index"
     )

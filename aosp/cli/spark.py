@@ -15,8 +15,9 @@ from aosp.cli.console import (
     print_json,
     print_table,
 )
-from aosp.cli.segments import kernel_option
-from aosp.cli.store import open_store, store_urls, world_options
+from aosp.cli.segments import NOTHING_VERIFIED, kernel_option, replay_passed, replay_summary
+from aosp.cli.store import open_store, selected_worlds, store_urls, world_options
+from persistence.errors import Backend, MissingDependency, NotFound
 
 
 def _conf(pairs: list[str]) -> dict[str, str]:
@@ -34,18 +35,32 @@ def _session(args: argparse.Namespace, progress: Progress) -> Any:
 
     conf = {"spark.ui.showConsoleProgress": "false", **_conf(args.conf)}
     progress.message(f"starting Spark ({args.master or 'local[*]'})")
-    spark = spark_session(args.master, "aosp", py_files=args.py_files, **conf)
+    try:
+        spark = spark_session(args.master, "aosp", py_files=args.py_files, **conf)
+    except (MissingDependency, NotFound):
+        raise  # pyspark not installed, a --py-files path: not the master's doing
+    except Backend as exc:  # the master (checked before the JVM starts), or Spark's start
+        raise Backend(f"--master {args.master or 'local[*]'}: {exc}") from None
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def _store(args: argparse.Namespace) -> Any:
+def _store(args: argparse.Namespace) -> tuple[Any, bool]:
     """The store the jobs read, checked to exist before Spark starts (the executors open
-    it by URL and must not be the ones to find it missing, or to create it)."""
+    it by URL and must not be the ones to find it missing, or to create it), and whether
+    it has a world to read. A ``--universe`` or ``--world`` that names none is
+    ``NotFound`` here, before Spark starts."""
     from spark_connectors.jobs import Store
 
-    open_store(args).engine.close()
-    return Store(*store_urls(args))
+    plane = open_store(args)
+    try:
+        if args.universe is not None:
+            any_world = bool(selected_worlds(plane, args))
+        else:
+            any_world = any(True for u in plane.universes() for _ in plane.worlds(u))
+    finally:
+        plane.engine.close()
+    return Store(*store_urls(args)), any_world
 
 
 def _selection(args: argparse.Namespace) -> dict[str, Any]:
@@ -59,21 +74,22 @@ def cmd_replay_check(args: argparse.Namespace) -> int:
     """Restore versus full replay for every selected world, in Spark tasks."""
     from spark_connectors.jobs import replay_check
 
-    store = _store(args)  # (a bad --kernel was refused before the command ran)
+    store, any_world = _store(args)  # (a bad --kernel was refused before the command ran)
     progress = Progress("replay-check", enabled=not args.quiet)
-    spark = _session(args, progress)
-    try:
-        progress.message("checking worlds")
-        rows = [
-            r.asDict()
-            for r in replay_check(spark, store, kernel=args.kernel, **_selection(args))
-            .orderBy("universe", "world")
-            .collect()
-        ]
-    finally:
-        spark.stop()
-    differ = [r for r in rows if not r["equal"]]
-    summary = {"worlds": len(rows), "equal": len(rows) - len(differ), "differ": len(differ)}
+    rows: list[dict[str, Any]] = []
+    if any_world:  # no world: nothing to check, and no Spark started to check it
+        spark = _session(args, progress)
+        try:
+            progress.message("checking worlds")
+            rows = [
+                r.asDict()
+                for r in replay_check(spark, store, kernel=args.kernel, **_selection(args))
+                .orderBy("universe", "world")
+                .collect()
+            ]
+        finally:
+            spark.stop()
+    summary = replay_summary(rows)
     if args.json:
         print_json({"summary": summary, "worlds": rows})
     else:
@@ -84,15 +100,19 @@ def cmd_replay_check(args: argparse.Namespace) -> int:
         ]  # fmt: skip
         print_table(table, ["world", "head", "baseline_height", "entries_replayed", "full",
                             "restored", "equal", "error"])  # fmt: skip
-        print(f"{summary['equal']}/{summary['worlds']} worlds: restore equals full replay")
-    return EXIT_CHECK_FAILED if differ else EXIT_OK
+        print(
+            f"{summary['equal']}/{summary['worlds']} worlds: restore equals full replay"
+            if rows
+            else NOTHING_VERIFIED
+        )
+    return EXIT_OK if replay_passed(summary) else EXIT_CHECK_FAILED
 
 
 def cmd_analytics(args: argparse.Namespace) -> int:
     """Per world and record kind: counts, bytes, heights, segments; written as Parquet."""
     from spark_connectors.jobs import analytics
 
-    store = _store(args)
+    store, _ = _store(args)
     progress = Progress("analytics", enabled=not args.quiet)
     spark = _session(args, progress)
     options = {"listing": args.listing, "on_corrupt": args.on_corrupt}

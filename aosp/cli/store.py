@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 from aosp.cli.console import UsageError
-from persistence.errors import Backend, NotFound, Validation
+from aosp.fsck import universe_exists
+from persistence.errors import Backend, NotFound, PersistError, Validation, WorldNotFound
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import Kernel, load_kernel
 from persistence.kv import Engine
@@ -99,6 +101,73 @@ def _naming(option: str) -> Iterator[None]:
         raise NotFound(f"{option}: {exc}") from None
 
 
+def command_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, str]:
+    """The options of the command ``args`` ran (``parser`` is ``aosp``'s): each ``dest``
+    with the name ``--help`` shows for it (its first long form)."""
+    command = parser
+    while True:
+        sub = next((a for a in command._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None or getattr(args, sub.dest, None) is None:
+            break
+        command = sub.choices[getattr(args, sub.dest)]
+    names = {}
+    for action in command._actions:
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if longs:
+            names[action.dest] = longs[0]
+    return names
+
+
+def named_for_cli(
+    error: PersistError, args: argparse.Namespace, options: dict[str, str]
+) -> PersistError:
+    """``error`` in the command's terms (the one-line message names options, not the
+    library's parameters): a ``Validation`` of a parameter the command has an option of the
+    same name for names the option, and so does one of a field the command's
+    ``option_fields`` maps (by its name, qualified or not: ``from_inclusive`` to ``--from``,
+    ``ExportConfig.margin`` by ``margin`` to ``--margin``); a world that does not exist
+    names ``--universe`` and ``--world``; an engine's or object store's ``Backend`` error
+    names the option of that store (``--kv``, ``--objects``, or ``--data-dir`` for the
+    embedded store)."""
+    if isinstance(error, WorldNotFound):
+        return named_world(error, args)
+    if isinstance(error, Validation):
+        # A plain field is a parameter the command passed, so the option of the same name
+        # gave it; a record's or config's (``Class.field``) is named only as the command
+        # says (``--steady-seconds`` gives ``SteadyConfig.seconds``, not ``--seconds``).
+        renamed: dict[str, str] = getattr(args, "option_fields", None) or {}
+        name = error.field.rsplit(".", 1)[-1]
+        option = renamed.get(error.field) or renamed.get(name)
+        if option is None and "." not in error.field:
+            option = options.get(error.field)
+        return error if option is None else Validation(option, error.problem)
+    if isinstance(error, Backend):
+        option = _store_option(error, args, options)
+        if option is not None and not str(error).startswith(option):
+            return Backend(f"{option}: {error}")
+    return error
+
+
+def _store_option(
+    error: BaseException, args: argparse.Namespace, options: dict[str, str]
+) -> str | None:
+    """The option naming the store whose backend raised ``error``: the innermost frame of
+    its traceback in an engine (``backends.kv``) or an object store (``backends.objects``)
+    says which, whichever plane operation called it."""
+    store = None
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        module = str(frame.f_globals.get("__name__", ""))
+        if module.startswith("backends.kv"):
+            store = "kv"
+        elif module.startswith("backends.objects"):
+            store = "objects"
+    if store is None:
+        return None
+    if getattr(args, "kv", None) is None and "data_dir" in options:
+        return options["data_dir"]
+    return options.get(store)
+
+
 def open_objects(url: str, *, create: bool) -> ObjectStore:
     """The object store ``url`` names; without ``create`` it must already exist."""
     from backends.objects import open_object_store
@@ -118,7 +187,14 @@ def open_store(
     kv_url, objects_url = checked_store_urls(args, create=create)
     embedded = args.kv is None
     with _naming("--data-dir" if embedded else "--kv"):
-        engine: Engine = open_engine(kv_url, create=create)
+        try:
+            # An existing file must be a store, for commands that create too: an empty
+            # (0-byte) database is damage to report, not a store to start afresh.
+            engine: Engine = open_engine(kv_url, create=False)
+        except NotFound:
+            if not create:
+                raise
+            engine = open_engine(kv_url, create=True)
     try:
         with _naming("--data-dir" if embedded else "--objects"):
             objects = open_objects(objects_url, create=create)
@@ -165,15 +241,34 @@ def world_options(*, required: bool) -> argparse.ArgumentParser:
     return parser
 
 
-def selected_worlds(plane: Plane, args: argparse.Namespace) -> list[tuple[UniverseId, WorldId]]:
-    """The worlds ``--universe``/``--world`` select, in store order."""
+def selected_worlds(
+    plane: Plane, args: argparse.Namespace, *, worldless: bool = False
+) -> list[tuple[UniverseId, WorldId]]:
+    """The worlds ``--universe``/``--world`` select, in store order. A ``--universe`` without
+    worlds (a mistyped id) is ``NotFound`` naming it, never an empty selection that a check
+    would pass; with ``worldless`` (commands that also act on a universe's CAS) only one
+    with nothing in the store is."""
     if args.world is not None:
         if args.universe is None:
             raise UsageError("--world needs --universe")
-        plane.world_meta(args.universe, args.world)  # NotFound, naming it, if absent
+        plane.world_meta(args.universe, args.world)  # WorldNotFound, named by main, if absent
         return [(args.universe, args.world)]
-    universes = [args.universe] if args.universe is not None else plane.universes()
-    return [(u, w) for u in universes for w in plane.worlds(u)]
+    if args.universe is None:
+        return [(u, w) for u in plane.universes() for w in plane.worlds(u)]
+    selected = [(args.universe, w) for w in plane.worlds(args.universe)]
+    if not selected and not (worldless and universe_exists(plane, args.universe)):
+        raise NotFound(f"--universe {args.universe}: the store has no world in this universe")
+    return selected
+
+
+def named_world(error: WorldNotFound, args: argparse.Namespace) -> PersistError:
+    """``error`` reworded with the options' names when it is about the world the command
+    was given (``--universe``/``--world``)."""
+    if error.universe == getattr(args, "universe", None) and error.world == getattr(
+        args, "world", None
+    ):
+        return NotFound(f"--world {args.world}: no such world in --universe {args.universe}")
+    return error
 
 
 inbox_seq = _id_type(InboxSeq.parse)

@@ -16,16 +16,24 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def aosp(*args: str, stdin: bytes | None = None, cwd: Path | None = None) -> Result:
-    """Run ``python -m aosp ARGS`` and capture everything."""
-    env = {k: v for k, v in os.environ.items() if k != "AOSP_DATA_DIR"}
-    env["PYTHONPATH"] = str(ROOT)
+def aosp(
+    *args: str,
+    stdin: bytes | None = None,
+    cwd: Path | None = None,
+    env: dict[str, str | None] | None = None,
+) -> Result:
+    """Run ``python -m aosp ARGS`` and capture everything (``env``: variables to set, or
+    with ``None`` to remove, in the inherited environment)."""
+    changes = env or {}
+    environment = {k: v for k, v in os.environ.items() if k != "AOSP_DATA_DIR" and k not in changes}
+    environment.update({k: v for k, v in changes.items() if v is not None})
+    environment["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
         [sys.executable, "-m", "aosp", *args],
         input=stdin,
         capture_output=True,
         timeout=300,
-        env=env,
+        env=environment,
         cwd=cwd or ROOT,
     )
     return Result(done.returncode, done.stdout, done.stderr.decode())

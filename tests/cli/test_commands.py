@@ -205,7 +205,7 @@ def test_journal_read_raw_frames_entries(store: Store) -> None:
 
 def test_journal_read_rejects_height_zero(store: Store) -> None:
     result = aosp("journal", "read", *store.world_args("--from", "0"))
-    assert result.code == 2 and "from_inclusive" in result.one_line_error()
+    assert result.code == 2 and "validation error: --from: " in result.one_line_error()
 
 
 # --------------------------------------------------------------------------- inbox

@@ -178,3 +178,19 @@ def test_an_unsafe_object_key_is_a_finding_not_a_usage_error(store: Store, unsaf
     assert f"segment index record at end {record.end}" in errors[0]["message"]
     verify = aosp("segments", "verify", *store.args("--json", "--quiet"))
     assert verify.code == 1 and [f["object_key"] for f in verify.json()["failed"]] == [unsafe]
+
+
+def test_the_library_never_reports_clean_what_it_did_not_find() -> None:
+    """``Fsck.run([u])`` of a universe with nothing in the store is ``NotFound`` (it used
+    to report 0 errors); a store without universes is not ``ok`` (nothing was checked)."""
+    from aosp.fsck import Fsck
+    from persistence.errors import NotFound
+    from segments import open_plane
+
+    plane = open_plane("memory://", "memory://")
+    assert not Fsck(plane).run().ok and Fsck(plane).run().errors == []
+    universe, world, missing = UniverseId.new(), WorldId.new(), UniverseId.new()
+    plane.create_world(universe, world)
+    with pytest.raises(NotFound, match=str(missing)):
+        Fsck(plane).run([universe, missing])
+    assert Fsck(plane).run([universe]).ok and Fsck(plane).run().ok

@@ -4,10 +4,12 @@ creates nothing -- never a new, empty store that then reports "0 errors"."""
 
 from __future__ import annotations
 
+import http.server
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,12 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from segments import open_plane
 from tests.cli.conftest import ROOT, Result, aosp
 from tests.fdb_cluster import FdbCluster
 
 UNIVERSE = "3f1b1c9e-2d7a-4c55-9a52-7c1e2f3a4b5c"
 WORLD = "0c6d4e2f-8a1b-4d3c-b5e6-f708192a3b4c"
 HASH = "ab" * 32
+MISSING = "9e8d7c6b-5a49-4838-a726-15f4e3d2c1b0"
+"""An id nothing in any test store has (a mistyped ``-u`` or ``-w``)."""
 
 
 def listing(root: Path) -> list[str]:
@@ -105,6 +110,182 @@ def test_a_zero_byte_database_is_refused_and_left_alone(command: list[str], tmp_
     (tmp_path / "aos.db").touch()
     fails(aosp(*command, "--data-dir", str(tmp_path)), 3, "backend", "empty file (0 bytes)")
     assert listing(tmp_path) == ["aos.db"] and (tmp_path / "aos.db").stat().st_size == 0
+
+
+@pytest.mark.parametrize("how", ["data-dir", "kv"])
+@pytest.mark.parametrize("command", [["world", "create"], ["cas", "put", "-u", UNIVERSE, "-"]])
+def test_commands_that_create_refuse_a_zero_byte_database_too(
+    command: list[str], how: str, tmp_path: Path
+) -> None:
+    """A 0-byte ``aos.db`` is damage (a store truncated to nothing), not a store to start
+    afresh: ``world create`` used to initialise it silently."""
+    (tmp_path / "aos.db").touch()
+    if how == "data-dir":
+        where, option = ["--data-dir", str(tmp_path)], "--data-dir"
+    else:
+        objects = f"file://{tmp_path}/objects"
+        where, option = ["--kv", f"sqlite://{tmp_path}/aos.db", "--objects", objects], "--kv"
+    result = aosp(*command, *where, stdin=b"body")
+    fails(result, 3, "backend", option, "empty file (0 bytes)")
+    assert listing(tmp_path) == ["aos.db"] and (tmp_path / "aos.db").stat().st_size == 0
+
+
+# --------------------------------------------------------------- a universe or world not there
+
+SELECTING_COMMANDS = [
+    ["fsck"],
+    ["inspect"],
+    ["restore", "verify"],
+    ["segments", "verify"],
+    ["segments", "list"],
+    ["segments", "plan"],
+    ["segments", "export"],
+    ["compact"],
+    ["compact", "--orphans"],
+    ["spark", "replay-check"],
+    ["spark", "analytics"],
+]
+
+
+@pytest.mark.parametrize("command", SELECTING_COMMANDS, ids=" ".join)
+def test_a_mistyped_universe_is_not_found_not_a_pass(
+    command: list[str], made: Made, tmp_path: Path
+) -> None:
+    """``fsck -u <typo>`` used to print "0 errors", ``restore verify`` "0/0 worlds" and
+    ``segments verify`` "0/0 segments verified", all exit 0."""
+    before = listing(made.data_dir)
+    result = aosp(*command, *made.args("-u", MISSING, "--quiet"), cwd=tmp_path)
+    fails(result, 3, "not_found", "--universe", MISSING)
+    assert listing(made.data_dir) == before and listing(tmp_path) == []  # (analytics' output)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["inspect"],
+        ["restore", "verify"],
+        ["segments", "verify"],
+        ["journal", "read"],
+        ["inbox", "read"],
+        ["snapshot", "list"],
+        ["spark", "replay-check"],
+    ],
+    ids=" ".join,
+)
+def test_a_mistyped_world_is_named_with_its_options(command: list[str], made: Made) -> None:
+    result = aosp(*command, *made.args("-u", made.universe, "-w", MISSING, "--quiet"))
+    fails(result, 3, "not_found", f"--world {MISSING}", f"--universe {made.universe}")
+
+
+def test_a_universe_of_cas_bodies_alone_is_checked_not_refused(tmp_path: Path) -> None:
+    """A universe with CAS bodies and no world exists (``cas put`` makes one): fsck checks
+    it and ``compact --orphans`` collects in it; what needs worlds says it has none."""
+    data = ["--data-dir", str(tmp_path / "data")]
+    assert aosp("world", "create", *data).code == 0
+    assert aosp("cas", "put", *data, "-u", UNIVERSE, "-", stdin=b"body").code == 0
+    checked = aosp("fsck", *data, "-u", UNIVERSE, "--json", "--quiet")
+    assert checked.code == 0, checked.err
+    assert checked.json()["ok"] is True and checked.json()["checked"]["cas bodies"] == 1
+    dry = aosp("compact", *data, "-u", UNIVERSE, "--orphans", "--dry-run", "--json")
+    assert dry.code == 0 and dry.json()["worlds"] == [], dry.err
+    refused = aosp("restore", "verify", *data, "-u", UNIVERSE)
+    fails(refused, 3, "not_found", "--universe", UNIVERSE, "no world")
+
+
+@pytest.fixture
+def empty_store(tmp_path: Path) -> Path:
+    """A store of ours without any universe (made by the library; no command makes one)."""
+    data = tmp_path / "empty"
+    data.mkdir()
+    open_plane(f"sqlite://{data}/aos.db", f"file://{data}/objects", create=True).engine.close()
+    return data
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (["fsck"], "the store has no universes: nothing was checked"),
+        (["restore", "verify"], "the store has no worlds: nothing was verified"),
+        (["segments", "verify"], "the store has no worlds: nothing was verified"),
+        (["spark", "replay-check"], "the store has no worlds: nothing was verified"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+)
+def test_a_check_that_checked_nothing_does_not_pass(
+    command: list[str], says: str, empty_store: Path
+) -> None:
+    """A store without worlds: nothing ran, so exit 1 (and ``"ok": false`` where the JSON
+    has ``ok``), never a clean "0 errors" or "0/0 worlds"."""
+    before = listing(empty_store)
+    text = aosp(*command, "--data-dir", str(empty_store), "--quiet")
+    assert text.code == 1 and says in text.text and text.err == "", (text.text, text.err)
+    as_json = aosp(*command, "--data-dir", str(empty_store), "--quiet", "--json")
+    assert as_json.code == 1, as_json.err
+    out = as_json.json()
+    if command == ["fsck"]:
+        assert out["ok"] is False and out["errors"] == 0
+    elif command == ["segments", "verify"]:
+        assert out["worlds"] == 0 and out["segments"] == 0
+    else:
+        assert out["summary"] == {"worlds": 0, "equal": 0, "differ": 0}
+    assert listing(empty_store) == before
+
+
+# --------------------------------------------------------------------------- option names
+
+
+@pytest.mark.parametrize(
+    ("extra", "option"),
+    [
+        (["journal", "read", "--from", "0"], "--from"),  # was "from_inclusive"
+        (["inbox", "drain", "--max-items", "0"], "--max-items"),  # was "max_items"
+        (["inbox", "enqueue", "--kind", "timer", "--timer-id", ""], "--timer-id"),
+        (
+            ["inbox", "enqueue", "--kind", "timer", "--timer-id", "t", "--idempotency-key", ""],
+            "--idempotency-key",
+        ),
+    ],
+    ids=["from", "max-items", "timer-id", "idempotency-key"],
+)
+def test_refused_values_are_named_by_their_options(
+    made: Made, extra: list[str], option: str
+) -> None:
+    before = listing(made.data_dir)
+    result = aosp(*extra[:2], *made.world_args(*extra[2:]))
+    fails(result, 2, "validation", f"{option}: ")
+    assert listing(made.data_dir) == before
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (["world", "create", "--handle", ""], "--handle"),  # was "handle"
+        (["segments", "export", "--target-entries", "0"], "--target-entries"),
+    ],
+    ids=["handle", "target-entries"],
+)
+def test_refused_store_wide_values_are_named_by_their_options(
+    made: Made, command: list[str], option: str
+) -> None:
+    before = listing(made.data_dir)
+    fails(aosp(*command, *made.args()), 2, "validation", f"{option}: ")
+    assert listing(made.data_dir) == before
+
+
+def test_object_store_failures_name_objects(made: Made, dead_port: int) -> None:
+    """An S3 endpoint that refuses connections, met in the middle of fsck: the error names
+    ``--objects`` (the object store's own message says which request failed)."""
+    objects = f"s3://bucket/prefix?endpoint_url=http://127.0.0.1:{dead_port}&region=us-east-1"
+    result = aosp(
+        "fsck",
+        "--kv",
+        f"sqlite://{made.data_dir}/aos.db",
+        "--objects",
+        objects,
+        "--quiet",
+        env={"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"},
+    )
+    fails(result, 3, "backend", "--objects: ", f"127.0.0.1:{dead_port}")
 
 
 # --------------------------------------------------------------------------- files and directories
@@ -261,6 +442,111 @@ def test_an_unreachable_spark_master_fails_fast(made: Made, dead_port: int, tmp_
     )
     fails(result, 3, "backend", f"127.0.0.1:{dead_port}", "unreachable")
     assert time.monotonic() - start < 20 and listing(tmp_path) == []
+
+
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    """A loopback HTTP server (a master's web UI or REST port, mistaken for its RPC port)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A loopback port that accepts connections (the kernel completes them) and never says
+    a word."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield sock.getsockname()[1]
+
+
+def _analytics(made: Made, master: str, output: Path) -> tuple[Result, float]:
+    start = time.monotonic()
+    result = aosp(
+        "spark",
+        "analytics",
+        *made.args("--master", master, "--quiet"),
+        "--output",
+        str(output),
+        env={"HADOOP_CONF_DIR": None, "YARN_CONF_DIR": None},
+    )
+    return result, time.monotonic() - start
+
+
+def test_a_port_that_is_not_a_spark_master_fails_fast(
+    made: Made, http_port: int, tmp_path: Path
+) -> None:
+    """It accepts connections, but answers Spark's RPC in HTTP: Spark used to wait 71 s for
+    it and exit 5 with a Java stack."""
+    result, seconds = _analytics(made, f"spark://127.0.0.1:{http_port}", tmp_path / "out")
+    fails(result, 3, "backend", "--master", f"127.0.0.1:{http_port}", "not a Spark master")
+    assert seconds < 20 and listing(tmp_path) == []
+
+
+def test_a_port_that_never_answers_fails_within_the_probe_timeout(
+    made: Made, silent_port: int, tmp_path: Path
+) -> None:
+    result, seconds = _analytics(made, f"spark://127.0.0.1:{silent_port}", tmp_path / "out")
+    fails(result, 3, "backend", "--master", f"127.0.0.1:{silent_port}", "did not answer")
+    assert seconds < 20 and listing(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("master", "code", "kind", "words"),
+    [
+        ("yarn", 3, "backend", ["--master yarn", "HADOOP_CONF_DIR", "YARN_CONF_DIR"]),
+        ("mesos://127.0.0.1:5050", 2, "validation", ["--master", "not a master Spark runs"]),
+        ("local[0]", 2, "validation", ["--master", "local[0]"]),
+    ],
+    ids=["yarn-unconfigured", "mesos", "local-0"],
+)
+def test_a_master_this_machine_cannot_use_is_refused_before_spark_starts(
+    made: Made, master: str, code: int, kind: str, words: list[str], tmp_path: Path
+) -> None:
+    result, seconds = _analytics(made, master, tmp_path / "out")
+    fails(result, code, kind, *words)
+    assert seconds < 20 and listing(tmp_path) == []
+
+
+def test_the_master_probe_accepts_a_real_standalone_master(tmp_path: Path) -> None:
+    """The control: a standalone Master (pyspark's own ``spark-class``) passes the probe,
+    which costs it one disassociation in its log and no error."""
+    import pyspark
+
+    from spark_connectors.session import _java_17, check_master
+    from tests.objects.servers import free_ports
+
+    java = _java_17()
+    if java is None:
+        pytest.skip("no Java 17 for a Spark master")
+    spark_home = Path(pyspark.__file__).parent
+    port, ui = free_ports(2)
+    log = tmp_path / "master.out"
+    env = {**os.environ, "JAVA_HOME": java, "SPARK_HOME": str(spark_home)}
+    command = [str(spark_home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)]
+    with log.open("wb") as out:
+        master = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while "New state: ALIVE" not in log.read_text():
+            assert master.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)  # waiting for a server to come up; nothing is timed
+        check_master(f"spark://127.0.0.1:{port}")
+        down = free_ports(1)[0]
+        check_master(f"spark://127.0.0.1:{down},127.0.0.1:{port}")  # one host of two answers
+        time.sleep(0.5)  # the disassociation is logged after the probe's connection closes
+        assert " ERROR " not in log.read_text(), log.read_text()
+    finally:
+        master.terminate()
+        master.wait(timeout=60)
 
 
 def test_an_unreachable_fdb_cluster_fails_within_its_timeout(

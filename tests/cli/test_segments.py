@@ -10,6 +10,7 @@ import pytest
 
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
+from segments.restore import REPLAY_CHECK_COLUMNS
 from tests.cli.conftest import Store, aosp
 from tests.cli.test_commands import open_store
 from tests.cli.test_fsck import flip_byte, ids
@@ -60,6 +61,28 @@ def test_plan_export_list_verify(grown: tuple[Store, int]) -> None:
     )
     restored = aosp("restore", "verify", *store.args("--json", "--quiet")).json()
     assert restored["summary"] == {"worlds": 3, "equal": 3, "differ": 0}
+
+
+def test_restore_verify_and_spark_replay_check_share_one_schema(grown: tuple[Store, int]) -> None:
+    """``restore verify --json`` and ``spark replay-check --json`` print the same document:
+    a summary and one row per world whose keys are ``REPLAY_CHECK_COLUMNS``, and on the
+    same store the same rows (one Spark run, about 10 s)."""
+    pytest.importorskip("pyspark")
+    store, _ = grown
+    assert aosp("segments", "export", *store.args("--quiet")).code == 0  # restore reads cold
+    restored = aosp("restore", "verify", *store.args("--json", "--quiet"))
+    replayed = aosp(
+        "spark", "replay-check", *store.args("--master", "local[1]", "--json", "--quiet")
+    )
+    assert restored.code == 0 and replayed.code == 0, (restored.err, replayed.err)
+    columns = {name for name, _ in REPLAY_CHECK_COLUMNS}
+    reports = [restored.json(), replayed.json()]
+    for report in reports:
+        assert set(report) == {"summary", "worlds"} and len(report["worlds"]) == 3
+        assert all(set(row) == columns for row in report["worlds"]), report["worlds"]
+        assert any(row["baseline_height"] > 0 for row in report["worlds"])
+        report["worlds"].sort(key=lambda row: (row["universe"], row["world"]))
+    assert reports[0] == reports[1]
 
 
 def test_export_shows_progress_and_refuses_bad_config(grown: tuple[Store, int]) -> None:
