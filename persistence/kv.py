@@ -32,7 +32,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Concatenate, Final, ParamSpec, TypeVar
 
 from persistence.errors import EngineError, RetryLimitReached
@@ -64,6 +64,11 @@ class Transaction(ABC):
     @abstractmethod
     def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
         """The value of ``key`` or ``None``. Adds a read conflict unless ``snapshot``."""
+
+    def get_many(self, keys: Sequence[bytes], *, snapshot: bool = False) -> list[bytes | None]:
+        """What :meth:`get` of each key in turn gives, read together where the engine can
+        (one statement; FoundationDB's futures in flight at once)."""
+        return [self.get(key, snapshot=snapshot) for key in keys]
 
     @abstractmethod
     def get_range(
@@ -161,6 +166,10 @@ class Engine(ABC):
     max_retry_seconds: float = 60.0
     """How long :func:`run` keeps retrying one transaction before raising
     :class:`RetryLimitReached` (call records must outlive it: ``plane/calls.py``)."""
+    commit_may_be_unknown: bool = True
+    """Whether a commit can fail after it may have applied (FoundationDB's 1021 and 1039,
+    which :func:`run` retries). Only then does a retry need to find its call's earlier
+    attempt, so the plane keeps per-call records only on such engines (``plane/calls.py``)."""
 
     def is_retryable(self, error: EngineError) -> bool:
         """Whether ``on_error`` would retry ``error`` (FoundationDB's retry table)."""

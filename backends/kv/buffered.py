@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -382,6 +382,10 @@ class BufferedTransaction(kv.Transaction):
     def _base_get(self, key: bytes) -> bytes | None:
         raise NotImplementedError
 
+    def _base_get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes | None]:
+        """The committed snapshot's values of ``keys`` (one read each unless overridden)."""
+        return {key: self._base_get(key) for key in keys}
+
     def _base_range(self, begin: bytes, end: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         raise NotImplementedError
 
@@ -422,10 +426,22 @@ class BufferedTransaction(kv.Transaction):
     def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
         self._check_open()
         checks.check_type(key, "key")
+        return self._get(key, snapshot, self._base_get)
+
+    def get_many(self, keys: Sequence[bytes], *, snapshot: bool = False) -> list[bytes | None]:
+        self._check_open()
+        for key in keys:
+            checks.check_type(key, "key")
+        committed = self._base_get_many(keys)
+        return [self._get(key, snapshot, committed.__getitem__) for key in keys]
+
+    def _get(
+        self, key: bytes, snapshot: bool, base_get: Callable[[bytes], bytes | None]
+    ) -> bytes | None:
         seen: list[bytes | None] = []
 
         def read_base(k: bytes) -> bytes | None:
-            value = self._base_get(k)
+            value = base_get(k)
             seen.append(value)
             return value
 

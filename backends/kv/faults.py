@@ -337,6 +337,7 @@ class FaultyEngine(kv.Engine):
         self.retry_limit = inner.retry_limit
         self.size_limit = inner.size_limit
         self.max_retry_seconds = inner.max_retry_seconds
+        self.commit_may_be_unknown = True  # it injects 1021 whatever the inner engine does
 
     def create_transaction(self) -> FaultyTransaction:
         return FaultyTransaction(self.inner.create_transaction(), self.injector, self.inner)

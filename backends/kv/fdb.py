@@ -27,7 +27,7 @@ import ctypes
 import importlib.metadata
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -177,6 +177,16 @@ class FdbTransaction(kv.Transaction):
         def read() -> bytes | None:
             value = self._reader(snapshot).get(key)
             return bytes(value) if value.present() else None
+
+        return self._call(read)
+
+    def get_many(self, keys: Sequence[bytes], *, snapshot: bool = False) -> list[bytes | None]:
+        for key in keys:
+            checks.check_type(key, "key")
+
+        def read() -> list[bytes | None]:
+            futures = [self._reader(snapshot).get(key) for key in keys]  # all in flight
+            return [bytes(value) if value.present() else None for value in futures]
 
         return self._call(read)
 

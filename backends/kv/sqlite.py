@@ -43,7 +43,7 @@ import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -66,6 +66,11 @@ class SqliteEngine(kv.Engine):
     """A store in one SQLite file, shared safely by threads and processes. With ``create``
     (the default) a missing or empty file becomes a new store; without, only an existing
     store of ours opens and nothing is ever created."""
+
+    commit_may_be_unknown = False
+    """A commit applies, or fails with 1020 (the write lock was not granted: nothing was
+    applied), or with an I/O error that :func:`persistence.kv.run` does not retry: no
+    retry ever follows a commit that may have applied."""
 
     def __init__(
         self,
@@ -330,6 +335,20 @@ class SqliteTransaction(BufferedTransaction):
         except sqlite3.Error as exc:
             raise _sqlite_error(exc, "get") from None
         return None if row is None else bytes(row[0])
+
+    def _base_get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes | None]:
+        found: dict[bytes, bytes | None] = dict.fromkeys(keys)
+        unique = list(found)
+        try:
+            conn = self._snapshot()
+            for start in range(0, len(unique), _PAGE):
+                part = unique[start : start + _PAGE]
+                marks = ",".join("?" * len(part))
+                rows = conn.execute(f"SELECT key, value FROM kv WHERE key IN ({marks})", part)
+                found.update((bytes(k), bytes(v)) for k, v in rows)
+        except sqlite3.Error as exc:
+            raise _sqlite_error(exc, "get") from None
+        return found
 
     def get_range(
         self,

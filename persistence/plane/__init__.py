@@ -292,7 +292,11 @@ class Plane:
 
     def new_call(self) -> Call:
         """A new write call: its id is drawn here, outside the retry loop."""
-        return Call.new(self.config.call_record_seconds, self._now())
+        return Call.new(
+            self.config.call_record_seconds,
+            self._now(),
+            recorded=self.engine.commit_may_be_unknown,
+        )
 
     def _now(self) -> int:
         """The plane's clock, checked: nanoseconds since the epoch."""

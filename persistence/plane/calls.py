@@ -6,7 +6,9 @@ looked up on retry. Every write protocol of the plane takes a :class:`Call` -- a
 once per plane call, outside the retry loop -- and in the same transaction as its writes
 stores what it did under ``calls/<id>`` of its scope (the world; the universe for effects).
 The retry finds that record and returns its outcome, whatever happened in between; the first
-attempt skips the lookup, since its id is new.
+attempt skips the lookup, since its id is new. An engine whose commits never end that way
+(``Engine.commit_may_be_unknown`` false: SQLite) never retries an applied commit, so its
+calls keep no record.
 
 Ids begin with the call's wall-clock start (big-endian nanoseconds), so a scope's records
 sort oldest first. Every record written also removes up to two records of its scope that are
@@ -53,19 +55,28 @@ class CallScope(Protocol):
 
 @dataclass(slots=True)
 class Call:
-    """One plane call: its id and how many attempts of it have run (in this process)."""
+    """One plane call: its id, how many attempts of it have run (in this process), and
+    whether it keeps a record (only where a retry may follow an applied commit:
+    ``Engine.commit_may_be_unknown``)."""
 
     id: bytes
     window_ns: int
     attempts: int = 0
+    recorded: bool = True
 
     @classmethod
-    def new(cls, window_seconds: float = DEFAULT_WINDOW_SECONDS, now_ns: int | None = None) -> Call:
+    def new(
+        cls,
+        window_seconds: float = DEFAULT_WINDOW_SECONDS,
+        now_ns: int | None = None,
+        *,
+        recorded: bool = True,
+    ) -> Call:
         """A call starting at ``now_ns`` (nanoseconds since the epoch; now by default)."""
         if not window_seconds > 0:
             raise Validation("call_record_seconds", f"must be positive, got {window_seconds!r}")
         stamp = (time.time_ns() if now_ns is None else now_ns).to_bytes(8, "big")
-        return cls(stamp + os.urandom(CALL_ID_BYTES - 8), int(window_seconds * 1e9))
+        return cls(stamp + os.urandom(CALL_ID_BYTES - 8), int(window_seconds * 1e9), 0, recorded)
 
     @property
     def started_ns(self) -> int:
@@ -82,7 +93,7 @@ def replayed(tr: kv.Transaction, scope: CallScope, call: Call) -> CallRecord | N
     """Start an attempt of ``call``: the record of an earlier attempt that committed, if
     any (read with a conflict on the record key, which only this call writes)."""
     call.attempts += 1
-    if call.attempts == 1:
+    if call.attempts == 1 or not call.recorded:
         return None
     raw = tr.get(scope.call(call.id))
     if raw is None:
@@ -94,7 +105,10 @@ def replayed(tr: kv.Transaction, scope: CallScope, call: Call) -> CallRecord | N
 
 def record(tr: kv.Transaction, scope: CallScope, call: Call, outcome: CallRecord) -> None:
     """Store ``outcome`` as what ``call`` did (in the transaction that does it), and remove
-    up to :data:`SWEEP` records of the scope older than the call's window."""
+    up to :data:`SWEEP` records of the scope older than the call's window. A call that
+    keeps no record writes nothing."""
+    if not call.recorded:
+        return
     horizon = call.started_ns - call.window_ns
     if horizon > 0:
         begin, _ = scope.calls()

@@ -19,7 +19,7 @@ from persistence.errors import (
 )
 from persistence.ids import Hash, WorldId
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
-from persistence.plane import calls, cas, segment_index, worlds
+from persistence.plane import calls, segment_index, worlds
 from persistence.plane.calls import Call
 from persistence.records import (
     CallRecord,
@@ -236,38 +236,73 @@ def append_batches(
             raise CorruptRecord("call record", "a group append record of another size")
         first_position = None if done.value is None else int.from_bytes(done.value, "big")
         return GroupAppend([batch.expected_head + 1 for batch in batches], first_position)
+    # Every key this transaction reads with a conflict, read at once: the heads, and for a
+    # sequenced append the tracking record and the log head.
+    tracked = None if sequencing is None else sequencing.tracking
+    wanted = [batch.keys.head() for batch in batches]
+    if tracked is not None:
+        wanted.append(universe.tracking(tracked[0]))
+    if sequencing is not None and batches:
+        wanted.append(universe.log_head())
+    values = iter(tr.get_many(wanted))
+    heads = [next(values) for _ in batches]
     firsts: list[int] = []
-    for batch in batches:
+    for batch, raw in zip(batches, heads, strict=True):
         keys = batch.keys
-        raw = tr.get(keys.head())
         if raw is None and create is not None and batch.expected_head == 0:
-            if tr.get(keys.meta()) is not None:
-                raise CorruptRecord(f"world {keys.world}", "its meta is stored without a head")
-            for hash, meta in create.blobs:
-                cas.put_meta(tr, universe, hash, meta)
-            worlds.write_world(tr, keys, create.meta, create.genesis)
+            _create(tr, universe, keys, create)
         elif raw != head_bytes(batch.expected_head):
             height = _decode_head(keys, raw).height
             if height != batch.expected_head:
                 raise HeadAdvanced(batch.expected_head, height, keys.world)
         firsts.append(_append(tr, keys, batch.expected_head, batch.entries))
-    position = None if sequencing is None else _sequence(tr, universe, batches, sequencing)
+    position = None
+    if sequencing is not None:
+        recorded = None if tracked is None else next(values)
+        log_head = next(values) if batches else None
+        position = _sequence(tr, universe, batches, sequencing, recorded, log_head)
     value = None if position is None else position.to_bytes(8, "big")
     calls.record(tr, universe, call, CallRecord("append group", count=len(batches), value=value))
     return GroupAppend(firsts, position)
 
 
+def _create(tr: kv.Transaction, universe: UniverseKeys, keys: WorldKeys, create: Creation) -> None:
+    """Create the world ``keys`` names, whose head was read absent (its meta, the universe's
+    info and the genesis blobs' metadata read at once)."""
+    metas = [universe.cas_meta(hash) for hash, _ in create.blobs]
+    meta, info, *present = tr.get_many([keys.meta(), universe.info(), *metas])
+    if meta is not None:
+        raise CorruptRecord(f"world {keys.world}", "its meta is stored without a head")
+    for key, (_, blob), there in zip(metas, create.blobs, present, strict=True):
+        if there is None:  # as cas.put_meta: a duplicate is a no-op
+            tr.set(key, blob.to_cbor())
+    worlds.write_world(tr, keys, create.meta, create.genesis, universe_info=info)
+
+
 def read_log_head(tr: kv.Transaction, universe: UniverseKeys, *, snapshot: bool = False) -> int:
     """The universe log's last position (0 if empty)."""
-    raw = tr.get(universe.log_head(), snapshot=snapshot)
-    return 0 if raw is None else decode_record(LogHead, raw, "universe log head").position
+    return _log_position(tr.get(universe.log_head(), snapshot=snapshot))
+
+
+def _log_position(raw: bytes | None) -> int:
+    return 0 if raw is None else _decoded_log_head(raw)
+
+
+@functools.lru_cache(maxsize=1024)
+def _decoded_log_head(raw: bytes) -> int:
+    """A log head's position, strictly decoded once per distinct encoding (the head a
+    process reads is most often the one it wrote; errors are raised every time)."""
+    return decode_record(LogHead, raw, "universe log head").position
 
 
 def read_tracking(
     tr: kv.Transaction, universe: UniverseKeys, name: str, *, snapshot: bool = False
 ) -> int | None:
     """The position consumer ``name`` recorded last (``None`` if none)."""
-    raw = tr.get(universe.tracking(name), snapshot=snapshot)
+    return _tracked_position(tr.get(universe.tracking(name), snapshot=snapshot))
+
+
+def _tracked_position(raw: bytes | None) -> int | None:
     return None if raw is None else decode_record(TrackingRecord, raw, "tracking record").position
 
 
@@ -331,19 +366,25 @@ def read_log(
 
 
 def _sequence(
-    tr: kv.Transaction, universe: UniverseKeys, batches: Sequence[WorldAppend], how: Sequencing
+    tr: kv.Transaction,
+    universe: UniverseKeys,
+    batches: Sequence[WorldAppend],
+    how: Sequencing,
+    tracking_raw: bytes | None,
+    log_head_raw: bytes | None,
 ) -> int | None:
-    """Check and store the tracking position; give the batches' entries the next log
-    positions. The first position, if any entry was appended."""
+    """Check and store the tracking position (its record read as ``tracking_raw``); give
+    the batches' entries the next log positions after the head read as ``log_head_raw``.
+    The first position, if any entry was appended."""
     if how.tracking is not None:
         name, position = how.tracking
-        recorded = read_tracking(tr, universe, name)
+        recorded = _tracked_position(tracking_raw)
         if recorded is not None and recorded >= position:
             raise TrackingConflict(name, recorded, position)
         tr.set(universe.tracking(name), TrackingRecord(position).to_cbor())
     if not batches:
         return None
-    head = read_log_head(tr, universe)
+    head = _log_position(log_head_raw)
     position = head
     for batch, tags in zip(batches, how.tags, strict=True):
         height = batch.expected_head

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Literal
 
 from persistence import kv
 from persistence.errors import StoreFormatError, WorldExists, WorldNotFound
@@ -80,12 +80,20 @@ def create_world(
 
 
 def write_world(
-    tr: kv.Transaction, keys: WorldKeys, meta: WorldMeta, genesis: SnapshotRecord
+    tr: kv.Transaction,
+    keys: WorldKeys,
+    meta: WorldMeta,
+    genesis: SnapshotRecord,
+    *,
+    universe_info: bytes | Literal["unread"] | None = "unread",
 ) -> None:
     """Write a new world (its meta read absent in ``tr``): meta, an empty journal head, the
-    genesis snapshot and the active baseline, and the universe's info if it is new."""
+    genesis snapshot and the active baseline, and the universe's info if it is new (read
+    here unless the caller read it as ``universe_info``)."""
     universe = UniverseKeys(keys.universe)
-    if tr.get(universe.info()) is None:
+    if universe_info == "unread":
+        universe_info = tr.get(universe.info())
+    if universe_info is None:
         tr.set(universe.info(), UniverseInfo(meta.created_ns).to_cbor())
     tr.set(keys.meta(), meta.to_cbor())
     tr.set(keys.head(), JournalHead(0).to_cbor())

@@ -203,6 +203,41 @@ def test_range_read_conflicts_with_insert_inside_it(engine: Engine) -> None:
     assert err.value.code == fdb_errors.NOT_COMMITTED
 
 
+def test_get_many_gives_what_gets_give(engine: Engine) -> None:
+    commit_all(engine, {b"a": b"1", b"b": b"2", b"c": b"3"})
+    tr = engine.create_transaction()
+    tr.set(b"b", b"mine")
+    tr.clear(b"c")
+    tr.set(b"d", b"new")
+    keys = [b"a", b"b", b"c", b"d", b"e", b"a"]
+    assert tr.get_many(keys) == [b"1", b"mine", None, b"new", None, b"1"]
+    assert tr.get_many([]) == []
+    assert tr.get_many(keys, snapshot=True) == [tr.get(k) for k in keys]
+
+
+@pytest.mark.parametrize("snapshot", [False, True])
+def test_get_many_conflicts_as_gets_do(engine: Engine, snapshot: bool) -> None:
+    commit_all(engine, {b"a": b"1"})
+    reader = engine.create_transaction()
+    assert reader.get_many([b"a", b"z"], snapshot=snapshot) == [b"1", None]
+    reader.set(b"mine", b"")
+    commit_all(engine, {b"z": b"now"})  # a key it read as absent
+    if snapshot:
+        reader.commit()
+        return
+    with pytest.raises(EngineError) as err:
+        reader.commit()
+    assert err.value.code == fdb_errors.NOT_COMMITTED
+
+
+def test_get_many_of_a_stamped_value_is_unreadable(engine: Engine) -> None:
+    tr = engine.create_transaction()
+    tr.set_versionstamped_value(b"v", b"\x00" * 10 + (0).to_bytes(4, "little"))
+    with pytest.raises(EngineError) as err:
+        tr.get_many([b"a", b"v"])
+    assert err.value.code == fdb_errors.ACCESSED_UNREADABLE
+
+
 def test_limited_range_conflicts_only_over_what_was_read(engine: Engine) -> None:
     commit_all(engine, {b"r1": b"", b"r2": b"", b"r3": b""})
     reader = engine.create_transaction()

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import kv
+from persistence.fdb_errors import COMMIT_UNKNOWN_RESULT
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
-from persistence.plane import PlaneConfig, journal
+from persistence.plane import Plane, PlaneConfig, journal
 from persistence.plane.calls import Call
 from segments import open_plane
 
@@ -64,3 +67,28 @@ def test_a_world_keeps_about_its_write_rate_times_the_window() -> None:
     for head in range(300):
         plane.append_batch(u, w, head, [b"x"])
     assert len(_records(engine, WorldKeys(u, w))) <= 2
+
+
+def test_records_are_kept_only_where_a_commit_may_end_unknown(tmp_path: Path) -> None:
+    """SQLite never retries a commit that may have applied: its calls keep no record. The
+    fault injector's 1021 does, so the same store behind it keeps them, and a retry after an
+    applied 1021 with another append in between still reports its own height."""
+    plain = open_plane(f"sqlite://{tmp_path}/aos.db", f"file://{tmp_path}/objects")
+    assert plain.engine.commit_may_be_unknown is False
+    u, w = UniverseId.new(), WorldId.new()
+    plain.create_world(u, w)
+    assert plain.append_batch(u, w, 0, [b"a"]) == 1
+    assert _records(plain.engine, WorldKeys(u, w)) == []
+
+    injector = FaultInjector(seed=1)
+    faulty = Plane(FaultyEngine(plain.engine, injector), plain.objects, segments=plain.segments)
+    other = WorldId.new()
+    faulty.create_world(u, other)
+
+    def interleaved() -> None:
+        plain.append_batch(u, other, 1, [b"theirs"])
+
+    injector.fail_commit(1, COMMIT_UNKNOWN_RESULT, applied=True, interleave=interleaved)
+    assert faulty.append_batch(u, other, 0, [b"mine"]) == 1
+    assert [e for _, e in plain.read_range(u, other, 1, 5)] == [b"mine", b"theirs"]
+    assert len(_records(plain.engine, WorldKeys(u, other))) == 1

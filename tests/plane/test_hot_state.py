@@ -41,4 +41,6 @@ def test_entries_items_keys_and_calls_are_counted_where_they_belong(
     assert state["journal"].bytes > 2 * CHUNK_SIZE
     assert (state["inbox_consumed"].count, state["inbox_pending"].count) == (3, 2)
     assert state["idempotency"].count == 5
-    assert state["call_records"].count >= 2  # the append's and the drain's
+    # the append's and the drain's, where commits may end unknown (not on SQLite)
+    recorded = plane.engine.commit_may_be_unknown
+    assert state["call_records"].count >= 2 if recorded else state["call_records"].count == 0
