@@ -141,7 +141,8 @@ def run_torture(
             **_orphan_figures(so_far, None, time.monotonic() - began, orphan_grace_seconds),
             "monitor_samples": monitor.samples,
         }
-        return [f"{name} {live[name]} < {low}" for name, low in size.floors if live[name] < low]
+        counts = [(name, low, live.get(name, 0)) for name, low in size.floors]  # 0: no kill yet
+        return [f"{name} {count} < {low}" for name, low, count in counts if count < low]
 
     try:
         end, cap = began + size.seconds, began + max(size.seconds, size.max_seconds)

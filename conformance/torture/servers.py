@@ -9,6 +9,7 @@ time: the controller restarts the last one killed before it kills another.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -58,6 +59,14 @@ class ServerFaults(Protocol):
         """How long each recovery of the cluster since ``since`` (a ``time.time()``) took,
         in seconds, as far as the servers tell; ``None`` if they cannot be asked."""
         ...
+
+
+RESTART_SECONDS: Final = 60.0
+"""How long a restart keeps trying: a killed server's port can stay unusable for a while
+(its connections closing, under load), and the new process then exits at once."""
+RESTART_PAUSE_SECONDS: Final = 0.5
+STARTED_SECONDS: Final = 0.5
+"""A restarted server still running after this long is listening."""
 
 
 class LocalCluster:
@@ -141,16 +150,28 @@ class LocalCluster:
         if self._down is None:
             return
         slot, argv, cwd = self._down
-        with open(self.logs / f"fdbserver.{slot}.out", "ab") as out:
-            child = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-            )
-        self._children.append(child)
+        deadline = time.monotonic() + RESTART_SECONDS
+        for pause in itertools.chain([0.0], itertools.repeat(RESTART_PAUSE_SECONDS)):
+            time.sleep(pause)
+            with open(self.logs / f"fdbserver.{slot}.out", "ab") as out:
+                child = subprocess.Popen(
+                    argv,
+                    cwd=cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    start_new_session=True,
+                )
+            self._children.append(child)
+            try:  # a server that cannot listen ("Local address in use") exits at once
+                child.wait(timeout=STARTED_SECONDS)
+            except subprocess.TimeoutExpired:
+                break  # listening
+            if time.monotonic() > deadline:
+                raise ServerFaultError(
+                    f"fdbserver {slot} exited at every restart for {RESTART_SECONDS:g} s "
+                    f"(status {child.returncode}; see {self.logs}/fdbserver.{slot}.out)"
+                )
         pids = self.pids()
         pids[slot] = child.pid
         self.pid_file.write_text("".join(f"{p}\n" for p in pids))

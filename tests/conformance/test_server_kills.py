@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -214,3 +216,47 @@ def test_the_torture_drives_an_operators_kill_and_restart_commands(tmp_path: Pat
     assert lines == [x for kill in kills for x in (kill, "restart 0")]  # strictly in turn
     assert len(set(kills)) == len(kills)  # a seed drawn for each
     assert sum(report.figures["servers_killed"].values()) == len(kills)
+
+
+def test_a_restart_waits_for_the_killed_servers_port(cluster3: FdbCluster) -> None:
+    """A killed server's port may stay unusable for a while (its connections closing); the
+    new process then exits at once, and the restart tries again until it listens."""
+    servers = LocalCluster(cluster3.directory)
+    assert until(servers.healthy, 180)
+    ports = {pid: _port(pid) for pid in servers.pids()}
+    victim = servers.kill(random.Random(1))
+    port = ports[int(victim.rsplit("pid ", 1)[1].rstrip(")"))]  # "fdbserver 2 (pid 123)"
+    with socket.socket() as blocker:  # the port taken, as a lingering socket would
+        blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        assert until(lambda: _bound(blocker, port), 120)  # just after a kill it often is not
+        blocker.listen()
+        freed = threading.Timer(2.0, blocker.close)
+        freed.start()
+        started = time.monotonic()
+        servers.restart()
+        freed.join()
+    assert time.monotonic() - started >= 2.0, victim  # it waited for the port
+    assert all(_alive(pid) for pid in servers.pids())
+    assert until(servers.healthy, 180)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _port(pid: int) -> int:
+    """The port an fdbserver process listens on (its ``-p 127.0.0.1:PORT`` argument)."""
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return int(argv[argv.index(b"-p") + 1].rsplit(b":", 1)[1])
+
+
+def _bound(sock: socket.socket, port: int) -> bool:
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    return True
