@@ -88,6 +88,7 @@ TORTURE_FLOORS = (
     ("promotions_acknowledged", 3),
     ("monitor_samples", 20),
     ("writer_redos_of_acknowledged_calls", 50),
+    ("compaction_items_reported", 500),
     ("orphan_passes", 5),
     ("attachments_acknowledged", 3),
     ("attachment_puts_stalled", 1),
@@ -147,9 +148,8 @@ def test_seeded_torture_with_local_objects(
     # Compaction ran among them: it removed consumed items with their idempotency entries
     # while writers repeated acknowledged calls inside the window (each deduplicated).
     assert figures["compaction_due"] and figures["compaction_window_seconds"] == 8.0
-    assert figures["items_compacted"] >= 500
     assert figures["idempotency_entries_compacted"] == figures["items_compacted"]
-    assert 0 < figures["compaction_items_reported"] <= figures["items_compacted"]
+    assert figures["compaction_items_reported"] <= figures["items_compacted"]  # >= 500: a floor
     assert figures["oldest_redo_of_acknowledged_call_seconds"] >= 2.0  # a quarter window
     # Orphan collection ran among them, a pass after each compaction pass with a 1 s grace,
     # while the exporter put an external attachment per snapshot (the fourth put stalling
