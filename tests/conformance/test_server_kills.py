@@ -113,14 +113,21 @@ def test_the_coordinator_is_never_killed(cluster3: FdbCluster) -> None:
     assert cluster3.pids()[0] == coordinator and len(cluster3.pids()) == 3
 
 
-def test_the_cluster_is_unhealthy_until_it_heals_from_a_kill(cluster3: FdbCluster) -> None:
-    """While a server is down the cluster is not healthy (a second kill would exceed its
-    fault tolerance); after the restart it heals."""
+def test_the_cluster_heals_after_a_killed_server_is_restarted(cluster3: FdbCluster) -> None:
+    """A killed server comes back under a new pid (the coordinator untouched) and the
+    cluster is healthy again. (The unhealthy spell in between is a recovery of a second or
+    so: a poll of ``fdbcli`` on a loaded machine can miss it, so it is not asserted here;
+    the torture's postponed kills count it.)"""
     servers = LocalCluster(cluster3.directory)
     assert until(servers.healthy, 180)
-    servers.kill(random.Random(0))
-    assert until(lambda: not servers.healthy(), 60)
-    servers.restart()
+    before = servers.pids()
+    try:
+        victim = servers.kill(random.Random(0))
+    finally:
+        servers.restart()
+    after = servers.pids()
+    assert after[0] == before[0] and len(after) == len(before)
+    assert after != before and all(_alive(pid) for pid in after), victim
     assert until(servers.healthy, 180)
 
 
