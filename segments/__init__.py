@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from persistence.errors import Validation
 from persistence.hooks import NO_HOOKS, StepHooks
@@ -43,20 +43,8 @@ def open_plane(
 
     # Every argument is checked before either store is opened: a refused call creates nothing.
     check_bool(create, "create")
-    open_kv: Callable[[], Engine]
-    if isinstance(engine, str):
-        open_kv = engine_opener(engine, create=create)
-    elif isinstance(engine, Engine):
-        open_kv = _given(engine)
-    else:
-        raise Validation("engine", f"an Engine or a URL, not {type(engine).__name__}")
-    open_objects: Callable[[], ObjectStore]
-    if isinstance(objects, str):
-        open_objects = object_store_opener(objects, create=create)
-    elif isinstance(objects, ObjectStore):
-        open_objects = _given(objects)
-    else:
-        raise Validation("objects", f"an ObjectStore or a URL, not {type(objects).__name__}")
+    open_kv = _opener(engine, Engine, engine_opener, create, "engine")
+    open_objects = _opener(objects, ObjectStore, object_store_opener, create, "objects")
     if config is not None and not isinstance(config, PlaneConfig):
         raise Validation("config", f"a PlaneConfig, not {type(config).__name__}")
     require_callable(getattr(hooks, "reached", None), "hooks")
@@ -75,6 +63,17 @@ def open_plane(
         raise
 
 
-def _given(value: _T) -> Callable[[], _T]:
-    """The opener of what the caller opened."""
-    return lambda: value
+def _opener(
+    given: object,
+    kind: type,
+    open_url: Callable[..., Callable[[], _T]],
+    create: bool,
+    field: str,
+) -> Callable[[], _T]:
+    """How to open ``given``: a URL checked now and opened later, or what the caller
+    opened (``Validation`` naming ``field`` for anything else)."""
+    if isinstance(given, str):
+        return open_url(given, create=create)
+    if isinstance(given, kind):
+        return lambda: cast(_T, given)
+    raise Validation(field, f"an {kind.__name__} or a URL, not {type(given).__name__}")
