@@ -170,6 +170,11 @@ class Engine(ABC):
     """Whether a commit can fail after it may have applied (FoundationDB's 1021 and 1039,
     which :func:`run` retries). Only then does a retry need to find its call's earlier
     attempt, so the plane keeps per-call records only on such engines (``plane/calls.py``)."""
+    writers_serialize: bool = False
+    """Whether a commit waits while another one writes (SQLite's single write lock;
+    FoundationDB's writers never wait for each other). Background work then writes in
+    small transactions and pauses between them (export's hot-key deletion:
+    ``segments/export.py``), so that the foreground's commits wait for little."""
 
     def is_retryable(self, error: EngineError) -> bool:
         """Whether ``on_error`` would retry ``error`` (FoundationDB's retry table)."""

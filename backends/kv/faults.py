@@ -338,6 +338,7 @@ class FaultyEngine(kv.Engine):
         self.size_limit = inner.size_limit
         self.max_retry_seconds = inner.max_retry_seconds
         self.commit_may_be_unknown = True  # it injects 1021 whatever the inner engine does
+        self.writers_serialize = inner.writers_serialize
 
     def create_transaction(self) -> FaultyTransaction:
         return FaultyTransaction(self.inner.create_transaction(), self.injector, self.inner)

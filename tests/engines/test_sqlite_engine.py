@@ -8,14 +8,17 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from backends.kv import open_engine
-from backends.kv.sqlite import FORMAT_VERSION, SqliteEngine, SqliteTransaction
+from backends.kv import sqlite as sqlite_module
+from backends.kv.sqlite import FORMAT_VERSION, WRITE_POLL, SqliteEngine, SqliteTransaction
 from persistence import fdbtuple, kv
-from persistence.errors import StoreFormatError, Validation
+from persistence.errors import EngineError, StoreFormatError, Validation
 
 WORKER = Path(__file__).with_name("sqlite_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -249,4 +252,54 @@ def test_a_relaxed_commit_skips_only_its_own_sync(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="before the transaction's first read"):
         kv.run(engine, late)
+    engine.close()
+
+
+def _hold_write_lock(path: Path) -> sqlite3.Connection:
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT OR REPLACE INTO kv VALUES (x'01', x'01')")
+    return holder
+
+
+def test_a_writer_waits_for_the_lock_until_busy_timeout(tmp_path: Path) -> None:
+    """``BEGIN IMMEDIATE`` behind another process's write lock polls until ``busy_timeout``,
+    then fails with 1020 (nothing applied); the connection keeps its busy_timeout."""
+    engine = SqliteEngine(tmp_path / "kv.db", busy_timeout=0.2)
+    kv.run(engine, lambda tr: tr.set(b"a", b"1"))
+    holder = _hold_write_lock(tmp_path / "kv.db")
+    tr = engine.create_transaction()
+    tr.set(b"b", b"2")
+    with pytest.raises(EngineError) as raised:
+        tr.commit()
+    assert raised.value.code == 1020
+    holder.execute("ROLLBACK")
+    conn = engine._acquire()
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 200
+    engine._release(conn)
+    assert kv.run(engine, lambda tr: tr.get(b"b")) is None
+    engine.close()
+
+
+def test_a_writer_polls_the_lock_in_short_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first pause is ``WRITE_POLL`` (SQLite's own handler would sleep 1 ms), doubling;
+    the writer commits as soon as the lock is free."""
+    engine = SqliteEngine(tmp_path / "kv.db")
+    kv.run(engine, lambda tr: tr.set(b"a", b"1"))
+    holder = _hold_write_lock(tmp_path / "kv.db")
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 3:
+            holder.execute("COMMIT")  # the lock is free from the fourth try on
+
+    monkeypatch.setattr(
+        sqlite_module, "time", SimpleNamespace(sleep=sleep, monotonic=time.monotonic)
+    )
+    kv.run(engine, lambda tr: tr.set(b"b", b"2"))
+    assert pauses == [WRITE_POLL, 2 * WRITE_POLL, 4 * WRITE_POLL]
+    assert kv.run(engine, lambda tr: (tr.get(b"a"), tr.get(b"b"))) == (b"1", b"2")
     engine.close()
