@@ -19,12 +19,19 @@ Marker states, as Kafka tiered storage's segment states::
 Each transition is its own small transaction that reads only the marker and the index, so
 exports never conflict with foreground appends and drains (which touch the head and new
 heights). Hot keys are deleted with range clears of at most ``delete_chunk_entries``
-heights per transaction, well inside FoundationDB's limits.
+heights per transaction, well inside FoundationDB's limits. On an engine whose writers
+serialize (SQLite: ``Engine.writers_serialize``) each clear also stays under
+``delete_chunk_bytes`` of entries (SQLite frees every page it clears, holding the write lock
+meanwhile), and the exporter pauses after each one ``pause_ratio`` times as long as it took:
+it then holds the write lock at most ``1 / (1 + pause_ratio)`` of the time it deletes, and a
+foreground append waits for one short clear at most (docs/benchmarks.md, export under load).
 """
 
 from __future__ import annotations
 
 import io
+import math
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -38,12 +45,14 @@ from persistence.objects import COPY_CHUNK
 from persistence.plane import Plane, calls, journal, segment_index
 from persistence.plane.calls import Call
 from persistence.records import CallRecord, ExportMarker, SegmentIndexRecord, decode_record
-from persistence.sizes import MAX_ROW_LIMIT, MiB, check_bool, check_int
+from persistence.sizes import MAX_ROW_LIMIT, KiB, MiB, check_bool, check_int
 from persistence.telemetry import traced
 from segments.format import CHECKSUM_ALGORITHM, SegmentHeader, SegmentReader, SegmentWriter
 from segments.format import segment_key as _segment_key
 from segments.inputs import require, require_callable, require_ids
 
+MAX_PAUSE_RATIO: Final = 100.0
+"""The largest ``ExportConfig.pause_ratio``: an exporter holding the write lock 1% of the time."""
 RACE_ATTEMPTS: Final = 10
 """Times an export step starts again after another exporter moved the marker first."""
 
@@ -59,11 +68,27 @@ class ExportConfig:
     min_entries: int = 1
     delete_chunk_entries: int = 2_000
     read_page_entries: int = 2_000
+    delete_chunk_bytes: int = 64 * KiB
+    """Where writers serialize: entry bytes one hot-key clear may free (estimated from the
+    segment's size per entry)."""
+    pause_ratio: float = 4.0
+    """Where writers serialize: the pause after each hot-key clear, in multiples of the
+    time the clear took (0: none)."""
 
     def __post_init__(self) -> None:
         check_bool(self.enabled, "ExportConfig.enabled")
         check_int(self.margin, "ExportConfig.margin", 0, MAX_HEIGHT)
         check_int(self.target_bytes, "ExportConfig.target_bytes", 1, 2**63 - 1)
+        check_int(self.delete_chunk_bytes, "ExportConfig.delete_chunk_bytes", 1, 2**63 - 1)
+        if (
+            isinstance(self.pause_ratio, bool)
+            or not isinstance(self.pause_ratio, int | float)
+            or not (math.isfinite(self.pause_ratio) and 0 <= self.pause_ratio <= MAX_PAUSE_RATIO)
+        ):
+            raise Validation(
+                "ExportConfig.pause_ratio",
+                f"a number from 0 to {MAX_PAUSE_RATIO:g}, not {self.pause_ratio!r}",
+            )
         for name in ("target_entries", "min_entries", "delete_chunk_entries", "read_page_entries"):
             check_int(getattr(self, name), f"ExportConfig.{name}", 1, MAX_ROW_LIMIT)
 
@@ -127,7 +152,11 @@ def transition(
     a segment or clearing hot heights in the same transaction. A retry whose earlier
     attempt committed returns (its call record); a marker moved by another exporter is
     ``ExportRaced``, and so is a new ``copy_started`` marker whose range does not begin
-    right after the last indexed segment (another exporter indexed it since the plan)."""
+    right after the last indexed segment (another exporter indexed it since the plan).
+    A clear of hot heights commits without its own sync: lost in a machine crash, it is
+    done again from the older marker."""
+    if clear is not None:
+        tr.relax_durability()
     if calls.replayed(tr, keys, call) is not None:
         return
     current = _read_marker(tr, keys)
@@ -417,15 +446,23 @@ class Exporter:
         self, keys: WorldKeys, marker: ExportMarker, progress: Callable[[str], None]
     ) -> ExportMarker:
         engine = self.plane.engine
+        chunk, pause = self.config.delete_chunk_entries, 0.0
+        if engine.writers_serialize:
+            entries, size = marker.end - marker.start + 1, marker.byte_size or 0
+            chunk = max(1, min(chunk, self.config.delete_chunk_bytes * entries // max(size, 1)))
+            pause = self.config.pause_ratio
         done = marker.start - 1 if marker.deleted_through is None else marker.deleted_through
         while done < marker.end:
-            last = min(marker.end, done + self.config.delete_chunk_entries)
+            last = min(marker.end, done + chunk)
             advanced = replace(marker, deleted_through=last)
+            start = time.monotonic()
             transition(
                 engine, keys, self.plane.new_call(), marker, advanced, clear=(done + 1, last)
             )
             self.plane.hooks.reached("export.after_delete_chunk")
             marker, done = advanced, last
+            if pause and done < marker.end:
+                time.sleep(pause * (time.monotonic() - start))
         finished = replace(marker, state="delete_finished")
         transition(engine, keys, self.plane.new_call(), marker, finished)
         self.plane.hooks.reached("export.after_delete")

@@ -179,6 +179,7 @@ SUITES = (
     "plane",
     "cas",
     "segments",
+    "export-load",
     "spark",
     "steady",
     "fairness",
@@ -189,7 +190,18 @@ SUITES = (
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run benchmark suites; print each figure against its peer or limit."""
-    from aosp.benchmarks import Figure, cas, engine, fairness, fdb, plane, segments, spark, steady
+    from aosp.benchmarks import (
+        Figure,
+        cas,
+        engine,
+        export_load,
+        fairness,
+        fdb,
+        plane,
+        segments,
+        spark,
+        steady,
+    )
     from aosp.benchmarks import eventsourcing as eventsourcing_suite
 
     if not 0 < args.seconds < float("inf"):
@@ -217,6 +229,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "plane": plane.run,
         "cas": cas.run,
         "segments": segments.run,
+        "export-load": export_load.run,
         "spark": spark.run,
         "steady": lambda seconds, progress: steady.run(steady_config, plot, progress),
         "fairness": fairness.run,

@@ -20,6 +20,7 @@ EXPORT_OPTIONS: Final = {
     "target_entries": "--target-entries",
     "target_bytes": "--target-bytes",
     "min_entries": "--min-entries",
+    "pause_ratio": "--pause-ratio",
 }
 """The option that gives each field of ``ExportConfig``."""
 
@@ -33,6 +34,7 @@ def _export_config(args: argparse.Namespace) -> Any:
         target_entries=args.target_entries,
         target_bytes=args.target_bytes,
         min_entries=args.min_entries,
+        pause_ratio=args.pause_ratio,
     )
 
 
@@ -235,6 +237,13 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     group.add_argument("--target-entries", type=int, default=10_000, help="entries per segment")
     group.add_argument("--target-bytes", type=int, default=64 << 20, help="bytes per segment")
     group.add_argument("--min-entries", type=int, default=1, help="smallest segment to write")
+    group.add_argument(
+        "--pause-ratio",
+        type=float,
+        default=4.0,
+        help="on SQLite, pause after each hot-key clear this many times as long as it took, "
+        "so that foreground writers wait little (default 4; 0 in a quiet period: ~5x faster)",
+    )
 
     segments = sub.add_parser("segments", help="cold segments").add_subparsers(
         dest="action", required=True, metavar="ACTION"

@@ -954,6 +954,8 @@ for name, values in (
     ("min_entries", [0, None, 1.5]),
     ("delete_chunk_entries", [0, 2**31, "2000"]),
     ("read_page_entries", [0, 2**31, True]),
+    ("delete_chunk_bytes", [0, -1, True, "65536", 2**63, 1.5]),
+    ("pause_ratio", [-0.5, float("nan"), float("inf"), True, "4", None, 100.5]),
 ):
     bad_args(
         "ExportConfig",
