@@ -22,7 +22,8 @@ from aosp.cli.console import (
     report_error,
 )
 from aosp.cli.store import open_store, universe_id
-from persistence.errors import Backend, Validation
+from aosp.fsck import universe_exists
+from persistence.errors import Backend, NotFound, Validation
 from persistence.plane.drain_worker import (
     DEFAULT_MAX_BYTES,
     DEFAULT_QUANTUM,
@@ -37,6 +38,9 @@ from persistence.plane.drain_worker import (
 def cmd_drain(args: argparse.Namespace) -> int:
     """One pass of a drain worker, or passes until stopped (``--follow``)."""
     plane = open_store(args)
+    if args.universe is not None and not universe_exists(plane, args.universe):
+        # a mistyped id would drain nothing and exit 0, or follow nothing for ever
+        raise NotFound(f"--universe {args.universe}: the store has nothing in this universe")
     try:
         worker = DrainWorker(
             plane,

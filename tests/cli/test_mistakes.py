@@ -142,6 +142,8 @@ SELECTING_COMMANDS = [
     ["segments", "export"],
     ["compact"],
     ["compact", "--orphans"],
+    ["drain"],
+    ["drain", "--follow"],
     ["spark", "replay-check"],
     ["spark", "analytics"],
 ]
