@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from aosp.benchmarks import Figure
+from aosp.benchmarks.segments import promote_at
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
-from persistence import cbor
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
 from persistence.sizes import MiB
@@ -52,7 +52,6 @@ BUILD_BATCH: Final = 2_000
 FIRST_WINDOW_ENTRIES_PER_SECOND: Final = 100_000
 EXPORTER_TIMEOUT: Final = 600.0
 EXPORT_CONFIG: Final = ExportConfig(enabled=True, target_entries=10_000, target_bytes=64 * MiB)
-MARKER_STATE: Final = cbor.encode({"bench": "export-load"})
 
 
 def _entry(height: int) -> bytes:
@@ -84,15 +83,7 @@ def _build(root: Path, worlds: int, count: int) -> list[tuple[UniverseId, WorldI
                 size = min(BUILD_BATCH, count - head)
                 rows = [_entry(h) for h in range(head + 1, head + 1 + size)]
                 head = plane.append_batch(universe, world, head, rows) + size - 1
-            plane.snapshot_commit(
-                universe,
-                world,
-                MARKER_STATE,
-                height=head,
-                logical_time_ns=head,
-                receipt_horizon_height=head,
-                promote_baseline=True,
-            )
+            promote_at(plane, universe, world, head)
     finally:
         plane.engine.close()
     conn = sqlite3.connect(root / "aos.db")

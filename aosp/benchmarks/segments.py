@@ -121,6 +121,22 @@ class _Entries:
         return [pool[h % 251] + h.to_bytes(8, "big") for h in range(first, first + count)]
 
 
+def promote_at(
+    plane: Plane, universe: UniverseId, world: WorldId, height: int, state: bytes = MARKER_STATE
+) -> None:
+    """Promote ``state`` as the world's baseline at ``height``: the heights below it become
+    exportable."""
+    plane.snapshot_commit(
+        universe,
+        world,
+        state,
+        height=height,
+        logical_time_ns=height,
+        receipt_horizon_height=height,
+        promote_baseline=True,
+    )
+
+
 def _world(plane: Plane) -> tuple[UniverseId, WorldId]:
     universe, world = UniverseId.new(), WorldId.new()
     plane.create_world(universe, world)
@@ -259,15 +275,11 @@ def _export_round(root: Path, count: int, entries: _Entries) -> _Round:
     try:
         worlds = [_world(plane), _world(plane)]
         for universe, world in worlds:
-            head = _append(plane, universe, world, entries, count + 1, APPEND_BATCH)
-            plane.snapshot_commit(
+            promote_at(
+                plane,
                 universe,
                 world,
-                MARKER_STATE,
-                height=head,
-                logical_time_ns=head,
-                receipt_horizon_height=head,
-                promote_baseline=True,
+                _append(plane, universe, world, entries, count + 1, APPEND_BATCH),
             )
         chunk = b"".join(entries.batch(1, MiB // entries.size))
         raw_seconds = _raw_write(root / "raw.bin", count * entries.size, chunk)
@@ -330,15 +342,7 @@ def _build_world(
         part = min(step, count - done)
         done = _append(plane, universe, world, entries, part, GIB_APPEND_BATCH, kernel)
         progress(f"segments: built {done:,}/{count:,} entries of {entries.size} bytes")
-    plane.snapshot_commit(
-        universe,
-        world,
-        kernel.snapshot(),
-        height=count,
-        logical_time_ns=count,
-        receipt_horizon_height=count,
-        promote_baseline=True,
-    )
+    promote_at(plane, universe, world, count, kernel.snapshot())
     head = plane.head(universe, world)
     for height, entry in plane.read_range(universe, world, count + 1, head - count):
         kernel.apply(height, entry)  # the snapshot and baseline_snapshot records
