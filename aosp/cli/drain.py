@@ -21,9 +21,8 @@ from aosp.cli.console import (
     print_json,
     report_error,
 )
-from aosp.cli.store import open_store, universe_id
-from aosp.fsck import universe_exists
-from persistence.errors import Backend, NotFound, Validation
+from aosp.cli.store import open_store, require_universe, universe_id
+from persistence.errors import Backend, Validation
 from persistence.plane.drain_worker import (
     DEFAULT_MAX_BYTES,
     DEFAULT_QUANTUM,
@@ -38,9 +37,7 @@ from persistence.plane.drain_worker import (
 def cmd_drain(args: argparse.Namespace) -> int:
     """One pass of a drain worker, or passes until stopped (``--follow``)."""
     plane = open_store(args)
-    if args.universe is not None and not universe_exists(plane, args.universe):
-        # a mistyped id would drain nothing and exit 0, or follow nothing for ever
-        raise NotFound(f"--universe {args.universe}: the store has nothing in this universe")
+    require_universe(plane, args.universe)  # not an empty pass, nor following nothing
     try:
         worker = DrainWorker(
             plane,

@@ -6,20 +6,15 @@ import argparse
 from typing import Any
 
 from aosp.cli.console import EXIT_CHECK_FAILED, EXIT_OK, Progress, print_json
-from aosp.cli.store import open_store, universe_id
-from persistence.errors import NotFound
+from aosp.cli.store import open_store, require_universe, universe_id
 
 
 def cmd_fsck(args: argparse.Namespace) -> int:
     """Check the store; exit 1 on any error finding (on warnings too with ``--strict``)."""
-    from aosp.fsck import Fsck, universe_exists
+    from aosp.fsck import Fsck
 
     plane = open_store(args)
-    if args.universe is not None and not universe_exists(plane, args.universe):
-        raise NotFound(
-            f"--universe {args.universe}: the store has nothing of this universe (no world, "
-            "no CAS body)"
-        )
+    require_universe(plane, args.universe)
     with Progress("fsck", enabled=not args.quiet, unit="steps") as progress:
         report = Fsck(plane, lambda note: progress.advance(note=note)).run(
             None if args.universe is None else [args.universe]

@@ -241,6 +241,15 @@ def world_options(*, required: bool) -> argparse.ArgumentParser:
     return parser
 
 
+def require_universe(plane: Plane, universe: UniverseId | None) -> None:
+    """``NotFound`` naming ``--universe`` if the store holds nothing of it (no world, no CAS
+    body: a mistyped id), so that a command never passes or runs on an empty selection."""
+    if universe is not None and not universe_exists(plane, universe):
+        raise NotFound(
+            f"--universe {universe}: the store has nothing of this universe (no world, no CAS body)"
+        )
+
+
 def selected_worlds(
     plane: Plane, args: argparse.Namespace, *, worldless: bool = False
 ) -> list[tuple[UniverseId, WorldId]]:
