@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aosp.benchmarks import Figure
-from backends.kv.sqlite import SqliteEngine
+from backends.kv.sqlite import PAGE_SIZE, SqliteEngine
 from persistence import fdbtuple, kv
 
 VALUE = b"v" * 1000
@@ -39,7 +39,7 @@ def _rate(count: int, fn: Callable[[int], None], seconds: float) -> float:
 
 def _raw_sqlite(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA page_size = 16384")
+    conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
     conn.execute("CREATE TABLE kv (key BLOB PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")

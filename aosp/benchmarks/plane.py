@@ -34,7 +34,7 @@ Durability and configuration of each side (both files in the same temporary dire
 
 * ours: :class:`~backends.kv.sqlite.SqliteEngine` with ``synchronous="FULL"``: a file
   database in WAL journal mode, ``PRAGMA synchronous = FULL`` on every connection (every
-  commit fsyncs the WAL), 16 KiB pages, busy timeout 60 s; objects in a
+  commit fsyncs the WAL), 8 KiB pages, busy timeout 60 s; objects in a
   :class:`~backends.objects.memory.MemoryObjectStore` (only the two tiny genesis bodies,
   stored inline in the engine anyway). No OpenTelemetry SDK is configured (spans are
   no-ops), as in an application that does not trace.
@@ -53,7 +53,9 @@ Durability and configuration of each side (both files in the same temporary dire
 Both sides make exactly one WAL ``fdatasync`` per commit, so single-entry commits are
 bounded by the same fsync latency: even a zero-cost engine cannot reach much beyond 1.0x
 there (raw ``sqlite3`` doing BEGIN/INSERT/COMMIT runs at eventsourcing's speed). Page size
-(4 KiB or 16 KiB) made no measurable difference to ours.
+matters through the bytes each commit syncs: single appends interleaved on three stores
+took 277 us with 8 KiB pages, 307 us with 16 KiB and 305 us with 4 KiB (1 KB entries spill
+to overflow pages there); eventsourcing's 250 us.
 """
 
 from __future__ import annotations
