@@ -5,8 +5,8 @@ range scan walks one B-tree in key order (SQLite compares BLOBs with ``memcmp``:
 order), with 8 KiB pages so that a 1 KB journal entry fits in its leaf (~7 to a leaf; with
 4 KiB pages it would spill to an overflow page) while a small commit writes two 8 KiB WAL
 frames, not two 16 KiB ones (under ``synchronous=FULL`` the sync of the larger frames cost
-~40 us more per commit); 100 KB values spill to overflow chains; plus ``meta(name, value)`` holding the
-store's identity, format version and commit counter. ``PRAGMA application_id`` marks the
+~30 us more per commit); 100 KB values spill to overflow chains. Plus ``meta(name, value)``
+holding the store's identity, format version and commit counter. ``PRAGMA application_id`` marks the
 file as ours; ``PRAGMA user_version`` is the format version, checked at open.
 
 Transactions are optimistic, like FoundationDB's, and serializable:
