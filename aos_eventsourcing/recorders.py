@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,12 +37,13 @@ from eventsourcing.persistence import (
     Subscription,
     Tracking,
     TrackingRecorder,
+    WaitInterruptedError,
 )
 
 from aos_eventsourcing import codec
-from persistence.errors import HeadAdvanced, PersistError, WorldNotFound
+from persistence.errors import HeadAdvanced, PersistError, Validation, WorldNotFound
 from persistence.ids import UniverseId, WorldId
-from persistence.plane import Plane
+from persistence.plane import MAX_WAIT_SECONDS, Plane
 from persistence.sizes import MAX_ROW_LIMIT
 
 CACHE_SIZE: Final = 100_000
@@ -556,6 +558,42 @@ class PlaneTrackingRecorder(_PlaneRecorder, TrackingRecorder):
         """The last notification id of ``application_name`` recorded as processed."""
         try:
             return self.plane.tracking_position(self.universe, application_name)
+        except PersistError as exc:
+            raise codec.translate(exc) from exc
+
+    def wait(
+        self,
+        application_name: str,
+        notification_id: int | None,
+        timeout: float = 1.0,
+        interrupt: threading.Event | None = None,
+    ) -> None:
+        """Block until ``notification_id`` of ``application_name`` is recorded as
+        processed (at once if it is ``None``): ``TimeoutError`` after ``timeout`` seconds,
+        ``WaitInterruptedError`` once ``interrupt`` is set. Woken by the tracking record's
+        change (``Plane.wait_tracking``), where eventsourcing's default polls every 0.1 to
+        0.8 s."""
+        if notification_id is None:
+            return
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout != timeout:
+            problem = f"a number of seconds (inf: no limit), not {timeout!r}"
+            raise codec.translate(Validation("timeout", problem))
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                left = min(max(0.0, deadline - time.monotonic()), MAX_WAIT_SECONDS)
+                position = self.plane.wait_tracking(
+                    self.universe, application_name, notification_id, left, interrupt=interrupt
+                )
+                if position is not None and position >= notification_id:
+                    return
+                if interrupt is not None and interrupt.is_set():
+                    raise WaitInterruptedError
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(
+                        f"Timed out waiting for notification {notification_id} "
+                        f"from application '{application_name}' to be processed"
+                    )
         except PersistError as exc:
             raise codec.translate(exc) from exc
 

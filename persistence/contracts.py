@@ -167,6 +167,13 @@ class UniverseLog(Protocol):
         """The position consumer ``name`` stored last (``None`` if none)."""
         ...
 
+    def wait_tracking(
+        self, universe: UniverseId, name: str, at_least: int, timeout: float
+    ) -> int | None:
+        """Block until consumer ``name`` stored ``at_least`` or more (or ``timeout``);
+        return its position."""
+        ...
+
 
 @runtime_checkable
 class WorldInboxStore(Protocol):

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO, Final, Protocol
+from typing import BinaryIO, Final, Protocol, TypeVar
 
 from persistence import cbor, kv
 from persistence.errors import (
@@ -97,9 +97,11 @@ claim time, and the call record that repeats the in-flight item."""
 MAX_SETTING: Final = 2**63 - 1
 """The largest integer setting: a signed 64-bit integer, which every engine can take."""
 MAX_WAIT_SECONDS: Final = 86_400.0
-"""The longest wait of :meth:`Plane.wait_log`: a day."""
+"""The longest wait of :meth:`Plane.wait_log` and :meth:`Plane.wait_tracking`: a day."""
 INTERRUPT_SECONDS: Final = 0.05
-"""How soon :meth:`Plane.wait_log` notices its ``interrupt``."""
+"""How soon a wait notices its ``interrupt``."""
+T = TypeVar("T")
+
 MAX_INBOX_RETENTION_SECONDS: Final = 10 * 365 * 86_400.0
 """The longest inbox retention window (``PlaneConfig.inbox_retention_seconds``): ten years."""
 
@@ -571,21 +573,60 @@ class Plane:
         or ``interrupt`` is set; return the head (at most ``after`` unless it moved). Uses
         the engine's change notification (``Engine.wait_changed``): no busy loop; with
         ``interrupt``, in slices of at most :data:`INTERRUPT_SECONDS`."""
-        keys = _universe_keys(universe)
         check_height(after, "after")
+
+        def head(raw: bytes | None) -> int:
+            return 0 if raw is None else decode_record(LogHead, raw, "universe log head").position
+
+        key = _universe_keys(universe).log_head()
+        return self._wait(key, head, lambda position: position > after, timeout, interrupt)
+
+    def wait_tracking(
+        self,
+        universe: UniverseId,
+        name: str,
+        at_least: int,
+        timeout: float,
+        *,
+        interrupt: threading.Event | None = None,
+    ) -> int | None:
+        """Wait until consumer ``name`` has recorded a position of at least ``at_least``,
+        ``timeout`` seconds pass or ``interrupt`` is set; return its position (``None`` if
+        it recorded none). Waits as :meth:`wait_log` does, on the tracking record."""
+        check_text(name, "name")
+        check_height(at_least, "at_least")
+        key = _universe_keys(universe).tracking(name)
+        return self._wait(
+            key,
+            journal.tracked_position,
+            lambda position: position is not None and position >= at_least,
+            timeout,
+            interrupt,
+        )
+
+    def _wait(
+        self,
+        key: bytes,
+        decode: Callable[[bytes | None], T],
+        reached: Callable[[T], bool],
+        timeout: float,
+        interrupt: threading.Event | None,
+    ) -> T:
+        """Read ``key`` until ``reached`` by its decoded value, ``timeout`` seconds pass or
+        ``interrupt`` is set, waiting for it to change between reads; the last value."""
         check_number(timeout, "timeout", 0, MAX_WAIT_SECONDS)
         if interrupt is not None and not isinstance(interrupt, threading.Event):
             raise Validation("interrupt", f"a threading.Event, not {type(interrupt).__name__}")
         deadline = time.monotonic() + timeout
         while True:
-            seen = kv.run(self.engine, lambda tr: tr.get(keys.log_head(), snapshot=True))
-            head = 0 if seen is None else decode_record(LogHead, seen, "universe log head").position
+            seen = kv.run(self.engine, lambda tr: tr.get(key, snapshot=True))
+            value = decode(seen)
             left = deadline - time.monotonic()
-            if head > after or left <= 0 or (interrupt is not None and interrupt.is_set()):
-                return head
+            if reached(value) or left <= 0 or (interrupt is not None and interrupt.is_set()):
+                return value
             if interrupt is not None:
                 left = min(left, INTERRUPT_SECONDS)
-            self.engine.wait_changed(keys.log_head(), seen, left)
+            self.engine.wait_changed(key, seen, left)
 
     @traced("log.tracking")
     def tracking_position(self, universe: UniverseId, name: str) -> int | None:

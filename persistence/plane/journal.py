@@ -299,10 +299,11 @@ def read_tracking(
     tr: kv.Transaction, universe: UniverseKeys, name: str, *, snapshot: bool = False
 ) -> int | None:
     """The position consumer ``name`` recorded last (``None`` if none)."""
-    return _tracked_position(tr.get(universe.tracking(name), snapshot=snapshot))
+    return tracked_position(tr.get(universe.tracking(name), snapshot=snapshot))
 
 
-def _tracked_position(raw: bytes | None) -> int | None:
+def tracked_position(raw: bytes | None) -> int | None:
+    """The position of a stored tracking record (``None``: no record)."""
     return None if raw is None else decode_record(TrackingRecord, raw, "tracking record").position
 
 
@@ -378,7 +379,7 @@ def _sequence(
     The first position, if any entry was appended."""
     if how.tracking is not None:
         name, position = how.tracking
-        recorded = _tracked_position(tracking_raw)
+        recorded = tracked_position(tracking_raw)
         if recorded is not None and recorded >= position:
             raise TrackingConflict(name, recorded, position)
         tr.set(universe.tracking(name), TrackingRecord(position).to_cbor())

@@ -21,6 +21,7 @@ from eventsourcing.persistence import (
     OperationalError,
     StoredEvent,
     Tracking,
+    WaitInterruptedError,
 )
 from eventsourcing.popo import POPOAggregateRecorder
 from eventsourcing.utils import Environment
@@ -333,6 +334,49 @@ def test_a_subscription_wakes_for_another_writer_and_stops_at_once(store: Counte
     consumer.join(timeout=30)
     assert not consumer.is_alive()
     assert received.get(timeout=30) is None
+
+
+def test_wait_is_woken_by_another_writers_tracking_record(
+    store: Counted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    universe = UniverseId.new()
+    waiting = PlaneProcessRecorder(store.plane, universe)
+    writer = PlaneProcessRecorder(store.other, universe)
+    waits: list[int] = []
+    wait_tracking = store.plane.wait_tracking
+
+    def spy(*args: object, **kwargs: object) -> int | None:
+        waits.append(1)
+        return wait_tracking(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.plane, "wait_tracking", spy)
+    done: queue.Queue[BaseException | None] = queue.Queue()
+
+    def wait() -> None:
+        try:
+            waiting.wait("upstream", 5, timeout=60.0)
+            done.put(None)
+        except BaseException as exc:  # handed to the test's thread
+            done.put(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    writer.insert_tracking(Tracking("upstream", 3))
+    writer.insert_tracking(Tracking("upstream", 5))
+    assert done.get(timeout=30) is None  # returned, not the 60 s TimeoutError
+    waiter.join(timeout=30)
+    assert waits  # through the plane's change notification, not eventsourcing's polling
+    with pytest.raises(TimeoutError, match="notification 6 from application 'upstream'"):
+        waiting.wait("upstream", 6, timeout=0.05)
+    with pytest.raises(TimeoutError):
+        waiting.wait("upstream", 6, timeout=-1.0)  # one look, then the timeout
+    interrupt = threading.Event()
+    interrupt.set()
+    with pytest.raises(WaitInterruptedError):
+        waiting.wait("upstream", 6, timeout=60.0, interrupt=interrupt)
+    waiting.wait("upstream", 5, interrupt=interrupt)  # already there: no error
+    with pytest.raises(DataError, match="timeout"):
+        waiting.wait("upstream", 6, timeout=float("nan"))
 
 
 # --------------------------------------------------------------------------- the factory

@@ -233,6 +233,37 @@ def test_wait_log_wakes_on_a_sequenced_append(engine: Engine) -> None:
     assert plane.wait_log(u, 1, 0.05) == 1  # nothing new: returns at the timeout
 
 
+def test_wait_tracking_wakes_when_the_position_reaches_the_wanted_one(engine: Engine) -> None:
+    plane = open_plane(engine, MemoryObjectStore())
+    u = UniverseId.new()
+    assert plane.wait_tracking(u, "up", 1, 0.05) is None  # nothing recorded: the timeout
+    plane.append_sequenced(u, [], [], tracking=("up", 3))
+    assert plane.wait_tracking(u, "up", 3, 60.0) == 3  # already there: at once
+    assert plane.wait_tracking(u, "up", 4, 0.05) == 3  # below the wanted one: the timeout
+    woke: list[int | None] = []
+    waiter = threading.Thread(target=lambda: woke.append(plane.wait_tracking(u, "up", 5, 60.0)))
+    waiter.start()
+    plane.append_sequenced(u, [], [], tracking=("other", 9))  # another consumer's record
+    plane.append_sequenced(u, [], [], tracking=("up", 5))
+    waiter.join(timeout=30.0)
+    assert not waiter.is_alive() and woke == [5]  # woken by the record, not the timeout
+    stop = threading.Event()
+    stop.set()
+    assert plane.wait_tracking(u, "up", 6, 60.0, interrupt=stop) == 5  # interrupted at once
+
+
+@pytest.mark.parametrize(
+    ("name", "at_least", "timeout", "field"),
+    [("", 1, 1, "name"), (3, 1, 1, "name"), ("up", -1, 1, "at_least"), ("up", 1, -1, "timeout")],
+)
+def test_bad_tracking_waits_name_the_field(
+    plane: Plane, universe: UniverseId, name: object, at_least: object, timeout: object, field: str
+) -> None:
+    with pytest.raises(Validation) as refused:
+        plane.wait_tracking(universe, name, at_least, timeout)  # type: ignore[arg-type]
+    assert refused.value.field == field
+
+
 @pytest.mark.parametrize(
     ("after", "timeout", "field"), [(-1, 1, "after"), (0, -1, "timeout"), (0, "1", "timeout")]
 )
