@@ -24,6 +24,7 @@ from aos_eventsourcing.recorders import (
     PlaneAggregateRecorder,
     PlaneApplicationRecorder,
     PlaneProcessRecorder,
+    PlaneSnapshotRecorder,
     PlaneSubscription,
     PlaneTrackingRecorder,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "PlaneApplicationRecorder",
     "PlaneFactory",
     "PlaneProcessRecorder",
+    "PlaneSnapshotRecorder",
     "PlaneSubscription",
     "PlaneTrackingRecorder",
 ]

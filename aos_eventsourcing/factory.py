@@ -15,6 +15,11 @@ over the plain one for that application):
     :func:`uuid.uuid5`, so every process of an application finds the same one). Give it per
     application (``BANK_AOSP_UNIVERSE``): applications sharing a universe share one
     notification log.
+``AOSP_COLD_AT_SNAPSHOTS``
+    ``y`` (eventsourcing's true values: ``y``, ``yes``, ``t``, ``true``, ``on``, ``1``): each
+    snapshot the application takes lets its aggregate's events at or below the snapshot's
+    version go cold (:class:`~aos_eventsourcing.recorders.PlaneSnapshotRecorder`), for
+    segment export to move to the object store; default ``n``.
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ import uuid
 from typing import Final, TypeVar
 
 from eventsourcing.persistence import InfrastructureFactory
-from eventsourcing.utils import Environment, EnvType, resolve_topic
+from eventsourcing.utils import Environment, EnvType, resolve_topic, strtobool
 
 from aos_eventsourcing import codec
 from aos_eventsourcing.recorders import (
     PlaneAggregateRecorder,
     PlaneApplicationRecorder,
     PlaneProcessRecorder,
+    PlaneSnapshotRecorder,
     PlaneTrackingRecorder,
 )
 from persistence.errors import PersistError, Validation
@@ -49,6 +55,7 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
     AOSP_KV_URL: Final = "AOSP_KV_URL"
     AOSP_OBJECTS_URL: Final = "AOSP_OBJECTS_URL"
     AOSP_UNIVERSE: Final = "AOSP_UNIVERSE"
+    AOSP_COLD_AT_SNAPSHOTS: Final = "AOSP_COLD_AT_SNAPSHOTS"
 
     def __init__(self, env: Environment | EnvType | None) -> None:
         super().__init__(env)
@@ -56,6 +63,12 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
         """The engine's URL."""
         self.objects_url = self.env.get(self.AOSP_OBJECTS_URL) or DEFAULT_URL
         """The object store's URL."""
+        cold = self.env.get(self.AOSP_COLD_AT_SNAPSHOTS) or "n"
+        try:
+            self.cold_at_snapshots = bool(strtobool(cold))
+            """Whether snapshots let their aggregates' older events go cold."""
+        except ValueError:
+            raise OSError(f"{self.AOSP_COLD_AT_SNAPSHOTS}={cold!r}: not a yes or no") from None
         self._lock = threading.Lock()
         self._plane: Plane | None = None
 
@@ -92,7 +105,11 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
         return UniverseId(uuid.uuid5(universe.uuid, purpose))
 
     def aggregate_recorder(self, purpose: str = "events") -> PlaneAggregateRecorder:
-        """A recorder of ``purpose`` records (eventsourcing asks for ``snapshots``)."""
+        """A recorder of ``purpose`` records (eventsourcing asks for ``snapshots``; with
+        ``AOSP_COLD_AT_SNAPSHOTS``, theirs lets the events they summarize go cold)."""
+        if purpose == "snapshots" and self.cold_at_snapshots:
+            events = PlaneAggregateRecorder(self.plane, self.universe())
+            return PlaneSnapshotRecorder(self.plane, self.universe(purpose), events)
         return PlaneAggregateRecorder(self.plane, self.universe(purpose))
 
     def application_recorder(self) -> PlaneApplicationRecorder:

@@ -303,13 +303,17 @@ class _Journals(_PlaneRecorder):
         the aggregate's events at or below ``version`` to cold segments in the object store
         (reads stitch them back); return the height of the world's cold horizon. The horizon
         only rises: a lower version leaves it."""
-        world, _ = codec.world_of(originator_id)
         try:
-            found = self._descending(world, None, version, 1)
-            height = found[0][0] if found else 0
-            return self.plane.set_cold_horizon(self.universe, world, height)
+            return self._let_go_cold(originator_id, version)
         except PersistError as exc:
             raise codec.translate(exc) from exc
+
+    def _let_go_cold(self, originator_id: UUID | str, version: int) -> int:
+        """:meth:`set_cold_version`, its plane errors untranslated."""
+        world, _ = codec.world_of(originator_id)
+        found = self._descending(world, None, version, 1)
+        height = found[0][0] if found else 0
+        return self.plane.set_cold_horizon(self.universe, world, height)
 
     def _ascending(
         self, world: WorldId, gt: int | None, lte: int | None, limit: int | None
@@ -411,6 +415,38 @@ class PlaneAggregateRecorder(_Journals, AggregateRecorder):
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
         """Record ``stored_events`` atomically (``IntegrityError`` if a version is taken)."""
         self._insert(stored_events, None, sequenced=False)
+
+
+class PlaneSnapshotRecorder(PlaneAggregateRecorder):
+    """The snapshot recorder of ``AOSP_COLD_AT_SNAPSHOTS``: each snapshot lets its
+    aggregate's events at or below its version go cold. Before an insert, the cold horizon
+    of each aggregate's journal in ``events`` rises to the version of its newest snapshot in
+    the insert (:meth:`set_cold_version`); a snapshot of an aggregate with no events there
+    raises nothing. The horizon comes first: if it fails, nothing is inserted; if the
+    insert then fails, the events stay readable, through segments once exported."""
+
+    def __init__(self, plane: Plane, universe: UniverseId, events: PlaneAggregateRecorder) -> None:
+        super().__init__(plane, universe)
+        self.events = events
+        """The recorder of the events the snapshots summarize."""
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
+        """Raise the aggregates' cold horizons, then record ``stored_events`` atomically
+        (``IntegrityError`` if a version is taken)."""
+        newest: dict[UUID | str, int] = {}
+        for snapshot in stored_events:
+            version = snapshot.originator_version
+            newest[snapshot.originator_id] = max(
+                version, newest.get(snapshot.originator_id, version)
+            )
+        for originator_id, version in newest.items():
+            try:
+                self.events._let_go_cold(originator_id, version)
+            except WorldNotFound:
+                continue
+            except PersistError as exc:
+                raise codec.translate(exc) from exc
+        super().insert_events(stored_events)
 
 
 class PlaneApplicationRecorder(_Journals, ApplicationRecorder):

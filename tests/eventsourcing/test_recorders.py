@@ -33,6 +33,7 @@ from aos_eventsourcing import (
     PlaneApplicationRecorder,
     PlaneFactory,
     PlaneProcessRecorder,
+    PlaneSnapshotRecorder,
 )
 from aos_eventsourcing.codec import NAMESPACE
 from backends.kv.faults import FaultInjector, FaultyEngine
@@ -272,6 +273,36 @@ def test_cold_versions_go_to_segments_and_read_back(store: Counted) -> None:
         recorder.set_cold_version(uuid.uuid4(), 1)
 
 
+def test_a_snapshot_lets_its_aggregates_older_events_go_cold(store: Counted) -> None:
+    universe = UniverseId.new()
+    events = PlaneAggregateRecorder(store.plane, universe)
+    snapshots_universe = UniverseId.new()
+    snapshots = PlaneSnapshotRecorder(store.plane, snapshots_universe, events)
+    aggregate, unknown = uuid.uuid4(), uuid.uuid4()
+    events.insert_events([event(aggregate, v) for v in (1, 2, 4, 5, 7)])
+    snapshots.insert_events([event(aggregate, 5, "snapshot")])  # at height 4
+    assert events.set_cold_version(aggregate, 0) == 4
+    # two snapshots of one aggregate and one of an aggregate with no events: the newest
+    # counts, the other raises nothing and is stored
+    snapshots.insert_events([event(aggregate, 6, "s"), event(aggregate, 7, "s"), event(unknown, 3)])
+    assert events.set_cold_version(aggregate, 0) == 5
+    assert [e.originator_version for e in snapshots.select_events(unknown)] == [3]
+    # the horizon comes first: when it cannot rise, no snapshot is stored
+    events.insert_events([event(aggregate, 8)])
+    store.injector.fail_commit(1, fdb_errors.IO_ERROR)  # the horizon's commit
+    with pytest.raises(OperationalError):
+        snapshots.insert_events([event(aggregate, 8, "s")])
+    assert [e.originator_version for e in snapshots.select_events(aggregate)] == [5, 6, 7]
+    assert events.set_cold_version(aggregate, 0) == 5
+    Exporter(store.plane, ExportConfig(enabled=True)).export_all(universe, WorldId(aggregate))
+    assert [(s.start, s.end) for s in store.plane.list_segments(universe, WorldId(aggregate))] == [
+        (1, 5)
+    ]
+    reader = PlaneAggregateRecorder(store.other, universe)
+    assert [e.originator_version for e in reader.select_events(aggregate)] == [1, 2, 4, 5, 7, 8]
+    assert [e.originator_version for e in reader.select_events(aggregate, gt=7)] == [8]
+
+
 def test_text_ids_come_back_as_text(store: Counted) -> None:
     recorder = PlaneApplicationRecorder(store.plane, UniverseId.new())
     name = "order-17"
@@ -393,6 +424,17 @@ def test_the_universe_comes_from_the_application_name_or_the_environment() -> No
     other = PlaneFactory(Environment("Bank", {"AOSP_UNIVERSE": "not-a-uuid"}))
     with pytest.raises(OSError, match="AOSP_UNIVERSE"):
         other.universe()
+
+
+def test_cold_at_snapshots_selects_the_snapshot_recorder() -> None:
+    for value, cold in (("y", True), ("TRUE", True), ("0", False), ("", False)):
+        factory = PlaneFactory(Environment("Bank", {"AOSP_COLD_AT_SNAPSHOTS": value}))
+        snapshots = factory.aggregate_recorder("snapshots")
+        assert isinstance(snapshots, PlaneSnapshotRecorder) is cold
+        assert not isinstance(factory.aggregate_recorder(), PlaneSnapshotRecorder)
+        factory.close()
+    with pytest.raises(OSError, match="AOSP_COLD_AT_SNAPSHOTS='maybe'"):
+        PlaneFactory(Environment("Bank", {"AOSP_COLD_AT_SNAPSHOTS": "maybe"}))
 
 
 def test_the_factory_opens_the_store_at_the_first_recorder_and_closes_it(tmp_path: Path) -> None:

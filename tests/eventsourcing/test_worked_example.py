@@ -163,3 +163,52 @@ def test_old_events_go_to_segments_and_read_back_through_the_recorder(tmp_path: 
         assert [n.id for n in bank_app.recorder.select_notifications(1, 10)] == [1, 2, 3, 4, 5, 6]
         bank_app.deposit(alice, 1)
         assert runner.get(Statistics).ledger() == (151, 6)
+
+
+def test_snapshots_let_older_events_go_cold(tmp_path: Path) -> None:
+    """``AOSP_COLD_AT_SNAPSHOTS``: a snapshot raises its aggregate's cold horizon, export
+    moves what it summarizes to segments, and the repository (snapshot + hot events) and
+    the recorder (every event, through the segments) read as before."""
+    env = {**environment(tmp_path), "IS_SNAPSHOTTING_ENABLED": "y", "AOSP_COLD_AT_SNAPSHOTS": "y"}
+    bank_app = Bank(env=env)
+    alice = bank_app.open_account("Alice")
+    for amount in (10, 20, 30):
+        bank_app.deposit(alice, amount)
+    bank_app.take_snapshot(alice)  # at version 4
+    bank_app.deposit(alice, 40)
+    bank_app.close()
+    store = ["--kv", env["AOSP_KV_URL"], "--objects", env["AOSP_OBJECTS_URL"]]
+    assert aosp_main(["segments", "export", *store, "--quiet"]) == 0
+    bank_universe, world = UniverseId(uuid5(NAMESPACE, "Bank")), WorldId(alice)
+    plane = open_plane(env["AOSP_KV_URL"], env["AOSP_OBJECTS_URL"], create=False)
+    try:
+        assert [(s.start, s.end) for s in plane.list_segments(bank_universe, world)] == [(1, 4)]
+        assert [h for h, _ in plane.read_hot(bank_universe, world, 1, 10)] == []  # cold
+        assert [h for h, _ in plane.read_hot(bank_universe, world, 5, 10)] == [5]
+    finally:
+        plane.engine.close()
+        plane.objects.close()
+    bank_app = Bank(env=env)
+    try:
+        assert bank_app.balance(alice) == 100
+        versions = [e.originator_version for e in bank_app.recorder.select_events(alice)]
+        assert versions == [1, 2, 3, 4, 5]
+        assert bank_app.snapshots is not None
+        assert [s.originator_version for s in bank_app.snapshots.recorder.select_events(alice)] == [
+            4
+        ]
+    finally:
+        bank_app.close()
+    # without the variable, a snapshot lets nothing go cold
+    plain = {**environment(tmp_path / "plain"), "IS_SNAPSHOTTING_ENABLED": "y"}
+    (tmp_path / "plain").mkdir()
+    bank_app = Bank(env=plain)
+    bob = bank_app.open_account("Bob")
+    bank_app.take_snapshot(bob)
+    bank_app.close()
+    plane = open_plane(plain["AOSP_KV_URL"], plain["AOSP_OBJECTS_URL"], create=False)
+    try:
+        assert plane.set_cold_horizon(bank_universe, WorldId(bob), 0) == 0
+    finally:
+        plane.engine.close()
+        plane.objects.close()
