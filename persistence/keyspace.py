@@ -393,7 +393,8 @@ class WorldKeys:
 
     def inbox_item_with_versionstamp(self, user_version: int) -> bytes:
         """An inbox entry key (with offset suffix) whose seq is the commit versionstamp."""
-        return pack_with_versionstamp((*self._p, "inbox", "e", Versionstamp(None, user_version)))
+        prefix = _packed((*self._p, "inbox", "e"))
+        return pack_with_versionstamp((Versionstamp(None, user_version),), prefix)
 
     def inbox_after(self, seq: InboxSeq | None) -> tuple[bytes, bytes]:
         """Inbox entries strictly after ``seq`` (all entries for ``None``)."""

@@ -872,11 +872,12 @@ class Plane:
         idempotency_key: bytes | None = None,
     ) -> InboxSeq:
         """Enqueue one item (see :meth:`enqueue_batch`)."""
-        _encoded(item, INBOX_ITEM_TYPES, "item")
+        encoded = _encoded(item, INBOX_ITEM_TYPES, "item")
         if idempotency_key is None:
-            return self.enqueue_batch(universe, world, [item])[0]
-        check_bytes(idempotency_key, "idempotency_key", low=1, high=MAX_IDEMPOTENCY_KEY_BYTES)
-        return self.enqueue_batch(universe, world, [item], idempotency_keys=[idempotency_key])[0]
+            idempotency_key = _random_key()
+        else:
+            check_bytes(idempotency_key, "idempotency_key", low=1, high=MAX_IDEMPOTENCY_KEY_BYTES)
+        return self._enqueue(_world_keys(universe, world), [encoded], [idempotency_key])[0]
 
     @traced("inbox.enqueue_batch")
     def enqueue_batch(
@@ -908,8 +909,12 @@ class Plane:
             ]
         if len(set(idem)) != len(idem):
             raise Validation("idempotency_keys", "duplicate key within one batch")
+        return self._enqueue(keys, encoded, idem)
+
+    def _enqueue(self, keys: WorldKeys, encoded: list[bytes], idem: list[bytes]) -> list[InboxSeq]:
+        """Protocol C for checked items (their stored bytes) and distinct idempotency keys."""
         envelopes = [InboxEnvelope(i, k) for i, k in zip(encoded, idem, strict=True)]
-        if sum(len(e.item) for e in envelopes) > self.config.max_batch_bytes:
+        if sum(len(item) for item in encoded) > self.config.max_batch_bytes:
             raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")
         sizes = [len(e.to_cbor()) for e in envelopes]
         for index, size in enumerate(sizes):
@@ -924,11 +929,11 @@ class Plane:
             budget.enqueue_cost(keys, list(zip(idem, sizes, strict=True))),
             self.budget,
             "items",
-            f"enqueueing {len(items):,} items",
+            f"enqueueing {len(envelopes):,} items",
         )
         pending = inbox.enqueue(self.engine, keys, envelopes)
         self.hooks.reached("inbox.after_enqueue")
-        return pending.seqs(len(items))
+        return pending.seqs(len(envelopes))
 
     @traced("inbox.read_after")
     def read_after(
