@@ -59,7 +59,6 @@ from persistence.sizes import check_bool, check_int
 APPLICATION_ID: Final = 0x414F5350  # "AOSP"
 FORMAT_VERSION: Final = 1
 STORE_KIND: Final = b"aos-persistence/kv"
-SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
 WRITE_POLL: Final = 50e-6
 MAX_WRITE_POLL: Final = 1e-3
@@ -125,8 +124,13 @@ class SqliteEngine(kv.Engine):
     # ------------------------------------------------------------ opening
 
     def _check_file(self) -> None:
-        """Refuse, without touching it, a file that is not an SQLite database (and without
-        ``create``, a missing or empty file)."""
+        """Refuse a missing directory, a path that is not a regular file and, without
+        ``create``, a missing or empty file -- by ``stat`` alone. Opening and closing the
+        file here would drop every SQLite lock this process holds on it (POSIX advisory
+        locks belong to the process and go with any close of the file): another process's
+        closing connection could then take itself for the last one and reset the WAL and
+        its shared-memory index under live connections. A file that is not an SQLite
+        database is refused when SQLite first reads it (``NOTADB``), before any write."""
         try:
             if not self.path.parent.is_dir():
                 message = f"{self.path}: directory {self.path.parent} does not exist"
@@ -137,15 +141,10 @@ class SqliteEngine(kv.Engine):
                 return
             if not self.path.is_file():
                 raise StoreFormatError(f"{self.path}: not a regular file")
-            with self.path.open("rb") as fh:
-                head = fh.read(len(SQLITE_MAGIC))
+            size = self.path.stat().st_size
         except OSError as exc:
             raise Backend(f"{self.path}: cannot read: {exc}") from None
-        if head and head != SQLITE_MAGIC:
-            raise StoreFormatError(
-                f"{self.path}: not an SQLite database, so not a store of ours; left untouched"
-            )
-        if not head and not self.create:
+        if not size and not self.create:
             # SQLite would treat it as an empty database; a store truncated to nothing is
             # data loss to report, not a new store to start.
             raise StoreFormatError(f"{self.path}: an empty file (0 bytes), not a store; untouched")
@@ -171,7 +170,7 @@ class SqliteEngine(kv.Engine):
         except sqlite3.OperationalError as exc:  # cannot open: permissions, vanished, I/O
             raise Backend(f"{self.path}: cannot open: {exc}") from None
         except sqlite3.Error as exc:  # not a database, damaged header
-            raise StoreFormatError(f"{self.path}: cannot open: {exc}") from None
+            raise self._format_error(exc, "cannot open") from None
         return conn
 
     def _release(self, conn: sqlite3.Connection) -> None:
@@ -241,7 +240,16 @@ class SqliteEngine(kv.Engine):
             if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 conn.execute("PRAGMA journal_mode = WAL")
         except sqlite3.Error as exc:
-            raise StoreFormatError(f"{self.path}: damaged or not a database: {exc}") from None
+            raise self._format_error(exc, "damaged or not a database") from None
+
+    def _format_error(self, exc: sqlite3.Error, what: str) -> StoreFormatError:
+        """The error for a file SQLite cannot read as a database: ``what``, or that it is
+        not an SQLite database at all (``NOTADB``: SQLite wrote nothing)."""
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_NOTADB:
+            return StoreFormatError(
+                f"{self.path}: not an SQLite database, so not a store of ours; left untouched"
+            )
+        return StoreFormatError(f"{self.path}: {what}: {exc}")
 
     def _refuse_foreign(self, conn: sqlite3.Connection) -> None:
         if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:

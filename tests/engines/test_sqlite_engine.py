@@ -129,6 +129,44 @@ def test_sigkill_mid_transaction_leaves_a_consistent_file(tmp_path: Path, commit
     assert kv.run(engine, lambda tr: tr.get(b"after")) == b"kill"
 
 
+def test_opening_a_second_engine_keeps_the_first_ones_locks(tmp_path: Path) -> None:
+    """Opening an engine must not open and close the database file itself: POSIX locks
+    belong to the process, so that close dropped the locks of the engine already open here,
+    and another process closing its last connection then took itself for the only user:
+    it reset the WAL and deleted the shared-memory index under the open engine (a later
+    open failed with "database disk image is malformed")."""
+    path = tmp_path / "kv.db"
+    first = SqliteEngine(path)
+    kv.run(first, lambda tr: tr.set(b"first", b"1"))  # its connection stays open, idle
+    second = SqliteEngine(path)  # the open that must not drop the first one's locks
+    other = subprocess.run(
+        [sys.executable, "-c", CLOSE_ONE, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert other.returncode == 0, other.stderr
+    # The other process's close saw this one's connections: it left the WAL's index alone.
+    assert Path(f"{path}-shm").exists()
+    assert kv.run(first, lambda tr: tr.get(b"other")) == b"2"
+    kv.run(second, lambda tr: tr.set(b"second", b"3"))
+    assert kv.run(first, lambda tr: tr.get(b"second")) == b"3"
+    first.close()
+    second.close()
+    assert SqliteEngine(path, create=False).integrity_check() == []
+
+
+CLOSE_ONE = """
+import sys
+from backends.kv.sqlite import SqliteEngine
+from persistence import kv
+engine = SqliteEngine(sys.argv[1], create=False)
+kv.run(engine, lambda tr: tr.set(b"other", b"2"))
+engine.close()
+"""
+
+
 def test_refuses_a_file_that_is_not_sqlite_and_leaves_it_untouched(tmp_path: Path) -> None:
     path = tmp_path / "notes.txt"
     path.write_bytes(b"my precious notes\n" * 100)
