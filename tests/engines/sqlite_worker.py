@@ -3,6 +3,8 @@
 Usage: python sqlite_worker.py PATH MODE WORKER_ID COUNT
   commit  -- COUNT transactions, each adding a versionstamped key, its own key and a counter;
              prints the versionstamps it was given, as JSON hex strings, in order.
+  read-write -- COUNT transactions, each reading the worker's last key and writing the next
+             (1 KB): writers that read before they write, as the plane's do.
   torture -- transactions of 50 keys of 2 KB plus a marker key, until killed; prints
              ``committed`` once COUNT transactions have committed.
 """
@@ -35,6 +37,14 @@ def main() -> None:
 
             stamps.append(kv.run(engine, body).wait().hex())
         print(json.dumps(stamps))
+    elif mode == "read-write":
+        for i in range(count):
+
+            def step(tr: kv.Transaction, i: int = i) -> None:
+                tr.get(fdbtuple.pack(("rw", worker, i - 1)))
+                tr.set(fdbtuple.pack(("rw", worker, i)), b"v" * 1000)
+
+            kv.run(engine, step)
     elif mode == "torture":
         txid = worker * 1_000_000
         print("ready", flush=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -16,9 +17,15 @@ import pytest
 
 from backends.kv import open_engine
 from backends.kv import sqlite as sqlite_module
-from backends.kv.sqlite import FORMAT_VERSION, WRITE_POLL, SqliteEngine, SqliteTransaction
+from backends.kv.sqlite import (
+    FORMAT_VERSION,
+    PAGE_SIZE,
+    WRITE_POLL,
+    SqliteEngine,
+    SqliteTransaction,
+)
 from persistence import fdbtuple, kv
-from persistence.errors import EngineError, StoreFormatError, Validation
+from persistence.errors import EngineError, RetryLimitReached, StoreFormatError, Validation
 
 WORKER = Path(__file__).with_name("sqlite_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,6 +74,27 @@ def test_concurrent_processes_lose_and_duplicate_nothing(tmp_path: Path) -> None
     own = kv.run(engine, lambda tr: tr.get_range(*fdbtuple.range_of(fdbtuple.pack(("w",)))))
     assert len(own) == workers * count
     assert engine.integrity_check() == []
+
+
+def test_concurrent_writers_let_the_wal_restart(tmp_path: Path) -> None:
+    """Writers that read before they write, in four processes: a checkpoint must be able to
+    restart the WAL. While writers waited with their read snapshots open, or polled
+    SQLite's lock (each try takes a read mark), the WAL grew with every commit and every
+    commit ran a checkpoint that could not finish; they queue outside SQLite now."""
+    path = tmp_path / "kv.db"
+    engine = SqliteEngine(path)  # open throughout: the last close would delete the WAL
+    kv.run(engine, lambda tr: tr.set(b"open", b""))
+    workers, count = 4, 1500
+    procs = [spawn(path, "read-write", w, count) for w in range(workers)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    frames = Path(f"{path}-wal").stat().st_size // (24 + PAGE_SIZE)  # the most it ever held
+    # 6,000 commits of ~2 frames each; SQLite checkpoints every 1,000 frames
+    assert frames < 3_000
+    rows = kv.run(engine, lambda tr: tr.get_range(*fdbtuple.range_of(fdbtuple.pack(("rw",)))))
+    assert len(rows) == workers * count
+    engine.close()
 
 
 def _txid(key: bytes) -> int:
@@ -340,4 +368,96 @@ def test_a_writer_polls_the_lock_in_short_steps(
     kv.run(engine, lambda tr: tr.set(b"b", b"2"))
     assert pauses == [WRITE_POLL, 2 * WRITE_POLL, 4 * WRITE_POLL]
     assert kv.run(engine, lambda tr: (tr.get(b"a"), tr.get(b"b"))) == (b"1", b"2")
+    engine.close()
+
+
+# --------------------------------------------------------------------------- the writer queue
+
+
+def _hold_queue(path: Path) -> int:
+    """Take the store's writer queue as another writer would (its own open file)."""
+    fd = os.open(f"{path}-writer", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def test_a_writer_waits_in_the_queue_until_busy_timeout(tmp_path: Path) -> None:
+    engine = SqliteEngine(tmp_path / "kv.db", busy_timeout=0.2)
+    kv.run(engine, lambda tr: tr.set(b"a", b"1"))
+    fd = _hold_queue(tmp_path / "kv.db")
+    tr = engine.create_transaction()
+    tr.set(b"b", b"2")
+    with pytest.raises(EngineError, match="writer queue") as raised:
+        tr.commit()
+    assert raised.value.code == 1020  # not granted: nothing applied, retryable
+    os.close(fd)  # the other writer is done
+    assert kv.run(engine, lambda tr: tr.get(b"b")) is None
+    kv.run(engine, lambda tr: tr.set(b"b", b"2"))
+    assert kv.run(engine, lambda tr: tr.get(b"b")) == b"2"
+    engine.close()
+
+
+@pytest.mark.parametrize("changed", [False, True])
+def test_a_queued_writer_waits_without_its_snapshot_and_validates_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changed: bool
+) -> None:
+    """A commit that finds the queue taken ends its read transaction before it waits (an
+    open snapshot keeps the WAL from restarting), then checks its reads under the lock: a
+    change made meanwhile by the writer ahead fails it with 1020, nothing applied."""
+    path = tmp_path / "kv.db"
+    engine, other = SqliteEngine(path), SqliteEngine(path)
+    kv.run(engine, lambda tr: tr.set(b"a", b"1"))
+    tr = engine.create_transaction()
+    assert tr.get(b"a") == b"1"  # a read: the transaction holds a snapshot
+    tr.set(b"mine", b"x")
+    conn = tr._conn
+    assert conn is not None and conn.in_transaction
+    fd = _hold_queue(path)
+    while_waiting: list[bool] = []
+
+    def sleep(seconds: float) -> None:
+        while_waiting.append(conn.in_transaction)
+        os.close(fd)  # the writer ahead finishes (having changed what we read, or not)
+        if changed:
+            kv.run(other, lambda t: t.set(b"a", b"2"))
+
+    monkeypatch.setattr(
+        sqlite_module, "time", SimpleNamespace(sleep=sleep, monotonic=time.monotonic)
+    )
+    if changed:
+        with pytest.raises(EngineError) as raised:
+            tr.commit()
+        assert raised.value.code == 1020
+    else:
+        tr.commit()
+    monkeypatch.undo()
+    assert while_waiting == [False]  # no snapshot held while queued
+    assert kv.run(engine, lambda t: t.get(b"mine")) == (None if changed else b"x")
+    engine.close()
+    other.close()
+
+
+def test_a_forked_child_queues_apart_from_its_parent(tmp_path: Path) -> None:
+    """The queue's open file is per process: a child forked while the parent holds the
+    queue must wait for it (sharing the parent's open file would share its lock)."""
+    engine = SqliteEngine(tmp_path / "kv.db", busy_timeout=0.2)
+    kv.run(engine, lambda tr: tr.set(b"a", b"1"))
+    assert engine._writers.acquire(time.monotonic() + 1, wait=True)  # the parent's turn
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: its commit must not get in
+            code = 0
+            try:
+                kv.run(engine, lambda tr: tr.set(b"child", b"1"), retry_limit=0)
+                code = 1
+            except RetryLimitReached as exc:
+                code = 0 if exc.last.code == 1020 else 2
+            except BaseException:
+                code = 3
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        engine._writers.release()
+    assert kv.run(engine, lambda tr: tr.get(b"child")) is None
     engine.close()
