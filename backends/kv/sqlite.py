@@ -438,7 +438,10 @@ class SqliteTransaction(BufferedTransaction):
                     return self._validated(conn, deadline)
                 finally:
                     queue.release()
-            conn.execute("ROLLBACK")  # wait without a snapshot (see the module docstring)
+            try:
+                conn.execute("ROLLBACK")  # wait without a snapshot (see the module docstring)
+            except sqlite3.Error as exc:
+                raise _sqlite_error(exc, "commit") from None
         if not queue.acquire(deadline, wait=True):
             raise fdb_errors.engine_error(
                 fdb_errors.NOT_COMMITTED,
