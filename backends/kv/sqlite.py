@@ -44,9 +44,10 @@ So a commit that finds the queue busy first ends its read transaction and waits 
 snapshot, then validates its reads under the lock (step 3's slow path). A directory where
 the queue file cannot be created leaves SQLite's lock alone to order writers.
 
-Opening with ``create=False`` (what reading tools use) never creates anything: the file must
-already be a store of ours. A missing file is ``NotFound``; an empty (0-byte) file, an SQLite
-database without our schema, or any other file is ``StoreFormatError``, left untouched.
+Opening with ``create=False`` (what reading tools use) never creates anything (a first
+commit creates the queue's lock file): the file must already be a store of ours. A missing
+file is ``NotFound``; an empty (0-byte) file, an SQLite database without our schema, or any
+other file is ``StoreFormatError``, left untouched.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
@@ -77,6 +79,7 @@ WRITE_POLL: Final = 50e-6
 MAX_WRITE_POLL: Final = 1e-3
 MAX_BUSY_TIMEOUT: Final = (2**31 - 1) / 1000  # PRAGMA busy_timeout takes a 32-bit millisecond count
 PAGE_SIZE: Final = 8192  # of every store this engine creates (an existing one keeps its own)
+MIN_DATABASE_BYTES: Final = 512  # SQLite's smallest page: a database file holds at least one
 _PAGE: Final = 512  # rows fetched per range-scan statement
 
 
@@ -128,6 +131,7 @@ class SqliteEngine(kv.Engine):
         self._idle: list[sqlite3.Connection] = []  # pooled connections of this process
         self._pid = os.getpid()
         self._writers = _WriterQueue(Path(f"{self.path}-writer"))
+        _ENGINES.add(self)
         self._check_file()
         conn = self._acquire()
         try:
@@ -162,6 +166,11 @@ class SqliteEngine(kv.Engine):
             # SQLite would treat it as an empty database; a store truncated to nothing is
             # data loss to report, not a new store to start.
             raise StoreFormatError(f"{self.path}: an empty file (0 bytes), not a store; untouched")
+        if 0 < size < MIN_DATABASE_BYTES:  # SQLite takes a 1-byte file for an empty database
+            raise StoreFormatError(
+                f"{self.path}: {size} bytes, less than an SQLite page: not an SQLite "
+                "database, so not a store of ours; left untouched"
+            )
 
     def _acquire(self) -> sqlite3.Connection:
         """A connection for one transaction (pooled; never shared by two at once)."""
@@ -421,9 +430,9 @@ class SqliteTransaction(BufferedTransaction):
     def _write(self, conn: sqlite3.Connection) -> bytes | None:
         queue = self._engine._writers
         deadline = time.monotonic() + self._engine.busy_timeout
-        if self._reading:
-            if queue.acquire(deadline, wait=False):
-                try:
+        if self._reading and conn.in_transaction:
+            with queue.turn(deadline, wait=False) as granted:
+                if granted:
                     # Fast path: upgrade the read transaction in place. SQLite allows it
                     # only while the snapshot is still the newest, i.e. when nothing
                     # committed since our reads, so success needs no validation. Otherwise
@@ -434,24 +443,17 @@ class SqliteTransaction(BufferedTransaction):
                     except sqlite3.OperationalError as exc:
                         if not _is_busy(exc):
                             raise _sqlite_error(exc, "commit") from None
-                        conn.execute("ROLLBACK")
+                    _rollback(conn)
                     return self._validated(conn, deadline)
-                finally:
-                    queue.release()
-            try:
-                conn.execute("ROLLBACK")  # wait without a snapshot (see the module docstring)
-            except sqlite3.Error as exc:
-                raise _sqlite_error(exc, "commit") from None
-        if not queue.acquire(deadline, wait=True):
-            raise fdb_errors.engine_error(
-                fdb_errors.NOT_COMMITTED,
-                "begin write: the writer queue was not granted within busy_timeout "
-                f"({self._engine.busy_timeout} s)",
-            )
-        try:
+        _rollback(conn)  # wait without a snapshot (see the module docstring)
+        with queue.turn(deadline, wait=True) as granted:
+            if not granted:
+                raise fdb_errors.engine_error(
+                    fdb_errors.NOT_COMMITTED,
+                    "begin write: the writer queue was not granted within busy_timeout "
+                    f"({self._engine.busy_timeout} s)",
+                )
             return self._validated(conn, deadline)
-        finally:
-            queue.release()
 
     def _validated(self, conn: sqlite3.Connection, deadline: float) -> bytes | None:
         """Take SQLite's write lock, check that every read still holds (else 1020, nothing
@@ -570,64 +572,115 @@ class SqliteTransaction(BufferedTransaction):
 
 class _WriterQueue:
     """The writer queue of one engine (see the module docstring): a lock of its threads,
-    then an exclusive ``flock`` on ``path``, opened per process (a fork's child must not
-    share the parent's open file, whose lock is the parent's)."""
+    then an exclusive ``flock`` on ``path``. A fork's child starts with a queue of its own
+    (:func:`_after_fork`): the parent's open file and its lock stay the parent's."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._threads = threading.Lock()
         self._fd: int | None = None
-        self._locked = False  # this engine holds the flock now
-        self._pid = os.getpid()
+        self._locked = False  # the flock is held (under _threads)
+        _QUEUES.add(self)
 
-    def acquire(self, deadline: float, *, wait: bool) -> bool:
-        """Take the queue (``wait``: until ``deadline``, else only if free now); whether
-        it was taken."""
-        if self._pid != os.getpid():  # forked: the parent's lock and file are not ours
-            self._threads, self._fd, self._locked = threading.Lock(), None, False
-            self._pid = os.getpid()
+    @contextlib.contextmanager
+    def turn(self, deadline: float, *, wait: bool) -> Iterator[bool]:
+        """The queue for the ``with`` block (``wait``: until ``deadline``, else only if
+        free now); yields whether it was granted."""
+        granted = self._acquire(deadline, wait)
+        try:
+            yield granted
+        finally:
+            if granted:
+                self._release()
+
+    def _acquire(self, deadline: float, wait: bool) -> bool:
         if not self._threads.acquire(timeout=max(0.0, deadline - time.monotonic()) if wait else 0):
             return False
-        fd = self._file()
-        pause = WRITE_POLL
-        while fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._locked = True
-                break
-            except BlockingIOError:
-                pass
-            except OSError:  # no locks on this file system: SQLite's lock alone
-                break
-            left = deadline - time.monotonic()
-            if not wait or left <= 0:
-                self._threads.release()
-                return False
-            time.sleep(min(pause, left))
-            pause = min(2 * pause, MAX_WRITE_POLL)
-        return True
+        try:
+            fd = self._file()
+            pause = WRITE_POLL
+            while fd is not None:
+                self._locked = True  # before the call: an interrupt after it must unlock
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return True
+                except BlockingIOError:
+                    self._locked = False
+                except OSError:  # no locks on this file system: SQLite's lock alone
+                    self._locked = False
+                    return True
+                left = deadline - time.monotonic()
+                if not wait or left <= 0:
+                    self._threads.release()
+                    return False
+                time.sleep(min(pause, left))
+                pause = min(2 * pause, MAX_WRITE_POLL)
+            return True
+        except BaseException:
+            self._release()
+            raise
 
-    def release(self) -> None:
-        """Give the queue to the next writer."""
-        if self._locked and self._fd is not None:
-            self._locked = False
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-        self._threads.release()
+    def _release(self) -> None:
+        try:
+            if self._locked and self._fd is not None:
+                self._locked = False
+                with contextlib.suppress(OSError):  # unlocking an unheld lock is harmless
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._threads.release()
 
     def close(self) -> None:
         """Close the queue's file (a later commit opens it again)."""
         with self._threads:
             fd, self._fd = self._fd, None
-            if fd is not None and self._pid == os.getpid():
+            if fd is not None:
                 os.close(fd)
 
     def _file(self) -> int | None:
         """The queue file's descriptor (``None``: it cannot be opened, e.g. a read-only
-        directory)."""
+        directory; a read-only queue file is opened read-only: ``flock`` needs no more)."""
         if self._fd is None:
             with contextlib.suppress(OSError):
                 self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            if self._fd is None:
+                with contextlib.suppress(OSError):
+                    self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         return self._fd
+
+    def _forked(self) -> None:
+        """In a fork's child: a lock of its own (a parent's thread may have held this one),
+        the inherited descriptor closed (the parent's lock lives on its own descriptor)."""
+        self._threads = threading.Lock()
+        self._locked = False
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+_QUEUES: Final[weakref.WeakSet[_WriterQueue]] = weakref.WeakSet()
+_ENGINES: Final[weakref.WeakSet[SqliteEngine]] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In a fork's child, before anything else runs: fresh locks for every engine and
+    queue of the parent (a lock held by another parent thread would never be released)."""
+    for engine in list(_ENGINES):
+        engine._lock = threading.Lock()
+    for queue in list(_QUEUES):
+        queue._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """End the connection's transaction, if any, with the engine's typed errors."""
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error as exc:
+        raise _sqlite_error(exc, "commit") from None
 
 
 def _scan(

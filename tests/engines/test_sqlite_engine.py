@@ -205,6 +205,24 @@ def test_refuses_a_file_that_is_not_sqlite_and_leaves_it_untouched(tmp_path: Pat
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("size", [1, 2, 99, 511, 512, 9000])
+@pytest.mark.parametrize("create", [True, False])
+def test_refuses_a_short_or_foreign_file_of_any_size_untouched(
+    tmp_path: Path, size: int, create: bool
+) -> None:
+    """Opening reads nothing itself (it only stats the file): a file shorter than an SQLite
+    page is refused by its size (SQLite takes a 1-byte file for an empty database and would
+    make it a store), a longer one by SQLite's first read; none is changed or joined by
+    SQLite's side files."""
+    path = tmp_path / "notes.txt"
+    path.write_bytes(bytes(range(256)) * (size // 256) + b"n" * (size % 256))
+    before = path.read_bytes()
+    with pytest.raises(StoreFormatError, match="not an SQLite database"):
+        SqliteEngine(path, create=create)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
 def test_refuses_a_foreign_sqlite_database(tmp_path: Path) -> None:
     path = tmp_path / "other.db"
     conn = sqlite3.connect(path)
@@ -438,26 +456,61 @@ def test_a_queued_writer_waits_without_its_snapshot_and_validates_after(
 
 
 def test_a_forked_child_queues_apart_from_its_parent(tmp_path: Path) -> None:
-    """The queue's open file is per process: a child forked while the parent holds the
-    queue must wait for it (sharing the parent's open file would share its lock)."""
+    """A child forked while the parent holds the queue must wait for it (the parent's open
+    file carries the parent's lock), and must not keep the parent's descriptor: were the
+    parent to die holding the queue, the lock would live on in the child."""
     engine = SqliteEngine(tmp_path / "kv.db", busy_timeout=0.2)
     kv.run(engine, lambda tr: tr.set(b"a", b"1"))
-    assert engine._writers.acquire(time.monotonic() + 1, wait=True)  # the parent's turn
-    try:
+    with engine._writers.turn(time.monotonic() + 1, wait=True) as granted:  # the parent's turn
+        assert granted
         pid = os.fork()
         if pid == 0:  # the child: its commit must not get in
             code = 0
             try:
+                writer = str(tmp_path / "kv.db-writer")
+                inherited = [fd for fd in os.listdir("/proc/self/fd") if _fd_target(fd) == writer]
+                code = 4 if inherited else 0
                 kv.run(engine, lambda tr: tr.set(b"child", b"1"), retry_limit=0)
                 code = 1
             except RetryLimitReached as exc:
-                code = 0 if exc.last.code == 1020 else 2
+                code = code or (0 if exc.last.code == 1020 else 2)
             except BaseException:
                 code = 3
             os._exit(code)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
-    finally:
-        engine._writers.release()
     assert kv.run(engine, lambda tr: tr.get(b"child")) is None
+    engine.close()
+
+
+def _fd_target(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+def test_an_interrupted_wait_gives_the_queue_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``KeyboardInterrupt`` while a commit waits in the queue leaves the queue usable."""
+    path = tmp_path / "kv.db"
+    engine = SqliteEngine(path)
+    kv.run(engine, lambda tr: tr.set(b"a", b"1"))
+    fd = _hold_queue(path)
+
+    def sleep(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(
+        sqlite_module, "time", SimpleNamespace(sleep=sleep, monotonic=time.monotonic)
+    )
+    tr = engine.create_transaction()
+    tr.set(b"b", b"2")
+    with pytest.raises(KeyboardInterrupt):
+        tr.commit()
+    monkeypatch.undo()
+    os.close(fd)
+    kv.run(engine, lambda tr: tr.set(b"b", b"2"))  # neither lock was kept
+    assert kv.run(engine, lambda tr: tr.get(b"b")) == b"2"
     engine.close()
