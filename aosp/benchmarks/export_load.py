@@ -35,14 +35,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from aosp.benchmarks import Figure
-from aosp.benchmarks.segments import promote_at
+from aosp.benchmarks.segments import EXPORT_CONFIG, promote_at
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
 from persistence.sizes import MiB
 from segments import open_plane
-from segments.export import ExportConfig, Exporter
+from segments.export import Exporter
 
 ENTRY_SIZE: Final = 1024
 ROUNDS: Final = 5
@@ -51,7 +51,6 @@ MIN_ENTRIES: Final = 10_000
 BUILD_BATCH: Final = 2_000
 FIRST_WINDOW_ENTRIES_PER_SECOND: Final = 100_000
 EXPORTER_TIMEOUT: Final = 600.0
-EXPORT_CONFIG: Final = ExportConfig(enabled=True, target_entries=10_000, target_bytes=64 * MiB)
 
 
 def _entry(height: int) -> bytes:
