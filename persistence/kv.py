@@ -26,17 +26,19 @@ engine). **The body may run more than once, including after a commit that applie
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from typing import Concatenate, Final, ParamSpec, TypeVar
 
 from persistence.errors import EngineError, RetryLimitReached
-from persistence.fdb_errors import is_retryable
+from persistence.fdb_errors import NOT_COMMITTED, is_retryable
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,12 @@ class Transaction(ABC):
     @abstractmethod
     def set(self, key: bytes, value: bytes) -> None:
         """Write ``key``. Raises 2102/2103 on oversize keys/values, 2004 on system keys."""
+
+    def set_many(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        """What :meth:`set` of each ``(key, value)`` in turn does, in one call (bulk writes
+        of journal entries and log records; an engine may skip per-call overhead)."""
+        for key, value in pairs:
+            self.set(key, value)
 
     @abstractmethod
     def clear(self, key: bytes) -> None:
@@ -174,7 +182,14 @@ class Engine(ABC):
     """Whether a commit waits while another one writes (SQLite's single write lock;
     FoundationDB's writers never wait for each other). Background work then writes in
     small transactions and pauses between them (export's hot-key deletion:
-    ``segments/export.py``), so that the foreground's commits wait for little."""
+    ``segments/export.py``), so that the foreground's commits wait for little; and
+    :func:`run` runs the retry of a conflicted transaction :meth:`alone`."""
+
+    def alone(self) -> AbstractContextManager[None]:
+        """A block in which no other writer commits, so that a transaction run inside it
+        cannot conflict (SQLite: its writer queue held). Where writers do not serialize
+        (FoundationDB) there is no such block: this one holds nothing."""
+        return contextlib.nullcontext()
 
     def is_retryable(self, error: EngineError) -> bool:
         """Whether ``on_error`` would retry ``error`` (FoundationDB's retry table)."""
@@ -242,23 +257,39 @@ class RetryStats:
 RETRY_STATS: Final = RetryStats()
 
 
-def run(engine: Engine, body: Callable[[Transaction], T], *, retry_limit: int | None = None) -> T:
+def run(
+    engine: Engine,
+    body: Callable[[Transaction], T],
+    *,
+    retry_limit: int | None = None,
+    alone: bool = False,
+) -> T:
     """Run ``body`` in a transaction and commit, retrying as FoundationDB's retry loop does.
 
     Returns what the committed attempt of ``body`` returned. Engine errors go through the
     transaction's ``on_error``, which re-raises those that may not be retried and backs off
-    before the others; after ``retry_limit`` retries (default ``engine.retry_limit``) or
-    ``engine.max_retry_seconds`` the last error is wrapped in :class:`RetryLimitReached`.
-    Any other error raised by ``body`` propagates at once.
+    before the others (on an engine whose writers serialize, the attempt after a conflict
+    runs :meth:`Engine.alone` instead, without backoff); after ``retry_limit`` retries
+    (default ``engine.retry_limit``) or ``engine.max_retry_seconds`` the last error is
+    wrapped in :class:`RetryLimitReached`.
+    Any other error raised by ``body`` propagates at once. With ``alone``, every attempt
+    runs alone: for transactions that write a key every transaction of their kind writes
+    (a universe log's head), which conflict whenever two overlap.
     """
     limit = engine.retry_limit if retry_limit is None else retry_limit
     deadline = time.monotonic() + engine.max_retry_seconds
     retries = 0
+    always_alone = alone
     tr = engine.create_transaction()
     while True:
         try:
-            result = body(tr)
-            tr.commit()
+            if alone:
+                with engine.alone():
+                    result = body(tr)
+                    tr.commit()
+            else:
+                result = body(tr)
+                tr.commit()
             return result
         except EngineError as exc:
             out_of_time = time.monotonic() > deadline
@@ -271,6 +302,10 @@ def run(engine: Engine, body: Callable[[Transaction], T], *, retry_limit: int | 
                 RETRY_STATS.count(final.code, retried=False)
                 raise
             retries += 1
+            # Where writers serialize, a conflict means another writer got in between our
+            # reads and our commit: the retry runs alone and cannot conflict again (no
+            # backoff, no attempts wasted under contention on a hot key).
+            alone = always_alone or (engine.writers_serialize and exc.code == NOT_COMMITTED)
             RETRY_STATS.count(exc.code, retried=True)
             log.debug("retrying transaction after engine error %s (retry %d)", exc.code, retries)
 

@@ -34,7 +34,8 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -261,6 +262,11 @@ class FaultyTransaction(kv.Transaction):
         self._writes = True
         self._inner.set(key, value)
 
+    def set_many(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        pairs = list(pairs)
+        self._writes = self._writes or bool(pairs)
+        self._inner.set_many(pairs)
+
     def clear(self, key: bytes) -> None:
         self._writes = True
         self._inner.clear(key)
@@ -348,6 +354,9 @@ class FaultyEngine(kv.Engine):
 
     def wait_changed(self, key: bytes, seen: bytes | None, timeout: float) -> None:
         self.inner.wait_changed(key, seen, timeout)
+
+    def alone(self) -> AbstractContextManager[None]:
+        return self.inner.alone()
 
     def close(self) -> None:
         self.inner.close()

@@ -130,7 +130,7 @@ class SqliteEngine(kv.Engine):
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []  # pooled connections of this process
         self._pid = os.getpid()
-        self._writers = _WriterQueue(Path(f"{self.path}-writer"))
+        self._writers = _WriterQueue.of(Path(f"{self.path}-writer"))
         _ENGINES.add(self)
         self._check_file()
         conn = self._acquire()
@@ -286,6 +286,22 @@ class SqliteEngine(kv.Engine):
     def create_transaction(self) -> SqliteTransaction:
         return SqliteTransaction(self)
 
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        """Hold the writer queue for the block (a commit inside it takes the queue again,
+        as its holder): no other writer that queues can commit meanwhile, so reads made
+        in the block stay the newest and its commit upgrades in place. 1020 if the queue
+        is not granted within ``busy_timeout``."""
+        deadline = time.monotonic() + self.busy_timeout
+        with self._writers.turn(deadline, wait=True) as granted:
+            if not granted:
+                raise fdb_errors.engine_error(
+                    fdb_errors.NOT_COMMITTED,
+                    "alone: the writer queue was not granted within busy_timeout "
+                    f"({self.busy_timeout} s)",
+                )
+            yield
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
@@ -359,6 +375,15 @@ class SqliteTransaction(BufferedTransaction):
                 raise _sqlite_error(exc, "begin read") from None
             self._reading = True
         return conn
+
+    def on_error(self, error: EngineError) -> BufferedTransaction:
+        if error.code != fdb_errors.NOT_COMMITTED or not fdb_errors.is_retryable(error):
+            return super().on_error(error)
+        # No backoff after a conflict: :func:`persistence.kv.run` runs the next attempt
+        # alone (``SqliteEngine.alone``), where it cannot conflict again.
+        nxt = self._fresh()
+        nxt.backoff = self.backoff
+        return nxt
 
     def get_read_version(self) -> int:
         if self._read_version is None:
@@ -571,15 +596,30 @@ class SqliteTransaction(BufferedTransaction):
 
 
 class _WriterQueue:
-    """The writer queue of one engine (see the module docstring): a lock of its threads,
-    then an exclusive ``flock`` on ``path``. A fork's child starts with a queue of its own
-    (:func:`_after_fork`): the parent's open file and its lock stay the parent's."""
+    """The writer queue of one store in this process (see the module docstring), shared by
+    every engine open on it: a lock of the process's threads, then an exclusive ``flock``
+    on ``path``. The thread holding it may take it again (a commit inside
+    :meth:`SqliteEngine.alone`, through any engine on the store). A fork's child starts
+    with a queue of its own (:func:`_after_fork`): the parent's open file and its lock
+    stay the parent's."""
+
+    @classmethod
+    def of(cls, path: Path) -> _WriterQueue:
+        """The queue of the store whose queue file is ``path`` (made on first use)."""
+        key = os.path.realpath(path)
+        with _QUEUES_LOCK:
+            queue = _SHARED.get(key)
+            if queue is None:
+                queue = _SHARED[key] = cls(path)
+            return queue
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._threads = threading.Lock()
         self._fd: int | None = None
         self._locked = False  # the flock is held (under _threads)
+        self._owner: int | None = None  # the thread holding the queue
+        self._depth = 0  # how many turns the owner holds
         _QUEUES.add(self)
 
     @contextlib.contextmanager
@@ -594,6 +634,10 @@ class _WriterQueue:
                 self._release()
 
     def _acquire(self, deadline: float, wait: bool) -> bool:
+        me = threading.get_ident()
+        if self._owner == me:  # only the owner ever sees its own id here
+            self._depth += 1
+            return True
         if not self._threads.acquire(timeout=max(0.0, deadline - time.monotonic()) if wait else 0):
             return False
         try:
@@ -603,24 +647,29 @@ class _WriterQueue:
                 self._locked = True  # before the call: an interrupt after it must unlock
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return True
+                    break
                 except BlockingIOError:
                     self._locked = False
                 except OSError:  # no locks on this file system: SQLite's lock alone
                     self._locked = False
-                    return True
+                    break
                 left = deadline - time.monotonic()
                 if not wait or left <= 0:
                     self._threads.release()
                     return False
                 time.sleep(min(pause, left))
                 pause = min(2 * pause, MAX_WRITE_POLL)
+            self._owner, self._depth = me, 1
             return True
         except BaseException:
             self._release()
             raise
 
     def _release(self) -> None:
+        if self._depth > 1:
+            self._depth -= 1
+            return
+        self._owner, self._depth = None, 0
         try:
             if self._locked and self._fd is not None:
                 self._locked = False
@@ -630,7 +679,10 @@ class _WriterQueue:
             self._threads.release()
 
     def close(self) -> None:
-        """Close the queue's file (a later commit opens it again)."""
+        """Close the queue's file (a later commit, of any engine on the store, opens it
+        again); not while this thread holds the queue."""
+        if self._owner == threading.get_ident():
+            return
         with self._threads:
             fd, self._fd = self._fd, None
             if fd is not None:
@@ -652,6 +704,7 @@ class _WriterQueue:
         the inherited descriptor closed (the parent's lock lives on its own descriptor)."""
         self._threads = threading.Lock()
         self._locked = False
+        self._owner, self._depth = None, 0
         fd, self._fd = self._fd, None
         if fd is not None:
             with contextlib.suppress(OSError):
@@ -659,12 +712,17 @@ class _WriterQueue:
 
 
 _QUEUES: Final[weakref.WeakSet[_WriterQueue]] = weakref.WeakSet()
+_SHARED: Final[weakref.WeakValueDictionary[str, _WriterQueue]] = weakref.WeakValueDictionary()
+"""The queue of each store open in this process, by the real path of its queue file."""
+_QUEUES_LOCK = threading.Lock()  # replaced in a fork's child (_after_fork)
 _ENGINES: Final[weakref.WeakSet[SqliteEngine]] = weakref.WeakSet()
 
 
 def _after_fork() -> None:
     """In a fork's child, before anything else runs: fresh locks for every engine and
     queue of the parent (a lock held by another parent thread would never be released)."""
+    global _QUEUES_LOCK
+    _QUEUES_LOCK = threading.Lock()
     for engine in list(_ENGINES):
         engine._lock = threading.Lock()
     for queue in list(_QUEUES):

@@ -541,7 +541,12 @@ class Plane:
                 "batches",
                 f"appending {count:,} entries ({size:,} bytes) to {len(parts):,} worlds",
             )
-        done = journal.append_batches(self.engine, keys, parts, create, self.new_call(), sequencing)
+        call = self.new_call()
+        done = kv.run(
+            self.engine,
+            lambda tr: journal.append_batches(tr, keys, parts, create, call, sequencing),
+            alone=sequencing is not None,  # every sequenced append writes the log head
+        )
         self.hooks.reached("journal.after_append")
         return done
 

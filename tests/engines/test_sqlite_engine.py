@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -9,12 +10,14 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from backends.kv import buffered as buffered_module
 from backends.kv import open_engine
 from backends.kv import sqlite as sqlite_module
 from backends.kv.sqlite import (
@@ -423,7 +426,7 @@ def test_a_queued_writer_waits_without_its_snapshot_and_validates_after(
     open snapshot keeps the WAL from restarting), then checks its reads under the lock: a
     change made meanwhile by the writer ahead fails it with 1020, nothing applied."""
     path = tmp_path / "kv.db"
-    engine, other = SqliteEngine(path), SqliteEngine(path)
+    engine = SqliteEngine(path)
     kv.run(engine, lambda tr: tr.set(b"a", b"1"))
     tr = engine.create_transaction()
     assert tr.get(b"a") == b"1"  # a read: the transaction holds a snapshot
@@ -435,9 +438,11 @@ def test_a_queued_writer_waits_without_its_snapshot_and_validates_after(
 
     def sleep(seconds: float) -> None:
         while_waiting.append(conn.in_transaction)
-        os.close(fd)  # the writer ahead finishes (having changed what we read, or not)
-        if changed:
-            kv.run(other, lambda t: t.set(b"a", b"2"))
+        if changed:  # the writer ahead changes what we read (writing as another program)
+            with contextlib.closing(sqlite3.connect(path)) as raw:
+                raw.execute("UPDATE kv SET value = ? WHERE key = ?", (b"2", b"a"))
+                raw.commit()
+        os.close(fd)  # and finishes
 
     monkeypatch.setattr(
         sqlite_module, "time", SimpleNamespace(sleep=sleep, monotonic=time.monotonic)
@@ -452,7 +457,6 @@ def test_a_queued_writer_waits_without_its_snapshot_and_validates_after(
     assert while_waiting == [False]  # no snapshot held while queued
     assert kv.run(engine, lambda t: t.get(b"mine")) == (None if changed else b"x")
     engine.close()
-    other.close()
 
 
 def test_a_forked_child_queues_apart_from_its_parent(tmp_path: Path) -> None:
@@ -513,4 +517,118 @@ def test_an_interrupted_wait_gives_the_queue_back(
     os.close(fd)
     kv.run(engine, lambda tr: tr.set(b"b", b"2"))  # neither lock was kept
     assert kv.run(engine, lambda tr: tr.get(b"b")) == b"2"
+    engine.close()
+
+
+def test_the_writer_queue_is_taken_again_only_by_its_holder(tmp_path: Path) -> None:
+    """The thread holding the queue may take it again (a commit inside ``alone``); no other
+    thread can until every turn of the holder is given back."""
+    engine = SqliteEngine(tmp_path / "kv.db")
+    queue = engine._writers
+    tries: list[bool] = []
+
+    def another_thread_tries() -> None:
+        def attempt() -> None:
+            with queue.turn(time.monotonic(), wait=False) as granted:
+                tries.append(granted)
+
+        thread = threading.Thread(target=attempt)
+        thread.start()
+        thread.join()
+
+    with queue.turn(time.monotonic() + 1, wait=True) as outer:
+        with queue.turn(time.monotonic(), wait=False) as inner:
+            assert outer and inner
+            another_thread_tries()
+        another_thread_tries()  # the holder's first turn is still held
+    another_thread_tries()
+    assert tries == [False, False, True]
+    engine.close()
+
+
+def test_a_conflicted_transaction_is_retried_alone_without_backoff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a conflict, ``kv.run`` runs the next attempt alone: no writer that queues (here
+    another thread, through another engine on the file) commits until it has, so it cannot
+    conflict again -- and it does not sleep a backoff first."""
+    path = tmp_path / "kv.db"
+    engine, other = SqliteEngine(path), SqliteEngine(path, busy_timeout=0.05)
+    kv.run(engine, lambda tr: tr.set(b"n", b"0"))
+    slept: list[float] = []
+    monkeypatch.setattr(buffered_module, "time", SimpleNamespace(sleep=slept.append))
+    others: list[str] = []
+
+    def another_writer() -> None:  # in another thread, as another writer would be
+        def write() -> None:
+            try:
+                kv.run(
+                    other,
+                    lambda t: t.set(b"n", b"%d" % (int(t.get(b"n") or 0) + 1)),
+                    retry_limit=0,
+                )
+                others.append("committed")
+            except RetryLimitReached as exc:
+                others.append(f"refused {exc.last.code}")
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        thread.join()
+
+    attempts = 0
+
+    def body(tr: kv.Transaction) -> None:
+        nonlocal attempts
+        attempts += 1
+        n = int(tr.get(b"n") or 0)
+        another_writer()  # between our read and our commit
+        tr.set(b"n", b"%d" % (n + 1))
+
+    kv.run(engine, body)
+    assert attempts == 2 and slept == []
+    # the first attempt's rival committed; the retry's could not get in
+    assert others == ["committed", "refused 1020"]
+    assert kv.run(engine, lambda tr: tr.get(b"n")) == b"2"
+    engine.close()
+    other.close()
+
+
+def test_a_commit_nested_in_an_alone_attempt_does_not_wait_for_itself(tmp_path: Path) -> None:
+    """A transaction committed by the same thread inside an attempt that runs alone takes
+    the queue again instead of waiting for itself; what it changed under the outer
+    transaction's reads still fails the outer commit (1020), and the next attempt wins."""
+    engine = SqliteEngine(tmp_path / "kv.db", busy_timeout=0.05)
+    kv.run(engine, lambda tr: tr.set(b"n", b"0"))
+    attempts = 0
+
+    def body(tr: kv.Transaction) -> None:
+        nonlocal attempts
+        attempts += 1
+        n = int(tr.get(b"n") or 0)
+        if attempts <= 2:  # the second attempt runs alone: no wait, or this would be 1020
+            kv.run(
+                engine,
+                lambda t: t.set(b"n", b"%d" % (int(t.get(b"n") or 0) + 10)),
+                retry_limit=0,
+            )
+        tr.set(b"n", b"%d" % (n + 1))
+
+    kv.run(engine, body)
+    assert attempts == 3
+    assert kv.run(engine, lambda tr: tr.get(b"n")) == b"21"
+    engine.close()
+
+
+def test_engines_on_one_store_share_its_writer_queue(tmp_path: Path) -> None:
+    """Engines open on one store in a process queue as one: a commit through another engine
+    inside an ``alone`` block of the same thread takes the queue again (as an interleaved
+    client of the fault matrix does), instead of waiting for itself until busy_timeout."""
+    path = tmp_path / "kv.db"
+    engine, other = SqliteEngine(path, busy_timeout=0.05), SqliteEngine(path, busy_timeout=0.05)
+    assert engine._writers is other._writers
+    with engine.alone():
+        kv.run(other, lambda t: t.set(b"k", b"v"), retry_limit=0)
+    assert kv.run(engine, lambda t: t.get(b"k")) == b"v"
+    other.close()  # the queue stays usable by the engine still open
+    kv.run(engine, lambda t: t.set(b"k", b"w"), retry_limit=0)
     engine.close()
