@@ -76,6 +76,26 @@ def encode(value: Any) -> bytes:
     return bytes(cbor2.dumps(value, canonical=True))
 
 
+def unsigned(value: int) -> bytes:
+    """The encoding of the unsigned integer ``value`` (major type 0, shortest head), built
+    directly: for a record whose other fields' bytes are already known (a log record's
+    height: ``records.log_records``)."""
+    if not 0 <= value <= _INT_MAX:
+        raise NotCanonical(f"{value} is not an unsigned 64-bit integer")
+    if value < 24:
+        return _SMALL[value]
+    if value < 0x100:
+        return b"\x18" + value.to_bytes(1, "big")
+    if value < 0x10000:
+        return b"\x19" + value.to_bytes(2, "big")
+    if value < 0x100000000:
+        return b"\x1a" + value.to_bytes(4, "big")
+    return b"\x1b" + value.to_bytes(8, "big")
+
+
+_SMALL: Final = [bytes((value,)) for value in range(24)]
+
+
 def encode_checked(value: Any) -> bytes:
     """Encode a value already known to be inside the model (a record whose fields were
     validated on construction) without walking it again."""

@@ -44,7 +44,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from persistence.errors import CorruptRecord
@@ -104,12 +104,6 @@ def _universe_prefixes(universe: UniverseId) -> tuple[bytes, bytes, bytes]:
     return pack((*base, "calls")), pack((*base, "log", "head")), pack((*base, "log", "at"))
 
 
-@functools.lru_cache(maxsize=4096)
-def _calls_prefix(universe: UniverseId, world: WorldId) -> bytes:
-    """A world's call-record key prefix, packed once per world."""
-    return pack(("u", universe.uuid, "w", world.uuid, "calls"))
-
-
 READY_BUCKETS: Final = 256
 """Buckets of the pending-work index: drain workers that share a universe each scan a
 contiguous range of buckets (``aosp drain --shard``)."""
@@ -128,10 +122,16 @@ def _ready_key(universe: UniverseId, world: WorldId) -> bytes:
 
 
 @functools.lru_cache(maxsize=4096)
-def _journal_prefixes(universe: UniverseId, world: WorldId) -> tuple[bytes, bytes]:
-    """A world's head key and journal-entry prefix, packed once per world."""
-    base = ("u", universe.uuid, "w", world.uuid, "journal")
-    return pack((*base, "head")), pack((*base, "e"))
+def _world_prefixes(universe: UniverseId, world: WorldId) -> tuple[bytes, bytes, bytes]:
+    """A world's journal head key, journal-entry prefix and call-record prefix, packed
+    once per world."""
+    base = pack(("u", universe.uuid, "w", world.uuid))  # a tuple's encoding concatenates
+    return base + _HEAD_SUFFIX, base + _ENTRY_SUFFIX, base + _CALLS_SUFFIX
+
+
+_HEAD_SUFFIX: Final = pack(("journal", "head"))
+_ENTRY_SUFFIX: Final = pack(("journal", "e"))
+_CALLS_SUFFIX: Final = pack(("calls",))
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +171,10 @@ class UniverseKeys:
     def log_entry(self, position: int) -> bytes:
         """The universe log record at ``position``."""
         return _universe_prefixes(self.universe)[2] + _height(position)
+
+    def log_prefix_len(self) -> int:
+        """Length of the log record key prefix (what precedes the packed position)."""
+        return len(_universe_prefixes(self.universe)[2])
 
     def log_range(self, first: int, last: int) -> tuple[bytes, bytes]:
         """The universe log records at ``first..last``."""
@@ -297,10 +301,22 @@ class WorldKeys:
 
     universe: UniverseId
     world: WorldId
+    _prefixes: tuple[bytes, bytes, bytes] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """:func:`_world_prefixes`, looked up on first use: the hot keys' prefixes are then
+    attribute reads, not a cache lookup that hashes both ids per key."""
 
     @property
     def _p(self) -> tuple[Element, ...]:
         return ("u", self.universe.uuid, "w", self.world.uuid)
+
+    def _hot(self) -> tuple[bytes, bytes, bytes]:
+        prefixes = self._prefixes
+        if prefixes is None:
+            prefixes = _world_prefixes(self.universe, self.world)
+            object.__setattr__(self, "_prefixes", prefixes)
+        return prefixes
 
     def _key(self, *suffix: Element) -> bytes:
         """The key ``(*prefix, *suffix)``, its prefix packed once."""
@@ -316,11 +332,11 @@ class WorldKeys:
 
     def call(self, call_id: bytes) -> bytes:
         """The record of a write call on this world."""
-        return _calls_prefix(self.universe, self.world) + pack((call_id,))
+        return self._hot()[2] + pack((call_id,))
 
     def calls(self) -> tuple[bytes, bytes]:
         """Every call record of the world, oldest first."""
-        return range_of(_calls_prefix(self.universe, self.world))
+        return range_of(self._hot()[2])
 
     def all(self) -> tuple[bytes, bytes]:
         """Every key of the world."""
@@ -334,15 +350,15 @@ class WorldKeys:
 
     def head(self) -> bytes:
         """The journal head record."""
-        return _journal_prefixes(self.universe, self.world)[0]
+        return self._hot()[0]
 
     def entry_prefix(self, height: int) -> tuple[bytes, bytes]:
         """Every chunk of the entry at ``height``."""
-        return range_of(_journal_prefixes(self.universe, self.world)[1] + _height(height))
+        return range_of(self._hot()[1] + _height(height))
 
     def entry_chunk(self, height: int, index: int, count: int) -> bytes:
         """Chunk ``index`` of ``count`` of the entry at ``height``."""
-        prefix = _journal_prefixes(self.universe, self.world)[1]
+        prefix = self._hot()[1]
         if index == 0 and count == 1:
             return prefix + _height(height) + _WHOLE
         return prefix + pack((height, index, count))
@@ -350,7 +366,7 @@ class WorldKeys:
     def whole_entry_key(self) -> Callable[[int], bytes]:
         """A function of the height giving ``entry_chunk(height, 0, 1)`` with the world's
         prefix bound once (readers call it for every row)."""
-        prefix = _journal_prefixes(self.universe, self.world)[1]
+        prefix = self._hot()[1]
         return lambda height: prefix + _height(height) + _WHOLE
 
     def entries_from(self, height: int) -> tuple[bytes, bytes]:
@@ -360,12 +376,12 @@ class WorldKeys:
 
     def entries_between(self, first: int, last: int) -> tuple[bytes, bytes]:
         """Entry chunks of heights ``first..last`` inclusive."""
-        prefix = _journal_prefixes(self.universe, self.world)[1]
+        prefix = self._hot()[1]
         return prefix + _height(first), prefix + _height(last + 1)
 
     def entry_prefix_len(self) -> int:
         """Length of the journal-entry key prefix, to decode heights from keys."""
-        return len(_journal_prefixes(self.universe, self.world)[1])
+        return len(self._hot()[1])
 
     # snapshots
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Self, TypeVar, Union
 
@@ -538,6 +538,21 @@ class LogRecord(Record):
     world: WorldId = _f(WORLD)
     height: int = _f(U64)
     tag: str = _f(TEXT)
+
+
+def log_records(world: WorldId, first_height: int, tags: Sequence[str]) -> list[bytes]:
+    """``[LogRecord(world, first_height + i, tag).to_cbor() for i, tag in enumerate(tags)]``,
+    each distinct tag's record built and validated once: canonical CBOR orders map keys by
+    length, so the height (``"height"``, the longest key) is encoded last, and the records
+    of one world and tag differ only in its bytes."""
+    heads: dict[str, bytes] = {}
+    out: list[bytes] = []
+    for height, tag in enumerate(tags, start=first_height):
+        head = heads.get(tag)
+        if head is None:
+            head = heads[tag] = LogRecord(world, 0, tag).to_cbor()[:-1]  # less height 0
+        out.append(head + cbor.unsigned(height))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

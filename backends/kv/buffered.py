@@ -18,7 +18,7 @@ import itertools
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from backends.kv import checks
@@ -43,7 +43,7 @@ class _Entry:
 
     kind: int
     value: bytes | None = None
-    adds: list[bytes] = field(default_factory=list)
+    adds: tuple[bytes, ...] = ()
     offset: int = 0
     unreadable: bool = False
     """Written with a versionstamped value: unreadable to this transaction until a clear
@@ -144,6 +144,23 @@ class WriteBuffer:
             _SET, value, unreadable=previous is not None and previous.unreadable
         )
 
+    def set_many(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        """Record ``key = value`` for each pair in turn: :meth:`set`'s checks, counts and
+        view, in one loop (journal entries and log records are written in bulk)."""
+        entries = self._entries
+        size = 0
+        try:
+            for key, value in pairs:
+                checks.check_key(key)
+                checks.check_value(value)
+                size += txsize.set_cost(len(key), len(value))
+                previous = entries.get(key)
+                entries[key] = _Entry(
+                    _SET, value, unreadable=previous is not None and previous.unreadable
+                )
+        finally:
+            self._grow(size)
+
     def clear(self, key: bytes) -> None:
         """Record the deletion of ``key``."""
         checks.check_key(key)
@@ -174,9 +191,9 @@ class WriteBuffer:
             if self._is_cleared(key):
                 self._entries[key] = _Entry(_SET, checks.apply_add(None, param))
             else:
-                self._entries[key] = _Entry(_ADDS, adds=[param])
+                self._entries[key] = _Entry(_ADDS, adds=(param,))
         elif entry.kind in (_ADDS, _STAMPED_VALUE):
-            entry.adds.append(param)  # applied at commit, over the stamped value
+            entry.adds += (param,)  # applied at commit, over the stamped value
         else:
             value = checks.apply_add(entry.resolve(None), param)
             self._entries[key] = _Entry(_SET, value, unreadable=entry.unreadable)
@@ -540,6 +557,10 @@ class BufferedTransaction(kv.Transaction):
     def set(self, key: bytes, value: bytes) -> None:
         self._check_open()
         self.buffer.set(key, value)
+
+    def set_many(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        self._check_open()
+        self.buffer.set_many(pairs)
 
     def clear(self, key: bytes) -> None:
         self._check_open()

@@ -423,10 +423,9 @@ class Plane:
                 "expected_head", f"{expected_head} + {len(entries)} entries passes 2**64-1"
             )
         batch = list(entries)
-        cost = budget.append_cost(keys, expected_head + 1, batch)
-        if cost > self.budget:
+        if budget.group_append_bound([batch], ()) > self.budget:  # else surely within it
             budget.check(
-                cost,
+                budget.append_cost(keys, expected_head + 1, batch),
                 self.budget,
                 "entries",
                 f"appending {len(batch):,} entries ({sum(map(len, batch)):,} bytes)",

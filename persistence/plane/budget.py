@@ -116,8 +116,9 @@ tracking record (whose name of at most 1,024 characters makes a key under 4,200 
 
 
 def group_append_bound(batches: Sequence[Sequence[bytes]], tags: Sequence[Sequence[str]]) -> int:
-    """An upper bound on :func:`group_append_cost` plus :func:`sequencing_cost`, cheap to
-    compute (no keys built): the exact cost is computed only when this is over the budget."""
+    """An upper bound on :func:`group_append_cost` plus :func:`sequencing_cost` -- and, for
+    one batch without tags, on :func:`append_cost` --, cheap to compute (no keys built):
+    the exact cost is computed only when this is over the budget."""
     total = GROUP_BOUND + WORLD_BOUND * len(batches)
     for entries in batches:
         for entry in entries:

@@ -32,6 +32,7 @@ from persistence.records import (
     TrackingRecord,
     WorldMeta,
     decode_record,
+    log_records,
 )
 
 
@@ -73,25 +74,25 @@ _key_of = operator.itemgetter(0)
 _value_of = operator.itemgetter(1)
 _PLAIN_HEIGHTS: Final = 2**63
 """Heights below this are packed as one type byte naming their width, then their big-endian
-bytes (the tuple encoding's integers); ``whole_keys`` builds the keys of higher ones singly."""
+bytes (the tuple encoding's integers); ``height_keys`` builds the keys of higher ones singly."""
 
 
-def whole_keys(
-    whole_key: Callable[[int], bytes], prefix: int, first: int, count: int
-) -> list[bytes]:
-    """``[whole_key(h) for h in range(first, first + count)]`` (``whole_key`` and ``prefix``
-    from ``WorldKeys.whole_entry_key`` and ``entry_prefix_len``), built in bulk: the keys of
-    plain heights of one width differ only in the heights' big-endian bytes."""
+def height_keys(key_of: Callable[[int], bytes], prefix: int, first: int, count: int) -> list[bytes]:
+    """``[key_of(h) for h in range(first, first + count)]``, built in bulk, for keys that
+    are a ``prefix``-byte prefix, the packed height, then a constant tail (whole journal
+    entries: ``WorldKeys.whole_entry_key`` and ``entry_prefix_len``; universe log records:
+    ``UniverseKeys.log_entry`` and ``log_prefix_len``): the keys of plain heights of one
+    width differ only in the heights' big-endian bytes."""
     out: list[bytes] = []
     height, stop = first, first + count
     while height < stop:
         if height >= _PLAIN_HEIGHTS:
-            out.append(whole_key(height))
+            out.append(key_of(height))
             height += 1
             continue
         width = (height.bit_length() + 7) // 8
         run_stop = min(stop, 1 << (8 * width), _PLAIN_HEIGHTS)
-        key = whole_key(height)
+        key = key_of(height)
         lead, tail = key[: prefix + 1], key[prefix + 1 + width :]
         out.extend([lead + h.to_bytes(width, "big") + tail for h in range(height, run_stop)])
         height = run_stop
@@ -103,7 +104,7 @@ def whole_run(
 ) -> bool:
     """Whether ``keys`` -- strictly increasing, as a range read returns them -- are the keys
     of the whole entries at heights ``first, first + 1, ...`` (``whole_key`` and ``prefix``
-    as for :func:`whole_keys`), checked without building them: the first and the last must
+    as for :func:`height_keys`), checked without building them: the first and the last must
     be those heights' keys, and every key must have their length and their suffix (what
     follows the height). Such keys differ only in the height's bytes, which then strictly
     increase from the first height to the last: they are each height between, once."""
@@ -129,7 +130,10 @@ def write_entries(
 ) -> None:
     """Write ``entries`` at heights ``first..``, each split into value-sized chunks (an entry
     that fits one value is stored whole)."""
-    whole = whole_keys(keys.whole_entry_key(), keys.entry_prefix_len(), first, len(entries))
+    whole = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), first, len(entries))
+    if max(map(len, entries), default=0) <= CHUNK_SIZE:
+        tr.set_many(zip(whole, entries, strict=True))
+        return
     for height, key, entry in zip(range(first, first + len(entries)), whole, entries, strict=True):
         if len(entry) <= CHUNK_SIZE:
             tr.set(key, entry)
@@ -386,14 +390,14 @@ def _sequence(
     if not batches:
         return None
     head = _log_position(log_head_raw)
-    position = head
-    for batch, tags in zip(batches, how.tags, strict=True):
-        height = batch.expected_head
-        for tag in tags:
-            position += 1
-            height += 1
-            record = LogRecord(batch.keys.world, height, tag)
-            tr.set(universe.log_entry(position), record.to_cbor())
+    records = [
+        record
+        for batch, tags in zip(batches, how.tags, strict=True)
+        for record in log_records(batch.keys.world, batch.expected_head + 1, tags)
+    ]
+    position = head + len(records)
+    positions = height_keys(universe.log_entry, universe.log_prefix_len(), head + 1, len(records))
+    tr.set_many(zip(positions, records, strict=True))
     tr.set(universe.log_head(), LogHead(position).to_cbor())
     return head + 1
 

@@ -97,8 +97,9 @@ def write_world(
         tr.set(universe.info(), UniverseInfo(meta.created_ns).to_cbor())
     tr.set(keys.meta(), meta.to_cbor())
     tr.set(keys.head(), JournalHead(0).to_cbor())
-    tr.set(keys.snapshot(genesis.height), genesis.to_cbor())
-    tr.set(keys.baseline(), genesis.to_cbor())
+    encoded = genesis.to_cbor()
+    tr.set(keys.snapshot(genesis.height), encoded)
+    tr.set(keys.baseline(), encoded)
 
 
 SCAN_SECONDS: Final = 1.0

@@ -11,7 +11,7 @@ from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, kv
 from persistence.errors import CorruptRecord, HeadAdvanced, MissingJournalEntry, WorldNotFound
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
-from persistence.keyspace import CHUNK_SIZE, WorldKeys
+from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
 from persistence.plane import Plane, PlaneConfig, journal
 from persistence.records import JournalHead, decode_record
 from segments import open_plane
@@ -37,10 +37,13 @@ def test_head_bytes_are_the_head_records_encoding(height: int) -> None:
         (MAX_HEIGHT - 2, 3),
     ],
 )
-def test_whole_keys_are_the_keys_of_whole_entries(first: int, count: int) -> None:
+def test_height_keys_are_the_keys_of_whole_entries_and_log_records(first: int, count: int) -> None:
     keys = WorldKeys(UniverseId.new(), WorldId.new())
-    built = journal.whole_keys(keys.whole_entry_key(), keys.entry_prefix_len(), first, count)
+    built = journal.height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), first, count)
     assert built == [keys.entry_chunk(h, 0, 1) for h in range(first, first + count)]
+    universe = UniverseKeys(keys.universe)
+    built = journal.height_keys(universe.log_entry, universe.log_prefix_len(), first, count)
+    assert built == [universe.log_entry(p) for p in range(first, first + count)]
 
 
 def _stored_head(plane: Plane, keys: WorldKeys) -> bytes | None:

@@ -38,3 +38,9 @@ def test_world_ranges_do_not_overlap() -> None:
     other = WorldKeys(KEYS.universe, WorldId.new())
     a, b = KEYS.all(), other.all()
     assert a[1] <= b[0] or b[1] <= a[0]
+
+
+def test_call_keys_equal_the_tuple_encoding() -> None:
+    world = ("u", KEYS.universe.uuid, "w", KEYS.world.uuid)
+    assert KEYS.call(b"id") == fdbtuple.pack((*world, "calls", b"id"))
+    assert KEYS.calls() == fdbtuple.range_of(fdbtuple.pack((*world, "calls")))

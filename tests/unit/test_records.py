@@ -6,7 +6,7 @@ import pytest
 
 from persistence import cbor
 from persistence.errors import CorruptRecord, Validation
-from persistence.ids import Hash, InboxSeq
+from persistence.ids import Hash, InboxSeq, WorldId
 from persistence.records import (
     BaselineSnapshotJournalRecord,
     CasMeta,
@@ -15,6 +15,7 @@ from persistence.records import (
     InboxIngress,
     InboxItem,
     IngressJournalRecord,
+    LogRecord,
     ReceiptIngress,
     Record,
     SegmentIndexRecord,
@@ -26,6 +27,7 @@ from persistence.records import (
     decode_journal_record,
     decode_record,
     encode_inbox_item,
+    log_records,
 )
 
 H1 = Hash.of(b"one")
@@ -168,3 +170,27 @@ def test_non_canonical_stored_bytes_are_corrupt() -> None:
 def test_strict_decode_of_stored_inbox_items(value: object) -> None:
     with pytest.raises(CorruptRecord):
         decode_inbox_item(cbor.encode(value))
+
+
+EDGES = [0, 1, 23, 24, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 2**63, 2**64 - 2]
+
+
+@pytest.mark.parametrize("first", EDGES)
+def test_log_records_are_the_records_encoded_one_by_one(first: int) -> None:
+    world = WorldId.new()
+    tags = ["t", "t", "é" * 30, "t", "x"][: 2**64 - first]
+    built = log_records(world, first, tags)
+    assert built == [LogRecord(world, first + i, tag).to_cbor() for i, tag in enumerate(tags)]
+    assert [decode_record(LogRecord, b, "log") for b in built] == [
+        LogRecord(world, first + i, tag) for i, tag in enumerate(tags)
+    ]
+    with pytest.raises(Validation, match=r"LogRecord\.tag"):  # validated as the record is
+        log_records(world, first, ["t", ""])
+
+
+def test_unsigned_is_cbors_shortest_head() -> None:
+    for value in [*EDGES, 2**64 - 1]:
+        assert cbor.unsigned(value) == cbor.encode(value)
+    for bad in (-1, 2**64):
+        with pytest.raises(cbor.NotCanonical):
+            cbor.unsigned(bad)
