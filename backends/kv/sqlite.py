@@ -425,10 +425,10 @@ class SqliteTransaction(BufferedTransaction):
         reverse: bool = False,
         snapshot: bool = False,
     ) -> list[tuple[bytes, bytes]]:
-        # A small limit sizes the first statement, so that reading the first few rows of a
-        # long range (a call-record sweep, a page of journal) fetches only those; rows the
-        # write buffer hides are made up by the following, full pages.
-        self._first_page = limit if type(limit) is int and 0 < limit < _PAGE else _PAGE
+        # A limit sizes the first statement, so that reading the first few rows of a long
+        # range (a call-record sweep) fetches only those, and a page of journal is one
+        # statement; rows the write buffer hides are made up by the following pages.
+        self._first_page = limit if type(limit) is int and limit > 0 else _PAGE
         try:
             return super().get_range(begin, end, limit=limit, reverse=reverse, snapshot=snapshot)
         finally:

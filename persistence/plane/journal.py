@@ -420,7 +420,19 @@ class JournalPage:
 
 
 ROWS_PER_READ: Final = 256
-"""Rows fetched per range read of the journal, so a read stops near its byte budget."""
+"""Rows of a page's first range read of the journal; the next ones are sized by the bytes
+read so far (:func:`_rows_next`), so that a page stops near its byte budget."""
+MAX_ROWS_PER_READ: Final = 4_096
+"""The most rows one range read of a page asks for."""
+
+
+def _rows_next(rows: int, size: int, max_bytes: int, heights_left: int) -> int:
+    """Rows to ask for next, having read ``rows`` rows of ``size`` bytes: the heights left
+    to read, no more than the byte budget left holds at the average row size so far."""
+    want = heights_left
+    if max_bytes:
+        want = min(want, (max_bytes - size) // max(1, size // rows) + 1)
+    return max(1, min(want, MAX_ROWS_PER_READ))
 
 
 @kv.transactional
@@ -459,8 +471,10 @@ def read_entries(
     parts: list[bytes] = []
     size = 0
     begin, end = keys.entries_between(first, last)
+    asked, read = ROWS_PER_READ, 0
     while True:
-        rows = tr.get_range(begin, end, limit=ROWS_PER_READ)
+        rows = tr.get_range(begin, end, limit=asked)
+        read += len(rows)
         values = list(map(_value_of, rows))
         run = sum(map(len, values))
         if (
@@ -496,9 +510,10 @@ def read_entries(
                     expected += 1
                 if max_bytes and size >= max_bytes:
                     return JournalPage(head, out)
-        if len(rows) < ROWS_PER_READ:
+        if len(rows) < asked:
             break
         begin = rows[-1][0] + b"\x00"
+        asked = _rows_next(read, size, max_bytes, last - expected + 1)
     if parts or expected != last + 1:
         raise MissingJournalEntry(str(keys.world), expected)
     return JournalPage(head, out)

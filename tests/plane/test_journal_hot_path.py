@@ -125,6 +125,8 @@ def test_entries_of_every_size_round_trip_across_pages(
         (10_000, 10),  # stops at the entry that reaches the budget, inside the first page
         (journal.ROWS_PER_READ * 1_000, journal.ROWS_PER_READ),  # reached by a page's last
         (journal.ROWS_PER_READ * 1_000 + 1, journal.ROWS_PER_READ + 1),  # just past a page
+        (600_000, 600),  # in a later read, sized by the bytes read so far
+        (999_999, 1_000),  # by the last entry
     ],
 )
 def test_a_read_stops_at_the_entry_that_reaches_its_byte_budget(
