@@ -170,10 +170,14 @@ class EngineError(Backend):
     policy (``persistence.fdb_errors.is_retryable``) is written once.
     """
 
-    def __init__(self, code: int, description: str) -> None:
+    def __init__(self, code: int, description: str, *, read_conflict: bool = False) -> None:
         super().__init__(f"engine error {code}: {description}")
         self.code = code
         self.description = description
+        self.read_conflict = read_conflict
+        """A 1020 because data the transaction read had changed at its commit (not, say,
+        a lock that was not granted in time), as the SQLite and memory engines tell it:
+        :func:`persistence.kv.run` retries it alone where writers serialize."""
 
 
 class RetryLimitReached(Backend):

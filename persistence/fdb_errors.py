@@ -89,10 +89,10 @@ ERROR_DESCRIPTIONS: Final = {
 }
 
 
-def engine_error(code: int, detail: str = "") -> EngineError:
+def engine_error(code: int, detail: str = "", *, read_conflict: bool = False) -> EngineError:
     """An :class:`EngineError` with FoundationDB's name for ``code``."""
     name = ERROR_DESCRIPTIONS.get(code, "engine_error")
-    return EngineError(code, f"{name}: {detail}" if detail else name)
+    return EngineError(code, f"{name}: {detail}" if detail else name, read_conflict=read_conflict)
 
 
 def is_retryable(error: BaseException) -> bool:

@@ -38,7 +38,7 @@ from contextlib import AbstractContextManager
 from typing import Concatenate, Final, ParamSpec, TypeVar
 
 from persistence.errors import EngineError, RetryLimitReached
-from persistence.fdb_errors import NOT_COMMITTED, is_retryable
+from persistence.fdb_errors import is_retryable
 
 log = logging.getLogger(__name__)
 
@@ -302,10 +302,11 @@ def run(
                 RETRY_STATS.count(final.code, retried=False)
                 raise
             retries += 1
-            # Where writers serialize, a conflict means another writer got in between our
-            # reads and our commit: the retry runs alone and cannot conflict again (no
-            # backoff, no attempts wasted under contention on a hot key).
-            alone = always_alone or (engine.writers_serialize and exc.code == NOT_COMMITTED)
+            # Where writers serialize, a read conflict means another writer got in between
+            # our reads and our commit: the retry runs alone and cannot conflict again (no
+            # backoff, no attempts wasted under contention on a hot key). A lock not
+            # granted in time backs off as usual.
+            alone = always_alone or (engine.writers_serialize and exc.read_conflict)
             RETRY_STATS.count(exc.code, retried=True)
             log.debug("retrying transaction after engine error %s (retry %d)", exc.code, retries)
 

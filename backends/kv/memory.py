@@ -147,6 +147,7 @@ class MemoryEngine(kv.Engine):
                             raise fdb_errors.engine_error(
                                 fdb_errors.NOT_COMMITTED,
                                 f"read conflict with commit at version {version}",
+                                read_conflict=True,
                             )
             version = self._version + 1
             stamp = version.to_bytes(8, "big") + b"\x00\x00"

@@ -130,7 +130,6 @@ class SqliteEngine(kv.Engine):
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []  # pooled connections of this process
         self._pid = os.getpid()
-        self._writers = _WriterQueue.of(Path(f"{self.path}-writer"))
         _ENGINES.add(self)
         self._check_file()
         conn = self._acquire()
@@ -138,6 +137,8 @@ class SqliteEngine(kv.Engine):
             self._initialise(conn)
         finally:
             self._release(conn)
+        self._writers = _WriterQueue.of(self.path)
+        self._open = True  # counted among the queue's engines until closed
 
     # ------------------------------------------------------------ opening
 
@@ -305,9 +306,11 @@ class SqliteEngine(kv.Engine):
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
+            closing, self._open = self._open, False
         for conn in idle:
             conn.close()
-        self._writers.close()
+        if closing:
+            self._writers.close()
 
     def integrity_check(self) -> list[str]:
         """SQLite's full ``PRAGMA integrity_check``; an empty list means healthy. Damage
@@ -377,10 +380,10 @@ class SqliteTransaction(BufferedTransaction):
         return conn
 
     def on_error(self, error: EngineError) -> BufferedTransaction:
-        if error.code != fdb_errors.NOT_COMMITTED or not fdb_errors.is_retryable(error):
+        if not error.read_conflict:  # a lock not granted in time, say: back off
             return super().on_error(error)
-        # No backoff after a conflict: :func:`persistence.kv.run` runs the next attempt
-        # alone (``SqliteEngine.alone``), where it cannot conflict again.
+        # No backoff after a read conflict: :func:`persistence.kv.run` runs the next
+        # attempt alone (``SqliteEngine.alone``), where it cannot conflict again.
         nxt = self._fresh()
         nxt.backoff = self.backoff
         return nxt
@@ -493,6 +496,7 @@ class SqliteTransaction(BufferedTransaction):
                     raise fdb_errors.engine_error(
                         fdb_errors.NOT_COMMITTED,
                         "read conflict: data read by this transaction changed",
+                        read_conflict=True,
                     )
             return self._apply(conn)
         except sqlite3.Error as exc:
@@ -604,13 +608,19 @@ class _WriterQueue:
     stay the parent's."""
 
     @classmethod
-    def of(cls, path: Path) -> _WriterQueue:
-        """The queue of the store whose queue file is ``path`` (made on first use)."""
-        key = os.path.realpath(path)
+    def of(cls, database: Path) -> _WriterQueue:
+        """The queue of the store in the file ``database`` (which exists), made on first
+        use: found by the file's identity, so that every path to it (symlinks, bind
+        mounts) gives the one queue, on the file beside its real path."""
+        real = database.resolve()
+        status = real.stat()
+        key = (status.st_dev, status.st_ino)
         with _QUEUES_LOCK:
             queue = _SHARED.get(key)
             if queue is None:
-                queue = _SHARED[key] = cls(path)
+                queue = _SHARED[key] = cls(Path(f"{real}-writer"))
+            queue._users += 1
+            queue._closing = False
             return queue
 
     def __init__(self, path: Path) -> None:
@@ -620,6 +630,8 @@ class _WriterQueue:
         self._locked = False  # the flock is held (under _threads)
         self._owner: int | None = None  # the thread holding the queue
         self._depth = 0  # how many turns the owner holds
+        self._users = 0  # engines open on the store (under _QUEUES_LOCK)
+        self._closing = False  # the last of them closed: close the file when free
         _QUEUES.add(self)
 
     @contextlib.contextmanager
@@ -662,31 +674,54 @@ class _WriterQueue:
             self._owner, self._depth = me, 1
             return True
         except BaseException:
-            self._release()
+            self._give_back()
             raise
 
     def _release(self) -> None:
         if self._depth > 1:
             self._depth -= 1
             return
+        if self._depth == 0:  # a turn taken before a fork, left in the child: not its own
+            return
         self._owner, self._depth = None, 0
+        self._give_back()
+
+    def _give_back(self) -> None:
+        """Unlock the ``flock`` if held, close the file if the last engine closed, and
+        release the thread lock."""
         try:
             if self._locked and self._fd is not None:
                 self._locked = False
                 with contextlib.suppress(OSError):  # unlocking an unheld lock is harmless
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
+            if self._closing:
+                self._close_file()
         finally:
             self._threads.release()
 
     def close(self) -> None:
-        """Close the queue's file (a later commit, of any engine on the store, opens it
-        again); not while this thread holds the queue."""
-        if self._owner == threading.get_ident():
-            return
-        with self._threads:
-            fd, self._fd = self._fd, None
-            if fd is not None:
+        """An engine on the store is closed: once every one is, the queue's file is closed
+        -- now if the queue is free, else by its holder's release (never waited for). A
+        commit after that opens it again."""
+        with _QUEUES_LOCK:
+            self._users -= 1
+            if self._users > 0:
+                return
+            self._closing = True
+        if self._threads.acquire(blocking=False):
+            try:
+                self._close_file()
+            finally:
+                self._threads.release()
+
+    def _close_file(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
                 os.close(fd)
+
+    def __del__(self) -> None:
+        self._close_file()
 
     def _file(self) -> int | None:
         """The queue file's descriptor (``None``: it cannot be opened, e.g. a read-only
@@ -701,19 +736,20 @@ class _WriterQueue:
 
     def _forked(self) -> None:
         """In a fork's child: a lock of its own (a parent's thread may have held this one),
-        the inherited descriptor closed (the parent's lock lives on its own descriptor)."""
+        the inherited descriptor closed (the parent's lock lives on its own descriptor).
+        A child forked inside a turn holds none: it queues behind its parent, and leaving
+        the inherited block gives nothing back."""
         self._threads = threading.Lock()
         self._locked = False
         self._owner, self._depth = None, 0
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._close_file()
 
 
 _QUEUES: Final[weakref.WeakSet[_WriterQueue]] = weakref.WeakSet()
-_SHARED: Final[weakref.WeakValueDictionary[str, _WriterQueue]] = weakref.WeakValueDictionary()
-"""The queue of each store open in this process, by the real path of its queue file."""
+_SHARED: Final[weakref.WeakValueDictionary[tuple[int, int], _WriterQueue]] = (
+    weakref.WeakValueDictionary()
+)
+"""The queue of each store open in this process, by its database file's device and inode."""
 _QUEUES_LOCK = threading.Lock()  # replaced in a fork's child (_after_fork)
 _ENGINES: Final[weakref.WeakSet[SqliteEngine]] = weakref.WeakSet()
 

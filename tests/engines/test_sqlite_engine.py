@@ -461,30 +461,44 @@ def test_a_queued_writer_waits_without_its_snapshot_and_validates_after(
 
 def test_a_forked_child_queues_apart_from_its_parent(tmp_path: Path) -> None:
     """A child forked while the parent holds the queue must wait for it (the parent's open
-    file carries the parent's lock), and must not keep the parent's descriptor: were the
-    parent to die holding the queue, the lock would live on in the child."""
+    file carries the parent's lock), must not keep the parent's descriptor (were the parent
+    to die holding the queue, the lock would live on in the child), and leaves the
+    inherited block giving nothing back, without error."""
     engine = SqliteEngine(tmp_path / "kv.db", busy_timeout=0.2)
     kv.run(engine, lambda tr: tr.set(b"a", b"1"))
-    with engine._writers.turn(time.monotonic() + 1, wait=True) as granted:  # the parent's turn
-        assert granted
-        pid = os.fork()
-        if pid == 0:  # the child: its commit must not get in
-            code = 0
-            try:
+    in_child, code = False, 0
+    try:
+        with engine._writers.turn(time.monotonic() + 1, wait=True) as granted:  # the parent's
+            assert granted
+            pid = os.fork()
+            if pid == 0:  # the child: its commit must not get in
+                in_child = True
                 writer = str(tmp_path / "kv.db-writer")
                 inherited = [fd for fd in os.listdir("/proc/self/fd") if _fd_target(fd) == writer]
                 code = 4 if inherited else 0
-                kv.run(engine, lambda tr: tr.set(b"child", b"1"), retry_limit=0)
-                code = 1
-            except RetryLimitReached as exc:
-                code = code or (0 if exc.last.code == 1020 else 2)
-            except BaseException:
-                code = 3
+                try:
+                    kv.run(engine, lambda tr: tr.set(b"child", b"1"), retry_limit=0)
+                    code = 1
+                except RetryLimitReached as exc:
+                    code = code or (0 if exc.last.code == 1020 else 2)
+                raise _LeaveBlock
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+    except _LeaveBlock:
+        pass
+    except BaseException:
+        if not in_child:
+            raise
+        code = code or 3
+    finally:
+        if in_child:
             os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
     assert kv.run(engine, lambda tr: tr.get(b"child")) is None
     engine.close()
+
+
+class _LeaveBlock(Exception):
+    """Leaves a ``with`` block in a forked child."""
 
 
 def _fd_target(fd: str) -> str:
@@ -632,3 +646,76 @@ def test_engines_on_one_store_share_its_writer_queue(tmp_path: Path) -> None:
     other.close()  # the queue stays usable by the engine still open
     kv.run(engine, lambda t: t.set(b"k", b"w"), retry_limit=0)
     engine.close()
+
+
+def test_a_lock_not_granted_in_time_is_retried_after_a_backoff(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a read conflict is retried at once (alone): a queue not granted within
+    busy_timeout -- here 0 -- backs off first, so the retries are not spent at once."""
+    path = tmp_path / "kv.db"
+    engine = SqliteEngine(path, busy_timeout=0)
+    fd = _hold_queue(path)  # another writer, for the length of one backoff
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        os.close(fd)
+
+    monkeypatch.setattr(buffered_module, "time", SimpleNamespace(sleep=sleep))
+    kv.run(engine, lambda tr: tr.set(b"k", b"v"), retry_limit=1)
+    assert len(slept) == 1 and slept[0] > 0
+    assert kv.run(engine, lambda tr: tr.get(b"k")) == b"v"
+    engine.close()
+
+
+def test_the_queue_is_the_stores_by_any_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative path, a symlink to the store: one queue, on the file beside the store's
+    real path, wherever the process moves to after opening."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "real")
+    engine = SqliteEngine("kv.db")
+    os.symlink(tmp_path / "real" / "kv.db", tmp_path / "alias.db")
+    alias = SqliteEngine(tmp_path / "alias.db")
+    assert engine._writers is alias._writers
+    assert engine._writers.path == (tmp_path / "real" / "kv.db-writer").resolve()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    alias.close()
+    kv.run(engine, lambda tr: tr.set(b"k", b"v"))
+    assert os.listdir(tmp_path / "elsewhere") == []
+    engine.close()
+
+
+def test_closing_an_engine_never_waits_for_the_queue(tmp_path: Path) -> None:
+    """Closing one engine while another thread holds the store's queue returns at once;
+    the last engine's close leaves the queue file to the holder's release."""
+    path = tmp_path / "kv.db"
+    engine, other = SqliteEngine(path), SqliteEngine(path)
+    kv.run(engine, lambda tr: tr.set(b"k", b"v"))  # the queue file is open
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with engine.alone():
+            holding.set()
+            done.wait(timeout=30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(timeout=30)
+
+    def close_both() -> None:
+        other.close()
+        engine.close()
+
+    closer = threading.Thread(target=close_both)
+    closer.start()
+    closer.join(timeout=10)
+    closed_while_held = not closer.is_alive()
+    done.set()
+    holder.join()
+    assert closed_while_held
+    writer = str(tmp_path / "kv.db-writer")
+    assert [fd for fd in os.listdir("/proc/self/fd") if _fd_target(fd) == writer] == []
