@@ -63,6 +63,11 @@ class VersionstampFuture(ABC):
 class Transaction(ABC):
     """One optimistic transaction. Not thread-safe: use it from one thread."""
 
+    retry_alone: bool = False
+    """Set by :meth:`on_error` on the transaction it returns when the next attempt should
+    run inside :meth:`Engine.alone` (SQLite: after repeated read conflicts); :func:`run`
+    honours it."""
+
     @abstractmethod
     def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
         """The value of ``key`` or ``None``. Adds a read conflict unless ``snapshot``."""
@@ -182,8 +187,7 @@ class Engine(ABC):
     """Whether a commit waits while another one writes (SQLite's single write lock;
     FoundationDB's writers never wait for each other). Background work then writes in
     small transactions and pauses between them (export's hot-key deletion:
-    ``segments/export.py``), so that the foreground's commits wait for little; and
-    :func:`run` runs the retry of a conflicted transaction :meth:`alone`."""
+    ``segments/export.py``), so that the foreground's commits wait for little."""
 
     def alone(self) -> AbstractContextManager[None]:
         """A block in which no other writer commits, so that a transaction run inside it
@@ -268,8 +272,8 @@ def run(
 
     Returns what the committed attempt of ``body`` returned. Engine errors go through the
     transaction's ``on_error``, which re-raises those that may not be retried and backs off
-    before the others (on an engine whose writers serialize, the attempt after a conflict
-    runs :meth:`Engine.alone` instead, without backoff); after ``retry_limit`` retries
+    before the others (or marks the next attempt to run :meth:`Engine.alone`:
+    ``Transaction.retry_alone``); after ``retry_limit`` retries
     (default ``engine.retry_limit``) or ``engine.max_retry_seconds`` the last error is
     wrapped in :class:`RetryLimitReached`.
     Any other error raised by ``body`` propagates at once. With ``alone``, every attempt
@@ -302,11 +306,7 @@ def run(
                 RETRY_STATS.count(final.code, retried=False)
                 raise
             retries += 1
-            # Where writers serialize, a read conflict means another writer got in between
-            # our reads and our commit: the retry runs alone and cannot conflict again (no
-            # backoff, no attempts wasted under contention on a hot key). A lock not
-            # granted in time backs off as usual.
-            alone = always_alone or (engine.writers_serialize and exc.read_conflict)
+            alone = always_alone or tr.retry_alone
             RETRY_STATS.count(exc.code, retried=True)
             log.debug("retrying transaction after engine error %s (retry %d)", exc.code, retries)
 

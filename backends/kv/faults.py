@@ -330,7 +330,10 @@ class FaultyTransaction(kv.Transaction):
             return FaultyTransaction(
                 self._engine.create_transaction(), self._injector, self._engine
             )
-        return FaultyTransaction(self._inner.on_error(error), self._injector, self._engine)
+        inner = self._inner.on_error(error)
+        nxt = FaultyTransaction(inner, self._injector, self._engine)
+        nxt.retry_alone = inner.retry_alone
+        return nxt
 
 
 class FaultyEngine(kv.Engine):

@@ -77,6 +77,11 @@ STORE_KIND: Final = b"aos-persistence/kv"
 SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
 WRITE_POLL: Final = 50e-6
 MAX_WRITE_POLL: Final = 1e-3
+ALONE_AFTER_CONFLICTS: Final = 2
+"""Read conflicts in a row after which a transaction's next attempt runs alone
+(``Transaction.retry_alone``). The first retry backs off as FoundationDB's client does: a
+long transaction (a drain clearing its ready mark) would otherwise hold every writer up
+while it reruns; a transaction that keeps losing then wins, so none starves."""
 MAX_BUSY_TIMEOUT: Final = (2**31 - 1) / 1000  # PRAGMA busy_timeout takes a 32-bit millisecond count
 PAGE_SIZE: Final = 8192  # of every store this engine creates (an existing one keeps its own)
 MIN_DATABASE_BYTES: Final = 512  # SQLite's smallest page: a database file holds at least one
@@ -359,6 +364,7 @@ class SqliteTransaction(BufferedTransaction):
         self._reads: list[tuple[bytes, bytes, list[tuple[bytes, bytes]]]] = []
         self._first_page = _PAGE  # rows the next range read's first statement fetches
         self._relaxed = False  # commit without its own sync (relax_durability)
+        self._conflicts = 0  # read conflicts of the attempts before this one, in a row
 
     # ------------------------------------------------------------ read snapshot
 
@@ -380,12 +386,15 @@ class SqliteTransaction(BufferedTransaction):
         return conn
 
     def on_error(self, error: EngineError) -> BufferedTransaction:
-        if not error.read_conflict:  # a lock not granted in time, say: back off
-            return super().on_error(error)
-        # No backoff after a read conflict: :func:`persistence.kv.run` runs the next
-        # attempt alone (``SqliteEngine.alone``), where it cannot conflict again.
-        nxt = self._fresh()
-        nxt.backoff = self.backoff
+        conflicts = self._conflicts + 1 if error.read_conflict else 0
+        if conflicts < ALONE_AFTER_CONFLICTS:  # back off, as FoundationDB's client does
+            nxt = super().on_error(error)
+        else:  # no backoff: the next attempt runs alone, where it cannot conflict again
+            nxt = self._fresh()
+            nxt.backoff = self.backoff
+            nxt.retry_alone = True
+        assert isinstance(nxt, SqliteTransaction)
+        nxt._conflicts = conflicts
         return nxt
 
     def get_read_version(self) -> int:

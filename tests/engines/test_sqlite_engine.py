@@ -560,12 +560,13 @@ def test_the_writer_queue_is_taken_again_only_by_its_holder(tmp_path: Path) -> N
     engine.close()
 
 
-def test_a_conflicted_transaction_is_retried_alone_without_backoff(
+def test_a_transaction_conflicted_twice_is_retried_alone_without_backoff(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After a conflict, ``kv.run`` runs the next attempt alone: no writer that queues (here
-    another thread, through another engine on the file) commits until it has, so it cannot
-    conflict again -- and it does not sleep a backoff first."""
+    """After a read conflict the retry backs off (as FoundationDB's client does); after a
+    second one in a row, ``kv.run`` runs the next attempt alone, without a backoff: no
+    writer that queues (here another thread, through another engine on the file) commits
+    until it has, so it cannot conflict again."""
     path = tmp_path / "kv.db"
     engine, other = SqliteEngine(path), SqliteEngine(path, busy_timeout=0.05)
     kv.run(engine, lambda tr: tr.set(b"n", b"0"))
@@ -599,10 +600,10 @@ def test_a_conflicted_transaction_is_retried_alone_without_backoff(
         tr.set(b"n", b"%d" % (n + 1))
 
     kv.run(engine, body)
-    assert attempts == 2 and slept == []
-    # the first attempt's rival committed; the retry's could not get in
-    assert others == ["committed", "refused 1020"]
-    assert kv.run(engine, lambda tr: tr.get(b"n")) == b"2"
+    assert attempts == 3 and len(slept) == 1  # one backoff, after the first conflict
+    # the rivals of the first two attempts committed; the third's could not get in
+    assert others == ["committed", "committed", "refused 1020"]
+    assert kv.run(engine, lambda tr: tr.get(b"n")) == b"3"
     engine.close()
     other.close()
 
@@ -619,7 +620,7 @@ def test_a_commit_nested_in_an_alone_attempt_does_not_wait_for_itself(tmp_path: 
         nonlocal attempts
         attempts += 1
         n = int(tr.get(b"n") or 0)
-        if attempts <= 2:  # the second attempt runs alone: no wait, or this would be 1020
+        if attempts <= 2:  # inside an alone attempt: no wait, or this would be 1020
             kv.run(
                 engine,
                 lambda t: t.set(b"n", b"%d" % (int(t.get(b"n") or 0) + 10)),
@@ -627,7 +628,7 @@ def test_a_commit_nested_in_an_alone_attempt_does_not_wait_for_itself(tmp_path: 
             )
         tr.set(b"n", b"%d" % (n + 1))
 
-    kv.run(engine, body)
+    kv.run(engine, body, alone=True)
     assert attempts == 3
     assert kv.run(engine, lambda tr: tr.get(b"n")) == b"21"
     engine.close()
