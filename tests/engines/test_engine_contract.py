@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from persistence import fdb_errors, fdbtuple, kv
-from persistence.errors import EngineError, RetryLimitReached
+from persistence.errors import EngineError, RetryLimitReached, Validation
 from persistence.fdbtuple import Versionstamp
 from persistence.kv import Engine, Transaction
 
@@ -295,8 +295,24 @@ def test_reads_see_one_snapshot(engine: Engine) -> None:
             lambda tr: [tr.set(i.to_bytes(4, "big"), b"v" * 99_000) for i in range(102)],
             fdb_errors.TRANSACTION_TOO_LARGE,
         ),
+        (
+            lambda tr: tr.set_many([(b"a", b""), (b"k" * (kv.MAX_KEY_SIZE + 1), b"")]),
+            fdb_errors.KEY_TOO_LARGE,
+        ),
+        (
+            lambda tr: tr.set_many([(b"a", b""), (b"k", b"v" * (kv.MAX_VALUE_SIZE + 1))]),
+            fdb_errors.VALUE_TOO_LARGE,
+        ),
+        (
+            lambda tr: tr.set_many([(b"a", b""), (b"\xffsystem", b"")]),
+            fdb_errors.KEY_OUTSIDE_LEGAL_RANGE,
+        ),
+        (
+            lambda tr: tr.set_many((i.to_bytes(4, "big"), b"v" * 99_000) for i in range(102)),
+            fdb_errors.TRANSACTION_TOO_LARGE,
+        ),
     ],
-    ids=["key", "value", "system-key", "transaction"],
+    ids=["key", "value", "system-key", "transaction", *(f"set_many-{n}" for n in range(4))],
 )
 def test_size_limits(engine: Engine, make, code: int) -> None:  # type: ignore[no-untyped-def]
     # FoundationDB reports some limits when the write is made and others at commit.
@@ -311,6 +327,19 @@ def test_limits_are_inclusive(engine: Engine) -> None:
     key = b"k" * kv.MAX_KEY_SIZE
     kv.run(engine, lambda tr: tr.set(key, b"v" * kv.MAX_VALUE_SIZE))
     assert len(read(engine, lambda tr: tr.get(key))) == kv.MAX_VALUE_SIZE
+    kv.run(engine, lambda tr: tr.set_many([(key, b"w" * kv.MAX_VALUE_SIZE)]))
+    assert read(engine, lambda tr: tr.get(key)) == b"w" * kv.MAX_VALUE_SIZE
+
+
+@pytest.mark.parametrize("bad", ["key", "value"])
+def test_set_many_refuses_what_set_refuses(engine: Engine, bad: str) -> None:
+    """Pairs are written in turn: those before a refused one are in the transaction's view,
+    the refused one and those after it are not."""
+    pair: tuple[object, object] = ("k", b"v") if bad == "key" else (b"k", 7)
+    tr = engine.create_transaction()
+    with pytest.raises(Validation, match=bad):
+        tr.set_many([(b"a", b"1"), pair, (b"z", b"2")])  # type: ignore[list-item]
+    assert tr.get(b"a") == b"1" and tr.get(b"k") is None and tr.get(b"z") is None
 
 
 def test_used_after_commit(engine: Engine) -> None:
