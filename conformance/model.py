@@ -62,7 +62,8 @@ from persistence.records import (
 from persistence.sizes import MiB
 
 RANDOM_KEY_BYTES: Final = 16
-"""Length of the idempotency key the plane draws for an item enqueued without one."""
+"""Length of the idempotency key the plane draws for an item enqueued without one, on an
+engine whose commit result may be unknown (only its length matters)."""
 
 MAX_IDEMPOTENCY_KEY: Final = 256
 MAX_ENQUEUE_ITEMS: Final = 65_536
@@ -101,11 +102,9 @@ def label_of(ref: SeqRef | None) -> str | None:
 
 
 def envelope_size(item: InboxItem, idempotency_key: bytes | None) -> int:
-    """Bytes of the stored inbox envelope of ``item``: what a drain's ``max_bytes`` counts.
-
-    Without a caller key the plane draws a random 16-byte key; only its length matters."""
-    key = idempotency_key if idempotency_key is not None else b"\x00" * RANDOM_KEY_BYTES
-    return len(InboxEnvelope(encode_inbox_item(item), key).to_cbor())
+    """Bytes of the stored inbox envelope of ``item`` with ``idempotency_key`` (``None``:
+    none): what a drain's ``max_bytes`` counts."""
+    return len(InboxEnvelope(encode_inbox_item(item), idempotency_key).to_cbor())
 
 
 # --------------------------------------------------------------------------- journal entries
@@ -197,9 +196,16 @@ class ContractModel:
     """
 
     def __init__(
-        self, config: PlaneConfig | None = None, size_limit: int = MAX_TRANSACTION_SIZE
+        self,
+        config: PlaneConfig | None = None,
+        size_limit: int = MAX_TRANSACTION_SIZE,
+        *,
+        commit_may_be_unknown: bool = True,
     ) -> None:
+        """``commit_may_be_unknown``: the engine's (the plane then gives every item
+        enqueued without a key a random one, stored in its envelope)."""
         self.config = config or PlaneConfig()
+        self.own_key: bytes | None = b"\x00" * RANDOM_KEY_BYTES if commit_may_be_unknown else None
         self.budget = size_limit * (100 - budget.RESERVE) // 100
         self.blobs: dict[UniverseId, dict[Hash, bytes]] = {}
         self.worlds: dict[tuple[UniverseId, WorldId], ModelWorld] = {}
@@ -440,11 +446,11 @@ class ContractModel:
         total = sum(len(e) for e in encoded)
         if total > self.config.max_batch_bytes:
             raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")
-        sizes = [envelope_size(item, key) for item, key in zip(items, keys, strict=True)]
+        idem = [self.own_key if key is None else key for key in keys]
+        sizes = [envelope_size(item, key) for item, key in zip(items, idem, strict=True)]
         for index, size in enumerate(sizes):
             if size > MAX_VALUE_SIZE:
                 raise Validation(f"items[{index}]", "over FoundationDB's value limit")
-        idem = [key or b"\x00" * RANDOM_KEY_BYTES for key in keys]
         budget.check(
             budget.enqueue_cost(WorldKeys(universe, world), list(zip(idem, sizes, strict=True))),
             self.budget,
@@ -455,12 +461,12 @@ class ContractModel:
         group = state.groups
         out: list[SeqRef] = []
         stored = False
-        for item, data, key in zip(items, encoded, keys, strict=True):
+        for item, data, key, size in zip(items, encoded, keys, sizes, strict=True):
             if key is not None and key in state.idempotency:
                 out.append(SeqRef(state.idempotency[key]))
                 continue
             index = len(state.items)
-            state.items.append(ModelItem(item, data, envelope_size(item, key), group))
+            state.items.append(ModelItem(item, data, size, group))
             if key is not None:
                 state.idempotency[key] = index
             out.append(SeqRef(index))

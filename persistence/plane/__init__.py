@@ -182,10 +182,6 @@ def default_normalizer(seq: InboxSeq, item: InboxItem) -> bytes:
     return IngressJournalRecord(seq, encode_inbox_item(item)).to_cbor()
 
 
-def _random_key() -> bytes:
-    return os.urandom(16)
-
-
 def _world_keys(universe: object, world: object) -> WorldKeys:
     """The keys of ``world``, after checking that both ids are ids."""
     return WorldKeys(check_id(universe, UniverseId, "universe"), check_id(world, WorldId, "world"))
@@ -878,7 +874,7 @@ class Plane:
         """Enqueue one item (see :meth:`enqueue_batch`)."""
         encoded = _encoded(item, INBOX_ITEM_TYPES, "item")
         if idempotency_key is None:
-            idempotency_key = _random_key()
+            idempotency_key = self._own_key()
         else:
             check_bytes(idempotency_key, "idempotency_key", low=1, high=MAX_IDEMPOTENCY_KEY_BYTES)
         return self._enqueue(_world_keys(universe, world), [encoded], [idempotency_key])[0]
@@ -894,29 +890,40 @@ class Plane:
     ) -> list[InboxSeq]:
         """Enqueue ``items`` atomically, in order; return their sequences.
 
-        Items without a caller key get a random one, so a retry after an unknown commit
-        result never duplicates them; a caller key makes repeats across calls return the
-        first sequence too, until inbox compaction removes the item: at least
-        ``config.inbox_retention_seconds`` after it was drained (then a repeat makes a new
-        item)."""
+        Items without a caller key get a random one where a commit result may be unknown,
+        so a retry never duplicates them (``_own_key``); a caller key makes repeats across
+        calls return the first sequence too, until inbox compaction removes the item: at
+        least ``config.inbox_retention_seconds`` after it was drained (then a repeat makes a
+        new item)."""
         keys = _world_keys(universe, world)
         # user versions are two bytes: at most 65,536 items per transaction
         check_sequence(items, "items", 1, min(self.config.max_batch_entries, 65_536))
         encoded = [_encoded(item, INBOX_ITEM_TYPES, f"items[{i}]") for i, item in enumerate(items)]
+        idem: list[bytes | None]
         if idempotency_keys is None:
-            idem = [_random_key() for _ in items]
+            idem = [self._own_key() for _ in items]
         else:
             check_sequence(idempotency_keys, "idempotency_keys", len(items), len(items))
             idem = [
                 check_bytes(key, f"idempotency_keys[{i}]", low=1, high=MAX_IDEMPOTENCY_KEY_BYTES)
                 for i, key in enumerate(idempotency_keys)
             ]
-        if len(set(idem)) != len(idem):
-            raise Validation("idempotency_keys", "duplicate key within one batch")
+            if len(set(idem)) != len(idem):
+                raise Validation("idempotency_keys", "duplicate key within one batch")
         return self._enqueue(keys, encoded, idem)
 
-    def _enqueue(self, keys: WorldKeys, encoded: list[bytes], idem: list[bytes]) -> list[InboxSeq]:
-        """Protocol C for checked items (their stored bytes) and distinct idempotency keys."""
+    def _own_key(self) -> bytes | None:
+        """The idempotency key of an item enqueued without one: random where a commit's
+        result may be unknown (the retry must find the item the first attempt stored);
+        none where it never is (SQLite: a failed commit stored nothing), which spares the
+        index entry -- a random page of the B-tree per item."""
+        return os.urandom(16) if self.engine.commit_may_be_unknown else None
+
+    def _enqueue(
+        self, keys: WorldKeys, encoded: list[bytes], idem: list[bytes | None]
+    ) -> list[InboxSeq]:
+        """Protocol C for checked items (their stored bytes) and distinct idempotency keys
+        (``None``: no idempotency entry)."""
         envelopes = [InboxEnvelope(i, k) for i, k in zip(encoded, idem, strict=True)]
         if sum(len(item) for item in encoded) > self.config.max_batch_bytes:
             raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")

@@ -352,6 +352,8 @@ class PlaneMachine(RuleBasedStateMachine):
         with a short history (so that a few steps reach drains, snapshots, promotions)."""
         engine, clean = self._make_engine(seed)
         self.engine = engine
+        # what a keyless item's envelope holds depends on the engine (Plane._own_key)
+        self.model = ContractModel(commit_may_be_unknown=engine.commit_may_be_unknown)
         objects = MemoryObjectStore()
         self._plane = open_plane(engine, objects)
         self._observer = self._plane if clean is engine else open_plane(clean, objects)

@@ -1,4 +1,5 @@
-"""Per-call records: a retry finds its own, and a scope keeps only the records of its window."""
+"""Per-call records and idempotency entries, kept only where a commit may end unknown: a
+retry finds its own, and a scope keeps only the records of its window."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from pathlib import Path
 from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
-from persistence import kv
+from persistence import cbor, kv
 from persistence.fdb_errors import COMMIT_UNKNOWN_RESULT
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane, PlaneConfig, journal
 from persistence.plane.calls import Call
+from persistence.records import DomainEventIngress, InboxEnvelope, decode_record
 from segments import open_plane
 
 SECOND = 1_000_000_000
@@ -92,3 +94,48 @@ def test_records_are_kept_only_where_a_commit_may_end_unknown(tmp_path: Path) ->
     assert faulty.append_batch(u, other, 0, [b"mine"]) == 1
     assert [e for _, e in plain.read_range(u, other, 1, 5)] == [b"mine", b"theirs"]
     assert len(_records(plain.engine, WorldKeys(u, other))) == 1
+
+
+def _idempotency_entries(engine: kv.Engine, keys: WorldKeys) -> list[bytes]:
+    rows = kv.run(engine, lambda tr: tr.get_range(*keys.inbox_idempotency_entries()))
+    return [k for k, _ in rows]
+
+
+def test_keyless_items_get_an_idempotency_entry_only_where_a_commit_may_end_unknown(
+    tmp_path: Path,
+) -> None:
+    """On SQLite an item enqueued without a key stores no key and no idempotency entry (a
+    failed commit stored nothing, so no retry can duplicate it); a caller's key still gets
+    its entry. Behind the fault injector the same store draws a random key per item, and a
+    retry after an applied 1021, with another enqueue in between, stores the item once."""
+    plain = open_plane(f"sqlite://{tmp_path}/aos.db", f"file://{tmp_path}/objects")
+    u, w = UniverseId.new(), WorldId.new()
+    keys = WorldKeys(u, w)
+    plain.create_world(u, w)
+    item = DomainEventIngress("test/Event@1", cbor.encode(1))
+    plain.enqueue(u, w, item)
+    plain.enqueue_batch(u, w, [item, item])
+    assert _idempotency_entries(plain.engine, keys) == []
+    assert [e.idempotency_key for e in _envelopes(plain.engine, keys)] == [None] * 3
+    plain.enqueue(u, w, item, idempotency_key=b"mine")
+    assert len(_idempotency_entries(plain.engine, keys)) == 1
+
+    injector = FaultInjector(seed=1)
+    faulty = Plane(FaultyEngine(plain.engine, injector), plain.objects, segments=plain.segments)
+
+    def interleaved() -> None:
+        plain.enqueue(u, w, item)
+
+    injector.fail_commit(1, COMMIT_UNKNOWN_RESULT, applied=True, interleave=interleaved)
+    seq = faulty.enqueue(u, w, item)
+    envelopes = _envelopes(plain.engine, keys)
+    assert len(envelopes) == 6  # 4 before, the interleaved one, ours once
+    assert len(_idempotency_entries(plain.engine, keys)) == 2
+    ours = [s for s, _ in plain.read_after(u, w, None, 10)].index(seq)
+    assert envelopes[ours].idempotency_key is not None
+    assert len(envelopes[ours].idempotency_key or b"") == 16
+
+
+def _envelopes(engine: kv.Engine, keys: WorldKeys) -> list[InboxEnvelope]:
+    rows = kv.run(engine, lambda tr: tr.get_range(*keys.inbox_after(None)))
+    return [decode_record(InboxEnvelope, value, "inbox entry") for _, value in rows]
