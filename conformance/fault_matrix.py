@@ -26,7 +26,7 @@ step, as a restarted host would. Every run must end in exactly the state of the 
 run (sequences, ids and wall-clock times aside): each item journaled once, each blob and
 segment stored once, one notification per enqueue, the same items and idempotency entries
 compacted away, and the journal read through the segments unchanged -- and no world with
-items after its cursor without its ready mark (a mark left over by a retry is allowed).
+items after its cursor without its ready mark (a mark without items is allowed).
 Compaction reads the time from a clock the workload sets (:data:`COMPACT_AT`, then one
 window later).
 

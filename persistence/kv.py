@@ -120,6 +120,12 @@ class Transaction(ABC):
         """
 
     @abstractmethod
+    def compare_and_clear(self, key: bytes, value: bytes) -> None:
+        """Atomically delete ``key`` at commit if its value then is ``value`` (an absent key
+        stays absent). Like :meth:`add` it reads nothing: no read conflict, so a writer
+        that changes the key in between makes it keep its value rather than abort."""
+
+    @abstractmethod
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
         """Write ``value`` at ``key`` whose 10 bytes at the little-endian offset in the
         last 4 bytes of ``key`` are replaced by the commit versionstamp."""

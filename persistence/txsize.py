@@ -33,7 +33,8 @@ CONFLICT_RANGE: Final = 24
 
 
 def set_cost(key: int, value: int) -> int:
-    """Bytes counted for ``set``/``add``/``set_versionstamped_value`` of these lengths: the
+    """Bytes counted for ``set``, ``set_versionstamped_value`` and the atomic mutations
+    (``add``, ``compare_and_clear``) of these lengths: the
     mutation and its write conflict range ``[k, k + b"\\x00")``."""
     return key + value + MUTATION + read_cost(key, key + 1)
 

@@ -31,19 +31,23 @@ MAX_BACKOFF: Final = 1.0
 
 _SET: Final = 0
 _CLEAR: Final = 1
-_ADDS: Final = 2
+_ATOMIC: Final = 2
 _STAMPED_VALUE: Final = 3
+
+Mutation = Callable[[bytes | None, bytes], bytes | None]
+"""An atomic mutation: the new value (``None``: cleared) from the current one and the
+parameter (``checks.apply_add``, ``checks.apply_compare_and_clear``)."""
 
 
 @dataclass(slots=True)
 class _Entry:
-    """The transaction's view of one key: a value, a deletion, atomic adds over the
+    """The transaction's view of one key: a value, a deletion, atomic mutations over the
     (unread) committed value, or a value whose bytes at ``offset`` get the versionstamp
-    (then the adds issued after it)."""
+    (then the mutations issued after it)."""
 
     kind: int
     value: bytes | None = None
-    adds: tuple[bytes, ...] = ()
+    mutations: tuple[tuple[Mutation, bytes], ...] = ()
     offset: int = 0
     unreadable: bool = False
     """Written with a versionstamped value: unreadable to this transaction until a clear
@@ -57,8 +61,8 @@ class _Entry:
         if self.kind == _STAMPED_VALUE:
             assert self.value is not None and len(stamp) == 10
             base = _splice(self.value, self.offset, stamp)
-        for param in self.adds:
-            base = checks.apply_add(base, param)
+        for mutation, param in self.mutations:
+            base = mutation(base, param)
         return base
 
 
@@ -104,6 +108,13 @@ def _subtract(
             if piece[0] < piece[1]
         ]
     return sorted(ranges)
+
+
+def _known(value: bytes | None, unreadable: bool = False) -> _Entry:
+    """The entry of a key whose value the transaction knows (``None``: deleted)."""
+    if value is None:
+        return _Entry(_CLEAR, unreadable=unreadable)
+    return _Entry(_SET, value, unreadable=unreadable)
 
 
 def _unreadable(what: str) -> EngineError:
@@ -181,22 +192,22 @@ class WriteBuffer:
             del self._entries[key]
         self._cleared.append((begin, end))
 
-    def add(self, key: bytes, param: bytes) -> None:
-        """Record an atomic little-endian add."""
+    def mutate(self, key: bytes, mutation: Mutation, param: bytes) -> None:
+        """Record an atomic mutation of ``key``: applied now if this transaction knows the
+        value (it set or cleared the key), else at commit over the committed value."""
         checks.check_key(key)
         checks.check_value(param)
         self._grow(txsize.set_cost(len(key), len(param)))
         entry = self._entries.get(key)
         if entry is None:
             if self._is_cleared(key):
-                self._entries[key] = _Entry(_SET, checks.apply_add(None, param))
+                self._entries[key] = _known(mutation(None, param))
             else:
-                self._entries[key] = _Entry(_ADDS, adds=(param,))
-        elif entry.kind in (_ADDS, _STAMPED_VALUE):
-            entry.adds += (param,)  # applied at commit, over the stamped value
+                self._entries[key] = _Entry(_ATOMIC, mutations=((mutation, param),))
+        elif entry.kind in (_ATOMIC, _STAMPED_VALUE):
+            entry.mutations += ((mutation, param),)  # at commit, over the stamped value
         else:
-            value = checks.apply_add(entry.resolve(None), param)
-            self._entries[key] = _Entry(_SET, value, unreadable=entry.unreadable)
+            self._entries[key] = _known(mutation(entry.resolve(None), param), entry.unreadable)
 
     def set_versionstamped_key(self, key: bytes, value: bytes, read_version: int | None) -> None:
         """Record a versionstamped key (offset suffix on ``key``); ``read_version`` is the
@@ -276,7 +287,7 @@ class WriteBuffer:
         """The transaction's view of ``key``; ``read_base`` reads the committed snapshot."""
         self.check_readable(key, key + b"\x00")
         entry = self._entries.get(key)
-        if entry is not None and entry.kind != _ADDS:
+        if entry is not None and entry.kind != _ATOMIC:
             return entry.resolve(None)
         base = None if self._is_cleared(key) else read_base(key)
         return base if entry is None else entry.resolve(base)
@@ -332,10 +343,10 @@ class WriteBuffer:
         """``(key, value or None for delete)`` to apply after the cleared ranges, in order:
         keyed writes first, then versionstamped keys not cleared by a later range clear.
 
-        ``read_committed`` reads the value as of the commit, for atomic adds; ``stamp`` is
+        ``read_committed`` reads the value as of the commit, for atomic mutations; ``stamp`` is
         the commit's versionstamp (needed when :meth:`needs_stamp`)."""
         for key, entry in self._entries.items():
-            if entry.kind == _ADDS:
+            if entry.kind == _ATOMIC:
                 yield key, entry.resolve(read_committed(key))
             else:
                 yield key, entry.resolve(None, stamp)
@@ -572,7 +583,11 @@ class BufferedTransaction(kv.Transaction):
 
     def add(self, key: bytes, param: bytes) -> None:
         self._check_open()
-        self.buffer.add(key, param)
+        self.buffer.mutate(key, checks.apply_add, param)
+
+    def compare_and_clear(self, key: bytes, value: bytes) -> None:
+        self._check_open()
+        self.buffer.mutate(key, checks.apply_compare_and_clear, value)
 
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
         self._check_open()

@@ -70,3 +70,9 @@ def apply_add(current: bytes | None, param: bytes) -> bytes:
     base = int.from_bytes((current or b"")[:width], "little")
     total = (base + int.from_bytes(param, "little")) % (1 << (8 * width))
     return total.to_bytes(width, "little")
+
+
+def apply_compare_and_clear(current: bytes | None, param: bytes) -> bytes | None:
+    """FoundationDB's ``COMPARE_AND_CLEAR`` mutation: the key goes if its value is
+    ``param`` (an absent key stays absent), else keeps its value."""
+    return None if current is None or current == param else current

@@ -279,6 +279,10 @@ class FaultyTransaction(kv.Transaction):
         self._writes = True
         self._inner.add(key, param)
 
+    def compare_and_clear(self, key: bytes, value: bytes) -> None:
+        self._writes = True
+        self._inner.compare_and_clear(key, value)
+
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
         self._writes = True
         self._inner.set_versionstamped_key(key, value)

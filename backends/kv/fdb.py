@@ -234,6 +234,11 @@ class FdbTransaction(kv.Transaction):
         checks.check_type(param, "param")
         self._call(lambda: self._tr.add(key, param))
 
+    def compare_and_clear(self, key: bytes, value: bytes) -> None:
+        checks.check_type(key, "key")
+        checks.check_type(value, "value")
+        self._call(lambda: self._tr.compare_and_clear(key, value))
+
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
         checks.check_type(key, "key")
         checks.check_type(value, "value")

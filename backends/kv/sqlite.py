@@ -80,8 +80,8 @@ MAX_WRITE_POLL: Final = 1e-3
 ALONE_AFTER_CONFLICTS: Final = 2
 """Read conflicts in a row after which a transaction's next attempt runs alone
 (``Transaction.retry_alone``). The first retry backs off as FoundationDB's client does: a
-long transaction (a drain clearing its ready mark) would otherwise hold every writer up
-while it reruns; a transaction that keeps losing then wins, so none starves."""
+long transaction (a drain that lost a read) would otherwise hold every writer up while
+it reruns; a transaction that keeps losing then wins, so none starves."""
 MAX_BUSY_TIMEOUT: Final = (2**31 - 1) / 1000  # PRAGMA busy_timeout takes a 32-bit millisecond count
 PAGE_SIZE: Final = 8192  # of every store this engine creates (an existing one keeps its own)
 MIN_DATABASE_BYTES: Final = 512  # SQLite's smallest page: a database file holds at least one

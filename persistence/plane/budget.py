@@ -171,7 +171,8 @@ def drain_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:
 
 def drain_world_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:
     """One world's part of a drain: read and move the head and the cursor, write the
-    entries, read and clear the world's ready mark."""
+    entries, compare-and-clear the world's ready mark (with a value at most
+    ``READY_VALUE_BYTES`` long)."""
     head, cursor, ready = len(keys.head()), len(keys.inbox_cursor()), len(keys.ready())
     return (
         txsize.get_cost(head)
@@ -179,8 +180,7 @@ def drain_world_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> i
         + entries_cost(keys, first, entries)
         + txsize.get_cost(cursor)
         + txsize.set_cost(cursor, CURSOR_BYTES)
-        + txsize.get_cost(ready)
-        + txsize.clear_cost(ready)
+        + txsize.set_cost(ready, READY_VALUE_BYTES)
     )
 
 

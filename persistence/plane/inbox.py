@@ -257,19 +257,17 @@ def drain(
     Conflicts are the ones the protocol needs: a drain that takes items reads the cursor and
     the head with a conflict (another drain, a cursor commit or an append aborts it), the
     items at snapshot isolation -- they are immutable, and every item committed after this
-    drain's read version sorts after them, so concurrent enqueues never abort a drain, except
-    one that leaves the inbox empty and clears the ready mark (the mark is read with a
-    conflict). A drain that takes nothing has no conflict but the mark's, if it clears it.
-    A retry whose earlier attempt committed returns that attempt's result (its call record)."""
+    drain's read version sorts after them, so concurrent enqueues never abort a drain (one
+    that leaves the inbox empty clears the ready mark with ``compare_and_clear``, which
+    reads nothing). A drain that takes nothing has no conflict at all. A retry whose
+    earlier attempt committed returns that attempt's result (its call record)."""
     done = calls.replayed(tr, keys, call)
     if done is not None:
         more = None if done.value is None else cbor.decode_stored(done.value, "drain record")
         if more is not None and not isinstance(more, bool):
             raise CorruptRecord("call record", "a drain record's value is not a boolean")
         return DrainResult(_required(done.first_height), _required(done.count), done.seq, more)
-    result, _, wrote = _drain_world(
-        tr, keys, limits, normalize, budget.call_cost(keys), call.attempts == 1, alone=True
-    )
+    result, _, wrote = _drain_world(tr, keys, limits, normalize, budget.call_cost(keys), True)
     if wrote:
         outcome = CallRecord(
             "drain",
@@ -313,9 +311,7 @@ def drain_worlds(
     wrote = False
     for keys in worlds:
         alone = not any(result.count for result in results)
-        result, counted, changed = _drain_world(
-            tr, keys, limits, normalize, counted, call.attempts == 1, alone
-        )
+        result, counted, changed = _drain_world(tr, keys, limits, normalize, counted, alone)
         results.append(result)
         wrote |= changed
     if wrote:
@@ -330,13 +326,12 @@ def _drain_world(
     limits: DrainLimits,
     normalize: Normalizer,
     counted: int,
-    clear_ready: bool,
     alone: bool,
 ) -> tuple[DrainResult, int, bool]:
     """One world's drain inside ``tr``, after ``counted`` bytes of the budget: its result,
-    the bytes counted with it, and whether it wrote. With ``clear_ready`` it clears the ready
-    mark when no item follows; with ``alone`` (no item drained before it in ``tr``) an entry
-    that does not fit is ``Validation``, else the world drains fewer items."""
+    the bytes counted with it, and whether it wrote. It clears the ready mark when no item
+    follows; with ``alone`` (no item drained before it in ``tr``) an entry that does not
+    fit is ``Validation``, else the world drains fewer items."""
     # Cursor and head are read at snapshot isolation and get their conflicts only if the
     # world drains items: a world that drains nothing writes neither (an append or another
     # drain of it then aborts nothing, in a multi-world drain especially).
@@ -358,19 +353,20 @@ def _drain_world(
         more = False
     else:  # stopped at a limit: is there a next item? (a snapshot read: no conflict)
         more = bool(tr.get_range(*keys.inbox_after(after), limit=1, snapshot=True))
-    cleared = clear_ready and not more and _clear_ready(tr, keys)
+    cleared = not more and _clear_ready(tr, keys)
     return DrainResult(first, len(entries), after, more), counted, bool(entries) or cleared
 
 
 def _clear_ready(tr: kv.Transaction, keys: WorldKeys) -> bool:
-    """Clear the ready mark of a world whose inbox this drain leaves empty; whether there
-    was one. The mark is read with a conflict only when it is cleared: an enqueue that
-    commits after this transaction's read version wrote it, and aborts the drain."""
+    """Clear the ready mark of a world whose inbox this drain leaves empty, if no enqueue
+    rewrites it before the commit; whether there was one. Every enqueue writes its own
+    versionstamp there, so ``compare_and_clear`` with the value read keeps the mark of any
+    enqueue committed after this transaction's read version -- without a conflict."""
     mark = keys.ready()
-    if tr.get(mark, snapshot=True) is None:
+    seen = tr.get(mark, snapshot=True)
+    if seen is None:
         return False
-    tr.add_read_conflict_key(mark)
-    tr.clear(mark)
+    tr.compare_and_clear(mark, seen)
     return True
 
 

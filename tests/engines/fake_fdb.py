@@ -601,6 +601,12 @@ class Transaction(TransactionRead):
         k = _key_to_bytes(key)
         self._state.write("add", lambda: self._state.inner.add(k, v))
 
+    def compare_and_clear(self, key: object, param: object) -> None:
+        """The ``COMPARE_AND_CLEAR`` atomic operation; errors are deferred."""
+        v = _value_to_bytes(param)
+        k = _key_to_bytes(key)
+        self._state.write("compare_and_clear", lambda: self._state.inner.compare_and_clear(k, v))
+
     def set_versionstamped_key(self, key: object, param: object) -> None:
         """``SET_VERSIONSTAMPED_KEY`` (4-byte offset suffix on ``key``); errors are deferred."""
         v = _value_to_bytes(param)

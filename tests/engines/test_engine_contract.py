@@ -113,6 +113,61 @@ def test_concurrent_atomic_adds_do_not_conflict(engine: Engine) -> None:
     assert read(engine, lambda tr: tr.get(b"n")) == (2).to_bytes(8, "little")
 
 
+def test_compare_and_clear_clears_only_an_equal_value(engine: Engine) -> None:
+    commit_all(engine, {b"same": b"v", b"other": b"v"})
+
+    def body(tr: Transaction) -> None:
+        tr.compare_and_clear(b"same", b"v")
+        tr.compare_and_clear(b"other", b"w")
+        tr.compare_and_clear(b"absent", b"v")
+
+    kv.run(engine, body)
+    found = read(engine, lambda tr: [tr.get(k) for k in (b"same", b"other", b"absent")])
+    assert found == [None, b"v", None]
+
+
+def test_compare_and_clear_compares_at_commit_without_a_read_conflict(engine: Engine) -> None:
+    """A writer that changes the key after the read version makes it keep the new value,
+    and aborts nothing; unchanged, it clears."""
+    commit_all(engine, {b"mark": b"1"})
+    tr = engine.create_transaction()
+    seen = tr.get(b"mark", snapshot=True)
+    assert seen == b"1"
+    tr.compare_and_clear(b"mark", seen)
+    kv.run(engine, lambda other: other.set(b"mark", b"2"))
+    tr.commit()
+    assert read(engine, lambda tr: tr.get(b"mark")) == b"2"
+    tr = engine.create_transaction()
+    tr.compare_and_clear(b"mark", b"2")
+    tr.commit()
+    assert read(engine, lambda tr: tr.get(b"mark")) is None
+
+
+def test_a_compare_and_clear_that_clears_aborts_a_reader_of_the_key(engine: Engine) -> None:
+    commit_all(engine, {b"mark": b"1"})
+    reader = engine.create_transaction()
+    assert reader.get(b"mark") == b"1"
+    reader.set(b"derived", b"from 1")
+    kv.run(engine, lambda tr: tr.compare_and_clear(b"mark", b"1"))
+    with pytest.raises(EngineError) as aborted:
+        reader.commit()
+    assert aborted.value.code == fdb_errors.NOT_COMMITTED
+
+
+def test_compare_and_clear_reads_its_own_writes(engine: Engine) -> None:
+    commit_all(engine, {b"c": b"v"})
+    tr = engine.create_transaction()
+    tr.set(b"k", b"v")
+    tr.compare_and_clear(b"k", b"v")
+    tr.set(b"j", b"v")
+    tr.compare_and_clear(b"j", b"w")
+    tr.compare_and_clear(b"c", b"v")  # over the committed value
+    assert [tr.get(k) for k in (b"c", b"j", b"k")] == [None, b"v", None]
+    assert tr.get_range(b"a", b"z") == [(b"j", b"v")]
+    tr.commit()
+    assert read(engine, lambda tr: tr.get_range(b"a", b"z")) == [(b"j", b"v")]
+
+
 def test_versionstamps_increase_across_and_within_transactions(engine: Engine) -> None:
     stamps = []
     for i in range(5):

@@ -268,8 +268,8 @@ def test_a_drain_commits_while_older_enqueues_are_in_flight() -> None:
     )  # read version R
     plane.enqueue_batch(u, w, [event(1), event(2)])  # committed after R
     draining = engine.create_transaction()
-    # one item of two: a drain that empties the inbox also clears the world's ready mark,
-    # which the enqueue writes -- that conflict is needed (tests/plane/test_drain_worker.py)
+    # one item of two, so the drain reads no ready mark (one that empties the inbox clears
+    # it with compare_and_clear, which conflicts with nothing: tests/plane/test_drain_worker.py)
     limits = inbox.DrainLimits(1, 1 << 20, plane.config.max_entry_bytes, plane.budget)
     result = inbox.drain(draining, keys, limits, default_normalizer, Call.new())
     assert result.count == 1
