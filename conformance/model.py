@@ -45,7 +45,7 @@ from persistence.errors import (
 from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import MAX_TRANSACTION_SIZE, MAX_VALUE_SIZE
-from persistence.plane import EMPTY_MANIFEST, GENESIS_STATE, PlaneConfig, budget
+from persistence.plane import EMPTY_MANIFEST, GENESIS_STATE, OWN_KEY_BYTES, PlaneConfig, budget
 from persistence.plane.journal import Creation
 from persistence.plane.snapshots import SnapshotOutcome
 from persistence.records import (
@@ -61,7 +61,7 @@ from persistence.records import (
 )
 from persistence.sizes import MiB
 
-RANDOM_KEY_BYTES: Final = 16
+RANDOM_KEY_BYTES: Final = OWN_KEY_BYTES
 """Length of the idempotency key the plane draws for an item enqueued without one, on an
 engine whose commit result may be unknown (only its length matters)."""
 
@@ -446,13 +446,15 @@ class ContractModel:
         total = sum(len(e) for e in encoded)
         if total > self.config.max_batch_bytes:
             raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")
-        idem = [self.own_key if key is None else key for key in keys]
-        sizes = [envelope_size(item, key) for item, key in zip(items, idem, strict=True)]
+        # limits count the key a keyless item gets where commits may end unknown, on every
+        # engine; a drain's max_bytes counts what is stored
+        counted = [key or b"\x00" * RANDOM_KEY_BYTES for key in keys]
+        sizes = [envelope_size(item, key) for item, key in zip(items, counted, strict=True)]
         for index, size in enumerate(sizes):
             if size > MAX_VALUE_SIZE:
                 raise Validation(f"items[{index}]", "over FoundationDB's value limit")
         budget.check(
-            budget.enqueue_cost(WorldKeys(universe, world), list(zip(idem, sizes, strict=True))),
+            budget.enqueue_cost(WorldKeys(universe, world), list(zip(counted, sizes, strict=True))),
             self.budget,
             "items",
             "the batch",
@@ -461,11 +463,12 @@ class ContractModel:
         group = state.groups
         out: list[SeqRef] = []
         stored = False
-        for item, data, key, size in zip(items, encoded, keys, sizes, strict=True):
+        for item, data, key in zip(items, encoded, keys, strict=True):
             if key is not None and key in state.idempotency:
                 out.append(SeqRef(state.idempotency[key]))
                 continue
             index = len(state.items)
+            size = envelope_size(item, self.own_key if key is None else key)
             state.items.append(ModelItem(item, data, size, group))
             if key is not None:
                 state.idempotency[key] = index

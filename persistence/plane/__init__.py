@@ -182,6 +182,16 @@ def default_normalizer(seq: InboxSeq, item: InboxItem) -> bytes:
     return IngressJournalRecord(seq, encode_inbox_item(item)).to_cbor()
 
 
+OWN_KEY_BYTES: Final = 16
+"""Length of the idempotency key drawn for an item enqueued without one (where it gets one:
+``Plane._own_key``)."""
+_OWN_KEY: Final = bytes(OWN_KEY_BYTES)
+OWN_KEY_ENVELOPE_BYTES: Final = len(InboxEnvelope(b"\x00", _OWN_KEY).to_cbor()) - len(
+    InboxEnvelope(b"\x00", None).to_cbor()
+)
+"""What such a key adds to an inbox envelope (33 bytes)."""
+
+
 def _world_keys(universe: object, world: object) -> WorldKeys:
     """The keys of ``world``, after checking that both ids are ids."""
     return WorldKeys(check_id(universe, UniverseId, "universe"), check_id(world, WorldId, "world"))
@@ -917,27 +927,34 @@ class Plane:
         result may be unknown (the retry must find the item the first attempt stored);
         none where it never is (SQLite: a failed commit stored nothing), which spares the
         index entry -- a random page of the B-tree per item."""
-        return os.urandom(16) if self.engine.commit_may_be_unknown else None
+        return os.urandom(OWN_KEY_BYTES) if self.engine.commit_may_be_unknown else None
 
     def _enqueue(
         self, keys: WorldKeys, encoded: list[bytes], idem: list[bytes | None]
     ) -> list[InboxSeq]:
         """Protocol C for checked items (their stored bytes) and distinct idempotency keys
-        (``None``: no idempotency entry)."""
+        (``None``: no idempotency entry). Limits are checked as FoundationDB stores the
+        items: a keyless one counts the key it gets there (in its envelope and as an
+        idempotency entry), so that what one engine accepts every engine accepts."""
         envelopes = [InboxEnvelope(i, k) for i, k in zip(encoded, idem, strict=True)]
         if sum(len(item) for item in encoded) > self.config.max_batch_bytes:
             raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")
-        sizes = [len(e.to_cbor()) for e in envelopes]
+        counted = [_OWN_KEY if k is None else k for k in idem]
+        sizes = [
+            len(e.to_cbor()) + (OWN_KEY_ENVELOPE_BYTES if k is None else 0)
+            for e, k in zip(envelopes, idem, strict=True)
+        ]
         for index, size in enumerate(sizes):
             if size > kv.MAX_VALUE_SIZE:
                 raise Validation(
                     f"items[{index}]",
-                    f"the item's inbox envelope is {size:,} bytes > {kv.MAX_VALUE_SIZE:,} "
+                    f"the item's inbox envelope, with an idempotency key, is {size:,} bytes > "
+                    f"{kv.MAX_VALUE_SIZE:,} "
                     "(FoundationDB's value limit): put large payloads in the CAS and enqueue "
                     "their hash",
                 )
         budget.check(
-            budget.enqueue_cost(keys, list(zip(idem, sizes, strict=True))),
+            budget.enqueue_cost(keys, list(zip(counted, sizes, strict=True))),
             self.budget,
             "items",
             f"enqueueing {len(envelopes):,} items",

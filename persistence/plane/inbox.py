@@ -6,13 +6,13 @@ workers which worlds have items.
 The pending-work index is one *ready mark* per world, ``("u", U, "ready", bucket, W)``
 (``keyspace.UniverseKeys.ready``). Every enqueue that stores items writes it blindly (no
 read: enqueues never conflict on it), with its own versionstamp as the value, so every write
-changes it. A drain that leaves the inbox empty clears it, after reading it with a conflict:
-an enqueue that commits between the drain's read version and its commit wrote the mark, so
-the drain aborts and, retried, sees the new item. Hence a world with items after its cursor
-always has its mark (a mark without items -- left by a retry, or by ``commit_cursor`` moving
-past the last item -- is harmless: the next drain of the world finds nothing and clears it).
-Only a call's first attempt clears marks: a retry leaves them, so an inbox that keeps
-receiving items costs a drain at most one conflict, never a livelock.
+changes it. A drain that leaves the inbox empty clears it with ``compare_and_clear`` and the
+value it read at snapshot isolation: an enqueue that commits between the drain's read version
+and its commit rewrote the mark with another value, so the mark stays -- and the drain, which
+reads it with no conflict, commits. Hence a world with items after its cursor always has its
+mark (a mark without items -- left by ``commit_cursor`` moving past the last item -- is
+harmless: the next drain of the world finds nothing and clears it), and enqueues never abort
+a drain.
 """
 
 from __future__ import annotations

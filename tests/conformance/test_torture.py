@@ -408,7 +408,8 @@ def entry_of_a_pending_item_removed(store: Store) -> None:
 
 
 def ready_mark_of_a_pending_world_removed(store: Store) -> None:
-    """As a drain that cleared the mark without reading it with a conflict could leave it."""
+    """As a drain that cleared the mark blindly (not comparing it with what it read) could
+    leave it."""
     keys, _, _ = _pending(store)
     kv.run(store[0].engine, lambda tr: tr.clear(keys.ready()))
 

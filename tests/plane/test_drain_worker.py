@@ -190,7 +190,7 @@ def test_no_world_ever_has_pending_items_without_its_mark(
         tr = engine.create_transaction()
         which = rng.randrange(len(worlds))
         call = Call.new()
-        call.attempts = rng.choice([0, 0, 1])  # some are retries: they never clear
+        call.attempts = rng.choice([0, 0, 1])  # some are retries (they clear marks too)
         roll = rng.random()
         if roll < 0.45:
             envelope = InboxEnvelope(encode_inbox_item(event(step)), b"k%d" % step)

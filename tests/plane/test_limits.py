@@ -17,14 +17,15 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, fdb_errors, kv
 from persistence.errors import EngineError, Validation
 from persistence.ids import UniverseId, WorldId
-from persistence.plane import MAX_INLINE_BYTES, Plane, PlaneConfig
-from persistence.records import DomainEventIngress
+from persistence.plane import MAX_INLINE_BYTES, OWN_KEY_ENVELOPE_BYTES, Plane, PlaneConfig
+from persistence.records import DomainEventIngress, encode_inbox_item
 from segments import open_plane
 from tests.fdb_cluster import FdbCluster, clear_keyspace
 
@@ -159,3 +160,33 @@ def test_the_largest_batch_the_plane_accepts_commits_at_full_size(
         plane.append_batch(u, w, 8_324, [entry] * 8_325)
     assert plane.head(u, w) == 8_324
     engine.close()
+
+
+def test_a_keyless_item_meets_the_same_limits_on_every_engine(tmp_path: Path) -> None:
+    """On SQLite a keyless item stores no idempotency key, elsewhere a random one: its limits
+    count that key on every engine, so the largest item accepted is the same everywhere."""
+    overhead = len(encode_inbox_item(DomainEventIngress("t/E@1", cbor.encode(b""))))
+    # the envelope without a key holds the item in a 1-key map: 1 + 5 + the item's header
+    payload = kv.MAX_VALUE_SIZE - OWN_KEY_ENVELOPE_BYTES - overhead - 20
+    engines: list[kv.Engine] = [
+        SqliteEngine(tmp_path / "kv.db"),
+        MemoryEngine(),
+        FaultyEngine(SqliteEngine(tmp_path / "faulty.db"), FaultInjector(seed=1)),
+    ]
+    verdicts = []
+    for engine in engines:
+        plane = open_plane(engine, MemoryObjectStore(), PlaneConfig(max_batch_bytes=1 << 20))
+        u, w = UniverseId.new(), WorldId.new()
+        plane.create_world(u, w)
+        accepted = []
+        for extra in range(40):  # over the edge, a byte at a time
+            item = DomainEventIngress("t/E@1", cbor.encode(bytes(payload + extra)))
+            try:
+                plane.enqueue(u, w, item)
+                accepted.append(extra)
+            except Validation as exc:
+                assert exc.field == "items[0]"
+        verdicts.append(accepted)
+        engine.close()
+    assert verdicts[0] == verdicts[1] == verdicts[2]
+    assert 0 < len(verdicts[0]) < 40  # the edge lies inside the range tried
