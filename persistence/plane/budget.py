@@ -190,18 +190,19 @@ def drain_group_cost(universe: UniverseKeys, worlds: int) -> int:
     return call_cost(universe, CALL_RECORD_BYTES + DRAIN_RESULT_BYTES * worlds)
 
 
-def enqueue_cost(keys: WorldKeys, items: Sequence[tuple[bytes | None, int]]) -> int:
-    """Protocol C for ``(idempotency key or None, encoded envelope length)`` pairs: per item
-    the versionstamped item and, with a key, the idempotency lookup and index entry; one
-    notification add and the world's ready mark."""
+def enqueue_cost(keys: WorldKeys, items: Sequence[tuple[bytes, int]]) -> int:
+    """Protocol C for ``(idempotency key, encoded envelope length)`` pairs: per item the
+    idempotency lookup, the versionstamped item and index entry; one notification add and
+    the world's ready mark (a keyless item is counted with the key it gets where commits
+    may end unknown: ``Plane._enqueue``)."""
     total = txsize.set_cost(len(keys.notify_counter()), 8)
     total += txsize.set_cost(len(keys.ready()), READY_VALUE_BYTES)
     item_key = len(keys.inbox_item_with_versionstamp(0))
     for idempotency_key, envelope in items:
+        idem = len(keys.inbox_idempotency(idempotency_key))
+        total += txsize.get_cost(idem)
         total += txsize.versionstamped_key_cost(item_key, envelope)
-        if idempotency_key is not None:
-            idem = len(keys.inbox_idempotency(idempotency_key))
-            total += txsize.get_cost(idem) + txsize.set_cost(idem, STAMP_VALUE_BYTES)
+        total += txsize.set_cost(idem, STAMP_VALUE_BYTES)
     return total
 
 
