@@ -61,9 +61,9 @@ from persistence.records import (
 )
 from persistence.sizes import MiB
 
-RANDOM_KEY_BYTES: Final = OWN_KEY_BYTES
-"""Length of the idempotency key the plane draws for an item enqueued without one, on an
-engine whose commit result may be unknown (only its length matters)."""
+OWN_KEY: Final = bytes(OWN_KEY_BYTES)
+"""Stands for the random idempotency key the plane draws for an item enqueued without one
+(only its length matters)."""
 
 MAX_IDEMPOTENCY_KEY: Final = 256
 MAX_ENQUEUE_ITEMS: Final = 65_536
@@ -205,7 +205,7 @@ class ContractModel:
         """``commit_may_be_unknown``: the engine's (the plane then gives every item
         enqueued without a key a random one, stored in its envelope)."""
         self.config = config or PlaneConfig()
-        self.own_key: bytes | None = b"\x00" * RANDOM_KEY_BYTES if commit_may_be_unknown else None
+        self.own_key: bytes | None = OWN_KEY if commit_may_be_unknown else None
         self.budget = size_limit * (100 - budget.RESERVE) // 100
         self.blobs: dict[UniverseId, dict[Hash, bytes]] = {}
         self.worlds: dict[tuple[UniverseId, WorldId], ModelWorld] = {}
@@ -448,7 +448,7 @@ class ContractModel:
             raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")
         # limits count the key a keyless item gets where commits may end unknown, on every
         # engine; a drain's max_bytes counts what is stored
-        counted = [key or b"\x00" * RANDOM_KEY_BYTES for key in keys]
+        counted = [key or OWN_KEY for key in keys]
         sizes = [envelope_size(item, key) for item, key in zip(items, counted, strict=True)]
         for index, size in enumerate(sizes):
             if size > MAX_VALUE_SIZE:
