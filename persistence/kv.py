@@ -195,7 +195,7 @@ class Engine(ABC):
     small transactions and pauses between them (export's hot-key deletion:
     ``segments/export.py``), so that the foreground's commits wait for little."""
 
-    def alone(self) -> AbstractContextManager[None]:
+    def alone(self) -> AbstractContextManager[object]:
         """A block in which no other writer commits, so that a transaction run inside it
         cannot conflict (SQLite: its writer queue held). Where writers do not serialize
         (FoundationDB) there is no such block: this one holds nothing."""

@@ -362,7 +362,7 @@ class FaultyEngine(kv.Engine):
     def wait_changed(self, key: bytes, seen: bytes | None, timeout: float) -> None:
         self.inner.wait_changed(key, seen, timeout)
 
-    def alone(self) -> AbstractContextManager[None]:
+    def alone(self) -> AbstractContextManager[object]:
         return self.inner.alone()
 
     def close(self) -> None:

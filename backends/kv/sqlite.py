@@ -292,21 +292,12 @@ class SqliteEngine(kv.Engine):
     def create_transaction(self) -> SqliteTransaction:
         return SqliteTransaction(self)
 
-    @contextlib.contextmanager
-    def alone(self) -> Iterator[None]:
+    def alone(self) -> _Turn:
         """Hold the writer queue for the block (a commit inside it takes the queue again,
         as its holder): no other writer that queues can commit meanwhile, so reads made
         in the block stay the newest and its commit upgrades in place. 1020 if the queue
         is not granted within ``busy_timeout``."""
-        deadline = time.monotonic() + self.busy_timeout
-        with self._writers.turn(deadline, wait=True) as granted:
-            if not granted:
-                raise fdb_errors.engine_error(
-                    fdb_errors.NOT_COMMITTED,
-                    "alone: the writer queue was not granted within busy_timeout "
-                    f"({self.busy_timeout} s)",
-                )
-            yield
+        return self._writers.turn(time.monotonic() + self.busy_timeout, refused="alone")
 
     def close(self) -> None:
         with self._lock:
@@ -468,7 +459,7 @@ class SqliteTransaction(BufferedTransaction):
         queue = self._engine._writers
         deadline = time.monotonic() + self._engine.busy_timeout
         if self._reading and conn.in_transaction:
-            with queue.turn(deadline, wait=False) as granted:
+            with queue.turn(deadline) as granted:
                 if granted:
                     # Fast path: upgrade the read transaction in place. SQLite allows it
                     # only while the snapshot is still the newest, i.e. when nothing
@@ -483,13 +474,7 @@ class SqliteTransaction(BufferedTransaction):
                     _rollback(conn)
                     return self._validated(conn, deadline)
         _rollback(conn)  # wait without a snapshot (see the module docstring)
-        with queue.turn(deadline, wait=True) as granted:
-            if not granted:
-                raise fdb_errors.engine_error(
-                    fdb_errors.NOT_COMMITTED,
-                    "begin write: the writer queue was not granted within busy_timeout "
-                    f"({self._engine.busy_timeout} s)",
-                )
+        with queue.turn(deadline, refused="begin write"):
             return self._validated(conn, deadline)
 
     def _validated(self, conn: sqlite3.Connection, deadline: float) -> bytes | None:
@@ -608,6 +593,34 @@ class SqliteTransaction(BufferedTransaction):
             self._close()
 
 
+class _Turn:
+    """A turn of a :class:`_WriterQueue` as a ``with`` block (see :meth:`_WriterQueue.turn`;
+    a class rather than a generator: every commit takes one or two)."""
+
+    __slots__ = ("_deadline", "_granted", "_queue", "_refused")
+
+    def __init__(self, queue: _WriterQueue, deadline: float, refused: str | None) -> None:
+        self._queue = queue
+        self._deadline = deadline
+        self._refused = refused
+        self._granted = False
+
+    def __enter__(self) -> bool:
+        refused = self._refused
+        self._granted = self._queue._acquire(self._deadline, wait=refused is not None)
+        if refused is not None and not self._granted:
+            raise fdb_errors.engine_error(
+                fdb_errors.NOT_COMMITTED,
+                f"{refused}: the writer queue was not granted within busy_timeout",
+            )
+        return self._granted
+
+    def __exit__(self, *exc: object) -> None:
+        if self._granted:
+            self._granted = False
+            self._queue._release()
+
+
 class _WriterQueue:
     """The writer queue of one store in this process (see the module docstring), shared by
     every engine open on it: a lock of the process's threads, then an exclusive ``flock``
@@ -643,16 +656,11 @@ class _WriterQueue:
         self._closing = False  # the last of them closed: close the file when free
         _QUEUES.add(self)
 
-    @contextlib.contextmanager
-    def turn(self, deadline: float, *, wait: bool) -> Iterator[bool]:
-        """The queue for the ``with`` block (``wait``: until ``deadline``, else only if
-        free now); yields whether it was granted."""
-        granted = self._acquire(deadline, wait)
-        try:
-            yield granted
-        finally:
-            if granted:
-                self._release()
+    def turn(self, deadline: float, *, refused: str | None = None) -> _Turn:
+        """The queue for a ``with`` block, which gets whether it was granted: only if free
+        now; or with ``refused``, waited for until ``deadline`` and else 1020 (naming
+        ``refused``, what needed it)."""
+        return _Turn(self, deadline, refused)
 
     def _acquire(self, deadline: float, wait: bool) -> bool:
         me = threading.get_ident()

@@ -468,7 +468,7 @@ def test_a_forked_child_queues_apart_from_its_parent(tmp_path: Path) -> None:
     kv.run(engine, lambda tr: tr.set(b"a", b"1"))
     in_child, code = False, 0
     try:
-        with engine._writers.turn(time.monotonic() + 1, wait=True) as granted:  # the parent's
+        with engine._writers.turn(time.monotonic() + 1, refused="test") as granted:  # the parent's
             assert granted
             pid = os.fork()
             if pid == 0:  # the child: its commit must not get in
@@ -543,15 +543,15 @@ def test_the_writer_queue_is_taken_again_only_by_its_holder(tmp_path: Path) -> N
 
     def another_thread_tries() -> None:
         def attempt() -> None:
-            with queue.turn(time.monotonic(), wait=False) as granted:
+            with queue.turn(time.monotonic()) as granted:
                 tries.append(granted)
 
         thread = threading.Thread(target=attempt)
         thread.start()
         thread.join()
 
-    with queue.turn(time.monotonic() + 1, wait=True) as outer:
-        with queue.turn(time.monotonic(), wait=False) as inner:
+    with queue.turn(time.monotonic() + 1, refused="the test") as outer:
+        with queue.turn(time.monotonic()) as inner:
             assert outer and inner
             another_thread_tries()
         another_thread_tries()  # the holder's first turn is still held
