@@ -570,6 +570,50 @@ class JournalHead(Record):
     height: int = _f(U64)
 
 
+_UINT_WIDTHS: Final = {0x18: 1, 0x19: 2, 0x1A: 4, 0x1B: 8}
+"""CBOR heads of unsigned integers of 24 and above, by the bytes that follow them."""
+
+
+class CounterCodec:
+    """Stored bytes of a record whose one field is an unsigned integer (a head, a position),
+    both ways, without building the record: canonical CBOR has one encoding per record, and
+    such a record's is a constant prefix (the map head and the field's name) then the
+    integer's encoding. Bytes are decoded by reading the integer after the prefix and
+    checking that re-encoding it gives them back, so anything else -- damaged,
+    non-canonical, another record -- goes to the strict decoder and its ``CorruptRecord``."""
+
+    __slots__ = ("_field", "_prefix", "_record", "_start")
+
+    def __init__(self, record: type[Record]) -> None:
+        (only,) = _schema(record)
+        self._record = record
+        self._field = only.name
+        self._prefix = record(**{only.name: 0}).to_cbor()[:-1]  # less the integer 0
+        self._start = len(self._prefix)
+
+    def encode(self, value: int) -> bytes:
+        """The stored bytes of the record holding ``value`` (unsigned, below 2**64)."""
+        return self._prefix + cbor.unsigned(value)
+
+    def decode(self, raw: bytes, what: str) -> int:
+        """The integer held by the stored bytes ``raw`` (``CorruptRecord`` unless they are
+        exactly such a record's)."""
+        start = self._start
+        if raw[:start] == self._prefix and len(raw) > start:
+            lead = raw[start]
+            if lead < 24:
+                value = lead
+            elif _UINT_WIDTHS.get(lead) == len(raw) - start - 1:
+                value = int.from_bytes(raw[start + 1 :], "big")
+            else:
+                value = -1
+            if value >= 0 and self.encode(value) == raw:  # the shortest head only
+                return value
+        # Not such a record's bytes: the strict decoder names what is wrong with them.
+        held: int = getattr(decode_record(self._record, raw, what), self._field)
+        return held
+
+
 @dataclass(frozen=True, slots=True)
 class InboxCursor(Record):
     """``inbox/cursor``: the last drained (or skipped) sequence."""
@@ -686,3 +730,11 @@ class ExportMarker(Record):
     checksum: bytes | None = _opt(BYTES)
     byte_size: int | None = _opt(U64)
     deleted_through: int | None = _opt(U64)
+
+
+JOURNAL_HEAD: Final = CounterCodec(JournalHead)
+"""The bytes of ``journal/head`` records (:class:`JournalHead`)."""
+LOG_HEAD: Final = CounterCodec(LogHead)
+"""The bytes of ``log/head`` records (:class:`LogHead`)."""
+TRACKING: Final = CounterCodec(TrackingRecord)
+"""The bytes of ``tracking/<name>`` records (:class:`TrackingRecord`)."""

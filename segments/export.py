@@ -44,7 +44,7 @@ from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.objects import COPY_CHUNK
 from persistence.plane import Plane, calls, journal, segment_index
 from persistence.plane.calls import Call
-from persistence.records import CallRecord, ExportMarker, SegmentIndexRecord, decode_record
+from persistence.records import ExportMarker, SegmentIndexRecord, decode_record
 from persistence.sizes import MAX_ROW_LIMIT, KiB, MiB, check_bool, check_int
 from persistence.telemetry import traced
 from segments.format import CHECKSUM_ALGORITHM, SegmentHeader, SegmentReader, SegmentWriter
@@ -179,7 +179,7 @@ def transition(
         tr.clear(keys.export_marker())
     else:
         tr.set(keys.export_marker(), new.to_cbor())
-    calls.record(tr, keys, call, CallRecord("export"))
+    calls.record(tr, keys, call, "export")
 
 
 class _Chunks:

@@ -56,14 +56,12 @@ from persistence.records import (
     InboxEnvelope,
     InboxItem,
     IngressJournalRecord,
-    LogHead,
     LogRecord,
     Record,
     SegmentIndexRecord,
     SnapshotRecord,
     TimerDueItem,
     WorldMeta,
-    decode_record,
     encode_inbox_item,
 )
 from persistence.sizes import (
@@ -584,12 +582,10 @@ class Plane:
         the engine's change notification (``Engine.wait_changed``): no busy loop; with
         ``interrupt``, in slices of at most :data:`INTERRUPT_SECONDS`."""
         check_height(after, "after")
-
-        def head(raw: bytes | None) -> int:
-            return 0 if raw is None else decode_record(LogHead, raw, "universe log head").position
-
         key = _universe_keys(universe).log_head()
-        return self._wait(key, head, lambda position: position > after, timeout, interrupt)
+        return self._wait(
+            key, journal.log_position, lambda position: position > after, timeout, interrupt
+        )
 
     def wait_tracking(
         self,

@@ -24,7 +24,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from persistence import fdbtuple, kv
 from persistence.errors import CorruptRecord, Validation
@@ -36,6 +36,8 @@ two."""
 
 CALL_ID_BYTES: Final = 16
 """A call id: 8 bytes of start time, 8 random bytes."""
+
+_UNDRAWN: Final = bytes(CALL_ID_BYTES - 8)
 
 SWEEP: Final = 2
 """Expired records removed per record written (more than one, so a backlog shrinks)."""
@@ -76,7 +78,9 @@ class Call:
         if not window_seconds > 0:
             raise Validation("call_record_seconds", f"must be positive, got {window_seconds!r}")
         stamp = (time.time_ns() if now_ns is None else now_ns).to_bytes(8, "big")
-        return cls(stamp + os.urandom(CALL_ID_BYTES - 8), int(window_seconds * 1e9), 0, recorded)
+        # Only a record's key uses the id: a call that keeps none draws no random bytes.
+        tail = os.urandom(CALL_ID_BYTES - 8) if recorded else _UNDRAWN
+        return cls(stamp + tail, int(window_seconds * 1e9), 0, recorded)
 
     @property
     def started_ns(self) -> int:
@@ -103,10 +107,10 @@ def replayed(tr: kv.Transaction, scope: CallScope, call: Call) -> CallRecord | N
     return done
 
 
-def record(tr: kv.Transaction, scope: CallScope, call: Call, outcome: CallRecord) -> None:
-    """Store ``outcome`` as what ``call`` did (in the transaction that does it), and remove
-    up to :data:`SWEEP` records of the scope older than the call's window. A call that
-    keeps no record writes nothing."""
+def record(tr: kv.Transaction, scope: CallScope, call: Call, op: str, **outcome: Any) -> None:
+    """Store ``CallRecord(op, **outcome)`` as what ``call`` did (in the transaction that
+    does it), and remove up to :data:`SWEEP` records of the scope older than the call's
+    window. A call that keeps no record writes (and builds) nothing."""
     if not call.recorded:
         return
     horizon = call.started_ns - call.window_ns
@@ -116,7 +120,7 @@ def record(tr: kv.Transaction, scope: CallScope, call: Call, outcome: CallRecord
         for key, _ in tr.get_range(begin, expired, limit=SWEEP, snapshot=True):
             if _started_ns(key, len(begin) - 1) < horizon:
                 tr.clear(key)
-    tr.set(scope.call(call.id), outcome.to_cbor())
+    tr.set(scope.call(call.id), CallRecord(op, **outcome).to_cbor())
 
 
 def _started_ns(key: bytes, prefix_len: int) -> int:

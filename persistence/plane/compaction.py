@@ -159,7 +159,7 @@ def compact(
             outcome.marks_removed,
             outcome.more,
         )
-        calls.record(tr, keys, call, CallRecord(OP, value=record.to_cbor()))
+        calls.record(tr, keys, call, OP, value=record.to_cbor())
     return outcome
 
 

@@ -16,7 +16,6 @@ from persistence.keyspace import UniverseKeys, seq_in_key
 from persistence.plane import calls
 from persistence.plane.calls import Call
 from persistence.records import (
-    CallRecord,
     EffectDispatchItem,
     EffectInFlightItem,
     TimerDueItem,
@@ -121,7 +120,7 @@ def claim(
     tr.set(intent_key, index)  # the claim's write conflict: a second claim of it aborts
     tr.clear(keys.effect(PENDING, seq))
     tr.set(keys.effect(INFLIGHT, seq), inflight.to_cbor())
-    calls.record(tr, keys, call, CallRecord("claim_effect", value=inflight.to_cbor()))
+    calls.record(tr, keys, call, "claim_effect", value=inflight.to_cbor())
     return inflight
 
 

@@ -205,7 +205,7 @@ def commit_cursor(
     if tr.get(keys.inbox_item(new), snapshot=True) is None:
         raise Validation("new_cursor", f"no inbox item has sequence {new}")
     tr.set(keys.inbox_cursor(), InboxCursor(new).to_cbor())
-    calls.record(tr, keys, call, CallRecord("commit_cursor", seq=new))
+    calls.record(tr, keys, call, "commit_cursor", seq=new)
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,14 +269,16 @@ def drain(
         return DrainResult(_required(done.first_height), _required(done.count), done.seq, more)
     result, _, wrote = _drain_world(tr, keys, limits, normalize, budget.call_cost(keys), True)
     if wrote:
-        outcome = CallRecord(
+        calls.record(
+            tr,
+            keys,
+            call,
             "drain",
             first_height=result.first_height,
             count=result.count,
             seq=result.cursor,
             value=cbor.encode(result.more),
         )
-        calls.record(tr, keys, call, outcome)
     return result
 
 
@@ -316,7 +318,7 @@ def drain_worlds(
         wrote |= changed
     if wrote:
         value = cbor.encode([[r.first_height, r.count, _raw(r.cursor), r.more] for r in results])
-        calls.record(tr, universe, call, CallRecord(GROUP_OP, count=len(worlds), value=value))
+        calls.record(tr, universe, call, GROUP_OP, count=len(worlds), value=value)
     return results
 
 

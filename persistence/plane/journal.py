@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,14 +21,14 @@ from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
 from persistence.plane import calls, segment_index, worlds
 from persistence.plane.calls import Call
 from persistence.records import (
-    CallRecord,
+    JOURNAL_HEAD,
+    LOG_HEAD,
+    TRACKING,
     CasMeta,
     JournalHead,
-    LogHead,
     LogRecord,
     SegmentIndexRecord,
     SnapshotRecord,
-    TrackingRecord,
     WorldMeta,
     decode_record,
     log_records,
@@ -50,20 +49,12 @@ def _decode_head(keys: WorldKeys, raw: bytes | None) -> JournalHead:
     return decode_record(JournalHead, raw, f"journal head of world {keys.world}")
 
 
-@functools.lru_cache(maxsize=4096)
-def head_bytes(height: int) -> bytes:
-    """The stored bytes of ``JournalHead(height)``: canonical CBOR has one encoding per
-    record, so a stored head equal to them *is* that head, valid, with no decoding. Kept
-    for recent heights: the head one append writes is the head the next one expects."""
-    return JournalHead(height).to_cbor()
-
-
 def check_head(tr: kv.Transaction, keys: WorldKeys, expected: int) -> None:
     """Read the head (with a conflict) and raise ``HeadAdvanced`` unless it is ``expected``.
     Compared as bytes with the encoding of ``expected``; anything else is strictly decoded,
     so an absent head is ``WorldNotFound`` and a damaged one ``CorruptRecord``."""
     raw = tr.get(keys.head())
-    if raw == head_bytes(expected):
+    if raw == JOURNAL_HEAD.encode(expected):
         return
     head = _decode_head(keys, raw)
     if head.height != expected:
@@ -154,7 +145,7 @@ def append_at(
 def _append(tr: kv.Transaction, keys: WorldKeys, height: int, entries: Sequence[bytes]) -> int:
     """Write ``entries`` after the head ``height`` and move the head; return the first height."""
     write_entries(tr, keys, height + 1, entries)
-    tr.set(keys.head(), head_bytes(height + len(entries)))
+    tr.set(keys.head(), JOURNAL_HEAD.encode(height + len(entries)))
     return height + 1
 
 
@@ -174,7 +165,7 @@ def append_batch(
         return _required(done.first_height, "append")
     check_head(tr, keys, expected_head)
     first = _append(tr, keys, expected_head, entries)
-    calls.record(tr, keys, call, CallRecord("append", first_height=first, count=len(entries)))
+    calls.record(tr, keys, call, "append", first_height=first, count=len(entries))
     return first
 
 
@@ -255,7 +246,7 @@ def append_batches(
         keys = batch.keys
         if raw is None and create is not None and batch.expected_head == 0:
             _create(tr, universe, keys, create)
-        elif raw != head_bytes(batch.expected_head):
+        elif raw != JOURNAL_HEAD.encode(batch.expected_head):
             height = _decode_head(keys, raw).height
             if height != batch.expected_head:
                 raise HeadAdvanced(batch.expected_head, height, keys.world)
@@ -266,7 +257,7 @@ def append_batches(
         log_head = next(values) if batches else None
         position = _sequence(tr, universe, batches, sequencing, recorded, log_head)
     value = None if position is None else position.to_bytes(8, "big")
-    calls.record(tr, universe, call, CallRecord("append group", count=len(batches), value=value))
+    calls.record(tr, universe, call, "append group", count=len(batches), value=value)
     return GroupAppend(firsts, position)
 
 
@@ -285,18 +276,12 @@ def _create(tr: kv.Transaction, universe: UniverseKeys, keys: WorldKeys, create:
 
 def read_log_head(tr: kv.Transaction, universe: UniverseKeys, *, snapshot: bool = False) -> int:
     """The universe log's last position (0 if empty)."""
-    return _log_position(tr.get(universe.log_head(), snapshot=snapshot))
+    return log_position(tr.get(universe.log_head(), snapshot=snapshot))
 
 
-def _log_position(raw: bytes | None) -> int:
-    return 0 if raw is None else _decoded_log_head(raw)
-
-
-@functools.lru_cache(maxsize=1024)
-def _decoded_log_head(raw: bytes) -> int:
-    """A log head's position, strictly decoded once per distinct encoding (the head a
-    process reads is most often the one it wrote; errors are raised every time)."""
-    return decode_record(LogHead, raw, "universe log head").position
+def log_position(raw: bytes | None) -> int:
+    """The position of a stored log head (0: none, the log is empty)."""
+    return 0 if raw is None else LOG_HEAD.decode(raw, "universe log head")
 
 
 def read_tracking(
@@ -308,7 +293,7 @@ def read_tracking(
 
 def tracked_position(raw: bytes | None) -> int | None:
     """The position of a stored tracking record (``None``: no record)."""
-    return None if raw is None else decode_record(TrackingRecord, raw, "tracking record").position
+    return None if raw is None else TRACKING.decode(raw, "tracking record")
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,10 +371,10 @@ def _sequence(
         recorded = tracked_position(tracking_raw)
         if recorded is not None and recorded >= position:
             raise TrackingConflict(name, recorded, position)
-        tr.set(universe.tracking(name), TrackingRecord(position).to_cbor())
+        tr.set(universe.tracking(name), TRACKING.encode(position))
     if not batches:
         return None
-    head = _log_position(log_head_raw)
+    head = log_position(log_head_raw)
     records = [
         record
         for batch, tags in zip(batches, how.tags, strict=True)
@@ -398,7 +383,7 @@ def _sequence(
     position = head + len(records)
     positions = height_keys(universe.log_entry, universe.log_prefix_len(), head + 1, len(records))
     tr.set_many(zip(positions, records, strict=True))
-    tr.set(universe.log_head(), LogHead(position).to_cbor())
+    tr.set(universe.log_head(), LOG_HEAD.encode(position))
     return head + 1
 
 

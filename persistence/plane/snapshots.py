@@ -22,7 +22,6 @@ from persistence.plane.cas import Cas
 from persistence.plane.journal import append_at, read_head
 from persistence.records import (
     BaselineSnapshotJournalRecord,
-    CallRecord,
     JournalHead,
     SnapshotJournalRecord,
     SnapshotRecord,
@@ -185,7 +184,7 @@ def commit_snapshot(
         _promote(tr, keys, record, entries)
     if entries:
         append_at(tr, keys, head, entries)
-        calls.record(tr, keys, call, CallRecord("snapshot", indexed=indexed, promoted=promoted))
+        calls.record(tr, keys, call, "snapshot", indexed=indexed, promoted=promoted)
     return SnapshotOutcome(indexed, promoted)
 
 
@@ -215,7 +214,7 @@ def promote_baseline(
         entries: list[bytes] = []
         _promote(tr, keys, record, entries)
         append_at(tr, keys, head, entries)
-        calls.record(tr, keys, call, CallRecord("promote", promoted=True))
+        calls.record(tr, keys, call, "promote", promoted=True)
     return promoted
 
 

@@ -13,16 +13,63 @@ from persistence.errors import CorruptRecord, HeadAdvanced, MissingJournalEntry,
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
 from persistence.plane import Plane, PlaneConfig, journal
-from persistence.records import JournalHead, decode_record
+from persistence.records import (
+    JOURNAL_HEAD,
+    LOG_HEAD,
+    TRACKING,
+    CounterCodec,
+    JournalHead,
+    LogHead,
+    Record,
+    TrackingRecord,
+    decode_record,
+)
 from segments import open_plane
 
 BOUNDARY_HEIGHTS = [0, 1, 23, 24, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 2**63, MAX_HEIGHT]
 
 
-@pytest.mark.parametrize("height", BOUNDARY_HEIGHTS)
-def test_head_bytes_are_the_head_records_encoding(height: int) -> None:
-    assert journal.head_bytes(height) == JournalHead(height).to_cbor()
-    assert decode_record(JournalHead, journal.head_bytes(height)).height == height
+COUNTERS = [(JOURNAL_HEAD, JournalHead), (LOG_HEAD, LogHead), (TRACKING, TrackingRecord)]
+
+
+@pytest.mark.parametrize("value", BOUNDARY_HEIGHTS)
+@pytest.mark.parametrize(("codec", "record"), COUNTERS)
+def test_counter_bytes_are_the_records_encoding_both_ways(
+    codec: CounterCodec, record: type[Record], value: int
+) -> None:
+    stored = record(value).to_cbor()  # type: ignore[call-arg]
+    assert codec.encode(value) == stored
+    assert codec.decode(stored, "x") == value
+
+
+def _damaged(stored: bytes) -> list[bytes]:
+    """Bytes near those of a counter record holding 200 that are not one: truncated,
+    extended, a longer integer head than the shortest, a negative integer, another field's
+    name, empty."""
+    assert stored[-2:] == b"\x18\xc8"  # 200: a one-byte head
+    body = stored[:-2]
+    return [
+        stored[:-1],
+        stored + b"\x00",
+        body + b"\x18\x05",  # 5 with a one-byte head: not the shortest encoding
+        body + b"\x19\x00\xff",
+        body + b"\x1b" + (5).to_bytes(8, "big"),
+        body + b"\x20",  # -1
+        body + b"\x1c",  # a reserved head
+        b"\xa1\x65other\x05",
+        b"",
+    ]
+
+
+@pytest.mark.parametrize(("codec", "record"), COUNTERS)
+def test_counter_bytes_that_are_not_the_record_are_corrupt(
+    codec: CounterCodec, record: type[Record]
+) -> None:
+    for damaged in _damaged(record(200).to_cbor()):  # type: ignore[call-arg]
+        with pytest.raises(CorruptRecord):
+            decode_record(record, damaged)  # the strict decoder refuses them too
+        with pytest.raises(CorruptRecord, match="the thing"):
+            codec.decode(damaged, "the thing")
 
 
 @pytest.mark.parametrize(
