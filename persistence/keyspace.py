@@ -97,11 +97,11 @@ def _height(height: int) -> bytes:
 
 
 @functools.lru_cache(maxsize=4096)
-def _universe_prefixes(universe: UniverseId) -> tuple[bytes, bytes, bytes]:
-    """A universe's call-record prefix, log head key and log record prefix, packed once per
-    universe (every group append uses them)."""
-    base = ("u", universe.uuid)
-    return pack((*base, "calls")), pack((*base, "log", "head")), pack((*base, "log", "at"))
+def _universe_prefixes(universe: UniverseId) -> tuple[bytes, bytes, bytes, bytes]:
+    """A universe's call-record prefix, log head key, log record prefix and the prefix of
+    all its keys, packed once per universe (every group append uses them)."""
+    base = pack(("u", universe.uuid))  # a tuple's encoding concatenates its elements'
+    return base + _CALLS_SUFFIX, base + _LOG_HEAD_SUFFIX, base + _LOG_AT_SUFFIX, base
 
 
 READY_BUCKETS: Final = 256
@@ -122,16 +122,18 @@ def _ready_key(universe: UniverseId, world: WorldId) -> bytes:
 
 
 @functools.lru_cache(maxsize=4096)
-def _world_prefixes(universe: UniverseId, world: WorldId) -> tuple[bytes, bytes, bytes]:
-    """A world's journal head key, journal-entry prefix and call-record prefix, packed
-    once per world."""
-    base = pack(("u", universe.uuid, "w", world.uuid))  # a tuple's encoding concatenates
-    return base + _HEAD_SUFFIX, base + _ENTRY_SUFFIX, base + _CALLS_SUFFIX
+def _world_prefixes(universe: UniverseId, world: WorldId) -> tuple[bytes, bytes, bytes, bytes]:
+    """A world's journal head key, journal-entry prefix, call-record prefix and the prefix
+    of all its keys, packed once per world."""
+    base = pack(("u", universe.uuid, "w", world.uuid))
+    return base + _HEAD_SUFFIX, base + _ENTRY_SUFFIX, base + _CALLS_SUFFIX, base
 
 
 _HEAD_SUFFIX: Final = pack(("journal", "head"))
 _ENTRY_SUFFIX: Final = pack(("journal", "e"))
 _CALLS_SUFFIX: Final = pack(("calls",))
+_LOG_HEAD_SUFFIX: Final = pack(("log", "head"))
+_LOG_AT_SUFFIX: Final = pack(("log", "at"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,18 +141,29 @@ class UniverseKeys:
     """Keys of one universe."""
 
     universe: UniverseId
+    _prefixes: tuple[bytes, bytes, bytes, bytes] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """:func:`_universe_prefixes`, looked up on first use (as ``WorldKeys._prefixes``)."""
 
     @property
     def _p(self) -> tuple[Element, ...]:
         return ("u", self.universe.uuid)
 
+    def _hot(self) -> tuple[bytes, bytes, bytes, bytes]:
+        prefixes = self._prefixes
+        if prefixes is None:
+            prefixes = _universe_prefixes(self.universe)
+            object.__setattr__(self, "_prefixes", prefixes)
+        return prefixes
+
     def _key(self, *suffix: Element) -> bytes:
         """The key ``(*prefix, *suffix)``, its prefix packed once."""
-        return _packed(self._p) + pack(suffix)
+        return self._hot()[3] + pack(suffix)
 
     def _const(self, *suffix: str) -> bytes:
         """The key ``(*prefix, *suffix)`` for a constant suffix, both packed once."""
-        return _packed(self._p) + _packed(suffix)
+        return self._hot()[3] + _packed(suffix)
 
     def info(self) -> bytes:
         """Marker written when the universe gets its first world."""
@@ -158,23 +171,23 @@ class UniverseKeys:
 
     def call(self, call_id: bytes) -> bytes:
         """The record of a universe-level write call (effects, group appends)."""
-        return _universe_prefixes(self.universe)[0] + pack((call_id,))
+        return self._hot()[0] + pack((call_id,))
 
     def calls(self) -> tuple[bytes, bytes]:
         """Every universe-level call record, oldest first."""
-        return range_of(_universe_prefixes(self.universe)[0])
+        return range_of(self._hot()[0])
 
     def log_head(self) -> bytes:
         """The universe log's last position."""
-        return _universe_prefixes(self.universe)[1]
+        return self._hot()[1]
 
     def log_entry(self, position: int) -> bytes:
         """The universe log record at ``position``."""
-        return _universe_prefixes(self.universe)[2] + _height(position)
+        return self._hot()[2] + _height(position)
 
     def log_prefix_len(self) -> int:
         """Length of the log record key prefix (what precedes the packed position)."""
-        return len(_universe_prefixes(self.universe)[2])
+        return len(self._hot()[2])
 
     def log_range(self, first: int, last: int) -> tuple[bytes, bytes]:
         """The universe log records at ``first..last``."""
@@ -301,17 +314,17 @@ class WorldKeys:
 
     universe: UniverseId
     world: WorldId
-    _prefixes: tuple[bytes, bytes, bytes] | None = field(
+    _prefixes: tuple[bytes, bytes, bytes, bytes] | None = field(
         default=None, init=False, repr=False, compare=False
     )
-    """:func:`_world_prefixes`, looked up on first use: the hot keys' prefixes are then
+    """:func:`_world_prefixes`, looked up on first use: the keys' prefixes are then
     attribute reads, not a cache lookup that hashes both ids per key."""
 
     @property
     def _p(self) -> tuple[Element, ...]:
         return ("u", self.universe.uuid, "w", self.world.uuid)
 
-    def _hot(self) -> tuple[bytes, bytes, bytes]:
+    def _hot(self) -> tuple[bytes, bytes, bytes, bytes]:
         prefixes = self._prefixes
         if prefixes is None:
             prefixes = _world_prefixes(self.universe, self.world)
@@ -320,11 +333,11 @@ class WorldKeys:
 
     def _key(self, *suffix: Element) -> bytes:
         """The key ``(*prefix, *suffix)``, its prefix packed once."""
-        return _packed(self._p) + pack(suffix)
+        return self._hot()[3] + pack(suffix)
 
     def _const(self, *suffix: str) -> bytes:
         """The key ``(*prefix, *suffix)`` for a constant suffix, both packed once."""
-        return _packed(self._p) + _packed(suffix)
+        return self._hot()[3] + _packed(suffix)
 
     def meta(self) -> bytes:
         """The world's ``WorldMeta``."""
@@ -344,7 +357,7 @@ class WorldKeys:
 
     def prefix_len(self) -> int:
         """Length of the prefix every key of the world starts with (to classify keys)."""
-        return len(pack(self._p))
+        return len(self._hot()[3])
 
     # journal
 

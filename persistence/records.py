@@ -18,6 +18,7 @@ Records that share a map shape (the inbox item union, the journal record union) 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -550,9 +551,16 @@ def log_records(world: WorldId, first_height: int, tags: Sequence[str]) -> list[
     for height, tag in enumerate(tags, start=first_height):
         head = heads.get(tag)
         if head is None:
-            head = heads[tag] = LogRecord(world, 0, tag).to_cbor()[:-1]  # less height 0
+            head = heads[tag] = _log_record_head(world, tag)
         out.append(head + cbor.unsigned(height))
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _log_record_head(world: WorldId, tag: str) -> bytes:
+    """The bytes of ``LogRecord(world, height, tag)`` before the height's, kept for recent
+    worlds and tags (an aggregate's events mostly share a few)."""
+    return LogRecord(world, 0, tag).to_cbor()[:-1]  # less height 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from persistence.keyspace import (
     universes_range,
 )
 from persistence.records import (
-    JournalHead,
+    JOURNAL_HEAD,
     LayoutRecord,
     SnapshotRecord,
     UniverseInfo,
@@ -96,7 +96,7 @@ def write_world(
     if universe_info is None:
         tr.set(universe.info(), UniverseInfo(meta.created_ns).to_cbor())
     tr.set(keys.meta(), meta.to_cbor())
-    tr.set(keys.head(), JournalHead(0).to_cbor())
+    tr.set(keys.head(), JOURNAL_HEAD.encode(0))
     encoded = genesis.to_cbor()
     tr.set(keys.snapshot(genesis.height), encoded)
     tr.set(keys.baseline(), encoded)
