@@ -143,6 +143,8 @@ class _Batch:
 
     world: WorldId
     origin: object
+    text_id: str | None
+    """The aggregate id if it is text (kept in every entry: ``codec``)."""
     versions: list[int]
     entries: list[bytes]
     topics: list[str]
@@ -219,18 +221,24 @@ class _Journals(_PlaneRecorder):
         """The events by aggregate, in order of first appearance; ``IntegrityError`` if an
         aggregate's versions do not increase within the call (a duplicate, say)."""
         batches: dict[WorldId, _Batch] = {}
+        batch: _Batch | None = None
         for index, event in enumerate(stored_events):
-            world, text_id = codec.world_of(event.originator_id)
-            entry = codec.encode(event.originator_version, event.topic, event.state, text_id)
-            batch = batches.get(world)
-            if batch is None:
-                batch = batches[world] = _Batch(world, event.originator_id, [], [], [], [])
-            elif event.originator_version <= batch.versions[-1]:
+            origin = event.originator_id
+            # An insert's events mostly run aggregate by aggregate: the previous event's
+            # batch is the one unless the id differs (compared only within its own type).
+            if batch is None or type(origin) is not type(batch.origin) or origin != batch.origin:
+                world, text_id = codec.world_of(origin)
+                batch = batches.get(world)
+                if batch is None:
+                    batch = batches[world] = _Batch(world, origin, text_id, [], [], [], [])
+            version = event.originator_version
+            entry = codec.encode(version, event.topic, event.state, batch.text_id)
+            if batch.versions and version <= batch.versions[-1]:
                 raise IntegrityError(
-                    f"aggregate {event.originator_id}: version {event.originator_version} "
-                    f"after {batch.versions[-1]} in one insert (versions must increase)"
+                    f"aggregate {origin}: version {version} after {batch.versions[-1]} in one "
+                    "insert (versions must increase)"
                 )
-            batch.versions.append(event.originator_version)
+            batch.versions.append(version)
             batch.entries.append(entry)
             batch.topics.append(event.topic)
             batch.indexes.append(index)

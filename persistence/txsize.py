@@ -36,7 +36,7 @@ def set_cost(key: int, value: int) -> int:
     """Bytes counted for ``set``, ``set_versionstamped_value`` and the atomic mutations
     (``add``, ``compare_and_clear``) of these lengths: the
     mutation and its write conflict range ``[k, k + b"\\x00")``."""
-    return key + value + MUTATION + read_cost(key, key + 1)
+    return key + value + MUTATION + key + key + 1 + CONFLICT_RANGE  # + read_cost(key, key + 1)
 
 
 def clear_cost(key: int) -> int:

@@ -147,12 +147,13 @@ class WriteBuffer:
 
     def set(self, key: bytes, value: bytes) -> None:
         """Record ``key = value``."""
-        checks.check_key(key)
-        checks.check_value(value)
+        checks.check_pair(key, value)
         self._grow(txsize.set_cost(len(key), len(value)))
         previous = self._entries.get(key)
-        self._entries[key] = _Entry(
-            _SET, value, unreadable=previous is not None and previous.unreadable
+        self._entries[key] = (
+            _Entry(_SET, value)
+            if previous is None or not previous.unreadable
+            else _Entry(_SET, value, unreadable=True)
         )
 
     def set_many(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
@@ -162,12 +163,13 @@ class WriteBuffer:
         size = 0
         try:
             for key, value in pairs:
-                checks.check_key(key)
-                checks.check_value(value)
+                checks.check_pair(key, value)
                 size += txsize.set_cost(len(key), len(value))
                 previous = entries.get(key)
-                entries[key] = _Entry(
-                    _SET, value, unreadable=previous is not None and previous.unreadable
+                entries[key] = (
+                    _Entry(_SET, value)
+                    if previous is None or not previous.unreadable
+                    else _Entry(_SET, value, unreadable=True)
                 )
         finally:
             self._grow(size)
@@ -346,7 +348,10 @@ class WriteBuffer:
         ``read_committed`` reads the value as of the commit, for atomic mutations; ``stamp`` is
         the commit's versionstamp (needed when :meth:`needs_stamp`)."""
         for key, entry in self._entries.items():
-            if entry.kind == _ATOMIC:
+            kind = entry.kind
+            if kind == _SET:
+                yield key, entry.value
+            elif kind == _ATOMIC:
                 yield key, entry.resolve(read_committed(key))
             else:
                 yield key, entry.resolve(None, stamp)

@@ -46,6 +46,19 @@ def check_key(key: bytes) -> None:
         raise engine_error(KEY_OUTSIDE_LEGAL_RANGE, "keys starting with 0xff are reserved")
 
 
+def check_pair(key: bytes, value: bytes) -> None:
+    """:func:`check_key` and :func:`check_value` in one call, for bulk writes."""
+    if (
+        type(key) is not bytes
+        or type(value) is not bytes
+        or len(key) > MAX_KEY_SIZE
+        or len(value) > MAX_VALUE_SIZE
+        or key.startswith(SYSTEM_KEY_PREFIX)
+    ):
+        check_key(key)
+        check_value(value)
+
+
 def check_value(value: bytes) -> None:
     """Raise the engine error FoundationDB raises for an oversize value."""
     check_type(value, "value")

@@ -408,9 +408,12 @@ class Plane:
 
     def _check_entries(self, entries: Sequence[bytes], field: str) -> None:
         check_sequence(entries, field, 1, self.config.max_batch_entries)
+        high = self.config.max_entry_bytes
         total = 0
         for index, entry in enumerate(entries):
-            total += len(check_bytes(entry, f"{field}[{index}]", high=self.config.max_entry_bytes))
+            if type(entry) is not bytes or len(entry) > high:  # named only if refused
+                check_bytes(entry, f"{field}[{index}]", high=high)
+            total += len(entry)
         if total > self.config.max_batch_bytes:
             raise Validation(field, f"batch of {total} bytes > max {self.config.max_batch_bytes}")
 
@@ -520,10 +523,14 @@ class Plane:
         if sequenced is not None:
             tags, tracking = sequenced
             checked: list[list[str]] = []
+            valid: set[str] = set()  # tags checked already (an insert's mostly repeat)
             for index, (part, batch_tags) in enumerate(zip(parts, tags, strict=True)):
                 field = f"tags[{index}]"
                 check_sequence(batch_tags, field, len(part.entries), len(part.entries))
-                checked.append([check_text(t, f"{field}[{i}]") for i, t in enumerate(batch_tags)])
+                for i, tag in enumerate(batch_tags):
+                    if type(tag) is not str or tag not in valid:
+                        valid.add(check_text(tag, f"{field}[{i}]"))
+                checked.append(list(batch_tags))
             sequencing = journal.Sequencing(checked, tracking)
         count = sum(len(part.entries) for part in parts)
         size = sum(len(entry) for part in parts for entry in part.entries)
