@@ -96,12 +96,24 @@ def _height(height: int) -> bytes:
     return pack((height,))
 
 
+@dataclass(frozen=True, slots=True)
+class _UniversePrefixes:
+    """A universe's key prefixes, packed once per universe (a tuple's encoding is its
+    elements' encodings concatenated)."""
+
+    base: bytes
+    """Every key of the universe."""
+    calls: bytes
+    log_head: bytes
+    log_at: bytes
+
+
 @functools.lru_cache(maxsize=4096)
-def _universe_prefixes(universe: UniverseId) -> tuple[bytes, bytes, bytes, bytes]:
-    """A universe's call-record prefix, log head key, log record prefix and the prefix of
-    all its keys, packed once per universe (every group append uses them)."""
-    base = pack(("u", universe.uuid))  # a tuple's encoding concatenates its elements'
-    return base + _CALLS_SUFFIX, base + _LOG_HEAD_SUFFIX, base + _LOG_AT_SUFFIX, base
+def _universe_prefixes(universe: UniverseId) -> _UniversePrefixes:
+    base = pack(("u", universe.uuid))
+    return _UniversePrefixes(
+        base, base + _CALLS_SUFFIX, base + _LOG_HEAD_SUFFIX, base + _LOG_AT_SUFFIX
+    )
 
 
 READY_BUCKETS: Final = 256
@@ -121,17 +133,38 @@ def _ready_key(universe: UniverseId, world: WorldId) -> bytes:
     return pack(("u", universe.uuid, "ready", ready_bucket(world), world.uuid))
 
 
+@dataclass(frozen=True, slots=True)
+class _WorldPrefixes:
+    """A world's key prefixes and the keys every append or enqueue writes, packed once per
+    world."""
+
+    base: bytes
+    """Every key of the world."""
+    head: bytes
+    entry: bytes
+    calls: bytes
+    inbox_item: bytes
+    ready: bytes
+    """The world's ready mark (a key of its universe)."""
+
+
 @functools.lru_cache(maxsize=4096)
-def _world_prefixes(universe: UniverseId, world: WorldId) -> tuple[bytes, bytes, bytes, bytes]:
-    """A world's journal head key, journal-entry prefix, call-record prefix and the prefix
-    of all its keys, packed once per world."""
+def _world_prefixes(universe: UniverseId, world: WorldId) -> _WorldPrefixes:
     base = pack(("u", universe.uuid, "w", world.uuid))
-    return base + _HEAD_SUFFIX, base + _ENTRY_SUFFIX, base + _CALLS_SUFFIX, base
+    return _WorldPrefixes(
+        base,
+        base + _HEAD_SUFFIX,
+        base + _ENTRY_SUFFIX,
+        base + _CALLS_SUFFIX,
+        base + _INBOX_ITEM_SUFFIX,
+        _ready_key(universe, world),
+    )
 
 
 _HEAD_SUFFIX: Final = pack(("journal", "head"))
 _ENTRY_SUFFIX: Final = pack(("journal", "e"))
 _CALLS_SUFFIX: Final = pack(("calls",))
+_INBOX_ITEM_SUFFIX: Final = pack(("inbox", "e"))
 _LOG_HEAD_SUFFIX: Final = pack(("log", "head"))
 _LOG_AT_SUFFIX: Final = pack(("log", "at"))
 
@@ -141,16 +174,14 @@ class UniverseKeys:
     """Keys of one universe."""
 
     universe: UniverseId
-    _prefixes: tuple[bytes, bytes, bytes, bytes] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
+    _prefixes: _UniversePrefixes | None = field(default=None, init=False, repr=False, compare=False)
     """:func:`_universe_prefixes`, looked up on first use (as ``WorldKeys._prefixes``)."""
 
     @property
     def _p(self) -> tuple[Element, ...]:
         return ("u", self.universe.uuid)
 
-    def _hot(self) -> tuple[bytes, bytes, bytes, bytes]:
+    def _hot(self) -> _UniversePrefixes:
         prefixes = self._prefixes
         if prefixes is None:
             prefixes = _universe_prefixes(self.universe)
@@ -159,11 +190,11 @@ class UniverseKeys:
 
     def _key(self, *suffix: Element) -> bytes:
         """The key ``(*prefix, *suffix)``, its prefix packed once."""
-        return self._hot()[3] + pack(suffix)
+        return self._hot().base + pack(suffix)
 
     def _const(self, *suffix: str) -> bytes:
         """The key ``(*prefix, *suffix)`` for a constant suffix, both packed once."""
-        return self._hot()[3] + _packed(suffix)
+        return self._hot().base + _packed(suffix)
 
     def info(self) -> bytes:
         """Marker written when the universe gets its first world."""
@@ -171,23 +202,23 @@ class UniverseKeys:
 
     def call(self, call_id: bytes) -> bytes:
         """The record of a universe-level write call (effects, group appends)."""
-        return self._hot()[0] + pack((call_id,))
+        return self._hot().calls + pack((call_id,))
 
     def calls(self) -> tuple[bytes, bytes]:
         """Every universe-level call record, oldest first."""
-        return range_of(self._hot()[0])
+        return range_of(self._hot().calls)
 
     def log_head(self) -> bytes:
         """The universe log's last position."""
-        return self._hot()[1]
+        return self._hot().log_head
 
     def log_entry(self, position: int) -> bytes:
         """The universe log record at ``position``."""
-        return self._hot()[2] + _height(position)
+        return self._hot().log_at + _height(position)
 
     def log_prefix_len(self) -> int:
         """Length of the log record key prefix (what precedes the packed position)."""
-        return len(self._hot()[2])
+        return len(self._hot().log_at)
 
     def log_range(self, first: int, last: int) -> tuple[bytes, bytes]:
         """The universe log records at ``first..last``."""
@@ -314,9 +345,7 @@ class WorldKeys:
 
     universe: UniverseId
     world: WorldId
-    _prefixes: tuple[bytes, bytes, bytes, bytes] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
+    _prefixes: _WorldPrefixes | None = field(default=None, init=False, repr=False, compare=False)
     """:func:`_world_prefixes`, looked up on first use: the keys' prefixes are then
     attribute reads, not a cache lookup that hashes both ids per key."""
 
@@ -324,7 +353,7 @@ class WorldKeys:
     def _p(self) -> tuple[Element, ...]:
         return ("u", self.universe.uuid, "w", self.world.uuid)
 
-    def _hot(self) -> tuple[bytes, bytes, bytes, bytes]:
+    def _hot(self) -> _WorldPrefixes:
         prefixes = self._prefixes
         if prefixes is None:
             prefixes = _world_prefixes(self.universe, self.world)
@@ -333,11 +362,11 @@ class WorldKeys:
 
     def _key(self, *suffix: Element) -> bytes:
         """The key ``(*prefix, *suffix)``, its prefix packed once."""
-        return self._hot()[3] + pack(suffix)
+        return self._hot().base + pack(suffix)
 
     def _const(self, *suffix: str) -> bytes:
         """The key ``(*prefix, *suffix)`` for a constant suffix, both packed once."""
-        return self._hot()[3] + _packed(suffix)
+        return self._hot().base + _packed(suffix)
 
     def meta(self) -> bytes:
         """The world's ``WorldMeta``."""
@@ -345,11 +374,11 @@ class WorldKeys:
 
     def call(self, call_id: bytes) -> bytes:
         """The record of a write call on this world."""
-        return self._hot()[2] + pack((call_id,))
+        return self._hot().calls + pack((call_id,))
 
     def calls(self) -> tuple[bytes, bytes]:
         """Every call record of the world, oldest first."""
-        return range_of(self._hot()[2])
+        return range_of(self._hot().calls)
 
     def all(self) -> tuple[bytes, bytes]:
         """Every key of the world."""
@@ -357,21 +386,21 @@ class WorldKeys:
 
     def prefix_len(self) -> int:
         """Length of the prefix every key of the world starts with (to classify keys)."""
-        return len(self._hot()[3])
+        return len(self._hot().base)
 
     # journal
 
     def head(self) -> bytes:
         """The journal head record."""
-        return self._hot()[0]
+        return self._hot().head
 
     def entry_prefix(self, height: int) -> tuple[bytes, bytes]:
         """Every chunk of the entry at ``height``."""
-        return range_of(self._hot()[1] + _height(height))
+        return range_of(self._hot().entry + _height(height))
 
     def entry_chunk(self, height: int, index: int, count: int) -> bytes:
         """Chunk ``index`` of ``count`` of the entry at ``height``."""
-        prefix = self._hot()[1]
+        prefix = self._hot().entry
         if index == 0 and count == 1:
             return prefix + _height(height) + _WHOLE
         return prefix + pack((height, index, count))
@@ -379,7 +408,7 @@ class WorldKeys:
     def whole_entry_key(self) -> Callable[[int], bytes]:
         """A function of the height giving ``entry_chunk(height, 0, 1)`` with the world's
         prefix bound once (readers call it for every row)."""
-        prefix = self._hot()[1]
+        prefix = self._hot().entry
         return lambda height: prefix + _height(height) + _WHOLE
 
     def entries_from(self, height: int) -> tuple[bytes, bytes]:
@@ -389,12 +418,12 @@ class WorldKeys:
 
     def entries_between(self, first: int, last: int) -> tuple[bytes, bytes]:
         """Entry chunks of heights ``first..last`` inclusive."""
-        prefix = self._hot()[1]
+        prefix = self._hot().entry
         return prefix + _height(first), prefix + _height(last + 1)
 
     def entry_prefix_len(self) -> int:
         """Length of the journal-entry key prefix, to decode heights from keys."""
-        return len(self._hot()[1])
+        return len(self._hot().entry)
 
     # snapshots
 
@@ -422,8 +451,7 @@ class WorldKeys:
 
     def inbox_item_with_versionstamp(self, user_version: int) -> bytes:
         """An inbox entry key (with offset suffix) whose seq is the commit versionstamp."""
-        prefix = _packed((*self._p, "inbox", "e"))
-        return pack_with_versionstamp((Versionstamp(None, user_version),), prefix)
+        return pack_with_versionstamp((Versionstamp(None, user_version),), self._hot().inbox_item)
 
     def inbox_after(self, seq: InboxSeq | None) -> tuple[bytes, bytes]:
         """Inbox entries strictly after ``seq`` (all entries for ``None``)."""
@@ -478,7 +506,7 @@ class WorldKeys:
 
     def ready(self) -> bytes:
         """The world's pending-work mark (:meth:`UniverseKeys.ready`)."""
-        return _ready_key(self.universe, self.world)
+        return self._hot().ready
 
     def gc_pin(self, hash: Hash) -> bytes:
         """A GC pin of ``hash`` held by this world."""

@@ -653,6 +653,15 @@ class InboxEnvelope(Record):
     idempotency_key: bytes | None = _opt(BYTES)
 
 
+def envelope_bytes(item: bytes, idempotency_key: bytes | None) -> bytes:
+    """``InboxEnvelope(item, idempotency_key).to_cbor()`` for an ``item`` its caller
+    encoded from a checked record (so canonical by construction) and a checked key: the
+    same bytes, without decoding the item again to check it (every enqueue builds one)."""
+    if idempotency_key is None:
+        return cbor.encode_checked({"item": item})
+    return cbor.encode_checked({"item": item, "idempotency_key": idempotency_key})
+
+
 @dataclass(frozen=True, slots=True)
 class InboxConsumedMark(Record):
     """``inbox/consumed/<at_ns>``: the cursor as an inbox compactor read it at ``at_ns`` (its

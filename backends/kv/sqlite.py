@@ -134,7 +134,7 @@ class SqliteEngine(kv.Engine):
         self._uri = f"{self.path.resolve().as_uri()}?mode={'rwc' if create else 'rw'}"
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []  # pooled connections of this process
-        self._pid = os.getpid()
+        self._pid = _PID
         _ENGINES.add(self)
         self._check_file()
         conn = self._acquire()
@@ -181,8 +181,8 @@ class SqliteEngine(kv.Engine):
     def _acquire(self) -> sqlite3.Connection:
         """A connection for one transaction (pooled; never shared by two at once)."""
         with self._lock:
-            if self._pid != os.getpid():  # forked: the parent's connections are not ours
-                self._idle, self._pid = [], os.getpid()
+            if self._pid != _PID:  # forked: the parent's connections are not ours
+                self._idle, self._pid = [], _PID
             if self._idle:
                 return self._idle.pop()
         try:
@@ -211,7 +211,7 @@ class SqliteEngine(kv.Engine):
             conn.close()
             return
         with self._lock:
-            if self._pid == os.getpid():
+            if self._pid == _PID:
                 self._idle.append(conn)
                 return
         conn.close()
@@ -769,12 +769,16 @@ _SHARED: Final[weakref.WeakValueDictionary[tuple[int, int], _WriterQueue]] = (
 """The queue of each store open in this process, by its database file's device and inode."""
 _QUEUES_LOCK = threading.Lock()  # replaced in a fork's child (_after_fork)
 _ENGINES: Final[weakref.WeakSet[SqliteEngine]] = weakref.WeakSet()
+_PID = os.getpid()
+"""This process's id, kept by :func:`_after_fork` (the pool checks it per transaction)."""
 
 
 def _after_fork() -> None:
-    """In a fork's child, before anything else runs: fresh locks for every engine and
-    queue of the parent (a lock held by another parent thread would never be released)."""
-    global _QUEUES_LOCK
+    """In a fork's child, before anything else runs: its process id, and fresh locks for
+    every engine and queue of the parent (a lock held by another parent thread would never
+    be released)."""
+    global _QUEUES_LOCK, _PID
+    _PID = os.getpid()
     _QUEUES_LOCK = threading.Lock()
     for engine in list(_ENGINES):
         engine._lock = threading.Lock()

@@ -63,6 +63,7 @@ from persistence.records import (
     TimerDueItem,
     WorldMeta,
     encode_inbox_item,
+    envelope_bytes,
 )
 from persistence.sizes import (
     MAX_CALL_RECORD_SECONDS,
@@ -939,12 +940,12 @@ class Plane:
         (``None``: no idempotency entry). Limits are checked as FoundationDB stores the
         items: a keyless one counts the key it gets there (in its envelope and as an
         idempotency entry), so that what one engine accepts every engine accepts."""
-        envelopes = [InboxEnvelope(i, k) for i, k in zip(encoded, idem, strict=True)]
+        envelopes = [envelope_bytes(i, k) for i, k in zip(encoded, idem, strict=True)]
         if sum(len(item) for item in encoded) > self.config.max_batch_bytes:
             raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")
         counted = [_OWN_KEY if k is None else k for k in idem]
         sizes = [
-            len(e.to_cbor()) + (OWN_KEY_ENVELOPE_BYTES if k is None else 0)
+            len(e) + (OWN_KEY_ENVELOPE_BYTES if k is None else 0)
             for e, k in zip(envelopes, idem, strict=True)
         ]
         for index, size in enumerate(sizes):
@@ -956,13 +957,15 @@ class Plane:
                     "(FoundationDB's value limit): put large payloads in the CAS and enqueue "
                     "their hash",
                 )
-        budget.check(
-            budget.enqueue_cost(keys, list(zip(counted, sizes, strict=True))),
-            self.budget,
-            "items",
-            f"enqueueing {len(envelopes):,} items",
-        )
-        pending = inbox.enqueue(self.engine, keys, envelopes)
+        costed = list(zip(counted, sizes, strict=True))
+        if budget.enqueue_bound(costed) > self.budget:  # else surely within it
+            budget.check(
+                budget.enqueue_cost(keys, costed),
+                self.budget,
+                "items",
+                f"enqueueing {len(envelopes):,} items",
+            )
+        pending = inbox.enqueue(self.engine, keys, list(zip(idem, envelopes, strict=True)))
         self.hooks.reached("inbox.after_enqueue")
         return pending.seqs(len(envelopes))
 

@@ -206,6 +206,28 @@ def enqueue_cost(keys: WorldKeys, items: Sequence[tuple[bytes, int]]) -> int:
     return total
 
 
+ENQUEUE_BOUND: Final = 1_000
+"""More than an enqueue's fixed part costs: the notify counter's add and the ready mark
+(keys under 120 bytes)."""
+ITEM_BOUND: Final = 1_000
+"""More than an enqueued item costs besides its envelope and ``KEY_BYTE_BOUND`` per byte
+of its idempotency key: its versionstamped key (under 120 bytes), the idempotency entry's
+key (under 120 bytes besides that key's, escaped to at most twice its length) read with a
+conflict and written."""
+KEY_BYTE_BOUND: Final = 10
+"""What one byte of an idempotency key can cost at most: two bytes of the entry's key,
+counted twice by its read conflict range and three times by its write."""
+
+
+def enqueue_bound(items: Sequence[tuple[bytes, int]]) -> int:
+    """An upper bound on :func:`enqueue_cost`, cheap to compute (no keys built): the exact
+    cost is computed only when this is over the budget."""
+    total = ENQUEUE_BOUND
+    for idempotency_key, envelope in items:
+        total += envelope + ITEM_BOUND + KEY_BYTE_BOUND * len(idempotency_key)
+    return total
+
+
 def compaction_fixed_cost(keys: WorldKeys) -> int:
     """An inbox compaction transaction before its items: reading the consumed marks, writing
     one and clearing the expired ones, the range clear of the items, the call record."""

@@ -78,26 +78,27 @@ class PendingEnqueue:
 def enqueue(
     tr: kv.Transaction,
     keys: WorldKeys,
-    envelopes: Sequence[InboxEnvelope],
+    envelopes: Sequence[tuple[bytes | None, bytes]],
 ) -> PendingEnqueue:
-    """Protocol C for a batch: versionstamped item keys (user version = position), an
-    idempotency index entry per item that carries a key, one atomic add to the notify
-    counter and the world's ready mark (a blind versionstamped write, see the module)."""
+    """Protocol C for a batch of ``(idempotency key or None, stored InboxEnvelope)``:
+    versionstamped item keys (user version = position), an idempotency index entry per item
+    that carries a key, one atomic add to the notify counter and the world's ready mark (a
+    blind versionstamped write, see the module)."""
     # The world must exist. Its meta never changes, so a snapshot read suffices -- and
     # unlike the head (rewritten by every drain) it cannot make enqueues conflict with drains.
     if tr.get(keys.meta(), snapshot=True) is None:
         raise WorldNotFound(keys.universe, keys.world)
     known: dict[int, InboxSeq] = {}
     new: dict[int, int] = {}
-    for index, envelope in enumerate(envelopes):
+    for index, (idempotency_key, envelope) in enumerate(envelopes):
         idem_key = None
-        if envelope.idempotency_key is not None:
-            idem_key = keys.inbox_idempotency(envelope.idempotency_key)
+        if idempotency_key is not None:
+            idem_key = keys.inbox_idempotency(idempotency_key)
             existing = tr.get(idem_key)
             if existing is not None:
                 known[index] = InboxSeq(existing)
                 continue
-        tr.set_versionstamped_key(keys.inbox_item_with_versionstamp(index), envelope.to_cbor())
+        tr.set_versionstamped_key(keys.inbox_item_with_versionstamp(index), envelope)
         if idem_key is not None:
             tr.set_versionstamped_value(
                 idem_key, b"\x00" * 10 + index.to_bytes(2, "big") + (0).to_bytes(4, "little")

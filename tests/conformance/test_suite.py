@@ -223,7 +223,8 @@ class RetryBlindEnqueuePlane(Plane):
 
         def attempt(tr: kv.Transaction) -> PendingEnqueue:
             envelopes = [InboxEnvelope(encode_inbox_item(i), os.urandom(16)) for i in items]
-            return inbox_protocol.enqueue(tr, keys, envelopes)
+            stored = [(e.idempotency_key, e.to_cbor()) for e in envelopes]
+            return inbox_protocol.enqueue(tr, keys, stored)
 
         return kv.run(self.engine, attempt).seqs(len(items))
 

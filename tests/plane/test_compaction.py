@@ -209,9 +209,10 @@ def test_an_enqueue_that_read_the_entry_conflicts_with_the_compaction_that_clear
     clock.now += retention(plane)
     envelopes = [InboxEnvelope(encode_inbox_item(event(n)), key(n)) for n in (1, 2)]
     writer = plane.engine.create_transaction()
-    pending = inbox.enqueue(writer, keys, envelopes)
+    stored = [(e.idempotency_key, e.to_cbor()) for e in envelopes]
+    pending = inbox.enqueue(writer, keys, stored)
     reader = plane.engine.create_transaction()
-    found = inbox.enqueue(reader, keys, envelopes[:1])
+    found = inbox.enqueue(reader, keys, stored[:1])
     assert pending.known == {0: first} and found.known == {0: first}
     assert compact(plane, u, w, clock) == InboxCompaction(1, 1)
     with pytest.raises(EngineError) as aborted:

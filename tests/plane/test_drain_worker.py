@@ -194,7 +194,7 @@ def test_no_world_ever_has_pending_items_without_its_mark(
         roll = rng.random()
         if roll < 0.45:
             envelope = InboxEnvelope(encode_inbox_item(event(step)), b"k%d" % step)
-            inbox.enqueue(tr, keys[which], [envelope])
+            inbox.enqueue(tr, keys[which], [(envelope.idempotency_key, envelope.to_cbor())])
         elif roll < 0.75:
             inbox.drain(tr, keys[which], limits, default_normalizer, call)
         elif roll < 0.9:

@@ -24,8 +24,10 @@ from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, fdb_errors, kv
 from persistence.errors import EngineError, Validation
 from persistence.ids import UniverseId, WorldId
-from persistence.plane import MAX_INLINE_BYTES, OWN_KEY_ENVELOPE_BYTES, Plane, PlaneConfig
+from persistence.keyspace import WorldKeys
+from persistence.plane import MAX_INLINE_BYTES, OWN_KEY_ENVELOPE_BYTES, Plane, PlaneConfig, budget
 from persistence.records import DomainEventIngress, encode_inbox_item
+from persistence.sizes import MAX_IDEMPOTENCY_KEY_BYTES
 from segments import open_plane
 from tests.fdb_cluster import FdbCluster, clear_keyspace
 
@@ -190,3 +192,23 @@ def test_a_keyless_item_meets_the_same_limits_on_every_engine(tmp_path: Path) ->
         engine.close()
     assert verdicts[0] == verdicts[1] == verdicts[2]
     assert 0 < len(verdicts[0]) < 40  # the edge lies inside the range tried
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    items=st.lists(
+        st.tuples(
+            st.sampled_from([b"\x00", b"k" * 16, bytes(16), bytes(MAX_IDEMPOTENCY_KEY_BYTES)]),
+            st.sampled_from([1, 100, 99_999, 100_000]),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_the_quick_enqueue_bound_is_never_below_the_exact_cost(
+    items: list[tuple[bytes, int]],
+) -> None:
+    """The plane computes an enqueue's exact cost only when this bound is over the budget:
+    it must bound the longest keys, zero bytes (escaped to two) included."""
+    keys = WorldKeys(UniverseId.new(), WorldId.new())
+    assert budget.enqueue_bound(items) >= budget.enqueue_cost(keys, items)

@@ -263,9 +263,8 @@ def test_a_drain_commits_while_older_enqueues_are_in_flight() -> None:
     plane.create_world(u, w)
     keys = WorldKeys(u, w)
     enqueuing = engine.create_transaction()
-    inbox.enqueue(
-        enqueuing, keys, [InboxEnvelope(encode_inbox_item(event(0)), b"in-flight")]
-    )  # read version R
+    envelope = InboxEnvelope(encode_inbox_item(event(0)), b"in-flight")
+    inbox.enqueue(enqueuing, keys, [(b"in-flight", envelope.to_cbor())])  # read version R
     plane.enqueue_batch(u, w, [event(1), event(2)])  # committed after R
     draining = engine.create_transaction()
     # one item of two, so the drain reads no ready mark (one that empties the inbox clears

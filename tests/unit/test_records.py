@@ -12,6 +12,7 @@ from persistence.records import (
     CasMeta,
     ControlIngress,
     DomainEventIngress,
+    InboxEnvelope,
     InboxIngress,
     InboxItem,
     IngressJournalRecord,
@@ -27,6 +28,7 @@ from persistence.records import (
     decode_journal_record,
     decode_record,
     encode_inbox_item,
+    envelope_bytes,
     log_records,
 )
 
@@ -194,3 +196,13 @@ def test_unsigned_is_cbors_shortest_head() -> None:
     for bad in (-1, 2**64):
         with pytest.raises(cbor.NotCanonical):
             cbor.unsigned(bad)
+
+
+@pytest.mark.parametrize("item", INBOX_ITEMS, ids=lambda i: type(i).__name__)
+@pytest.mark.parametrize("key", [None, b"", b"k", bytes(256)])
+def test_envelope_bytes_are_the_envelope_records_encoding(
+    item: InboxItem, key: bytes | None
+) -> None:
+    encoded = encode_inbox_item(item)
+    assert envelope_bytes(encoded, key) == InboxEnvelope(encoded, key).to_cbor()
+    assert decode_record(InboxEnvelope, envelope_bytes(encoded, key)) == InboxEnvelope(encoded, key)
