@@ -50,6 +50,7 @@ from typing import Final
 from persistence.errors import CorruptRecord
 from persistence.fdbtuple import (
     INT_ZERO,
+    VERSIONSTAMP,
     Element,
     Versionstamp,
     pack,
@@ -325,6 +326,8 @@ class UniverseKeys:
 def seq_in_key(key: bytes, prefix_len: int, what: str) -> InboxSeq:
     """The versionstamp sequence that ends ``key`` after its ``prefix_len``-byte prefix (an
     inbox item or effect key); ``CorruptRecord`` naming ``what`` if it holds none."""
+    if len(key) == prefix_len + 13 and key[prefix_len] == VERSIONSTAMP:  # the tuple's only
+        return InboxSeq(key[prefix_len + 1 :])  # element: a versionstamp's code, 12 bytes
     try:
         element = unpack(key, prefix_len)
     except ValueError as exc:

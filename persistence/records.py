@@ -470,6 +470,13 @@ class IngressJournalRecord(Record):
     item: bytes = _f(CBOR)
 
 
+def ingress_bytes(seq: InboxSeq, item: bytes) -> bytes:
+    """``IngressJournalRecord(seq, item).to_cbor()`` for ``item`` bytes its caller encoded
+    from a checked record (canonical by construction): the same bytes, without decoding the
+    item again to check it (every drained item is journaled so by default)."""
+    return cbor.encode_checked({"kind": IngressJournalRecord.KIND, "seq": seq.raw, "item": item})
+
+
 JournalRecord = Union[  # noqa: UP007 -- a runtime alias used in isinstance checks
     SnapshotJournalRecord, BaselineSnapshotJournalRecord, IngressJournalRecord
 ]
@@ -651,6 +658,25 @@ class InboxEnvelope(Record):
 
     item: bytes = _f(CBOR)
     idempotency_key: bytes | None = _opt(BYTES)
+
+
+_ENVELOPE_FIELDS: Final = frozenset(("item", "idempotency_key"))
+
+
+def envelope_item(data: bytes, what: str) -> InboxItem:
+    """The inbox item of stored :class:`InboxEnvelope` bytes, strictly decoded: as
+    ``decode_inbox_item(decode_record(InboxEnvelope, data, what).item)``, with the item
+    decoded once (building the envelope would check it by decoding it first)."""
+    value = cbor.decode_stored(data, what)
+    if (
+        type(value) is dict
+        and type(value.get("item")) is bytes
+        and type(value.get("idempotency_key", b"")) is bytes
+        and value.keys() <= _ENVELOPE_FIELDS
+    ):
+        return decode_inbox_item(value["item"])
+    # Anything else: the record's own decoding names what is wrong, or accepts it.
+    return decode_inbox_item(record_from_map(InboxEnvelope, value, what).item)
 
 
 def envelope_bytes(item: bytes, idempotency_key: bytes | None) -> bytes:

@@ -55,7 +55,6 @@ from persistence.records import (
     InboxCursor,
     InboxEnvelope,
     InboxItem,
-    IngressJournalRecord,
     LogRecord,
     Record,
     SegmentIndexRecord,
@@ -64,6 +63,7 @@ from persistence.records import (
     WorldMeta,
     encode_inbox_item,
     envelope_bytes,
+    ingress_bytes,
 )
 from persistence.sizes import (
     MAX_CALL_RECORD_SECONDS,
@@ -178,7 +178,7 @@ class SegmentSource(Protocol):
 
 def default_normalizer(seq: InboxSeq, item: InboxItem) -> bytes:
     """The journal entry of a drained item: an ``ingress`` record of its sequence and bytes."""
-    return IngressJournalRecord(seq, encode_inbox_item(item)).to_cbor()
+    return ingress_bytes(seq, encode_inbox_item(item))
 
 
 OWN_KEY_BYTES: Final = 16

@@ -38,10 +38,9 @@ from persistence.plane.journal import append_at, read_head
 from persistence.records import (
     CallRecord,
     InboxCursor,
-    InboxEnvelope,
     InboxItem,
-    decode_inbox_item,
     decode_record,
+    envelope_item,
 )
 
 Normalizer = Callable[[InboxSeq, InboxItem], bytes]
@@ -165,10 +164,7 @@ def read_after(
     if limit == 0:
         return []
     rows = tr.get_range(*keys.inbox_after(after), limit=limit)
-    return [
-        (_seq_of(k, keys), decode_inbox_item(decode_record(InboxEnvelope, v, "inbox entry").item))
-        for k, v in rows
-    ]
+    return [(_seq_of(k, keys), envelope_item(v, "inbox entry")) for k, v in rows]
 
 
 def read_cursor(
@@ -388,8 +384,7 @@ def _take(
             if taken and size + len(value) > limits.max_bytes:
                 return taken, False
             size += len(value)
-            envelope = decode_record(InboxEnvelope, value, "inbox entry")
-            taken.append((_seq_of(key, keys), decode_inbox_item(envelope.item)))
+            taken.append((_seq_of(key, keys), envelope_item(value, "inbox entry")))
         if len(rows) < page:
             return taken, True
         begin = rows[-1][0] + b"\x00"

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from persistence import fdbtuple
-from persistence.ids import UniverseId, WorldId
-from persistence.keyspace import WorldKeys
+from persistence.errors import CorruptRecord, Validation
+from persistence.ids import InboxSeq, UniverseId, WorldId
+from persistence.keyspace import WorldKeys, seq_in_key
 
 KEYS = WorldKeys(UniverseId.new(), WorldId.new())
 BASE = ("u", KEYS.universe.uuid, "w", KEYS.world.uuid, "journal")
@@ -44,3 +46,27 @@ def test_call_keys_equal_the_tuple_encoding() -> None:
     world = ("u", KEYS.universe.uuid, "w", KEYS.world.uuid)
     assert KEYS.call(b"id") == fdbtuple.pack((*world, "calls", b"id"))
     assert KEYS.calls() == fdbtuple.range_of(fdbtuple.pack((*world, "calls")))
+
+
+@given(st.binary(min_size=12, max_size=12), st.binary(max_size=3))
+def test_a_sequence_is_read_from_a_key_as_the_tuple_decodes_it(raw: bytes, tail: bytes) -> None:
+    """The direct read of a key that is its prefix then one versionstamp agrees with the
+    tuple decoding, on every 12 bytes (an incomplete stamp is refused either way); keys with
+    anything after the stamp go to the decoder and are corrupt."""
+    keys = WorldKeys(UniverseId.new(), WorldId.new())
+    prefix = keys.inbox_prefix_len()
+    key = keys.inbox_item(InboxSeq(raw)) if raw[:10] != b"\xff" * 10 else b""
+    if key:
+        assert key == _item_prefix(keys) + b"\x33" + raw
+        assert seq_in_key(key, prefix, "x") == InboxSeq(raw)
+    if tail:
+        with pytest.raises(CorruptRecord):
+            seq_in_key(_item_prefix(keys) + b"\x33" + raw + tail, prefix, "x")
+    incomplete = _item_prefix(keys) + b"\x33" + b"\xff" * 10 + raw[10:]
+    with pytest.raises(Validation):
+        seq_in_key(incomplete, prefix, "x")
+
+
+def _item_prefix(keys: WorldKeys) -> bytes:
+    """What precedes the versionstamp in the keys of the world's inbox items."""
+    return keys.inbox_after(None)[0][:-1]

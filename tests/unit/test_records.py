@@ -29,6 +29,8 @@ from persistence.records import (
     decode_record,
     encode_inbox_item,
     envelope_bytes,
+    envelope_item,
+    ingress_bytes,
     log_records,
 )
 
@@ -47,7 +49,7 @@ PLAIN_RECORDS: list[Record] = [
     WorldMeta(created_ns=5),
     WorldMeta(created_ns=5, handle="shop-7"),
 ]
-INBOX_ITEMS = [
+INBOX_ITEMS: list[InboxItem] = [
     DomainEventIngress("demo/Added@1", PAYLOAD),
     DomainEventIngress("demo/Added@1", PAYLOAD, key=b"k"),
     ReceiptIngress(H1, "http.request", "adapter-1", PAYLOAD, b"sig"),
@@ -206,3 +208,44 @@ def test_envelope_bytes_are_the_envelope_records_encoding(
     encoded = encode_inbox_item(item)
     assert envelope_bytes(encoded, key) == InboxEnvelope(encoded, key).to_cbor()
     assert decode_record(InboxEnvelope, envelope_bytes(encoded, key)) == InboxEnvelope(encoded, key)
+
+
+@pytest.mark.parametrize("item", INBOX_ITEMS, ids=lambda i: type(i).__name__)
+def test_ingress_bytes_are_the_ingress_records_encoding(item: InboxItem) -> None:
+    encoded = encode_inbox_item(item)
+    assert ingress_bytes(SEQ, encoded) == IngressJournalRecord(SEQ, encoded).to_cbor()
+
+
+@pytest.mark.parametrize("key", [None, b"k"])
+@pytest.mark.parametrize("item", INBOX_ITEMS, ids=lambda i: type(i).__name__)
+def test_envelope_item_decodes_as_the_envelope_record_then_its_item(
+    item: InboxItem, key: bytes | None
+) -> None:
+    stored = InboxEnvelope(encode_inbox_item(item), key).to_cbor()
+    assert envelope_item(stored, "x") == item
+    # an explicit null key: not what the plane writes, but the record decodes it
+    with_null = cbor.encode({"item": encode_inbox_item(item), "idempotency_key": None})
+    assert envelope_item(with_null, "x") == item
+
+
+ITEM = encode_inbox_item(INBOX_ITEMS[0])
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        cbor.encode({"item": ITEM, "other": 1}),
+        cbor.encode({"idempotency_key": b"k"}),
+        cbor.encode({"item": "text"}),
+        cbor.encode({"item": ITEM, "idempotency_key": 5}),
+        cbor.encode([ITEM]),
+        cbor.encode({"item": ITEM[:-1]}),  # the item damaged
+        cbor.encode({"item": cbor.encode({"kind": "nope"})}),
+        b"\xa1",  # truncated
+    ],
+)
+def test_envelope_item_refuses_what_the_record_refuses(stored: bytes) -> None:
+    with pytest.raises(CorruptRecord):
+        decode_inbox_item(decode_record(InboxEnvelope, stored, "inbox entry").item)
+    with pytest.raises(CorruptRecord):
+        envelope_item(stored, "inbox entry")
