@@ -145,20 +145,17 @@ class _WorldPrefixes:
     entry: bytes
     calls: bytes
     inbox_item: bytes
-    ready: bytes
-    """The world's ready mark (a key of its universe)."""
 
 
 @functools.lru_cache(maxsize=4096)
 def _world_prefixes(universe: UniverseId, world: WorldId) -> _WorldPrefixes:
-    base = pack(("u", universe.uuid, "w", world.uuid))
+    base = _universe_prefixes(universe).base + _WORLDS + pack((world.uuid,))
     return _WorldPrefixes(
         base,
         base + _HEAD_SUFFIX,
         base + _ENTRY_SUFFIX,
         base + _CALLS_SUFFIX,
         base + _INBOX_ITEM_SUFFIX,
-        _ready_key(universe, world),
     )
 
 
@@ -166,6 +163,7 @@ _HEAD_SUFFIX: Final = pack(("journal", "head"))
 _ENTRY_SUFFIX: Final = pack(("journal", "e"))
 _CALLS_SUFFIX: Final = pack(("calls",))
 _INBOX_ITEM_SUFFIX: Final = pack(("inbox", "e"))
+_WORLDS: Final = pack(("w",))
 _LOG_HEAD_SUFFIX: Final = pack(("log", "head"))
 _LOG_AT_SUFFIX: Final = pack(("log", "at"))
 
@@ -509,7 +507,7 @@ class WorldKeys:
 
     def ready(self) -> bytes:
         """The world's pending-work mark (:meth:`UniverseKeys.ready`)."""
-        return self._hot().ready
+        return _ready_key(self.universe, self.world)
 
     def gc_pin(self, hash: Hash) -> bytes:
         """A GC pin of ``hash`` held by this world."""

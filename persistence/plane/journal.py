@@ -231,21 +231,38 @@ def append_batches(
             raise CorruptRecord("call record", "a group append record of another size")
         first_position = None if done.value is None else int.from_bytes(done.value, "big")
         return GroupAppend([batch.expected_head + 1 for batch in batches], first_position)
-    # Every key this transaction reads with a conflict, read at once: the heads, and for a
-    # sequenced append the tracking record and the log head.
+    # Every key this transaction reads with a conflict, read at once: the heads; for a
+    # sequenced append the tracking record and the log head; and where it may create worlds
+    # (batches that expect head 0), their metas, the universe's info and the genesis blobs'
+    # metadata.
     tracked = None if sequencing is None else sequencing.tracking
+    creatable: list[WorldKeys] = []
+    blob_keys: list[bytes] = []
+    if create is not None:
+        creatable = [b.keys for b in batches if b.expected_head == 0]
+        blob_keys = [universe.cas_meta(hash) for hash, _ in create.blobs] if creatable else []
     wanted = [batch.keys.head() for batch in batches]
     if tracked is not None:
         wanted.append(universe.tracking(tracked[0]))
     if sequencing is not None and batches:
         wanted.append(universe.log_head())
+    if creatable:
+        wanted.extend(keys.meta() for keys in creatable)
+        wanted.append(universe.info())
+        wanted.extend(blob_keys)
     values = iter(tr.get_many(wanted))
     heads = [next(values) for _ in batches]
+    recorded = next(values) if tracked is not None else None
+    log_head = next(values) if sequencing is not None and batches else None
+    metas = iter([next(values) for _ in creatable])
+    shared = list(values)  # the universe's info, then the blobs' metadata
     firsts: list[int] = []
     for batch, raw in zip(batches, heads, strict=True):
         keys = batch.keys
+        meta = next(metas) if create is not None and batch.expected_head == 0 else None
         if raw is None and create is not None and batch.expected_head == 0:
-            _create(tr, universe, keys, create)
+            _create(tr, keys, create, meta, shared, blob_keys)
+            shared = [_WRITTEN] * len(shared)  # by this creation, for the next ones
         elif raw != JOURNAL_HEAD.encode(batch.expected_head):
             height = _decode_head(keys, raw).height
             if height != batch.expected_head:
@@ -253,22 +270,31 @@ def append_batches(
         firsts.append(_append(tr, keys, batch.expected_head, batch.entries))
     position = None
     if sequencing is not None:
-        recorded = None if tracked is None else next(values)
-        log_head = next(values) if batches else None
         position = _sequence(tr, universe, batches, sequencing, recorded, log_head)
     value = None if position is None else position.to_bytes(8, "big")
     calls.record(tr, universe, call, "append group", count=len(batches), value=value)
     return GroupAppend(firsts, position)
 
 
-def _create(tr: kv.Transaction, universe: UniverseKeys, keys: WorldKeys, create: Creation) -> None:
-    """Create the world ``keys`` names, whose head was read absent (its meta, the universe's
-    info and the genesis blobs' metadata read at once)."""
-    metas = [universe.cas_meta(hash) for hash, _ in create.blobs]
-    meta, info, *present = tr.get_many([keys.meta(), universe.info(), *metas])
+_WRITTEN: Final = b""
+"""Stands for a value a creation of this transaction wrote (anything but ``None``)."""
+
+
+def _create(
+    tr: kv.Transaction,
+    keys: WorldKeys,
+    create: Creation,
+    meta: bytes | None,
+    shared: list[bytes | None],
+    blob_keys: list[bytes],
+) -> None:
+    """Create the world ``keys`` names, whose head was read absent, with its ``meta`` and
+    ``shared`` (the universe's info, then the genesis blobs' metadata at ``blob_keys``) as
+    read with it."""
     if meta is not None:
         raise CorruptRecord(f"world {keys.world}", "its meta is stored without a head")
-    for key, (_, blob), there in zip(metas, create.blobs, present, strict=True):
+    info, *present = shared
+    for key, (_, blob), there in zip(blob_keys, create.blobs, present, strict=True):
         if there is None:  # as cas.put_meta: a duplicate is a no-op
             tr.set(key, blob.to_cbor())
     worlds.write_world(tr, keys, create.meta, create.genesis, universe_info=info)
