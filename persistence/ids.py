@@ -67,6 +67,11 @@ class UniverseId:
     def __post_init__(self) -> None:
         _check_uuid(self.uuid, "universe")
 
+    def __hash__(self) -> int:
+        # As the generated hash (equal ids, equal hashes) in one call: that one hashes a
+        # tuple holding the UUID, whose own __hash__ is Python code. Ids key hot caches.
+        return hash(self.uuid.int)
+
     @classmethod
     def parse(cls, text: object) -> UniverseId:
         """Parse the canonical text form: 8-4-4-4-12 hex digits (either case)."""
@@ -89,6 +94,11 @@ class WorldId:
 
     def __post_init__(self) -> None:
         _check_uuid(self.uuid, "world")
+
+    def __hash__(self) -> int:
+        # As the generated hash (equal ids, equal hashes) in one call: that one hashes a
+        # tuple holding the UUID, whose own __hash__ is Python code. Ids key hot caches.
+        return hash(self.uuid.int)
 
     @classmethod
     def parse(cls, text: object) -> WorldId:
