@@ -136,8 +136,7 @@ def _ready_key(universe: UniverseId, world: WorldId) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class _WorldPrefixes:
-    """A world's key prefixes and the keys every append or enqueue writes, packed once per
-    world."""
+    """A world's key prefixes (and its head's key), packed once per world."""
 
     base: bytes
     """Every key of the world."""

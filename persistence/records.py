@@ -607,8 +607,11 @@ class CounterCodec:
         self._start = len(self._prefix)
 
     def encode(self, value: int) -> bytes:
-        """The stored bytes of the record holding ``value`` (unsigned, below 2**64)."""
-        return self._prefix + cbor.unsigned(value)
+        """The stored bytes of the record holding ``value`` (``Validation`` naming the
+        field unless it is an unsigned 64-bit integer, as the record's)."""
+        if type(value) is int and 0 <= value <= MAX_HEIGHT:
+            return self._prefix + cbor.unsigned(value)
+        return self._record(**{self._field: value}).to_cbor()  # raises
 
     def decode(self, raw: bytes, what: str) -> int:
         """The integer held by the stored bytes ``raw`` (``CorruptRecord`` unless they are

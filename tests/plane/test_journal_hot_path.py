@@ -9,7 +9,13 @@ import pytest
 
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, kv
-from persistence.errors import CorruptRecord, HeadAdvanced, MissingJournalEntry, WorldNotFound
+from persistence.errors import (
+    CorruptRecord,
+    HeadAdvanced,
+    MissingJournalEntry,
+    Validation,
+    WorldNotFound,
+)
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
 from persistence.plane import Plane, PlaneConfig, journal
@@ -40,6 +46,15 @@ def test_counter_bytes_are_the_records_encoding_both_ways(
     stored = record(value).to_cbor()  # type: ignore[call-arg]
     assert codec.encode(value) == stored
     assert codec.decode(stored, "x") == value
+
+
+@pytest.mark.parametrize(("codec", "record"), COUNTERS)
+def test_counter_bytes_of_what_the_record_refuses_are_refused_as_the_record_does(
+    codec: CounterCodec, record: type[Record]
+) -> None:
+    for bad in (-1, 2**64, True, 1.0):
+        with pytest.raises(Validation, match=record.__name__):
+            codec.encode(bad)  # type: ignore[arg-type]
 
 
 def _damaged(stored: bytes) -> list[bytes]:
