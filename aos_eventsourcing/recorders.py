@@ -143,8 +143,6 @@ class _Batch:
 
     world: WorldId
     origin: object
-    text_id: str | None
-    """The aggregate id if it is text (kept in every entry: ``codec``)."""
     versions: list[int]
     entries: list[bytes]
     topics: list[str]
@@ -222,17 +220,26 @@ class _Journals(_PlaneRecorder):
         aggregate's versions do not increase within the call (a duplicate, say)."""
         batches: dict[WorldId, _Batch] = {}
         batch: _Batch | None = None
+        last: object = None  # the id of the previous event, if a UUID or text
+        text_id: str | None = None
         for index, event in enumerate(stored_events):
             origin = event.originator_id
-            # An insert's events mostly run aggregate by aggregate: the previous event's
-            # batch is the one unless the id differs (compared only within its own type).
-            if batch is None or type(origin) is not type(batch.origin) or origin != batch.origin:
+            # An insert's events mostly run aggregate by aggregate: an id equal to the
+            # previous event's (both exactly a UUID, or both text) is in the same batch.
+            kind = type(origin)
+            if (
+                batch is None
+                or kind is not type(last)
+                or (kind is not UUID and kind is not str)
+                or origin != last
+            ):
                 world, text_id = codec.world_of(origin)
                 batch = batches.get(world)
                 if batch is None:
-                    batch = batches[world] = _Batch(world, origin, text_id, [], [], [], [])
+                    batch = batches[world] = _Batch(world, origin, [], [], [], [])
+                last = origin
             version = event.originator_version
-            entry = codec.encode(version, event.topic, event.state, batch.text_id)
+            entry = codec.encode(version, event.topic, event.state, text_id)
             if batch.versions and version <= batch.versions[-1]:
                 raise IntegrityError(
                     f"aggregate {origin}: version {version} after {batch.versions[-1]} in one "

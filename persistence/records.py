@@ -414,7 +414,11 @@ def encode_inbox_item(item: InboxItem) -> bytes:
 
 def decode_inbox_item(data: bytes) -> InboxItem:
     """Strictly decode a stored inbox item."""
-    value = cbor.decode_stored(data, "inbox item")
+    return _inbox_item(cbor.decode_stored(data, "inbox item"))
+
+
+def _inbox_item(value: Any) -> InboxItem:
+    """The inbox item of a strictly decoded CBOR value."""
     kind = value.get("kind") if isinstance(value, dict) else None
     cls = _INBOX_BY_KIND.get(kind)
     if cls is None:
@@ -677,7 +681,11 @@ def envelope_item(data: bytes, what: str) -> InboxItem:
         and type(value.get("idempotency_key", b"")) is bytes
         and value.keys() <= _ENVELOPE_FIELDS
     ):
-        return decode_inbox_item(value["item"])
+        try:
+            item = cbor.decode(value["item"])
+        except cbor.NotCanonical as exc:  # as the envelope record's check of its item
+            raise CorruptRecord(what, f"InboxEnvelope.item: {exc}") from None
+        return _inbox_item(item)
     # Anything else: the record's own decoding names what is wrong, or accepts it.
     return decode_inbox_item(record_from_map(InboxEnvelope, value, what).item)
 

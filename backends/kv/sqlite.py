@@ -297,7 +297,8 @@ class SqliteEngine(kv.Engine):
         as its holder): no other writer that queues can commit meanwhile, so reads made
         in the block stay the newest and its commit upgrades in place. 1020 if the queue
         is not granted within ``busy_timeout``."""
-        return self._writers.turn(time.monotonic() + self.busy_timeout, refused="alone")
+        timeout = self.busy_timeout
+        return self._writers.turn(time.monotonic() + timeout, refused="alone", timeout=timeout)
 
     def close(self) -> None:
         with self._lock:
@@ -474,7 +475,7 @@ class SqliteTransaction(BufferedTransaction):
                     _rollback(conn)
                     return self._validated(conn, deadline)
         _rollback(conn)  # wait without a snapshot (see the module docstring)
-        with queue.turn(deadline, refused="begin write"):
+        with queue.turn(deadline, refused="begin write", timeout=self._engine.busy_timeout):
             return self._validated(conn, deadline)
 
     def _validated(self, conn: sqlite3.Connection, deadline: float) -> bytes | None:
@@ -597,21 +598,27 @@ class _Turn:
     """A turn of a :class:`_WriterQueue` as a ``with`` block (see :meth:`_WriterQueue.turn`;
     a class rather than a generator: every commit takes one or two)."""
 
-    __slots__ = ("_deadline", "_granted", "_queue", "_refused")
+    __slots__ = ("_deadline", "_granted", "_queue", "_refused", "_timeout")
 
-    def __init__(self, queue: _WriterQueue, deadline: float, refused: str | None) -> None:
+    def __init__(
+        self, queue: _WriterQueue, deadline: float, refused: str | None, timeout: float
+    ) -> None:
         self._queue = queue
         self._deadline = deadline
         self._refused = refused
+        self._timeout = timeout
         self._granted = False
 
     def __enter__(self) -> bool:
+        if self._granted:
+            raise RuntimeError("a turn of the writer queue is entered once")
         refused = self._refused
         self._granted = self._queue._acquire(self._deadline, wait=refused is not None)
         if refused is not None and not self._granted:
             raise fdb_errors.engine_error(
                 fdb_errors.NOT_COMMITTED,
-                f"{refused}: the writer queue was not granted within busy_timeout",
+                f"{refused}: the writer queue was not granted within busy_timeout "
+                f"({self._timeout} s)",
             )
         return self._granted
 
@@ -656,11 +663,11 @@ class _WriterQueue:
         self._closing = False  # the last of them closed: close the file when free
         _QUEUES.add(self)
 
-    def turn(self, deadline: float, *, refused: str | None = None) -> _Turn:
+    def turn(self, deadline: float, *, refused: str | None = None, timeout: float = 0.0) -> _Turn:
         """The queue for a ``with`` block, which gets whether it was granted: only if free
         now; or with ``refused``, waited for until ``deadline`` and else 1020 (naming
-        ``refused``, what needed it)."""
-        return _Turn(self, deadline, refused)
+        ``refused``, what needed it, and the ``timeout`` that set the deadline)."""
+        return _Turn(self, deadline, refused, timeout)
 
     def _acquire(self, deadline: float, wait: bool) -> bool:
         me = threading.get_ident()

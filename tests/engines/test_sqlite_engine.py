@@ -408,9 +408,13 @@ def test_a_writer_waits_in_the_queue_until_busy_timeout(tmp_path: Path) -> None:
     fd = _hold_queue(tmp_path / "kv.db")
     tr = engine.create_transaction()
     tr.set(b"b", b"2")
-    with pytest.raises(EngineError, match="writer queue") as raised:
+    with pytest.raises(EngineError, match=r"begin write: the writer queue .*\(0\.2 s\)") as raised:
         tr.commit()
     assert raised.value.code == 1020  # not granted: nothing applied, retryable
+    alone = engine.alone()
+    with pytest.raises(EngineError, match=r"alone: the writer queue .*\(0\.2 s\)") as raised:
+        alone.__enter__()
+    assert raised.value.code == 1020
     os.close(fd)  # the other writer is done
     assert kv.run(engine, lambda tr: tr.get(b"b")) is None
     kv.run(engine, lambda tr: tr.set(b"b", b"2"))
@@ -557,6 +561,11 @@ def test_the_writer_queue_is_taken_again_only_by_its_holder(tmp_path: Path) -> N
         another_thread_tries()  # the holder's first turn is still held
     another_thread_tries()
     assert tries == [False, False, True]
+    turn = queue.turn(time.monotonic())
+    with turn, pytest.raises(RuntimeError, match="entered once"):  # a turn is one block
+        turn.__enter__()
+    another_thread_tries()  # and the queue was given back
+    assert tries == [False, False, True, True]
     engine.close()
 
 

@@ -560,7 +560,20 @@ bad_args("list_segments", SEGMENTS, "from_height", HEIGHTS)
 # inbox ----------------------------------------------------------------------------------
 
 HUGE_ITEM = DomainEventIngress("test/Big@1", cbor.encode(b"x" * 200_000))
-ITEMS: list[Any] = [None, b"\xa0", "item", EFFECT, HUGE_ITEM]
+
+
+class _LooseEvent(DomainEventIngress):
+    """An item of a subclass that encodes itself outside the canonical model (a float):
+    the plane builds envelopes from an item's bytes unchecked only for its own classes."""
+
+    __slots__ = ()
+
+    def to_map(self) -> dict[str, Any]:
+        return {**super().to_map(), "extra": 1.5}
+
+
+LOOSE_ITEM = _LooseEvent("test/Event@1", cbor.encode({"n": 1}))
+ITEMS: list[Any] = [None, b"\xa0", "item", EFFECT, HUGE_ITEM, LOOSE_ITEM]
 
 ENQUEUE = world_args(lambda s: {"item": ITEM, "idempotency_key": b"never-enqueued"})
 ids_of("enqueue", ENQUEUE)
@@ -572,7 +585,9 @@ BATCH = world_args(lambda s: {"items": [ITEM], "idempotency_keys": [b"never-enqu
 ids_of("enqueue_batch", BATCH)
 unknown_world("enqueue_batch", BATCH)
 bad_args("enqueue_batch", BATCH, "items", [None, [], ITEM, "items", [ITEM] * 10_001])
-bad_args("enqueue_batch", BATCH, "items", [[ITEM, None], [b"\xa0"]], names="items[")
+bad_args(
+    "enqueue_batch", BATCH, "items", [[ITEM, None], [b"\xa0"], [ITEM, LOOSE_ITEM]], names="items["
+)
 bad_args(
     "enqueue_batch",
     BATCH,

@@ -240,12 +240,18 @@ ITEM = encode_inbox_item(INBOX_ITEMS[0])
         cbor.encode({"item": ITEM, "idempotency_key": 5}),
         cbor.encode([ITEM]),
         cbor.encode({"item": ITEM[:-1]}),  # the item damaged
+        cbor.encode({"item": b"\x18\x05"}),  # the item not canonical
+        cbor.encode({"item": cbor.encode({"kind": "domain_event"})}),  # fields missing
         cbor.encode({"item": cbor.encode({"kind": "nope"})}),
         b"\xa1",  # truncated
     ],
 )
 def test_envelope_item_refuses_what_the_record_refuses(stored: bytes) -> None:
-    with pytest.raises(CorruptRecord):
+    with pytest.raises(CorruptRecord) as by_record:
         decode_inbox_item(decode_record(InboxEnvelope, stored, "inbox entry").item)
-    with pytest.raises(CorruptRecord):
+    with pytest.raises(CorruptRecord) as directly:
         envelope_item(stored, "inbox entry")
+    assert (directly.value.what, str(directly.value)) == (
+        by_record.value.what,
+        str(by_record.value),
+    )
