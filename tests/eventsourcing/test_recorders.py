@@ -35,7 +35,7 @@ from aos_eventsourcing import (
     PlaneProcessRecorder,
     PlaneSnapshotRecorder,
 )
-from aos_eventsourcing.codec import NAMESPACE
+from aos_eventsourcing.codec import NAMESPACE, TEXT_IDS
 from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
@@ -313,6 +313,27 @@ def test_text_ids_come_back_as_text(store: Counted) -> None:
     recorder.insert_events([event(twin, 1), event(str(twin), 1)])
     assert recorder.select_events(twin) == [event(twin, 1)]
     assert recorder.select_events(str(twin)) == [event(str(twin), 1)]
+
+
+def test_each_event_keeps_its_own_id_within_one_insert(store: Counted) -> None:
+    """Events run aggregate by aggregate in an insert, and the recorder groups them so; an
+    id is still each event's own: a text id and the UUID it hashes to (one world, two ids),
+    and ids of a UUID subclass whose equality cannot be trusted, are told apart."""
+    recorder = PlaneApplicationRecorder(store.plane, UniverseId.new())
+    text = "x"
+    hashed = uuid.uuid5(TEXT_IDS, text)
+    recorder.insert_events([event(text, 1), event(hashed, 2), event(text, 3)])
+    assert [n.originator_id for n in _all(recorder)] == [text, hashed, text]
+
+    class Agreeable(uuid.UUID):
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = uuid.UUID.__hash__
+
+    a, b = Agreeable(int=1), Agreeable(int=2)
+    recorder.insert_events([event(a, 1), event(b, 1)])  # two aggregates, version 1 each
+    assert recorder.select_events(uuid.UUID(int=2)) == [event(b, 1)]
 
 
 def test_refused_input_is_eventsourcings_data_error(store: Counted) -> None:
