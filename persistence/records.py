@@ -405,11 +405,18 @@ INBOX_ITEM_TYPES: Final[tuple[type[Record], ...]] = (
 _INBOX_BY_KIND: Final = {cls.KIND: cls for cls in INBOX_ITEM_TYPES}
 
 
-def encode_inbox_item(item: InboxItem) -> bytes:
-    """Canonical bytes of an inbox item (with its ``kind``)."""
+def encode_inbox_item(item: InboxItem, field: str = "inbox_item") -> bytes:
+    """Canonical bytes of an inbox item (with its ``kind``); ``Validation`` naming ``field``
+    for anything else. An item of one of the item classes encodes canonically by
+    construction; one of a subclass may encode itself otherwise, so its bytes are checked
+    (callers build envelopes and journal records from these bytes unchecked)."""
     if not isinstance(item, INBOX_ITEM_TYPES):
-        raise Validation("inbox_item", f"not an inbox item: {type(item).__name__}")
-    return item.to_cbor()
+        names = " or ".join(kind.__name__ for kind in INBOX_ITEM_TYPES)
+        raise Validation(field, f"expected a {names}, got {type(item).__name__}")
+    encoded = item.to_cbor()
+    if type(item) not in INBOX_ITEM_TYPES:
+        cbor.check_canonical(encoded, field)
+    return encoded
 
 
 def decode_inbox_item(data: bytes) -> InboxItem:

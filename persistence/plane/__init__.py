@@ -47,7 +47,6 @@ from persistence.plane.compaction import InboxCompaction
 from persistence.plane.inbox import DrainResult, Normalizer
 from persistence.plane.snapshots import SnapshotOutcome
 from persistence.records import (
-    INBOX_ITEM_TYPES,
     CasMeta,
     ColdHorizon,
     EffectDispatchItem,
@@ -55,7 +54,6 @@ from persistence.records import (
     InboxCursor,
     InboxEnvelope,
     InboxItem,
-    IngressJournalRecord,
     LogRecord,
     Record,
     SegmentIndexRecord,
@@ -179,10 +177,7 @@ class SegmentSource(Protocol):
 
 def default_normalizer(seq: InboxSeq, item: InboxItem) -> bytes:
     """The journal entry of a drained item: an ``ingress`` record of its sequence and bytes."""
-    encoded = encode_inbox_item(item)
-    if type(item) in INBOX_ITEM_TYPES:  # canonical by construction (see _item_bytes)
-        return ingress_bytes(seq, encoded)
-    return IngressJournalRecord(seq, encoded).to_cbor()
+    return ingress_bytes(seq, encode_inbox_item(item))
 
 
 OWN_KEY_BYTES: Final = 16
@@ -217,17 +212,6 @@ def _encoded(record: object, kinds: tuple[type[Record], ...], field: str) -> byt
         names = " or ".join(kind.__name__ for kind in kinds)
         raise Validation(field, f"expected a {names}, got {type(record).__name__}")
     return record.to_cbor()
-
-
-def _item_bytes(item: object, field: str) -> bytes:
-    """The stored bytes of a caller's inbox item: canonical, so that an envelope can be
-    built from them unchecked (``envelope_bytes``). A record of one of the item classes
-    encodes canonically by construction; a subclass may encode itself otherwise, so its
-    bytes are checked."""
-    encoded = _encoded(item, INBOX_ITEM_TYPES, field)
-    if type(item) not in INBOX_ITEM_TYPES:
-        cbor.check_canonical(encoded, field)
-    return encoded
 
 
 def _value_fits(encoded: bytes, field: str, limit: int = kv.MAX_VALUE_SIZE) -> None:
@@ -901,7 +885,7 @@ class Plane:
         idempotency_key: bytes | None = None,
     ) -> InboxSeq:
         """Enqueue one item (see :meth:`enqueue_batch`)."""
-        encoded = _item_bytes(item, "item")
+        encoded = encode_inbox_item(item, "item")
         if idempotency_key is None:
             idempotency_key = self._own_key()
         else:
@@ -927,7 +911,7 @@ class Plane:
         keys = _world_keys(universe, world)
         # user versions are two bytes: at most 65,536 items per transaction
         check_sequence(items, "items", 1, min(self.config.max_batch_entries, 65_536))
-        encoded = [_item_bytes(item, f"items[{i}]") for i, item in enumerate(items)]
+        encoded = [encode_inbox_item(item, f"items[{i}]") for i, item in enumerate(items)]
         idem: list[bytes | None]
         if idempotency_keys is None:
             idem = [self._own_key() for _ in items]
