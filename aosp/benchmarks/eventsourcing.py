@@ -20,7 +20,9 @@ the plane suite's peer, see ``aosp/benchmarks/plane.py``):
    batches into new aggregates, events/s;
 6. durable commits per insert into a new aggregate, and 7. into an existing one, counted in
    the SQLite write-ahead log of each side (commit frames: with ``synchronous=FULL`` each is
-   one fsync), against eventsourcing's (target 1.0: no more than theirs);
+   one fsync), against eventsourcing's (target 1.0: no more than theirs); and the bytes of
+   the log's frames per insert (pages written: a page per B-tree leaf or interior page the
+   insert changed), reported without a target;
 
 and on the memory engine against eventsourcing's in-memory ``POPOApplicationRecorder``
 (figures 8-10: 1-3 again; no targets, reported).
@@ -37,6 +39,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -133,38 +136,53 @@ def _throughput(side: _Side) -> float:
         return JOBS * JOB_EVENTS / (time.perf_counter() - start)
 
 
-def wal_commits(database: Path) -> tuple[bytes, int]:
-    """The salt of ``database``'s write-ahead log and how many commit frames it holds since
-    its last reset (a frame whose header names the database size ends a commit)."""
+@dataclass(frozen=True)
+class WalCount:
+    """What ``database``'s write-ahead log holds since its last reset (:func:`wal_count`)."""
+
+    salt: bytes
+    """The log's salt: it changes when the log is reset after a checkpoint."""
+    commits: int
+    """Commit frames (a frame whose header names the database size ends a commit)."""
+    frames: int
+    frame_bytes: int
+    """Bytes of one frame: its 24-byte header and a page."""
+
+
+def wal_count(database: Path) -> WalCount:
+    """The frames of ``database``'s write-ahead log since its last reset."""
     wal = Path(f"{database}-wal").read_bytes()
     if len(wal) < 32:
-        return b"", 0
+        return WalCount(b"", 0, 0, 0)
     page_size = int.from_bytes(wal[8:12], "big")
     salt = wal[16:24]
-    count = 0
+    commits = frames = 0
     for offset in range(32, len(wal) - 24 - page_size + 1, 24 + page_size):
         header = wal[offset : offset + 24]
         if header[8:16] != salt:
             break
-        count += int.from_bytes(header[4:8], "big") != 0
-    return salt, count
+        frames += 1
+        commits += int.from_bytes(header[4:8], "big") != 0
+    return WalCount(salt, commits, frames, 24 + page_size)
 
 
-def _commits_per_call(database: Path, call: Callable[[], None]) -> float:
-    """Durable commits per ``call``, averaged over ``COUNTED`` calls (counted again if the
-    log was checkpointed and reset meanwhile)."""
+def _per_call(database: Path, call: Callable[[], None]) -> tuple[float, float]:
+    """Durable commits and bytes of log frames per ``call``, averaged over ``COUNTED``
+    calls (counted again if the log was checkpointed and reset meanwhile)."""
     for _ in range(3):
-        salt, before = wal_commits(database)
+        before = wal_count(database)
         for _ in range(COUNTED):
             call()
-        after_salt, after = wal_commits(database)
-        if after_salt == salt:
-            return (after - before) / COUNTED
+        after = wal_count(database)
+        if after.salt == before.salt:
+            frames = after.frames - before.frames
+            return (after.commits - before.commits) / COUNTED, frames * after.frame_bytes / COUNTED
     raise RuntimeError(f"{database}: the log was reset during every count")
 
 
 def commit_figures(tmp: Path) -> list[Figure]:
-    """Figures 6 and 7, on fresh stores of both sides in ``tmp``."""
+    """Figures 6 and 7 (and the log bytes per insert), on fresh stores of both sides in
+    ``tmp``: for each kind of insert, its durable commits, then its bytes."""
     factory, recorder = _ours(f"sqlite://{tmp}/ours-count.db", f"file://{tmp}/objects")
     theirs_recorder = _their_recorder(str(tmp / "theirs-count.db"), create=True)
     ours, theirs = _Side(recorder), _Side(theirs_recorder)
@@ -173,14 +191,27 @@ def commit_figures(tmp: Path) -> list[Figure]:
         ("a new aggregate", ours.new, theirs.new),
         ("an existing aggregate", ours.next, theirs.next),
     ):
+        our_commits, our_bytes = _per_call(tmp / "ours-count.db", ours_call)
+        their_commits, their_bytes = _per_call(tmp / "theirs-count.db", theirs_call)
         figures.append(
             Figure(
                 name=f"eventsourcing: durable commits per insert into {what} (sqlite WAL)",
-                value=_commits_per_call(tmp / "ours-count.db", ours_call),
+                value=our_commits,
                 unit="commits",
                 baseline=f"{BASELINE}: commit frames in its WAL over {COUNTED} inserts",
-                baseline_value=_commits_per_call(tmp / "theirs-count.db", theirs_call),
+                baseline_value=their_commits,
                 target=1.0,
+                better="lower",
+            )
+        )
+        figures.append(
+            Figure(
+                name=f"eventsourcing: WAL bytes per insert into {what} (sqlite)",
+                value=our_bytes,
+                unit="bytes",
+                baseline=f"{BASELINE}: its WAL frames over {COUNTED} inserts",
+                baseline_value=their_bytes,
+                target=None,
                 better="lower",
             )
         )
