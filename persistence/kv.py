@@ -60,6 +60,10 @@ class VersionstampFuture(ABC):
         (2021 ``no_commit_version`` for a transaction that wrote nothing)."""
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
 class Transaction(ABC):
     """One optimistic transaction. Not thread-safe: use it from one thread."""
 
@@ -201,6 +205,16 @@ class Engine(ABC):
         (FoundationDB) there is no such block: this one holds nothing."""
         return contextlib.nullcontext()
 
+    def run_alone(self, tr: Transaction, body: Callable[[Transaction], T]) -> T:
+        """One attempt of :func:`run` inside :meth:`alone`: ``body(tr)``, then ``tr``'s
+        commit; what ``body`` returned, or the error of either. An engine whose writers
+        serialize may commit it together with other threads' attempts in one durable commit
+        (SQLite's group commit): its outcome is still its own."""
+        with self.alone():
+            result = body(tr)
+            tr.commit()
+        return result
+
     def is_retryable(self, error: EngineError) -> bool:
         """Whether ``on_error`` would retry ``error`` (FoundationDB's retry table)."""
         return is_retryable(error)
@@ -232,10 +246,6 @@ class Engine(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 
 class RetryStats:
@@ -294,9 +304,7 @@ def run(
     while True:
         try:
             if alone:
-                with engine.alone():
-                    result = body(tr)
-                    tr.commit()
+                result = engine.run_alone(tr, body)
             else:
                 result = body(tr)
                 tr.commit()

@@ -621,6 +621,17 @@ class BufferedTransaction(kv.Transaction):
             self._commit_error = error
 
     def commit(self) -> None:
+        self._begin_commit()
+        try:
+            stamp = self._commit()
+        except Exception as exc:
+            self._fail(exc)
+            raise
+        self._settle(stamp)
+
+    def _begin_commit(self) -> None:
+        """End the transaction for its commit; refuse a commit that cannot succeed: after a
+        read of a key it stamped (1036), or larger than the engine's limit (2101)."""
         self._check_open()
         self._done = True
         try:
@@ -631,10 +642,16 @@ class BufferedTransaction(kv.Transaction):
                     fdb_errors.TRANSACTION_TOO_LARGE,
                     f"transaction of {self.buffer.size} bytes > {self._size_limit()}",
                 )
-            stamp = self._commit()
         except Exception as exc:
-            self._future.resolve(None, exc)
+            self._fail(exc)
             raise
+
+    def _fail(self, error: Exception) -> None:
+        """The commit failed with ``error``: so does the versionstamp."""
+        self._future.resolve(None, error)
+
+    def _settle(self, stamp: bytes | None) -> None:
+        """The commit succeeded, with versionstamp ``stamp`` (``None``: it wrote nothing)."""
         if stamp is not None:
             self._future.resolve(stamp)
         elif self.stamp_requested:

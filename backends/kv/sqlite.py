@@ -44,6 +44,12 @@ So a commit that finds the queue busy first ends its read transaction and waits 
 snapshot, then validates its reads under the lock (step 3's slow path). A directory where
 the queue file cannot be created leaves SQLite's lock alone to order writers.
 
+**Group commit.** Attempts that run alone (``kv.run(..., alone=True)``: sequenced appends,
+and retries after repeated conflicts) on concurrent threads of one engine are committed
+together: the first leads, runs the waiting attempts' bodies in arrival order on one
+connection under the writer queue and commits them with one ``COMMIT`` -- one sync for the
+group; each attempt still gets its own outcome (:class:`_GroupCommit`).
+
 Opening with ``create=False`` (what reading tools use) never creates anything (a first
 commit creates the queue's lock file): the file must already be a store of ours. A missing
 file is ``NotFound``; an empty (0-byte) file, an SQLite database without our schema, or any
@@ -61,9 +67,9 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar, cast
 
 from backends import check_path
 from backends.kv.buffered import BufferedTransaction
@@ -144,6 +150,7 @@ class SqliteEngine(kv.Engine):
             self._release(conn)
         self._writers = _WriterQueue.of(self.path)
         self._open = True  # counted among the queue's engines until closed
+        self._group = _GroupCommit(self)
 
     # ------------------------------------------------------------ opening
 
@@ -300,6 +307,21 @@ class SqliteEngine(kv.Engine):
         timeout = self.busy_timeout
         return self._writers.turn(time.monotonic() + timeout, refused="alone", timeout=timeout)
 
+    def run_alone(self, tr: kv.Transaction, body: Callable[[kv.Transaction], T]) -> T:
+        """Group commit: the attempt joins the transactions of this engine that other
+        threads run alone meanwhile, and one thread commits them all in one SQLite
+        transaction -- one sync (:class:`_GroupCommit`). A thread that already holds the
+        writer queue, or a transaction already used, runs as :meth:`Engine.run_alone` does."""
+        if (
+            type(tr) is not SqliteTransaction
+            or tr._engine is not self
+            or tr._conn is not None
+            or tr._done
+            or self._writers.held_here()
+        ):
+            return super().run_alone(tr, body)
+        return cast(T, self._group.run(tr, body))
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
@@ -325,6 +347,7 @@ class SqliteEngine(kv.Engine):
         return [] if rows == [("ok",)] else [row[0] for row in rows]
 
 
+T = TypeVar("T")
 _COUNTER: Final = "SELECT value FROM meta WHERE name = 'commit_version'"
 _BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
@@ -357,6 +380,7 @@ class SqliteTransaction(BufferedTransaction):
         self._first_page = _PAGE  # rows the next range read's first statement fetches
         self._relaxed = False  # commit without its own sync (relax_durability)
         self._conflicts = 0  # read conflicts of the attempts before this one, in a row
+        self._grouped = False  # run by a group commit, on its connection (_GroupCommit)
 
     # ------------------------------------------------------------ read snapshot
 
@@ -449,6 +473,10 @@ class SqliteTransaction(BufferedTransaction):
     # ------------------------------------------------------------ commit
 
     def _commit(self) -> bytes | None:
+        if self._grouped:  # a body that a group commit runs committing its own transaction
+            raise fdb_errors.engine_error(
+                fdb_errors.USED_DURING_COMMIT, "commit() inside a body: kv.run commits it"
+            )
         try:
             if not self.buffer.has_writes():
                 return None
@@ -458,6 +486,15 @@ class SqliteTransaction(BufferedTransaction):
 
     def _write(self, conn: sqlite3.Connection) -> bytes | None:
         queue = self._engine._writers
+        if getattr(_GROUP_BODY, "locked", None) is queue:
+            # This thread runs a body for a group commit whose connection holds the store's
+            # write lock: this commit would wait for it until busy_timeout, every attempt.
+            raise fdb_errors.engine_error(
+                fdb_errors.CLIENT_INVALID_OPERATION,
+                "a transaction committed inside a body run alone, after another attempt of "
+                "its group commit wrote: a body run alone must not commit other transactions "
+                "of its store",
+            )
         deadline = time.monotonic() + self._engine.busy_timeout
         if self._reading and conn.in_transaction:
             with queue.turn(deadline) as granted:
@@ -521,8 +558,16 @@ class SqliteTransaction(BufferedTransaction):
 
     def _apply(self, conn: sqlite3.Connection) -> bytes | None:
         """Apply the buffer and commit, inside a write transaction (taken by the first
-        write statement when upgrading). Only transactions that need a versionstamp touch
-        the commit counter, so plain writes change one B-tree page fewer."""
+        write statement when upgrading); the versionstamp, if one was needed."""
+        stamp = self._write_buffer(conn)
+        conn.execute("COMMIT")
+        return stamp
+
+    def _write_buffer(self, conn: sqlite3.Connection) -> bytes | None:
+        """Write the buffer into ``conn``'s transaction (the first write statement takes
+        the write lock when upgrading), without committing. Only transactions that need a
+        versionstamp touch the commit counter, so plain writes change one B-tree page fewer;
+        those that do take the next commit version."""
         stamp = None
         if self.buffer.needs_stamp() or self.stamp_requested:
             version = int(conn.execute(_COUNTER).fetchone()[0]) + 1
@@ -546,15 +591,44 @@ class SqliteTransaction(BufferedTransaction):
             conn.executemany("DELETE FROM kv WHERE key = ?", deletes)
         if upserts:
             conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", upserts)
-        conn.execute("COMMIT")
         return stamp
+
+    def _run_in_group(
+        self, conn: sqlite3.Connection, body: Callable[[kv.Transaction], object], locked: bool
+    ) -> tuple[object, bytes | None]:
+        """For a group commit: run ``body`` on ``conn`` (the group's connection, held under
+        the writer queue, its transaction open or opened by the first read; ``locked`` if it
+        holds the write lock) and write the buffer into it, uncommitted. The body's result
+        and the versionstamp the group's commit gives (the next commit version, if one is
+        needed)."""
+        self._conn, self._reading, self._grouped = conn, conn.in_transaction, True
+        try:
+            _GROUP_BODY.locked = self._engine._writers if locked else None
+            try:
+                result = body(self)
+            finally:
+                _GROUP_BODY.locked = None
+            self._begin_commit()
+            try:
+                stamp = None
+                if self.buffer.has_writes():
+                    if not conn.in_transaction:  # else each statement would commit on its own
+                        conn.execute("BEGIN")
+                    stamp = self._write_buffer(conn)
+            except sqlite3.Error as exc:
+                error = _sqlite_error(exc, "commit")
+                self._fail(error)
+                raise error from None
+            return result, stamp
+        finally:
+            self._conn, self._reading = None, False  # the connection stays the group's
 
     def relax_durability(self) -> None:
         """Commit with ``synchronous=NORMAL`` (WAL: the commit is not synced; the next FULL
         commit's sync of the log covers it, frames being appended in order). SQLite fixes
         the level outside a transaction: call it before the transaction's first read."""
-        if self._relaxed or self._engine.synchronous not in ("FULL", "EXTRA"):
-            return
+        if self._relaxed or self._grouped or self._engine.synchronous not in ("FULL", "EXTRA"):
+            return  # (a group commits with the engine's durability)
         conn = self._connection()
         if conn.in_transaction:
             raise ValueError("relax_durability must come before the transaction's first read")
@@ -575,6 +649,9 @@ class SqliteTransaction(BufferedTransaction):
         # Releasing the connection rolls back its read transaction: a commit after this one
         # must take the slow path, which validates every read (never the in-place upgrade).
         self._reading = False
+        if self._grouped:  # the connection is its group commit's, never released here
+            self._conn = None
+            return
         conn, self._conn = self._conn, None
         if conn is not None and self._relaxed:
             self._relaxed = False
@@ -592,6 +669,222 @@ class SqliteTransaction(BufferedTransaction):
         # An abandoned transaction must give back its connection and WAL snapshot.
         with contextlib.suppress(Exception):
             self._close()
+
+
+GROUP_LIMIT: Final = 64
+"""The most transactions one group commit carries."""
+_GROUP_BODY = threading.local()
+"""``locked``: the writer queue of the store whose group commit this thread runs a body for
+while the group's connection holds the write lock (else ``None``)."""
+
+
+def _own(error: Exception) -> Exception:
+    """An engine error for one attempt of a group that failed with ``error`` (an exception
+    raised in several threads at once would share its traceback); other errors as they are."""
+    if isinstance(error, EngineError):
+        return EngineError(error.code, error.description, read_conflict=error.read_conflict)
+    return error
+
+
+class _Member:
+    """An attempt in a :class:`_GroupCommit`: its transaction, body and outcome."""
+
+    __slots__ = ("body", "error", "lead", "result", "settled", "tr", "wake")
+
+    def __init__(self, tr: SqliteTransaction, body: Callable[[kv.Transaction], object]) -> None:
+        self.tr = tr
+        self.body = body
+        self.result: object = None
+        self.error: BaseException | None = None
+        self.settled = False
+        self.lead = False  # asked to commit the next group
+        self.wake: threading.Lock | None = None
+        """Held while the attempt waits; released to wake it (settled, or asked to lead)."""
+
+
+class _GroupCommit:
+    """Group commit of the transactions that run alone on one engine.
+
+    A thread whose attempt arrives while no group is being committed leads: it takes the
+    writer queue and one connection, runs the waiting attempts' bodies in arrival order on
+    that connection -- each sees the writes of those before it, as if they had committed
+    one after the other alone -- and commits them all with one ``COMMIT``: one sync of the
+    log for the group. Attempts that arrive meanwhile wait for the next group, which the
+    first of them leads. Each attempt's outcome is its own: a body that raises (anything,
+    ``KeyboardInterrupt`` included: it is given to the attempt's own thread) has its writes
+    rolled back to a savepoint and gets its error; the others commit. If the group cannot
+    commit (the queue or the write lock not granted in time, an I/O error), every attempt
+    staged in it gets that error and nothing of it is applied. Other readers see a group's
+    writes only after its ``COMMIT``, i.e. after its sync, as with any commit. An attempt
+    not taken by a group within ``busy_timeout`` gets 1020."""
+
+    def __init__(self, engine: SqliteEngine) -> None:
+        self._engine = engine
+        self._lock = threading.Lock()
+        self._pending: list[_Member] = []  # under _lock, as _leading
+        self._leading = False
+
+    def waiting(self) -> int:
+        """Attempts waiting for a group (not yet taken by one)."""
+        with self._lock:
+            return len(self._pending)
+
+    def run(self, tr: SqliteTransaction, body: Callable[[kv.Transaction], object]) -> object:
+        """Run ``body`` in ``tr`` and commit it in a group; what it returned, or its error."""
+        member = _Member(tr, body)
+        with self._lock:
+            self._pending.append(member)
+            if self._leading:
+                member.wake = threading.Lock()
+                member.wake.acquire()
+            else:
+                self._leading = True
+        if member.wake is not None:
+            self._wait(member)
+        if not member.settled:
+            self._lead(member)
+        if member.error is not None:
+            raise member.error
+        return member.result
+
+    def _wait(self, member: _Member) -> None:
+        """Wait until a leader settles ``member`` or asks it to lead. Not taken by a group
+        within ``busy_timeout``: 1020. Interrupted while still waiting: it leaves the queue
+        (passing the lead on if it had been given it)."""
+        assert member.wake is not None
+        try:
+            if member.wake.acquire(timeout=self._engine.busy_timeout):
+                return
+            with self._lock:
+                if member in self._pending and not member.lead:
+                    self._pending.remove(member)
+                    raise fdb_errors.engine_error(
+                        fdb_errors.NOT_COMMITTED,
+                        "group commit: not taken by a group within busy_timeout "
+                        f"({self._engine.busy_timeout} s)",
+                    )
+            member.wake.acquire()  # taken by a group (or asked to lead): it settles it
+        except BaseException:
+            with self._lock:
+                if member in self._pending:
+                    self._pending.remove(member)
+                    if member.lead:
+                        self._hand_on()
+            raise
+
+    def _hand_on(self) -> None:
+        """(Holding ``_lock``.) Ask the first waiting attempt to lead, or stop leading."""
+        if self._pending:
+            first = self._pending[0]
+            first.lead = True
+            if first.wake is not None:
+                first.wake.release()
+        else:
+            self._leading = False
+
+    def _lead(self, member: _Member) -> None:
+        """Commit groups until ``member``'s is committed; then hand the lead on."""
+        try:
+            while not member.settled:
+                with self._lock:
+                    group = self._pending[:GROUP_LIMIT]
+                    del self._pending[: len(group)]
+                try:
+                    self._commit(group)  # settles every member of the group, whatever happens
+                finally:
+                    for each in group:
+                        if each is not member and each.wake is not None:
+                            each.wake.release()
+        finally:
+            with self._lock:
+                self._pending = [each for each in self._pending if not each.settled]
+                self._hand_on()
+
+    def _commit(self, group: list[_Member]) -> None:
+        """Run and commit ``group``: settle each member with its result or error."""
+        engine = self._engine
+        timeout = engine.busy_timeout
+        staged: list[tuple[_Member, bytes | None]] = []
+        committing = committed = False
+        try:
+            with engine._writers.turn(
+                time.monotonic() + timeout, refused="group commit", timeout=timeout
+            ):
+                conn = engine._acquire()
+                try:
+                    for member in group:
+                        self._stage(conn, member, staged)
+                    if staged and conn.in_transaction:
+                        committing = True
+                        conn.execute("COMMIT")
+                    committed = True
+                except sqlite3.Error as exc:
+                    raise _sqlite_error(exc, "commit") from None
+                except BaseException:
+                    # an interrupt (a signal during the sync) may surface just after the
+                    # COMMIT applied: then the group is committed
+                    committed = committing and not conn.in_transaction
+                    raise
+                finally:
+                    engine._release(conn)  # rolls back whatever was not committed
+        except BaseException as exc:
+            if not committed:
+                # nothing of the group is applied: its attempts fail (1020 if interrupted)
+                error = (
+                    exc
+                    if isinstance(exc, Exception)
+                    else fdb_errors.engine_error(
+                        fdb_errors.NOT_COMMITTED, "group commit interrupted in its leader"
+                    )
+                )
+                for each, _ in staged:
+                    each.error, each.result = _own(error), None
+                    each.tr._fail(each.error)
+                for each in group:
+                    if each.error is None:
+                        each.error = _own(error)
+                    each.settled = True
+                staged = []
+            if not isinstance(exc, Exception):
+                self._settle(group, staged)
+                raise  # the leader's own interrupt, after the group is settled
+        self._settle(group, staged)
+
+    @staticmethod
+    def _settle(group: list[_Member], staged: list[tuple[_Member, bytes | None]]) -> None:
+        """The group committed: resolve its staged attempts' versionstamps; every member
+        of ``group`` is settled."""
+        for each, stamp in staged:
+            each.tr._settle(stamp)
+        for each in group:
+            each.settled = True
+
+    @staticmethod
+    def _stage(
+        conn: sqlite3.Connection, member: _Member, staged: list[tuple[_Member, bytes | None]]
+    ) -> None:
+        """Run ``member`` in the group's transaction; on success add it to ``staged``; if its
+        body or its writes fail, undo them (to a savepoint when others are staged) and give
+        it the error."""
+        savepoint = bool(staged)
+        if savepoint:
+            if not conn.in_transaction:
+                conn.execute("BEGIN")
+            conn.execute("SAVEPOINT member")
+        locked = any(each.tr.buffer.has_writes() for each, _ in staged)
+        try:
+            member.result, stamp = member.tr._run_in_group(conn, member.body, locked)
+        except BaseException as exc:  # the attempt's own outcome, whatever it is
+            member.error, member.result = exc, None
+            if savepoint:
+                conn.execute("ROLLBACK TO member")
+                conn.execute("RELEASE member")
+            elif conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return
+        if savepoint:
+            conn.execute("RELEASE member")
+        staged.append((member, stamp))
 
 
 class _Turn:
@@ -668,6 +961,10 @@ class _WriterQueue:
         now; or with ``refused``, waited for until ``deadline`` and else 1020 (naming
         ``refused``, what needed it, and the ``timeout`` that set the deadline)."""
         return _Turn(self, deadline, refused, timeout)
+
+    def held_here(self) -> bool:
+        """Whether the calling thread holds the queue."""
+        return self._owner == threading.get_ident()
 
     def _acquire(self, deadline: float, wait: bool) -> bool:
         me = threading.get_ident()
@@ -789,6 +1086,7 @@ def _after_fork() -> None:
     _QUEUES_LOCK = threading.Lock()
     for engine in list(_ENGINES):
         engine._lock = threading.Lock()
+        engine._group = _GroupCommit(engine)  # a parent's leader or waiters are not here
     for queue in list(_QUEUES):
         queue._forked()
 
