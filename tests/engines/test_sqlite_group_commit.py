@@ -477,3 +477,37 @@ def test_a_commit_inside_a_grouped_body_is_refused_at_once(tmp_path: Path) -> No
     assert rows == [(b"b", b"1"), (b"e", b"1")]
     assert len({id(conn) for conn in engine._idle}) == len(engine._idle)  # no connection twice
     engine.close()
+
+
+def test_a_child_forked_while_a_group_is_led_starts_with_none(tmp_path: Path) -> None:
+    """A fork's child does not inherit its parent's group commit (its leader is the
+    parent's thread): once the parent's group is committed, the child's attempts run alone
+    and commit."""
+    engine = SqliteEngine(tmp_path / "kv.db")
+    attempts = _Attempts(engine)
+    release = _blocking_leader(attempts, b"parent")
+    ready, done = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: wait for the parent's group, then commit alone, bounded
+        code = 1
+        try:
+            os.read(ready, 1)
+            outcome: list[object] = []
+            worker = threading.Thread(
+                target=lambda: outcome.append(
+                    kv.run(engine, lambda tr: tr.set(b"child", b"1"), alone=True)
+                ),
+                daemon=True,
+            )
+            worker.start()
+            worker.join(timeout=30)
+            code = 0 if outcome == [None] else 2
+        finally:
+            os._exit(code)
+    release.set()
+    assert attempts.join() == {"leader": "leader"}
+    os.write(done, b"x")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert kv.run(engine, lambda tr: (tr.get(b"parent"), tr.get(b"child"))) == (b"1", b"1")
+    engine.close()
