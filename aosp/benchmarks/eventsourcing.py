@@ -17,7 +17,9 @@ the plane suite's peer, see ``aosp/benchmarks/plane.py``):
 4. ``select_notifications`` of 10 notifications from 10 aggregates (a follower's section),
    calls/s;
 5. eventsourcing's ``test_concurrent_throughput`` workload: 4 threads inserting 50-event
-   batches into new aggregates, events/s;
+   batches into new aggregates, events/s; and ``THREADS_SMALL`` threads each inserting one
+   event at a time into an aggregate of its own (what SQLite's group commit serves: many
+   small durable commits at once), inserts/s;
 6. durable commits per insert into a new aggregate, and 7. into an existing one, counted in
    the SQLite write-ahead log of each side (commit frames: with ``synchronous=FULL`` each is
    one fsync), against eventsourcing's (target 1.0: no more than theirs); and the bytes of
@@ -62,6 +64,9 @@ WORKERS: Final = 4
 JOB_EVENTS: Final = 50
 JOBS: Final = 40
 """Jobs per round of the concurrent figure (eventsourcing's test runs 10)."""
+THREADS_SMALL: Final = 8
+SMALL_INSERTS: Final = 100
+"""Single-event inserts per thread per round of the small-inserts figure."""
 COUNTED: Final = 50
 """Inserts whose durable commits are counted."""
 MODULE: Final = "aos_eventsourcing"
@@ -147,6 +152,22 @@ class WalCount:
     frames: int
     frame_bytes: int
     """Bytes of one frame: its 24-byte header and a page."""
+
+
+def _small_inserts(side: _Side) -> float:
+    """Inserts/s of ``THREADS_SMALL`` threads, each inserting ``SMALL_INSERTS`` single
+    events into an aggregate of its own, one call per event."""
+
+    def work() -> None:
+        aggregate = uuid.uuid4()
+        for version in range(1, SMALL_INSERTS + 1):
+            side.recorder.insert_events([side.event(aggregate, version, TOPIC, STATE)])
+
+    with ThreadPoolExecutor(THREADS_SMALL) as pool:
+        start = time.perf_counter()
+        for future in [pool.submit(work) for _ in range(THREADS_SMALL)]:
+            future.result()
+        return THREADS_SMALL * SMALL_INSERTS / (time.perf_counter() - start)
 
 
 def wal_count(database: Path) -> WalCount:
@@ -271,6 +292,24 @@ def _sqlite(tmp: Path, seconds: float, progress: Callable[[str], None]) -> list[
             f"eventsourcing: concurrent_throughput, {WORKERS} threads of {JOB_EVENTS}-event "
             "inserts into new aggregates (sqlite FULL)",
             "events/s",
+            f"{base} the same workload",
+            _Compared.of(ours_rates, theirs_rates),
+            1,
+            None,
+        )
+    )
+    progress("eventsourcing: small inserts on many threads")
+    ours_rates, theirs_rates = [], []
+    _small_inserts(theirs)  # warm-up
+    _small_inserts(ours)
+    for _ in range(ROUNDS):
+        theirs_rates.append(_small_inserts(theirs))
+        ours_rates.append(_small_inserts(ours))
+    figures.append(
+        _figure(
+            f"eventsourcing: {THREADS_SMALL} threads of single-event inserts into their own "
+            "aggregates (sqlite FULL)",
+            "inserts/s",
             f"{base} the same workload",
             _Compared.of(ours_rates, theirs_rates),
             1,
