@@ -45,10 +45,11 @@ snapshot, then validates its reads under the lock (step 3's slow path). A direct
 the queue file cannot be created leaves SQLite's lock alone to order writers.
 
 **Group commit.** Attempts that run alone (``kv.run(..., alone=True)``: sequenced appends,
-and retries after repeated conflicts) on concurrent threads of one engine are committed
-together: the first leads, runs the waiting attempts' bodies in arrival order on one
-connection under the writer queue and commits them with one ``COMMIT`` -- one sync for the
-group; each attempt still gets its own outcome (:class:`_GroupCommit`).
+and retries after repeated conflicts) on concurrent threads of one engine (the main thread
+excepted) are committed together: the first leads, runs the waiting attempts' bodies in
+arrival order on one connection under the writer queue and commits them with one
+``COMMIT`` -- one sync for the group; each attempt still gets its own outcome
+(:class:`_GroupCommit`).
 
 Opening with ``create=False`` (what reading tools use) never creates anything (a first
 commit creates the queue's lock file): the file must already be a store of ours. A missing
@@ -310,13 +311,17 @@ class SqliteEngine(kv.Engine):
     def run_alone(self, tr: kv.Transaction, body: Callable[[kv.Transaction], T]) -> T:
         """Group commit: the attempt joins the transactions of this engine that other
         threads run alone meanwhile, and one thread commits them all in one SQLite
-        transaction -- one sync (:class:`_GroupCommit`). A thread that already holds the
-        writer queue, or a transaction already used, runs as :meth:`Engine.run_alone` does."""
+        transaction -- one sync (:class:`_GroupCommit`). The main thread runs its attempts
+        as :meth:`Engine.run_alone` does: Python runs signal handlers (Ctrl-C's
+        ``KeyboardInterrupt``) in it, between any two steps, and a group's bookkeeping must
+        not be cut short. So do a thread that already holds the writer queue and a
+        transaction already used."""
         if (
             type(tr) is not SqliteTransaction
             or tr._engine is not self
             or tr._conn is not None
             or tr._done
+            or threading.current_thread() is threading.main_thread()
             or self._writers.held_here()
         ):
             return super().run_alone(tr, body)
@@ -741,7 +746,7 @@ class _GroupCommit:
                 self._leading = True
         if member.wake is not None:
             self._wait(member)
-        if not member.settled:
+        if not member.settled:  # released unsettled only to lead
             self._lead(member)
         if member.error is not None:
             raise member.error
@@ -749,28 +754,19 @@ class _GroupCommit:
 
     def _wait(self, member: _Member) -> None:
         """Wait until a leader settles ``member`` or asks it to lead. Not taken by a group
-        within ``busy_timeout``: 1020. Interrupted while still waiting: it leaves the queue
-        (passing the lead on if it had been given it)."""
+        within ``busy_timeout``: it leaves the queue with 1020."""
         assert member.wake is not None
-        try:
-            if member.wake.acquire(timeout=self._engine.busy_timeout):
-                return
-            with self._lock:
-                if member in self._pending and not member.lead:
-                    self._pending.remove(member)
-                    raise fdb_errors.engine_error(
-                        fdb_errors.NOT_COMMITTED,
-                        "group commit: not taken by a group within busy_timeout "
-                        f"({self._engine.busy_timeout} s)",
-                    )
-            member.wake.acquire()  # taken by a group (or asked to lead): it settles it
-        except BaseException:
-            with self._lock:
-                if member in self._pending:
-                    self._pending.remove(member)
-                    if member.lead:
-                        self._hand_on()
-            raise
+        if member.wake.acquire(timeout=self._engine.busy_timeout):
+            return
+        with self._lock:
+            if member in self._pending and not member.lead:
+                self._pending.remove(member)
+                raise fdb_errors.engine_error(
+                    fdb_errors.NOT_COMMITTED,
+                    "group commit: not taken by a group within busy_timeout "
+                    f"({self._engine.busy_timeout} s)",
+                )
+        member.wake.acquire()  # taken by a group, or asked to lead: it is released then
 
     def _hand_on(self) -> None:
         """(Holding ``_lock``.) Ask the first waiting attempt to lead, or stop leading."""
@@ -790,14 +786,18 @@ class _GroupCommit:
                     group = self._pending[:GROUP_LIMIT]
                     del self._pending[: len(group)]
                 try:
-                    self._commit(group)  # settles every member of the group, whatever happens
+                    self._commit(group)  # settles every member of the group
                 finally:
                     for each in group:
+                        if not each.settled:  # only if _commit itself failed: never applied
+                            each.error = fdb_errors.engine_error(
+                                fdb_errors.NOT_COMMITTED, "group commit failed"
+                            )
+                            each.settled = True
                         if each is not member and each.wake is not None:
                             each.wake.release()
         finally:
             with self._lock:
-                self._pending = [each for each in self._pending if not each.settled]
                 self._hand_on()
 
     def _commit(self, group: list[_Member]) -> None:
@@ -805,7 +805,7 @@ class _GroupCommit:
         engine = self._engine
         timeout = engine.busy_timeout
         staged: list[tuple[_Member, bytes | None]] = []
-        committing = committed = False
+        committed = False
         try:
             with engine._writers.turn(
                 time.monotonic() + timeout, refused="group commit", timeout=timeout
@@ -815,39 +815,21 @@ class _GroupCommit:
                     for member in group:
                         self._stage(conn, member, staged)
                     if staged and conn.in_transaction:
-                        committing = True
                         conn.execute("COMMIT")
                     committed = True
                 except sqlite3.Error as exc:
                     raise _sqlite_error(exc, "commit") from None
-                except BaseException:
-                    # an interrupt (a signal during the sync) may surface just after the
-                    # COMMIT applied: then the group is committed
-                    committed = committing and not conn.in_transaction
-                    raise
                 finally:
                     engine._release(conn)  # rolls back whatever was not committed
-        except BaseException as exc:
-            if not committed:
-                # nothing of the group is applied: its attempts fail (1020 if interrupted)
-                error = (
-                    exc
-                    if isinstance(exc, Exception)
-                    else fdb_errors.engine_error(
-                        fdb_errors.NOT_COMMITTED, "group commit interrupted in its leader"
-                    )
-                )
+        except Exception as exc:
+            if not committed:  # nothing of the group is applied: its attempts fail
                 for each, _ in staged:
-                    each.error, each.result = _own(error), None
+                    each.error, each.result = _own(exc), None
                     each.tr._fail(each.error)
                 for each in group:
                     if each.error is None:
-                        each.error = _own(error)
-                    each.settled = True
+                        each.error = _own(exc)
                 staged = []
-            if not isinstance(exc, Exception):
-                self._settle(group, staged)
-                raise  # the leader's own interrupt, after the group is settled
         self._settle(group, staged)
 
     @staticmethod

@@ -10,6 +10,7 @@ import fcntl
 import os
 import signal
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ import pytest
 
 from aosp.benchmarks.eventsourcing import wal_count
 from backends.kv import buffered as buffered_module
-from backends.kv.sqlite import SqliteEngine
+from backends.kv.sqlite import SqliteEngine, _WriterQueue
 from persistence import fdb_errors, fdbtuple, kv
 from persistence.errors import EngineError, RetryLimitReached
 
@@ -56,6 +57,27 @@ class _Attempts:
             thread.join(timeout=60)
             assert not thread.is_alive()
         return self.outcomes
+
+
+def _in_worker(call: Callable[[], Any]) -> Any:
+    """``call()`` in a thread other than the main one (whose attempts do not group), its
+    result or its error here."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as exc:  # handed to the caller
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def _wait_for(condition: Callable[[], bool]) -> None:
@@ -216,7 +238,7 @@ def test_a_group_refused_the_queue_applies_nothing_and_is_retried(
         tries += 1
         tr.set(b"k", b"%d" % tries)
 
-    kv.run(engine, body, alone=True)
+    _in_worker(lambda: kv.run(engine, body, alone=True))
     assert len(slept) == 1 and tries == 1  # refused before its body ran, then once
     assert kv.run(engine, lambda tr: tr.get(b"k")) == b"1"
     engine.close()
@@ -301,7 +323,7 @@ def test_a_body_relaxing_durability_in_a_group_commits_durably(tmp_path: Path) -
         tr.relax_durability()
         tr.set(b"k", b"v")
 
-    kv.run(engine, body, alone=True)
+    _in_worker(lambda: kv.run(engine, body, alone=True))
     assert kv.run(engine, lambda tr: tr.get(b"k")) == b"v"
     with pytest.raises(ValueError, match="before the transaction's first read"):
         kv.run(engine, body)
@@ -312,8 +334,12 @@ def test_a_thread_holding_the_queue_runs_alone_outside_the_group(tmp_path: Path)
     """Inside an ``alone`` block the thread already holds the queue: its attempts do not
     wait for a group (whose leader would wait for that queue)."""
     engine = SqliteEngine(tmp_path / "kv.db", busy_timeout=0.05)
-    with engine.alone():
-        kv.run(engine, lambda tr: tr.set(b"k", b"v"), alone=True, retry_limit=0)
+
+    def nested() -> None:
+        with engine.alone():
+            kv.run(engine, lambda tr: tr.set(b"k", b"v"), alone=True, retry_limit=0)
+
+    _in_worker(nested)
     assert kv.run(engine, lambda tr: tr.get(b"k")) == b"v"
     engine.close()
 
@@ -326,99 +352,67 @@ def test_an_engine_error_reaches_the_caller_as_before(tmp_path: Path) -> None:
         raise fdb_errors.engine_error(fdb_errors.IO_ERROR, "injected")
 
     with pytest.raises(EngineError) as raised:
-        kv.run(engine, body, alone=True)
+        _in_worker(lambda: kv.run(engine, body, alone=True))
     assert raised.value.code == fdb_errors.IO_ERROR
     assert kv.run(engine, lambda tr: tr.get(b"k")) is None
     engine.close()
 
 
-def test_an_interrupt_just_after_the_commit_leaves_the_group_committed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A signal during the sync surfaces in the leader right after ``COMMIT`` returns:
-    the group is committed, so its other attempts are told so (not retried: each add is
-    applied once); only the leading thread sees the interrupt."""
-    engine = SqliteEngine(tmp_path / "kv.db")
-    acquire = engine._acquire
-
-    class Interrupting:  # the connection, raising once after the leader's COMMIT
-        def __init__(self, conn: sqlite3.Connection) -> None:
-            self._conn = conn
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._conn, name)
-
-        def execute(self, sql: str, *args: Any) -> Any:
-            out = self._conn.execute(sql, *args)
-            if sql == "COMMIT" and threading.current_thread().name == "b":
-                raise KeyboardInterrupt
-            return out
-
-    monkeypatch.setattr(engine, "_acquire", lambda: Interrupting(acquire()))
-    attempts = _Attempts(engine)
-    release = _blocking_leader(attempts, None)
-    runs: list[str] = []
-
-    def adder(name: str) -> Body:
-        def body(tr: kv.Transaction) -> str:
-            runs.append(name)
-            tr.add(b"counter", (1).to_bytes(8, "little"))
-            return name
-
-        return body
-
-    for waiting, name in enumerate("bcd", start=1):
-        attempts.start(name, adder(name), waiting=waiting)
-    release.set()
-    outcomes = attempts.join()
-    assert isinstance(outcomes.pop("b"), KeyboardInterrupt)
-    assert outcomes == {"leader": "leader", "c": "c", "d": "d"} and sorted(runs) == ["b", "c", "d"]
-    monkeypatch.setattr(engine, "_acquire", acquire)
-    assert kv.run(engine, lambda tr: tr.get(b"counter")) == (3).to_bytes(8, "little")
-    engine.close()
+def _blocked_on_the_queue(thread_id: int) -> bool:
+    """Whether the thread ``thread_id`` waits for a store's writer queue."""
+    frame = sys._current_frames().get(thread_id)
+    while frame is not None:
+        if frame.f_code is _WriterQueue._acquire.__code__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 class _Interrupted(BaseException):
     """What the test's signal handler raises (as SIGINT's raises ``KeyboardInterrupt``)."""
 
 
-def test_an_attempt_interrupted_while_waiting_leaves_the_queue(tmp_path: Path) -> None:
-    """A signal whose handler raises (as Ctrl-C's does) interrupts an attempt waiting for a
-    group in the main thread: it leaves the queue, its body never runs, and the group
-    commit goes on serving the others."""
+@pytest.mark.parametrize("interrupted", [False, True], ids=["waits", "interrupted"])
+def test_the_main_thread_runs_alone_outside_the_groups(tmp_path: Path, interrupted: bool) -> None:
+    """Python runs signal handlers in the main thread, between any two steps: its attempts
+    never join a group (whose bookkeeping an interrupt would cut short) and wait for the
+    writer queue as before. Interrupted there, nothing of the attempt is applied and the
+    groups go on; else it commits after them."""
     engine = SqliteEngine(tmp_path / "kv.db")
     attempts = _Attempts(engine)
-    release = _blocking_leader(attempts, None)
+    release = _blocking_leader(attempts, b"a")
     attempts.start("b", _setter(b"b", "b"), waiting=1)
     main = threading.get_ident()
+    seen: list[int] = []
 
-    def interrupt_when_waiting() -> None:
-        _wait_for(lambda: engine._group.waiting() == 2)  # the main thread waits
-        signal.pthread_kill(main, signal.SIGUSR1)
+    def when_main_waits() -> None:
+        _wait_for(lambda: _blocked_on_the_queue(main))
+        seen.append(engine._group.waiting())  # the main thread is not among them
+        if interrupted:
+            signal.pthread_kill(main, signal.SIGUSR1)
+        else:
+            release.set()
 
     def handler(signum: int, frame: object) -> None:
         raise _Interrupted
 
     previous = signal.signal(signal.SIGUSR1, handler)
-    ran: list[str] = []
-
-    def body(tr: kv.Transaction) -> None:
-        ran.append(threading.current_thread().name)
-        tr.set(b"w", b"1")
-
-    sender = threading.Thread(target=interrupt_when_waiting)
-    sender.start()
+    helper = threading.Thread(target=when_main_waits)
+    helper.start()
     try:
-        with pytest.raises(_Interrupted):
-            kv.run(engine, body, alone=True)
+        if interrupted:
+            with pytest.raises(_Interrupted):
+                kv.run(engine, lambda tr: tr.set(b"m", b"1"), alone=True)
+            release.set()
+        else:
+            kv.run(engine, lambda tr: tr.set(b"m", b"1"), alone=True)
     finally:
         signal.signal(signal.SIGUSR1, previous)
-        sender.join(timeout=30)
-    assert engine._group.waiting() == 1  # b still waits; the main thread's attempt left
-    release.set()
+        helper.join(timeout=30)
+    assert seen == [1]
     assert attempts.join() == {"leader": "leader", "b": "b"}
-    kv.run(engine, lambda tr: tr.set(b"later", b"1"), alone=True)  # the group is not stuck
-    assert ran == [] and kv.run(engine, lambda tr: tr.get(b"w")) is None
+    rows = kv.run(engine, lambda tr: tr.get_range(b"a", b"z"))
+    assert rows == [(b"a", b"1"), (b"b", b"1")] + ([] if interrupted else [(b"m", b"1")])
     engine.close()
 
 
@@ -433,7 +427,7 @@ def test_an_attempt_not_taken_by_a_group_in_busy_timeout_gets_1020(tmp_path: Pat
         try:
             kv.run(engine, lambda tr: tr.set(b"i", b"1"), alone=True, retry_limit=1)
         except RetryLimitReached as exc:
-            inner.append(exc.last.code)
+            inner.append(exc.last.description)
 
     def body(tr: kv.Transaction) -> None:
         thread = threading.Thread(target=run_inner)
@@ -442,8 +436,10 @@ def test_an_attempt_not_taken_by_a_group_in_busy_timeout_gets_1020(tmp_path: Pat
         assert not thread.is_alive()
         tr.set(b"o", b"1")
 
-    kv.run(engine, body, alone=True)
-    assert inner == [fdb_errors.NOT_COMMITTED]
+    _in_worker(lambda: kv.run(engine, body, alone=True))
+    assert inner == [
+        "not_committed: group commit: not taken by a group within busy_timeout (0.1 s)"
+    ]
     assert kv.run(engine, lambda tr: (tr.get(b"o"), tr.get(b"i"))) == (b"1", None)
     engine.close()
 
