@@ -31,7 +31,8 @@ and on the memory engine against eventsourcing's in-memory ``POPOApplicationReco
 
 Figures 1-4 and 8-10 alternate the two sides **operation by operation** after a warm-up, in
 ``ROUNDS`` rounds (the plane suite's ``_alternate``); each reports the median and range of
-the per-round ratios. Figure 5 alternates whole rounds (theirs, ours), each of ``JOBS`` jobs.
+the per-round ratios. Figure 5 alternates whole rounds (theirs, ours) after a warm-up round of
+each, a round of the concurrent workload being ``JOBS`` jobs.
 """
 
 from __future__ import annotations
@@ -154,6 +155,21 @@ class WalCount:
     """Bytes of one frame: its 24-byte header and a page."""
 
 
+def _workload_figure(
+    name: str, unit: str, workload: Callable[[_Side], float], ours: _Side, theirs: _Side
+) -> Figure:
+    """``workload``'s rate on each side: a warm-up round of each, then ``ROUNDS`` rounds
+    alternating (theirs first)."""
+    workload(theirs)
+    workload(ours)
+    ours_rates, theirs_rates = [], []
+    for _ in range(ROUNDS):
+        theirs_rates.append(workload(theirs))
+        ours_rates.append(workload(ours))
+    compared = _Compared.of(ours_rates, theirs_rates)
+    return _figure(name, unit, f"{BASELINE}: the same workload", compared, 1, None)
+
+
 def _small_inserts(side: _Side) -> float:
     """Inserts/s of ``THREADS_SMALL`` threads, each inserting ``SMALL_INSERTS`` single
     events into an aggregate of its own, one call per event."""
@@ -214,28 +230,24 @@ def commit_figures(tmp: Path) -> list[Figure]:
     ):
         our_commits, our_bytes = _per_call(tmp / "ours-count.db", ours_call)
         their_commits, their_bytes = _per_call(tmp / "theirs-count.db", theirs_call)
-        figures.append(
-            Figure(
-                name=f"eventsourcing: durable commits per insert into {what} (sqlite WAL)",
-                value=our_commits,
-                unit="commits",
-                baseline=f"{BASELINE}: commit frames in its WAL over {COUNTED} inserts",
-                baseline_value=their_commits,
-                target=1.0,
-                better="lower",
-            )
+        counts = (
+            ("durable commits", "(sqlite WAL)", "commits", "commit frames in its WAL", 1.0),
+            ("WAL bytes", "(sqlite)", "bytes", "its WAL frames", None),
         )
-        figures.append(
-            Figure(
-                name=f"eventsourcing: WAL bytes per insert into {what} (sqlite)",
-                value=our_bytes,
-                unit="bytes",
-                baseline=f"{BASELINE}: its WAL frames over {COUNTED} inserts",
-                baseline_value=their_bytes,
-                target=None,
-                better="lower",
+        for (what_counted, where, unit, counted, target), value, baseline_value in zip(
+            counts, (our_commits, our_bytes), (their_commits, their_bytes), strict=True
+        ):
+            figures.append(
+                Figure(
+                    name=f"eventsourcing: {what_counted} per insert into {what} {where}",
+                    value=value,
+                    unit=unit,
+                    baseline=f"{BASELINE}: {counted} over {COUNTED} inserts",
+                    baseline_value=baseline_value,
+                    target=target,
+                    better="lower",
+                )
             )
-        )
     factory.close()
     theirs_recorder.datastore.close()
     return figures
@@ -283,37 +295,25 @@ def _sqlite(tmp: Path, seconds: float, progress: Callable[[str], None]) -> list[
         ),
     ]
     progress("eventsourcing: concurrent throughput")
-    ours_rates, theirs_rates = [], []
-    for _ in range(ROUNDS):
-        theirs_rates.append(_throughput(theirs))
-        ours_rates.append(_throughput(ours))
     figures.append(
-        _figure(
+        _workload_figure(
             f"eventsourcing: concurrent_throughput, {WORKERS} threads of {JOB_EVENTS}-event "
             "inserts into new aggregates (sqlite FULL)",
             "events/s",
-            f"{base} the same workload",
-            _Compared.of(ours_rates, theirs_rates),
-            1,
-            None,
+            _throughput,
+            ours,
+            theirs,
         )
     )
     progress("eventsourcing: small inserts on many threads")
-    ours_rates, theirs_rates = [], []
-    _small_inserts(theirs)  # warm-up
-    _small_inserts(ours)
-    for _ in range(ROUNDS):
-        theirs_rates.append(_small_inserts(theirs))
-        ours_rates.append(_small_inserts(ours))
     figures.append(
-        _figure(
+        _workload_figure(
             f"eventsourcing: {THREADS_SMALL} threads of single-event inserts into their own "
             "aggregates (sqlite FULL)",
             "inserts/s",
-            f"{base} the same workload",
-            _Compared.of(ours_rates, theirs_rates),
-            1,
-            None,
+            _small_inserts,
+            ours,
+            theirs,
         )
     )
     progress("eventsourcing: durable commits per insert")
