@@ -786,14 +786,9 @@ class _GroupCommit:
                     group = self._pending[:GROUP_LIMIT]
                     del self._pending[: len(group)]
                 try:
-                    self._commit(group)  # settles every member of the group
+                    self._commit(group)
                 finally:
                     for each in group:
-                        if not each.settled:  # only if _commit itself failed: never applied
-                            each.error = fdb_errors.engine_error(
-                                fdb_errors.NOT_COMMITTED, "group commit failed"
-                            )
-                            each.settled = True
                         if each is not member and each.wake is not None:
                             each.wake.release()
         finally:
@@ -801,19 +796,22 @@ class _GroupCommit:
                 self._hand_on()
 
     def _commit(self, group: list[_Member]) -> None:
-        """Run and commit ``group``: settle each member with its result or error."""
+        """Run and commit ``group``; every member leaves settled, with its result or its
+        error (the group's, if the group did not commit: then nothing of it is applied)."""
         engine = self._engine
         timeout = engine.busy_timeout
         staged: list[tuple[_Member, bytes | None]] = []
         committed = False
+        error: Exception = fdb_errors.engine_error(fdb_errors.NOT_COMMITTED, "group commit failed")
         try:
             with engine._writers.turn(
                 time.monotonic() + timeout, refused="group commit", timeout=timeout
             ):
                 conn = engine._acquire()
                 try:
+                    wrote = False  # some staged attempt holds the write lock for the group
                     for member in group:
-                        self._stage(conn, member, staged)
+                        wrote = self._stage(conn, member, staged, wrote) or wrote
                     if staged and conn.in_transaction:
                         conn.execute("COMMIT")
                     committed = True
@@ -822,40 +820,39 @@ class _GroupCommit:
                 finally:
                     engine._release(conn)  # rolls back whatever was not committed
         except Exception as exc:
-            if not committed:  # nothing of the group is applied: its attempts fail
+            error = exc
+        finally:
+            if not committed:
                 for each, _ in staged:
-                    each.error, each.result = _own(exc), None
+                    each.error, each.result = _own(error), None
                     each.tr._fail(each.error)
-                for each in group:
-                    if each.error is None:
-                        each.error = _own(exc)
                 staged = []
-        self._settle(group, staged)
-
-    @staticmethod
-    def _settle(group: list[_Member], staged: list[tuple[_Member, bytes | None]]) -> None:
-        """The group committed: resolve its staged attempts' versionstamps; every member
-        of ``group`` is settled."""
-        for each, stamp in staged:
-            each.tr._settle(stamp)
-        for each in group:
-            each.settled = True
+                for each in group:
+                    if each.error is None:  # not run: the group failed before it
+                        each.error = _own(error)
+            for each, stamp in staged:
+                each.tr._settle(stamp)
+            for each in group:
+                each.settled = True
 
     @staticmethod
     def _stage(
-        conn: sqlite3.Connection, member: _Member, staged: list[tuple[_Member, bytes | None]]
-    ) -> None:
-        """Run ``member`` in the group's transaction; on success add it to ``staged``; if its
-        body or its writes fail, undo them (to a savepoint when others are staged) and give
-        it the error."""
+        conn: sqlite3.Connection,
+        member: _Member,
+        staged: list[tuple[_Member, bytes | None]],
+        wrote: bool,
+    ) -> bool:
+        """Run ``member`` in the group's transaction (``wrote``: an attempt staged before it
+        wrote); on success add it to ``staged`` and say whether it wrote; if its body or its
+        writes fail, undo them (to a savepoint when others are staged) and give it the
+        error."""
         savepoint = bool(staged)
         if savepoint:
             if not conn.in_transaction:
                 conn.execute("BEGIN")
             conn.execute("SAVEPOINT member")
-        locked = any(each.tr.buffer.has_writes() for each, _ in staged)
         try:
-            member.result, stamp = member.tr._run_in_group(conn, member.body, locked)
+            member.result, stamp = member.tr._run_in_group(conn, member.body, wrote)
         except BaseException as exc:  # the attempt's own outcome, whatever it is
             member.error, member.result = exc, None
             if savepoint:
@@ -863,10 +860,11 @@ class _GroupCommit:
                 conn.execute("RELEASE member")
             elif conn.in_transaction:
                 conn.execute("ROLLBACK")
-            return
+            return False
         if savepoint:
             conn.execute("RELEASE member")
         staged.append((member, stamp))
+        return member.tr.buffer.has_writes()
 
 
 class _Turn:
