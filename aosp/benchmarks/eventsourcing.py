@@ -142,19 +142,6 @@ def _throughput(side: _Side) -> float:
         return JOBS * JOB_EVENTS / (time.perf_counter() - start)
 
 
-@dataclass(frozen=True)
-class WalCount:
-    """What ``database``'s write-ahead log holds since its last reset (:func:`wal_count`)."""
-
-    salt: bytes
-    """The log's salt: it changes when the log is reset after a checkpoint."""
-    commits: int
-    """Commit frames (a frame whose header names the database size ends a commit)."""
-    frames: int
-    frame_bytes: int
-    """Bytes of one frame: its 24-byte header and a page."""
-
-
 def _workload_figure(
     name: str, unit: str, workload: Callable[[_Side], float], ours: _Side, theirs: _Side
 ) -> Figure:
@@ -184,6 +171,19 @@ def _small_inserts(side: _Side) -> float:
         for future in [pool.submit(work) for _ in range(THREADS_SMALL)]:
             future.result()
         return THREADS_SMALL * SMALL_INSERTS / (time.perf_counter() - start)
+
+
+@dataclass(frozen=True)
+class WalCount:
+    """What ``database``'s write-ahead log holds since its last reset (:func:`wal_count`)."""
+
+    salt: bytes
+    """The log's salt: it changes when the log is reset after a checkpoint."""
+    commits: int
+    """Commit frames (a frame whose header names the database size ends a commit)."""
+    frames: int
+    frame_bytes: int
+    """Bytes of one frame: its 24-byte header and a page."""
 
 
 def wal_count(database: Path) -> WalCount:
