@@ -25,11 +25,17 @@ the plane suite's peer, see ``aosp/benchmarks/plane.py``):
    one fsync), against eventsourcing's (target 1.0: no more than theirs); and the bytes of
    the log's frames per insert (pages written: a page per B-tree leaf or interior page the
    insert changed), reported without a target;
+8. for each kind of insert, the module's SQL without its Python: the statements its
+   inserts ran on a store of their own, traced, their values bound as parameters again,
+   replayed over a plain ``sqlite3`` connection (WAL, FULL) on a copy of that store --
+   against eventsourcing's recorder making the calls (the most figures 1-2 could reach if
+   the module's Python cost nothing), and 9. against eventsourcing's statements replayed
+   the same way (what each mapping's rows cost in SQLite); reported without targets;
 
 and on the memory engine against eventsourcing's in-memory ``POPOApplicationRecorder``
-(figures 8-10: 1-3 again; no targets, reported).
+(figures 10-12: 1-3 again; no targets, reported).
 
-Figures 1-4 and 8-10 alternate the two sides **operation by operation** after a warm-up, in
+Figures 1-4 and 8-12 alternate the two sides **operation by operation** after a warm-up, in
 ``ROUNDS`` rounds (the plane suite's ``_alternate``); each reports the median and range of
 the per-round ratios. Figure 5 alternates whole rounds (theirs, ours) after a warm-up round of
 each, a round of the concurrent workload being ``JOBS`` jobs.
@@ -37,6 +43,8 @@ each, a round of the concurrent workload being ``JOBS`` jobs.
 
 from __future__ import annotations
 
+import re
+import sqlite3
 import tempfile
 import time
 import uuid
@@ -44,7 +52,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from aosp.benchmarks import Figure
 from aosp.benchmarks.plane import (
@@ -71,15 +79,33 @@ SMALL_INSERTS: Final = 100
 COUNTED: Final = 50
 """Inserts whose durable commits are counted."""
 MODULE: Final = "aos_eventsourcing"
+REPLAY_PAIRS_PER_SECOND: Final = 2_500
+"""Pairs per second of a round that the replay figures capture statements for: their
+warm-up and each round stop at ``seconds / ROUNDS`` times this many pairs."""
+REPLAY_WARM_INSERTS: Final = 1_000
+"""Inserts a replay runs before it is timed: enough to fill either side's log past its
+first checkpoint (1,000 pages; an insert writes 2-4)."""
 
 
-def _ours(kv_url: str, objects_url: str) -> Any:
-    """The module's application recorder, constructed as eventsourcing constructs it."""
+def _ours(kv_url: str, objects_url: str, trace: Callable[[str], None] | None = None) -> Any:
+    """The module's application recorder, constructed as eventsourcing constructs it; with
+    ``trace`` (an SQLite store), every statement its connections run is passed to it as
+    SQLite traces it."""
     from eventsourcing.persistence import InfrastructureFactory
     from eventsourcing.utils import Environment
 
     env = {"PERSISTENCE_MODULE": MODULE, "AOSP_KV_URL": kv_url, "AOSP_OBJECTS_URL": objects_url}
     factory = InfrastructureFactory.construct(Environment("BenchApp", env))
+    if trace is not None:
+        engine = cast(Any, factory).plane.engine
+        acquire = engine._acquire
+
+        def traced() -> sqlite3.Connection:
+            conn: sqlite3.Connection = acquire()
+            conn.set_trace_callback(trace)
+            return conn
+
+        setattr(engine, "_acquire", traced)  # noqa: B010 -- patch a method
     return factory, factory.application_recorder()
 
 
@@ -171,6 +197,134 @@ def _small_inserts(side: _Side) -> float:
         for future in [pool.submit(work) for _ in range(THREADS_SMALL)]:
             future.result()
         return THREADS_SMALL * SMALL_INSERTS / (time.perf_counter() - start)
+
+
+class _Replay:
+    """One kind of insert's SQL without the Python above it: the statements ``count`` calls
+    of ``insert`` ran on their own store (``database``, its statements passed to
+    ``statements`` by the store's trace), their values bound again (:func:`bound`), each
+    call's run again in the same order over a plain ``sqlite3`` connection with WAL and
+    ``synchronous=FULL``, on a copy of that store taken before the first of them. The
+    first ``REPLAY_WARM_INSERTS`` are replayed at once, untimed: the copy starts with an
+    empty log, and commits that grow the log file sync slower than ones that overwrite it
+    after a checkpoint (about 1.7x here, both sides), which stores in use no longer do."""
+
+    def __init__(
+        self, database: Path, insert: Callable[[], None], statements: list[str], count: int
+    ) -> None:
+        copy = database.with_name(f"{database.stem}-replayed.db")
+        source = sqlite3.connect(database)
+        self.conn = sqlite3.connect(copy, isolation_level=None)
+        source.backup(self.conn)
+        source.close()
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = FULL")
+        self.inserts = iter(_captured(insert, statements, REPLAY_WARM_INSERTS + count))
+        for _ in range(REPLAY_WARM_INSERTS):
+            self()
+
+    def __call__(self) -> None:
+        statements = next(self.inserts, None)
+        if statements is None:
+            raise RuntimeError("replay: every captured insert was replayed")
+        for statement, values in statements:
+            self.conn.execute(statement, values).fetchall()
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+Bound = tuple[str, tuple[object, ...]]
+"""A statement with its literal values taken out as parameters, and those values."""
+
+
+def _captured(insert: Callable[[], None], statements: list[str], count: int) -> list[list[Bound]]:
+    """The statements each of ``count`` calls of ``insert`` ran (``statements`` being where
+    its store's trace puts them), connection settings (``PRAGMA``) left out, each
+    :func:`bound`."""
+    calls = []
+    for _ in range(count):
+        statements.clear()
+        insert()
+        calls.append([bound(s) for s in statements if not s.startswith("PRAGMA")])
+    statements.clear()
+    return calls
+
+
+_LITERAL: Final = re.compile(r"x'([0-9a-fA-F]*)'|'((?:[^']|'')*)'|(?<![\w.])(-?\d+)(?![\w.])")
+
+
+def bound(statement: str) -> Bound:
+    """``statement`` as traced (values inline: blobs ``x'..'``, texts ``'..'``, integers)
+    with each value replaced by a ``?`` parameter, and the values: run so, a statement's
+    text repeats from call to call and is prepared once (the statement cache), as both
+    recorders' statements are -- not parsed anew with its values every time."""
+    values: list[object] = []
+
+    def take(match: re.Match[str]) -> str:
+        blob, text, number = match.groups()
+        if blob is not None:
+            values.append(bytes.fromhex(blob))
+        elif text is not None:
+            values.append(text.replace("''", "'"))
+        else:
+            values.append(int(number))
+        return "?"
+
+    return _LITERAL.sub(take, statement), tuple(values)
+
+
+def replay_figures(tmp: Path, seconds: float, theirs: _Side) -> list[Figure]:
+    """Figures 8 and 9 for each kind of insert: the module's statements replayed (no Python
+    layer) against eventsourcing's recorder ``theirs`` making the same calls -- the most the
+    module could reach with its Python free -- and against eventsourcing's statements
+    replayed the same way (what the mapping's rows cost in SQLite), on fresh stores in
+    ``tmp``."""
+    most = max(10, round(seconds / ROUNDS * REPLAY_PAIRS_PER_SECOND))
+    count = most * (ROUNDS + 1)
+    figures = []
+    for tag, kind in (("new", "a new aggregate"), ("next", "an existing aggregate")):
+        ours_traced: list[str] = []
+        factory, recorder = _ours(
+            f"sqlite://{tmp}/ours-{tag}.db?synchronous=OFF",
+            f"file://{tmp}/objects-{tag}",
+            ours_traced.append,
+        )
+        ours = _Side(recorder)
+        ours_replay = _Replay(tmp / f"ours-{tag}.db", getattr(ours, tag), ours_traced, 2 * count)
+        factory.close()
+        theirs_traced: list[str] = []
+        recorder = _their_recorder(
+            str(tmp / f"theirs-{tag}.db"), create=True, trace=theirs_traced.append
+        )
+        their_replay = _Replay(
+            tmp / f"theirs-{tag}.db", getattr(_Side(recorder), tag), theirs_traced, count
+        )
+        recorder.datastore.close()
+        name = f"eventsourcing: insert_events into {kind}, the module's SQL replayed"
+        figures.append(
+            _figure(
+                f"{name} without its Python (sqlite FULL)",
+                "calls/s",
+                f"{BASELINE}: the same calls",
+                _alternate(ours_replay, getattr(theirs, tag), seconds, 10, most),
+                1,
+                None,
+            )
+        )
+        figures.append(
+            _figure(
+                f"{name}, against eventsourcing's SQL replayed (sqlite FULL)",
+                "calls/s",
+                f"{BASELINE}: its statements for the same calls, traced and replayed the same way",
+                _alternate(ours_replay, their_replay, seconds, 10, most),
+                1,
+                None,
+            )
+        )
+        ours_replay.close()
+        their_replay.close()
+    return figures
 
 
 @dataclass(frozen=True)
@@ -318,6 +472,8 @@ def _sqlite(tmp: Path, seconds: float, progress: Callable[[str], None]) -> list[
     )
     progress("eventsourcing: durable commits per insert")
     figures.extend(commit_figures(tmp))
+    progress("eventsourcing: the inserts' SQL replayed without Python")
+    figures.extend(replay_figures(tmp, seconds, theirs))
     factory.close()
     theirs_recorder.datastore.close()
     return figures

@@ -114,8 +114,10 @@ def _eventsourcing() -> SimpleNamespace:
     )
 
 
-def _their_recorder(path: str, *, create: bool) -> Any:
-    """An eventsourcing application recorder on the file ``path``, WAL + synchronous=FULL."""
+def _their_recorder(path: str, *, create: bool, trace: Callable[[str], None] | None = None) -> Any:
+    """An eventsourcing application recorder on the file ``path``, WAL + synchronous=FULL;
+    with ``trace``, every statement its connections run is passed to it as SQLite traces it
+    (``sqlite3.Connection.set_trace_callback``)."""
     es = _eventsourcing()
     datastore = es.SQLiteDatastore(path, lock_timeout=60)
     make = datastore.pool._create_connection
@@ -123,6 +125,7 @@ def _their_recorder(path: str, *, create: bool) -> Any:
     def make_full() -> Any:
         conn = make()
         conn._sqlite_conn.execute("PRAGMA synchronous = FULL")
+        conn._sqlite_conn.set_trace_callback(trace)
         return conn
 
     setattr(datastore.pool, "_create_connection", make_full)  # noqa: B010 -- patch a method
@@ -181,25 +184,32 @@ class _Compared:
 
 
 def _alternate(
-    ours: Callable[[], None], theirs: Callable[[], None], seconds: float, minimum: int
+    ours: Callable[[], None],
+    theirs: Callable[[], None],
+    seconds: float,
+    minimum: int,
+    most: int | None = None,
 ) -> _Compared:
     """Call ``ours`` and ``theirs`` alternately, one call each in turn (the order flipping
     every pair), timing each call: a warm-up, then ``ROUNDS`` rounds of at least
-    ``seconds / ROUNDS`` and ``minimum`` pairs each."""
+    ``seconds / ROUNDS`` and ``minimum`` pairs each. With ``most``, the warm-up and each
+    round stop at that many pairs (so at most ``most * (ROUNDS + 1)`` calls of each side)."""
     clock = time.perf_counter
     sides = ((0, ours), (1, theirs))
     warm_until = clock() + min(WARMUP_SECONDS, seconds / ROUNDS)
+    warm = 0
     while True:
         theirs()
         ours()
-        if clock() >= warm_until:
+        warm += 1
+        if clock() >= warm_until or warm == most:
             break
     ours_rates, theirs_rates = [], []
     for _ in range(ROUNDS):
         spent = [0.0, 0.0]
         pairs = 0
         deadline = clock() + seconds / ROUNDS
-        while pairs < minimum or clock() < deadline:
+        while (pairs < minimum or clock() < deadline) and pairs != most:
             for side, fn in sides if pairs % 2 else sides[::-1]:
                 start = clock()
                 fn()

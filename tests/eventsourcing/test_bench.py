@@ -1,14 +1,18 @@
 """The benchmark's write-ahead-log counts (``aosp bench eventsourcing``, figures 6-7 and the
 log bytes per insert): an insert into a new aggregate and one into an existing aggregate each
 make one commit in SQLite's write-ahead log, as eventsourcing's own SQLite recorder does, and
-the bytes are whole frames of the log counted."""
+the bytes are whole frames of the log counted. And its SQL replays (figures 8-9): a traced
+statement bound again value for value, a replay writing what the inserts it replays wrote."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from aosp.benchmarks import eventsourcing as suite
+from aosp.benchmarks import plane
 
 
 def test_an_insert_is_one_durable_commit_as_in_eventsourcing(tmp_path: Path) -> None:
@@ -49,3 +53,73 @@ def test_the_log_count_reads_frames_and_commits_of_the_current_log(tmp_path: Pat
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     assert suite.wal_count(database) == suite.WalCount(b"", 0, 0, 0)  # an empty log
     conn.close()
+
+
+def test_a_traced_statement_is_bound_again_value_for_value() -> None:
+    statement = "INSERT INTO t (a1, b) VALUES (x'00fF', 'it''s 7', 51, -3, x'')"
+    assert suite.bound(statement) == (
+        "INSERT INTO t (a1, b) VALUES (?, ?, ?, ?, ?)",
+        (b"\x00\xff", "it's 7", 51, -3, b""),
+    )
+
+
+@pytest.mark.parametrize("kind", ["new", "next"])
+def test_a_replay_writes_what_the_inserts_it_replays_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """The replay figures' cost model is the inserts' own statements: replayed on the copy,
+    they leave it holding exactly the rows the inserts left in their own store, on both
+    sides."""
+    monkeypatch.setattr(suite, "REPLAY_WARM_INSERTS", 3)
+    traced: list[str] = []
+    factory, recorder = suite._ours(
+        f"sqlite://{tmp_path}/ours.db?synchronous=OFF", f"file://{tmp_path}/objects", traced.append
+    )
+    ours = suite._Side(recorder)
+    theirs_traced: list[str] = []
+    theirs_recorder = plane._their_recorder(
+        str(tmp_path / "theirs.db"), create=True, trace=theirs_traced.append
+    )
+    theirs = suite._Side(theirs_recorder)
+    for side, database, log, table in (
+        (ours, "ours.db", traced, "kv"),
+        (theirs, "theirs.db", theirs_traced, "stored_events"),
+    ):
+        replay = suite._Replay(tmp_path / database, getattr(side, kind), log, 7)
+        for _ in range(7):
+            replay()
+        with pytest.raises(RuntimeError, match="every captured insert was replayed"):
+            replay()
+        replay.close()
+        assert _rows(tmp_path / database, table) == _rows(
+            tmp_path / database.replace(".db", "-replayed.db"), table
+        )
+        assert len(_rows(tmp_path / database, table)) > 10
+    factory.close()
+    theirs_recorder.datastore.close()
+
+
+def _rows(database: Path, table: str) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(database)
+    rows = conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
+    conn.close()
+    return rows
+
+
+def test_the_replay_figures_compare_each_kind_of_insert_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(suite, "REPLAY_WARM_INSERTS", 3)
+    recorder = plane._their_recorder(str(tmp_path / "theirs.db"), create=True)
+    figures = suite.replay_figures(tmp_path, 0.01, suite._Side(recorder))
+    assert [f.name.split(", the module's SQL replayed")[0] for f in figures] == [
+        "eventsourcing: insert_events into a new aggregate",
+        "eventsourcing: insert_events into a new aggregate",
+        "eventsourcing: insert_events into an existing aggregate",
+        "eventsourcing: insert_events into an existing aggregate",
+    ]
+    assert ["against eventsourcing's SQL" in f.name for f in figures] == [False, True] * 2
+    for figure in figures:
+        assert figure.value > 0 and figure.baseline_value > 0 and figure.target is None
+        assert len(figure.round_ratios) == plane.ROUNDS
+    recorder.datastore.close()
