@@ -26,10 +26,10 @@ put minus that RSS. The body is ``AOSP_BENCH_CAS_STREAM_MIB`` MiB (default 256; 
 issue's 1 GiB figure), produced by a generator that never holds it.
 
 What separates a 1 MiB put from its raw limit is the engine: the same hashing, writing and
-two fsyncs, plus two SQLite commits (the pin, then the metadata; each an fsync of the WAL)
-and about 0.1 ms of Python. With 1 MiB writes at 2.5-4 ms and commits at 0.3-0.5 ms on
-the 2-core VM the issue was measured on, that bounds the ratio near 0.75 (see
-docs/objects.md on why the pin is a commit of its own).
+two fsyncs, plus two SQLite commits (the pin, without a sync of its own, then the metadata,
+an fsync of the WAL) and about 0.1 ms of Python. With 1 MiB writes at 2.5-4 ms and a synced
+commit at 0.3-0.5 ms on the 2-core VM the issue was measured on, that bounds the ratio near
+0.8 (see docs/objects.md on why the pin is a commit of its own).
 """
 
 from __future__ import annotations
