@@ -54,8 +54,29 @@ def world_of(originator_id: object) -> tuple[WorldId, str | None]:
             originator_id = uuid.UUID(int=originator_id.int)
         return WorldId(originator_id), None
     if isinstance(originator_id, str):
-        return WorldId(uuid.uuid5(TEXT_IDS, originator_id)), originator_id
+        text = check_text(originator_id, "originator_id")
+        return WorldId(uuid.uuid5(TEXT_IDS, text)), text
     raise DataError(f"originator_id must be a UUID or text, not {type(originator_id).__name__}")
+
+
+def check_text(value: object, name: str) -> str:
+    """``value`` if it is text that UTF-8 can encode (``DataError`` naming ``name``
+    otherwise: another type, or a lone surrogate)."""
+    if not isinstance(value, str):
+        raise DataError(f"{name} must be text, not {type(value).__name__}")
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise DataError(f"{name} {value!r} is not encodable as UTF-8: {exc.reason}") from None
+    return value
+
+
+def check_int(value: object, name: str) -> int | None:
+    """``value`` if it is ``None`` or an int (not a bool); ``DataError`` naming ``name``
+    otherwise."""
+    if value is not None and type(value) is not int:
+        raise DataError(f"{name} must be an int, not {type(value).__name__}")
+    return value
 
 
 def encode(version: object, topic: object, state: object, text_id: str | None) -> bytes:

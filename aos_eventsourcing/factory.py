@@ -59,11 +59,11 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
 
     def __init__(self, env: Environment | EnvType | None) -> None:
         super().__init__(env)
-        self.kv_url = self.env.get(self.AOSP_KV_URL) or DEFAULT_URL
+        self.kv_url = self._setting(self.AOSP_KV_URL) or DEFAULT_URL
         """The engine's URL."""
-        self.objects_url = self.env.get(self.AOSP_OBJECTS_URL) or DEFAULT_URL
+        self.objects_url = self._setting(self.AOSP_OBJECTS_URL) or DEFAULT_URL
         """The object store's URL."""
-        cold = self.env.get(self.AOSP_COLD_AT_SNAPSHOTS) or "n"
+        cold = self._setting(self.AOSP_COLD_AT_SNAPSHOTS) or "n"
         try:
             self.cold_at_snapshots = bool(strtobool(cold))
             """Whether snapshots let their aggregates' older events go cold."""
@@ -71,6 +71,22 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
             raise OSError(f"{self.AOSP_COLD_AT_SNAPSHOTS}={cold!r}: not a yes or no") from None
         self._lock = threading.Lock()
         self._plane: Plane | None = None
+
+    def _setting(self, variable: str) -> str | None:
+        """The value of ``variable`` (the application's prefixed one first), ``None`` if
+        unset; an ``OSError`` naming the variable if it is set but empty or has blanks
+        around it -- set by mistake, it must not silently mean the default (``memory://``
+        for a store: everything written would be lost at exit)."""
+        for key in self.env.create_keys(variable):
+            value = dict.get(self.env, key)  # this key only (``Environment.get`` prefixes)
+            if value is None:
+                continue
+            if not value.strip():
+                raise OSError(f"{key}={value!r}: empty (unset it for the default)")
+            if value != value.strip():
+                raise OSError(f"{key}={value!r}: blanks around the value")
+            return value
+        return None
 
     @property
     def plane(self) -> Plane:
@@ -92,8 +108,8 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
         """The universe of the application's ``purpose`` records: ``AOSP_UNIVERSE`` or the
         one named by the application; snapshots (any purpose but events) in a universe
         derived from it."""
-        text = self.env.get(self.AOSP_UNIVERSE)
-        if text:
+        text = self._setting(self.AOSP_UNIVERSE)
+        if text is not None:
             try:
                 universe = UniverseId.parse(text)
             except Validation as exc:
@@ -102,7 +118,7 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
             universe = UniverseId(uuid.uuid5(codec.NAMESPACE, self.env.name))
         if purpose == "events":
             return universe
-        return UniverseId(uuid.uuid5(universe.uuid, purpose))
+        return UniverseId(uuid.uuid5(universe.uuid, codec.check_text(purpose, "purpose")))
 
     def aggregate_recorder(self, purpose: str = "events") -> PlaneAggregateRecorder:
         """A recorder of ``purpose`` records (eventsourcing asks for ``snapshots``; with

@@ -18,6 +18,7 @@ the recorder has seen them to be contiguous, and otherwise read and filter.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from collections import deque
@@ -29,6 +30,7 @@ from uuid import UUID
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
+    DataError,
     IntegrityError,
     Notification,
     OperationalError,
@@ -46,6 +48,7 @@ from persistence.ids import UniverseId, WorldId
 from persistence.plane import MAX_WAIT_SECONDS, Plane
 from persistence.sizes import MAX_ROW_LIMIT
 
+log = logging.getLogger(__name__)
 CACHE_SIZE: Final = 100_000
 """Aggregates a recorder remembers (least recently used forgotten first)."""
 MAX_ATTEMPTS: Final = 100
@@ -64,12 +67,17 @@ class _Known:
     """What a recorder saw of an aggregate's world: ``height`` is a head it had (never above
     its head now) and ``last_version`` the version there (``None`` at height 0); heights 1 to
     ``contiguous`` hold ``first_version``, ``first_version + 1``, ... (entries never change,
-    so that stays true)."""
+    so that stays true); ``owner`` is the aggregate whose events the world holds, by the
+    text id its entries carry (``None``: a UUID id, the world's own).
+
+    A text id and the UUID it hashes to (:data:`codec.TEXT_IDS`) share a world: whichever
+    appends first owns it, and an insert of the other is refused (``IntegrityError``)."""
 
     height: int
     last_version: int | None
     first_version: int | None
     contiguous: int
+    owner: str | None
 
 
 class _Cache:
@@ -90,8 +98,11 @@ class _Cache:
         with self._lock:
             self._known.pop(world, None)
 
-    def seen(self, world: WorldId, first_height: int, versions: Sequence[int]) -> _Known:
-        """Learn that heights ``first_height, ...`` hold ``versions`` (read, or appended)."""
+    def seen(
+        self, world: WorldId, first_height: int, versions: Sequence[int], owner: str | None
+    ) -> _Known:
+        """Learn that heights ``first_height, ...`` hold ``versions`` of ``owner`` (read, or
+        appended)."""
         with self._lock:
             old = self._known.get(world)
             first = None if old is None else old.first_version
@@ -110,14 +121,16 @@ class _Cache:
                         height += 1
                     contiguous = height - 1
             if old is not None and old.height >= last_height:
-                known = _Known(old.height, old.last_version, first, contiguous)
+                known = _Known(old.height, old.last_version, first, contiguous, owner)
             else:
-                known = _Known(last_height, versions[-1], first, contiguous)
+                known = _Known(last_height, versions[-1], first, contiguous, owner)
             self._put(world, known)
             return known
 
-    def refreshed(self, world: WorldId, head: int, version: int | None) -> _Known:
-        """Learn that ``world``'s head is ``head``, holding ``version``."""
+    def refreshed(
+        self, world: WorldId, head: int, version: int | None, owner: str | None
+    ) -> _Known:
+        """Learn that ``world``'s head is ``head``, holding ``version`` of ``owner``."""
         with self._lock:
             old = self._known.get(world)
             first = None if old is None else old.first_version
@@ -126,7 +139,7 @@ class _Cache:
                 first = version
             if first is not None and version == first + head - 1:
                 contiguous = head
-            known = _Known(head, version, first, contiguous)
+            known = _Known(head, version, first, contiguous, owner)
             self._put(world, known)
             return known
 
@@ -137,12 +150,23 @@ class _Cache:
             del self._known[next(iter(self._known))]
 
 
+def _shared_world(origin: object, world: WorldId, owner: str | None) -> IntegrityError:
+    """The refusal of an event of ``origin`` whose world holds another aggregate's, the
+    one of text id ``owner`` (``None``: of a UUID id)."""
+    theirs = "a UUID id" if owner is None else f"text id {owner!r}"
+    return IntegrityError(
+        f"aggregate {origin!r}: its world {world} holds the events of another aggregate "
+        f"({theirs}): a text id and the UUID it hashes to cannot both be used"
+    )
+
+
 @dataclass(slots=True)
 class _Batch:
     """The events of one insert for one aggregate: its world's part of the group append."""
 
     world: WorldId
     origin: object
+    text_id: str | None
     versions: list[int]
     entries: list[bytes]
     topics: list[str]
@@ -203,7 +227,7 @@ class _Journals(_PlaneRecorder):
             except PersistError as exc:
                 raise codec.translate(exc) from exc
             for batch, head in zip(batches, heads, strict=True):
-                self._cache.seen(batch.world, head + 1, batch.versions)
+                self._cache.seen(batch.world, head + 1, batch.versions, batch.text_id)
             if first_position is None:
                 return []
             ids = [0] * len(stored_events)
@@ -236,7 +260,9 @@ class _Journals(_PlaneRecorder):
                 world, text_id = codec.world_of(origin)
                 batch = batches.get(world)
                 if batch is None:
-                    batch = batches[world] = _Batch(world, origin, [], [], [], [])
+                    batch = batches[world] = _Batch(world, origin, text_id, [], [], [], [])
+                elif batch.text_id != text_id:
+                    raise _shared_world(origin, world, batch.text_id)
                 last = origin
             version = event.originator_version
             entry = codec.encode(version, event.topic, event.state, text_id)
@@ -257,6 +283,8 @@ class _Journals(_PlaneRecorder):
         known = self._cache.get(batch.world)
         if known is None:
             return 0
+        if known.height and known.owner != batch.text_id:
+            raise _shared_world(batch.origin, batch.world, known.owner)
         if known.last_version is not None and batch.versions[0] <= known.last_version:
             raise IntegrityError(
                 f"aggregate {batch.origin}: version {batch.versions[0]} is taken (the "
@@ -279,12 +307,13 @@ class _Journals(_PlaneRecorder):
     def _refresh(self, world: WorldId, head: int) -> _Known:
         """Learn the version at ``head`` (``head`` must be a height the world had)."""
         if head == 0:
-            return self._cache.refreshed(world, 0, None)
+            return self._cache.refreshed(world, 0, None, None)
         try:
             rows = self.plane.read_range(self.universe, world, head, 1)
         except PersistError as exc:
             raise codec.translate(exc) from exc
-        return self._cache.refreshed(world, head, codec.decode(rows[0][1], "entry").version)
+        entry = codec.decode(rows[0][1], "entry")
+        return self._cache.refreshed(world, head, entry.version, entry.text_id)
 
     # ------------------------------------------------------------------ reads
 
@@ -298,8 +327,12 @@ class _Journals(_PlaneRecorder):
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
         """The aggregate's events with versions above ``gt`` and at most ``lte``, in version
-        order (``desc``: newest first), at most ``limit`` of them."""
-        world, _ = codec.world_of(originator_id)
+        order (``desc``: newest first), at most ``limit`` of them (none if its world holds
+        another aggregate's: see :class:`_Known`)."""
+        world, text_id = codec.world_of(originator_id)
+        codec.check_int(gt, "gt")
+        codec.check_int(lte, "lte")
+        codec.check_int(limit, "limit")
         if limit is not None and limit < 1:
             return []
         try:
@@ -311,7 +344,11 @@ class _Journals(_PlaneRecorder):
             return []
         except PersistError as exc:
             raise codec.translate(exc) from exc
-        return [StoredEvent(originator_id, e.version, e.topic, e.state) for _, e in entries]
+        return [
+            StoredEvent(originator_id, e.version, e.topic, e.state)
+            for _, e in entries
+            if e.text_id == text_id
+        ]
 
     def set_cold_version(self, originator_id: UUID | str, version: int) -> int:
         """Let segment export (``aosp segments export``, ``segments.export.Exporter``) move
@@ -325,8 +362,12 @@ class _Journals(_PlaneRecorder):
 
     def _let_go_cold(self, originator_id: UUID | str, version: int) -> int:
         """:meth:`set_cold_version`, its plane errors untranslated."""
-        world, _ = codec.world_of(originator_id)
+        world, text_id = codec.world_of(originator_id)
+        if codec.check_int(version, "version") is None:
+            raise DataError("version must be an int, not NoneType")
         found = self._descending(world, None, version, 1)
+        if found and found[0][1].text_id != text_id:  # another aggregate's world
+            raise WorldNotFound(self.universe, world)
         height = found[0][0] if found else 0
         return self.plane.set_cold_horizon(self.universe, world, height)
 
@@ -348,7 +389,7 @@ class _Journals(_PlaneRecorder):
                 high = lte - first + 1  # version(h) >= first + h - 1: nothing above it
         out: list[tuple[int, codec.Entry]] = []
         while high is None or low <= high:
-            want = ALL if high is None else high - low + 1
+            want = ALL if high is None else min(ALL, high - low + 1)
             if limit is not None:
                 want = min(want, limit - len(out))
             rows = self._read(world, low, want)
@@ -419,7 +460,8 @@ class _Journals(_PlaneRecorder):
             for height, entry in self.plane.read_range(self.universe, world, first, limit)
         ]
         if rows:
-            self._cache.seen(world, first, [entry.version for _, entry in rows])
+            owner = rows[0][1].text_id
+            self._cache.seen(world, first, [entry.version for _, entry in rows], owner)
         return rows
 
 
@@ -434,11 +476,13 @@ class PlaneAggregateRecorder(_Journals, AggregateRecorder):
 
 class PlaneSnapshotRecorder(PlaneAggregateRecorder):
     """The snapshot recorder of ``AOSP_COLD_AT_SNAPSHOTS``: each snapshot lets its
-    aggregate's events at or below its version go cold. Before an insert, the cold horizon
-    of each aggregate's journal in ``events`` rises to the version of its newest snapshot in
+    aggregate's events at or below its version go cold. After an insert, the cold horizon of
+    each aggregate's journal in ``events`` rises to the version of its newest snapshot in
     the insert (:meth:`set_cold_version`); a snapshot of an aggregate with no events there
-    raises nothing. The horizon comes first: if it fails, nothing is inserted; if the
-    insert then fails, the events stay readable, through segments once exported."""
+    raises nothing. The insert comes first, so an insert refused (bad input, a version
+    taken) or failed changes nothing; a horizon that then fails to rise is logged, not
+    raised -- the snapshot is stored, and the insert's outcome is what the caller learns --
+    and the aggregate's events stay hot until a later snapshot raises it."""
 
     def __init__(self, plane: Plane, universe: UniverseId, events: PlaneAggregateRecorder) -> None:
         super().__init__(plane, universe)
@@ -446,10 +490,11 @@ class PlaneSnapshotRecorder(PlaneAggregateRecorder):
         """The recorder of the events the snapshots summarize."""
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
-        """Raise the aggregates' cold horizons, then record ``stored_events`` atomically
-        (``IntegrityError`` if a version is taken)."""
+        """Record ``stored_events`` atomically (``IntegrityError`` if a version is taken),
+        then raise the aggregates' cold horizons."""
+        super().insert_events(stored_events)
         newest: dict[UUID | str, int] = {}
-        for snapshot in stored_events:
+        for snapshot in stored_events:  # checked by the insert: ids and int versions
             version = snapshot.originator_version
             newest[snapshot.originator_id] = max(
                 version, newest.get(snapshot.originator_id, version)
@@ -460,8 +505,12 @@ class PlaneSnapshotRecorder(PlaneAggregateRecorder):
             except WorldNotFound:
                 continue
             except PersistError as exc:
-                raise codec.translate(exc) from exc
-        super().insert_events(stored_events)
+                log.warning(
+                    "aggregate %s: snapshot %d stored, its events' cold horizon not raised: %s",
+                    originator_id,
+                    version,
+                    exc,
+                )
 
 
 class PlaneApplicationRecorder(_Journals, ApplicationRecorder):
@@ -483,6 +532,10 @@ class PlaneApplicationRecorder(_Journals, ApplicationRecorder):
     ) -> list[Notification]:
         """Up to ``limit`` notifications from ``start`` (after it, unless
         ``inclusive_of_start``) to ``stop``, with one of ``topics`` if any are given."""
+        codec.check_int(start, "start")
+        if codec.check_int(limit, "limit") is None:
+            raise DataError("limit must be an int, not NoneType")
+        codec.check_int(stop, "stop")
         first = 1 if start is None else start if inclusive_of_start else start + 1
         first = max(first, 1)
         if limit < 1 or (stop is not None and stop < first):

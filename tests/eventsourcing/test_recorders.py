@@ -6,6 +6,7 @@ the factory's configuration."""
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import uuid
@@ -273,7 +274,9 @@ def test_cold_versions_go_to_segments_and_read_back(store: Counted) -> None:
         recorder.set_cold_version(uuid.uuid4(), 1)
 
 
-def test_a_snapshot_lets_its_aggregates_older_events_go_cold(store: Counted) -> None:
+def test_a_snapshot_lets_its_aggregates_older_events_go_cold(
+    store: Counted, caplog: pytest.LogCaptureFixture
+) -> None:
     universe = UniverseId.new()
     events = PlaneAggregateRecorder(store.plane, universe)
     snapshots_universe = UniverseId.new()
@@ -287,12 +290,22 @@ def test_a_snapshot_lets_its_aggregates_older_events_go_cold(store: Counted) -> 
     snapshots.insert_events([event(aggregate, 6, "s"), event(aggregate, 7, "s"), event(unknown, 3)])
     assert events.set_cold_version(aggregate, 0) == 5
     assert [e.originator_version for e in snapshots.select_events(unknown)] == [3]
-    # the horizon comes first: when it cannot rise, no snapshot is stored
+    # the snapshot comes first: a snapshot refused changes no horizon ...
     events.insert_events([event(aggregate, 8)])
-    store.injector.fail_commit(1, fdb_errors.IO_ERROR)  # the horizon's commit
-    with pytest.raises(OperationalError):
+    for refused in (
+        StoredEvent(aggregate, 8, "s", "text, not bytes"),  # type: ignore[arg-type]
+        event(aggregate, 7, "s"),  # a version taken
+    ):
+        with pytest.raises((DataError, IntegrityError)):
+            snapshots.insert_events([refused])
+        assert events.set_cold_version(aggregate, 0) == 5
+    # ... and when the horizon cannot rise after it, the snapshot is stored and the failure
+    # logged, not raised: the insert's outcome is what the caller learns
+    store.injector.fail_commit(2, fdb_errors.IO_ERROR)  # the snapshot's, then the horizon's
+    with caplog.at_level(logging.WARNING, logger="aos_eventsourcing.recorders"):
         snapshots.insert_events([event(aggregate, 8, "s")])
-    assert [e.originator_version for e in snapshots.select_events(aggregate)] == [5, 6, 7]
+    assert "snapshot 8 stored, its events' cold horizon not raised" in caplog.text
+    assert [e.originator_version for e in snapshots.select_events(aggregate)] == [5, 6, 7, 8]
     assert events.set_cold_version(aggregate, 0) == 5
     Exporter(store.plane, ExportConfig(enabled=True)).export_all(universe, WorldId(aggregate))
     assert [(s.start, s.end) for s in store.plane.list_segments(universe, WorldId(aggregate))] == [
@@ -317,13 +330,15 @@ def test_text_ids_come_back_as_text(store: Counted) -> None:
 
 def test_each_event_keeps_its_own_id_within_one_insert(store: Counted) -> None:
     """Events run aggregate by aggregate in an insert, and the recorder groups them so; an
-    id is still each event's own: a text id and the UUID it hashes to (one world, two ids),
-    and ids of a UUID subclass whose equality cannot be trusted, are told apart."""
+    id is still each event's own: a text id and the UUID it hashes to (one world, two ids)
+    are told apart -- refused together, nothing written -- and ids of a UUID subclass whose
+    equality cannot be trusted are two aggregates."""
     recorder = PlaneApplicationRecorder(store.plane, UniverseId.new())
     text = "x"
     hashed = uuid.uuid5(TEXT_IDS, text)
-    recorder.insert_events([event(text, 1), event(hashed, 2), event(text, 3)])
-    assert [n.originator_id for n in _all(recorder)] == [text, hashed, text]
+    with pytest.raises(IntegrityError, match="a text id and the UUID it hashes to"):
+        recorder.insert_events([event(text, 1), event(hashed, 2), event(text, 3)])
+    assert _all(recorder) == []
 
     class Agreeable(uuid.UUID):
         def __eq__(self, other: object) -> bool:
@@ -448,7 +463,7 @@ def test_the_universe_comes_from_the_application_name_or_the_environment() -> No
 
 
 def test_cold_at_snapshots_selects_the_snapshot_recorder() -> None:
-    for value, cold in (("y", True), ("TRUE", True), ("0", False), ("", False)):
+    for value, cold in (("y", True), ("TRUE", True), ("0", False)):
         factory = PlaneFactory(Environment("Bank", {"AOSP_COLD_AT_SNAPSHOTS": value}))
         snapshots = factory.aggregate_recorder("snapshots")
         assert isinstance(snapshots, PlaneSnapshotRecorder) is cold
@@ -473,3 +488,98 @@ def test_the_factory_opens_the_store_at_the_first_recorder_and_closes_it(tmp_pat
     bad = PlaneFactory(Environment("Bank", {"AOSP_KV_URL": "nosuch://x"}))
     with pytest.raises(OSError, match="AOSP_KV_URL"):
         bad.application_recorder()
+
+
+# --------------------------------------------------------------------------- careless callers
+
+
+@pytest.mark.parametrize("prefix", ["BANK_", ""])
+@pytest.mark.parametrize(
+    "variable", ["AOSP_KV_URL", "AOSP_OBJECTS_URL", "AOSP_UNIVERSE", "AOSP_COLD_AT_SNAPSHOTS"]
+)
+@pytest.mark.parametrize("value", ["", "  ", " memory://", "y "])
+def test_a_setting_set_empty_or_padded_is_refused_naming_it(
+    tmp_path: Path, prefix: str, variable: str, value: str
+) -> None:
+    """An empty value must not mean the default: for ``AOSP_KV_URL`` that is ``memory://``,
+    and everything the application saved would be gone at exit. The application's own
+    variable wins over the plain one, even empty."""
+    env = {
+        "AOSP_KV_URL": f"sqlite://{tmp_path}/aos.db",
+        "AOSP_OBJECTS_URL": f"file://{tmp_path}/objects",
+        "AOSP_UNIVERSE": str(UniverseId.new()),
+        prefix + variable: value,
+    }
+    with pytest.raises(OSError, match=f"^{prefix}{variable}={value!r}: "):
+        PlaneFactory(Environment("Bank", env)).universe()
+    assert not (tmp_path / "aos.db").exists()
+
+
+def test_read_bounds_beyond_any_read_limit_select_what_they_bound(store: Counted) -> None:
+    recorder = PlaneAggregateRecorder(store.plane, UniverseId.new())
+    reference = POPOAggregateRecorder()
+    aggregate = uuid.uuid4()
+    events = [event(aggregate, v) for v in (1, 2, 3, 2**40, 2**40 + 9)]
+    for side in (recorder, reference):
+        side.insert_events(events)
+    for gt, lte in ((None, 2**31), (None, 2**63 - 1), (-(2**63), 2**40 + 5), (2, 2**64)):
+        for desc in (False, True):
+            expected = reference.select_events(aggregate, gt=gt, lte=lte, desc=desc)
+            assert recorder.select_events(aggregate, gt=gt, lte=lte, desc=desc) == expected
+            fresh = PlaneAggregateRecorder(store.other, recorder.universe)  # knows nothing
+            assert fresh.select_events(aggregate, gt=gt, lte=lte, desc=desc) == expected
+
+
+def test_mistyped_read_arguments_are_data_errors(store: Counted) -> None:
+    recorder = PlaneApplicationRecorder(store.plane, UniverseId.new())
+    aggregate = uuid.uuid4()
+    recorder.insert_events([event(aggregate, 1)])
+    for kwargs in ({"gt": "0"}, {"lte": "5"}, {"limit": "1"}, {"gt": 1.0}, {"lte": True}):
+        with pytest.raises(DataError, match=f"^{next(iter(kwargs))} must be an int"):
+            recorder.select_events(aggregate, **kwargs)
+    for args, name in ((("1", 10), "start"), ((1, None), "limit"), ((1, 10, "9"), "stop")):
+        with pytest.raises(DataError, match=f"^{name} must be an int"):
+            recorder.select_notifications(*args)
+    lone = "acct-\ud800"  # a lone surrogate: no UTF-8 encoding
+    with pytest.raises(DataError, match=r"originator_id 'acct-.ud800' is not encodable"):
+        recorder.insert_events([StoredEvent(lone, 1, "topic", b"")])
+    with pytest.raises(DataError, match="originator_id"):
+        recorder.select_events(lone)
+    factory = PlaneFactory(Environment("Bank", {}))
+    with pytest.raises(DataError, match="purpose"):
+        factory.aggregate_recorder("\udc80")
+    factory.close()
+    assert recorder.max_notification_id() == 1
+
+
+def test_a_mistyped_cold_version_is_refused_before_the_horizon_moves(store: Counted) -> None:
+    recorder = PlaneAggregateRecorder(store.plane, UniverseId.new())
+    aggregate = uuid.uuid4()
+    recorder.insert_events([event(aggregate, v) for v in (1, 2, 3)])
+    for bad in (None, "2", 2.5, True):  # None once meant "no bound": the whole journal
+        with pytest.raises(DataError, match=r"^version must be an int"):
+            recorder.set_cold_version(aggregate, bad)  # type: ignore[arg-type]
+    assert recorder.set_cold_version(aggregate, 0) == 0
+
+
+def test_a_text_id_and_the_uuid_it_hashes_to_do_not_share_a_journal(store: Counted) -> None:
+    """Both map to one world; whichever appends first owns it. The other is refused on
+    insert (by a recorder that knows the world and by one that does not), reads as having
+    no events, and cannot move the owner's cold horizon."""
+    universe = UniverseId.new()
+    recorder = PlaneApplicationRecorder(store.plane, universe)
+    text = "account-42"
+    twin = uuid.uuid5(TEXT_IDS, text)
+    recorder.insert_events([event(text, 1), event(text, 2)])
+    fresh = PlaneApplicationRecorder(store.other, universe)
+    for writer in (recorder, fresh):
+        with pytest.raises(IntegrityError, match="holds the events of another aggregate"):
+            writer.insert_events([event(twin, 1)])
+        assert writer.select_events(twin) == []
+        with pytest.raises(OperationalError):  # no aggregate of that id
+            writer.set_cold_version(twin, 2)
+    assert recorder.set_cold_version(text, 0) == 0
+    assert fresh.select_events(text) == [event(text, 1), event(text, 2)]
+    with pytest.raises(IntegrityError, match="holds the events of another aggregate"):
+        fresh.insert_events([event(twin, 3)])  # after a read of the owner's events
+    assert [n.originator_id for n in _all(recorder)] == [text, text]
