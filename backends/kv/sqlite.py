@@ -75,7 +75,14 @@ from typing import Final, TypeVar, cast
 from backends import check_path
 from backends.kv.buffered import BufferedTransaction
 from persistence import fdb_errors, kv
-from persistence.errors import Backend, EngineError, NotFound, StoreFormatError, Validation
+from persistence.errors import (
+    Backend,
+    CorruptRecord,
+    EngineError,
+    NotFound,
+    StoreFormatError,
+    Validation,
+)
 from persistence.sizes import check_bool, check_int
 
 APPLICATION_ID: Final = 0x414F5350  # "AOSP"
@@ -433,7 +440,7 @@ class SqliteTransaction(BufferedTransaction):
             row = row.fetchone()
         except sqlite3.Error as exc:
             raise _sqlite_error(exc, "get") from None
-        return None if row is None else bytes(row[0])
+        return None if row is None else _blob(key, row[0])
 
     def _base_get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes | None]:
         found: dict[bytes, bytes | None] = dict.fromkeys(keys)
@@ -444,7 +451,7 @@ class SqliteTransaction(BufferedTransaction):
                 part = unique[start : start + _PAGE]
                 marks = ",".join("?" * len(part))
                 rows = conn.execute(f"SELECT key, value FROM kv WHERE key IN ({marks})", part)
-                found.update((bytes(k), bytes(v)) for k, v in rows)
+                found.update((bytes(k), _blob(k, v)) for k, v in rows)
         except sqlite3.Error as exc:
             raise _sqlite_error(exc, "get") from None
         return found
@@ -585,7 +592,7 @@ class SqliteTransaction(BufferedTransaction):
 
         def read_committed(key: bytes) -> bytes | None:
             row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
-            return None if row is None else bytes(row[0])
+            return None if row is None else _blob(key, row[0])
 
         for key, value in self.buffer.final_writes(read_committed, stamp or b""):
             if value is None:
@@ -1083,6 +1090,17 @@ def _rollback(conn: sqlite3.Connection) -> None:
         raise _sqlite_error(exc, "commit") from None
 
 
+def _blob(key: bytes, value: object) -> bytes:
+    """A value read from the ``kv`` table, where the engine writes only BLOBs: another
+    type (a row altered outside the engine) is ``CorruptRecord`` naming the key, never
+    handed on (``bytes()`` of a TEXT value raised ``TypeError``, of an INTEGER made that
+    many zero bytes)."""
+    if type(value) is bytes:
+        return value
+    kind = {str: "TEXT", int: "INTEGER", float: "REAL"}.get(type(value), type(value).__name__)
+    raise CorruptRecord(f"row {key.hex()}", f"its value is an SQLite {kind}, not a BLOB")
+
+
 def _scan(
     conn: sqlite3.Connection, begin: bytes, end: bytes, reverse: bool, first_page: int = _PAGE
 ) -> Iterator[tuple[bytes, bytes]]:
@@ -1094,8 +1112,9 @@ def _pages(
     conn: sqlite3.Connection, begin: bytes, end: bytes, reverse: bool, first_page: int
 ) -> Iterator[list[tuple[bytes, bytes]]]:
     """Pages of ``[begin, end)``: ``first_page`` rows, then up to ``_PAGE`` per statement.
-    The rows are ``sqlite3``'s own tuples, used as they are: the ``kv`` table holds only
-    BLOBs, which it returns as ``bytes``."""
+    The rows are ``sqlite3``'s own tuples, used as they are once their values are checked to
+    be BLOBs (``bytes``), which is all the engine writes (:func:`_blob`; keys of another type
+    sort outside every range of BLOBs)."""
     lo, hi = begin, end
     page = first_page
     if reverse:
@@ -1107,6 +1126,9 @@ def _pages(
             rows: list[tuple[bytes, bytes]] = conn.execute(sql, (lo, hi, page)).fetchall()
         except sqlite3.Error as exc:
             raise _sqlite_error(exc, "range read") from None
+        if not all(type(value) is bytes for _, value in rows):
+            for key, value in rows:
+                _blob(key, value)
         yield rows
         if len(rows) < page:
             return

@@ -28,7 +28,13 @@ from backends.kv.sqlite import (
     SqliteTransaction,
 )
 from persistence import fdbtuple, kv
-from persistence.errors import EngineError, RetryLimitReached, StoreFormatError, Validation
+from persistence.errors import (
+    CorruptRecord,
+    EngineError,
+    RetryLimitReached,
+    StoreFormatError,
+    Validation,
+)
 
 WORKER = Path(__file__).with_name("sqlite_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -729,3 +735,34 @@ def test_closing_an_engine_never_waits_for_the_queue(tmp_path: Path) -> None:
     assert closed_while_held
     writer = str(tmp_path / "kv.db-writer")
     assert [fd for fd in os.listdir("/proc/self/fd") if _fd_target(fd) == writer] == []
+
+
+@pytest.mark.parametrize(
+    ("stored", "kind"),
+    [("'hello'", "TEXT"), ("5", "INTEGER"), ("4611686018427387904", "INTEGER"), ("1.5", "REAL")],
+)
+def test_a_value_altered_to_another_sqlite_type_is_a_corrupt_record(
+    tmp_path: Path, stored: str, kind: str
+) -> None:
+    """The engine writes only BLOBs; a row altered outside it (``UPDATE kv SET value =
+    'hello'``) is ``CorruptRecord`` naming its key on every read path -- once a TypeError
+    (TEXT), a MemoryError (a huge INTEGER) or that many zero bytes (a small one)."""
+    engine = SqliteEngine(tmp_path / "aos.db")
+    keys = [b"a", b"b", b"c"]
+    kv.run(engine, lambda tr: [tr.set(k, b"\x01" * 8) for k in keys])
+    raw = sqlite3.connect(tmp_path / "aos.db")
+    raw.execute(f"UPDATE kv SET value = {stored} WHERE key = x'62'")
+    raw.commit()
+    raw.close()
+    reads = {
+        "get": lambda tr: tr.get(b"b"),
+        "get_many": lambda tr: tr.get_many(keys),
+        "get_range": lambda tr: tr.get_range(b"a", b"d"),
+        "add": lambda tr: tr.add(b"b", (1).to_bytes(8, "little")),  # read when committing
+    }
+    for name, read in reads.items():
+        with pytest.raises(CorruptRecord, match=f"corrupt row 62: its value is an SQLite {kind}"):
+            kv.run(engine, read)
+            pytest.fail(f"{name} read the altered row")
+    assert kv.run(engine, lambda tr: tr.get(b"a")) == b"\x01" * 8
+    engine.close()
