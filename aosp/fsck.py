@@ -426,11 +426,15 @@ class Fsck:
             try:
                 rows = self.plane.read_hot(universe, world, height, min(page, head - height + 1))
             except MissingJournalEntry as exc:
-                if holes and holes[-1][1] == exc.height - 1:
-                    holes[-1] = (holes[-1][0], exc.height, holes[-1][2])
+                # the run of missing heights ends below the next key of an entry: found in
+                # one read, so a head damaged to 10**15 is one finding, not 10**15 reads
+                missing = max(height, exc.height)
+                last = self._next_entry(keys, missing + 1, head) - 1
+                if holes and holes[-1][1] == missing - 1:
+                    holes[-1] = (holes[-1][0], last, holes[-1][2])
                 else:
-                    holes.append((exc.height, exc.height, str(exc)))
-                height = max(height, exc.height) + 1
+                    holes.append((missing, last, str(exc)))
+                height = last + 1
                 continue
             except SegmentIndexCorruption:
                 break  # the index record it names is a finding of the segments check already
@@ -462,6 +466,21 @@ class Fsck:
                 f"{len(holes)} runs of missing heights in all (first {MAX_FINDINGS_PER_WORLD} "
                 "listed)",
             )
+
+    def _next_entry(self, keys: WorldKeys, first: int, head: int) -> int:
+        """The lowest height from ``first`` to ``head`` with a key of its entry (a whole
+        entry or a chunk), ``head + 1`` if none has; ``first`` if the key found does not
+        name a height (it is read, and reported, as that height)."""
+        if first > head:
+            return first
+        key = _first_key(self.plane.engine, *keys.entries_between(first, head))
+        if key is None:
+            return head + 1
+        try:
+            height = fdbtuple.unpack(key, keys.entry_prefix_len())[0]
+        except (ValueError, IndexError):
+            return first
+        return height if isinstance(height, int) and first <= height <= head else first
 
     def _check_snapshots(
         self,

@@ -34,7 +34,8 @@ def open_plane(
     """A plane over ``engine`` and ``objects`` that reads cold segments from ``objects``.
 
     ``create`` applies to what is given as a URL: without it only existing stores open
-    (``NotFound`` otherwise) and nothing is created -- what reading tools and jobs use.
+    (``NotFound`` otherwise) and nothing is created -- what reading tools and jobs use --
+    and the plane writes nothing on opening (:class:`Plane`'s ``create``).
     ``clock`` is the plane's wall clock (see :class:`Plane`)."""
     from backends.kv import engine_opener
     from backends.objects import object_store_opener
@@ -53,7 +54,9 @@ def open_plane(
     store: ObjectStore | None = None
     try:
         store = open_objects()
-        return Plane(kv, store, config, ObjectStoreSegments(store), hooks=hooks, clock=clock)
+        return Plane(
+            kv, store, config, ObjectStoreSegments(store), hooks=hooks, clock=clock, create=create
+        )
     except BaseException:
         # what was opened here is not the caller's to close
         if store is not None and store is not objects:

@@ -21,7 +21,6 @@ from persistence.errors import Backend, NotFound, PersistError, Validation, Worl
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import Kernel, load_kernel
 from persistence.kv import Engine
-from persistence.objects import ObjectStore
 from persistence.plane import Plane, PlaneConfig
 from segments import open_plane
 
@@ -168,13 +167,6 @@ def _store_option(
     return options.get(store)
 
 
-def open_objects(url: str, *, create: bool) -> ObjectStore:
-    """The object store ``url`` names; without ``create`` it must already exist."""
-    from backends.objects import open_object_store
-
-    return open_object_store(url, create=create)
-
-
 def open_store(
     args: argparse.Namespace, *, create: bool = False, config: PlaneConfig | None = None
 ) -> Plane:
@@ -182,26 +174,42 @@ def open_store(
     ``create`` (commands that make things) may the store, its database or its directories
     be created; otherwise whatever is missing is ``NotFound`` naming the option, and
     nothing is created."""
-    from backends.kv import open_engine
+    from backends.kv import engine_opener
+    from backends.objects import object_store_opener
 
     kv_url, objects_url = checked_store_urls(args, create=create)
     embedded = args.kv is None
-    with _naming("--data-dir" if embedded else "--kv"):
+    kv_option = "--data-dir" if embedded else "--kv"
+    objects_option = "--data-dir" if embedded else "--objects"
+    # Both URLs are checked, then the existing stores opened, before anything is created:
+    # a command refused for its --objects creates no --kv database, and the other way round.
+    with _naming(kv_option):
+        open_existing, open_new = engine_opener(kv_url, create=False), None
+        if create:
+            open_new = engine_opener(kv_url, create=True)
+    with _naming(objects_option):
+        open_objects_store = object_store_opener(objects_url, create=create)
+    engine: Engine | None = None
+    with _naming(kv_option):
         try:
             # An existing file must be a store, for commands that create too: an empty
             # (0-byte) database is damage to report, not a store to start afresh.
-            engine: Engine = open_engine(kv_url, create=False)
+            engine = open_existing()
         except NotFound:
-            if not create:
+            if open_new is None:
                 raise
-            engine = open_engine(kv_url, create=True)
     try:
-        with _naming("--data-dir" if embedded else "--objects"):
-            objects = open_objects(objects_url, create=create)
+        with _naming(objects_option):
+            objects = open_objects_store()
+        if engine is None:
+            assert open_new is not None
+            with _naming(kv_option):
+                engine = open_new()
     except BaseException:
-        engine.close()
+        if engine is not None:
+            engine.close()
         raise
-    return open_plane(engine, objects, config)
+    return open_plane(engine, objects, config, create=create)
 
 
 def check_kernel(path: str) -> Kernel:

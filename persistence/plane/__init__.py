@@ -248,7 +248,9 @@ class _Genesis:
 
 
 class Plane:
-    """CAS, journals, inboxes and snapshots of every universe in one engine + object store."""
+    """CAS, journals, inboxes and snapshots of every universe in one engine + object store.
+    Opening one records the store's layout version in a new store; with ``create=False``
+    (reading tools) it writes nothing: the record is only checked."""
 
     def __init__(
         self,
@@ -259,6 +261,7 @@ class Plane:
         *,
         hooks: StepHooks = NO_HOOKS,
         clock: Callable[[], int] = time.time_ns,
+        create: bool = True,
     ) -> None:
         if not isinstance(engine, Engine):
             raise Validation("engine", f"expected an Engine, got {type(engine).__name__}")
@@ -294,7 +297,7 @@ class Plane:
         )
         self._genesis = _Genesis.of(self.config.inline_threshold)
         """The default genesis, built once: group appends create worlds with it."""
-        worlds.ensure_layout(engine)
+        worlds.ensure_layout(engine, check_bool(create, "create"))
 
     def new_call(self) -> Call:
         """A new write call: its id is drawn here, outside the retry loop."""

@@ -29,11 +29,19 @@ from persistence.records import (
 
 
 @kv.transactional
-def ensure_layout(tr: kv.Transaction) -> int:
-    """Record the layout version in a new store; refuse a store with another one."""
+def ensure_layout(tr: kv.Transaction, create: bool = True) -> int:
+    """Record the layout version in a new store; refuse a store with another one. Without
+    ``create`` (reading tools) nothing is written: a store without the record must be
+    empty, else it is damaged (``StoreFormatError``; writing the record would hide that)."""
     raw = tr.get(LAYOUT_KEY)
     if raw is None:
-        tr.set(LAYOUT_KEY, LayoutRecord(LAYOUT_VERSION).to_cbor())
+        if create:
+            tr.set(LAYOUT_KEY, LayoutRecord(LAYOUT_VERSION).to_cbor())
+        elif tr.get_range(b"", b"\xff", limit=1, snapshot=True):
+            raise StoreFormatError(
+                "the store holds data but no layout record: damaged (its layout row was "
+                "deleted, or another program wrote it); left untouched"
+            )
         return LAYOUT_VERSION
     version = decode_record(LayoutRecord, raw, "layout record").version
     if version > LAYOUT_VERSION:

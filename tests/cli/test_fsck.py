@@ -15,7 +15,7 @@ from persistence import cbor
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
-from persistence.records import DomainEventIngress
+from persistence.records import JOURNAL_HEAD, DomainEventIngress
 from tests.cli.conftest import Store, aosp
 from tests.cli.test_commands import open_store
 
@@ -97,6 +97,17 @@ def plant_hot_key_deleted(store: Store, plane: Plane) -> str:
     return f"height {head}"
 
 
+def plant_head_raised_far(store: Store, plane: Plane) -> str:
+    """A head damaged to 10**15: one finding for the run of heights it claims, read in a
+    few statements (fsck once read them one at a time, for ever)."""
+    u, w = ids(store)
+    head = plane.head(u, w)
+    tr = plane.engine.create_transaction()
+    tr.set(WorldKeys(u, w).head(), JOURNAL_HEAD.encode(10**15))
+    tr.commit()
+    return f"heights {head + 1}-{10**15}"
+
+
 def plant_ready_mark_cleared(store: Store, plane: Plane) -> str:
     u, w = ids(store)
     plane.enqueue(u, w, DomainEventIngress("test/Event@1", cbor.encode(1)))
@@ -111,6 +122,7 @@ PLANTS: dict[str, tuple[Callable[[Store, Plane], str], str]] = {
     "flipped segment byte": (plant_segment_flip, "segments"),
     "deleted segment object": (plant_segment_deleted, "segments"),
     "deleted hot journal key": (plant_hot_key_deleted, "journal"),
+    "head raised far above the entries": (plant_head_raised_far, "journal"),
     "pending items without their ready mark": (plant_ready_mark_cleared, "inbox"),
 }
 

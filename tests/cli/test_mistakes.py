@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from backends.kv.sqlite import SqliteEngine
+from persistence.keyspace import LAYOUT_KEY
 from segments import open_plane
 from tests.cli.conftest import ROOT, Result, aosp
 from tests.fdb_cluster import FdbCluster
@@ -98,6 +101,41 @@ def test_a_mistyped_objects_url_is_not_found_not_a_new_directory(
     urls = ["--kv", f"sqlite://{made.data_dir}/aos.db", "--objects", f"file://{tmp_path}/typo"]
     fails(aosp("fsck", *urls), 3, "not_found", "--objects", "no object store")
     assert listing(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "objects", ["s3://", "foo://x", "file:///dev/null"], ids=["no bucket", "scheme", "a file"]
+)
+def test_a_command_refused_for_its_objects_url_creates_no_database(
+    tmp_path: Path, objects: str
+) -> None:
+    """Both URLs are checked, and the existing stores opened, before anything is created."""
+    result = aosp("world", "create", "--kv", f"sqlite://{tmp_path}/new.db", "--objects", objects)
+    assert result.code in (2, 3), result.err
+    assert "--objects" in result.one_line_error()
+    assert listing(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", [["fsck"], ["inspect"]], ids=" ".join)
+def test_reading_commands_write_nothing_into_a_store_without_its_layout_record(
+    command: list[str], tmp_path: Path
+) -> None:
+    """A store whose layout row was deleted is damage to report (once quietly rewritten by
+    the plane's opening, after which fsck said "0 errors"); a store an engine alone created
+    (no plane ever opened it) stays as it is. Neither file changes, no file appears."""
+    data = tmp_path / "data"
+    assert aosp("world", "create", "--data-dir", str(data)).code == 0
+    raw = sqlite3.connect(data / "aos.db")
+    raw.execute("DELETE FROM kv WHERE key = ?", (LAYOUT_KEY,))
+    raw.commit()
+    raw.close()
+    SqliteEngine(tmp_path / "empty.db").close()
+    before = {p: p.read_bytes() for p in (data / "aos.db", tmp_path / "empty.db")}
+    files = listing(tmp_path)
+    fails(aosp(*command, "--data-dir", str(data)), 3, "backend", "no layout record")
+    aosp(*command, "--kv", f"sqlite://{tmp_path}/empty.db", "--objects", f"file://{data}/objects")
+    assert {p: p.read_bytes() for p in before} == before
+    assert listing(tmp_path) == files
 
 
 def test_memory_urls_name_no_store_to_read() -> None:
