@@ -43,7 +43,7 @@ from persistence.errors import (
 )
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
-from persistence.plane import Plane, compaction
+from persistence.plane import Plane, compaction, worlds
 from persistence.plane.cas_bodies import doom_is_stale, object_key
 from persistence.records import (
     CasDoom,
@@ -362,6 +362,14 @@ class Fsck:
         keys = WorldKeys(universe, world)
         try:
             head = self.plane.head(universe, world)
+        except PersistError as exc:
+            self._add("error", "journal", universe, world, "records", str(exc))
+            return
+        try:
+            worlds.read_meta(self.plane.engine, keys)
+        except PersistError as exc:  # absent (WorldNotFound) or damaged: the world won't open
+            self._add("error", "world", universe, world, "meta", str(exc))
+        try:
             snapshot_rows, marker_raw, cursor_raw = _world_records(self.plane.engine, keys)
             marker = (
                 None

@@ -205,12 +205,22 @@ class LocalObjectStore(ObjectStore):
         path = self._path(check_object_key(key))
         check_window(start, length)
         try:
-            fh = path.open("rb")
+            # Without blocking: opening a FIFO for reading waits for a writer (for ever);
+            # only a regular file is an object.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             # absent; or a file (a directory) is where a directory (the object) would be
             raise NotFound(f"object {key!r} not found in {self.root}") from None
         except OSError as exc:
             raise Backend(f"object {key!r}: open failed: {exc}") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            if stat.S_ISDIR(mode):
+                raise NotFound(f"object {key!r} not found in {self.root}")
+            raise Backend(f"object {key!r}: {path} is not a regular file (mode {mode:#o})")
+        os.set_blocking(fd, True)
+        fh = os.fdopen(fd, "rb")
         if start:
             fh.seek(start)
         stream = fh if length is None else io.BufferedReader(_Limited(fh, length))

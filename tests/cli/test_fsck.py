@@ -108,6 +108,22 @@ def plant_head_raised_far(store: Store, plane: Plane) -> str:
     return f"heights {head + 1}-{10**15}"
 
 
+def plant_meta_deleted(store: Store, plane: Plane) -> str:
+    u, w = ids(store)
+    tr = plane.engine.create_transaction()
+    tr.clear(WorldKeys(u, w).meta())
+    tr.commit()
+    return "meta"
+
+
+def plant_meta_damaged(store: Store, plane: Plane) -> str:
+    u, w = ids(store)
+    tr = plane.engine.create_transaction()
+    tr.set(WorldKeys(u, w).meta(), b"\xff\xff\xff\xff")
+    tr.commit()
+    return "meta"
+
+
 def plant_ready_mark_cleared(store: Store, plane: Plane) -> str:
     u, w = ids(store)
     plane.enqueue(u, w, DomainEventIngress("test/Event@1", cbor.encode(1)))
@@ -123,6 +139,8 @@ PLANTS: dict[str, tuple[Callable[[Store, Plane], str], str]] = {
     "deleted segment object": (plant_segment_deleted, "segments"),
     "deleted hot journal key": (plant_hot_key_deleted, "journal"),
     "head raised far above the entries": (plant_head_raised_far, "journal"),
+    "world meta deleted": (plant_meta_deleted, "world"),
+    "world meta damaged": (plant_meta_damaged, "world"),
     "pending items without their ready mark": (plant_ready_mark_cleared, "inbox"),
 }
 

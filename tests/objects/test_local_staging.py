@@ -7,13 +7,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from backends.objects.local import STAGING_SWEEP_SECONDS, LocalObjectStore
-from persistence.errors import Backend, Validation
+from persistence.errors import Backend, NotFound, Validation
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,3 +107,34 @@ def test_failed_puts_and_stages_leave_no_staging_file(tmp_path: Path) -> None:
     staged.discard()
     staged.discard()  # idempotent
     assert staging_files(root) == set() and list(store.list()) == []
+
+
+def test_a_fifo_where_an_object_would_be_is_refused_at_once(tmp_path: Path) -> None:
+    """Opening a FIFO for reading waits for a writer: fsck and ``segments verify`` hung on
+    one planted in place of an object. Only a regular file is an object; a directory is
+    none (``NotFound``)."""
+    store = LocalObjectStore(tmp_path / "objects")
+    store.put("a/fifo", b"body")
+    path = tmp_path / "objects" / "a" / "fifo"
+    path.unlink()
+    os.mkfifo(path)
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            store.open("a/fifo").read()
+        except BaseException as exc:  # carried to the test's thread
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    if reader.is_alive():  # unblock it: a writer end
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("opening a FIFO object blocked")
+    assert len(outcome) == 1 and isinstance(outcome[0], Backend), outcome
+    assert "is not a regular file" in str(outcome[0])
+    (tmp_path / "objects" / "b").mkdir()
+    with pytest.raises(NotFound):
+        store.open("b")
+    store.close()
