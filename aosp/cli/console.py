@@ -50,14 +50,20 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+MAX_SECONDS: Final = 86_400.0 * 365
+"""The longest duration an option takes (a year): larger ones overflow the clocks' waits."""
+
+
 def positive_seconds(text: str) -> float:
-    """An argparse type: a positive, finite number of seconds."""
+    """An argparse type: a positive number of seconds, at most :data:`MAX_SECONDS`."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    if not 0 < value <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of seconds up to {MAX_SECONDS:.0f} (a year), not {text}"
+        )
     return value
 
 

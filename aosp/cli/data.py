@@ -45,12 +45,15 @@ from persistence.records import (
     decode_inbox_item,
     decode_journal_record,
 )
+from persistence.sizes import check_text
 
 # --------------------------------------------------------------------------- world
 
 
 def cmd_world_create(args: argparse.Namespace) -> int:
     """Create a world (a new universe and world id unless given)."""
+    if args.handle is not None:  # before the store: a refused handle must create nothing
+        check_text(args.handle, "handle")
     plane = open_store(args, create=True)
     universe = args.universe or UniverseId.new()
     world = args.world or WorldId.new()
@@ -439,7 +442,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     )
     put.add_argument("file", help="file to store, or - for stdin")
     put.add_argument("--expect", type=hash_id, help="refuse unless the body has this hash")
-    put.set_defaults(run=cmd_cas_put)
+    put.set_defaults(run=cmd_cas_put, option_fields={"expected_hash": "--expect"})
     get = cas.add_parser(
         "get", parents=[common, store, universe_only], help="write a verified body out"
     )

@@ -7,7 +7,7 @@ import dataclasses
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from aosp.cli.console import (
     EXIT_BACKEND,
@@ -32,13 +32,17 @@ def _progress(args: argparse.Namespace) -> Callable[[str], None]:
     return Progress("", enabled=not (args.quiet or args.json)).message
 
 
+DEMO_LIMITS: Final = {"worlds": 10_000, "writers": 64, "items": 1_000_000}
+"""The demo's sizes: a process per writer (a pool of 100,000 was started once)."""
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the world-host simulation on the embedded default store and verify it."""
     from aosp import demo
 
-    for name in ("worlds", "writers", "items"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name} must be at least 1")
+    for name, most in DEMO_LIMITS.items():
+        if not 1 <= getattr(args, name) <= most:
+            raise UsageError(f"--{name} must be 1 to {most:,}, not {getattr(args, name)}")
     make_directory(args.data_dir, "--data-dir")
     config = demo.DemoConfig(
         data_dir=args.data_dir, worlds=args.worlds, writers=args.writers, items=args.items

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import aosp
 from tests.fdb_cluster import FdbCluster
 
@@ -104,9 +106,19 @@ def test_bench_rejects_an_unknown_suite() -> None:
     assert result.code == 2 and "invalid choice" in result.err
 
 
-def test_demo_rejects_zero_sizes(tmp_path: Path) -> None:
-    result = aosp("demo", "--data-dir", str(tmp_path / "d"), "--worlds", "0")
-    assert result.code == 2 and "--worlds must be at least 1" in result.err
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--worlds", "0", "--worlds must be 1 to 10,000, not 0"),
+        ("--writers", "100000", "--writers must be 1 to 64, not 100000"),  # a process each
+        ("--items", "-1", "--items must be 1 to 1,000,000, not -1"),
+    ],
+)
+def test_demo_rejects_sizes_out_of_range(
+    tmp_path: Path, option: str, value: str, said: str
+) -> None:
+    result = aosp("demo", "--data-dir", str(tmp_path / "d"), option, value)
+    assert result.code == 2 and said in result.err
     assert not (tmp_path / "d").exists()
 
 

@@ -331,6 +331,18 @@ def test_object_store_failures_name_objects(made: Made, dead_port: int) -> None:
 # --------------------------------------------------------------------------- files and directories
 
 
+def test_world_create_with_a_refused_handle_creates_no_store(tmp_path: Path) -> None:
+    for handle in ("", "h" * 100_000):
+        result = aosp("world", "create", "--data-dir", str(tmp_path / "d"), "--handle", handle)
+        fails(result, 2, "validation", "--handle")
+    assert listing(tmp_path) == []
+
+
+def test_cas_put_of_a_body_not_of_the_expected_hash_names_the_option(made: Made) -> None:
+    put = aosp("cas", "put", *made.args("-u", made.universe, "--expect", HASH, "-"), stdin=b"x")
+    fails(put, 2, "validation", "--expect: body hashes to ")
+
+
 def test_cas_put_of_a_missing_file_creates_no_store(tmp_path: Path) -> None:
     data = tmp_path / "data"
     result = aosp("cas", "put", "--data-dir", str(data), "-u", UNIVERSE, str(tmp_path / "nope"))
@@ -426,8 +438,9 @@ def test_argparse_errors_are_one_line_too() -> None:
         (["inspect", "--limit", "-1"], "--limit"),  # was a silent slice [:-1]
         (["snapshot", "promote", "-u", UNIVERSE, "-w", WORLD, "--height", "-1"], "--height"),
         (["bench", "engine", "--seconds", "-1"], "--seconds"),  # was a run of nothing, exit 0
+        (["drain", "--follow", "--interval", "1e10"], "--interval"),  # overflowed a wait
     ],
-    ids=["inspect-limit", "promote-height", "bench-seconds"],
+    ids=["inspect-limit", "promote-height", "bench-seconds", "drain-interval"],
 )
 def test_out_of_range_numbers_are_usage_errors(command: list[str], option: str) -> None:
     fails(aosp(*command), 2, "usage", option)
