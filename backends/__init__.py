@@ -20,6 +20,8 @@ def split_url(url: object, field: str) -> SplitResult:
         raise Validation(field, f"expected a URL (text), got {type(url).__name__}")
     if not url.isprintable():
         raise Validation(field, f"a control or unprintable character in {url!r}")
+    if url != url.strip():  # a trailing blank became part of a path: 'aos.db ', 'objects  '
+        raise Validation(field, f"blanks around the URL {url!r}")
     if "#" in url:
         raise Validation(field, f"a fragment ('#...') means nothing here (write # as %23): {url!r}")
     try:

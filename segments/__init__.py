@@ -8,11 +8,12 @@ journal reads stitch exported history and the hot tail.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import TypeVar, cast
 
-from persistence.errors import Validation
+from persistence.errors import NotFound, Validation
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
@@ -50,10 +51,24 @@ def open_plane(
         raise Validation("config", f"a PlaneConfig, not {type(config).__name__}")
     require_callable(getattr(hooks, "reached", None), "hooks")
     require_callable(clock, "clock")
-    kv = open_kv()
+    # An engine the URL names is opened only if it exists, until the object store has
+    # opened: a refused object store leaves no new database behind.
+    open_new_kv = open_kv
+    if create and isinstance(engine, str):
+        with contextlib.suppress(NotFound):  # memory:// names no existing store, ever
+            open_kv = _opener(engine, Engine, engine_opener, False, "engine")
+    kv: Engine | None
+    try:
+        kv = open_kv()
+    except NotFound:
+        if open_kv is open_new_kv:
+            raise
+        kv = None
     store: ObjectStore | None = None
     try:
         store = open_objects()
+        if kv is None:
+            kv = open_new_kv()
         return Plane(
             kv, store, config, ObjectStoreSegments(store), hooks=hooks, clock=clock, create=create
         )
@@ -61,7 +76,7 @@ def open_plane(
         # what was opened here is not the caller's to close
         if store is not None and store is not objects:
             store.close()
-        if kv is not engine:
+        if kv is not None and kv is not engine:
             kv.close()
         raise
 

@@ -101,6 +101,16 @@ def test_opening_without_create_creates_nothing(tmp_path: Path) -> None:
     assert isinstance(store, LocalObjectStore) and not store.fsync
 
 
+def test_a_refused_object_store_leaves_no_new_database(tmp_path: Path) -> None:
+    """With ``create``, the engine a URL names is created only once the object store has
+    opened: an objects root that is a file leaves no ``aos.db`` behind."""
+    (tmp_path / "not-a-dir").write_bytes(b"")
+    with pytest.raises(Backend, match="not a directory"):
+        open_plane(f"sqlite://{tmp_path}/aos.db", f"file://{tmp_path}/not-a-dir")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-dir"]
+    open_plane("memory://", "memory://").engine.close()  # a URL of no existing store
+
+
 def test_a_missing_objects_directory_closes_the_engine_opened_for_it(tmp_path: Path) -> None:
     """``open_plane`` opened the engine from its URL, so it closes it when the object store
     cannot be opened (a second open of the database then finds it released)."""

@@ -1201,6 +1201,8 @@ bad_urls(
         ("sqlite://{dir}/a%00b.db", "NUL"),
         ("sqlite://{dir}/\ud800.db", "unprintable"),
         ("sqlite://{dir}/aos.db\n", "control"),
+        ("sqlite://{dir}/aos.db ", "blanks around"),  # once a file named 'aos.db '
+        (" sqlite://{dir}/aos.db", "blanks around"),
         (SQLITE + "#x", "fragment"),
         ("sqlite://[::1/aos.db", "not a URL"),
         (SQLITE + "?synchronous=maybe", "synchronous"),
