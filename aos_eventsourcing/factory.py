@@ -28,7 +28,7 @@ import threading
 import uuid
 from typing import Final, TypeVar
 
-from eventsourcing.persistence import InfrastructureFactory
+from eventsourcing.persistence import InfrastructureFactory, OperationalError
 from eventsourcing.utils import Environment, EnvType, resolve_topic, strtobool
 
 from aos_eventsourcing import codec
@@ -71,6 +71,7 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
             raise OSError(f"{self.AOSP_COLD_AT_SNAPSHOTS}={cold!r}: not a yes or no") from None
         self._lock = threading.Lock()
         self._plane: Plane | None = None
+        self._closed = False
 
     def _setting(self, variable: str) -> str | None:
         """The value of ``variable`` (the application's prefixed one first), ``None`` if
@@ -90,8 +91,12 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
 
     @property
     def plane(self) -> Plane:
-        """The plane (opened, creating the store if need be, on first use)."""
+        """The plane (opened, creating the store if need be, on first use;
+        ``OperationalError`` once :meth:`close` closed it, as eventsourcing's own factories
+        refuse a closed datastore)."""
         with self._lock:
+            if self._closed:
+                raise OperationalError("the infrastructure factory was closed")
             if self._plane is None:
                 try:
                     self._plane = open_plane(self.kv_url, self.objects_url)
@@ -160,9 +165,10 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
         return cls
 
     def close(self) -> None:
-        """Close the plane's engine and object store (if opened)."""
+        """Close the plane's engine and object store (if opened); the recorders fail after
+        it (``OperationalError``)."""
         with self._lock:
-            plane, self._plane = self._plane, None
+            plane, self._plane, self._closed = self._plane, None, True
         if plane is not None:
             try:
                 plane.engine.close()

@@ -149,6 +149,7 @@ class SqliteEngine(kv.Engine):
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []  # pooled connections of this process
         self._pid = _PID
+        self._closed = False
         _ENGINES.add(self)
         self._check_file()
         conn = self._acquire()
@@ -196,6 +197,8 @@ class SqliteEngine(kv.Engine):
     def _acquire(self) -> sqlite3.Connection:
         """A connection for one transaction (pooled; never shared by two at once)."""
         with self._lock:
+            if self._closed:  # its connections were closed: no new ones
+                raise Backend(f"{self.path}: the engine is closed")
             if self._pid != _PID:  # forked: the parent's connections are not ours
                 self._idle, self._pid = [], _PID
             if self._idle:
@@ -226,7 +229,7 @@ class SqliteEngine(kv.Engine):
             conn.close()
             return
         with self._lock:
-            if self._pid == _PID:
+            if self._pid == _PID and not self._closed:
                 self._idle.append(conn)
                 return
         conn.close()
@@ -336,7 +339,7 @@ class SqliteEngine(kv.Engine):
 
     def close(self) -> None:
         with self._lock:
-            idle, self._idle = self._idle, []
+            idle, self._idle, self._closed = self._idle, [], True
             closing, self._open = self._open, False
         for conn in idle:
             conn.close()

@@ -29,6 +29,7 @@ from backends.kv.sqlite import (
 )
 from persistence import fdbtuple, kv
 from persistence.errors import (
+    Backend,
     CorruptRecord,
     EngineError,
     RetryLimitReached,
@@ -766,3 +767,18 @@ def test_a_value_altered_to_another_sqlite_type_is_a_corrupt_record(
             pytest.fail(f"{name} read the altered row")
     assert kv.run(engine, lambda tr: tr.get(b"a")) == b"\x01" * 8
     engine.close()
+
+
+def test_a_closed_engine_opens_no_new_connection(tmp_path: Path) -> None:
+    """``Engine.close``: the engine is unusable afterwards -- it once opened new connections
+    for every transaction after it (and kept them). One in use when it closed is closed when
+    its transaction ends."""
+    engine = SqliteEngine(tmp_path / "aos.db")
+    kv.run(engine, lambda tr: tr.set(b"k", b"v"))
+    tr = engine.create_transaction()
+    assert tr.get(b"k") == b"v"  # holds a connection across the close
+    engine.close()
+    tr.commit()  # read-only: ends the transaction, its connection closed, not pooled
+    assert engine._idle == []
+    with pytest.raises(Backend, match="the engine is closed"):
+        kv.run(engine, lambda tr: tr.get(b"k"))

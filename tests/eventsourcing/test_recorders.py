@@ -583,3 +583,22 @@ def test_a_text_id_and_the_uuid_it_hashes_to_do_not_share_a_journal(store: Count
     with pytest.raises(IntegrityError, match="holds the events of another aggregate"):
         fresh.insert_events([event(twin, 3)])  # after a read of the owner's events
     assert [n.originator_id for n in _all(recorder)] == [text, text]
+
+
+def test_recorders_fail_once_their_factory_is_closed(tmp_path: Path) -> None:
+    """As eventsourcing's own factories: a closed factory's recorders and the recorders it
+    is asked for afterwards fail (``OperationalError``) -- they once went on writing, through
+    connections the closed engine opened again, and a new recorder opened a new store."""
+    env = {"AOSP_KV_URL": f"sqlite://{tmp_path}/aos.db", "AOSP_OBJECTS_URL": f"file://{tmp_path}/o"}
+    factory = PlaneFactory(Environment("Bank", env))
+    recorder = factory.application_recorder()
+    assert recorder.insert_events([event(uuid.uuid4(), 1)]) == [1]
+    factory.close()
+    with pytest.raises(OperationalError, match="the engine is closed"):
+        recorder.insert_events([event(uuid.uuid4(), 1)])
+    with pytest.raises(OperationalError, match="the infrastructure factory was closed"):
+        factory.application_recorder()
+    factory.close()  # again: nothing to do
+    again = PlaneFactory(Environment("Bank", env))
+    assert again.application_recorder().max_notification_id() == 1
+    again.close()
