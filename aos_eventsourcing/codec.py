@@ -71,12 +71,11 @@ def check_text(value: object, name: str) -> str:
     return value
 
 
-def check_int(value: object, name: str) -> int | None:
-    """``value`` if it is ``None`` or an int (not a bool); ``DataError`` naming ``name``
-    otherwise."""
-    if value is not None and type(value) is not int:
+def check_int(value: object, name: str, *, optional: bool = False) -> None:
+    """``DataError`` naming ``name`` unless ``value`` is an int (not a bool), or ``None``
+    where ``optional``."""
+    if (value is not None or not optional) and type(value) is not int:
         raise DataError(f"{name} must be an int, not {type(value).__name__}")
-    return value
 
 
 def encode(version: object, topic: object, state: object, text_id: str | None) -> bytes:

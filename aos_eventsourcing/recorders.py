@@ -30,7 +30,6 @@ from uuid import UUID
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
-    DataError,
     IntegrityError,
     Notification,
     OperationalError,
@@ -330,9 +329,9 @@ class _Journals(_PlaneRecorder):
         order (``desc``: newest first), at most ``limit`` of them (none if its world holds
         another aggregate's: see :class:`_Known`)."""
         world, text_id = codec.world_of(originator_id)
-        codec.check_int(gt, "gt")
-        codec.check_int(lte, "lte")
-        codec.check_int(limit, "limit")
+        codec.check_int(gt, "gt", optional=True)
+        codec.check_int(lte, "lte", optional=True)
+        codec.check_int(limit, "limit", optional=True)
         if limit is not None and limit < 1:
             return []
         try:
@@ -363,8 +362,7 @@ class _Journals(_PlaneRecorder):
     def _let_go_cold(self, originator_id: UUID | str, version: int) -> int:
         """:meth:`set_cold_version`, its plane errors untranslated."""
         world, text_id = codec.world_of(originator_id)
-        if codec.check_int(version, "version") is None:
-            raise DataError("version must be an int, not NoneType")
+        codec.check_int(version, "version")
         found = self._descending(world, None, version, 1)
         if found and found[0][1].text_id != text_id:  # another aggregate's world
             raise WorldNotFound(self.universe, world)
@@ -532,10 +530,9 @@ class PlaneApplicationRecorder(_Journals, ApplicationRecorder):
     ) -> list[Notification]:
         """Up to ``limit`` notifications from ``start`` (after it, unless
         ``inclusive_of_start``) to ``stop``, with one of ``topics`` if any are given."""
-        codec.check_int(start, "start")
-        if codec.check_int(limit, "limit") is None:
-            raise DataError("limit must be an int, not NoneType")
-        codec.check_int(stop, "stop")
+        codec.check_int(start, "start", optional=True)
+        codec.check_int(limit, "limit")
+        codec.check_int(stop, "stop", optional=True)
         first = 1 if start is None else start if inclusive_of_start else start + 1
         first = max(first, 1)
         if limit < 1 or (stop is not None and stop < first):
