@@ -1,5 +1,7 @@
 """``aosp bench export-load`` at its smallest size: it runs its rounds, checks every export
-and the foreground journal, and gives both figures with per-round ratios."""
+and the foreground journal, and gives both figures with per-round ratios. Windows of two
+appends: what the machine's speed makes of the figures is not asserted (on a busy machine a
+window of the default 100 appends can outlast its export, which the figures then say)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from aosp.benchmarks import export_load
 
 
 def test_the_export_load_benchmark_gives_both_figures_per_round() -> None:
-    figures = export_load.run(seconds=0.1)  # MIN_ENTRIES per export world
+    figures = export_load.run(seconds=0.1, min_appends=2)  # MIN_ENTRIES per export world
     assert [f.unit for f in figures] == ["ms", "appends/s"]
     for figure in figures:
         assert len(figure.round_ratios) == export_load.ROUNDS
