@@ -41,6 +41,7 @@ from persistence.errors import (
     SegmentIndexCorruption,
     Validation,
 )
+from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
 from persistence.plane import Plane, compaction, worlds
@@ -125,42 +126,42 @@ class FsckReport:
 
 
 @kv.transactional
-def _range_page(
+async def _range_page(
     tr: kv.Transaction, begin: bytes, end: bytes, limit: int
 ) -> list[tuple[bytes, bytes]]:
-    return tr.get_range(begin, end, limit=limit, snapshot=True)
+    return await tr.get_range(begin, end, limit=limit, snapshot=True)
 
 
 @kv.transactional
-def _cas_page(
+async def _cas_page(
     tr: kv.Transaction, keys: UniverseKeys, begin: bytes, limit: int
 ) -> list[tuple[bytes, bytes]]:
     _, end = keys.cas_meta_range()
-    return tr.get_range(begin, end, limit=limit, snapshot=True)
+    return await tr.get_range(begin, end, limit=limit, snapshot=True)
 
 
 @kv.transactional
-def _world_records(
+async def _world_records(
     tr: kv.Transaction, keys: WorldKeys
 ) -> tuple[list[tuple[bytes, bytes]], bytes | None, bytes | None]:
     """The snapshot index, export marker and inbox cursor of a world (one snapshot read)."""
     return (
-        tr.get_range(*keys.snapshots(), snapshot=True),
-        tr.get(keys.export_marker(), snapshot=True),
-        tr.get(keys.inbox_cursor(), snapshot=True),
+        await tr.get_range(*keys.snapshots(), snapshot=True),
+        await tr.get(keys.export_marker(), snapshot=True),
+        await tr.get(keys.inbox_cursor(), snapshot=True),
     )
 
 
 @kv.transactional
-def _first_key(tr: kv.Transaction, begin: bytes, end: bytes) -> bytes | None:
-    rows = tr.get_range(begin, end, limit=1, snapshot=True)
+async def _first_key(tr: kv.Transaction, begin: bytes, end: bytes) -> bytes | None:
+    rows = await tr.get_range(begin, end, limit=1, snapshot=True)
     return rows[0][0] if rows else None
 
 
 def universe_exists(plane: Plane, universe: UniverseId) -> bool:
     """Whether the store holds anything of ``universe`` (a world, a CAS body, a pin): what
     ``Plane.universes`` lists."""
-    return _first_key(plane.engine, *UniverseKeys(universe).all()) is not None
+    return drive(_first_key(plane.engine, *UniverseKeys(universe).all())) is not None
 
 
 FUTURE_MARK_NS: Final = 60 * 10**9
@@ -169,22 +170,22 @@ ahead)."""
 
 
 @kv.transactional
-def _pending_unmarked(tr: kv.Transaction, keys: WorldKeys) -> bool:
+async def _pending_unmarked(tr: kv.Transaction, keys: WorldKeys) -> bool:
     """Whether the world has an item after its cursor but no ready mark, read in one
     snapshot: an enqueue writes its item and the mark together, and a drain clears the mark
     only when no item follows its new cursor, so the two always agree in one snapshot."""
-    raw = tr.get(keys.inbox_cursor(), snapshot=True)
+    raw = await tr.get(keys.inbox_cursor(), snapshot=True)
     cursor = None if raw is None else decode_record(InboxCursor, raw, "inbox cursor").seq
-    pending = tr.get_range(*keys.inbox_after(cursor), limit=1, snapshot=True)
-    return bool(pending) and tr.get(keys.ready(), snapshot=True) is None
+    pending = await tr.get_range(*keys.inbox_after(cursor), limit=1, snapshot=True)
+    return bool(pending) and await tr.get(keys.ready(), snapshot=True) is None
 
 
 @kv.transactional
-def _inbox_page(
+async def _inbox_page(
     tr: kv.Transaction, keys: WorldKeys, begin: bytes, limit: int
 ) -> list[tuple[bytes, bytes]]:
     _, end = keys.inbox_after(None)
-    return tr.get_range(begin, end, limit=limit, snapshot=True)
+    return await tr.get_range(begin, end, limit=limit, snapshot=True)
 
 
 class Fsck:
@@ -255,7 +256,7 @@ class Fsck:
         keys = UniverseKeys(universe)
         prefix = len(keys.cas_meta_range()[0]) - 1
         begin = keys.cas_meta_range()[0]
-        while rows := _cas_page(self.plane.engine, keys, begin, 1_000):
+        while rows := drive(_cas_page(self.plane.engine, keys, begin, 1_000)):
             for key, raw in rows:
                 self._check_blob(universe, key[prefix:], raw)
             begin = rows[-1][0] + b"\x00"
@@ -269,7 +270,7 @@ class Fsck:
         now = self.plane.clock()
         for name, (begin, end) in (("pin", keys.cas_pins()), ("doom", keys.cas_dooms())):
             prefix = len(begin) - 1
-            while rows := _range_page(self.plane.engine, begin, end, 1_000):
+            while rows := drive(_range_page(self.plane.engine, begin, end, 1_000)):
                 for key, raw in rows:
                     self.report.count(f"cas {name}s")
                     try:
@@ -366,11 +367,11 @@ class Fsck:
             self._add("error", "journal", universe, world, "records", str(exc))
             return
         try:
-            worlds.read_meta(self.plane.engine, keys)
+            drive(worlds.read_meta(self.plane.engine, keys))
         except PersistError as exc:  # absent (WorldNotFound) or damaged: the world won't open
             self._add("error", "world", universe, world, "meta", str(exc))
         try:
-            snapshot_rows, marker_raw, cursor_raw = _world_records(self.plane.engine, keys)
+            snapshot_rows, marker_raw, cursor_raw = drive(_world_records(self.plane.engine, keys))
             marker = (
                 None
                 if marker_raw is None
@@ -415,7 +416,7 @@ class Fsck:
         self, keys: WorldKeys, covered: int, head: int, marker: ExportMarker | None
     ) -> None:
         universe, world = keys.universe, keys.world
-        if covered and _first_key(self.plane.engine, *keys.entries_between(1, covered)):
+        if covered and drive(_first_key(self.plane.engine, *keys.entries_between(1, covered))):
             deleting = marker is not None and marker.state == "delete_started"
             if not deleting:
                 self._add(
@@ -481,7 +482,7 @@ class Fsck:
         name a height (it is read, and reported, as that height)."""
         if first > head:
             return first
-        key = _first_key(self.plane.engine, *keys.entries_between(first, head))
+        key = drive(_first_key(self.plane.engine, *keys.entries_between(first, head)))
         if key is None:
             return head + 1
         try:
@@ -558,7 +559,7 @@ class Fsck:
             if cursor_raw is not None:
                 cursor = decode_record(InboxCursor, cursor_raw, "inbox cursor").seq
             self._check_marks(keys, cursor)
-            if _pending_unmarked(self.plane.engine, keys):
+            if drive(_pending_unmarked(self.plane.engine, keys)):
                 self._add(
                     "error",
                     "inbox",
@@ -569,7 +570,7 @@ class Fsck:
                     "worker will find them (aosp drain --backfill marks them)",
                 )
             begin = keys.inbox_after(None)[0]
-            while rows := _inbox_page(self.plane.engine, keys, begin, 1_000):
+            while rows := drive(_inbox_page(self.plane.engine, keys, begin, 1_000)):
                 envelopes = [
                     (key, decode_record(InboxEnvelope, raw, "inbox envelope")) for key, raw in rows
                 ]
@@ -584,12 +585,12 @@ class Fsck:
     ) -> None:
         """Every item's idempotency entry names it: the two are written, and compacted,
         together; an item without its entry would be enqueued again by a retry."""
-        entries = kv.run(
+        entries = kv.run_sync(
             self.plane.engine,
             lambda tr: [
                 None
                 if e.idempotency_key is None
-                else tr.get(keys.inbox_idempotency(e.idempotency_key), snapshot=True)
+                else tr.get(keys.inbox_idempotency(e.idempotency_key), snapshot=True).wait()
                 for _, e in envelopes
             ],
         )

@@ -30,6 +30,7 @@ from persistence.errors import (
     SnapshotMismatch,
     Validation,
 )
+from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import WorldKeys
@@ -296,11 +297,11 @@ def journal_append_conflicts(ctx: Context) -> None:
     # GIL): both read head 5, both write; exactly one commit may succeed.
     keys = WorldKeys(u, w)
     first, second = plane.engine.create_transaction(), plane.engine.create_transaction()
-    journal_protocol.append_batch(first, keys, 5, [b"first"], Call.new())
-    journal_protocol.append_batch(second, keys, 5, [b"second"], Call.new())
-    first.commit()
+    drive(journal_protocol.append_batch(first, keys, 5, [b"first"], Call.new()))
+    drive(journal_protocol.append_batch(second, keys, 5, [b"second"], Call.new()))
+    first.commit().wait()
     try:
-        second.commit()
+        second.commit().wait()
     except EngineError as exc:
         check(
             exc.code == fdb_errors.NOT_COMMITTED,
@@ -384,8 +385,8 @@ def cursor_and_drain_exactly_once(ctx: Context) -> None:
     from persistence.plane import default_normalizer
 
     limits = inbox_protocol.DrainLimits(3, 1 << 20, plane.config.max_entry_bytes, plane.budget)
-    first = inbox_protocol.drain(plane.engine, keys, limits, default_normalizer, call)
-    again = inbox_protocol.drain(plane.engine, keys, limits, default_normalizer, call)
+    first = drive(inbox_protocol.drain(plane.engine, keys, limits, default_normalizer, call))
+    again = drive(inbox_protocol.drain(plane.engine, keys, limits, default_normalizer, call))
     check(first == again, f"a retried drain returned {again}, first attempt {first}")
     check(plane.head(u, w) == 3, "a retried drain appended again")
 
@@ -505,9 +506,9 @@ def determinism_retries_are_exactly_once(ctx: Context) -> None:
     u, w = ctx.new_world()
     keys = WorldKeys(u, w)
     call = Call.new()
-    first = journal_protocol.append_batch(plane.engine, keys, 0, [b"a", b"b"], call)
+    first = drive(journal_protocol.append_batch(plane.engine, keys, 0, [b"a", b"b"], call))
     check(
-        journal_protocol.append_batch(plane.engine, keys, 0, [b"a", b"b"], call) == first,
+        drive(journal_protocol.append_batch(plane.engine, keys, 0, [b"a", b"b"], call)) == first,
         "a retried append was not recognised",
     )
     check(plane.head(u, w) == 2, "a retried append wrote twice")

@@ -51,6 +51,7 @@ from backends.kv.memory import MemoryEngine
 from conformance.cases import CaseSkipped, ConformanceFailure, Context, check, event
 from persistence import fdb_errors, kv
 from persistence.errors import Conflict, EngineError, NotFound, PersistError, WorldExists
+from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
@@ -523,7 +524,9 @@ def logical_state(
     ]
     worlds = _worlds(plane, u, w)
     ready = set(
-        inbox_protocol.read_ready(plane.engine, UniverseKeys(u), *UniverseKeys(u).ready_range())[0]
+        drive(
+            inbox_protocol.read_ready(plane.engine, UniverseKeys(u), *UniverseKeys(u).ready_range())
+        )[0]
     )
     second_cursor = plane.inbox_cursor(u, second) if "W2" in worlds else None
     return {
@@ -551,7 +554,7 @@ def logical_state(
         ],
         "objects": objects,
         "segments": [(s.start, s.end, s.entry_count) for s in plane.list_segments(u, w)],
-        "export marker": read_marker(plane.engine, WorldKeys(u, w)),
+        "export marker": drive(read_marker(plane.engine, WorldKeys(u, w))),
         "pending effects": [(i.world == w, i.intent_hash) for _, i in plane.pending_effects(u)],
         "inflight effects": [
             (i.world == w, i.intent_hash, i.claimed_by) for _, i in plane.inflight_effects(u)

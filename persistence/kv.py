@@ -15,13 +15,21 @@ plane's protocols are written once and the FoundationDB engine is a thin adapter
   (8-byte big-endian commit version + 2-byte batch order) at commit;
 * limits: key 10,000 B (2102), value 100,000 B (2103), transaction 10,000,000 B (2101).
 
+Reads, commits and ``on_error`` return :class:`~persistence.futures.Future`s, as the
+bindings' do: a read is issued when it is asked for and its value awaited later, so reads
+that do not depend on each other go out together. Protocols are coroutines that ``await``
+them, run by one of the two drivers of :mod:`persistence.futures` (blocking or asyncio).
 Errors are :class:`~persistence.errors.EngineError` carrying FoundationDB's numeric codes.
-:func:`transactional` retries a function as ``fdb.transactional`` does: the function takes
-the transaction first; given a transaction it is called through (so protocols compose into
-one transaction); given an :class:`Engine` it runs in a retry loop driven by the
-transaction's ``on_error`` (FoundationDB's own classification and backoff on the FDB
-engine). **The body may run more than once, including after a commit that applied** (1021
-``commit_unknown_result``), so every write protocol must be idempotent.
+
+:func:`transact` is the retry loop, a coroutine written once for both drivers; :func:`run`
+is the same loop, blocking (:func:`run_sync` for a plain function that waits for its
+reads, as the bindings' blocking style does). :func:`transactional` retries a function as
+``fdb.transactional`` does: the function takes the transaction first; given a transaction
+it is called through (so protocols compose into one transaction); given an :class:`Engine`
+it runs in the retry loop, driven by the transaction's ``on_error`` (FoundationDB's own
+classification and backoff on the FDB engine). **The body may run more than once,
+including after a commit that applied** (1021 ``commit_unknown_result``), so every write
+protocol must be idempotent.
 """
 
 from __future__ import annotations
@@ -33,12 +41,13 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import AbstractContextManager
-from typing import Concatenate, Final, ParamSpec, TypeVar
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 from persistence.errors import EngineError, RetryLimitReached
 from persistence.fdb_errors import is_retryable
+from persistence.futures import Blocking, Future, Gathered, drive
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +60,9 @@ MAX_TRANSACTION_SECONDS: Final = 5.0
 SYSTEM_KEY_PREFIX: Final = b"\xff"
 
 
-class VersionstampFuture(ABC):
-    """The versionstamp of a transaction, known only once it has committed."""
-
-    @abstractmethod
-    def wait(self) -> bytes:
-        """The 10-byte versionstamp; raises ``EngineError`` if the commit did not succeed
-        (2021 ``no_commit_version`` for a transaction that wrote nothing)."""
+VersionstampFuture = Future[bytes]
+"""The 10-byte versionstamp of a transaction, known only once it has committed (its error
+is ``EngineError``: the commit's, or 2021 ``no_commit_version`` for one that wrote nothing)."""
 
 
 P = ParamSpec("P")
@@ -73,13 +78,15 @@ class Transaction(ABC):
     honours it."""
 
     @abstractmethod
-    def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
+    def get(self, key: bytes, *, snapshot: bool = False) -> Future[bytes | None]:
         """The value of ``key`` or ``None``. Adds a read conflict unless ``snapshot``."""
 
-    def get_many(self, keys: Sequence[bytes], *, snapshot: bool = False) -> list[bytes | None]:
-        """What :meth:`get` of each key in turn gives, read together where the engine can
-        (one statement; FoundationDB's futures in flight at once)."""
-        return [self.get(key, snapshot=snapshot) for key in keys]
+    def get_many(
+        self, keys: Sequence[bytes], *, snapshot: bool = False
+    ) -> Future[list[bytes | None]]:
+        """What :meth:`get` of each key gives, all read at once (one statement on SQLite;
+        FoundationDB's futures in flight together)."""
+        return Gathered([self.get(key, snapshot=snapshot) for key in keys])
 
     @abstractmethod
     def get_range(
@@ -90,7 +97,7 @@ class Transaction(ABC):
         limit: int = 0,
         reverse: bool = False,
         snapshot: bool = False,
-    ) -> list[tuple[bytes, bytes]]:
+    ) -> Future[list[tuple[bytes, bytes]]]:
         """Key-value pairs with ``begin <= key < end`` in key order (descending when
         ``reverse``), at most ``limit`` of them (0 means no limit).
 
@@ -148,19 +155,19 @@ class Transaction(ABC):
         """Make the commit conflict with any write to ``[begin, end)`` after the read version."""
 
     @abstractmethod
-    def get_read_version(self) -> int:
+    def get_read_version(self) -> Future[int]:
         """The version this transaction reads at."""
 
     @abstractmethod
-    def commit(self) -> None:
-        """Apply every write atomically, or raise ``EngineError`` and apply nothing
+    def commit(self) -> Future[None]:
+        """Apply every write atomically, or fail with ``EngineError`` and apply nothing
         (except 1021, after which the writes may or may not have been applied)."""
 
     @abstractmethod
-    def on_error(self, error: EngineError) -> Transaction:
-        """FoundationDB's ``on_error``: re-raise ``error`` (or a later one, such as 1031
-        once a timeout has passed) if it may not be retried; otherwise wait the backoff and
-        return the transaction for the next attempt (this one reset, or a new one)."""
+    def on_error(self, error: EngineError) -> Future[Transaction]:
+        """FoundationDB's ``on_error``: fail with ``error`` (or a later one, such as 1031
+        once a timeout has passed) if it may not be retried; otherwise, after the backoff,
+        the transaction for the next attempt (this one reset, or a new one)."""
 
     def add_read_conflict_key(self, key: bytes) -> None:
         """Make the commit conflict with any write to ``key`` after the read version."""
@@ -193,6 +200,11 @@ class Engine(ABC):
     """Whether a commit can fail after it may have applied (FoundationDB's 1021 and 1039,
     which :func:`run` retries). Only then does a retry need to find its call's earlier
     attempt, so the plane keeps per-call records only on such engines (``plane/calls.py``)."""
+    blocking: bool = False
+    """Whether its futures are computed by blocking calls (SQLite: reads and commits are
+    file I/O on the calling thread). The asyncio driver then runs each transaction's whole
+    retry loop in an executor (:func:`transact`); FoundationDB's and the memory engine's
+    futures are awaited from the event loop."""
     writers_serialize: bool = False
     """Whether a commit waits while another one writes (SQLite's single write lock;
     FoundationDB's writers never wait for each other). Background work then writes in
@@ -206,13 +218,13 @@ class Engine(ABC):
         return contextlib.nullcontext()
 
     def run_alone(self, tr: Transaction, body: Callable[[Transaction], T]) -> T:
-        """One attempt of :func:`run` inside :meth:`alone`: ``body(tr)``, then ``tr``'s
-        commit; what ``body`` returned, or the error of either. An engine whose writers
-        serialize may commit it together with other threads' attempts in one durable commit
-        (SQLite's group commit): its outcome is still its own."""
+        """One attempt of :func:`transact` inside :meth:`alone`, blocking: ``body(tr)``,
+        then ``tr``'s commit; what ``body`` returned, or the error of either. An engine
+        whose writers serialize may commit it together with other threads' attempts in one
+        durable commit (SQLite's group commit): its outcome is still its own."""
         with self.alone():
             result = body(tr)
-            tr.commit()
+            tr.commit().wait()
         return result
 
     def is_retryable(self, error: EngineError) -> bool:
@@ -277,9 +289,9 @@ class RetryStats:
 RETRY_STATS: Final = RetryStats()
 
 
-def run(
+async def transact(
     engine: Engine,
-    body: Callable[[Transaction], T],
+    body: Callable[[Transaction], Awaitable[T]],
     *,
     retry_limit: int | None = None,
     alone: bool = False,
@@ -287,7 +299,7 @@ def run(
     """Run ``body`` in a transaction and commit, retrying as FoundationDB's retry loop does.
 
     Returns what the committed attempt of ``body`` returned. Engine errors go through the
-    transaction's ``on_error``, which re-raises those that may not be retried and backs off
+    transaction's ``on_error``, which fails on those that may not be retried and backs off
     before the others (or marks the next attempt to run :meth:`Engine.alone`:
     ``Transaction.retry_alone``); after ``retry_limit`` retries
     (default ``engine.retry_limit``) or ``engine.max_retry_seconds`` the last error is
@@ -295,7 +307,24 @@ def run(
     Any other error raised by ``body`` propagates at once. With ``alone``, every attempt
     runs alone: for transactions that write a key every transaction of their kind writes
     (a universe log's head), which conflict whenever two overlap.
+
+    On an engine whose futures block (``Engine.blocking``: SQLite) the whole loop is one
+    :class:`~persistence.futures.Blocking` step: run in place by the blocking driver, in an
+    executor by the asyncio one.
     """
+    attempts = _attempts(engine, body, retry_limit, alone)
+    if engine.blocking:
+        return await Blocking(lambda: drive(attempts))
+    return await attempts
+
+
+async def _attempts(
+    engine: Engine,
+    body: Callable[[Transaction], Awaitable[T]],
+    retry_limit: int | None,
+    alone: bool,
+) -> T:
+    """The retry loop of :func:`transact`."""
     limit = engine.retry_limit if retry_limit is None else retry_limit
     deadline = time.monotonic() + engine.max_retry_seconds
     retries = 0
@@ -303,11 +332,12 @@ def run(
     tr = engine.create_transaction()
     while True:
         try:
-            if alone:
-                result = engine.run_alone(tr, body)
+            if alone and engine.writers_serialize:
+                # the engine's writers are held, on this (blocking) thread
+                result = engine.run_alone(tr, lambda t: drive(body(t)))
             else:
-                result = body(tr)
-                tr.commit()
+                result = await body(tr)
+                await tr.commit()
             return result
         except EngineError as exc:
             out_of_time = time.monotonic() > deadline
@@ -315,7 +345,7 @@ def run(
                 RETRY_STATS.count(exc.code, retried=False)
                 raise RetryLimitReached(retries, exc) from exc
             try:
-                tr = tr.on_error(exc)
+                tr = await tr.on_error(exc)
             except EngineError as final:
                 RETRY_STATS.count(final.code, retried=False)
                 raise
@@ -325,19 +355,54 @@ def run(
             log.debug("retrying transaction after engine error %s (retry %d)", exc.code, retries)
 
 
+def run(
+    engine: Engine,
+    body: Callable[[Transaction], Awaitable[T]],
+    *,
+    retry_limit: int | None = None,
+    alone: bool = False,
+) -> T:
+    """:func:`transact`, blocking: what the committed attempt of ``body`` (a protocol, or
+    any function of the transaction returning an awaitable: ``lambda tr: tr.get(key)``)
+    returned."""
+    return drive(transact(engine, body, retry_limit=retry_limit, alone=alone))
+
+
+def run_sync(
+    engine: Engine,
+    body: Callable[[Transaction], T],
+    *,
+    retry_limit: int | None = None,
+    alone: bool = False,
+) -> T:
+    """:func:`run` for a plain function of the transaction (a tool's, a test's), which
+    waits for what it reads (``tr.get(key).wait()``), as the FoundationDB bindings'
+    blocking style does."""
+
+    async def attempt(tr: Transaction) -> T:
+        return body(tr)
+
+    return run(engine, attempt, retry_limit=retry_limit, alone=alone)
+
+
 def transactional(
-    fn: Callable[Concatenate[Transaction, P], T],
-) -> Callable[Concatenate[Transaction | Engine, P], T]:
-    """Decorate a function taking a transaction first, as ``fdb.transactional`` does.
+    fn: Callable[Concatenate[Transaction, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Transaction | Engine, P], Coroutine[Any, Any, T]]:
+    """Decorate a protocol (a coroutine function taking a transaction first), as
+    ``fdb.transactional`` does.
 
     Called with a :class:`Transaction` it runs inside that transaction (no commit);
-    called with an :class:`Engine` it runs in a fresh transaction with retries.
+    called with an :class:`Engine` it runs in a fresh transaction with retries
+    (:func:`transact`). Either way the call is a coroutine: ``await`` it in a protocol,
+    or run it with a driver (:func:`persistence.futures.drive` blocks).
     """
 
-    def wrapper(db_or_tr: Transaction | Engine, /, *args: P.args, **kwargs: P.kwargs) -> T:
+    def wrapper(
+        db_or_tr: Transaction | Engine, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Coroutine[Any, Any, T]:
         if isinstance(db_or_tr, Transaction):
             return fn(db_or_tr, *args, **kwargs)
-        return run(db_or_tr, lambda tr: fn(tr, *args, **kwargs))
+        return transact(db_or_tr, lambda tr: fn(tr, *args, **kwargs))
 
     functools.update_wrapper(wrapper, fn)
     return wrapper

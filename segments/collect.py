@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
@@ -61,13 +62,13 @@ def collect_world(
     check_bool(dry_run, "dry_run")
     done = SegmentCollection()
     keys = WorldKeys(universe, world)
-    marker = read_marker(plane.engine, keys)
+    marker = drive(read_marker(plane.engine, keys))
     if marker is not None and marker.state == "delete_finished":
         if dry_run:
             done.markers_cleared += 1
         else:
             with contextlib.suppress(ExportRaced):  # an exporter cleared or replaced it
-                transition(plane.engine, keys, plane.new_call(), marker, None)
+                drive(transition(plane.engine, keys, plane.new_call(), marker, None))
                 done.markers_cleared += 1
     indexed = plane.list_segments(universe, world)
     referenced = {record.object_key for record in indexed}

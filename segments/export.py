@@ -39,6 +39,7 @@ from typing import BinaryIO, Final, cast
 
 from persistence import kv
 from persistence.errors import Conflict, NotFound, SegmentCorruption, SegmentMissing, Validation
+from persistence.futures import drive
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.objects import COPY_CHUNK
@@ -107,31 +108,33 @@ def segment_prefix(universe: UniverseId, world: WorldId, start: int) -> str:
     return _segment_key(universe, world, start, 1).rsplit("-", 1)[0] + "-"
 
 
-def _read_marker(tr: kv.Transaction, keys: WorldKeys) -> ExportMarker | None:
-    raw = tr.get(keys.export_marker())
+async def _read_marker(tr: kv.Transaction, keys: WorldKeys) -> ExportMarker | None:
+    raw = await tr.get(keys.export_marker())
     return None if raw is None else decode_record(ExportMarker, raw, "export marker")
 
 
 @kv.transactional
-def read_marker(tr: kv.Transaction, keys: WorldKeys) -> ExportMarker | None:
+async def read_marker(tr: kv.Transaction, keys: WorldKeys) -> ExportMarker | None:
     """The world's export marker, if an export is in flight."""
-    return _read_marker(tr, keys)
+    return await _read_marker(tr, keys)
 
 
 @kv.transactional
-def _plan(tr: kv.Transaction, keys: WorldKeys, config: ExportConfig) -> ExportPlan | None:
-    head = journal.read_head(tr, keys).height
-    last = segment_index.last_segment(tr, UniverseKeys(keys.universe), keys.world)
+async def _plan(tr: kv.Transaction, keys: WorldKeys, config: ExportConfig) -> ExportPlan | None:
+    head = (await journal.read_head(tr, keys)).height
+    last = await segment_index.last_segment(tr, UniverseKeys(keys.universe), keys.world)
     start = 1 if last is None else last.end + 1
-    limit = min(head, segment_index.exportable_through(tr, keys, config.margin))
+    limit = min(head, await segment_index.exportable_through(tr, keys, config.margin))
     if limit - start + 1 < config.min_entries:
         return None
     return ExportPlan(start, min(limit, start + config.target_entries - 1))
 
 
 @kv.transactional
-def _last_segment(tr: kv.Transaction, keys: WorldKeys) -> SegmentIndexRecord | None:
-    return segment_index.last_segment(tr, UniverseKeys(keys.universe), keys.world, snapshot=True)
+async def _last_segment(tr: kv.Transaction, keys: WorldKeys) -> SegmentIndexRecord | None:
+    return await segment_index.last_segment(
+        tr, UniverseKeys(keys.universe), keys.world, snapshot=True
+    )
 
 
 class ExportRaced(Conflict):
@@ -139,7 +142,7 @@ class ExportRaced(Conflict):
 
 
 @kv.transactional
-def transition(
+async def transition(
     tr: kv.Transaction,
     keys: WorldKeys,
     call: Call,
@@ -157,29 +160,29 @@ def transition(
     done again from the older marker."""
     if clear is not None:
         tr.relax_durability()
-    if calls.replayed(tr, keys, call) is not None:
+    if await calls.replayed(tr, keys, call) is not None:
         return
-    current = _read_marker(tr, keys)
+    current = await _read_marker(tr, keys)
     if current == new:
         return
     if current != expected:
         raise ExportRaced(f"world {keys.world}: export marker {current}, expected {expected}")
     if expected is None and new is not None:
-        last = segment_index.last_segment(tr, UniverseKeys(keys.universe), keys.world)
+        last = await segment_index.last_segment(tr, UniverseKeys(keys.universe), keys.world)
         if new.start != (1 if last is None else last.end + 1):
             raise ExportRaced(
                 f"world {keys.world}: planned from {new.start}, but segments end at "
                 f"{0 if last is None else last.end}"
             )
     if index is not None:
-        segment_index.put_segment(tr, UniverseKeys(keys.universe), keys.world, index)
+        await segment_index.put_segment(tr, UniverseKeys(keys.universe), keys.world, index)
     if clear is not None:
         tr.clear_range(*keys.entries_between(*clear))
     if new is None:
         tr.clear(keys.export_marker())
     else:
         tr.set(keys.export_marker(), new.to_cbor())
-    calls.record(tr, keys, call, "export")
+    await calls.record(tr, keys, call, "export")
 
 
 class _Chunks:
@@ -257,7 +260,7 @@ class Exporter:
     def plan(self, universe: UniverseId, world: WorldId) -> ExportPlan | None:
         """The next exportable range, or ``None``."""
         require_ids(universe, world)
-        return _plan(self.plane.engine, WorldKeys(universe, world), self.config)
+        return drive(_plan(self.plane.engine, WorldKeys(universe, world), self.config))
 
     def export_all(
         self,
@@ -299,7 +302,7 @@ class Exporter:
     ) -> SegmentIndexRecord | None:
         engine = self.plane.engine
         keys = WorldKeys(universe, world)
-        marker = read_marker(engine, keys)
+        marker = drive(read_marker(engine, keys))
         if marker is None:
             plan = self.plan(universe, world)
             if plan is None:
@@ -307,13 +310,13 @@ class Exporter:
             marker = ExportMarker(
                 "copy_started", plan.start, plan.end, segment_prefix(universe, world, plan.start)
             )
-            transition(engine, keys, self.plane.new_call(), None, marker)
+            drive(transition(engine, keys, self.plane.new_call(), None, marker))
             self.plane.hooks.reached("export.after_copy_started")
         record: SegmentIndexRecord | None = None
         if marker.state == "copy_started" and self._covered(keys) >= marker.start:
             # a marker installed from a stale plan (before the check above existed): its
             # range is indexed already, by another exporter; drop it and plan again
-            transition(engine, keys, self.plane.new_call(), marker, None)
+            drive(transition(engine, keys, self.plane.new_call(), marker, None))
             raise ExportRaced(f"world {world}: marker from {marker.start} below the index")
         if marker.state == "copy_started":
             record = self._copy(universe, world, marker, progress)
@@ -325,17 +328,17 @@ class Exporter:
                 record.checksum,
                 record.byte_size,
             )
-            transition(engine, keys, self.plane.new_call(), marker, finished, index=record)
+            drive(transition(engine, keys, self.plane.new_call(), marker, finished, index=record))
             self.plane.hooks.reached("export.after_index")
             marker = finished
         if marker.state == "copy_finished":
             started = replace(marker, state="delete_started", deleted_through=marker.start - 1)
-            transition(engine, keys, self.plane.new_call(), marker, started)
+            drive(transition(engine, keys, self.plane.new_call(), marker, started))
             marker = started
         if marker.state == "delete_started":
             marker = self._delete(keys, marker, progress)
         if marker.state == "delete_finished":
-            transition(engine, keys, self.plane.new_call(), marker, None)
+            drive(transition(engine, keys, self.plane.new_call(), marker, None))
         if record is None:
             record = self._indexed(universe, world, marker.end)
         progress(f"world {world}: segment {record.start}-{record.end} exported")
@@ -343,7 +346,7 @@ class Exporter:
 
     def _covered(self, keys: WorldKeys) -> int:
         """The last height the world's segment index covers (0: none)."""
-        last = _last_segment(self.plane.engine, keys)
+        last = drive(_last_segment(self.plane.engine, keys))
         return 0 if last is None else last.end
 
     def _indexed(self, universe: UniverseId, world: WorldId, end: int) -> SegmentIndexRecord:
@@ -456,15 +459,22 @@ class Exporter:
             last = min(marker.end, done + chunk)
             advanced = replace(marker, deleted_through=last)
             start = time.monotonic()
-            transition(
-                engine, keys, self.plane.new_call(), marker, advanced, clear=(done + 1, last)
+            drive(
+                transition(
+                    engine,
+                    keys,
+                    self.plane.new_call(),
+                    marker,
+                    advanced,
+                    clear=(done + 1, last),
+                )
             )
             self.plane.hooks.reached("export.after_delete_chunk")
             marker, done = advanced, last
             if pause and done < marker.end:
                 time.sleep(pause * (time.monotonic() - start))
         finished = replace(marker, state="delete_finished")
-        transition(engine, keys, self.plane.new_call(), marker, finished)
+        drive(transition(engine, keys, self.plane.new_call(), marker, finished))
         self.plane.hooks.reached("export.after_delete")
         progress(f"world {keys.world}: hot keys {marker.start}-{marker.end} deleted")
         return finished

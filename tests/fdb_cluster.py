@@ -89,7 +89,7 @@ def stop_cluster(cluster: FdbCluster) -> None:
 
 def clear_keyspace(engine: kv.Engine) -> None:
     """Delete every key outside the system keyspace."""
-    kv.run(engine, lambda tr: tr.clear_range(b"", b"\xff"))
+    kv.run_sync(engine, lambda tr: tr.clear_range(b"", b"\xff"))
 
 
 @pytest.fixture(scope="session")

@@ -61,7 +61,7 @@ def run(seconds: float = 2.0, progress: Callable[[str], None] = lambda _: None) 
                     for j in range(batch):
                         tr.set(fdbtuple.pack(("b", batch, i, j)), VALUE)
 
-                kv.run(engine, body)
+                kv.run_sync(engine, body)
 
             def theirs(i: int, batch: int = batch) -> None:
                 raw.execute("BEGIN")

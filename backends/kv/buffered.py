@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -24,6 +23,7 @@ from typing import Final
 from backends.kv import checks
 from persistence import fdb_errors, kv, txsize
 from persistence.errors import EngineError
+from persistence.futures import Failed, Future, Ready, Sleep, settled
 
 INITIAL_BACKOFF: Final = 0.01
 MAX_BACKOFF: Final = 1.0
@@ -370,8 +370,9 @@ class WriteBuffer:
         return ranges
 
 
-class BufferedFuture(kv.VersionstampFuture):
-    """A versionstamp future resolved by the engine at commit."""
+class BufferedFuture(Future[bytes]):
+    """A versionstamp future resolved by the engine at commit (the commit is made on the
+    calling thread, so it is settled whenever it is awaited after the commit)."""
 
     __slots__ = ("_error", "_stamp")
 
@@ -383,7 +384,16 @@ class BufferedFuture(kv.VersionstampFuture):
         """Settle the future with a stamp or an error."""
         self._stamp, self._error = stamp, error
 
-    def wait(self) -> bytes:
+    def poll(self) -> bool:
+        return True
+
+    def block(self) -> None:
+        pass
+
+    def notify(self, callback: Callable[[], object]) -> None:
+        callback()
+
+    def result(self) -> bytes:
         if self._stamp is not None:
             return self._stamp
         if self._error is not None:
@@ -456,17 +466,22 @@ class BufferedTransaction(kv.Transaction):
                 fdb_errors.USED_DURING_COMMIT, "transaction already committed"
             )
 
-    def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
+    # Reads are made when they are asked for, on the calling thread: their futures are
+    # ready (an error is raised at once, as the read is made).
+
+    def get(self, key: bytes, *, snapshot: bool = False) -> Future[bytes | None]:
         self._check_open()
         checks.check_type(key, "key")
-        return self._get(key, snapshot, self._base_get)
+        return Ready(self._get(key, snapshot, self._base_get))
 
-    def get_many(self, keys: Sequence[bytes], *, snapshot: bool = False) -> list[bytes | None]:
+    def get_many(
+        self, keys: Sequence[bytes], *, snapshot: bool = False
+    ) -> Future[list[bytes | None]]:
         self._check_open()
         for key in keys:
             checks.check_type(key, "key")
         committed = self._base_get_many(keys)
-        return [self._get(key, snapshot, committed.__getitem__) for key in keys]
+        return Ready([self._get(key, snapshot, committed.__getitem__) for key in keys])
 
     def _get(
         self, key: bytes, snapshot: bool, base_get: Callable[[bytes], bytes | None]
@@ -498,7 +513,19 @@ class BufferedTransaction(kv.Transaction):
         limit: int = 0,
         reverse: bool = False,
         snapshot: bool = False,
+    ) -> Future[list[tuple[bytes, bytes]]]:
+        return Ready(self.read_range(begin, end, limit=limit, reverse=reverse, snapshot=snapshot))
+
+    def read_range(
+        self,
+        begin: bytes,
+        end: bytes,
+        *,
+        limit: int = 0,
+        reverse: bool = False,
+        snapshot: bool = False,
     ) -> list[tuple[bytes, bytes]]:
+        """:meth:`get_range`'s rows, read now."""
         self._check_open()
         checks.check_range(begin, end)
         if checks.check_limit(limit) < 0:
@@ -606,13 +633,12 @@ class BufferedTransaction(kv.Transaction):
         self.stamp_requested = True
         return self._future
 
-    def on_error(self, error: EngineError) -> BufferedTransaction:
+    def on_error(self, error: EngineError) -> Future[kv.Transaction]:
         if not fdb_errors.is_retryable(error):
-            raise error
-        time.sleep(self.backoff * random.uniform(0.5, 1.0))
+            return Failed(error)
         nxt = self._fresh()
         nxt.backoff = min(MAX_BACKOFF, self.backoff * 2)
-        return nxt
+        return Sleep(self.backoff * random.uniform(0.5, 1.0), nxt)
 
     def _remember(self, error: EngineError) -> None:
         """A read of a key this transaction stamped fails, and so does its commit (as in
@@ -620,7 +646,12 @@ class BufferedTransaction(kv.Transaction):
         if error.code == fdb_errors.ACCESSED_UNREADABLE:
             self._commit_error = error
 
-    def commit(self) -> None:
+    def commit(self) -> Future[None]:
+        """Commit now, on the calling thread: a ready future, failed if the commit failed."""
+        return settled(self.commit_now)
+
+    def commit_now(self) -> None:
+        """:meth:`commit`, raising its error."""
         self._begin_commit()
         try:
             stamp = self._commit()

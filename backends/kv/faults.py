@@ -41,6 +41,7 @@ from typing import Final
 
 from persistence import fdb_errors, kv
 from persistence.errors import EngineError
+from persistence.futures import Failed, Future, Mapped, Ready
 
 
 class SimulatedCrash(BaseException):
@@ -145,7 +146,7 @@ class FaultInjector:
             held, self._late = self._late, []
         for transaction in held:
             try:
-                transaction.commit()
+                transaction.commit().wait()
                 self.log.append(("late", "landed"))
             except EngineError as exc:
                 self.log.append(("late", f"aborted {exc.code}"))
@@ -216,15 +217,29 @@ class FaultInjector:
             raise SimulatedCrash(point)
 
 
-class _FailedFuture(kv.VersionstampFuture):
+class _FailedFuture(Future[bytes]):
+    """The inner transaction's versionstamp, unless the injector failed the commit."""
+
     def __init__(self, inner: kv.VersionstampFuture) -> None:
         self.inner = inner
         self.error: Exception | None = None
 
-    def wait(self) -> bytes:
+    def poll(self) -> bool:
+        return self.error is not None or self.inner.poll()
+
+    def result(self) -> bytes:
         if self.error is not None:
             raise self.error
-        return self.inner.wait()
+        return self.inner.result()
+
+    def block(self) -> None:
+        self.inner.block()
+
+    def notify(self, callback: Callable[[], object]) -> None:
+        if self.error is not None:
+            callback()
+        else:
+            self.inner.notify(callback)
 
 
 class FaultyTransaction(kv.Transaction):
@@ -242,7 +257,7 @@ class FaultyTransaction(kv.Transaction):
         if code is not None:
             raise fdb_errors.engine_error(code, "injected read fault")
 
-    def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
+    def get(self, key: bytes, *, snapshot: bool = False) -> Future[bytes | None]:
         self._read_fault()
         return self._inner.get(key, snapshot=snapshot)
 
@@ -254,7 +269,7 @@ class FaultyTransaction(kv.Transaction):
         limit: int = 0,
         reverse: bool = False,
         snapshot: bool = False,
-    ) -> list[tuple[bytes, bytes]]:
+    ) -> Future[list[tuple[bytes, bytes]]]:
         self._read_fault()
         return self._inner.get_range(begin, end, limit=limit, reverse=reverse, snapshot=snapshot)
 
@@ -302,39 +317,45 @@ class FaultyTransaction(kv.Transaction):
     def relax_durability(self) -> None:
         self._inner.relax_durability()
 
-    def get_read_version(self) -> int:
+    def get_read_version(self) -> Future[int]:
         return self._inner.get_read_version()
 
-    def commit(self) -> None:
+    def commit(self) -> Future[None]:
+        """The inner commit, made now (waited for on this thread), or the injected fault."""
         if self._writes:
             self._injector.land_late()
         fault = self._injector.next_commit(writes=self._writes)
         if fault is None:
-            self._inner.commit()
-            return
+            return self._inner.commit()
         if fault.applied:
-            self._inner.commit()
+            try:
+                self._inner.commit().wait()
+            except EngineError as exc:
+                return Failed(exc)
         elif fault.late:
             self._injector.hold(self._inner)
         if fault.interleave is not None:
             fault.interleave()
         if fault.code is None:
-            return
+            return Ready(None)
         error = fdb_errors.engine_error(fault.code, "injected fault")
         if self._future is not None:
             self._future.error = error
-        raise error
+        return Failed(error)
 
-    def on_error(self, error: EngineError) -> FaultyTransaction:
+    def on_error(self, error: EngineError) -> Future[kv.Transaction]:
         if self._injector.holds(self._inner):
             # The held transaction commits later, as it is: on_error would reset it (an FDB
             # transaction is reused by its retry), so the retry gets a new one instead.
             if not self._engine.is_retryable(error):
-                raise error
-            return FaultyTransaction(
-                self._engine.create_transaction(), self._injector, self._engine
+                return Failed(error)
+            return Ready(
+                FaultyTransaction(self._engine.create_transaction(), self._injector, self._engine)
             )
-        inner = self._inner.on_error(error)
+        return Mapped(self._inner.on_error(error), self._next)
+
+    def _next(self, inner: kv.Transaction) -> kv.Transaction:
+        """The faulty transaction of the inner one's next attempt."""
         nxt = FaultyTransaction(inner, self._injector, self._engine)
         nxt.retry_alone = inner.retry_alone
         return nxt
@@ -352,6 +373,7 @@ class FaultyEngine(kv.Engine):
         self.max_retry_seconds = inner.max_retry_seconds
         self.commit_may_be_unknown = True  # it injects 1021 whatever the inner engine does
         self.writers_serialize = inner.writers_serialize
+        self.blocking = inner.blocking
 
     def create_transaction(self) -> FaultyTransaction:
         return FaultyTransaction(self.inner.create_transaction(), self.injector, self.inner)

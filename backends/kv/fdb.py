@@ -8,9 +8,15 @@ bindings with an 8.0 library (they refuse a 7.3 one). See docs/engines.md.
 
 The adapter does almost nothing of its own, on purpose. What it must get right:
 
-* ``tr[key]`` / ``tr.get`` return a lazy ``Value``: presence is tested with ``.present()``.
-* Ranges are lazy and die with the transaction: every range is materialised here, inside
-  the transaction, into a list of ``(bytes, bytes)``.
+* Reads, commits and ``on_error`` hand back the bindings' own futures, wrapped
+  (:class:`_FdbFuture`): a protocol issues its reads, then awaits them, and the asyncio
+  driver is woken by the future's callback -- no thread per call. ``tr.get`` returns a lazy
+  ``Value``: presence is tested with ``.present()``.
+* Ranges are lazy and die with the transaction: every range is materialised inside the
+  transaction into a list of ``(bytes, bytes)``, batch by batch (:class:`_FdbRange`: the
+  bindings' ``FDBRange`` iterator would block between batches), all rows in one batch when
+  a limit is given (``StreamingMode.exact``), else as few as the cluster allows
+  (``want_all``).
 * ``get_versionstamp()`` is requested before commit and resolved after it; the result is
   converted with ``bytes()``.
 * ``fdb.FDBError`` becomes :class:`~persistence.errors.EngineError` with the same code; the
@@ -27,13 +33,14 @@ import ctypes
 import importlib.metadata
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from backends.kv import checks
 from persistence import fdb_errors, kv
 from persistence.errors import EngineError, MissingDependency, NotFound, Validation
+from persistence.futures import Future
 
 DEFAULT_API_VERSION: Final = 730
 MIN_API_VERSION: Final = 520
@@ -140,13 +147,120 @@ def _translate(fdb: Any, call: Callable[[], T], timeout_hint: str = "") -> T:
         raise EngineError(code, text) from None
 
 
-class _Future(kv.VersionstampFuture):
-    def __init__(self, fdb: Any, future: Any) -> None:
+class _FdbFuture(Future[T]):
+    """One of the bindings' futures; its value is ``convert`` of it once ready (bindings
+    errors become ``EngineError``)."""
+
+    __slots__ = ("_convert", "_fdb", "_future", "_hint")
+
+    def __init__(self, fdb: Any, future: Any, convert: Callable[[Any], T], hint: str) -> None:
         self._fdb = fdb
         self._future = future
+        self._convert = convert
+        self._hint = hint
 
-    def wait(self) -> bytes:
-        return _translate(self._fdb, lambda: bytes(self._future.wait()))
+    def poll(self) -> bool:
+        return bool(self._future.is_ready())
+
+    def result(self) -> T:
+        return _translate(self._fdb, lambda: self._convert(self._future), self._hint)
+
+    def block(self) -> None:
+        _translate(self._fdb, self._future.block_until_ready, self._hint)
+
+    def notify(self, callback: Callable[[], object]) -> None:
+        self._future.on_ready(lambda _: callback())
+
+
+def _value(future: Any) -> bytes | None:
+    return bytes(future) if future.present() else None
+
+
+def _waited(future: Any) -> Any:
+    return future.wait()
+
+
+class _FdbRange(Future[list[tuple[bytes, bytes]]]):
+    """A range read, batch by batch: each batch's future is issued when the one before it
+    is in (by the thread that polls), so the read blocks nobody between batches."""
+
+    __slots__ = (
+        "_begin",
+        "_end",
+        "_error",
+        "_fdb",
+        "_future",
+        "_hint",
+        "_iteration",
+        "_left",
+        "_mode",
+        "_reader",
+        "_reverse",
+        "_rows",
+    )
+
+    def __init__(
+        self, fdb: Any, reader: Any, begin: bytes, end: bytes, limit: int, reverse: bool, hint: str
+    ) -> None:
+        self._fdb = fdb
+        self._reader = reader
+        self._begin = fdb.KeySelector.first_greater_or_equal(begin)
+        self._end = fdb.KeySelector.first_greater_or_equal(end)
+        self._left = limit
+        self._reverse = reverse
+        self._mode = fdb.StreamingMode.exact if limit > 0 else fdb.StreamingMode.want_all
+        self._hint = hint
+        self._iteration = 1
+        self._rows: list[tuple[bytes, bytes]] = []
+        self._error: EngineError | None = None
+        self._future: Any = self._issue()
+
+    def _issue(self) -> Any:
+        # The bindings' own FDBRange issues its batches with this method.
+        return self._reader._get_range(
+            self._begin, self._end, self._left, self._mode, self._iteration, self._reverse
+        )
+
+    def poll(self) -> bool:
+        while self._future is not None:
+            if not self._future.is_ready():
+                return False
+            try:
+                kvs, count, more = _translate(self._fdb, self._future.wait, self._hint)
+            except EngineError as exc:
+                self._error, self._future = exc, None
+                break
+            self._rows.extend((row.key, row.value) for row in kvs)
+            if self._left:
+                self._left -= count
+                if not self._left:
+                    more = False
+            if not count or not more:
+                self._future = None
+                break
+            last = kvs[-1].key
+            if self._reverse:
+                self._end = self._fdb.KeySelector.first_greater_or_equal(last)
+            else:
+                self._begin = self._fdb.KeySelector.first_greater_than(last)
+            self._iteration += 1
+            self._future = _translate(self._fdb, self._issue, self._hint)
+        return True
+
+    def result(self) -> list[tuple[bytes, bytes]]:
+        if self._error is not None:
+            raise self._error
+        return self._rows
+
+    def block(self) -> None:
+        if self._future is not None:
+            _translate(self._fdb, self._future.block_until_ready, self._hint)
+
+    def notify(self, callback: Callable[[], object]) -> None:
+        if self._future is None:
+            callback()
+        else:
+            self._future.on_ready(lambda _: callback())
 
 
 class FdbTransaction(kv.Transaction):
@@ -171,24 +285,12 @@ class FdbTransaction(kv.Transaction):
     # Arguments are checked here, as the memory and SQLite engines check them: the binding
     # would raise TypeError (or pass a str key through as UTF-8) instead of Validation.
 
-    def get(self, key: bytes, *, snapshot: bool = False) -> bytes | None:
+    def _future(self, future: Any, convert: Callable[[Any], T]) -> Future[T]:
+        return _FdbFuture(self._fdb, future, convert, self._hint)
+
+    def get(self, key: bytes, *, snapshot: bool = False) -> Future[bytes | None]:
         checks.check_type(key, "key")
-
-        def read() -> bytes | None:
-            value = self._reader(snapshot).get(key)
-            return bytes(value) if value.present() else None
-
-        return self._call(read)
-
-    def get_many(self, keys: Sequence[bytes], *, snapshot: bool = False) -> list[bytes | None]:
-        for key in keys:
-            checks.check_type(key, "key")
-
-        def read() -> list[bytes | None]:
-            futures = [self._reader(snapshot).get(key) for key in keys]  # all in flight
-            return [bytes(value) if value.present() else None for value in futures]
-
-        return self._call(read)
+        return self._future(self._call(lambda: self._reader(snapshot).get(key)), _value)
 
     def get_range(
         self,
@@ -198,23 +300,13 @@ class FdbTransaction(kv.Transaction):
         limit: int = 0,
         reverse: bool = False,
         snapshot: bool = False,
-    ) -> list[tuple[bytes, bytes]]:
+    ) -> Future[list[tuple[bytes, bytes]]]:
         checks.check_range(begin, end)
         checks.check_limit(limit)
-
-        def read() -> list[tuple[bytes, bytes]]:
-            # Everything is materialised anyway: ask for it all in as few round trips as
-            # the cluster allows instead of the iterator mode's small first batches.
-            rows = self._reader(snapshot).get_range(
-                begin,
-                end,
-                limit=limit,
-                reverse=reverse,
-                streaming_mode=self._fdb.StreamingMode.want_all,
-            )
-            return [(bytes(kv_.key), bytes(kv_.value)) for kv_ in rows]
-
-        return self._call(read)
+        reader = self._reader(snapshot)
+        return self._call(
+            lambda: _FdbRange(self._fdb, reader, begin, end, limit, reverse, self._hint)
+        )
 
     def set(self, key: bytes, value: bytes) -> None:
         checks.check_key(key)
@@ -250,26 +342,31 @@ class FdbTransaction(kv.Transaction):
         self._call(lambda: self._tr.set_versionstamped_value(key, value))
 
     def get_versionstamp(self) -> kv.VersionstampFuture:
-        return _Future(self._fdb, self._call(self._tr.get_versionstamp))
+        return self._future(self._call(self._tr.get_versionstamp), lambda f: bytes(f.wait()))
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         checks.check_range(begin, end)
         self._call(lambda: self._tr.add_read_conflict_range(begin, end))
 
-    def get_read_version(self) -> int:
-        return self._call(lambda: int(self._tr.get_read_version().wait()))
+    def get_read_version(self) -> Future[int]:
+        return self._future(self._call(self._tr.get_read_version), _waited)
 
     def approximate_size(self) -> int:
         """What FoundationDB counts against ``size_limit`` so far (mutations and conflict
         ranges), as ``get_approximate_size`` reports it."""
         return self._call(lambda: int(self._tr.get_approximate_size().wait()))
 
-    def commit(self) -> None:
-        self._call(lambda: self._tr.commit().wait())
+    def commit(self) -> Future[None]:
+        return self._future(self._call(self._tr.commit), _waited)
 
-    def on_error(self, error: EngineError) -> FdbTransaction:
+    def on_error(self, error: EngineError) -> Future[kv.Transaction]:
         error_ = self._fdb.FDBError(error.code)
-        self._call(lambda: self._tr.on_error(error_).wait())
+        return self._future(self._call(lambda: self._tr.on_error(error_)), self._reset)
+
+    def _reset(self, future: Any) -> FdbTransaction:
+        """The next attempt, once ``on_error``'s future is ready (its error, if any, is
+        raised here: not retryable)."""
+        future.wait()
         self._tr.options.set_size_limit(self._size_limit)  # on_error resets it
         return self
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 
 from backends.kv.buffered import BufferedTransaction
 from persistence import fdb_errors, kv
+from persistence.futures import Future, Ready
 
 _CHUNK = 256
 
@@ -235,7 +236,10 @@ class MemoryTransaction(BufferedTransaction):
         self.started = engine._clock()
         self.read_ranges: list[tuple[bytes, bytes]] = []
 
-    def get_read_version(self) -> int:
+    def get_read_version(self) -> Future[int]:
+        return Ready(self._version())
+
+    def _version(self) -> int:
         if self.read_version is None:
             self.read_version = self._engine._read_version()
         return self.read_version
@@ -248,11 +252,11 @@ class MemoryTransaction(BufferedTransaction):
 
     def _base_get(self, key: bytes) -> bytes | None:
         self._check_age()
-        return self._engine._get(key, self.get_read_version())
+        return self._engine._get(key, self._version())
 
     def _base_range(self, begin: bytes, end: bytes, reverse: bool) -> Iterator[tuple[bytes, bytes]]:
         self._check_age()
-        return self._engine._scan(begin, end, reverse, self.get_read_version())
+        return self._engine._scan(begin, end, reverse, self._version())
 
     def _note_read(self, begin: bytes, end: bytes, rows: list[tuple[bytes, bytes]] | None) -> None:
         del rows  # the resolver works on ranges, not values

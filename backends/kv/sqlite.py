@@ -83,6 +83,7 @@ from persistence.errors import (
     StoreFormatError,
     Validation,
 )
+from persistence.futures import Future, Ready, settled
 from persistence.sizes import check_bool, check_int
 
 APPLICATION_ID: Final = 0x414F5350  # "AOSP"
@@ -114,6 +115,8 @@ class SqliteEngine(kv.Engine):
     writers_serialize = True
     """One write lock for every writer of the file, held from the first write to the end
     of the commit's sync."""
+    blocking = True
+    """Reads and commits are file I/O on the calling thread."""
 
     def __init__(
         self,
@@ -395,6 +398,7 @@ class SqliteTransaction(BufferedTransaction):
         self._first_page = _PAGE  # rows the next range read's first statement fetches
         self._relaxed = False  # commit without its own sync (relax_durability)
         self._conflicts = 0  # read conflicts of the attempts before this one, in a row
+        self._next_conflicts = 0  # the next attempt's (on_error)
         self._grouped = False  # run by a group commit, on its connection (_GroupCommit)
 
     # ------------------------------------------------------------ read snapshot
@@ -416,19 +420,22 @@ class SqliteTransaction(BufferedTransaction):
             self._reading = True
         return conn
 
-    def on_error(self, error: EngineError) -> BufferedTransaction:
+    def on_error(self, error: EngineError) -> Future[kv.Transaction]:
         conflicts = self._conflicts + 1 if error.read_conflict else 0
         if conflicts < ALONE_AFTER_CONFLICTS:  # back off, as FoundationDB's client does
-            nxt = super().on_error(error)
-        else:  # no backoff: the next attempt runs alone, where it cannot conflict again
-            nxt = self._fresh()
-            nxt.backoff = self.backoff
-            nxt.retry_alone = True
-        assert isinstance(nxt, SqliteTransaction)
+            self._next_conflicts = conflicts  # carried by _fresh
+            return super().on_error(error)
+        # no backoff: the next attempt runs alone, where it cannot conflict again
+        nxt = self._fresh()
+        nxt.backoff = self.backoff
+        nxt.retry_alone = True
         nxt._conflicts = conflicts
-        return nxt
+        return Ready(nxt)
 
-    def get_read_version(self) -> int:
+    def get_read_version(self) -> Future[int]:
+        return settled(self._version)
+
+    def _version(self) -> int:
         if self._read_version is None:
             try:
                 row = self._snapshot().execute(_COUNTER).fetchone()
@@ -459,7 +466,7 @@ class SqliteTransaction(BufferedTransaction):
             raise _sqlite_error(exc, "get") from None
         return found
 
-    def get_range(
+    def read_range(
         self,
         begin: bytes,
         end: bytes,
@@ -473,7 +480,7 @@ class SqliteTransaction(BufferedTransaction):
         # statement; rows the write buffer hides are made up by the following pages.
         self._first_page = limit if type(limit) is int and limit > 0 else _PAGE
         try:
-            return super().get_range(begin, end, limit=limit, reverse=reverse, snapshot=snapshot)
+            return super().read_range(begin, end, limit=limit, reverse=reverse, snapshot=snapshot)
         finally:
             self._first_page = _PAGE
 
@@ -658,7 +665,9 @@ class SqliteTransaction(BufferedTransaction):
 
     def _fresh(self) -> SqliteTransaction:
         self._close()
-        return SqliteTransaction(self._engine)
+        nxt = SqliteTransaction(self._engine)
+        nxt._conflicts = self._next_conflicts
+        return nxt
 
     def _close(self) -> None:
         # Releasing the connection rolls back its read transaction: a commit after this one

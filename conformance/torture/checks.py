@@ -19,6 +19,7 @@ from conformance.torture.workload import (
 from persistence import kv
 from persistence.errors import CorruptRecord, PersistError
 from persistence.fdbtuple import unpack
+from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
@@ -128,8 +129,8 @@ def read_inbox(plane: Plane, universe: UniverseId, world: WorldId) -> Inbox:
 
 
 @kv.transactional
-def _page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
-    return list(tr.get_range(begin, end, limit=PAGE_ROWS, snapshot=True))
+async def _page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+    return list(await tr.get_range(begin, end, limit=PAGE_ROWS, snapshot=True))
 
 
 def _read_inbox(
@@ -145,7 +146,7 @@ def _read_inbox(
 
 def _rows(plane: Plane, begin: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
     """Every row of ``[begin, end)``, a page per transaction."""
-    while rows := _page(plane.engine, begin, end):
+    while rows := drive(_page(plane.engine, begin, end)):
         yield from rows
         if len(rows) < PAGE_ROWS:
             return
@@ -234,7 +235,7 @@ def ready_worlds(plane: Plane, universe: UniverseId) -> set[WorldId]:
     found: set[WorldId] = set()
     page: bytes | None = after
     while page is not None:
-        worlds, page = inbox_protocol.read_ready(plane.engine, keys, page, end)
+        worlds, page = drive(inbox_protocol.read_ready(plane.engine, keys, page, end))
         found.update(worlds)
     return found
 
@@ -372,7 +373,7 @@ def _check_cas_bodies(plane: Plane, universe: UniverseId, violations: list[str])
     keys = UniverseKeys(universe)
     begin, end = keys.cas_meta_range()
     prefix = len(begin) - 1
-    while rows := _page(plane.engine, begin, end):
+    while rows := drive(_page(plane.engine, begin, end)):
         for key, _ in rows:
             (digest,) = unpack(key, prefix)
             hash = Hash(digest)  # type: ignore[arg-type]

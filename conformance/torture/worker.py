@@ -56,6 +56,7 @@ from conformance.torture.workload import (
 )
 from persistence import kv
 from persistence.errors import Backend, HeadAdvanced
+from persistence.futures import drive
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys
@@ -380,9 +381,9 @@ class PutSteps:
 
 
 @kv.transactional
-def _pinned(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> bool:
+async def _pinned(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> bool:
     """Whether a pin of ``hash`` stands."""
-    return bool(tr.get_range(*keys.cas_pins(hash), limit=1, snapshot=True))
+    return bool(await tr.get_range(*keys.cas_pins(hash), limit=1, snapshot=True))
 
 
 class Attachments:
@@ -467,7 +468,9 @@ class Attachments:
         began = time.monotonic()
         collected = False
         while time.monotonic() - began < STALL_LIMIT:
-            if self.plane.objects.stat(key) is None and not _pinned(self.plane.engine, keys, hash):
+            if self.plane.objects.stat(key) is None and not drive(
+                _pinned(self.plane.engine, keys, hash)
+            ):
                 collected = True
                 break
             time.sleep(STALL_POLL)

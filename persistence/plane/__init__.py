@@ -25,6 +25,7 @@ from persistence.errors import (
     Validation,
     WorldExists,
 )
+from persistence.futures import drive
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, UniverseId, WorldId, check_height, check_id
 from persistence.keyspace import UniverseKeys, WorldKeys
@@ -297,7 +298,7 @@ class Plane:
         )
         self._genesis = _Genesis.of(self.config.inline_threshold)
         """The default genesis, built once: group appends create worlds with it."""
-        worlds.ensure_layout(engine, check_bool(create, "create"))
+        drive(worlds.ensure_layout(engine, check_bool(create, "create")))
 
     def new_call(self) -> Call:
         """A new write call: its id is drawn here, outside the retry loop."""
@@ -366,19 +367,19 @@ class Plane:
             created_ns=self._now(),
             handle=None if handle is None else check_text(handle, "handle"),
         )
-        if worlds.world_exists(self.engine, keys):
+        if drive(worlds.world_exists(self.engine, keys)):
             raise WorldExists(f"world {world} already exists in universe {universe}")
         snapshot_ref = self.put_verified(universe, genesis_state)
         manifest_hash = self.put_verified(universe, EMPTY_MANIFEST)
         genesis = SnapshotRecord(snapshot_ref, 0, 0, manifest_hash, receipt_horizon_height=0)
-        worlds.create_world(self.engine, keys, meta, genesis)
+        drive(worlds.create_world(self.engine, keys, meta, genesis))
         self.hooks.reached("world.after_create")
         return genesis
 
     @traced("world.meta")
     def world_meta(self, universe: UniverseId, world: WorldId) -> WorldMeta:
         """Creation time and handle of a world (``NotFound`` if it does not exist)."""
-        return worlds.read_meta(self.engine, _world_keys(universe, world))
+        return drive(worlds.read_meta(self.engine, _world_keys(universe, world)))
 
     def universes(self, page: int = 1_000) -> Iterator[UniverseId]:
         """Every universe in the store, in id byte order (``page`` per transaction).
@@ -387,7 +388,7 @@ class Plane:
 
         def scan() -> Iterator[UniverseId]:
             after: UniverseId | None = None
-            while batch := worlds.list_universes(self.engine, after, page):
+            while batch := drive(worlds.list_universes(self.engine, after, page)):
                 yield from batch
                 after = batch[-1]
 
@@ -401,7 +402,7 @@ class Plane:
 
         def scan() -> Iterator[WorldId]:
             after: WorldId | None = None
-            while batch := worlds.list_worlds(self.engine, keys, after, page):
+            while batch := drive(worlds.list_worlds(self.engine, keys, after, page)):
                 yield from batch
                 after = batch[-1]
 
@@ -440,7 +441,9 @@ class Plane:
                 "entries",
                 f"appending {len(batch):,} entries ({sum(map(len, batch)):,} bytes)",
             )
-        first = journal.append_batch(self.engine, keys, expected_head, batch, self.new_call())
+        first = drive(
+            journal.append_batch(self.engine, keys, expected_head, batch, self.new_call())
+        )
         self.hooks.reached("journal.after_append")
         return first
 
@@ -689,7 +692,7 @@ class Plane:
             page_size = self.config.read_page_entries
             if wanted is None:
                 page_size = min(page_size, limit - len(found))
-            page = journal.read_log(self.engine, keys, first, page_size, last, matches)
+            page = drive(journal.read_log(self.engine, keys, first, page_size, last, matches))
             found.extend(item for item in page.records if matches(item[1]))
             entries.update(page.entries)
             if page.next is None:
@@ -749,13 +752,17 @@ class Plane:
         check_height(from_inclusive, "from_inclusive", allow_zero=False)
         _limit(limit)
         if limit == 0:
-            journal.read_entries(self.engine, keys, from_inclusive, 0)  # NotFound if no world
+            drive(
+                journal.read_entries(self.engine, keys, from_inclusive, 0)
+            )  # NotFound if no world
             return []
         out: list[tuple[int, bytes]] = []
         while len(out) < limit:
             first = from_inclusive + len(out)
             want = min(self.config.read_page_entries, limit - len(out))
-            page = journal.read_entries(self.engine, keys, first, want, self.config.read_page_bytes)
+            page = drive(
+                journal.read_entries(self.engine, keys, first, want, self.config.read_page_bytes)
+            )
             if page.segment is not None:
                 segment = page.segment
                 last = min(segment.end, page.head, first + want - 1)
@@ -801,15 +808,17 @@ class Plane:
         keys = _world_keys(universe, world)
         check_height(from_inclusive, "from_inclusive", allow_zero=False)
         _limit(limit)
-        page = journal.read_entries(
-            self.engine, keys, from_inclusive, limit, self.config.read_page_bytes
+        page = drive(
+            journal.read_entries(
+                self.engine, keys, from_inclusive, limit, self.config.read_page_bytes
+            )
         )
         return page.rows
 
     @traced("journal.head")
     def head(self, universe: UniverseId, world: WorldId) -> int:
         """The journal head (0 when empty)."""
-        return journal.read_entries(self.engine, _world_keys(universe, world), 1, 0).head
+        return drive(journal.read_entries(self.engine, _world_keys(universe, world), 1, 0)).head
 
     # ------------------------------------------------------------------ segment index
 
@@ -841,7 +850,7 @@ class Plane:
             segment_index.SegmentRecordChecksumMismatch,
         ) as exc:
             raise Validation(f"record.{exc.field}", str(exc)) from None
-        segment_index.put_segment(self.engine, UniverseKeys(universe), world, record)
+        drive(segment_index.put_segment(self.engine, UniverseKeys(universe), world, record))
 
     @traced("segments.cold_horizon")
     def set_cold_horizon(self, universe: UniverseId, world: WorldId, height: int) -> int:
@@ -853,11 +862,11 @@ class Plane:
         keys = _world_keys(universe, world)
         check_height(height, "height")
 
-        def raise_horizon(tr: kv.Transaction) -> int:
-            head = journal.read_head(tr, keys, snapshot=True).height
+        async def raise_horizon(tr: kv.Transaction) -> int:
+            head = (await journal.read_head(tr, keys, snapshot=True)).height
             if height > head:
                 raise Validation("height", f"{height} is above the journal head {head}")
-            current = segment_index.read_cold_horizon(tr, keys, snapshot=False)
+            current = await segment_index.read_cold_horizon(tr, keys, snapshot=False)
             if height <= current:
                 return current
             tr.set(keys.cold_horizon(), ColdHorizon(height).to_cbor())
@@ -872,8 +881,10 @@ class Plane:
         """Segments of ``world`` ending at or after ``from_height``, in height order."""
         keys = _world_keys(universe, world)
         check_height(from_height, "from_height")
-        return segment_index.list_segments(
-            self.engine, UniverseKeys(keys.universe), keys.world, from_height
+        return drive(
+            segment_index.list_segments(
+                self.engine, UniverseKeys(keys.universe), keys.world, from_height
+            )
         )
 
     # ------------------------------------------------------------------ inbox (C, D)
@@ -967,7 +978,7 @@ class Plane:
                 "items",
                 f"enqueueing {len(envelopes):,} items",
             )
-        pending = inbox.enqueue(self.engine, keys, list(zip(idem, envelopes, strict=True)))
+        pending = drive(inbox.enqueue(self.engine, keys, list(zip(idem, envelopes, strict=True))))
         self.hooks.reached("inbox.after_enqueue")
         return pending.seqs(len(envelopes))
 
@@ -980,7 +991,7 @@ class Plane:
         keys = _world_keys(universe, world)
         if after_exclusive is not None:
             check_id(after_exclusive, InboxSeq, "after_exclusive")
-        return inbox.read_after(self.engine, keys, after_exclusive, _limit(limit))
+        return drive(inbox.read_after(self.engine, keys, after_exclusive, _limit(limit)))
 
     @traced("inbox.cursor")
     def inbox_cursor(self, universe: UniverseId, world: WorldId) -> InboxSeq | None:
@@ -988,9 +999,9 @@ class Plane:
         is no such world)."""
         keys = _world_keys(universe, world)
 
-        def read(tr: kv.Transaction) -> InboxCursor | None:
-            journal.read_head(tr, keys)
-            return inbox.read_cursor(tr, keys)
+        async def read(tr: kv.Transaction) -> InboxCursor | None:
+            await journal.read_head(tr, keys)
+            return await inbox.read_cursor(tr, keys)
 
         record = kv.run(self.engine, read)
         return None if record is None else record.seq
@@ -1008,7 +1019,7 @@ class Plane:
         if old_cursor is not None:
             check_id(old_cursor, InboxSeq, "old_cursor")
         check_id(new_cursor, InboxSeq, "new_cursor")
-        inbox.commit_cursor(self.engine, keys, old_cursor, new_cursor, self.new_call())
+        drive(inbox.commit_cursor(self.engine, keys, old_cursor, new_cursor, self.new_call()))
         self.hooks.reached("inbox.after_commit_cursor")
 
     @traced("inbox.drain")
@@ -1030,7 +1041,7 @@ class Plane:
         if not callable(normalize):
             raise Validation("normalize", f"expected a function, got {type(normalize).__name__}")
         limits = inbox.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
-        result = inbox.drain(self.engine, keys, limits, normalize, self.new_call())
+        result = drive(inbox.drain(self.engine, keys, limits, normalize, self.new_call()))
         self.hooks.reached("inbox.after_drain")
         return result
 
@@ -1076,7 +1087,9 @@ class Plane:
         if not callable(normalize):
             raise Validation("normalize", f"expected a function, got {type(normalize).__name__}")
         limits = inbox.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
-        results = inbox.drain_worlds(self.engine, keys, parts, limits, normalize, self.new_call())
+        results = drive(
+            inbox.drain_worlds(self.engine, keys, parts, limits, normalize, self.new_call())
+        )
         self.hooks.reached("inbox.after_drain")
         return {part.world: result for part, result in zip(parts, results, strict=True)}
 
@@ -1102,8 +1115,10 @@ class Plane:
         limits = compaction.CompactionLimits(
             self.config.inbox_retention_ns, max_items, self.config.read_page_bytes, self.budget
         )
-        result = compaction.compact(
-            self.engine, keys, limits, compaction.never_back(now_ns), self.new_call()
+        result = drive(
+            compaction.compact(
+                self.engine, keys, limits, compaction.never_back(now_ns), self.new_call()
+            )
         )
         self.hooks.reached("inbox.after_compact")
         return result
@@ -1146,14 +1161,14 @@ class Plane:
             Hash.of(manifest_bytes),
             receipt_horizon_height,
         )
-        snapshots.check_commit(self.engine, keys, record, promote_baseline)
+        drive(snapshots.check_commit(self.engine, keys, record, promote_baseline))
         if promote_baseline:
             snapshots.check_root(self.cas, keys.universe, record, listed)
         self.put_verified(universe, snapshot_bytes)
         self.put_verified(universe, manifest_bytes)
         self.hooks.reached("snapshot.after_cas")
-        outcome = snapshots.commit_snapshot(
-            self.engine, keys, record, promote_baseline, self.new_call()
+        outcome = drive(
+            snapshots.commit_snapshot(self.engine, keys, record, promote_baseline, self.new_call())
         )
         self.hooks.reached("snapshot.after_commit")
         return record, outcome
@@ -1163,7 +1178,7 @@ class Plane:
         """Index an already stored snapshot (no promotion)."""
         keys = _world_keys(universe, world)
         _encoded(record, (SnapshotRecord,), "record")
-        snapshots.commit_snapshot(self.engine, keys, record, False, self.new_call())
+        drive(snapshots.commit_snapshot(self.engine, keys, record, False, self.new_call()))
 
     @traced("baseline.read")
     def active_baseline(self, universe: UniverseId, world: WorldId) -> SnapshotRecord:
@@ -1182,12 +1197,12 @@ class Plane:
         _encoded(record, (SnapshotRecord,), "record")
         snapshots.check_fence(record)
         snapshots.check_root(self.cas, keys.universe, record, None)
-        snapshots.promote_baseline(self.engine, keys, record, self.new_call())
+        drive(snapshots.promote_baseline(self.engine, keys, record, self.new_call()))
 
     @traced("snapshot.list")
     def list_snapshots(self, universe: UniverseId, world: WorldId) -> list[SnapshotRecord]:
         """Every indexed snapshot of the world."""
-        return snapshots.list_snapshots(self.engine, _world_keys(universe, world))
+        return drive(snapshots.list_snapshots(self.engine, _world_keys(universe, world)))
 
     # ------------------------------------------------------------------ effects and timers
 
@@ -1197,7 +1212,7 @@ class Plane:
         keys = _universe_keys(universe)
         encoded = _encoded(item, (EffectDispatchItem,), "item")
         _value_fits(encoded, "item", kv.MAX_VALUE_SIZE - CLAIM_RESERVE)
-        pending = effects.dispatch(self.engine, keys, item)
+        pending = drive(effects.dispatch(self.engine, keys, item))
         self.hooks.reached("effects.after_dispatch")
         return pending.seq()
 
@@ -1206,14 +1221,14 @@ class Plane:
         self, universe: UniverseId, limit: int = 1_000
     ) -> list[tuple[InboxSeq, EffectDispatchItem]]:
         """Pending effects in dispatch order."""
-        return effects.list_pending(self.engine, _universe_keys(universe), _limit(limit))
+        return drive(effects.list_pending(self.engine, _universe_keys(universe), _limit(limit)))
 
     @traced("effects.inflight")
     def inflight_effects(
         self, universe: UniverseId, limit: int = 1_000
     ) -> list[tuple[InboxSeq, EffectInFlightItem]]:
         """Claimed effects in dispatch order."""
-        return effects.list_inflight(self.engine, _universe_keys(universe), _limit(limit))
+        return drive(effects.list_inflight(self.engine, _universe_keys(universe), _limit(limit)))
 
     @traced("effects.claim")
     def claim_effect(self, universe: UniverseId, seq: InboxSeq, worker: str) -> EffectInFlightItem:
@@ -1221,7 +1236,7 @@ class Plane:
         keys = _universe_keys(universe)
         check_id(seq, InboxSeq, "seq")
         check_text(worker, "worker")
-        return effects.claim(self.engine, keys, seq, worker, self._now(), self.new_call())
+        return drive(effects.claim(self.engine, keys, seq, worker, self._now(), self.new_call()))
 
     @traced("effects.complete")
     def complete_effect(self, universe: UniverseId, seq: InboxSeq, intent: Hash) -> None:
@@ -1230,14 +1245,14 @@ class Plane:
         keys = _universe_keys(universe)
         check_id(seq, InboxSeq, "seq")
         check_id(intent, Hash, "intent")
-        effects.complete(self.engine, keys, seq, intent)
+        drive(effects.complete(self.engine, keys, seq, intent))
 
     @traced("timers.schedule")
     def schedule_timer(self, universe: UniverseId, item: TimerDueItem) -> None:
         """Schedule a timer (idempotent)."""
         keys = _universe_keys(universe)
         _value_fits(_encoded(item, (TimerDueItem,), "item"), "item")
-        effects.put_timer(self.engine, keys, item)
+        drive(effects.put_timer(self.engine, keys, item))
 
     @traced("timers.due")
     def due_timers(
@@ -1246,11 +1261,11 @@ class Plane:
         """Timers due before ``until_ns``, earliest first."""
         keys = _universe_keys(universe)
         check_int(until_ns, "until_ns", 0, MAX_HEIGHT)
-        return effects.due_timers(self.engine, keys, until_ns, _limit(limit))
+        return drive(effects.due_timers(self.engine, keys, until_ns, _limit(limit)))
 
     @traced("timers.remove")
     def remove_timer(self, universe: UniverseId, item: TimerDueItem) -> None:
         """Remove a fired or cancelled timer."""
         keys = _universe_keys(universe)
         _encoded(item, (TimerDueItem,), "item")
-        effects.remove_timer(self.engine, keys, item.deliver_at_ns, item.intent_hash)
+        drive(effects.remove_timer(self.engine, keys, item.deliver_at_ns, item.intent_hash))

@@ -93,13 +93,13 @@ REPLAYS: Final[Counter[str]] = Counter()
 committed (an applied ``commit_unknown_result``) -- by call kind."""
 
 
-def replayed(tr: kv.Transaction, scope: CallScope, call: Call) -> CallRecord | None:
+async def replayed(tr: kv.Transaction, scope: CallScope, call: Call) -> CallRecord | None:
     """Start an attempt of ``call``: the record of an earlier attempt that committed, if
     any (read with a conflict on the record key, which only this call writes)."""
     call.attempts += 1
     if call.attempts == 1 or not call.recorded:
         return None
-    raw = tr.get(scope.call(call.id))
+    raw = await tr.get(scope.call(call.id))
     if raw is None:
         return None
     done = decode_record(CallRecord, raw, "call record")
@@ -107,7 +107,7 @@ def replayed(tr: kv.Transaction, scope: CallScope, call: Call) -> CallRecord | N
     return done
 
 
-def record(tr: kv.Transaction, scope: CallScope, call: Call, op: str, **outcome: Any) -> None:
+async def record(tr: kv.Transaction, scope: CallScope, call: Call, op: str, **outcome: Any) -> None:
     """Store ``CallRecord(op, **outcome)`` as what ``call`` did (in the transaction that
     does it), and remove up to :data:`SWEEP` records of the scope older than the call's
     window. A call that keeps no record writes (and builds) nothing."""
@@ -117,7 +117,7 @@ def record(tr: kv.Transaction, scope: CallScope, call: Call, op: str, **outcome:
     if horizon > 0:
         begin, _ = scope.calls()
         expired = scope.call(horizon.to_bytes(8, "big"))  # sorts before every id from horizon
-        for key, _ in tr.get_range(begin, expired, limit=SWEEP, snapshot=True):
+        for key, _ in await tr.get_range(begin, expired, limit=SWEEP, snapshot=True):
             if _started_ns(key, len(begin) - 1) < horizon:
                 tr.clear(key)
     tr.set(scope.call(call.id), CallRecord(op, **outcome).to_cbor())

@@ -28,6 +28,7 @@ from typing import BinaryIO, Final, Literal, cast
 
 from persistence import kv, txsize
 from persistence.errors import CasBodyHashMismatch, CasBodyMissing, NotFound, Validation
+from persistence.futures import drive
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import Hash, UniverseId, check_id
 from persistence.keyspace import UniverseKeys
@@ -45,23 +46,23 @@ META_OVERHEAD: Final = 32
 
 
 @kv.transactional
-def read_meta(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> CasMeta | None:
+async def read_meta(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> CasMeta | None:
     """The metadata of ``hash`` in this universe, if any."""
-    raw = tr.get(keys.cas_meta(hash))
+    raw = await tr.get(keys.cas_meta(hash))
     return None if raw is None else decode_record(CasMeta, raw, f"cas meta {hash}")
 
 
 @kv.transactional
-def put_meta(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, meta: CasMeta) -> bool:
+async def put_meta(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, meta: CasMeta) -> bool:
     """Write the metadata unless present (duplicate puts are no-ops); ``True`` if written."""
-    if tr.get(keys.cas_meta(hash)) is not None:
+    if await tr.get(keys.cas_meta(hash)) is not None:
         return False
     tr.set(keys.cas_meta(hash), meta.to_cbor())
     return True
 
 
 @kv.transactional
-def _pin(
+async def _pin(
     tr: kv.Transaction, keys: UniverseKeys, hash: Hash, put_id: bytes, now_ns: int
 ) -> Literal["present", "pinned"] | CasDoom:
     """A put's first step: ``"present"`` if the metadata exists (its pin, if an earlier
@@ -72,35 +73,35 @@ def _pin(
     follows makes it durable."""
     tr.relax_durability()
     pin = keys.cas_pin(hash, put_id)
-    if tr.get(keys.cas_meta(hash)) is not None:
-        if tr.get(pin, snapshot=True) is not None:
+    if await tr.get(keys.cas_meta(hash)) is not None:
+        if await tr.get(pin, snapshot=True) is not None:
             tr.clear(pin)
         return "present"
-    doom = cas_bodies.read_doom(tr, keys, hash)
+    doom = await cas_bodies.read_doom(tr, keys, hash)
     if doom is not None:
         return doom
-    if tr.get(pin) is None:  # else a retry whose first attempt committed
+    if await tr.get(pin) is None:  # else a retry whose first attempt committed
         tr.set(pin, CasPin(now_ns).to_cbor())
     return "pinned"
 
 
 @kv.transactional
-def _unpin(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, put_id: bytes) -> None:
+async def _unpin(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, put_id: bytes) -> None:
     pin = keys.cas_pin(hash, put_id)
-    if tr.get(pin, snapshot=True) is not None:
+    if await tr.get(pin, snapshot=True) is not None:
         tr.clear(pin)
 
 
 @kv.transactional
-def _commit_meta(
+async def _commit_meta(
     tr: kv.Transaction, keys: UniverseKeys, hash: Hash, put_id: bytes, meta: CasMeta
 ) -> bool:
     """A put's last step: drop its pin and write the metadata unless present; ``False``
     (nothing written) if the pin is gone -- a collector expired it -- and no metadata
     names the body."""
     pin = keys.cas_pin(hash, put_id)
-    pinned = tr.get(pin) is not None
-    if tr.get(keys.cas_meta(hash)) is not None:
+    pinned = await tr.get(pin) is not None
+    if await tr.get(keys.cas_meta(hash)) is not None:
         if pinned:
             tr.clear(pin)
         return True
@@ -213,7 +214,7 @@ class Cas:
     def _put_bytes(self, keys: UniverseKeys, hash: Hash, data: bytes) -> None:
         """Store ``data`` of ``hash`` unless present, inline or external."""
         if self._inline(keys, hash, len(data)):
-            put_meta(self.engine, keys, hash, CasMeta(size=len(data), inline_bytes=data))
+            drive(put_meta(self.engine, keys, hash, CasMeta(size=len(data), inline_bytes=data)))
         else:
             self._put_external(keys, hash, data)
 
@@ -226,7 +227,7 @@ class Cas:
         waits = 0
         with contextlib.ExitStack() as staging:
             while True:
-                state = _pin(self.engine, keys, hash, put_id, self.clock())
+                state = drive(_pin(self.engine, keys, hash, put_id, self.clock()))
                 if state == "present":
                     return
                 if isinstance(state, CasDoom):
@@ -244,11 +245,11 @@ class Cas:
                     except NotFound:
                         continue  # collected meanwhile (this put's pin had expired): again
                     except CasBodyHashMismatch:
-                        _unpin(self.engine, keys, hash, put_id)  # let collection remove it
+                        drive(_unpin(self.engine, keys, hash, put_id))  # let collection remove it
                         raise
                 self.hooks.reached("cas.after_body")
                 meta = CasMeta(size=body.size, object_key=key)
-                if _commit_meta(self.engine, keys, hash, put_id, meta):
+                if drive(_commit_meta(self.engine, keys, hash, put_id, meta)):
                     return
 
     def _await_collection(
@@ -259,7 +260,7 @@ class Cas:
         now = self.clock()
         if cas_bodies.doom_is_stale(doom, now):
             if doom.settled_ns is not None:
-                cas_bodies.clear_settled(self.engine, keys, hash, now)
+                drive(cas_bodies.clear_settled(self.engine, keys, hash, now))
             else:
                 grace_ns = round(cas_bodies.DEFAULT_GRACE_SECONDS * cas_bodies.NS)
                 cas_bodies.collect_body(
@@ -286,7 +287,7 @@ class Cas:
         return self._meta(universe, hash)
 
     def _meta(self, universe: UniverseId, hash: Hash) -> CasMeta:
-        meta = read_meta(self.engine, _keys(universe), check_id(hash, Hash, "hash"))
+        meta = drive(read_meta(self.engine, _keys(universe), check_id(hash, Hash, "hash")))
         if meta is None:
             raise NotFound(f"cas {hash} not found in universe {universe}")
         return meta
@@ -342,7 +343,9 @@ class Cas:
 
     def has(self, universe: UniverseId, hash: Hash) -> bool:
         """Whether ``universe`` holds metadata for ``hash``."""
-        return read_meta(self.engine, _keys(universe), check_id(hash, Hash, "hash")) is not None
+        return (
+            drive(read_meta(self.engine, _keys(universe), check_id(hash, Hash, "hash"))) is not None
+        )
 
 
 class _Body:

@@ -44,6 +44,7 @@ from typing import Final, Literal
 
 from persistence import fdbtuple, kv
 from persistence.errors import CorruptRecord
+from persistence.futures import drive
 from persistence.ids import Hash, UniverseId
 from persistence.keyspace import UniverseKeys
 from persistence.objects import ObjectInfo, ObjectStore
@@ -67,9 +68,9 @@ collector's doom stands; it doomed and deleted the body; or it doomed it but gav
 the DELETE (past its deadline, or its doom was taken over): the lease then runs out."""
 
 
-def read_doom(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> CasDoom | None:
+async def read_doom(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> CasDoom | None:
     """The doom of ``hash``, if any."""
-    raw = tr.get(keys.cas_doom(hash))
+    raw = await tr.get(keys.cas_doom(hash))
     return None if raw is None else decode_record(CasDoom, raw, f"cas doom {hash}")
 
 
@@ -89,7 +90,7 @@ def _names(raw: bytes | None, hash: Hash, object_key: str) -> bool:
     )
 
 
-def _judge(
+async def _judge(
     tr: kv.Transaction,
     keys: UniverseKeys,
     hash: Hash,
@@ -101,15 +102,15 @@ def _judge(
     """What a collector with ``token`` decides about the body (see :func:`decide`) and,
     when it is to write a doom, the expired pins it clears with it (``None``: nothing to
     write, also when its own doom stands already); reads only."""
-    if _names(tr.get(keys.cas_meta(hash)), hash, object_key):
+    if _names(await tr.get(keys.cas_meta(hash)), hash, object_key):
         return "referenced", None
-    doom = read_doom(tr, keys, hash)
+    doom = await read_doom(tr, keys, hash)
     if doom is not None and doom.token == token:
         return "doomed", None
     if doom is not None and not doom_is_stale(doom, now_ns):
         return "collecting", None
     expired = []
-    for key, raw in tr.get_range(*keys.cas_pins(hash)):
+    for key, raw in await tr.get_range(*keys.cas_pins(hash)):
         if now_ns - decode_record(CasPin, raw, f"cas pin {hash}").at_ns < grace_ns:
             return "pinned", None
         expired.append(key)
@@ -117,7 +118,7 @@ def _judge(
 
 
 @kv.transactional
-def decide(
+async def decide(
     tr: kv.Transaction,
     keys: UniverseKeys,
     hash: Hash,
@@ -129,7 +130,7 @@ def decide(
     """Doom the body of ``hash`` at ``object_key`` if no metadata names it and no pin
     younger than ``grace_ns`` protects it (clearing the expired pins), also replacing a
     stale doom. A retry whose first attempt committed finds its own token."""
-    decision, expired = _judge(tr, keys, hash, object_key, now_ns, grace_ns, token)
+    decision, expired = await _judge(tr, keys, hash, object_key, now_ns, grace_ns, token)
     if expired is None:
         return decision
     for key in expired:
@@ -139,18 +140,20 @@ def decide(
 
 
 @kv.transactional
-def _own_doom(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, token: bytes) -> CasDoom | None:
-    doom = read_doom(tr, keys, hash)
+async def _own_doom(
+    tr: kv.Transaction, keys: UniverseKeys, hash: Hash, token: bytes
+) -> CasDoom | None:
+    doom = await read_doom(tr, keys, hash)
     return doom if doom is not None and doom.token == token and doom.settled_ns is None else None
 
 
 @kv.transactional
-def _deleted(
+async def _deleted(
     tr: kv.Transaction, keys: UniverseKeys, hash: Hash, token: bytes, settled_ns: int | None
 ) -> None:
     """The DELETE call of this collector's doom returned: clear the doom, or keep it until
     ``settled_ns`` (a request of the call may land until then)."""
-    doom = read_doom(tr, keys, hash)
+    doom = await read_doom(tr, keys, hash)
     if doom is None or doom.token != token or doom.settled_ns is not None:
         return
     if settled_ns is None:
@@ -160,10 +163,10 @@ def _deleted(
 
 
 @kv.transactional
-def clear_settled(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, now_ns: int) -> bool:
+async def clear_settled(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, now_ns: int) -> bool:
     """Clear the doom of ``hash`` if it was deleted and has settled; whether the hash has
     no doom now (also when a retry finds its first attempt's clear)."""
-    doom = read_doom(tr, keys, hash)
+    doom = await read_doom(tr, keys, hash)
     if doom is None:
         return True
     if doom.settled_ns is None or not doom_is_stale(doom, now_ns):
@@ -191,7 +194,7 @@ def delete_doomed(
     (``started``:
     ``time.monotonic()`` before :func:`decide`); ``False``, deleting nothing, if the doom is
     no longer its own or the deadline passed by either clock."""
-    doom = _own_doom(engine, keys, hash, token)
+    doom = drive(_own_doom(engine, keys, hash, token))
     deadline = DELETE_DEADLINE_SECONDS
     if doom is None or time.monotonic() - started >= deadline:
         return False
@@ -199,7 +202,7 @@ def delete_doomed(
         return False
     objects.delete(object_key)
     late = objects.late_delete_seconds
-    _deleted(engine, keys, hash, token, now_ns() + round(late * NS) if late > 0 else None)
+    drive(_deleted(engine, keys, hash, token, now_ns() + round(late * NS) if late > 0 else None))
     return True
 
 
@@ -215,7 +218,7 @@ def collect_body(
     """Decide about the body of ``hash`` and, if doomed, delete it."""
     token = new_token()
     started = time.monotonic()
-    decision = decide(engine, keys, hash, object_key, now_ns(), grace_ns, token)
+    decision = drive(decide(engine, keys, hash, object_key, now_ns(), grace_ns, token))
     if decision != "doomed":
         return decision
     deleted = delete_doomed(engine, objects, keys, hash, object_key, token, started, now_ns)
@@ -294,7 +297,7 @@ def collect(
     # Dooms the listing did not settle: a crashed collector's whose object is gone (or
     # whose DELETE may still land), and settled ones. A dry run only counts them.
     for stale in _stale_dooms(engine, keys, now_ns()):
-        if dry_run or clear_settled(engine, keys, stale, now_ns()):
+        if dry_run or drive(clear_settled(engine, keys, stale, now_ns())):
             done.dooms_settled += 1
         else:
             key = object_key(universe, stale)
@@ -315,12 +318,12 @@ def _collect_page(
 ) -> None:
     """Collect a page of listed bodies: one read for their metadata, then a decision for
     each that none names."""
-    named = _referenced(engine, keys, [(h, info.key) for h, info in page]) if page else []
+    named = drive(_referenced(engine, keys, [(h, info.key) for h, info in page])) if page else []
     for (hash, info), referenced in zip(page, named, strict=True):
         if referenced:
             decision: Decision = "referenced"
         elif dry_run:
-            decision = preview(engine, keys, hash, info.key, now_ns(), grace_ns)
+            decision = drive(preview(engine, keys, hash, info.key, now_ns(), grace_ns))
         else:
             decision = collect_body(engine, objects, keys, hash, info.key, now_ns, grace_ns)
         if decision == "doomed":
@@ -331,7 +334,7 @@ def _collect_page(
 
 
 @kv.transactional
-def preview(
+async def preview(
     tr: kv.Transaction,
     keys: UniverseKeys,
     hash: Hash,
@@ -340,15 +343,15 @@ def preview(
     grace_ns: int,
 ) -> Decision:
     """What :func:`decide` would decide, without writing (``"doomed"``: collectable)."""
-    return _judge(tr, keys, hash, object_key, now_ns, grace_ns, None)[0]
+    return (await _judge(tr, keys, hash, object_key, now_ns, grace_ns, None))[0]
 
 
 @kv.transactional
-def _referenced(
+async def _referenced(
     tr: kv.Transaction, keys: UniverseKeys, bodies: list[tuple[Hash, str]]
 ) -> list[bool]:
     """Whether metadata names each body (snapshot reads: a hint; :func:`decide` rechecks)."""
-    return [_names(tr.get(keys.cas_meta(h), snapshot=True), h, key) for h, key in bodies]
+    return [_names(await tr.get(keys.cas_meta(h), snapshot=True), h, key) for h, key in bodies]
 
 
 SWEEP_PAGE: Final = 500
@@ -368,7 +371,7 @@ def _sweep_pins(
     cleared = 0
     begin, end = keys.cas_pins()
     while True:
-        count, after = _sweep_page(engine, begin, end, now_ns(), grace_ns, dry_run)
+        count, after = drive(_sweep_page(engine, begin, end, now_ns(), grace_ns, dry_run))
         cleared += count
         if after is None:
             return cleared
@@ -376,12 +379,12 @@ def _sweep_pins(
 
 
 @kv.transactional
-def _sweep_page(
+async def _sweep_page(
     tr: kv.Transaction, begin: bytes, end: bytes, now_ns: int, grace_ns: int, dry_run: bool
 ) -> tuple[int, bytes | None]:
     """A page of pins, read without conflicts (puts of other bodies pin and unpin all the
     time); only each pin cleared conflicts, with its own put."""
-    rows = tr.get_range(begin, end, limit=SWEEP_PAGE, snapshot=True)
+    rows = await tr.get_range(begin, end, limit=SWEEP_PAGE, snapshot=True)
     count = 0
     for key, raw in rows:
         if now_ns - decode_record(CasPin, raw, "cas pin").at_ns >= grace_ns:
@@ -397,7 +400,7 @@ def _stale_dooms(engine: kv.Engine, keys: UniverseKeys, now_ns: int) -> list[Has
     stale: list[Hash] = []
     begin, end = keys.cas_dooms()
     while True:
-        rows = _page(engine, begin, end)
+        rows = drive(_page(engine, begin, end))
         for key, raw in rows:
             if doom_is_stale(decode_record(CasDoom, raw, "cas doom"), now_ns):
                 stale.append(_hash_in_key(key, len(keys.cas_dooms()[0]) - 1))
@@ -407,8 +410,8 @@ def _stale_dooms(engine: kv.Engine, keys: UniverseKeys, now_ns: int) -> list[Has
 
 
 @kv.transactional
-def _page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
-    return tr.get_range(begin, end, limit=SWEEP_PAGE, snapshot=True)
+async def _page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+    return await tr.get_range(begin, end, limit=SWEEP_PAGE, snapshot=True)
 
 
 def _hash_in_key(key: bytes, prefix_len: int) -> Hash:

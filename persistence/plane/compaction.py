@@ -35,6 +35,7 @@ from typing import Final
 
 from persistence import fdbtuple, kv
 from persistence.errors import CorruptRecord, WorldNotFound
+from persistence.futures import drive
 from persistence.ids import InboxSeq
 from persistence.keyspace import WorldKeys, seq_in_key
 from persistence.plane import budget, calls
@@ -121,21 +122,21 @@ class CompactionLimits:
 
 
 @kv.transactional
-def compact(
+async def compact(
     tr: kv.Transaction, keys: WorldKeys, limits: CompactionLimits, now_ns: Clock, call: Call
 ) -> InboxCompaction:
     """One compaction transaction of ``keys``' inbox (see the module): write a consumed mark if
     one is due, drop the marks older than the boundary, remove a page of the items at or below
     the boundary's cursor with their idempotency entries. ``WorldNotFound`` if there is no
     such world; ``Validation`` naming ``now_ns`` if the clock gives no time."""
-    done = calls.replayed(tr, keys, call)
+    done = await calls.replayed(tr, keys, call)
     if done is not None:
         return _recorded(done)
     # The world's meta never changes: a snapshot read, so nothing aborts the compaction on it.
-    if tr.get(keys.meta(), snapshot=True) is None:
+    if await tr.get(keys.meta(), snapshot=True) is None:
         raise WorldNotFound(keys.universe, keys.world)
-    cursor = read_cursor(tr, keys, snapshot=True)
-    marks = _read_marks(tr, keys)
+    cursor = await read_cursor(tr, keys, snapshot=True)
+    marks = await _read_marks(tr, keys)
     # The clock is read after the cursor: that cursor was set before this time.
     now = check_int(now_ns(), "now_ns", 0, budget.LATEST_NS)
     written = 0
@@ -149,7 +150,7 @@ def compact(
         if boundary:
             begin, _ = keys.inbox_consumed_marks()
             tr.clear_range(begin, keys.inbox_consumed_mark(marks[boundary][0]))
-        items, entries, more = _remove_items(tr, keys, marks[boundary][1], limits)
+        items, entries, more = await _remove_items(tr, keys, marks[boundary][1], limits)
         outcome = InboxCompaction(items, entries, written, boundary, more)
     if outcome.wrote:
         record = InboxCompactionRecord(
@@ -159,7 +160,7 @@ def compact(
             outcome.marks_removed,
             outcome.more,
         )
-        calls.record(tr, keys, call, OP, value=record.to_cbor())
+        await calls.record(tr, keys, call, OP, value=record.to_cbor())
     return outcome
 
 
@@ -183,21 +184,21 @@ PREVIEW_PAGE: Final = 100
 
 
 @kv.transactional
-def _preview_marks(
+async def _preview_marks(
     tr: kv.Transaction, keys: WorldKeys, retention_ns: int, now: int
 ) -> tuple[int, bool, tuple[int, InboxSeq] | None]:
-    if tr.get(keys.meta(), snapshot=True) is None:
+    if await tr.get(keys.meta(), snapshot=True) is None:
         raise WorldNotFound(keys.universe, keys.world)
-    cursor = read_cursor(tr, keys, snapshot=True)
-    marks = read_marks(tr, keys)
+    cursor = await read_cursor(tr, keys, snapshot=True)
+    marks = await read_marks(tr, keys)
     due = cursor is not None and _mark_due(marks, cursor.seq, now, retention_ns)
     expired = [mark for mark in marks if mark[0] <= now - retention_ns]
     return len(marks), due, (expired[-1] if expired else None)
 
 
 @kv.transactional
-def _count_page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[bytes]:
-    return [key for key, _ in tr.get_range(begin, end, limit=PREVIEW_PAGE, snapshot=True)]
+async def _count_page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[bytes]:
+    return [key for key, _ in await tr.get_range(begin, end, limit=PREVIEW_PAGE, snapshot=True)]
 
 
 def preview(
@@ -206,26 +207,26 @@ def preview(
     """What :func:`compact` would do at ``now`` with the window ``retention_ns``, counting
     removable items up to ``cap`` a page per transaction (nothing is written;
     ``WorldNotFound`` if there is no such world)."""
-    marks, due, boundary = _preview_marks(engine, keys, retention_ns, now)
+    marks, due, boundary = drive(_preview_marks(engine, keys, retention_ns, now))
     if boundary is None:
         return CompactionPreview(marks, due, None, 0, False)
     begin, end = keys.inbox_through(boundary[1])
     counted = 0
-    while counted <= cap and (page := _count_page(engine, begin, end)):
+    while counted <= cap and (page := drive(_count_page(engine, begin, end))):
         counted += len(page)
         begin = page[-1] + b"\x00"
     return CompactionPreview(marks, due, boundary[0], min(counted, cap), counted > cap)
 
 
-def read_marks(tr: kv.Transaction, keys: WorldKeys) -> list[tuple[int, InboxSeq]]:
+async def read_marks(tr: kv.Transaction, keys: WorldKeys) -> list[tuple[int, InboxSeq]]:
     """The world's consumed marks, oldest first: ``(at_ns, cursor)`` (snapshot reads, for
     inspection)."""
-    return _decode_marks(keys, tr.get_range(*keys.inbox_consumed_marks(), snapshot=True))
+    return _decode_marks(keys, await tr.get_range(*keys.inbox_consumed_marks(), snapshot=True))
 
 
-def _read_marks(tr: kv.Transaction, keys: WorldKeys) -> list[tuple[int, InboxSeq]]:
+async def _read_marks(tr: kv.Transaction, keys: WorldKeys) -> list[tuple[int, InboxSeq]]:
     """The marks, read with a conflict: compactions of one world serialize on them."""
-    return _decode_marks(keys, tr.get_range(*keys.inbox_consumed_marks()))
+    return _decode_marks(keys, await tr.get_range(*keys.inbox_consumed_marks()))
 
 
 def _decode_marks(keys: WorldKeys, rows: list[tuple[bytes, bytes]]) -> list[tuple[int, InboxSeq]]:
@@ -253,7 +254,7 @@ def _mark_due(
     return cursor > newest and now - newest_ns >= -(-retention_ns // MARKS_PER_WINDOW)
 
 
-def _remove_items(
+async def _remove_items(
     tr: kv.Transaction, keys: WorldKeys, through: InboxSeq, limits: CompactionLimits
 ) -> tuple[int, int, bool]:
     """Remove the oldest items up to ``through`` (within the limits, at least one) and the
@@ -266,7 +267,7 @@ def _remove_items(
     more = False
     while not more:
         page = min(READ_PAGE, limits.max_items - removed)
-        rows = tr.get_range(begin, end, limit=page, snapshot=True)
+        rows = await tr.get_range(begin, end, limit=page, snapshot=True)
         for key, value in rows:
             envelope = decode_record(InboxEnvelope, value, "inbox entry")
             cost += budget.compaction_item_cost(keys, envelope.idempotency_key)
@@ -276,7 +277,7 @@ def _remove_items(
                 break
             budget.check(cost, limits.budget, "size_limit", "removing one consumed inbox item")
             if envelope.idempotency_key is not None:
-                entries += _clear_entry(tr, keys, envelope.idempotency_key, key)
+                entries += await _clear_entry(tr, keys, envelope.idempotency_key, key)
             removed += 1
             last = key
         else:
@@ -284,7 +285,7 @@ def _remove_items(
                 break
             begin = rows[-1][0] + b"\x00"
             if removed == limits.max_items:
-                more = bool(tr.get_range(begin, end, limit=1, snapshot=True))
+                more = bool(await tr.get_range(begin, end, limit=1, snapshot=True))
                 break
     if last is not None:
         # The items below ``last`` are removed here or were earlier: one cheap range clear.
@@ -292,12 +293,14 @@ def _remove_items(
     return removed, entries, more
 
 
-def _clear_entry(tr: kv.Transaction, keys: WorldKeys, idempotency_key: bytes, item: bytes) -> int:
+async def _clear_entry(
+    tr: kv.Transaction, keys: WorldKeys, idempotency_key: bytes, item: bytes
+) -> int:
     """Clear the idempotency entry of ``idempotency_key`` if it names the item at key
     ``item`` (read with a conflict: see the module); 1 if cleared."""
     entry = keys.inbox_idempotency(idempotency_key)
     seq = seq_in_key(item, keys.inbox_prefix_len(), f"inbox entry key of world {keys.world}")
-    if tr.get(entry) != seq.raw:
+    if await tr.get(entry) != seq.raw:
         return 0
     tr.clear(entry)
     return 1

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from persistence.errors import Corruption, Validation
+from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import READY_BUCKETS, UniverseKeys, WorldKeys, ready_bucket
 from persistence.plane import Plane, default_normalizer, inbox
@@ -226,7 +227,7 @@ class DrainWorker:
             begin, stop = keys.ready_range(first, end)
             after: bytes | None = begin
             while after is not None:
-                worlds, after = inbox.read_ready(self.plane.engine, keys, after, stop)
+                worlds, after = drive(inbox.read_ready(self.plane.engine, keys, after, stop))
                 found.extend((universe, w) for w in worlds if (universe, w) not in self.failures)
         tracking.scanned(began, found)
         return found
@@ -338,7 +339,9 @@ class DrainWorker:
         for universe in self.plane.universes() if self.universes is None else self.universes:
             for world in self.plane.worlds(universe):
                 if self.shard.holds(world):
-                    marked += inbox.mark_pending(self.plane.engine, WorldKeys(universe, world))
+                    marked += drive(
+                        inbox.mark_pending(self.plane.engine, WorldKeys(universe, world))
+                    )
         return marked
 
     # ------------------------------------------------------------------ running

@@ -43,10 +43,12 @@ class PendingDispatch:
 
 
 @kv.transactional
-def dispatch(tr: kv.Transaction, keys: UniverseKeys, item: EffectDispatchItem) -> PendingDispatch:
+async def dispatch(
+    tr: kv.Transaction, keys: UniverseKeys, item: EffectDispatchItem
+) -> PendingDispatch:
     """Queue an effect under a commit-ordered sequence, once per intent hash."""
     index = keys.effect_by_intent(item.intent_hash)
-    existing = tr.get(index)
+    existing = await tr.get(index)
     if existing is not None:
         return PendingDispatch(InboxSeq(existing), None)
     tr.set_versionstamped_key(keys.pending_effect_with_versionstamp(), item.to_cbor())
@@ -59,31 +61,31 @@ def _seq(key: bytes, prefix: int) -> InboxSeq:
 
 
 @kv.transactional
-def list_pending(
+async def list_pending(
     tr: kv.Transaction, keys: UniverseKeys, limit: int
 ) -> list[tuple[InboxSeq, EffectDispatchItem]]:
     """Pending effects in dispatch order."""
     prefix = keys.effect_prefix_len(PENDING)
     return [
         (_seq(k, prefix), decode_record(EffectDispatchItem, v, "pending effect"))
-        for k, v in tr.get_range(*keys.effect_range(PENDING), limit=limit)
+        for k, v in await tr.get_range(*keys.effect_range(PENDING), limit=limit)
     ]
 
 
 @kv.transactional
-def list_inflight(
+async def list_inflight(
     tr: kv.Transaction, keys: UniverseKeys, limit: int
 ) -> list[tuple[InboxSeq, EffectInFlightItem]]:
     """Claimed effects in dispatch order."""
     prefix = keys.effect_prefix_len(INFLIGHT)
     return [
         (_seq(k, prefix), decode_record(EffectInFlightItem, v, "in-flight effect"))
-        for k, v in tr.get_range(*keys.effect_range(INFLIGHT), limit=limit)
+        for k, v in await tr.get_range(*keys.effect_range(INFLIGHT), limit=limit)
     ]
 
 
 @kv.transactional
-def claim(
+async def claim(
     tr: kv.Transaction, keys: UniverseKeys, seq: InboxSeq, worker: str, now_ns: int, call: Call
 ) -> EffectInFlightItem:
     """Move a pending effect to in-flight for ``worker``; repeating the claim is a no-op.
@@ -93,12 +95,12 @@ def claim(
     the claim); the conflict that matters -- two claims, or a claim and a completion, of
     one effect -- is on the effect's intent index entry, which both read and write. A retry
     whose earlier attempt committed returns the item it claimed (its call record)."""
-    done = calls.replayed(tr, keys, call)
+    done = await calls.replayed(tr, keys, call)
     if done is not None and done.value is not None:
         return decode_record(EffectInFlightItem, done.value, "claimed effect")
-    raw = tr.get(keys.effect(PENDING, seq), snapshot=True)
+    raw = await tr.get(keys.effect(PENDING, seq), snapshot=True)
     if raw is None:
-        current = tr.get(keys.effect(INFLIGHT, seq), snapshot=True)
+        current = await tr.get(keys.effect(INFLIGHT, seq), snapshot=True)
         if current is not None:
             item = decode_record(EffectInFlightItem, current, "in-flight effect")
             if item.claimed_by == worker:
@@ -106,7 +108,7 @@ def claim(
         raise NotFound(f"no pending effect with sequence {seq}")
     pending = decode_record(EffectDispatchItem, raw, "pending effect")
     intent_key = keys.effect_by_intent(pending.intent_hash)
-    index = tr.get(intent_key)
+    index = await tr.get(intent_key)
     if index is None or index != seq.raw:
         raise NotFound(f"no pending effect with sequence {seq}")  # completed meanwhile
     inflight = EffectInFlightItem(
@@ -120,19 +122,19 @@ def claim(
     tr.set(intent_key, index)  # the claim's write conflict: a second claim of it aborts
     tr.clear(keys.effect(PENDING, seq))
     tr.set(keys.effect(INFLIGHT, seq), inflight.to_cbor())
-    calls.record(tr, keys, call, "claim_effect", value=inflight.to_cbor())
+    await calls.record(tr, keys, call, "claim_effect", value=inflight.to_cbor())
     return inflight
 
 
 @kv.transactional
-def complete(tr: kv.Transaction, keys: UniverseKeys, seq: InboxSeq, intent: Hash) -> None:
+async def complete(tr: kv.Transaction, keys: UniverseKeys, seq: InboxSeq, intent: Hash) -> None:
     """Remove a finished effect (pending or in flight) and its intent index entry.
 
     Repeating it is a no-op. An effect at ``seq`` of another intent is ``Validation`` naming
     ``intent`` (nothing removed): a mismatched pair must not remove one effect and another's
     index entry. The intent index entry goes only if it still names ``seq``."""
     for state in (PENDING, INFLIGHT):
-        raw = tr.get(keys.effect(state, seq))
+        raw = await tr.get(keys.effect(state, seq))
         if raw is not None:
             effect: EffectDispatchItem | EffectInFlightItem = (
                 decode_record(EffectDispatchItem, raw, "pending effect")
@@ -144,28 +146,30 @@ def complete(tr: kv.Transaction, keys: UniverseKeys, seq: InboxSeq, intent: Hash
                 raise Validation("intent", f"the effect at {seq} has intent {found}, not {intent}")
             tr.clear(keys.effect(state, seq))
     index = keys.effect_by_intent(intent)
-    if tr.get(index) == seq.raw:
+    if await tr.get(index) == seq.raw:
         tr.clear(index)
 
 
 @kv.transactional
-def put_timer(tr: kv.Transaction, keys: UniverseKeys, item: TimerDueItem) -> None:
+async def put_timer(tr: kv.Transaction, keys: UniverseKeys, item: TimerDueItem) -> None:
     """Schedule a timer (idempotent: its key is its due time and intent hash)."""
     tr.set(keys.timer(item.deliver_at_ns, item.intent_hash), item.to_cbor())
 
 
 @kv.transactional
-def due_timers(
+async def due_timers(
     tr: kv.Transaction, keys: UniverseKeys, until_ns: int, limit: int
 ) -> list[TimerDueItem]:
     """Timers due strictly before ``until_ns``, earliest first."""
     return [
         decode_record(TimerDueItem, v, "timer")
-        for _, v in tr.get_range(*keys.timer_range(until_ns), limit=limit)
+        for _, v in await tr.get_range(*keys.timer_range(until_ns), limit=limit)
     ]
 
 
 @kv.transactional
-def remove_timer(tr: kv.Transaction, keys: UniverseKeys, deliver_at_ns: int, intent: Hash) -> None:
+async def remove_timer(
+    tr: kv.Transaction, keys: UniverseKeys, deliver_at_ns: int, intent: Hash
+) -> None:
     """Remove a fired or cancelled timer."""
     tr.clear(keys.timer(deliver_at_ns, intent))

@@ -16,6 +16,7 @@ from typing import Final
 
 from persistence import kv
 from persistence.fdbtuple import Versionstamp, unpack
+from persistence.futures import drive
 from persistence.ids import InboxSeq
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.records import InboxCursor, decode_record
@@ -89,13 +90,13 @@ def _family(path: tuple[object, ...], cursor: InboxSeq | None) -> tuple[str, boo
 
 
 @kv.transactional
-def _page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
-    return list(tr.get_range(begin, end, limit=PAGE_ROWS, snapshot=True))
+async def _page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+    return list(await tr.get_range(begin, end, limit=PAGE_ROWS, snapshot=True))
 
 
 def _pages(engine: kv.Engine, span: tuple[bytes, bytes]) -> Iterator[list[tuple[bytes, bytes]]]:
     begin, end = span
-    while rows := _page(engine, begin, end):
+    while rows := drive(_page(engine, begin, end)):
         yield rows
         if len(rows) < PAGE_ROWS:
             return
@@ -103,14 +104,14 @@ def _pages(engine: kv.Engine, span: tuple[bytes, bytes]) -> Iterator[list[tuple[
 
 
 @kv.transactional
-def _cursor(tr: kv.Transaction, keys: WorldKeys) -> InboxSeq | None:
-    raw = tr.get(keys.inbox_cursor(), snapshot=True)
+async def _cursor(tr: kv.Transaction, keys: WorldKeys) -> InboxSeq | None:
+    raw = await tr.get(keys.inbox_cursor(), snapshot=True)
     return None if raw is None else decode_record(InboxCursor, raw, "inbox cursor").seq
 
 
 def measure(engine: kv.Engine, keys: WorldKeys) -> HotState:
     """Count the world's hot keys by family (``WorldNotFound`` is the caller's to check)."""
-    cursor = _cursor(engine, keys)
+    cursor = drive(_cursor(engine, keys))
     state = HotState()
     prefix = keys.prefix_len()
     segments = state.families["segment_index"]

@@ -74,7 +74,7 @@ class PendingEnqueue:
 
 
 @kv.transactional
-def enqueue(
+async def enqueue(
     tr: kv.Transaction,
     keys: WorldKeys,
     envelopes: Sequence[tuple[bytes | None, bytes]],
@@ -85,7 +85,7 @@ def enqueue(
     blind versionstamped write, see the module)."""
     # The world must exist. Its meta never changes, so a snapshot read suffices -- and
     # unlike the head (rewritten by every drain) it cannot make enqueues conflict with drains.
-    if tr.get(keys.meta(), snapshot=True) is None:
+    if await tr.get(keys.meta(), snapshot=True) is None:
         raise WorldNotFound(keys.universe, keys.world)
     known: dict[int, InboxSeq] = {}
     new: dict[int, int] = {}
@@ -93,7 +93,7 @@ def enqueue(
         idem_key = None
         if idempotency_key is not None:
             idem_key = keys.inbox_idempotency(idempotency_key)
-            existing = tr.get(idem_key)
+            existing = await tr.get(idem_key)
             if existing is not None:
                 known[index] = InboxSeq(existing)
                 continue
@@ -110,16 +110,16 @@ def enqueue(
 
 
 @kv.transactional
-def mark_pending(tr: kv.Transaction, keys: WorldKeys) -> bool:
+async def mark_pending(tr: kv.Transaction, keys: WorldKeys) -> bool:
     """Write the world's ready mark if items follow its cursor and it has none (inboxes
     filled before the pending-work index existed); whether it did. Always safe: a mark
     without items only costs a drain that finds nothing. ``WorldNotFound`` without a world."""
-    cursor = read_cursor(tr, keys, snapshot=True)
-    read_head(tr, keys, snapshot=True)
+    cursor = await read_cursor(tr, keys, snapshot=True)
+    await read_head(tr, keys, snapshot=True)
     after = None if cursor is None else cursor.seq
-    if not tr.get_range(*keys.inbox_after(after), limit=1, snapshot=True):
+    if not await tr.get_range(*keys.inbox_after(after), limit=1, snapshot=True):
         return False
-    if tr.get(keys.ready(), snapshot=True) is not None:
+    if await tr.get(keys.ready(), snapshot=True) is not None:
         return False
     tr.set_versionstamped_value(keys.ready(), READY_VALUE)
     return True
@@ -130,13 +130,13 @@ READY_PAGE: Final = 1_000
 
 
 @kv.transactional
-def read_ready(
+async def read_ready(
     tr: kv.Transaction, universe: UniverseKeys, begin: bytes, end: bytes
 ) -> tuple[list[WorldId], bytes | None]:
     """The worlds whose ready mark is in ``[begin, end)`` (a part of
     ``universe.ready_range()``), up to :data:`READY_PAGE`, in key order, and where the next
     page begins (``None``: no more). Snapshot reads: a scan never aborts anything."""
-    rows = tr.get_range(begin, end, limit=READY_PAGE, snapshot=True)
+    rows = await tr.get_range(begin, end, limit=READY_PAGE, snapshot=True)
     prefix = universe.ready_prefix_len()
     worlds = []
     for key, _ in rows:
@@ -156,40 +156,40 @@ def _seq_of(key: bytes, keys: WorldKeys) -> InboxSeq:
 
 
 @kv.transactional
-def read_after(
+async def read_after(
     tr: kv.Transaction, keys: WorldKeys, after: InboxSeq | None, limit: int
 ) -> list[tuple[InboxSeq, InboxItem]]:
     """Up to ``limit`` items strictly after ``after``, in sequence order."""
-    read_head(tr, keys)
+    await read_head(tr, keys)
     if limit == 0:
         return []
-    rows = tr.get_range(*keys.inbox_after(after), limit=limit)
+    rows = await tr.get_range(*keys.inbox_after(after), limit=limit)
     return [(_seq_of(k, keys), envelope_item(v, "inbox entry")) for k, v in rows]
 
 
-def read_cursor(
+async def read_cursor(
     tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = False
 ) -> InboxCursor | None:
     """The cursor record (``None`` before the first drain); ``snapshot`` reads it without a
     conflict (the inbox compactor, which must not abort drains)."""
-    raw = tr.get(keys.inbox_cursor(), snapshot=snapshot)
+    raw = await tr.get(keys.inbox_cursor(), snapshot=snapshot)
     return None if raw is None else decode_record(InboxCursor, raw, "inbox cursor")
 
 
 @kv.transactional
-def commit_cursor(
+async def commit_cursor(
     tr: kv.Transaction, keys: WorldKeys, old: InboxSeq | None, new: InboxSeq, call: Call
 ) -> None:
     """Compare-and-swap the cursor from ``old`` to ``new`` (forward only). A retry whose
     earlier attempt committed succeeds, however far other drains moved the cursor since."""
     if old is not None and new <= old:
         raise Validation("new_cursor", f"cursor may only move forward: {new} <= {old}")
-    if calls.replayed(tr, keys, call) is not None:
+    if await calls.replayed(tr, keys, call) is not None:
         return
     # The world's meta never changes: a snapshot read, so appends do not abort the swap.
-    if tr.get(keys.meta(), snapshot=True) is None:
+    if await tr.get(keys.meta(), snapshot=True) is None:
         raise WorldNotFound(keys.universe, keys.world)
-    current = read_cursor(tr, keys)
+    current = await read_cursor(tr, keys)
     current_seq = None if current is None else current.seq
     if current_seq == new:
         return
@@ -199,10 +199,10 @@ def commit_cursor(
         )
     # Items are immutable while above the cursor: a snapshot read, so in-flight enqueues
     # (whose versionstamped keys could land anywhere after their read version) do not abort.
-    if tr.get(keys.inbox_item(new), snapshot=True) is None:
+    if await tr.get(keys.inbox_item(new), snapshot=True) is None:
         raise Validation("new_cursor", f"no inbox item has sequence {new}")
     tr.set(keys.inbox_cursor(), InboxCursor(new).to_cbor())
-    calls.record(tr, keys, call, "commit_cursor", seq=new)
+    await calls.record(tr, keys, call, "commit_cursor", seq=new)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +237,7 @@ class DrainLimits:
 
 
 @kv.transactional
-def drain(
+async def drain(
     tr: kv.Transaction,
     keys: WorldKeys,
     limits: DrainLimits,
@@ -258,15 +258,15 @@ def drain(
     that leaves the inbox empty clears the ready mark with ``compare_and_clear``, which
     reads nothing). A drain that takes nothing has no conflict at all. A retry whose
     earlier attempt committed returns that attempt's result (its call record)."""
-    done = calls.replayed(tr, keys, call)
+    done = await calls.replayed(tr, keys, call)
     if done is not None:
         more = None if done.value is None else cbor.decode_stored(done.value, "drain record")
         if more is not None and not isinstance(more, bool):
             raise CorruptRecord("call record", "a drain record's value is not a boolean")
         return DrainResult(_required(done.first_height), _required(done.count), done.seq, more)
-    result, _, wrote = _drain_world(tr, keys, limits, normalize, budget.call_cost(keys), True)
+    result, _, wrote = await _drain_world(tr, keys, limits, normalize, budget.call_cost(keys), True)
     if wrote:
-        calls.record(
+        await calls.record(
             tr,
             keys,
             call,
@@ -286,7 +286,7 @@ GROUP_OP: Final = "drain group"
 
 
 @kv.transactional
-def drain_worlds(
+async def drain_worlds(
     tr: kv.Transaction,
     universe: UniverseKeys,
     worlds: Sequence[WorldKeys],
@@ -302,7 +302,7 @@ def drain_worlds(
     missing world is ``WorldNotFound``; nothing is written. The call record is kept in the
     universe's scope: a retry whose earlier attempt committed returns that attempt's results,
     whatever committed in between."""
-    done = calls.replayed(tr, universe, call)
+    done = await calls.replayed(tr, universe, call)
     if done is not None:
         return _recorded_group(done, len(worlds))
     counted = budget.drain_group_cost(universe, len(worlds))
@@ -310,16 +310,16 @@ def drain_worlds(
     wrote = False
     for keys in worlds:
         alone = not any(result.count for result in results)
-        result, counted, changed = _drain_world(tr, keys, limits, normalize, counted, alone)
+        result, counted, changed = await _drain_world(tr, keys, limits, normalize, counted, alone)
         results.append(result)
         wrote |= changed
     if wrote:
         value = cbor.encode([[r.first_height, r.count, _raw(r.cursor), r.more] for r in results])
-        calls.record(tr, universe, call, GROUP_OP, count=len(worlds), value=value)
+        await calls.record(tr, universe, call, GROUP_OP, count=len(worlds), value=value)
     return results
 
 
-def _drain_world(
+async def _drain_world(
     tr: kv.Transaction,
     keys: WorldKeys,
     limits: DrainLimits,
@@ -334,11 +334,11 @@ def _drain_world(
     # Cursor and head are read at snapshot isolation and get their conflicts only if the
     # world drains items: a world that drains nothing writes neither (an append or another
     # drain of it then aborts nothing, in a multi-world drain especially).
-    cursor = read_cursor(tr, keys, snapshot=True)
-    head = read_head(tr, keys, snapshot=True)
+    cursor = await read_cursor(tr, keys, snapshot=True)
+    head = await read_head(tr, keys, snapshot=True)
     after = None if cursor is None else cursor.seq
     first = head.height + 1
-    taken, exhausted = _take(tr, keys, after, limits)
+    taken, exhausted = await _take(tr, keys, after, limits)
     entries, counted = _normalized(keys, first, taken, normalize, limits, counted, alone)
     if entries:
         tr.add_read_conflict_key(keys.inbox_cursor())
@@ -351,25 +351,25 @@ def _drain_world(
     elif exhausted:
         more = False
     else:  # stopped at a limit: is there a next item? (a snapshot read: no conflict)
-        more = bool(tr.get_range(*keys.inbox_after(after), limit=1, snapshot=True))
-    cleared = not more and _clear_ready(tr, keys)
+        more = bool(await tr.get_range(*keys.inbox_after(after), limit=1, snapshot=True))
+    cleared = not more and await _clear_ready(tr, keys)
     return DrainResult(first, len(entries), after, more), counted, bool(entries) or cleared
 
 
-def _clear_ready(tr: kv.Transaction, keys: WorldKeys) -> bool:
+async def _clear_ready(tr: kv.Transaction, keys: WorldKeys) -> bool:
     """Clear the ready mark of a world whose inbox this drain leaves empty, if no enqueue
     rewrites it before the commit; whether there was one. Every enqueue writes its own
     versionstamp there, so ``compare_and_clear`` with the value read keeps the mark of any
     enqueue committed after this transaction's read version -- without a conflict."""
     mark = keys.ready()
-    seen = tr.get(mark, snapshot=True)
+    seen = await tr.get(mark, snapshot=True)
     if seen is None:
         return False
     tr.compare_and_clear(mark, seen)
     return True
 
 
-def _take(
+async def _take(
     tr: kv.Transaction, keys: WorldKeys, after: InboxSeq | None, limits: DrainLimits
 ) -> tuple[list[tuple[InboxSeq, InboxItem]], bool]:
     """The items after ``after`` within the item and byte limits (snapshot reads), and
@@ -379,7 +379,7 @@ def _take(
     begin, end = keys.inbox_after(after)
     while len(taken) < limits.max_items and size < limits.max_bytes:
         page = min(DRAIN_PAGE, limits.max_items - len(taken))
-        rows = tr.get_range(begin, end, limit=page, snapshot=True)
+        rows = await tr.get_range(begin, end, limit=page, snapshot=True)
         for key, value in rows:
             if taken and size + len(value) > limits.max_bytes:
                 return taken, False

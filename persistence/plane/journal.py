@@ -35,10 +35,10 @@ from persistence.records import (
 )
 
 
-def read_head(tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = False) -> JournalHead:
+async def read_head(tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = False) -> JournalHead:
     """The world's head record; ``NotFound`` if the world does not exist. A ``snapshot``
     read adds no conflict: for checks that only need a head at least this high."""
-    return _decode_head(keys, tr.get(keys.head(), snapshot=snapshot))
+    return _decode_head(keys, await tr.get(keys.head(), snapshot=snapshot))
 
 
 def _decode_head(keys: WorldKeys, raw: bytes | None) -> JournalHead:
@@ -49,11 +49,11 @@ def _decode_head(keys: WorldKeys, raw: bytes | None) -> JournalHead:
     return decode_record(JournalHead, raw, f"journal head of world {keys.world}")
 
 
-def check_head(tr: kv.Transaction, keys: WorldKeys, expected: int) -> None:
+async def check_head(tr: kv.Transaction, keys: WorldKeys, expected: int) -> None:
     """Read the head (with a conflict) and raise ``HeadAdvanced`` unless it is ``expected``.
     Compared as bytes with the encoding of ``expected``; anything else is strictly decoded,
     so an absent head is ``WorldNotFound`` and a damaged one ``CorruptRecord``."""
-    raw = tr.get(keys.head())
+    raw = await tr.get(keys.head())
     if raw == JOURNAL_HEAD.encode(expected):
         return
     head = _decode_head(keys, raw)
@@ -150,7 +150,7 @@ def _append(tr: kv.Transaction, keys: WorldKeys, height: int, entries: Sequence[
 
 
 @kv.transactional
-def append_batch(
+async def append_batch(
     tr: kv.Transaction,
     keys: WorldKeys,
     expected_head: int,
@@ -160,12 +160,12 @@ def append_batch(
     """Protocol B: append at ``expected_head`` or raise ``HeadAdvanced``; return the first
     height. A retry whose earlier attempt committed returns that attempt's first height
     (from the call record), however far the head has moved since."""
-    done = calls.replayed(tr, keys, call)
+    done = await calls.replayed(tr, keys, call)
     if done is not None:
         return _required(done.first_height, "append")
-    check_head(tr, keys, expected_head)
+    await check_head(tr, keys, expected_head)
     first = _append(tr, keys, expected_head, entries)
-    calls.record(tr, keys, call, "append", first_height=first, count=len(entries))
+    await calls.record(tr, keys, call, "append", first_height=first, count=len(entries))
     return first
 
 
@@ -209,7 +209,7 @@ class GroupAppend:
 
 
 @kv.transactional
-def append_batches(
+async def append_batches(
     tr: kv.Transaction,
     universe: UniverseKeys,
     batches: Sequence[WorldAppend],
@@ -225,7 +225,7 @@ def append_batches(
     order without gaps; the tracking position is checked (``TrackingConflict``) and stored.
     The call record is kept in the universe's scope: a retry whose earlier attempt
     committed returns the same outcome (heights ``expected_head + 1``, its positions)."""
-    done = calls.replayed(tr, universe, call)
+    done = await calls.replayed(tr, universe, call)
     if done is not None:
         if done.count != len(batches):
             raise CorruptRecord("call record", "a group append record of another size")
@@ -250,7 +250,7 @@ def append_batches(
         wanted.extend(keys.meta() for keys in creatable)
         wanted.append(universe.info())
         wanted.extend(blob_keys)
-    values = iter(tr.get_many(wanted))
+    values = iter(await tr.get_many(wanted))
     heads = [next(values) for _ in batches]
     recorded = next(values) if tracked is not None else None
     log_head = next(values) if sequencing is not None and batches else None
@@ -261,7 +261,7 @@ def append_batches(
         keys = batch.keys
         meta = next(metas) if create is not None and batch.expected_head == 0 else None
         if raw is None and create is not None and batch.expected_head == 0:
-            _create(tr, keys, create, meta, shared, blob_keys)
+            await _create(tr, keys, create, meta, shared, blob_keys)
             shared = [_WRITTEN] * len(shared)  # by this creation, for the next ones
         elif raw != JOURNAL_HEAD.encode(batch.expected_head):
             height = _decode_head(keys, raw).height
@@ -272,7 +272,7 @@ def append_batches(
     if sequencing is not None:
         position = _sequence(tr, universe, batches, sequencing, recorded, log_head)
     value = None if position is None else position.to_bytes(8, "big")
-    calls.record(tr, universe, call, "append group", count=len(batches), value=value)
+    await calls.record(tr, universe, call, "append group", count=len(batches), value=value)
     return GroupAppend(firsts, position)
 
 
@@ -280,7 +280,7 @@ _WRITTEN: Final = b""
 """Stands for a value a creation of this transaction wrote (anything but ``None``)."""
 
 
-def _create(
+async def _create(
     tr: kv.Transaction,
     keys: WorldKeys,
     create: Creation,
@@ -297,12 +297,14 @@ def _create(
     for key, (_, blob), there in zip(blob_keys, create.blobs, present, strict=True):
         if there is None:  # as cas.put_meta: a duplicate is a no-op
             tr.set(key, blob.to_cbor())
-    worlds.write_world(tr, keys, create.meta, create.genesis, universe_info=info)
+    await worlds.write_world(tr, keys, create.meta, create.genesis, universe_info=info)
 
 
-def read_log_head(tr: kv.Transaction, universe: UniverseKeys, *, snapshot: bool = False) -> int:
+async def read_log_head(
+    tr: kv.Transaction, universe: UniverseKeys, *, snapshot: bool = False
+) -> int:
     """The universe log's last position (0 if empty)."""
-    return log_position(tr.get(universe.log_head(), snapshot=snapshot))
+    return log_position(await tr.get(universe.log_head(), snapshot=snapshot))
 
 
 def log_position(raw: bytes | None) -> int:
@@ -310,11 +312,11 @@ def log_position(raw: bytes | None) -> int:
     return 0 if raw is None else LOG_HEAD.decode(raw, "universe log head")
 
 
-def read_tracking(
+async def read_tracking(
     tr: kv.Transaction, universe: UniverseKeys, name: str, *, snapshot: bool = False
 ) -> int | None:
     """The position consumer ``name`` recorded last (``None`` if none)."""
-    return tracked_position(tr.get(universe.tracking(name), snapshot=snapshot))
+    return tracked_position(await tr.get(universe.tracking(name), snapshot=snapshot))
 
 
 def tracked_position(raw: bytes | None) -> int | None:
@@ -344,7 +346,7 @@ class LogPage:
 
 
 @kv.transactional
-def read_log(
+async def read_log(
     tr: kv.Transaction,
     universe: UniverseKeys,
     first: int,
@@ -357,12 +359,12 @@ def read_log(
     position, the entries of the ``wanted`` ones that are stored whole in hot keys (entries
     never change, so a snapshot read of them is as good as any; cold or chunked ones are
     left to the caller)."""
-    head = read_log_head(tr, universe, snapshot=True)
+    head = await read_log_head(tr, universe, snapshot=True)
     stop = head if last is None else min(head, last)
     if first > stop:
         return LogPage([], {}, None)
     end = min(stop, first + limit - 1)
-    rows = tr.get_range(*universe.log_range(first, end), snapshot=True)
+    rows = await tr.get_range(*universe.log_range(first, end), snapshot=True)
     records: list[tuple[int, LogRecord]] = []
     entries: dict[int, bytes] = {}
     for expected, (key, value) in enumerate(rows, start=first):
@@ -372,7 +374,7 @@ def read_log(
         records.append((expected, record))
         if wanted(record):
             whole = universe.world(record.world).whole_entry_key()(record.height)
-            entry = tr.get(whole, snapshot=True)
+            entry = await tr.get(whole, snapshot=True)
             if entry is not None:
                 entries[expected] = entry
     if len(records) != end - first + 1:
@@ -447,7 +449,7 @@ def _rows_next(rows: int, size: int, max_bytes: int, heights_left: int) -> int:
 
 
 @kv.transactional
-def read_entries(
+async def read_entries(
     tr: kv.Transaction, keys: WorldKeys, first: int, limit: int, max_bytes: int = 0
 ) -> JournalPage:
     """The head and up to ``limit`` entries from ``first`` (and, with ``max_bytes``, no more
@@ -459,11 +461,11 @@ def read_entries(
     continue the one before it (``segment_index.read_segments``): the index tiles from
     height 1, so that segment holds ``first`` -- a record that does not (a gap, an overlap,
     a key that is not its end) is ``SegmentIndexCorruption``, never a read of other heights."""
-    head = read_head(tr, keys).height
+    head = (await read_head(tr, keys)).height
     if first > head or limit <= 0:
         return JournalPage(head, [])
     last = min(head, first + limit - 1)
-    covering = segment_index.read_segments(
+    covering = await segment_index.read_segments(
         tr, UniverseKeys(keys.universe), keys.world, first, limit=1
     )
     if covering:
@@ -484,7 +486,7 @@ def read_entries(
     begin, end = keys.entries_between(first, last)
     asked, read = ROWS_PER_READ, 0
     while True:
-        rows = tr.get_range(begin, end, limit=asked)
+        rows = await tr.get_range(begin, end, limit=asked)
         read += len(rows)
         values = list(map(_value_of, rows))
         run = sum(map(len, values))

@@ -23,6 +23,7 @@ from persistence.errors import (
     SegmentIndexCorruption,
     Validation,
 )
+from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.records import ColdHorizon, SegmentIndexRecord, SnapshotRecord, decode_record
@@ -139,7 +140,7 @@ def _check_tiling(world: WorldId, covered: int, record: SegmentIndexRecord) -> N
         raise SegmentIndexCorruption(str(world), record.end, problem)
 
 
-def read_segments(
+async def read_segments(
     tr: kv.Transaction, keys: UniverseKeys, world: WorldId, from_height: int = 1, limit: int = 0
 ) -> list[SegmentIndexRecord]:
     """Segments of ``world`` ending at or after ``from_height``, in height order (at most
@@ -147,10 +148,10 @@ def read_segments(
     record just below ``from_height`` is read for the first), so the result tiles."""
     begin, end = keys.segment_range(world)
     start = keys.segment(world, from_height) if from_height > 1 else begin
-    rows = tr.get_range(start, end, limit=limit)
+    rows = await tr.get_range(start, end, limit=limit)
     covered = 0
     if rows and from_height > 1:  # the first record must continue the one below it
-        below = tr.get_range(begin, start, limit=1, reverse=True)
+        below = await tr.get_range(begin, start, limit=1, reverse=True)
         if below:
             covered = _decode(keys, world, *below[0]).end
     out = []
@@ -162,11 +163,11 @@ def read_segments(
     return out
 
 
-def last_segment(
+async def last_segment(
     tr: kv.Transaction, keys: UniverseKeys, world: WorldId, *, snapshot: bool = False
 ) -> SegmentIndexRecord | None:
     """The highest segment of ``world``, if any."""
-    rows = tr.get_range(*keys.segment_range(world), limit=1, reverse=True, snapshot=snapshot)
+    rows = await tr.get_range(*keys.segment_range(world), limit=1, reverse=True, snapshot=snapshot)
     return _decode(keys, world, *rows[0]) if rows else None
 
 
@@ -181,11 +182,11 @@ class IndexEntry:
 
 
 @kv.transactional
-def _index_page(
+async def _index_page(
     tr: kv.Transaction, keys: UniverseKeys, world: WorldId, after: bytes | None, limit: int
 ) -> list[tuple[bytes, bytes]]:
     begin, end = keys.segment_range(world)
-    return tr.get_range(
+    return await tr.get_range(
         begin if after is None else after + b"\x00", end, limit=limit, snapshot=True
     )
 
@@ -199,7 +200,7 @@ def audit(
     continues from every record that decodes (a bad one does not make its successors bad)."""
     keys = UniverseKeys(universe)
     covered, after = 0, None
-    while rows := _index_page(engine, keys, world, after, page):
+    while rows := drive(_index_page(engine, keys, world, after, page)):
         for key, value in rows:
             key_end = _key_end(key)
             try:
@@ -222,31 +223,31 @@ def audit(
         after = rows[-1][0]
 
 
-def read_baseline_height(tr: kv.Transaction, keys: WorldKeys) -> int:
+async def read_baseline_height(tr: kv.Transaction, keys: WorldKeys) -> int:
     """The active baseline's height, read without a conflict: it never regresses, so a
     check against an older value is only stricter."""
-    raw = tr.get(keys.baseline(), snapshot=True)
+    raw = await tr.get(keys.baseline(), snapshot=True)
     if raw is None:
         raise NotFound(f"world {keys.world} has no active baseline")
     return decode_record(SnapshotRecord, raw, f"baseline of world {keys.world}").height
 
 
-def read_cold_horizon(tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = True) -> int:
+async def read_cold_horizon(tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = True) -> int:
     """The height through which the world's owner lets export go without a baseline (0 if
     never set); by default read without a conflict: it only rises."""
-    raw = tr.get(keys.cold_horizon(), snapshot=snapshot)
+    raw = await tr.get(keys.cold_horizon(), snapshot=snapshot)
     return 0 if raw is None else decode_record(ColdHorizon, raw, "cold horizon").height
 
 
-def exportable_through(tr: kv.Transaction, keys: WorldKeys, margin: int = 0) -> int:
+async def exportable_through(tr: kv.Transaction, keys: WorldKeys, margin: int = 0) -> int:
     """The highest height a segment may end at (before the head's bound): below the active
     baseline by more than ``margin``, or at or below the cold horizon."""
-    baseline = read_baseline_height(tr, keys)
-    return max(baseline - margin - 1, read_cold_horizon(tr, keys))
+    baseline = await read_baseline_height(tr, keys)
+    return max(baseline - margin - 1, await read_cold_horizon(tr, keys))
 
 
 @kv.transactional
-def put_segment(
+async def put_segment(
     tr: kv.Transaction, keys: UniverseKeys, world: WorldId, record: SegmentIndexRecord
 ) -> bool:
     """Index ``record``; ``False`` if exactly this record is already indexed.
@@ -263,15 +264,15 @@ def put_segment(
     from persistence.plane.journal import read_head  # journal reads the index: import late
 
     world_keys = WorldKeys(keys.universe, world)
-    head = read_head(tr, world_keys, snapshot=True).height
+    head = (await read_head(tr, world_keys, snapshot=True)).height
     problem = record_problem(keys.universe, world, record)
     if problem is not None:
         field, what = problem
         raise Validation(f"record.{field}", what)
     if record.end > head:
         raise Validation("record.end", f"{record.end} is above the journal head {head}")
-    baseline = read_baseline_height(tr, world_keys)
-    horizon = read_cold_horizon(tr, world_keys)
+    baseline = await read_baseline_height(tr, world_keys)
+    horizon = await read_cold_horizon(tr, world_keys)
     if record.end >= baseline and record.end > horizon:
         raise Validation(
             "record.end",
@@ -280,12 +281,12 @@ def put_segment(
             "world's owner let go, may be cold",
         )
     key = keys.segment(world, record.end)
-    existing = tr.get(key)
+    existing = await tr.get(key)
     if existing is not None:
         if _decode(keys, world, key, existing) == record:
             return False
         raise SegmentOverlap(f"world {world}: a different segment ends at {record.end}")
-    last = last_segment(tr, keys, world)
+    last = await last_segment(tr, keys, world)
     expected_start = 1 if last is None else last.end + 1
     if record.start != expected_start:
         raise SegmentOverlap(
@@ -297,9 +298,9 @@ def put_segment(
 
 
 @kv.transactional
-def list_segments(
+async def list_segments(
     tr: kv.Transaction, keys: UniverseKeys, world: WorldId, from_height: int = 1
 ) -> list[SegmentIndexRecord]:
     """Segments of ``world`` ending at or after ``from_height``, in height order (checked
     as :func:`read_segments` checks them)."""
-    return read_segments(tr, keys, world, from_height)
+    return await read_segments(tr, keys, world, from_height)

@@ -37,18 +37,18 @@ class SnapshotOutcome:
     promoted: bool
 
 
-def read_baseline(tr: kv.Transaction, keys: WorldKeys) -> SnapshotRecord:
+async def read_baseline(tr: kv.Transaction, keys: WorldKeys) -> SnapshotRecord:
     """The active baseline; every world has one from creation."""
-    raw = tr.get(keys.baseline())
+    raw = await tr.get(keys.baseline())
     if raw is None:
-        read_head(tr, keys)  # NotFound for a missing world
+        await read_head(tr, keys)  # NotFound for a missing world
         raise NotFound(f"world {keys.world} has no active baseline")
     return decode_record(SnapshotRecord, raw, f"baseline of world {keys.world}")
 
 
-def read_snapshot(tr: kv.Transaction, keys: WorldKeys, height: int) -> SnapshotRecord | None:
+async def read_snapshot(tr: kv.Transaction, keys: WorldKeys, height: int) -> SnapshotRecord | None:
     """The snapshot indexed at ``height``, if any."""
-    raw = tr.get(keys.snapshot(height))
+    raw = await tr.get(keys.snapshot(height))
     return None if raw is None else decode_record(SnapshotRecord, raw, f"snapshot {height}")
 
 
@@ -109,7 +109,7 @@ def _require(
         raise RootIncomplete(record.height, named_by, blob.hex, universe) from None
 
 
-def _plan(
+async def _plan(
     tr: kv.Transaction,
     keys: WorldKeys,
     record: SnapshotRecord,
@@ -122,7 +122,7 @@ def _plan(
     indexed at its height and, if ``promote``, the baseline would not regress. Returns the
     head and whether ``record`` must be indexed and promoted (``False`` where it already
     is)."""
-    head = read_head(tr, keys)
+    head = await read_head(tr, keys)
     if record.height > head.height:
         raise Validation(
             "snapshot.height", f"{record.height} is above the journal head {head.height}"
@@ -130,14 +130,14 @@ def _plan(
     if refs_in_cas:
         universe = UniverseKeys(keys.universe)
         for ref, what in ((record.snapshot_ref, "snapshot"), (record.manifest_hash, "manifest")):
-            if tr.get(universe.cas_meta(ref)) is None:
+            if await tr.get(universe.cas_meta(ref)) is None:
                 raise NotFound(f"{what} {ref} is not in the CAS of universe {keys.universe}")
-    existing = read_snapshot(tr, keys, record.height)
+    existing = await read_snapshot(tr, keys, record.height)
     if existing is not None and existing != record:
         raise SnapshotMismatch(record.height, str(existing.snapshot_ref), str(record.snapshot_ref))
     if not promote:
         return head, existing is None, False
-    baseline = read_baseline(tr, keys)
+    baseline = await read_baseline(tr, keys)
     if baseline == record:
         return head, existing is None, False
     if baseline.height > record.height:
@@ -148,7 +148,7 @@ def _plan(
 
 
 @kv.transactional
-def check_commit(
+async def check_commit(
     tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, promote: bool
 ) -> None:
     """Protocol E's checks alone, read-only: the plane runs them before it puts the
@@ -156,11 +156,11 @@ def check_commit(
     runs them again in its own transaction (the store may move in between)."""
     if promote:
         check_fence(record)
-    _plan(tr, keys, record, promote, refs_in_cas=False)  # the blobs are put after this
+    await _plan(tr, keys, record, promote, refs_in_cas=False)  # the blobs are put after this
 
 
 @kv.transactional
-def commit_snapshot(
+async def commit_snapshot(
     tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, promote: bool, call: Call
 ) -> SnapshotOutcome:
     """Protocol E steps 2-6 (the snapshot bytes are already in CAS).
@@ -172,10 +172,10 @@ def commit_snapshot(
     earlier attempt committed reports what that attempt did (its call record)."""
     if promote:
         check_fence(record)
-    done = calls.replayed(tr, keys, call)
+    done = await calls.replayed(tr, keys, call)
     if done is not None:
         return SnapshotOutcome(bool(done.indexed), bool(done.promoted))
-    head, indexed, promoted = _plan(tr, keys, record, promote, refs_in_cas=True)
+    head, indexed, promoted = await _plan(tr, keys, record, promote, refs_in_cas=True)
     entries: list[bytes] = []
     if indexed:
         tr.set(keys.snapshot(record.height), record.to_cbor())
@@ -184,7 +184,7 @@ def commit_snapshot(
         _promote(tr, keys, record, entries)
     if entries:
         append_at(tr, keys, head, entries)
-        calls.record(tr, keys, call, "snapshot", indexed=indexed, promoted=promoted)
+        await calls.record(tr, keys, call, "snapshot", indexed=indexed, promoted=promoted)
     return SnapshotOutcome(indexed, promoted)
 
 
@@ -197,32 +197,32 @@ def _promote(
 
 
 @kv.transactional
-def promote_baseline(
+async def promote_baseline(
     tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, call: Call
 ) -> bool:
     """Promote an already indexed snapshot; ``False`` if it already was the baseline before
     this call. A retry whose earlier attempt committed reports that attempt's promotion,
     even if a newer baseline has been promoted since."""
     check_fence(record)
-    done = calls.replayed(tr, keys, call)
+    done = await calls.replayed(tr, keys, call)
     if done is not None:
         return bool(done.promoted)
-    if read_snapshot(tr, keys, record.height) != record:
+    if await read_snapshot(tr, keys, record.height) != record:
         raise NotFound(f"snapshot {record.snapshot_ref} is not indexed at height {record.height}")
-    head, _, promoted = _plan(tr, keys, record, True, refs_in_cas=False)  # it is indexed
+    head, _, promoted = await _plan(tr, keys, record, True, refs_in_cas=False)  # it is indexed
     if promoted:
         entries: list[bytes] = []
         _promote(tr, keys, record, entries)
         append_at(tr, keys, head, entries)
-        calls.record(tr, keys, call, "promote", promoted=True)
+        await calls.record(tr, keys, call, "promote", promoted=True)
     return promoted
 
 
 @kv.transactional
-def list_snapshots(tr: kv.Transaction, keys: WorldKeys) -> list[SnapshotRecord]:
+async def list_snapshots(tr: kv.Transaction, keys: WorldKeys) -> list[SnapshotRecord]:
     """Every indexed snapshot of the world, by height."""
-    read_head(tr, keys)
+    await read_head(tr, keys)
     return [
         decode_record(SnapshotRecord, value, "snapshot record")
-        for _, value in tr.get_range(*keys.snapshots())
+        for _, value in await tr.get_range(*keys.snapshots())
     ]

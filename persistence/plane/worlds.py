@@ -29,15 +29,15 @@ from persistence.records import (
 
 
 @kv.transactional
-def ensure_layout(tr: kv.Transaction, create: bool = True) -> int:
+async def ensure_layout(tr: kv.Transaction, create: bool = True) -> int:
     """Record the layout version in a new store; refuse a store with another one. Without
     ``create`` (reading tools) nothing is written: a store without the record must be
     empty, else it is damaged (``StoreFormatError``; writing the record would hide that)."""
-    raw = tr.get(LAYOUT_KEY)
+    raw = await tr.get(LAYOUT_KEY)
     if raw is None:
         if create:
             tr.set(LAYOUT_KEY, LayoutRecord(LAYOUT_VERSION).to_cbor())
-        elif tr.get_range(b"", b"\xff", limit=1, snapshot=True):
+        elif await tr.get_range(b"", b"\xff", limit=1, snapshot=True):
             raise StoreFormatError(
                 "the store holds data but no layout record: damaged (its layout row was "
                 "deleted, or another program wrote it); left untouched"
@@ -58,36 +58,36 @@ def ensure_layout(tr: kv.Transaction, create: bool = True) -> int:
 
 
 @kv.transactional
-def read_meta(tr: kv.Transaction, keys: WorldKeys) -> WorldMeta:
+async def read_meta(tr: kv.Transaction, keys: WorldKeys) -> WorldMeta:
     """The world's metadata; ``NotFound`` if the world does not exist."""
-    raw = tr.get(keys.meta(), snapshot=True)
+    raw = await tr.get(keys.meta(), snapshot=True)
     if raw is None:
         raise WorldNotFound(keys.universe, keys.world)
     return decode_record(WorldMeta, raw, "world meta")
 
 
 @kv.transactional
-def world_exists(tr: kv.Transaction, keys: WorldKeys) -> bool:
+async def world_exists(tr: kv.Transaction, keys: WorldKeys) -> bool:
     """Whether the world has been created (its meta never changes once written)."""
-    return tr.get(keys.meta(), snapshot=True) is not None
+    return await tr.get(keys.meta(), snapshot=True) is not None
 
 
 @kv.transactional
-def create_world(
+async def create_world(
     tr: kv.Transaction, keys: WorldKeys, meta: WorldMeta, genesis: SnapshotRecord
 ) -> bool:
     """Write meta, an empty journal head, the genesis snapshot and the active baseline
     atomically. ``False`` if this exact world already exists (a retried creation)."""
-    existing = tr.get(keys.meta())
+    existing = await tr.get(keys.meta())
     if existing is not None:
         if decode_record(WorldMeta, existing, "world meta") == meta:
             return False
         raise WorldExists(f"world {keys.world} already exists in universe {keys.universe}")
-    write_world(tr, keys, meta, genesis)
+    await write_world(tr, keys, meta, genesis)
     return True
 
 
-def write_world(
+async def write_world(
     tr: kv.Transaction,
     keys: WorldKeys,
     meta: WorldMeta,
@@ -100,7 +100,7 @@ def write_world(
     here unless the caller read it as ``universe_info``)."""
     universe = UniverseKeys(keys.universe)
     if universe_info == "unread":
-        universe_info = tr.get(universe.info())
+        universe_info = await tr.get(universe.info())
     if universe_info is None:
         tr.set(universe.info(), UniverseInfo(meta.created_ns).to_cbor())
     tr.set(keys.meta(), meta.to_cbor())
@@ -121,7 +121,7 @@ def _id_at(key: bytes, position: int) -> uuid.UUID:
     return element
 
 
-def _skip_scan(
+async def _skip_scan(
     tr: kv.Transaction,
     begin: bytes,
     end: bytes,
@@ -136,7 +136,7 @@ def _skip_scan(
     found: list[uuid.UUID] = []
     deadline = time.monotonic() + SCAN_SECONDS
     while len(found) < limit and not (found and time.monotonic() > deadline):
-        rows = tr.get_range(begin, end, limit=1, snapshot=True)
+        rows = await tr.get_range(begin, end, limit=1, snapshot=True)
         if not rows:
             break
         found.append(_id_at(rows[0][0], position))
@@ -145,7 +145,9 @@ def _skip_scan(
 
 
 @kv.transactional
-def list_universes(tr: kv.Transaction, after: UniverseId | None, limit: int) -> list[UniverseId]:
+async def list_universes(
+    tr: kv.Transaction, after: UniverseId | None, limit: int
+) -> list[UniverseId]:
     """Up to ``limit`` universes after ``after``, in key order (a skip scan)."""
     begin, end = universes_range()
     if after is not None:
@@ -154,11 +156,11 @@ def list_universes(tr: kv.Transaction, after: UniverseId | None, limit: int) -> 
     def past(id: uuid.UUID) -> bytes:
         return UniverseKeys(UniverseId(id)).all()[1]
 
-    return [UniverseId(u) for u in _skip_scan(tr, begin, end, 1, past, limit)]
+    return [UniverseId(u) for u in await _skip_scan(tr, begin, end, 1, past, limit)]
 
 
 @kv.transactional
-def list_worlds(
+async def list_worlds(
     tr: kv.Transaction, universe: UniverseKeys, after: WorldId | None, limit: int
 ) -> list[WorldId]:
     """Up to ``limit`` worlds of ``universe`` after ``after``, in key order (a skip scan)."""
@@ -169,4 +171,4 @@ def list_worlds(
     def past(id: uuid.UUID) -> bytes:
         return universe.world(WorldId(id)).all()[1]
 
-    return [WorldId(w) for w in _skip_scan(tr, begin, end, 3, past, limit)]
+    return [WorldId(w) for w in await _skip_scan(tr, begin, end, 3, past, limit)]

@@ -22,7 +22,7 @@ the one that marks a world always finds the mark expired."""
 def dump(store: Store) -> list[tuple[bytes, bytes]]:
     engine = SqliteEngine(store.data_dir / "aos.db", create=False)
     try:
-        return list(engine.create_transaction().get_range(b"", b"\xff"))
+        return list(engine.create_transaction().get_range(b"", b"\xff").wait())
     finally:
         engine.close()
 

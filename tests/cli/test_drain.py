@@ -20,6 +20,7 @@ import pytest
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence import cbor, kv
+from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import Plane, inbox
@@ -62,7 +63,7 @@ def ready(store: Store) -> set[WorldId]:
     u = UniverseId.parse(store.universe)
     with opened(store) as plane:
         keys = UniverseKeys(u)
-        worlds, _ = inbox.read_ready(plane.engine, keys, *keys.ready_range())
+        worlds, _ = drive(inbox.read_ready(plane.engine, keys, *keys.ready_range()))
         return set(worlds)
 
 
@@ -177,7 +178,7 @@ def test_a_world_that_cannot_be_drained_fails_the_run(store: Store) -> None:
     with opened(store) as plane:  # damage the second item of one world's inbox
         keys = WorldKeys(u, worlds[1])
         seq = plane.read_after(u, worlds[1], plane.inbox_cursor(u, worlds[1]), 2)[1][0]
-        kv.run(plane.engine, lambda tr: tr.set(keys.inbox_item(seq), b"\x00"))
+        kv.run_sync(plane.engine, lambda tr: tr.set(keys.inbox_item(seq), b"\x00"))
     result = aosp("drain", *store.args("--json"))
     assert result.code == 1
     (failure,) = result.json()["lag"]["failures"]
@@ -196,7 +197,7 @@ def test_backfill_finds_items_enqueued_before_the_index(store: Store) -> None:
     enqueue(store, {worlds[0]: 2})
     with opened(store) as plane:  # as a store written before the ready marks existed
         keys = UniverseKeys(UniverseId.parse(store.universe))
-        kv.run(plane.engine, lambda tr: tr.clear_range(*keys.ready_range()))
+        kv.run_sync(plane.engine, lambda tr: tr.clear_range(*keys.ready_range()))
     assert aosp("drain", *store.args("--json")).json()["pass"]["items"] == 0
     result = aosp("drain", *store.args("--json", "--backfill"))
     assert result.code == 0 and "marked 1 worlds" in result.err

@@ -53,7 +53,7 @@ def first_segment(store: Store, plane: Plane) -> tuple[str, Path]:
 def snapshot_of(store: Store) -> tuple[list[tuple[bytes, bytes]], dict[str, bytes]]:
     """Every key-value pair and every object of the store."""
     plane = open_store(store)
-    pairs = plane.engine.create_transaction().get_range(b"", b"\xff")
+    pairs = plane.engine.create_transaction().get_range(b"", b"\xff").wait()
     plane.engine.close()
     root = store.data_dir / "objects"
     objects = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
@@ -93,7 +93,7 @@ def plant_hot_key_deleted(store: Store, plane: Plane) -> str:
     keys = WorldKeys(u, w)
     tr = plane.engine.create_transaction()
     tr.clear_range(*keys.entry_prefix(head))
-    tr.commit()
+    tr.commit().wait()
     return f"height {head}"
 
 
@@ -104,7 +104,7 @@ def plant_head_raised_far(store: Store, plane: Plane) -> str:
     head = plane.head(u, w)
     tr = plane.engine.create_transaction()
     tr.set(WorldKeys(u, w).head(), JOURNAL_HEAD.encode(10**15))
-    tr.commit()
+    tr.commit().wait()
     return f"heights {head + 1}-{10**15}"
 
 
@@ -112,7 +112,7 @@ def plant_meta_deleted(store: Store, plane: Plane) -> str:
     u, w = ids(store)
     tr = plane.engine.create_transaction()
     tr.clear(WorldKeys(u, w).meta())
-    tr.commit()
+    tr.commit().wait()
     return "meta"
 
 
@@ -120,7 +120,7 @@ def plant_meta_damaged(store: Store, plane: Plane) -> str:
     u, w = ids(store)
     tr = plane.engine.create_transaction()
     tr.set(WorldKeys(u, w).meta(), b"\xff\xff\xff\xff")
-    tr.commit()
+    tr.commit().wait()
     return "meta"
 
 
@@ -129,7 +129,7 @@ def plant_ready_mark_cleared(store: Store, plane: Plane) -> str:
     plane.enqueue(u, w, DomainEventIngress("test/Event@1", cbor.encode(1)))
     tr = plane.engine.create_transaction()
     tr.clear(WorldKeys(u, w).ready())
-    tr.commit()
+    tr.commit().wait()
     return "ready mark"
 
 
@@ -199,7 +199,7 @@ def test_an_unsafe_object_key_is_a_finding_not_a_usage_error(store: Store, unsaf
     record = plane.list_segments(u, w)[0]
     keys = UniverseKeys(u)
     forged = replace(record, object_key=unsafe).to_cbor()
-    kv.run(plane.engine, lambda tr: tr.set(keys.segment(w, record.end), forged))
+    kv.run_sync(plane.engine, lambda tr: tr.set(keys.segment(w, record.end), forged))
     plane.engine.close()
     code, report = fsck(store)
     assert code == 1, report

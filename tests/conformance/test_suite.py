@@ -23,6 +23,7 @@ from conformance.cases import PROFILES
 from conformance.pytest_plugin import ConformanceTests
 from conformance.runner import run_suite
 from persistence import kv
+from persistence.futures import drive
 from persistence.ids import InboxSeq
 from persistence.keyspace import WorldKeys
 from persistence.kv import Engine
@@ -197,7 +198,7 @@ class BackwardsCursorPlane(Plane):
     def commit_cursor(self, universe: Any, world: Any, old_cursor: Any, new_cursor: Any) -> None:
         keys = WorldKeys(universe, world)
         record = InboxCursor(new_cursor).to_cbor()
-        kv.run(self.engine, lambda tr: tr.set(keys.inbox_cursor(), record))
+        kv.run_sync(self.engine, lambda tr: tr.set(keys.inbox_cursor(), record))
 
 
 class NonAtomicAppendPlane(Plane):
@@ -205,10 +206,14 @@ class NonAtomicAppendPlane(Plane):
 
     def append_batch(self, universe: Any, world: Any, expected_head: int, entries: Any) -> int:
         keys = WorldKeys(universe, world)
-        journal_protocol.append_batch(self.engine, keys, expected_head, [entries[0]], Call.new())
+        drive(
+            journal_protocol.append_batch(
+                self.engine, keys, expected_head, [entries[0]], Call.new()
+            )
+        )
         for entry in entries[1:]:
             head = self.head(universe, world)
-            journal_protocol.append_batch(self.engine, keys, head, [entry], Call.new())
+            drive(journal_protocol.append_batch(self.engine, keys, head, [entry], Call.new()))
         return expected_head + 1
 
 
@@ -224,9 +229,9 @@ class RetryBlindEnqueuePlane(Plane):
         def attempt(tr: kv.Transaction) -> PendingEnqueue:
             envelopes = [InboxEnvelope(encode_inbox_item(i), os.urandom(16)) for i in items]
             stored = [(e.idempotency_key, e.to_cbor()) for e in envelopes]
-            return inbox_protocol.enqueue(tr, keys, stored)
+            return drive(inbox_protocol.enqueue(tr, keys, stored))
 
-        return kv.run(self.engine, attempt).seqs(len(items))
+        return kv.run_sync(self.engine, attempt).seqs(len(items))
 
 
 def mutant(cls: type[Plane], engine: Engine | None = None) -> Plane:
@@ -244,9 +249,11 @@ class ForgetfulAppendPlane(Plane):
         keys = WorldKeys(universe, world)
 
         def attempt(tr: kv.Transaction) -> int:
-            return journal_protocol.append_batch(tr, keys, expected_head, list(entries), Call.new())
+            return drive(
+                journal_protocol.append_batch(tr, keys, expected_head, list(entries), Call.new())
+            )
 
-        return kv.run(self.engine, attempt)
+        return kv.run_sync(self.engine, attempt)
 
 
 def test_the_interleaving_mode_fails_an_append_that_forgets_its_call() -> None:

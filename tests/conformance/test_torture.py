@@ -306,7 +306,7 @@ def hole_in_hot_tail(store: Store) -> None:
     plane, universe, worlds, _ = store
     keys = WorldKeys(universe, worlds[1])
     height = plane.head(universe, worlds[1]) - 1  # the snapshot announcement, still hot
-    kv.run(plane.engine, lambda tr: tr.clear(keys.entry_chunk(height, 0, 1)))
+    kv.run_sync(plane.engine, lambda tr: tr.clear(keys.entry_chunk(height, 0, 1)))
 
 
 def cursor_skips_an_acknowledged_item(store: Store) -> None:
@@ -399,26 +399,26 @@ def item_removed_above_the_cursor(store: Store) -> None:
         tr.clear(keys.inbox_item(seq))
         tr.clear(keys.inbox_idempotency(key))
 
-    kv.run(store[0].engine, remove)
+    kv.run_sync(store[0].engine, remove)
 
 
 def entry_of_a_pending_item_removed(store: Store) -> None:
     keys, _, key = _pending(store)
-    kv.run(store[0].engine, lambda tr: tr.clear(keys.inbox_idempotency(key)))
+    kv.run_sync(store[0].engine, lambda tr: tr.clear(keys.inbox_idempotency(key)))
 
 
 def ready_mark_of_a_pending_world_removed(store: Store) -> None:
     """As a drain that cleared the mark blindly (not comparing it with what it read) could
     leave it."""
     keys, _, _ = _pending(store)
-    kv.run(store[0].engine, lambda tr: tr.clear(keys.ready()))
+    kv.run_sync(store[0].engine, lambda tr: tr.clear(keys.ready()))
 
 
 def ready_mark_left_after_the_final_drain(store: Store) -> None:
     """As a drain that never clears the mark would leave it."""
     plane, universe, worlds, _ = store
     keys = WorldKeys(universe, worlds[1])
-    kv.run(plane.engine, lambda tr: tr.set(keys.ready(), b"\x00" * 10))
+    kv.run_sync(plane.engine, lambda tr: tr.set(keys.ready(), b"\x00" * 10))
 
 
 def _compacted_item(store: Store) -> tuple[ItemId, int]:
@@ -487,7 +487,9 @@ def external_snapshot_body_deleted(store: Store) -> None:
     plane, universe, _, evidence = store
     ref = evidence.snapshots[0].ref
     meta = CasMeta(size=plane.blob_meta(universe, ref).size, object_key=object_key(universe, ref))
-    kv.run(plane.engine, lambda tr: tr.set(UniverseKeys(universe).cas_meta(ref), meta.to_cbor()))
+    kv.run_sync(
+        plane.engine, lambda tr: tr.set(UniverseKeys(universe).cas_meta(ref), meta.to_cbor())
+    )
 
 
 PLANTED: list[tuple[Callable[[Store], None], str]] = [
@@ -539,7 +541,7 @@ def test_the_monitor_catches_a_cursor_moving_back() -> None:
     monitor.sample(0, worlds[0])
     first = plane.read_after(universe, worlds[0], None, 1)[0][0]
     keys = WorldKeys(universe, worlds[0])
-    kv.run(plane.engine, lambda tr: tr.set(keys.inbox_cursor(), InboxCursor(first).to_cbor()))
+    kv.run_sync(plane.engine, lambda tr: tr.set(keys.inbox_cursor(), InboxCursor(first).to_cbor()))
     monitor.sample(0, worlds[0])
     assert any("cursor moved back" in v for v in monitor.violations), monitor.violations
 
@@ -641,7 +643,7 @@ def test_an_exporter_puts_its_unacknowledged_attachment_again(tmp_path: Path) ->
 def doom(plane: Plane, universe: UniverseId, hash: Hash, at_ns: int) -> UniverseKeys:
     """Doom ``hash`` as a collector does before it deletes the body (and then dies)."""
     keys = UniverseKeys(universe)
-    kv.run(
+    kv.run_sync(
         plane.engine, lambda tr: tr.set(keys.cas_doom(hash), CasDoom(at_ns, b"t" * 16).to_cbor())
     )
     return keys
@@ -663,7 +665,7 @@ def test_an_attachment_put_gives_up_on_a_doom_whose_collector_is_gone(tmp_path: 
     attachments.put(0, 7)
     assert attachments.pending is None and attachment_resume_point(tmp_path) is None
     assert steps.waits >= 2 and not plane.has(universe, hash)
-    kv.run(plane.engine, lambda tr: tr.clear(keys.cas_doom(hash)))  # the lease taken over
+    kv.run_sync(plane.engine, lambda tr: tr.clear(keys.cas_doom(hash)))  # the lease taken over
     attachments.put(0, 7)
     evidence = read_evidence(tmp_path)
     assert evidence.attachments_blocked == 1
@@ -724,7 +726,7 @@ def test_a_stalled_attachment_put_starts_over_after_a_collector_took_its_body(
         nonlocal collected
         while not done.is_set() and not collected.collected:
             collected += cas_bodies.collect(plane.engine, plane.objects, universe, later, 1.0)
-        kv.run(plane.engine, lambda tr: tr.clear(keys.cas_doom(Hash.of(attachment(0, 7)))))
+        kv.run_sync(plane.engine, lambda tr: tr.clear(keys.cas_doom(Hash.of(attachment(0, 7)))))
 
     thread = threading.Thread(target=collector)
     thread.start()

@@ -256,6 +256,12 @@ class Future:
         except FDBError:
             pass
 
+    def on_ready(self, callback: Callable[[Any], None]) -> None:
+        """Call ``callback(self)`` once ready: here at once, as the outcome is known (a
+        future that could never be ready raises, where the real one would never call)."""
+        self.block_until_ready()
+        callback(self)
+
     def wait(self) -> Any:
         """The result, or the operation's ``FDBError``."""
         raise NotImplementedError
@@ -407,6 +413,42 @@ class KeyValue:
         return iter((self.key, self.value))
 
 
+class KeySelector:
+    """``fdb.KeySelector``: the two forms the adapter uses (first key >= or > ``key``)."""
+
+    def __init__(self, key: bytes, or_equal: bool, offset: int) -> None:
+        self.key, self.or_equal, self.offset = key, or_equal, offset
+
+    @classmethod
+    def first_greater_or_equal(cls, key: bytes) -> KeySelector:
+        """The first key at or after ``key``."""
+        return cls(key, False, 1)
+
+    @classmethod
+    def first_greater_than(cls, key: bytes) -> KeySelector:
+        """The first key after ``key``."""
+        return cls(key, True, 1)
+
+    def resolved(self) -> bytes:
+        """The key this selector names, as the fake's ranges take it (the two forms only)."""
+        if self.offset != 1:
+            raise NotImplementedError("the fake models first_greater_or_equal/_than only")
+        return self.key + b"\x00" if self.or_equal else self.key
+
+
+class FutureKeyValueArray(Future):
+    """``fdb.impl.FutureKeyValueArray``: one batch of a range read, ``(kvs, count, more)``."""
+
+    def wait(self) -> tuple[list[KeyValue], int, bool]:
+        rows, more = self._outcome()
+        return [KeyValue(k, v) for k, v in rows], len(rows), more
+
+
+WANT_ALL_BATCH: Final = 7
+"""Rows the fake returns per batch outside ``exact`` mode (small, so that reads of a few
+dozen rows take several batches, as reads of many bytes do on a cluster)."""
+
+
 class FDBRange:
     """``fdb.impl.FDBRange``: an iterable (not a sequence) of :class:`KeyValue`.
 
@@ -518,7 +560,7 @@ class TransactionRead:
             if state.poisoned:
                 raise fdb_error(USED_DURING_COMMIT, "transaction used during its commit")
             state.reach_cluster()
-            return _memory(state.inner.get_read_version)
+            return _memory(lambda: state.inner.get_read_version().wait())
 
         return FutureInt64(_issue(issue))
 
@@ -530,7 +572,7 @@ class TransactionRead:
         def call() -> bytes | None:
             if k >= MAX_READ_KEY:
                 raise fdb_error(KEY_OUTSIDE_LEGAL_RANGE, f"read of {k!r}")
-            return state.inner.get(k, snapshot=snapshot)
+            return state.inner.get(k, snapshot=snapshot).wait()
 
         return Value(state.read("get", call))
 
@@ -551,9 +593,47 @@ class TransactionRead:
         def call() -> list[tuple[bytes, bytes]]:
             if b > MAX_READ_KEY or e > MAX_READ_KEY:
                 raise fdb_error(KEY_OUTSIDE_LEGAL_RANGE, f"range read [{b!r}, {e!r})")
-            return state.inner.get_range(b, e, limit=limit, reverse=reverse, snapshot=snapshot)
+            return state.inner.get_range(
+                b, e, limit=limit, reverse=reverse, snapshot=snapshot
+            ).wait()
 
         return FDBRange(state, state.read("get_range", call))
+
+    def _get_range(
+        self,
+        begin: KeySelector,
+        end: KeySelector,
+        limit: int,
+        streaming_mode: int,
+        iteration: int,
+        reverse: bool,
+    ) -> FutureKeyValueArray:
+        """One batch of a range read (what ``FDBRange`` issues): all ``limit`` rows in
+        ``exact`` mode, else at most :data:`WANT_ALL_BATCH`; ``more`` if rows remain."""
+        del iteration
+        b, e = begin.resolved(), end.resolved()
+        state, snapshot = self._state, self._snapshot
+        if streaming_mode == StreamingMode.exact and limit <= 0:
+            return FutureKeyValueArray(_failing(fdb_error(2210, "exact mode needs a limit")))
+        batch = limit if streaming_mode == StreamingMode.exact else WANT_ALL_BATCH
+        if limit:
+            batch = min(batch, limit)
+
+        def call() -> tuple[list[tuple[bytes, bytes]], bool]:
+            if b > MAX_READ_KEY or e > MAX_READ_KEY:
+                raise fdb_error(KEY_OUTSIDE_LEGAL_RANGE, f"range read [{b!r}, {e!r})")
+            rows = state.inner.get_range(
+                b, e, limit=batch, reverse=reverse, snapshot=snapshot
+            ).wait()
+            if len(rows) < batch:
+                return rows, False
+            # whether rows remain, read without widening the conflict range (as a cluster
+            # knows it from its shard)
+            last = rows[-1][0]
+            rest = (last + b"\x00", e) if not reverse else (b, last)
+            return rows, bool(state.inner.get_range(*rest, limit=1, snapshot=True).wait())
+
+        return FutureKeyValueArray(state.read("get_range", call))
 
     def get_range_startswith(self, prefix: object, *args: Any, **kwargs: Any) -> FDBRange:
         """The range of keys starting with ``prefix``."""
@@ -639,7 +719,7 @@ class Transaction(TransactionRead):
         """``fdb.Transaction.watch``: a future that fires once the committed value of ``key``
         is no longer the one this transaction reads."""
         k = _key_to_bytes(key)
-        seen = _memory(lambda: self._state.inner.get(k))
+        seen = _memory(lambda: self._state.inner.get(k).wait())
         return Watch(self._state.database.engine, k, seen)
 
     def get_versionstamp(self) -> Key:
@@ -677,7 +757,7 @@ class Transaction(TransactionRead):
             if state.poisoned:
                 raise fdb_error(USED_DURING_COMMIT, "transaction used while its commit was pending")
             state.reach_cluster()
-            _memory(state.inner.commit)
+            _memory(lambda: state.inner.commit().wait())
 
         state.commit = FutureVoid(settle)
         return state.commit
@@ -843,6 +923,7 @@ class FakeFdb(types.ModuleType):
             ("Database", Database),
             ("Transaction", Transaction),
             ("KeyValue", KeyValue),
+            ("KeySelector", KeySelector),
             ("StreamingMode", StreamingMode),
             ("predicates", _ErrorPredicates()),
         ):

@@ -35,16 +35,16 @@ def main() -> None:
                 tr.add(fdbtuple.pack(("counter",)), (1).to_bytes(8, "little"))
                 return tr.get_versionstamp()
 
-            stamps.append(kv.run(engine, body).wait().hex())
+            stamps.append(kv.run_sync(engine, body).wait().hex())
         print(json.dumps(stamps))
     elif mode == "read-write":
         for i in range(count):
 
             def step(tr: kv.Transaction, i: int = i) -> None:
-                tr.get(fdbtuple.pack(("rw", worker, i - 1)))
+                tr.get(fdbtuple.pack(("rw", worker, i - 1))).wait()
                 tr.set(fdbtuple.pack(("rw", worker, i)), b"v" * 1000)
 
-            kv.run(engine, step)
+            kv.run_sync(engine, step)
     elif mode == "torture":
         txid = worker * 1_000_000
         print("ready", flush=True)
@@ -56,7 +56,7 @@ def main() -> None:
                     tr.set(fdbtuple.pack(("batch", txid, j)), bytes([j]) * 2048)
                 tr.set(fdbtuple.pack(("tx", txid)), b"")
 
-            kv.run(engine, batch)
+            kv.run_sync(engine, batch)
             if txid == worker * 1_000_000 + count:
                 print("committed", flush=True)
     else:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 
 from persistence import fdb_errors, fdbtuple, kv
 from persistence.errors import EngineError, RetryLimitReached, Validation
 from persistence.fdbtuple import Versionstamp
+from persistence.futures import drive
 from persistence.kv import Engine, Transaction
 
 
@@ -18,12 +21,14 @@ def commit_all(engine: Engine, items: dict[bytes, bytes]) -> None:
         for key, value in items.items():
             tr.set(key, value)
 
-    kv.run(engine, body)
+    kv.run_sync(engine, body)
 
 
-def read(engine: Engine, fn):  # type: ignore[no-untyped-def]
+def read(engine: Engine, fn: Callable[[Transaction], Awaitable[T]]) -> T:
     return kv.run(engine, fn)
 
+
+T = TypeVar("T")
 
 KEYS = {bytes([0x10 + i]): bytes([i]) * (i + 1) for i in range(10)}
 
@@ -69,16 +74,16 @@ def test_read_your_writes(engine: Engine) -> None:
         tr.clear_range(b"\x13", b"\x16")
         tr.set(b"\x14", b"back")
         tr.add(b"\x19", (1).to_bytes(2, "little"))
-        seen.append(tr.get(b"\x10"))
-        seen.append(tr.get(b"\x11"))
-        seen.append(tr.get(b"\x13"))
-        seen.append(tr.get(b"\x14"))
-        seen.append(tr.get(b"\x19"))
-        seen.append(tr.get_range(b"\x00", b"\xff"))
-        seen.append(tr.get_range(b"\x00", b"\xff", reverse=True, limit=3))
+        seen.append(tr.get(b"\x10").wait())
+        seen.append(tr.get(b"\x11").wait())
+        seen.append(tr.get(b"\x13").wait())
+        seen.append(tr.get(b"\x14").wait())
+        seen.append(tr.get(b"\x19").wait())
+        seen.append(tr.get_range(b"\x00", b"\xff").wait())
+        seen.append(tr.get_range(b"\x00", b"\xff", reverse=True, limit=3).wait())
         return seen
 
-    seen = kv.run(engine, body)
+    seen = kv.run_sync(engine, body)
     base19 = int.from_bytes(KEYS[b"\x19"][:2], "little")
     expected19 = ((base19 + 1) % 65536).to_bytes(2, "little")
     assert seen[:5] == [b"new", None, None, b"back", expected19]
@@ -96,20 +101,20 @@ def test_atomic_add_is_little_endian_and_wraps(engine: Engine) -> None:
         tr.add(b"counter", n.to_bytes(8, "little"))
 
     for n in (1, 2, 2**40):
-        kv.run(engine, functools.partial(add, n=n))
+        kv.run_sync(engine, functools.partial(add, n=n))
     assert read(engine, lambda tr: tr.get(b"counter")) == (3 + 2**40).to_bytes(8, "little")
-    kv.run(engine, lambda tr: tr.add(b"small", b"\xff"))
-    kv.run(engine, lambda tr: tr.add(b"small", b"\x02"))
+    kv.run_sync(engine, lambda tr: tr.add(b"small", b"\xff"))
+    kv.run_sync(engine, lambda tr: tr.add(b"small", b"\x02"))
     assert read(engine, lambda tr: tr.get(b"small")) == b"\x01"
 
 
 def test_concurrent_atomic_adds_do_not_conflict(engine: Engine) -> None:
     a, b = engine.create_transaction(), engine.create_transaction()
     for tr in (a, b):
-        tr.get_read_version()
+        tr.get_read_version().wait()
         tr.add(b"n", (1).to_bytes(8, "little"))
-    a.commit()
-    b.commit()
+    a.commit().wait()
+    b.commit().wait()
     assert read(engine, lambda tr: tr.get(b"n")) == (2).to_bytes(8, "little")
 
 
@@ -121,8 +126,8 @@ def test_compare_and_clear_clears_only_an_equal_value(engine: Engine) -> None:
         tr.compare_and_clear(b"other", b"w")
         tr.compare_and_clear(b"absent", b"v")
 
-    kv.run(engine, body)
-    found = read(engine, lambda tr: [tr.get(k) for k in (b"same", b"other", b"absent")])
+    kv.run_sync(engine, body)
+    found = read(engine, lambda tr: tr.get_many([b"same", b"other", b"absent"]))
     assert found == [None, b"v", None]
 
 
@@ -131,26 +136,26 @@ def test_compare_and_clear_compares_at_commit_without_a_read_conflict(engine: En
     and aborts nothing; unchanged, it clears."""
     commit_all(engine, {b"mark": b"1"})
     tr = engine.create_transaction()
-    seen = tr.get(b"mark", snapshot=True)
+    seen = tr.get(b"mark", snapshot=True).wait()
     assert seen == b"1"
     tr.compare_and_clear(b"mark", seen)
-    kv.run(engine, lambda other: other.set(b"mark", b"2"))
-    tr.commit()
+    kv.run_sync(engine, lambda other: other.set(b"mark", b"2"))
+    tr.commit().wait()
     assert read(engine, lambda tr: tr.get(b"mark")) == b"2"
     tr = engine.create_transaction()
     tr.compare_and_clear(b"mark", b"2")
-    tr.commit()
+    tr.commit().wait()
     assert read(engine, lambda tr: tr.get(b"mark")) is None
 
 
 def test_a_compare_and_clear_that_clears_aborts_a_reader_of_the_key(engine: Engine) -> None:
     commit_all(engine, {b"mark": b"1"})
     reader = engine.create_transaction()
-    assert reader.get(b"mark") == b"1"
+    assert reader.get(b"mark").wait() == b"1"
     reader.set(b"derived", b"from 1")
-    kv.run(engine, lambda tr: tr.compare_and_clear(b"mark", b"1"))
+    kv.run_sync(engine, lambda tr: tr.compare_and_clear(b"mark", b"1"))
     with pytest.raises(EngineError) as aborted:
-        reader.commit()
+        reader.commit().wait()
     assert aborted.value.code == fdb_errors.NOT_COMMITTED
 
 
@@ -162,9 +167,9 @@ def test_compare_and_clear_reads_its_own_writes(engine: Engine) -> None:
     tr.set(b"j", b"v")
     tr.compare_and_clear(b"j", b"w")
     tr.compare_and_clear(b"c", b"v")  # over the committed value
-    assert [tr.get(k) for k in (b"c", b"j", b"k")] == [None, b"v", None]
-    assert tr.get_range(b"a", b"z") == [(b"j", b"v")]
-    tr.commit()
+    assert [tr.get(k).wait() for k in (b"c", b"j", b"k")] == [None, b"v", None]
+    assert tr.get_range(b"a", b"z").wait() == [(b"j", b"v")]
+    tr.commit().wait()
     assert read(engine, lambda tr: tr.get_range(b"a", b"z")) == [(b"j", b"v")]
 
 
@@ -178,7 +183,7 @@ def test_versionstamps_increase_across_and_within_transactions(engine: Engine) -
                 tr.set_versionstamped_key(key, f"{i}.{user}".encode())
             return tr.get_versionstamp()
 
-        stamps.append(kv.run(engine, body).wait())
+        stamps.append(kv.run_sync(engine, body).wait())
     assert all(len(s) == 10 for s in stamps)
     assert stamps == sorted(stamps) and len(set(stamps)) == 5
     rows = read(engine, lambda tr: tr.get_range(*fdbtuple.range_of(fdbtuple.pack(("q",)))))
@@ -194,15 +199,15 @@ def test_versionstamped_value(engine: Engine) -> None:
         )
         return tr.get_versionstamp()
 
-    stamp = kv.run(engine, body).wait()
+    stamp = kv.run_sync(engine, body).wait()
     assert read(engine, lambda tr: tr.get(b"latest")) == b"pre" + stamp + b"post"
 
 
 def test_versionstamp_of_read_only_transaction_is_an_error(engine: Engine) -> None:
     tr = engine.create_transaction()
-    tr.get(b"x")
+    tr.get(b"x").wait()
     future = tr.get_versionstamp()
-    tr.commit()
+    tr.commit().wait()
     with pytest.raises(EngineError) as err:
         future.wait()
     assert err.value.code == fdb_errors.NO_COMMIT_VERSION
@@ -212,49 +217,49 @@ def test_read_then_write_same_key_exactly_one_commits(engine: Engine) -> None:
     commit_all(engine, {b"k": b"0"})
     a, b = engine.create_transaction(), engine.create_transaction()
     for tr, tag in ((a, b"a"), (b, b"b")):
-        assert tr.get(b"k") == b"0"
+        assert tr.get(b"k").wait() == b"0"
         tr.set(b"k", tag)
-    a.commit()
+    a.commit().wait()
     with pytest.raises(EngineError) as err:
-        b.commit()
+        b.commit().wait()
     assert err.value.code == fdb_errors.NOT_COMMITTED
     assert read(engine, lambda tr: tr.get(b"k")) == b"a"
 
 
 def test_disjoint_writes_both_commit(engine: Engine) -> None:
     a, b = engine.create_transaction(), engine.create_transaction()
-    assert a.get(b"x") is None and b.get(b"y") is None
+    assert a.get(b"x").wait() is None and b.get(b"y").wait() is None
     a.set(b"x", b"1")
     b.set(b"y", b"2")
-    a.commit()
-    b.commit()
-    assert read(engine, lambda tr: (tr.get(b"x"), tr.get(b"y"))) == (b"1", b"2")
+    a.commit().wait()
+    b.commit().wait()
+    assert read(engine, lambda tr: tr.get_many([b"x", b"y"])) == [b"1", b"2"]
 
 
 def test_snapshot_reads_do_not_conflict(engine: Engine) -> None:
     commit_all(engine, {b"k": b"0"})
     a, b = engine.create_transaction(), engine.create_transaction()
-    assert a.get(b"k", snapshot=True) == b"0"
-    assert b.get_range(b"a", b"z", snapshot=True) == [(b"k", b"0")]
+    assert a.get(b"k", snapshot=True).wait() == b"0"
+    assert b.get_range(b"a", b"z", snapshot=True).wait() == [(b"k", b"0")]
     a.set(b"other-a", b"1")
     b.set(b"other-b", b"1")
     writer = engine.create_transaction()
     writer.set(b"k", b"changed")
-    writer.commit()
-    a.commit()
-    b.commit()
+    writer.commit().wait()
+    a.commit().wait()
+    b.commit().wait()
 
 
 def test_range_read_conflicts_with_insert_inside_it(engine: Engine) -> None:
     commit_all(engine, {b"r1": b"", b"r5": b""})
     reader = engine.create_transaction()
-    assert len(reader.get_range(b"r", b"s")) == 2
+    assert len(reader.get_range(b"r", b"s").wait()) == 2
     reader.set(b"summary", b"2")
     writer = engine.create_transaction()
     writer.set(b"r3", b"")
-    writer.commit()
+    writer.commit().wait()
     with pytest.raises(EngineError) as err:
-        reader.commit()
+        reader.commit().wait()
     assert err.value.code == fdb_errors.NOT_COMMITTED
 
 
@@ -265,23 +270,23 @@ def test_get_many_gives_what_gets_give(engine: Engine) -> None:
     tr.clear(b"c")
     tr.set(b"d", b"new")
     keys = [b"a", b"b", b"c", b"d", b"e", b"a"]
-    assert tr.get_many(keys) == [b"1", b"mine", None, b"new", None, b"1"]
-    assert tr.get_many([]) == []
-    assert tr.get_many(keys, snapshot=True) == [tr.get(k) for k in keys]
+    assert tr.get_many(keys).wait() == [b"1", b"mine", None, b"new", None, b"1"]
+    assert tr.get_many([]).wait() == []
+    assert tr.get_many(keys, snapshot=True).wait() == [tr.get(k).wait() for k in keys]
 
 
 @pytest.mark.parametrize("snapshot", [False, True])
 def test_get_many_conflicts_as_gets_do(engine: Engine, snapshot: bool) -> None:
     commit_all(engine, {b"a": b"1"})
     reader = engine.create_transaction()
-    assert reader.get_many([b"a", b"z"], snapshot=snapshot) == [b"1", None]
+    assert reader.get_many([b"a", b"z"], snapshot=snapshot).wait() == [b"1", None]
     reader.set(b"mine", b"")
     commit_all(engine, {b"z": b"now"})  # a key it read as absent
     if snapshot:
-        reader.commit()
+        reader.commit().wait()
         return
     with pytest.raises(EngineError) as err:
-        reader.commit()
+        reader.commit().wait()
     assert err.value.code == fdb_errors.NOT_COMMITTED
 
 
@@ -289,55 +294,55 @@ def test_get_many_of_a_stamped_value_is_unreadable(engine: Engine) -> None:
     tr = engine.create_transaction()
     tr.set_versionstamped_value(b"v", b"\x00" * 10 + (0).to_bytes(4, "little"))
     with pytest.raises(EngineError) as err:
-        tr.get_many([b"a", b"v"])
+        tr.get_many([b"a", b"v"]).wait()
     assert err.value.code == fdb_errors.ACCESSED_UNREADABLE
 
 
 def test_limited_range_conflicts_only_over_what_was_read(engine: Engine) -> None:
     commit_all(engine, {b"r1": b"", b"r2": b"", b"r3": b""})
     reader = engine.create_transaction()
-    assert [k for k, _ in reader.get_range(b"r", b"s", limit=2)] == [b"r1", b"r2"]
+    assert [k for k, _ in reader.get_range(b"r", b"s", limit=2).wait()] == [b"r1", b"r2"]
     reader.set(b"summary", b"")
     writer = engine.create_transaction()
     writer.set(b"r4", b"")  # beyond the last key read
-    writer.commit()
-    reader.commit()
+    writer.commit().wait()
+    reader.commit().wait()
 
 
 def test_explicit_read_conflict_range(engine: Engine) -> None:
     reader = engine.create_transaction()
-    reader.get_read_version()
+    reader.get_read_version().wait()
     reader.add_read_conflict_range(b"p", b"q")
     reader.set(b"mine", b"")
     writer = engine.create_transaction()
     writer.set(b"p1", b"")
-    writer.commit()
+    writer.commit().wait()
     with pytest.raises(EngineError) as err:
-        reader.commit()
+        reader.commit().wait()
     assert err.value.code == fdb_errors.NOT_COMMITTED
 
 
 def test_a_failed_commit_applies_nothing(engine: Engine) -> None:
     commit_all(engine, {b"k": b"0"})
     loser = engine.create_transaction()
-    loser.get(b"k")
+    loser.get(b"k").wait()
     loser.set(b"a", b"1")
     loser.set(b"k", b"x")
     winner = engine.create_transaction()
     winner.set(b"k", b"w")
-    winner.commit()
+    winner.commit().wait()
     with pytest.raises(EngineError):
-        loser.commit()
-    assert read(engine, lambda tr: (tr.get(b"a"), tr.get(b"k"))) == (None, b"w")
+        loser.commit().wait()
+    assert read(engine, lambda tr: tr.get_many([b"a", b"k"])) == [None, b"w"]
 
 
 def test_reads_see_one_snapshot(engine: Engine) -> None:
     commit_all(engine, {b"a": b"1", b"b": b"1"})
     reader = engine.create_transaction()
-    assert reader.get(b"a") == b"1"
+    assert reader.get(b"a").wait() == b"1"
     commit_all(engine, {b"a": b"2", b"b": b"2"})
-    assert reader.get(b"b") == b"1"
-    assert reader.get_range(b"a", b"c") == [(b"a", b"1"), (b"b", b"1")]
+    assert reader.get(b"b").wait() == b"1"
+    assert reader.get_range(b"a", b"c").wait() == [(b"a", b"1"), (b"b", b"1")]
 
 
 @pytest.mark.parametrize(
@@ -374,15 +379,15 @@ def test_size_limits(engine: Engine, make, code: int) -> None:  # type: ignore[n
     tr = engine.create_transaction()
     with pytest.raises(EngineError) as err:
         make(tr)
-        tr.commit()
+        tr.commit().wait()
     assert err.value.code == code
 
 
 def test_limits_are_inclusive(engine: Engine) -> None:
     key = b"k" * kv.MAX_KEY_SIZE
-    kv.run(engine, lambda tr: tr.set(key, b"v" * kv.MAX_VALUE_SIZE))
-    assert len(read(engine, lambda tr: tr.get(key))) == kv.MAX_VALUE_SIZE
-    kv.run(engine, lambda tr: tr.set_many([(key, b"w" * kv.MAX_VALUE_SIZE)]))
+    kv.run_sync(engine, lambda tr: tr.set(key, b"v" * kv.MAX_VALUE_SIZE))
+    assert len(read(engine, lambda tr: tr.get(key)) or b"") == kv.MAX_VALUE_SIZE
+    kv.run_sync(engine, lambda tr: tr.set_many([(key, b"w" * kv.MAX_VALUE_SIZE)]))
     assert read(engine, lambda tr: tr.get(key)) == b"w" * kv.MAX_VALUE_SIZE
 
 
@@ -394,16 +399,18 @@ def test_set_many_refuses_what_set_refuses(engine: Engine, bad: str) -> None:
     tr = engine.create_transaction()
     with pytest.raises(Validation, match=bad):
         tr.set_many([(b"a", b"1"), pair, (b"z", b"2")])  # type: ignore[list-item]
-    assert tr.get(b"a") == b"1" and tr.get(b"k") is None and tr.get(b"z") is None
+    assert (
+        tr.get(b"a").wait() == b"1" and tr.get(b"k").wait() is None and tr.get(b"z").wait() is None
+    )
 
 
 def test_used_after_commit(engine: Engine) -> None:
     tr = engine.create_transaction()
     tr.set(b"a", b"")
-    tr.commit()
+    tr.commit().wait()
     with pytest.raises(EngineError) as err:
         tr.set(b"b", b"")  # FoundationDB reports this at the next read or commit
-        tr.get(b"b")
+        tr.get(b"b").wait()
     assert err.value.code == fdb_errors.USED_DURING_COMMIT
 
 
@@ -412,32 +419,32 @@ def test_retry_runner_retries_conflicts_until_commit(engine: Engine) -> None:
     attempts = []
 
     @kv.transactional
-    def increment(tr: Transaction, interfere: bool) -> int:
-        n = int.from_bytes(tr.get(b"n") or b"", "big")
+    async def increment(tr: Transaction, interfere: bool) -> int:
+        n = int.from_bytes(await tr.get(b"n") or b"", "big")
         attempts.append(n)
         if interfere and len(attempts) == 1:
             commit_all(engine, {b"n": (100).to_bytes(8, "big")})  # a concurrent writer
         tr.set(b"n", (n + 1).to_bytes(8, "big"))
         return n + 1
 
-    assert increment(engine, True) == 101
+    assert drive(increment(engine, True)) == 101
     assert attempts == [0, 100]
 
 
 def test_retry_runner_composes_inside_a_transaction(engine: Engine) -> None:
     @kv.transactional
-    def put(tr: Transaction, key: bytes) -> None:
+    async def put(tr: Transaction, key: bytes) -> None:
         tr.set(key, b"1")
 
     @kv.transactional
-    def both(tr: Transaction) -> None:
-        put(tr, b"x")
-        put(tr, b"y")
+    async def both(tr: Transaction) -> None:
+        await put(tr, b"x")
+        await put(tr, b"y")
         raise RuntimeError("abort before commit")
 
     with pytest.raises(RuntimeError):
-        both(engine)
-    assert read(engine, lambda tr: (tr.get(b"x"), tr.get(b"y"))) == (None, None)
+        drive(both(engine))
+    assert read(engine, lambda tr: tr.get_many([b"x", b"y"])) == [None, None]
 
 
 def test_retry_runner_gives_up_after_the_limit(engine: Engine) -> None:
@@ -448,7 +455,7 @@ def test_retry_runner_gives_up_after_the_limit(engine: Engine) -> None:
         raise fdb_errors.engine_error(fdb_errors.NOT_COMMITTED, "test")
 
     with pytest.raises(RetryLimitReached) as err:
-        kv.run(engine, always_conflicts, retry_limit=3)
+        kv.run_sync(engine, always_conflicts, retry_limit=3)
     assert err.value.retries == 3
     assert err.value.last.code == fdb_errors.NOT_COMMITTED
     assert len(calls) == 4
@@ -462,19 +469,19 @@ def test_retry_runner_does_not_retry_permanent_errors(engine: Engine) -> None:
         tr.set(b"k" * 20_000, b"")
 
     with pytest.raises(EngineError) as err:
-        kv.run(engine, too_big)
+        kv.run_sync(engine, too_big)
     assert err.value.code == fdb_errors.KEY_TOO_LARGE and len(calls) == 1
 
 
 def test_threads_increment_without_lost_updates(engine: Engine) -> None:
     @kv.transactional
-    def increment(tr: Transaction) -> None:
-        n = int.from_bytes(tr.get(b"c") or b"\x00", "big")
+    async def increment(tr: Transaction) -> None:
+        n = int.from_bytes(await tr.get(b"c") or b"\x00", "big")
         tr.set(b"c", (n + 1).to_bytes(4, "big"))
 
     def worker() -> None:
         for _ in range(25):
-            increment(engine)
+            drive(increment(engine))
 
     threads = [threading.Thread(target=worker) for _ in range(4)]
     for t in threads:
@@ -497,10 +504,10 @@ def _stamped_key(prefix: bytes) -> bytes:
 
 def test_a_read_only_commit_is_not_conflict_checked(engine: Engine) -> None:
     reader = engine.create_transaction()
-    assert reader.get(b"k") is None
+    assert reader.get(b"k").wait() is None
     commit_all(engine, {b"k": b"moved"})
     future = reader.get_versionstamp()
-    reader.commit()  # FoundationDB returns at once: nothing to apply, nothing validated
+    reader.commit().wait()  # FoundationDB returns at once: nothing to apply, nothing validated
     with pytest.raises(EngineError) as err:
         future.wait()
     assert err.value.code == fdb_errors.NO_COMMIT_VERSION
@@ -512,7 +519,7 @@ def test_inverted_ranges_are_errors(engine: Engine) -> None:
         lambda tr: tr.add_read_conflict_range(b"b", b"a"),
     ):
         with pytest.raises(EngineError) as err:
-            kv.run(engine, declare)
+            kv.run_sync(engine, declare)
         assert err.value.code == fdb_errors.INVERTED_RANGE
 
 
@@ -521,7 +528,7 @@ def test_a_later_clear_overrides_a_versionstamped_value(engine: Engine) -> None:
         tr.set_versionstamped_value(b"k", STAMP_VALUE)
         tr.clear(b"k")
 
-    kv.run(engine, body)
+    kv.run_sync(engine, body)
     assert read(engine, lambda tr: tr.get(b"k")) is None
 
 
@@ -531,7 +538,7 @@ def test_an_add_after_a_versionstamped_value_applies_over_the_stamp(engine: Engi
         tr.add(b"k", b"\x01")
         return tr.get_versionstamp()
 
-    stamp = kv.run(engine, body).wait()
+    stamp = kv.run_sync(engine, body).wait()
     # an add's result is as wide as its parameter: the stamp's first byte, plus one
     assert read(engine, lambda tr: tr.get(b"k")) == bytes([(stamp[0] + 1) % 256])
 
@@ -540,34 +547,34 @@ def test_versionstamped_values_are_unreadable_until_cleared(engine: Engine) -> N
     tr = engine.create_transaction()
     tr.set_versionstamped_value(b"k", STAMP_VALUE)
     tr.set(b"k", b"plain")  # still unreadable: the key was stamped in this transaction
-    for attempt in (lambda: tr.get(b"k"), lambda: tr.get_range(b"a", b"z")):
+    for attempt in (lambda: tr.get(b"k").wait(), lambda: tr.get_range(b"a", b"z").wait()):
         with pytest.raises(EngineError) as err:
             attempt()
         assert err.value.code == fdb_errors.ACCESSED_UNREADABLE
     tr.clear(b"k")
-    assert tr.get(b"k") is None
+    assert tr.get(b"k").wait() is None
     tr.set(b"k", b"v")
-    assert tr.get(b"k") == b"v"
+    assert tr.get(b"k").wait() == b"v"
 
 
 def test_keys_a_versionstamped_key_could_become_are_unreadable(engine: Engine) -> None:
     tr = engine.create_transaction()
     tr.set_versionstamped_key(_stamped_key(b"q/"), b"item")
-    assert tr.get_range(b"a", b"q/") == []  # before the possible keys: readable
+    assert tr.get_range(b"a", b"q/").wait() == []  # before the possible keys: readable
     with pytest.raises(EngineError) as err:
-        tr.get_range(b"q/", b"q0")
+        tr.get_range(b"q/", b"q0").wait()
     assert err.value.code == fdb_errors.ACCESSED_UNREADABLE
     tr.clear_range(b"q/", b"q0")  # a later clear makes the range known, and drops the key
-    assert tr.get_range(b"q/", b"q0") == []
+    assert tr.get_range(b"q/", b"q0").wait() == []
     with pytest.raises(EngineError) as err:
-        tr.commit()  # but the failed read poisoned the transaction
+        tr.commit().wait()  # but the failed read poisoned the transaction
     assert err.value.code == fdb_errors.ACCESSED_UNREADABLE
 
     fresh = engine.create_transaction()
     fresh.set_versionstamped_key(_stamped_key(b"q/"), b"item")
     fresh.clear_range(b"q/", b"q0")
-    assert fresh.get_range(b"q/", b"q0") == []
-    fresh.commit()
+    assert fresh.get_range(b"q/", b"q0").wait() == []
+    fresh.commit().wait()
     assert read(engine, lambda t: t.get_range(b"q/", b"q0")) == []
 
 
@@ -579,22 +586,22 @@ def test_a_stamped_keys_possible_range_starts_at_the_read_version_it_was_issued_
     stamped below that version stays readable; without a read version, none is."""
     setup = engine.create_transaction()  # a stamped commit: read versions of at least 1
     setup.set_versionstamped_key(_stamped_key(b"p/"), b"item")
-    setup.commit()
+    setup.commit().wait()
     lowest = b"q/" + b"\x00" * 10  # the stamp of version 0
     blind = engine.create_transaction()
     blind.set_versionstamped_key(_stamped_key(b"q/"), b"item")  # no read version yet
-    assert blind.get_read_version() >= 1  # taken after the write: the range stays as it was
+    assert blind.get_read_version().wait() >= 1  # taken after the write: the range stays as it was
     with pytest.raises(EngineError) as err:
-        blind.get(lowest)
+        blind.get(lowest).wait()
     assert err.value.code == fdb_errors.ACCESSED_UNREADABLE
 
     tr = engine.create_transaction()
-    version = tr.get_read_version()
+    version = tr.get_read_version().wait()
     tr.set_versionstamped_key(_stamped_key(b"q/"), b"item")
-    assert tr.get(lowest) is None  # below any stamp this commit can get
-    assert tr.get(b"q/" + (version - 1).to_bytes(8, "big") + b"\xff\xff") is None
+    assert tr.get(lowest).wait() is None  # below any stamp this commit can get
+    assert tr.get(b"q/" + (version - 1).to_bytes(8, "big") + b"\xff\xff").wait() is None
     with pytest.raises(EngineError) as err:
-        tr.get(b"q/" + version.to_bytes(8, "big") + b"\x00\x00")
+        tr.get(b"q/" + version.to_bytes(8, "big") + b"\x00\x00").wait()
     assert err.value.code == fdb_errors.ACCESSED_UNREADABLE
 
 
@@ -603,28 +610,28 @@ def test_reads_of_keys_written_first_add_no_conflict(engine: Engine) -> None:
     tr = engine.create_transaction()
     tr.clear(b"a")
     tr.set(b"c", b"mine")
-    assert tr.get_range(b"a", b"d") == [(b"b", b"1"), (b"c", b"mine")]
+    assert tr.get_range(b"a", b"d").wait() == [(b"b", b"1"), (b"c", b"mine")]
     tr.add_read_conflict_range(b"c", b"c\x00")
     commit_all(engine, {b"a": b"other", b"c": b"other"})  # only keys it fixed itself
     tr.set(b"z", b"1")
-    tr.commit()  # no conflict: [a, d) minus a and c was not written by the other
+    tr.commit().wait()  # no conflict: [a, d) minus a and c was not written by the other
     moved = engine.create_transaction()
     moved.clear(b"a")
-    assert moved.get_range(b"a", b"d") == [(b"b", b"1"), (b"c", b"mine")]
+    assert moved.get_range(b"a", b"d").wait() == [(b"b", b"1"), (b"c", b"mine")]
     commit_all(engine, {b"b": b"2"})  # a key it depends on
     moved.set(b"z", b"2")
     with pytest.raises(EngineError) as err:
-        moved.commit()
+        moved.commit().wait()
     assert err.value.code == fdb_errors.NOT_COMMITTED
 
 
 def test_an_empty_conflict_range_conflicts_with_nothing(engine: Engine) -> None:
     tr = engine.create_transaction()
-    assert tr.get(b"c") is None
+    assert tr.get(b"c").wait() is None
     tr.add_read_conflict_range(b"b", b"b")
     commit_all(engine, {b"a": b"1", b"b": b"1", b"b\x00": b"1"})
     tr.set(b"z", b"1")
-    tr.commit()
+    tr.commit().wait()
 
 
 def test_wait_changed_returns_on_a_commit_and_at_its_timeout(engine: Engine) -> None:

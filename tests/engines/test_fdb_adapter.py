@@ -40,6 +40,7 @@ from persistence.errors import (
     RetryLimitReached,
     Validation,
 )
+from persistence.futures import Future, drive
 from tests.engines import fake_fdb
 from tests.engines.fake_fdb import FakeFdb, FDBError, make_fake_fdb
 
@@ -75,7 +76,7 @@ def _put(engine: kv.Engine, rows: dict[bytes, bytes]) -> None:
         for key, value in rows.items():
             tr.set(key, value)
 
-    kv.run(engine, write)
+    kv.run_sync(engine, write)
 
 
 def _offset(n: int) -> bytes:
@@ -155,7 +156,7 @@ def test_on_error_keeps_the_timeout_and_sets_the_size_limit_again(
 ) -> None:
     engine = FdbEngine(_cluster_file(tmp_path), FdbOptions(timeout_ms=5_000, size_limit=2_000))
     tr = engine.create_transaction()
-    assert tr.on_error(fdb_errors.engine_error(fdb_errors.NOT_COMMITTED)) is tr
+    assert tr.on_error(fdb_errors.engine_error(fdb_errors.NOT_COMMITTED)).wait() is tr
     assert tr._tr.option_calls == {"timeout": 5_000, "size_limit": 2_000}
 
 
@@ -203,11 +204,11 @@ def test_bindings_are_loaded_once(fake: FakeFdb) -> None:
 def test_get_absent_and_present(engine: FdbEngine) -> None:
     _put(engine, {b"k": b"value", b"empty": b""})
     tr = engine.create_transaction()
-    assert tr.get(b"missing") is None
-    present = tr.get(b"k")
+    assert tr.get(b"missing").wait() is None
+    present = tr.get(b"k").wait()
     assert present == b"value"
     assert type(present) is bytes
-    empty = tr.get(b"empty")
+    empty = tr.get(b"empty").wait()
     assert empty == b""
     assert type(empty) is bytes
 
@@ -218,10 +219,10 @@ def test_get_reads_own_writes(engine: FdbEngine) -> None:
     tr.set(b"a", b"one")
     tr.clear(b"b")
     tr.set(b"c", b"3")
-    assert tr.get(b"a") == b"one"
-    assert tr.get(b"b") is None
-    assert tr.get(b"c") == b"3"
-    assert tr.get_range(b"a", b"z") == [(b"a", b"one"), (b"c", b"3")]
+    assert tr.get(b"a").wait() == b"one"
+    assert tr.get(b"b").wait() is None
+    assert tr.get(b"c").wait() == b"3"
+    assert tr.get_range(b"a", b"z").wait() == [(b"a", b"one"), (b"c", b"3")]
 
 
 @pytest.mark.parametrize(
@@ -240,7 +241,7 @@ def test_get_range_forward_and_reverse_with_limits(
     rows = {b"r/%d" % i: b"v%d" % i for i in range(5)}
     _put(engine, {b"q": b"before", **rows, b"s": b"after"})
     tr = engine.create_transaction()
-    got = tr.get_range(b"r/", b"r0", limit=limit, reverse=reverse)
+    got = tr.get_range(b"r/", b"r0", limit=limit, reverse=reverse).wait()
     assert got == [(key, rows[key]) for key in expected]
     assert all(type(k) is bytes and type(v) is bytes for k, v in got)
 
@@ -248,16 +249,16 @@ def test_get_range_forward_and_reverse_with_limits(
 def test_get_range_empty_and_inverted(engine: FdbEngine) -> None:
     _put(engine, {b"a": b"1"})
     tr = engine.create_transaction()
-    assert tr.get_range(b"b", b"c") == []
-    assert tr.get_range(b"z", b"a") == []
+    assert tr.get_range(b"b", b"c").wait() == []
+    assert tr.get_range(b"z", b"a").wait() == []
 
 
 def test_ranges_are_materialised_inside_the_transaction(engine: FdbEngine) -> None:
     _put(engine, {b"a": b"1", b"b": b"2"})
     tr = engine.create_transaction()
-    rows = tr.get_range(b"a", b"z")
-    snapshot_rows = tr.get_range(b"a", b"z", snapshot=True)
-    tr.commit()
+    rows = tr.get_range(b"a", b"z").wait()
+    snapshot_rows = tr.get_range(b"a", b"z", snapshot=True).wait()
+    tr.commit().wait()
     # The fake's ranges fail once the transaction commits; the adapter returned lists.
     assert rows == [(b"a", b"1"), (b"b", b"2")]
     assert snapshot_rows == rows
@@ -267,36 +268,36 @@ def test_ranges_are_materialised_inside_the_transaction(engine: FdbEngine) -> No
 def test_snapshot_reads_take_no_read_conflicts(engine: FdbEngine, snapshot: bool) -> None:
     _put(engine, {b"k": b"old", b"r/1": b"x"})
     reader = engine.create_transaction()
-    assert reader.get(b"k", snapshot=snapshot) == b"old"
-    assert reader.get_range(b"r/", b"r0", snapshot=snapshot) == [(b"r/1", b"x")]
+    assert reader.get(b"k", snapshot=snapshot).wait() == b"old"
+    assert reader.get_range(b"r/", b"r0", snapshot=snapshot).wait() == [(b"r/1", b"x")]
     _put(engine, {b"k": b"new", b"r/2": b"y"})
     reader.set(b"elsewhere", b"1")
     if snapshot:
-        reader.commit()
+        reader.commit().wait()
         assert kv.run(engine, lambda tr: tr.get(b"elsewhere")) == b"1"
     else:
         with pytest.raises(EngineError) as error:
-            reader.commit()
+            reader.commit().wait()
         assert _code(error) == fdb_errors.NOT_COMMITTED
 
 
 def test_snapshot_reads_see_own_writes_and_a_consistent_version(engine: FdbEngine) -> None:
     _put(engine, {b"k": b"old"})
     tr = engine.create_transaction()
-    assert tr.get(b"k", snapshot=True) == b"old"
+    assert tr.get(b"k", snapshot=True).wait() == b"old"
     _put(engine, {b"k": b"newer"})
-    assert tr.get(b"k", snapshot=True) == b"old"
+    assert tr.get(b"k", snapshot=True).wait() == b"old"
     tr.set(b"k", b"mine")
-    assert tr.get(b"k", snapshot=True) == b"mine"
+    assert tr.get(b"k", snapshot=True).wait() == b"mine"
 
 
 def test_get_read_version(engine: FdbEngine) -> None:
     tr = engine.create_transaction()
-    version = tr.get_read_version()
+    version = tr.get_read_version().wait()
     assert isinstance(version, int)
-    assert tr.get_read_version() == version
+    assert tr.get_read_version().wait() == version
     _put(engine, {b"k": b"v"})
-    assert engine.create_transaction().get_read_version() > version
+    assert engine.create_transaction().get_read_version().wait() > version
 
 
 # --------------------------------------------------------------------------- writes
@@ -311,34 +312,37 @@ def test_clear_clear_range_and_add(engine: FdbEngine) -> None:
         tr.add(b"counter", (5).to_bytes(8, "little"))
         tr.add(b"counter", (7).to_bytes(8, "little"))
 
-    kv.run(engine, body)
-    kv.run(engine, lambda tr: tr.add(b"counter", (1).to_bytes(8, "little")))
+    kv.run_sync(engine, body)
+    kv.run_sync(engine, lambda tr: tr.add(b"counter", (1).to_bytes(8, "little")))
     tr = engine.create_transaction()
-    assert tr.get_range(b"", b"\xff") == [(b"c", b"3"), (b"counter", (13).to_bytes(8, "little"))]
+    assert tr.get_range(b"", b"\xff").wait() == [
+        (b"c", b"3"),
+        (b"counter", (13).to_bytes(8, "little")),
+    ]
 
 
 def test_add_read_conflict_range_conflicts(engine: FdbEngine) -> None:
     tr = engine.create_transaction()
-    tr.get_read_version()
+    tr.get_read_version().wait()
     tr.add_read_conflict_range(b"m", b"n")
     tr.add_read_conflict_key(b"solo")
     _put(engine, {b"m/inside": b"1"})
     tr.set(b"x", b"1")
     with pytest.raises(EngineError) as error:
-        tr.commit()
+        tr.commit().wait()
     assert _code(error) == fdb_errors.NOT_COMMITTED
 
 
 def test_conflicting_read_then_write_fails_the_second_commit(engine: FdbEngine) -> None:
     _put(engine, {b"k": b"0"})
     first, second = engine.create_transaction(), engine.create_transaction()
-    assert first.get(b"k") == b"0"
-    assert second.get(b"k") == b"0"
+    assert first.get(b"k").wait() == b"0"
+    assert second.get(b"k").wait() == b"0"
     first.set(b"k", b"first")
     second.set(b"k", b"second")
-    first.commit()
+    first.commit().wait()
     with pytest.raises(EngineError) as error:
-        second.commit()
+        second.commit().wait()
     assert _code(error) == fdb_errors.NOT_COMMITTED
     assert error.value.description == fake_fdb.ERROR_DESCRIPTIONS[fdb_errors.NOT_COMMITTED]
     assert fdb_errors.is_retryable(error.value)
@@ -354,21 +358,21 @@ def test_versionstamp_resolves_after_commit(engine: FdbEngine) -> None:
     tr.set_versionstamped_key(b"vs/" + placeholder + b"/tail" + _offset(3), b"payload")
     tr.set_versionstamped_value(b"latest", b"v:" + placeholder + _offset(2))
     future = tr.get_versionstamp()
-    tr.commit()
+    tr.commit().wait()
     stamp = future.wait()
     assert type(stamp) is bytes
     assert len(stamp) == 10
     assert future.wait() == stamp
     check = engine.create_transaction()
-    assert check.get_range(b"vs/", b"vs0") == [(b"vs/" + stamp + b"/tail", b"payload")]
-    assert check.get(b"latest") == b"v:" + stamp
+    assert check.get_range(b"vs/", b"vs0").wait() == [(b"vs/" + stamp + b"/tail", b"payload")]
+    assert check.get(b"latest").wait() == b"v:" + stamp
     version = int.from_bytes(stamp[:8], "big")
-    assert version <= check.get_read_version()
+    assert version <= check.get_read_version().wait()
 
     later = engine.create_transaction()
     later.set(b"other", b"1")
     later_future = later.get_versionstamp()
-    later.commit()
+    later.commit().wait()
     assert later_future.wait() > stamp
 
 
@@ -379,15 +383,15 @@ def test_versionstamp_before_commit_is_an_error(engine: FdbEngine) -> None:
     with pytest.raises(EngineError) as error:
         future.wait()
     assert _code(error) == fdb_errors.USED_DURING_COMMIT
-    tr.commit()
+    tr.commit().wait()
     assert len(future.wait()) == 10
 
 
 def test_versionstamp_of_read_only_transaction(engine: FdbEngine) -> None:
     tr = engine.create_transaction()
-    tr.get(b"k")
+    tr.get(b"k").wait()
     future = tr.get_versionstamp()
-    tr.commit()
+    tr.commit().wait()
     with pytest.raises(EngineError) as error:
         future.wait()
     assert _code(error) == fdb_errors.NO_COMMIT_VERSION
@@ -395,12 +399,12 @@ def test_versionstamp_of_read_only_transaction(engine: FdbEngine) -> None:
 
 def test_versionstamp_of_failed_commit(engine: FdbEngine) -> None:
     tr = engine.create_transaction()
-    tr.get(b"k")
+    tr.get(b"k").wait()
     tr.set(b"k", b"mine")
     future = tr.get_versionstamp()
     _put(engine, {b"k": b"theirs"})
     with pytest.raises(EngineError):
-        tr.commit()
+        tr.commit().wait()
     with pytest.raises(EngineError) as error:
         future.wait()
     assert _code(error) == fdb_errors.NOT_COMMITTED
@@ -412,7 +416,7 @@ def test_versionstamp_of_failed_commit(engine: FdbEngine) -> None:
 def _too_old(engine: FdbEngine, clock: list[float]) -> None:
     tr = engine.create_transaction()
     clock[0] += kv.MAX_TRANSACTION_SECONDS + 1
-    tr.get(b"k")
+    tr.get(b"k").wait()
 
 
 ERROR_CASES: dict[str, tuple[int, Callable[[FdbEngine], object]]] = {
@@ -449,22 +453,24 @@ ERROR_CASES: dict[str, tuple[int, Callable[[FdbEngine], object]]] = {
 def _commit_then(engine: FdbEngine, action: str) -> None:
     tr = engine.create_transaction()
     tr.set(b"k", b"v")
-    tr.commit()
+    tr.commit().wait()
     if action == "get":
-        tr.get(b"k")
+        tr.get(b"k").wait()
     elif action == "set":
         # The binding defers write errors: this one surfaces at the next read or commit.
         tr.set(b"k", b"again")
-        tr.get_range(b"a", b"z")
+        tr.get_range(b"a", b"z").wait()
     else:
-        tr.commit()
+        tr.commit().wait()
 
 
 @pytest.mark.parametrize("case", sorted(ERROR_CASES))
 def test_errors_surface_as_engine_errors_with_fdb_codes(engine: FdbEngine, case: str) -> None:
     code, action = ERROR_CASES[case]
     with pytest.raises(EngineError) as error:
-        action(engine)
+        outcome = action(engine)
+        if isinstance(outcome, Future):  # a read: its error comes with its value
+            outcome.wait()
     assert _code(error) == code
     if case.startswith("set "):
         # Checked by the adapter itself before the call: the binding would defer the error.
@@ -492,9 +498,9 @@ def test_deferred_write_errors_fail_the_commit(
     write(tr)  # as with the real binding, the error is deferred ...
     tr.set(b"dropped", b"1")  # ... and later writes are dropped
     with pytest.raises(EngineError) as error:
-        tr.commit()
+        tr.commit().wait()
     assert _code(error) == code
-    assert engine.create_transaction().get(b"dropped") is None
+    assert engine.create_transaction().get(b"dropped").wait() is None
 
 
 def test_transaction_too_old(fake: FakeFdb) -> None:
@@ -514,25 +520,25 @@ def test_transactional_retries_a_conflict_through_the_adapter(engine: FdbEngine)
     attempts: list[int] = []
 
     @kv.transactional
-    def bump(tr: kv.Transaction, key: bytes) -> int:
+    async def bump(tr: kv.Transaction, key: bytes) -> int:
         attempts.append(1)
-        current = tr.get(key)
+        current = await tr.get(key)
         if len(attempts) == 1:  # a concurrent writer commits between our read and commit
             _put(engine, {key: (5).to_bytes(1, "little")})
         value = int.from_bytes(current or b"\x00", "little") + 1
         tr.set(key, value.to_bytes(1, "little"))
         return value
 
-    assert bump(engine, b"counter") == 6
+    assert drive(bump(engine, b"counter")) == 6
     assert len(attempts) == 2
     assert kv.run(engine, lambda tr: tr.get(b"counter")) == (6).to_bytes(1, "little")
 
     # Given a transaction, the decorated function runs inside it and does not commit.
     tr = engine.create_transaction()
-    assert bump(tr, b"counter") == 7
-    assert engine.create_transaction().get(b"counter") == (6).to_bytes(1, "little")
-    tr.commit()
-    assert engine.create_transaction().get(b"counter") == (7).to_bytes(1, "little")
+    assert drive(bump(tr, b"counter")) == 7
+    assert engine.create_transaction().get(b"counter").wait() == (6).to_bytes(1, "little")
+    tr.commit().wait()
+    assert engine.create_transaction().get(b"counter").wait() == (7).to_bytes(1, "little")
 
 
 @pytest.mark.parametrize("applied", [False, True])
@@ -549,9 +555,9 @@ def test_run_retries_commit_unknown_result(
         calls.append(1)
         tr.set(b"idempotent", b"1")
 
-    kv.run(engine, body)
+    kv.run_sync(engine, body)
     assert len(calls) == 2
-    assert memory.create_transaction().get(b"idempotent") == b"1"
+    assert memory.create_transaction().get(b"idempotent").wait() == b"1"
 
 
 def test_non_retryable_errors_propagate_at_once(engine: FdbEngine) -> None:
@@ -562,7 +568,7 @@ def test_non_retryable_errors_propagate_at_once(engine: FdbEngine) -> None:
         tr.add(b"\xff/system", b"\x01")
 
     with pytest.raises(EngineError) as error:
-        kv.run(engine, body)
+        kv.run_sync(engine, body)
     assert _code(error) == fdb_errors.KEY_OUTSIDE_LEGAL_RANGE
     assert calls == [1]
 
@@ -594,7 +600,7 @@ def test_the_timeout_spans_retries(fake: FakeFdb, tmp_path: Path) -> None:
         raise fdb_errors.engine_error(fdb_errors.NOT_COMMITTED, "conflict")
 
     with pytest.raises(EngineError) as error:
-        kv.run(engine, always_conflicts)
+        kv.run_sync(engine, always_conflicts)
     assert _code(error) == fdb_errors.TRANSACTION_TIMED_OUT
     assert 2 <= len(calls) <= 10  # retried, then ended by the timeout
 
@@ -613,7 +619,7 @@ def test_throttling_and_maybe_committed_errors_are_retried_through_on_error(
         tr.set(b"k", b"v")
         return "done"
 
-    assert kv.run(engine, body) == "done"
+    assert kv.run_sync(engine, body) == "done"
     assert calls == [1, 1]
     assert fake.open(engine.cluster_file).on_error_calls == 1
 
@@ -634,7 +640,7 @@ def test_retry_classification_follows_the_loaded_library(
         return "done"
 
     with pytest.raises(EngineError) as error:
-        kv.run(engine, body)
+        kv.run_sync(engine, body)
     assert _code(error) == 1235 and calls == [1]
     assert not engine.is_retryable(fdb_errors.engine_error(1235))
 
@@ -642,7 +648,7 @@ def test_retry_classification_follows_the_loaded_library(
     monkeypatch.setattr(fake_fdb, "RETRYABLE_NOT_COMMITTED", newer)
     calls.clear()
     assert engine.is_retryable(fdb_errors.engine_error(1235))
-    assert kv.run(engine, body) == "done"
+    assert kv.run_sync(engine, body) == "done"
     assert calls == [1, 1]
     assert fake.open(engine.cluster_file).on_error_calls == 1
 
@@ -654,7 +660,7 @@ def test_retry_limit_reached_carries_the_last_error(fake: FakeFdb, tmp_path: Pat
         raise fdb_errors.engine_error(fdb_errors.TAG_THROTTLED, "throttled")
 
     with pytest.raises(RetryLimitReached) as error:
-        kv.run(engine, body)
+        kv.run_sync(engine, body)
     assert error.value.retries == 2
     assert error.value.last.code == fdb_errors.TAG_THROTTLED
     assert "1213" in str(error.value)

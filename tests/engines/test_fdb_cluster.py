@@ -22,6 +22,7 @@ from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
 from persistence import fdb_errors, kv, txsize
 from persistence.errors import EngineError
+from persistence.futures import drive
 from tests.fdb_cluster import ROOT, FdbCluster
 
 
@@ -42,20 +43,20 @@ def prefix(cluster: FdbEngine) -> Iterator[bytes]:
     key_prefix = b"aosp-test/" + uuid.uuid4().hex.encode() + b"/"
     yield key_prefix
     end = _end(key_prefix)
-    kv.run(cluster, lambda tr: tr.clear_range(key_prefix, end))
+    kv.run_sync(cluster, lambda tr: tr.clear_range(key_prefix, end))
     assert kv.run(cluster, lambda tr: tr.get_range(key_prefix, end)) == []
 
 
 def test_set_and_get(cluster: FdbEngine, prefix: bytes) -> None:
-    kv.run(cluster, lambda tr: tr.set(prefix + b"k", b"value"))
-    kv.run(cluster, lambda tr: tr.set(prefix + b"empty", b""))
+    kv.run_sync(cluster, lambda tr: tr.set(prefix + b"k", b"value"))
+    kv.run_sync(cluster, lambda tr: tr.set(prefix + b"empty", b""))
     tr = cluster.create_transaction()
-    assert tr.get(prefix + b"k") == b"value"
-    assert tr.get(prefix + b"k", snapshot=True) == b"value"
-    assert tr.get(prefix + b"empty") == b""
-    assert tr.get(prefix + b"missing") is None
-    kv.run(cluster, lambda tr: tr.clear(prefix + b"k"))
-    assert cluster.create_transaction().get(prefix + b"k") is None
+    assert tr.get(prefix + b"k").wait() == b"value"
+    assert tr.get(prefix + b"k", snapshot=True).wait() == b"value"
+    assert tr.get(prefix + b"empty").wait() == b""
+    assert tr.get(prefix + b"missing").wait() is None
+    kv.run_sync(cluster, lambda tr: tr.clear(prefix + b"k"))
+    assert cluster.create_transaction().get(prefix + b"k").wait() is None
 
 
 def test_range_forward_reverse_and_limits(cluster: FdbEngine, prefix: bytes) -> None:
@@ -66,15 +67,15 @@ def test_range_forward_reverse_and_limits(cluster: FdbEngine, prefix: bytes) -> 
         for key, value in rows:
             tr.set(key, value)
 
-    kv.run(cluster, write)
+    kv.run_sync(cluster, write)
     begin, end = prefix + b"r/", prefix + b"r0"
     tr = cluster.create_transaction()
-    assert tr.get_range(begin, end) == rows
-    assert tr.get_range(begin, end, limit=2) == rows[:2]
-    assert tr.get_range(begin, end, reverse=True) == rows[::-1]
-    assert tr.get_range(begin, end, limit=3, reverse=True) == rows[::-1][:3]
-    assert tr.get_range(begin, end, snapshot=True) == rows
-    assert len(tr.get_range(prefix, _end(prefix))) == 6
+    assert tr.get_range(begin, end).wait() == rows
+    assert tr.get_range(begin, end, limit=2).wait() == rows[:2]
+    assert tr.get_range(begin, end, reverse=True).wait() == rows[::-1]
+    assert tr.get_range(begin, end, limit=3, reverse=True).wait() == rows[::-1][:3]
+    assert tr.get_range(begin, end, snapshot=True).wait() == rows
+    assert len(tr.get_range(prefix, _end(prefix)).wait()) == 6
 
 
 def test_versionstamp(cluster: FdbEngine, prefix: bytes) -> None:
@@ -84,18 +85,18 @@ def test_versionstamp(cluster: FdbEngine, prefix: bytes) -> None:
     tr.set_versionstamped_key(stamped + placeholder + struct.pack("<I", len(stamped)), b"item")
     tr.set_versionstamped_value(prefix + b"latest", placeholder + struct.pack("<I", 0))
     future = tr.get_versionstamp()
-    tr.commit()
+    tr.commit().wait()
     stamp = future.wait()
     assert type(stamp) is bytes
     assert len(stamp) == 10
     check = cluster.create_transaction()
-    assert check.get_range(stamped, _end(stamped)) == [(stamped + stamp, b"item")]
-    assert check.get(prefix + b"latest") == stamp
+    assert check.get_range(stamped, _end(stamped)).wait() == [(stamped + stamp, b"item")]
+    assert check.get(prefix + b"latest").wait() == stamp
 
     read_only = cluster.create_transaction()
-    read_only.get(prefix + b"latest")
+    read_only.get(prefix + b"latest").wait()
     read_only_future = read_only.get_versionstamp()
-    read_only.commit()
+    read_only.commit().wait()
     with pytest.raises(EngineError) as error:
         read_only_future.wait()
     assert error.value.code == fdb_errors.NO_COMMIT_VERSION
@@ -103,18 +104,18 @@ def test_versionstamp(cluster: FdbEngine, prefix: bytes) -> None:
 
 def test_conflict(cluster: FdbEngine, prefix: bytes) -> None:
     key = prefix + b"contended"
-    kv.run(cluster, lambda tr: tr.set(key, b"0"))
+    kv.run_sync(cluster, lambda tr: tr.set(key, b"0"))
     first, second = cluster.create_transaction(), cluster.create_transaction()
-    assert first.get(key) == b"0"
-    assert second.get(key) == b"0"
+    assert first.get(key).wait() == b"0"
+    assert second.get(key).wait() == b"0"
     first.set(key, b"first")
     second.set(key, b"second")
-    first.commit()
+    first.commit().wait()
     with pytest.raises(EngineError) as error:
-        second.commit()
+        second.commit().wait()
     assert error.value.code == fdb_errors.NOT_COMMITTED
     assert fdb_errors.is_retryable(error.value)
-    assert cluster.create_transaction().get(key) == b"first"
+    assert cluster.create_transaction().get(key).wait() == b"first"
 
 
 def test_transactional_retry(cluster: FdbEngine, prefix: bytes) -> None:
@@ -122,18 +123,18 @@ def test_transactional_retry(cluster: FdbEngine, prefix: bytes) -> None:
     attempts: list[int] = []
 
     @kv.transactional
-    def bump(tr: kv.Transaction) -> int:
+    async def bump(tr: kv.Transaction) -> int:
         attempts.append(1)
-        current = tr.get(key)
+        current = await tr.get(key)
         if len(attempts) == 1:
-            kv.run(cluster, lambda other: other.set(key, b"\x05"))
+            kv.run_sync(cluster, lambda other: other.set(key, b"\x05"))
         value = (current or b"\x00")[0] + 1
         tr.set(key, bytes([value]))
         return value
 
-    assert bump(cluster) == 6
+    assert drive(bump(cluster)) == 6
     assert len(attempts) == 2
-    assert cluster.create_transaction().get(key) == b"\x06"
+    assert cluster.create_transaction().get(key).wait() == b"\x06"
 
 
 # --------------------------------------------------------------------------- the real library
@@ -285,7 +286,7 @@ def _commits(engine: kv.Engine, body: Callable[[kv.Transaction], object]) -> boo
     tr = engine.create_transaction()
     body(tr)
     try:
-        tr.commit()
+        tr.commit().wait()
     except EngineError as exc:
         assert exc.code == fdb_errors.TRANSACTION_TOO_LARGE, exc
         return False

@@ -104,11 +104,11 @@ def perform(tr: kv.Transaction, step: Op) -> Any:
     """One step's call on ``tr`` (commit excepted); its result."""
     a = step.args
     if step.kind == "get":
-        return tr.get(key(a[0]), snapshot=a[1])
+        return tr.get(key(a[0]), snapshot=a[1]).wait()
     if step.kind == "range":
-        return tr.get_range(key(a[0]), key(a[1]), limit=a[2], reverse=a[3], snapshot=a[4])
+        return tr.get_range(key(a[0]), key(a[1]), limit=a[2], reverse=a[3], snapshot=a[4]).wait()
     if step.kind == "stamped_range":
-        return tr.get_range(STAMPED, STAMPED + b"\xff")
+        return tr.get_range(STAMPED, STAMPED + b"\xff").wait()
     if step.kind == "set":
         return tr.set(key(a[0]), a[1])
     if step.kind == "clear":
@@ -144,7 +144,7 @@ def run_program(
         for k, v in initial.items():
             tr.set(k, v)
 
-    kv.run(engine, setup)
+    kv.run_sync(engine, setup)
     txs: dict[int, kv.Transaction] = {}
     futures: dict[int, kv.VersionstampFuture] = {}
     outcomes: list[Any] = []
@@ -158,7 +158,7 @@ def run_program(
             tr = txs[step.tx] = engine.create_transaction()
             futures[step.tx] = tr.get_versionstamp()
         if step.kind == "commit":
-            outcome = attempt(tr.commit)
+            outcome = attempt(tr.commit().wait)
             if outcome[0] == "ok":
                 stamp = attempt(futures[step.tx].wait)
                 if stamp[0] == "ok":

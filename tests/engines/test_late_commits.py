@@ -13,7 +13,7 @@ from persistence.kv import Engine
 
 
 def write(engine: Engine, key: bytes, value: bytes) -> None:
-    kv.run(engine, lambda tr: tr.set(key, value))
+    kv.run_sync(engine, lambda tr: tr.set(key, value))
 
 
 def read(engine: Engine, key: bytes) -> bytes | None:
@@ -32,15 +32,15 @@ def held_attempt(engine: Engine, code: int, *, change_what_it_read: bool) -> Fau
 
     def body(tr: kv.Transaction) -> None:
         attempts.append(1)
-        tr.get(b"A")
+        tr.get(b"A").wait()
         tr.set(b"B" if len(attempts) == 1 else b"C", b"1")
 
     if code == fdb_errors.COMMIT_UNKNOWN_RESULT:
-        kv.run(faulty, body)
+        kv.run_sync(faulty, body)
         assert read(engine, b"C") == b"1"  # the retry's commit landed the held attempt first
     else:
         with pytest.raises(EngineError) as raised:
-            kv.run(faulty, body)
+            kv.run_sync(faulty, body)
         assert raised.value.code == code
         write(faulty, b"D", b"1")  # the caller's next write lands it
     return injector

@@ -8,6 +8,7 @@ from backends.kv.faults import FaultInjector, FaultyEngine, SimulatedCrash
 from backends.kv.memory import MemoryEngine
 from persistence import fdb_errors, kv
 from persistence.errors import EngineError
+from persistence.futures import drive
 from persistence.hooks import NO_HOOKS
 
 
@@ -23,33 +24,33 @@ def test_transaction_older_than_five_seconds_fails_with_1007() -> None:
     clock = FakeClock()
     engine = MemoryEngine(clock=clock)
     tr = engine.create_transaction()
-    tr.get(b"a")
+    tr.get(b"a").wait()
     clock.now += kv.MAX_TRANSACTION_SECONDS + 0.1
     with pytest.raises(EngineError) as read_err:
-        tr.get(b"b")
+        tr.get(b"b").wait()
     assert read_err.value.code == fdb_errors.TRANSACTION_TOO_OLD
     tr.set(b"a", b"1")
     with pytest.raises(EngineError) as commit_err:
-        tr.commit()
+        tr.commit().wait()
     assert commit_err.value.code == fdb_errors.TRANSACTION_TOO_OLD
 
 
 def test_history_beyond_the_window_is_discarded_and_old_readers_fail() -> None:
     clock = FakeClock()
     engine = MemoryEngine(clock=clock)
-    kv.run(engine, lambda tr: tr.set(b"k", b"1"))
+    kv.run_sync(engine, lambda tr: tr.set(b"k", b"1"))
     reader = engine.create_transaction()
-    assert reader.get(b"k") == b"1"
+    assert reader.get(b"k").wait() == b"1"
     for i in range(3):
         clock.now += 3
 
         def write(tr: kv.Transaction, i: int = i) -> None:
             tr.set(b"k", str(i).encode())
 
-        kv.run(engine, write)
+        kv.run_sync(engine, write)
     # the reader's version left the window: its snapshot is gone
     with pytest.raises(EngineError) as err:
-        reader.get(b"k")
+        reader.get(b"k").wait()
     assert err.value.code == fdb_errors.TRANSACTION_TOO_OLD
     assert kv.run(engine, lambda tr: tr.get(b"k")) == b"2"
 
@@ -57,10 +58,10 @@ def test_history_beyond_the_window_is_discarded_and_old_readers_fail() -> None:
 def test_deleted_keys_are_compacted_after_the_window() -> None:
     clock = FakeClock()
     engine = MemoryEngine(clock=clock)
-    kv.run(engine, lambda tr: [tr.set(bytes([i]), b"x") for i in range(100)])
-    kv.run(engine, lambda tr: tr.clear_range(b"\x00", b"\x50"))
+    kv.run_sync(engine, lambda tr: [tr.set(bytes([i]), b"x") for i in range(100)])
+    kv.run_sync(engine, lambda tr: tr.clear_range(b"\x00", b"\x50"))
     clock.now += 10
-    kv.run(engine, lambda tr: tr.set(b"\x90", b"y"))
+    kv.run_sync(engine, lambda tr: tr.set(b"\x90", b"y"))
     assert engine.key_count() == 21  # 20 survivors of 0..99 above 0x50, plus 0x90
     assert len(engine._keys) == 21  # tombstones are gone, not just hidden
 
@@ -70,11 +71,11 @@ def _run_workload(seed: int) -> tuple[list[tuple[str, object]], bytes | None]:
     engine = FaultyEngine(MemoryEngine(), injector)
 
     @kv.transactional
-    def bump(tr: kv.Transaction) -> None:
+    async def bump(tr: kv.Transaction) -> None:
         tr.add(b"n", (1).to_bytes(8, "little"))
 
     for _ in range(60):
-        bump(engine)
+        drive(bump(engine))
     return injector.log, kv.run(engine.inner, lambda tr: tr.get(b"n"))
 
 
@@ -109,12 +110,12 @@ def test_scripted_faults_fire_exactly_where_asked() -> None:
     engine = FaultyEngine(MemoryEngine(), injector)
     injector.fail_commit(2, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=True)
     injector.fail_commit(3, fdb_errors.NOT_COMMITTED)
-    kv.run(engine, lambda tr: tr.set(b"a", b"1"))  # commit 1: fine
+    kv.run_sync(engine, lambda tr: tr.set(b"a", b"1"))  # commit 1: fine
     tr = engine.create_transaction()
     tr.set(b"b", b"2")
     future = tr.get_versionstamp()
     with pytest.raises(EngineError) as err:
-        tr.commit()  # commit 2: applied, reported unknown
+        tr.commit().wait()  # commit 2: applied, reported unknown
     assert err.value.code == fdb_errors.COMMIT_UNKNOWN_RESULT
     with pytest.raises(EngineError):
         future.wait()
@@ -122,7 +123,7 @@ def test_scripted_faults_fire_exactly_where_asked() -> None:
     tr = engine.create_transaction()
     tr.set(b"c", b"3")
     with pytest.raises(EngineError):
-        tr.commit()  # commit 3: not applied
+        tr.commit().wait()  # commit 3: not applied
     assert kv.run(engine.inner, lambda tr: tr.get(b"c")) is None
     with pytest.raises(ValueError):
         injector.fail_commit(1, fdb_errors.NOT_COMMITTED, applied=True)

@@ -56,7 +56,7 @@ def test_an_existing_store_opens_and_is_writable(tmp_path: Path) -> None:
     path = tmp_path / "aos.db"
     SqliteEngine(path).close()
     engine = SqliteEngine(path, create=False)
-    kv.run(engine, lambda tr: tr.set(b"k", b"v"))
+    kv.run_sync(engine, lambda tr: tr.set(b"k", b"v"))
     assert kv.run(engine, lambda tr: tr.get(b"k")) == b"v"
     engine.close()
 
@@ -71,7 +71,7 @@ def test_busy_timeout_must_be_a_finite_number_of_seconds(tmp_path: Path, value: 
 def test_integrity_check_of_deep_damage_is_a_typed_error(tmp_path: Path) -> None:
     path = tmp_path / "aos.db"
     engine = SqliteEngine(path)
-    kv.run(engine, lambda tr: [tr.set(i.to_bytes(4, "big"), b"x" * 500) for i in range(2_000)])
+    kv.run_sync(engine, lambda tr: [tr.set(i.to_bytes(4, "big"), b"x" * 500) for i in range(2_000)])
     engine.close()
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -26,14 +26,14 @@ def test_retried_and_raised_codes_are_counted(stats: kv.RetryStats) -> None:
     engine = FaultyEngine(MemoryEngine(), injector)
     injector.fail_commit(1, fdb_errors.NOT_COMMITTED)
     injector.fail_commit(2, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=True)
-    kv.run(engine, _write)  # two failed attempts, retried; the third commits
+    kv.run_sync(engine, _write)  # two failed attempts, retried; the third commits
     assert stats.snapshot() == {"retried": {1020: 1, 1021: 1}, "raised": {}}
 
     def too_large(tr: kv.Transaction) -> None:
         raise fdb_errors.engine_error(fdb_errors.TRANSACTION_TOO_LARGE)
 
     with pytest.raises(EngineError):
-        kv.run(engine, too_large)  # not retryable: reaches the caller at once
+        kv.run_sync(engine, too_large)  # not retryable: reaches the caller at once
     assert stats.snapshot() == {"retried": {1020: 1, 1021: 1}, "raised": {2101: 1}}
 
 
@@ -42,7 +42,7 @@ def test_a_retry_limit_counts_the_last_error_as_raised(stats: kv.RetryStats) -> 
         raise fdb_errors.engine_error(fdb_errors.NOT_COMMITTED)
 
     with pytest.raises(RetryLimitReached):
-        kv.run(MemoryEngine(), conflicts, retry_limit=3)
+        kv.run_sync(MemoryEngine(), conflicts, retry_limit=3)
     assert stats.snapshot() == {"retried": {1020: 3}, "raised": {1020: 1}}
     stats.clear()
     assert stats.snapshot() == {"retried": {}, "raised": {}}

@@ -17,7 +17,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from backends.kv import buffered as buffered_module
 from backends.kv import open_engine
 from backends.kv import sqlite as sqlite_module
 from backends.kv.sqlite import (
@@ -28,6 +27,7 @@ from backends.kv.sqlite import (
     SqliteTransaction,
 )
 from persistence import fdbtuple, kv
+from persistence import futures as futures_module
 from persistence.errors import (
     Backend,
     CorruptRecord,
@@ -93,7 +93,7 @@ def test_concurrent_writers_let_the_wal_restart(tmp_path: Path) -> None:
     commit ran a checkpoint that could not finish; they queue outside SQLite now."""
     path = tmp_path / "kv.db"
     engine = SqliteEngine(path)  # open throughout: the last close would delete the WAL
-    kv.run(engine, lambda tr: tr.set(b"open", b""))
+    kv.run_sync(engine, lambda tr: tr.set(b"open", b""))
     workers, count = 4, 1500
     procs = [spawn(path, "read-write", w, count) for w in range(workers)]
     for proc in procs:
@@ -117,17 +117,17 @@ def _batches(engine: SqliteEngine) -> tuple[set[int], dict[int, int]]:
     """The transactions whose marker committed, and how many keys each batch has."""
 
     def tx_markers(tr: kv.Transaction) -> list[tuple[bytes, bytes]]:
-        return tr.get_range(*fdbtuple.range_of(fdbtuple.pack(("tx",))))
+        return tr.get_range(*fdbtuple.range_of(fdbtuple.pack(("tx",)))).wait()
 
-    done = {_txid(k) for k, _ in kv.run(engine, tx_markers)}
+    done = {_txid(k) for k, _ in kv.run_sync(engine, tx_markers)}
     counts: dict[int, int] = {}
     begin, end = fdbtuple.range_of(fdbtuple.pack(("batch",)))
     while True:
 
         def page(tr: kv.Transaction, b: bytes = begin) -> list[tuple[bytes, bytes]]:
-            return tr.get_range(b, end, limit=2000)
+            return tr.get_range(b, end, limit=2000).wait()
 
-        rows = kv.run(engine, page)
+        rows = kv.run_sync(engine, page)
         for key, _ in rows:
             counts[_txid(key)] = counts.get(_txid(key), 0) + 1
         if len(rows) < 2000:
@@ -163,7 +163,7 @@ def test_sigkill_mid_transaction_leaves_a_consistent_file(tmp_path: Path, commit
     assert set(counts) == done
     assert all(n == 50 for n in counts.values())
     # and the store keeps working
-    kv.run(engine, lambda tr: tr.set(b"after", b"kill"))
+    kv.run_sync(engine, lambda tr: tr.set(b"after", b"kill"))
     assert kv.run(engine, lambda tr: tr.get(b"after")) == b"kill"
 
 
@@ -175,7 +175,7 @@ def test_opening_a_second_engine_keeps_the_first_ones_locks(tmp_path: Path) -> N
     open failed with "database disk image is malformed")."""
     path = tmp_path / "kv.db"
     first = SqliteEngine(path)
-    kv.run(first, lambda tr: tr.set(b"first", b"1"))  # its connection stays open, idle
+    kv.run_sync(first, lambda tr: tr.set(b"first", b"1"))  # its connection stays open, idle
     second = SqliteEngine(path)  # the open that must not drop the first one's locks
     other = subprocess.run(
         [sys.executable, "-c", CLOSE_ONE, str(path)],
@@ -188,7 +188,7 @@ def test_opening_a_second_engine_keeps_the_first_ones_locks(tmp_path: Path) -> N
     # The other process's close saw this one's connections: it left the WAL's index alone.
     assert Path(f"{path}-shm").exists()
     assert kv.run(first, lambda tr: tr.get(b"other")) == b"2"
-    kv.run(second, lambda tr: tr.set(b"second", b"3"))
+    kv.run_sync(second, lambda tr: tr.set(b"second", b"3"))
     assert kv.run(first, lambda tr: tr.get(b"second")) == b"3"
     first.close()
     second.close()
@@ -200,7 +200,7 @@ import sys
 from backends.kv.sqlite import SqliteEngine
 from persistence import kv
 engine = SqliteEngine(sys.argv[1], create=False)
-kv.run(engine, lambda tr: tr.set(b"other", b"2"))
+kv.run_sync(engine, lambda tr: tr.set(b"other", b"2"))
 engine.close()
 """
 
@@ -258,7 +258,7 @@ def test_refuses_a_newer_format(tmp_path: Path) -> None:
 def test_refuses_a_damaged_file(tmp_path: Path) -> None:
     path = tmp_path / "kv.db"
     engine = SqliteEngine(path)
-    kv.run(engine, lambda tr: [tr.set(i.to_bytes(4, "big"), b"x" * 500) for i in range(200)])
+    kv.run_sync(engine, lambda tr: [tr.set(i.to_bytes(4, "big"), b"x" * 500) for i in range(200)])
     engine.close()
     data = bytearray(path.read_bytes())
     data[100:4096] = b"\xa5" * (4096 - 100)  # scribble over the schema page
@@ -281,7 +281,7 @@ def test_reopen_keeps_data_and_versionstamps_keep_increasing(tmp_path: Path) -> 
             tr.set(b"k", b"v")
             return tr.get_versionstamp()
 
-        return kv.run(engine, body).wait()
+        return kv.run_sync(engine, body).wait()
 
     first = SqliteEngine(path)
     a = stamp(first)
@@ -311,8 +311,8 @@ def test_faults_prefix_wraps_the_engine_without_injecting(tmp_path: Path) -> Non
     assert isinstance(engine, FaultyEngine) and isinstance(engine.inner, SqliteEngine)
     tr = engine.create_transaction()
     tr.set(b"k", b"v")
-    tr.commit()  # no fault injected unless asked
-    assert engine.create_transaction().get(b"k") == b"v"
+    tr.commit().wait()  # no fault injected unless asked
+    assert engine.create_transaction().get(b"k").wait() == b"v"
     assert engine.injector.log == []
     engine.close()
 
@@ -335,17 +335,20 @@ def test_a_relaxed_commit_skips_only_its_own_sync(tmp_path: Path) -> None:
         levels.append(tr._connection().execute("PRAGMA synchronous").fetchone()[0])
         tr.set(b"meta", b"2")
 
-    kv.run(engine, relaxed)
-    kv.run(engine, durable)  # the same pooled connection
+    kv.run_sync(engine, relaxed)
+    kv.run_sync(engine, durable)  # the same pooled connection
     assert levels == [1, 2]  # NORMAL, then FULL again
-    assert kv.run(engine, lambda tr: (tr.get(b"pin"), tr.get(b"meta"))) == (b"1", b"2")
+    assert kv.run_sync(engine, lambda tr: (tr.get(b"pin").wait(), tr.get(b"meta").wait())) == (
+        b"1",
+        b"2",
+    )
 
     def late(tr: kv.Transaction) -> None:
-        tr.get(b"pin")
+        tr.get(b"pin").wait()
         tr.relax_durability()
 
     with pytest.raises(ValueError, match="before the transaction's first read"):
-        kv.run(engine, late)
+        kv.run_sync(engine, late)
     engine.close()
 
 
@@ -360,12 +363,12 @@ def test_a_writer_waits_for_the_lock_until_busy_timeout(tmp_path: Path) -> None:
     """``BEGIN IMMEDIATE`` behind another process's write lock polls until ``busy_timeout``,
     then fails with 1020 (nothing applied); the connection keeps its busy_timeout."""
     engine = SqliteEngine(tmp_path / "kv.db", busy_timeout=0.2)
-    kv.run(engine, lambda tr: tr.set(b"a", b"1"))
+    kv.run_sync(engine, lambda tr: tr.set(b"a", b"1"))
     holder = _hold_write_lock(tmp_path / "kv.db")
     tr = engine.create_transaction()
     tr.set(b"b", b"2")
     with pytest.raises(EngineError) as raised:
-        tr.commit()
+        tr.commit().wait()
     assert raised.value.code == 1020
     holder.execute("ROLLBACK")
     conn = engine._acquire()
@@ -381,7 +384,7 @@ def test_a_writer_polls_the_lock_in_short_steps(
     """The first pause is ``WRITE_POLL`` (SQLite's own handler would sleep 1 ms), doubling;
     the writer commits as soon as the lock is free."""
     engine = SqliteEngine(tmp_path / "kv.db")
-    kv.run(engine, lambda tr: tr.set(b"a", b"1"))
+    kv.run_sync(engine, lambda tr: tr.set(b"a", b"1"))
     holder = _hold_write_lock(tmp_path / "kv.db")
     pauses: list[float] = []
 
@@ -393,9 +396,12 @@ def test_a_writer_polls_the_lock_in_short_steps(
     monkeypatch.setattr(
         sqlite_module, "time", SimpleNamespace(sleep=sleep, monotonic=time.monotonic)
     )
-    kv.run(engine, lambda tr: tr.set(b"b", b"2"))
+    kv.run_sync(engine, lambda tr: tr.set(b"b", b"2"))
     assert pauses == [WRITE_POLL, 2 * WRITE_POLL, 4 * WRITE_POLL]
-    assert kv.run(engine, lambda tr: (tr.get(b"a"), tr.get(b"b"))) == (b"1", b"2")
+    assert kv.run_sync(engine, lambda tr: (tr.get(b"a").wait(), tr.get(b"b").wait())) == (
+        b"1",
+        b"2",
+    )
     engine.close()
 
 
@@ -411,12 +417,12 @@ def _hold_queue(path: Path) -> int:
 
 def test_a_writer_waits_in_the_queue_until_busy_timeout(tmp_path: Path) -> None:
     engine = SqliteEngine(tmp_path / "kv.db", busy_timeout=0.2)
-    kv.run(engine, lambda tr: tr.set(b"a", b"1"))
+    kv.run_sync(engine, lambda tr: tr.set(b"a", b"1"))
     fd = _hold_queue(tmp_path / "kv.db")
     tr = engine.create_transaction()
     tr.set(b"b", b"2")
     with pytest.raises(EngineError, match=r"begin write: the writer queue .*\(0\.2 s\)") as raised:
-        tr.commit()
+        tr.commit().wait()
     assert raised.value.code == 1020  # not granted: nothing applied, retryable
     alone = engine.alone()
     with pytest.raises(EngineError, match=r"alone: the writer queue .*\(0\.2 s\)") as raised:
@@ -424,7 +430,7 @@ def test_a_writer_waits_in_the_queue_until_busy_timeout(tmp_path: Path) -> None:
     assert raised.value.code == 1020
     os.close(fd)  # the other writer is done
     assert kv.run(engine, lambda tr: tr.get(b"b")) is None
-    kv.run(engine, lambda tr: tr.set(b"b", b"2"))
+    kv.run_sync(engine, lambda tr: tr.set(b"b", b"2"))
     assert kv.run(engine, lambda tr: tr.get(b"b")) == b"2"
     engine.close()
 
@@ -438,9 +444,9 @@ def test_a_queued_writer_waits_without_its_snapshot_and_validates_after(
     change made meanwhile by the writer ahead fails it with 1020, nothing applied."""
     path = tmp_path / "kv.db"
     engine = SqliteEngine(path)
-    kv.run(engine, lambda tr: tr.set(b"a", b"1"))
+    kv.run_sync(engine, lambda tr: tr.set(b"a", b"1"))
     tr = engine.create_transaction()
-    assert tr.get(b"a") == b"1"  # a read: the transaction holds a snapshot
+    assert tr.get(b"a").wait() == b"1"  # a read: the transaction holds a snapshot
     tr.set(b"mine", b"x")
     conn = tr._conn
     assert conn is not None and conn.in_transaction
@@ -460,10 +466,10 @@ def test_a_queued_writer_waits_without_its_snapshot_and_validates_after(
     )
     if changed:
         with pytest.raises(EngineError) as raised:
-            tr.commit()
+            tr.commit().wait()
         assert raised.value.code == 1020
     else:
-        tr.commit()
+        tr.commit().wait()
     monkeypatch.undo()
     assert while_waiting == [False]  # no snapshot held while queued
     assert kv.run(engine, lambda t: t.get(b"mine")) == (None if changed else b"x")
@@ -476,7 +482,7 @@ def test_a_forked_child_queues_apart_from_its_parent(tmp_path: Path) -> None:
     to die holding the queue, the lock would live on in the child), and leaves the
     inherited block giving nothing back, without error."""
     engine = SqliteEngine(tmp_path / "kv.db", busy_timeout=0.2)
-    kv.run(engine, lambda tr: tr.set(b"a", b"1"))
+    kv.run_sync(engine, lambda tr: tr.set(b"a", b"1"))
     in_child, code = False, 0
     try:
         with engine._writers.turn(time.monotonic() + 1, refused="test") as granted:  # the parent's
@@ -488,7 +494,7 @@ def test_a_forked_child_queues_apart_from_its_parent(tmp_path: Path) -> None:
                 inherited = [fd for fd in os.listdir("/proc/self/fd") if _fd_target(fd) == writer]
                 code = 4 if inherited else 0
                 try:
-                    kv.run(engine, lambda tr: tr.set(b"child", b"1"), retry_limit=0)
+                    kv.run_sync(engine, lambda tr: tr.set(b"child", b"1"), retry_limit=0)
                     code = 1
                 except RetryLimitReached as exc:
                     code = code or (0 if exc.last.code == 1020 else 2)
@@ -525,7 +531,7 @@ def test_an_interrupted_wait_gives_the_queue_back(
     """A ``KeyboardInterrupt`` while a commit waits in the queue leaves the queue usable."""
     path = tmp_path / "kv.db"
     engine = SqliteEngine(path)
-    kv.run(engine, lambda tr: tr.set(b"a", b"1"))
+    kv.run_sync(engine, lambda tr: tr.set(b"a", b"1"))
     fd = _hold_queue(path)
 
     def sleep(seconds: float) -> None:
@@ -537,10 +543,10 @@ def test_an_interrupted_wait_gives_the_queue_back(
     tr = engine.create_transaction()
     tr.set(b"b", b"2")
     with pytest.raises(KeyboardInterrupt):
-        tr.commit()
+        tr.commit().wait()
     monkeypatch.undo()
     os.close(fd)
-    kv.run(engine, lambda tr: tr.set(b"b", b"2"))  # neither lock was kept
+    kv.run_sync(engine, lambda tr: tr.set(b"b", b"2"))  # neither lock was kept
     assert kv.run(engine, lambda tr: tr.get(b"b")) == b"2"
     engine.close()
 
@@ -585,17 +591,17 @@ def test_a_transaction_conflicted_twice_is_retried_alone_without_backoff(
     until it has, so it cannot conflict again."""
     path = tmp_path / "kv.db"
     engine, other = SqliteEngine(path), SqliteEngine(path, busy_timeout=0.05)
-    kv.run(engine, lambda tr: tr.set(b"n", b"0"))
+    kv.run_sync(engine, lambda tr: tr.set(b"n", b"0"))
     slept: list[float] = []
-    monkeypatch.setattr(buffered_module, "time", SimpleNamespace(sleep=slept.append))
+    monkeypatch.setattr(futures_module, "time", SimpleNamespace(sleep=slept.append))
     others: list[str] = []
 
     def another_writer() -> None:  # in another thread, as another writer would be
         def write() -> None:
             try:
-                kv.run(
+                kv.run_sync(
                     other,
-                    lambda t: t.set(b"n", b"%d" % (int(t.get(b"n") or 0) + 1)),
+                    lambda t: t.set(b"n", b"%d" % (int(t.get(b"n").wait() or 0) + 1)),
                     retry_limit=0,
                 )
                 others.append("committed")
@@ -611,11 +617,11 @@ def test_a_transaction_conflicted_twice_is_retried_alone_without_backoff(
     def body(tr: kv.Transaction) -> None:
         nonlocal attempts
         attempts += 1
-        n = int(tr.get(b"n") or 0)
+        n = int(tr.get(b"n").wait() or 0)
         another_writer()  # between our read and our commit
         tr.set(b"n", b"%d" % (n + 1))
 
-    kv.run(engine, body)
+    kv.run_sync(engine, body)
     assert attempts == 3 and len(slept) == 1  # one backoff, after the first conflict
     # the rivals of the first two attempts committed; the third's could not get in
     assert others == ["committed", "committed", "refused 1020"]
@@ -629,22 +635,22 @@ def test_a_commit_nested_in_an_alone_attempt_does_not_wait_for_itself(tmp_path: 
     the queue again instead of waiting for itself; what it changed under the outer
     transaction's reads still fails the outer commit (1020), and the next attempt wins."""
     engine = SqliteEngine(tmp_path / "kv.db", busy_timeout=0.05)
-    kv.run(engine, lambda tr: tr.set(b"n", b"0"))
+    kv.run_sync(engine, lambda tr: tr.set(b"n", b"0"))
     attempts = 0
 
     def body(tr: kv.Transaction) -> None:
         nonlocal attempts
         attempts += 1
-        n = int(tr.get(b"n") or 0)
+        n = int(tr.get(b"n").wait() or 0)
         if attempts <= 2:  # inside an alone attempt: no wait, or this would be 1020
-            kv.run(
+            kv.run_sync(
                 engine,
-                lambda t: t.set(b"n", b"%d" % (int(t.get(b"n") or 0) + 10)),
+                lambda t: t.set(b"n", b"%d" % (int(t.get(b"n").wait() or 0) + 10)),
                 retry_limit=0,
             )
         tr.set(b"n", b"%d" % (n + 1))
 
-    kv.run(engine, body, alone=True)
+    kv.run_sync(engine, body, alone=True)
     assert attempts == 3
     assert kv.run(engine, lambda tr: tr.get(b"n")) == b"21"
     engine.close()
@@ -658,10 +664,10 @@ def test_engines_on_one_store_share_its_writer_queue(tmp_path: Path) -> None:
     engine, other = SqliteEngine(path, busy_timeout=0.05), SqliteEngine(path, busy_timeout=0.05)
     assert engine._writers is other._writers
     with engine.alone():
-        kv.run(other, lambda t: t.set(b"k", b"v"), retry_limit=0)
+        kv.run_sync(other, lambda t: t.set(b"k", b"v"), retry_limit=0)
     assert kv.run(engine, lambda t: t.get(b"k")) == b"v"
     other.close()  # the queue stays usable by the engine still open
-    kv.run(engine, lambda t: t.set(b"k", b"w"), retry_limit=0)
+    kv.run_sync(engine, lambda t: t.set(b"k", b"w"), retry_limit=0)
     engine.close()
 
 
@@ -679,8 +685,8 @@ def test_a_lock_not_granted_in_time_is_retried_after_a_backoff(
         slept.append(seconds)
         os.close(fd)
 
-    monkeypatch.setattr(buffered_module, "time", SimpleNamespace(sleep=sleep))
-    kv.run(engine, lambda tr: tr.set(b"k", b"v"), retry_limit=1)
+    monkeypatch.setattr(futures_module, "time", SimpleNamespace(sleep=sleep))
+    kv.run_sync(engine, lambda tr: tr.set(b"k", b"v"), retry_limit=1)
     assert len(slept) == 1 and slept[0] > 0
     assert kv.run(engine, lambda tr: tr.get(b"k")) == b"v"
     engine.close()
@@ -701,7 +707,7 @@ def test_the_queue_is_the_stores_by_any_path(
     assert engine._writers.path == (tmp_path / "real" / "kv.db-writer").resolve()
     monkeypatch.chdir(tmp_path / "elsewhere")
     alias.close()
-    kv.run(engine, lambda tr: tr.set(b"k", b"v"))
+    kv.run_sync(engine, lambda tr: tr.set(b"k", b"v"))
     assert os.listdir(tmp_path / "elsewhere") == []
     engine.close()
 
@@ -711,7 +717,7 @@ def test_closing_an_engine_never_waits_for_the_queue(tmp_path: Path) -> None:
     the last engine's close leaves the queue file to the holder's release."""
     path = tmp_path / "kv.db"
     engine, other = SqliteEngine(path), SqliteEngine(path)
-    kv.run(engine, lambda tr: tr.set(b"k", b"v"))  # the queue file is open
+    kv.run_sync(engine, lambda tr: tr.set(b"k", b"v"))  # the queue file is open
     holding, done = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -750,7 +756,7 @@ def test_a_value_altered_to_another_sqlite_type_is_a_corrupt_record(
     (TEXT), a MemoryError (a huge INTEGER) or that many zero bytes (a small one)."""
     engine = SqliteEngine(tmp_path / "aos.db")
     keys = [b"a", b"b", b"c"]
-    kv.run(engine, lambda tr: [tr.set(k, b"\x01" * 8) for k in keys])
+    kv.run_sync(engine, lambda tr: [tr.set(k, b"\x01" * 8) for k in keys])
     raw = sqlite3.connect(tmp_path / "aos.db")
     raw.execute(f"UPDATE kv SET value = {stored} WHERE key = x'62'")
     raw.commit()
@@ -763,7 +769,7 @@ def test_a_value_altered_to_another_sqlite_type_is_a_corrupt_record(
     }
     for name, read in reads.items():
         with pytest.raises(CorruptRecord, match=f"corrupt row 62: its value is an SQLite {kind}"):
-            kv.run(engine, read)
+            kv.run_sync(engine, read)
             pytest.fail(f"{name} read the altered row")
     assert kv.run(engine, lambda tr: tr.get(b"a")) == b"\x01" * 8
     engine.close()
@@ -774,11 +780,11 @@ def test_a_closed_engine_opens_no_new_connection(tmp_path: Path) -> None:
     for every transaction after it (and kept them). One in use when it closed is closed when
     its transaction ends."""
     engine = SqliteEngine(tmp_path / "aos.db")
-    kv.run(engine, lambda tr: tr.set(b"k", b"v"))
+    kv.run_sync(engine, lambda tr: tr.set(b"k", b"v"))
     tr = engine.create_transaction()
-    assert tr.get(b"k") == b"v"  # holds a connection across the close
+    assert tr.get(b"k").wait() == b"v"  # holds a connection across the close
     engine.close()
-    tr.commit()  # read-only: ends the transaction, its connection closed, not pooled
+    tr.commit().wait()  # read-only: ends the transaction, its connection closed, not pooled
     assert engine._idle == []
     with pytest.raises(Backend, match="the engine is closed"):
         kv.run(engine, lambda tr: tr.get(b"k"))

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from aosp.benchmarks.eventsourcing import wal_count
-from backends.kv import buffered as buffered_module
 from backends.kv.sqlite import SqliteEngine, _WriterQueue
 from persistence import fdb_errors, fdbtuple, kv
+from persistence import futures as futures_module
 from persistence.errors import EngineError, RetryLimitReached
 
 Body = Callable[[kv.Transaction], Any]
@@ -41,7 +41,7 @@ class _Attempts:
     def start(self, name: str, body: Body, *, waiting: int | None) -> threading.Thread:
         def run() -> None:
             try:
-                self.outcomes[name] = kv.run(self.engine, body, alone=True)
+                self.outcomes[name] = kv.run_sync(self.engine, body, alone=True)
             except BaseException as exc:  # the outcome under test, KeyboardInterrupt included
                 self.outcomes[name] = exc
 
@@ -116,7 +116,7 @@ def _setter(key: bytes, result: str) -> Body:
 
 def test_attempts_waiting_together_are_one_durable_commit(tmp_path: Path) -> None:
     engine = SqliteEngine(tmp_path / "kv.db")
-    kv.run(engine, lambda tr: tr.set(b"start", b""))
+    kv.run_sync(engine, lambda tr: tr.set(b"start", b""))
     before = wal_count(tmp_path / "kv.db")
     attempts = _Attempts(engine)
     release = _blocking_leader(attempts, b"a")
@@ -145,7 +145,7 @@ def test_each_attempt_of_a_group_has_its_own_outcome(tmp_path: Path) -> None:
         raise ValueError("c refuses")
 
     def reader(tr: kv.Transaction) -> object:
-        seen = (tr.get(b"b"), tr.get(b"c"))
+        seen = (tr.get(b"b").wait(), tr.get(b"c").wait())
         tr.set(b"d", b"1")
         return seen
 
@@ -221,7 +221,7 @@ def test_a_group_refused_the_queue_applies_nothing_and_is_retried(
     writer lets go) and commits once."""
     path = tmp_path / "kv.db"
     engine = SqliteEngine(path, busy_timeout=0.05)
-    kv.run(engine, lambda tr: tr.set(b"start", b""))  # the queue file exists
+    kv.run_sync(engine, lambda tr: tr.set(b"start", b""))  # the queue file exists
     holder = os.open(f"{path}-writer", os.O_RDWR)
     fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
     slept: list[float] = []
@@ -230,7 +230,7 @@ def test_a_group_refused_the_queue_applies_nothing_and_is_retried(
         slept.append(seconds)
         os.close(holder)
 
-    monkeypatch.setattr(buffered_module, "time", SimpleNamespace(sleep=sleep))
+    monkeypatch.setattr(futures_module, "time", SimpleNamespace(sleep=sleep))
     tries = 0
 
     def body(tr: kv.Transaction) -> None:
@@ -238,7 +238,7 @@ def test_a_group_refused_the_queue_applies_nothing_and_is_retried(
         tries += 1
         tr.set(b"k", b"%d" % tries)
 
-    _in_worker(lambda: kv.run(engine, body, alone=True))
+    _in_worker(lambda: kv.run_sync(engine, body, alone=True))
     assert len(slept) == 1 and tries == 1  # refused before its body ran, then once
     assert kv.run(engine, lambda tr: tr.get(b"k")) == b"1"
     engine.close()
@@ -264,7 +264,7 @@ def test_a_group_whose_writes_are_refused_applies_none_of_them(
             if foreign.in_transaction:
                 foreign.execute("COMMIT")
 
-    monkeypatch.setattr(buffered_module, "time", SimpleNamespace(sleep=sleep))
+    monkeypatch.setattr(futures_module, "time", SimpleNamespace(sleep=sleep))
     runs: list[str] = []
 
     def counted(key: bytes) -> Body:
@@ -319,14 +319,14 @@ def test_a_body_relaxing_durability_in_a_group_commits_durably(tmp_path: Path) -
     engine = SqliteEngine(tmp_path / "kv.db")
 
     def body(tr: kv.Transaction) -> None:
-        tr.get(b"k")
+        tr.get(b"k").wait()
         tr.relax_durability()
         tr.set(b"k", b"v")
 
-    _in_worker(lambda: kv.run(engine, body, alone=True))
+    _in_worker(lambda: kv.run_sync(engine, body, alone=True))
     assert kv.run(engine, lambda tr: tr.get(b"k")) == b"v"
     with pytest.raises(ValueError, match="before the transaction's first read"):
-        kv.run(engine, body)
+        kv.run_sync(engine, body)
     engine.close()
 
 
@@ -337,7 +337,7 @@ def test_a_thread_holding_the_queue_runs_alone_outside_the_group(tmp_path: Path)
 
     def nested() -> None:
         with engine.alone():
-            kv.run(engine, lambda tr: tr.set(b"k", b"v"), alone=True, retry_limit=0)
+            kv.run_sync(engine, lambda tr: tr.set(b"k", b"v"), alone=True, retry_limit=0)
 
     _in_worker(nested)
     assert kv.run(engine, lambda tr: tr.get(b"k")) == b"v"
@@ -352,7 +352,7 @@ def test_an_engine_error_reaches_the_caller_as_before(tmp_path: Path) -> None:
         raise fdb_errors.engine_error(fdb_errors.IO_ERROR, "injected")
 
     with pytest.raises(EngineError) as raised:
-        _in_worker(lambda: kv.run(engine, body, alone=True))
+        _in_worker(lambda: kv.run_sync(engine, body, alone=True))
     assert raised.value.code == fdb_errors.IO_ERROR
     assert kv.run(engine, lambda tr: tr.get(b"k")) is None
     engine.close()
@@ -402,10 +402,10 @@ def test_the_main_thread_runs_alone_outside_the_groups(tmp_path: Path, interrupt
     try:
         if interrupted:
             with pytest.raises(_Interrupted):
-                kv.run(engine, lambda tr: tr.set(b"m", b"1"), alone=True)
+                kv.run_sync(engine, lambda tr: tr.set(b"m", b"1"), alone=True)
             release.set()
         else:
-            kv.run(engine, lambda tr: tr.set(b"m", b"1"), alone=True)
+            kv.run_sync(engine, lambda tr: tr.set(b"m", b"1"), alone=True)
     finally:
         signal.signal(signal.SIGUSR1, previous)
         helper.join(timeout=30)
@@ -425,7 +425,7 @@ def test_an_attempt_not_taken_by_a_group_in_busy_timeout_gets_1020(tmp_path: Pat
 
     def run_inner() -> None:
         try:
-            kv.run(engine, lambda tr: tr.set(b"i", b"1"), alone=True, retry_limit=1)
+            kv.run_sync(engine, lambda tr: tr.set(b"i", b"1"), alone=True, retry_limit=1)
         except RetryLimitReached as exc:
             inner.append(exc.last.description)
 
@@ -436,11 +436,14 @@ def test_an_attempt_not_taken_by_a_group_in_busy_timeout_gets_1020(tmp_path: Pat
         assert not thread.is_alive()
         tr.set(b"o", b"1")
 
-    _in_worker(lambda: kv.run(engine, body, alone=True))
+    _in_worker(lambda: kv.run_sync(engine, body, alone=True))
     assert inner == [
         "not_committed: group commit: not taken by a group within busy_timeout (0.1 s)"
     ]
-    assert kv.run(engine, lambda tr: (tr.get(b"o"), tr.get(b"i"))) == (b"1", None)
+    assert kv.run_sync(engine, lambda tr: (tr.get(b"o").wait(), tr.get(b"i").wait())) == (
+        b"1",
+        None,
+    )
     engine.close()
 
 
@@ -454,11 +457,11 @@ def test_a_commit_inside_a_grouped_body_is_refused_at_once(tmp_path: Path) -> No
 
     def commits_itself(tr: kv.Transaction) -> None:
         tr.set(b"c", b"1")
-        tr.commit()
+        tr.commit().wait()
 
     def nests(tr: kv.Transaction) -> None:
         tr.set(b"d", b"1")
-        kv.run(engine, lambda inner: inner.set(b"n", b"1"))
+        kv.run_sync(engine, lambda inner: inner.set(b"n", b"1"))
 
     attempts.start("b", _setter(b"b", "b"), waiting=1)
     attempts.start("c", commits_itself, waiting=2)
@@ -491,7 +494,7 @@ def test_a_child_forked_while_a_group_is_led_starts_with_none(tmp_path: Path) ->
             outcome: list[object] = []
             worker = threading.Thread(
                 target=lambda: outcome.append(
-                    kv.run(engine, lambda tr: tr.set(b"child", b"1"), alone=True)
+                    kv.run_sync(engine, lambda tr: tr.set(b"child", b"1"), alone=True)
                 ),
                 daemon=True,
             )
@@ -505,5 +508,8 @@ def test_a_child_forked_while_a_group_is_led_starts_with_none(tmp_path: Path) ->
     os.write(done, b"x")
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert kv.run(engine, lambda tr: (tr.get(b"parent"), tr.get(b"child"))) == (b"1", b"1")
+    assert kv.run_sync(engine, lambda tr: (tr.get(b"parent").wait(), tr.get(b"child").wait())) == (
+        b"1",
+        b"1",
+    )
     engine.close()

@@ -22,7 +22,7 @@ E = TypeVar("E", bound=kv.Engine)
 
 
 def _filled(engine: E) -> E:
-    kv.run(engine, lambda tr: [tr.set(key, key[1:]) for key in KEYS])
+    kv.run_sync(engine, lambda tr: [tr.set(key, key[1:]) for key in KEYS])
     return engine
 
 
@@ -48,8 +48,8 @@ def test_reads_under_the_transactions_writes_match_the_memory_engine(
     for engine in (_filled(MemoryEngine()), _filled(SqliteEngine(tmp_path / "kv.db"))):
         tr = engine.create_transaction()
         writes(tr)
-        rows = tr.get_range(b"k", b"l", limit=limit, reverse=reverse)
-        again = tr.get_range(b"k", b"l", limit=limit, reverse=reverse, snapshot=True)
+        rows = tr.get_range(b"k", b"l", limit=limit, reverse=reverse).wait()
+        again = tr.get_range(b"k", b"l", limit=limit, reverse=reverse, snapshot=True).wait()
         assert rows == again
         seen.append(rows)
         engine.close()
@@ -62,11 +62,11 @@ def test_a_limited_read_conflicts_with_a_write_to_what_it_returned(
 ) -> None:
     engine = _filled(SqliteEngine(tmp_path / "kv.db"))
     reader = engine.create_transaction()
-    rows = reader.get_range(b"k", b"l", limit=limit)
-    kv.run(engine, lambda tr: tr.set(rows[-1][0], b"moved"))
+    rows = reader.get_range(b"k", b"l", limit=limit).wait()
+    kv.run_sync(engine, lambda tr: tr.set(rows[-1][0], b"moved"))
     reader.set(b"z", b"after")
     with pytest.raises(EngineError) as err:
-        reader.commit()
+        reader.commit().wait()
     assert err.value.code == fdb_errors.NOT_COMMITTED
     engine.close()
 
@@ -74,10 +74,10 @@ def test_a_limited_read_conflicts_with_a_write_to_what_it_returned(
 def test_a_limited_read_ignores_a_write_past_what_it_returned(tmp_path: Path) -> None:
     engine = _filled(SqliteEngine(tmp_path / "kv.db"))
     reader = engine.create_transaction()
-    reader.get_range(b"k", b"l", limit=2)
-    kv.run(engine, lambda tr: tr.set(KEYS[2], b"moved"))
+    reader.get_range(b"k", b"l", limit=2).wait()
+    kv.run_sync(engine, lambda tr: tr.set(KEYS[2], b"moved"))
     reader.set(b"z", b"after")
-    reader.commit()
+    reader.commit().wait()
     engine.close()
 
 
@@ -86,8 +86,8 @@ def test_a_small_limit_fetches_only_its_rows_first(tmp_path: Path) -> None:
     tr = engine.create_transaction()
     statements: list[str] = []
     tr._connection().set_trace_callback(statements.append)
-    assert tr.get_range(b"k", b"l", limit=2) == [(k, k[1:]) for k in KEYS[:2]]
-    assert len(tr.get_range(b"k", b"l")) == len(KEYS)
+    assert tr.get_range(b"k", b"l", limit=2).wait() == [(k, k[1:]) for k in KEYS[:2]]
+    assert len(tr.get_range(b"k", b"l").wait()) == len(KEYS)
     limits = [s.rsplit("LIMIT", 1)[1].strip() for s in statements if "FROM kv WHERE key >=" in s]
     assert limits == ["2", str(_PAGE), str(_PAGE), str(_PAGE), str(_PAGE)]
     tr._connection().set_trace_callback(None)

@@ -1136,7 +1136,7 @@ for name, call, error, names in ENGINE_CALLS:
         try:
             return call(tr)
         finally:
-            tr.commit()  # whatever the refused call buffered would land now
+            tr.commit().wait()  # whatever the refused call buffered would land now
 
     case(f"engine.{name}", in_transaction, error, names)
 

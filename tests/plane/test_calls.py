@@ -11,6 +11,7 @@ from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, kv
 from persistence.fdb_errors import COMMIT_UNKNOWN_RESULT
+from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane, PlaneConfig, journal
@@ -38,9 +39,9 @@ def test_a_retried_call_returns_its_record_and_writes_nothing() -> None:
     plane.create_world(u, w)
     keys = WorldKeys(u, w)
     call = Call.new()
-    assert journal.append_batch(engine, keys, 0, [b"a"], call) == 1
+    assert drive(journal.append_batch(engine, keys, 0, [b"a"], call)) == 1
     plane.append_batch(u, w, 1, [b"b"])  # another caller moves the head
-    assert journal.append_batch(engine, keys, 0, [b"a"], call) == 1  # the retry: its own
+    assert drive(journal.append_batch(engine, keys, 0, [b"a"], call)) == 1  # the retry: its own
     assert [e for _, e in plane.read_range(u, w, 1, 5)] == [b"a", b"b"]
     assert len(_records(engine, keys)) == 2
 
@@ -53,10 +54,10 @@ def test_expired_records_are_swept_two_per_write_and_recent_ones_kept() -> None:
     keys = WorldKeys(u, w)
     head = 0
     for age in (700, 690, 680, 670, 660, 10):  # five expired (window 600 s), one recent
-        head = journal.append_batch(engine, keys, head, [b"x"], _old_call(age, 600))
+        head = drive(journal.append_batch(engine, keys, head, [b"x"], _old_call(age, 600)))
     assert len(_records(engine, keys)) == 4  # each write swept up to two expired ones
     for _ in range(3):
-        head = journal.append_batch(engine, keys, head, [b"x"], Call.new(600))
+        head = drive(journal.append_batch(engine, keys, head, [b"x"], Call.new(600)))
     remaining = _records(engine, keys)
     assert len(remaining) == 4  # the recent one and the three new: every expired one gone
 

@@ -19,6 +19,7 @@ from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, fdb_errors, kv
 from persistence.errors import EngineError, Validation, WorldNotFound
+from persistence.futures import drive
 from persistence.ids import InboxSeq, UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.kv import Engine
@@ -210,15 +211,15 @@ def test_an_enqueue_that_read_the_entry_conflicts_with_the_compaction_that_clear
     envelopes = [InboxEnvelope(encode_inbox_item(event(n)), key(n)) for n in (1, 2)]
     writer = plane.engine.create_transaction()
     stored = [(e.idempotency_key, e.to_cbor()) for e in envelopes]
-    pending = inbox.enqueue(writer, keys, stored)
+    pending = drive(inbox.enqueue(writer, keys, stored))
     reader = plane.engine.create_transaction()
-    found = inbox.enqueue(reader, keys, stored[:1])
+    found = drive(inbox.enqueue(reader, keys, stored[:1]))
     assert pending.known == {0: first} and found.known == {0: first}
     assert compact(plane, u, w, clock) == InboxCompaction(1, 1)
     with pytest.raises(EngineError) as aborted:
-        writer.commit()
+        writer.commit().wait()
     assert aborted.value.code == fdb_errors.NOT_COMMITTED
-    reader.commit()  # read-only: it returned the first sequence, before the compaction
+    reader.commit().wait()  # read-only: it returned the first sequence, before the compaction
     seqs = plane.enqueue_batch(u, w, [event(1), event(2)], idempotency_keys=[key(1), key(2)])
     assert first < seqs[0] < seqs[1] and inbox_seqs(plane, u, w) == seqs
 
@@ -237,11 +238,11 @@ def test_a_compaction_that_read_the_entry_conflicts_with_an_enqueue_that_rewrote
     clock.now += retention(plane)
     limits = CompactionLimits(retention(plane), 10, plane.config.read_page_bytes, plane.budget)
     slow = plane.engine.create_transaction()
-    assert compaction.compact(slow, keys, limits, clock, Call.new()) == InboxCompaction(1, 1)
+    assert drive(compaction.compact(slow, keys, limits, clock, Call.new())) == InboxCompaction(1, 1)
     assert compact(plane, u, w, clock) == InboxCompaction(1, 1)  # another compactor
     again = enqueue(plane, u, w, 1)  # after the window: a new item and entry
     with pytest.raises(EngineError) as aborted:
-        slow.commit()
+        slow.commit().wait()
     assert aborted.value.code == fdb_errors.NOT_COMMITTED
     assert compact(plane, u, w, clock) == InboxCompaction()  # the retry finds nothing to do
     assert idempotency_keys(plane, u, w) == [key(1)]
@@ -261,9 +262,9 @@ def test_an_enqueue_inside_the_window_does_not_disturb_a_compaction(
     clock.now += retention(plane)
     limits = CompactionLimits(retention(plane), 10, plane.config.read_page_bytes, plane.budget)
     tr = plane.engine.create_transaction()
-    assert compaction.compact(tr, keys, limits, clock, Call.new()) == InboxCompaction(1, 1)
+    assert drive(compaction.compact(tr, keys, limits, clock, Call.new())) == InboxCompaction(1, 1)
     assert enqueue(plane, u, w, 1) == first
-    tr.commit()
+    tr.commit().wait()
     assert inbox_seqs(plane, u, w) == [] and idempotency_keys(plane, u, w) == []
 
 
@@ -352,7 +353,7 @@ def test_fsck_reports_a_consumed_mark_above_the_cursor(
     # A damaged mark naming the last, undrained item: compaction would remove it.
     undrained = inbox_seqs(plane, u, w)[-1]
     keys = WorldKeys(u, w)
-    kv.run(
+    kv.run_sync(
         plane.engine,
         lambda tr: tr.set(
             keys.inbox_consumed_mark(clock.now + 1), InboxConsumedMark(undrained).to_cbor()
@@ -371,7 +372,7 @@ def test_fsck_reports_an_item_whose_idempotency_entry_is_gone(
     drain(plane, u, w, max_items=1)
     assert Fsck(plane).run([u]).errors == []
     entry = WorldKeys(u, w).inbox_idempotency(key(2))
-    kv.run(plane.engine, lambda tr: tr.clear(entry))
+    kv.run_sync(plane.engine, lambda tr: tr.clear(entry))
     (finding,) = Fsck(plane).run([u]).errors
     assert finding.subject == f"item {inbox_seqs(plane, u, w)[-1]}"
     assert "is missing" in finding.message and "duplicate" in finding.message

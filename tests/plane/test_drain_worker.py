@@ -25,6 +25,7 @@ from backends.kv.sqlite import SqliteEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, fdb_errors, kv
 from persistence.errors import EngineError, Validation, WorldNotFound
+from persistence.futures import drive
 from persistence.ids import InboxSeq, UniverseId, WorldId
 from persistence.keyspace import READY_BUCKETS, UniverseKeys, WorldKeys, ready_bucket
 from persistence.kv import Engine
@@ -51,7 +52,7 @@ def marked(plane: Plane, u: UniverseId) -> set[WorldId]:
     """The worlds of ``u`` whose ready mark is set."""
     keys = UniverseKeys(u)
     begin, end = keys.ready_range()
-    worlds, more = inbox.read_ready(plane.engine, keys, begin, end)
+    worlds, more = drive(inbox.read_ready(plane.engine, keys, begin, end))
     assert more is None
     return set(worlds)
 
@@ -112,7 +113,7 @@ def _draining(engine: Engine, keys: WorldKeys, plane: Plane, call: Call) -> kv.T
     """A drain of ``keys`` run in an open transaction (not committed)."""
     tr = engine.create_transaction()
     limits = inbox.DrainLimits(10, 1 << 20, plane.config.max_entry_bytes, plane.budget)
-    inbox.drain(tr, keys, limits, default_normalizer, call)
+    drive(inbox.drain(tr, keys, limits, default_normalizer, call))
     return tr
 
 
@@ -125,7 +126,7 @@ def test_an_enqueue_between_an_emptying_drain_and_its_commit_keeps_the_mark(
     plane.enqueue(universe, a, event(1))
     draining = _draining(plane.engine, WorldKeys(universe, a), plane, Call.new())
     plane.enqueue(universe, a, event(2))  # commits after the drain's read version
-    draining.commit()
+    draining.commit().wait()
     assert marked(plane, universe) == {a} and pending(plane, universe, a) == 1
     done = plane.drain_inbox_to_journal(universe, a)
     assert done.count == 1 and marked(plane, universe) == set()
@@ -138,9 +139,9 @@ def test_a_drain_that_leaves_items_does_not_conflict_with_enqueues(
     plane.enqueue_batch(universe, a, [event(1), event(2)])
     tr = plane.engine.create_transaction()
     limits = inbox.DrainLimits(1, 1 << 20, plane.config.max_entry_bytes, plane.budget)
-    inbox.drain(tr, WorldKeys(universe, a), limits, default_normalizer, Call.new())
+    drive(inbox.drain(tr, WorldKeys(universe, a), limits, default_normalizer, Call.new()))
     plane.enqueue(universe, a, event(3))
-    tr.commit()  # it read no mark
+    tr.commit().wait()  # it read no mark
     assert pending(plane, universe, a) == 2 and marked(plane, universe) == {a}
 
 
@@ -153,7 +154,7 @@ def test_a_retry_clears_the_mark_too() -> None:
     plane.enqueue(u, a, event(1))
     retry = Call.new()
     retry.attempts = 1  # an earlier attempt ran
-    _draining(plane.engine, WorldKeys(u, a), plane, retry).commit()
+    _draining(plane.engine, WorldKeys(u, a), plane, retry).commit().wait()
     assert pending(plane, u, a) == 0 and marked(plane, u) == set()
 
 
@@ -179,7 +180,7 @@ def test_no_world_ever_has_pending_items_without_its_mark(
         if open_ and (len(open_) > 4 or rng.random() < 0.45):
             tr = open_.pop(rng.randrange(len(open_)))
             try:
-                tr.commit()
+                tr.commit().wait()
                 landed += 1
             except EngineError as exc:
                 assert exc.code == fdb_errors.NOT_COMMITTED
@@ -194,17 +195,17 @@ def test_no_world_ever_has_pending_items_without_its_mark(
         roll = rng.random()
         if roll < 0.45:
             envelope = InboxEnvelope(encode_inbox_item(event(step)), b"k%d" % step)
-            inbox.enqueue(tr, keys[which], [(envelope.idempotency_key, envelope.to_cbor())])
+            drive(inbox.enqueue(tr, keys[which], [(envelope.idempotency_key, envelope.to_cbor())]))
         elif roll < 0.75:
-            inbox.drain(tr, keys[which], limits, default_normalizer, call)
+            drive(inbox.drain(tr, keys[which], limits, default_normalizer, call))
         elif roll < 0.9:
-            inbox.drain_worlds(tr, UniverseKeys(u), keys, limits, default_normalizer, call)
+            drive(inbox.drain_worlds(tr, UniverseKeys(u), keys, limits, default_normalizer, call))
         else:
-            cursor = inbox.read_cursor(tr, keys[which])
+            cursor = drive(inbox.read_cursor(tr, keys[which]))
             after = None if cursor is None else cursor.seq
-            items = inbox.read_after(tr, keys[which], after, 1)
+            items = drive(inbox.read_after(tr, keys[which], after, 1))
             if items:
-                inbox.commit_cursor(tr, keys[which], after, items[-1][0], call)
+                drive(inbox.commit_cursor(tr, keys[which], after, items[-1][0], call))
         open_.append(tr)
     assert landed > 100 and aborted > 5
     for w in worlds:
@@ -250,19 +251,19 @@ def test_a_world_that_drains_nothing_adds_no_conflict(plane: Plane, universe: Un
     def draining() -> kv.Transaction:
         tr = plane.engine.create_transaction()
         worlds = [keys.world(a), keys.world(b)]
-        inbox.drain_worlds(tr, keys, worlds, limits, default_normalizer, Call.new())
+        drive(inbox.drain_worlds(tr, keys, worlds, limits, default_normalizer, Call.new()))
         return tr
 
     tr = draining()
     plane.append_batch(universe, b, plane.head(universe, b), [b"b moved"])
     plane.drain_inbox_to_journal(universe, b)
-    tr.commit()
+    tr.commit().wait()
     assert plane.head(universe, a) == 1 and marked(plane, universe) == set()
     plane.enqueue(universe, a, event(2))
     tr = draining()
     plane.append_batch(universe, a, plane.head(universe, a), [b"a moved"])
     with pytest.raises(EngineError) as aborted:
-        tr.commit()
+        tr.commit().wait()
     assert aborted.value.code == fdb_errors.NOT_COMMITTED
 
 
@@ -604,7 +605,7 @@ def test_backfill_marks_inboxes_filled_before_the_index(plane: Plane, universe: 
     def unmark(tr: kv.Transaction) -> None:
         tr.clear_range(*UniverseKeys(universe).ready_range())
 
-    kv.run(plane.engine, unmark)
+    kv.run_sync(plane.engine, unmark)
     worker = DrainWorker(plane, universes=[universe])
     assert worker.run_pass().ready == 0  # invisible
     assert worker.backfill() == 2 and marked(plane, universe) == set(worlds[:2])

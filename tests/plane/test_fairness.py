@@ -26,6 +26,7 @@ from backends.kv.sqlite import SqliteEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor
 from persistence.errors import Validation
+from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys
 from persistence.kv import Engine
@@ -144,7 +145,7 @@ def test_skewed_ingress_drains_fairly_within_the_bound(kind: str, tmp_path: Path
             ids.append(cbor.decode(event.value_cbor))
         assert ids == sent[w]
     keys = UniverseKeys(u)
-    assert inbox.read_ready(plane.engine, keys, *keys.ready_range()) == ([], None)
+    assert drive(inbox.read_ready(plane.engine, keys, *keys.ready_range())) == ([], None)
     lag = worker.lag()
     assert (lag.ready_worlds, lag.items, lag.oldest_wait_at_most) == (0, item, 0.0)
     engine.close()

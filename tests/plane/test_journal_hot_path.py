@@ -156,7 +156,7 @@ def test_append_on_a_damaged_head_is_corruption_and_writes_nothing(
 ) -> None:
     plane.append_batch(universe, world, 0, [b"a", b"b"])
     keys = WorldKeys(universe, world)
-    kv.run(plane.engine, lambda tr: tr.set(keys.head(), damaged))
+    kv.run_sync(plane.engine, lambda tr: tr.set(keys.head(), damaged))
     with pytest.raises(CorruptRecord):
         plane.append_batch(universe, world, 2, [b"c"])
     assert _stored_head(plane, keys) == damaged
@@ -207,7 +207,7 @@ def test_a_hole_in_a_page_of_whole_entries_is_missing(
 ) -> None:
     plane.append_batch(universe, world, 0, [b"e"] * 600)
     keys = WorldKeys(universe, world)
-    kv.run(plane.engine, lambda tr: tr.clear(keys.entry_chunk(300, 0, 1)))
+    kv.run_sync(plane.engine, lambda tr: tr.clear(keys.entry_chunk(300, 0, 1)))
     with pytest.raises(MissingJournalEntry) as err:
         plane.read_range(universe, world, 1, 600)
     assert err.value.height == 300
@@ -227,7 +227,7 @@ def test_a_stray_chunk_among_whole_entries_is_missing(
         tr.clear(keys.entry_chunk(5, 0, 1))
         tr.set(stray, b"e")
 
-    kv.run(plane.engine, swap)
+    kv.run_sync(plane.engine, swap)
     with pytest.raises(MissingJournalEntry) as err:
         plane.read_range(universe, world, 1, 600)
     assert err.value.height == 5

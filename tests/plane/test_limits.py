@@ -73,9 +73,9 @@ def _dump(engine: kv.Engine) -> list[tuple[bytes, bytes]]:
     while True:
 
         def page(tr: kv.Transaction, b: bytes = begin) -> list[tuple[bytes, bytes]]:
-            return tr.get_range(b, b"\xff", limit=500, snapshot=True)
+            return tr.get_range(b, b"\xff", limit=500, snapshot=True).wait()
 
-        batch = kv.run(engine, page)
+        batch = kv.run_sync(engine, page)
         rows.extend(batch)
         if len(batch) < 500:
             return rows

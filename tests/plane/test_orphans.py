@@ -22,6 +22,7 @@ from backends.objects import open_object_store
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor
 from persistence.errors import CasBodyHashMismatch
+from persistence.futures import drive
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
@@ -208,7 +209,7 @@ def test_a_put_waits_for_a_collector_that_doomed_its_hash(engine: Engine, clock:
     objects.put(key, BIG)  # an orphan
     token = cas_bodies.new_token()
     started = time.monotonic()
-    assert cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, token) == "doomed"
+    assert drive(cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, token)) == "doomed"
 
     def collector_deletes() -> None:
         assert objects.stat(key) is not None
@@ -230,7 +231,7 @@ def test_a_doom_left_by_a_crashed_collector_is_taken_over_after_its_lease(
     h = Hash.of(BIG)
     key = object_key(U, h)
     objects.put(key, BIG)
-    cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, cas_bodies.new_token())
+    drive(cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, cas_bodies.new_token()))
     # the orphan being collected is still an orphan; the collection itself is no finding
     assert [area for _, area, _ in fsck_findings(plane)] == ["objects"]
     fresh = collect(plane, clock)
@@ -244,7 +245,7 @@ def test_a_doom_left_by_a_crashed_collector_is_taken_over_after_its_lease(
     assert objects.stat(key) is None and fsck_findings(plane) == []
     # one that crashed after its DELETE: no listing shows the object, the sweep finishes it
     other = Hash.of(b"gone")
-    cas_bodies.decide(engine, UniverseKeys(U), other, object_key(U, other), clock(), 0, b"t")
+    drive(cas_bodies.decide(engine, UniverseKeys(U), other, object_key(U, other), clock(), 0, b"t"))
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
     assert collect(plane, clock, dry_run=True).dooms_settled == 2
     swept = collect(plane, clock)
@@ -260,7 +261,7 @@ def test_a_put_takes_over_a_stale_doom(engine: Engine, clock: Clock) -> None:
     h = Hash.of(BIG)
     key = object_key(U, h)
     objects.put(key, b"a torn body under the hash")
-    cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, cas_bodies.new_token())
+    drive(cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, cas_bodies.new_token()))
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
     hooks = Settling(clock, LATE)
     plane = plane_on(engine, objects, clock, hooks)
@@ -277,15 +278,18 @@ def test_a_collector_deletes_only_its_own_young_doom(engine: Engine, clock: Cloc
     keys = UniverseKeys(U)
     slow = cas_bodies.new_token()
     started = time.monotonic()
-    assert cas_bodies.decide(engine, keys, h, key, clock(), 0, slow) == "doomed"
+    assert drive(cas_bodies.decide(engine, keys, h, key, clock(), 0, slow)) == "doomed"
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
-    assert cas_bodies.decide(engine, keys, h, key, clock(), 0, cas_bodies.new_token()) == "doomed"
+    assert (
+        drive(cas_bodies.decide(engine, keys, h, key, clock(), 0, cas_bodies.new_token()))
+        == "doomed"
+    )
     assert not cas_bodies.delete_doomed(engine, objects, keys, h, key, slow, started, clock)
     assert objects.stat(key) is not None  # taken over: the slow collector deletes nothing
 
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
     own = cas_bodies.new_token()
-    assert cas_bodies.decide(engine, keys, h, key, clock(), 0, own) == "doomed"
+    assert drive(cas_bodies.decide(engine, keys, h, key, clock(), 0, own)) == "doomed"
     late = time.monotonic() - cas_bodies.DELETE_DEADLINE_SECONDS
     assert not cas_bodies.delete_doomed(engine, objects, keys, h, key, own, late, clock)
     clock.advance(cas_bodies.DELETE_DEADLINE_SECONDS)  # its monotonic clock may lag (suspend)
@@ -309,7 +313,7 @@ def test_a_damaged_object_under_the_hash_fails_the_put_and_is_then_collected(
 
 
 def kv_range(engine: Engine, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
-    return engine.create_transaction().get_range(begin, end)
+    return engine.create_transaction().get_range(begin, end).wait()
 
 
 # ---------------------------------------------------------------- segments and markers
@@ -339,7 +343,7 @@ def test_orphaned_segments_below_the_index_go_those_above_stay(clock: Clock) -> 
     exporter.export_once(U, W)
     with pytest.raises(SimulatedCrash):
         exporter.export_once(U, W)  # second segment 5-8 done, its marker left finished
-    marker = read_marker(plane.engine, WorldKeys(U, W))
+    marker = drive(read_marker(plane.engine, WorldKeys(U, W)))
     assert marker is not None and marker.state == "delete_finished"
     below = segment_key(U, W, 1, 3)  # a racing exporter's upload of a shorter range
     above = segment_key(U, W, 9, 9)  # may be adopted by the next export
@@ -354,7 +358,7 @@ def test_orphaned_segments_below_the_index_go_those_above_stay(clock: Clock) -> 
     assert (done.listed, done.referenced, done.foreign) == (5, 2, 1)
     assert (done.collected, done.collected_bytes, done.kept, done.markers_cleared) == (1, 7, 1, 1)
     assert objects.stat(below) is None and objects.stat(above) is not None
-    assert read_marker(plane.engine, WorldKeys(U, W)) is None
+    assert drive(read_marker(plane.engine, WorldKeys(U, W))) is None
     orphans = sorted(f[2].split(" (")[0] for f in fsck_findings(plane) if f[1] == "objects")
     assert orphans == ["orphaned object", "orphaned object"]  # the kept one and notes.txt
     assert [r.end for r in plane.list_segments(U, W)] == [4, 8]
@@ -422,8 +426,8 @@ def _put_and_collect(engine: Engine, objects: ObjectStore, clock: Clock) -> None
 def _outcome(engine: Engine, objects: ObjectStore) -> tuple[object, ...]:
     keys = UniverseKeys(U)
     tr = engine.create_transaction()
-    leftovers = tr.get_range(*keys.cas_pins()) + tr.get_range(*keys.cas_dooms())
-    meta = tr.get(keys.cas_meta(Hash.of(BIG)))
+    leftovers = tr.get_range(*keys.cas_pins()).wait() + tr.get_range(*keys.cas_dooms()).wait()
+    meta = tr.get(keys.cas_meta(Hash.of(BIG))).wait()
     return [info.key for info in objects.list()], leftovers, meta is not None
 
 

@@ -81,7 +81,7 @@ def test_universe_isolation(plane: Plane, universe: UniverseId, world: WorldId) 
 @pytest.mark.parametrize(("version", "says"), [(99, "newer"), (1, "development version")])
 def test_another_layout_is_refused(engine: Engine, version: int, says: str) -> None:
     open_plane(engine, MemoryObjectStore())
-    kv.run(engine, lambda tr: tr.set(LAYOUT_KEY, LayoutRecord(version).to_cbor()))
+    kv.run_sync(engine, lambda tr: tr.set(LAYOUT_KEY, LayoutRecord(version).to_cbor()))
     with pytest.raises(StoreFormatError, match=says):
         open_plane(engine, MemoryObjectStore())
 
@@ -139,7 +139,7 @@ def test_reads_page_across_transactions(plane: Plane, universe: UniverseId, worl
 def test_missing_entry_is_corruption(plane: Plane, universe: UniverseId, world: WorldId) -> None:
     plane.append_batch(universe, world, 0, [b"a", b"b", b"c"])
     keys = WorldKeys(universe, world)
-    kv.run(plane.engine, lambda tr: tr.clear_range(*keys.entry_prefix(2)))
+    kv.run_sync(plane.engine, lambda tr: tr.clear_range(*keys.entry_prefix(2)))
     with pytest.raises(MissingJournalEntry) as err:
         plane.read_range(universe, world, 1, 10)
     assert err.value.height == 2
@@ -148,7 +148,7 @@ def test_missing_entry_is_corruption(plane: Plane, universe: UniverseId, world: 
 def test_missing_chunk_is_corruption(plane: Plane, universe: UniverseId, world: WorldId) -> None:
     plane.append_batch(universe, world, 0, [b"z" * 200_000])
     keys = WorldKeys(universe, world)
-    kv.run(plane.engine, lambda tr: tr.clear(keys.entry_chunk(1, 1, 3)))
+    kv.run_sync(plane.engine, lambda tr: tr.clear(keys.entry_chunk(1, 1, 3)))
     with pytest.raises(MissingJournalEntry):
         plane.read_range(universe, world, 1, 1)
 

@@ -20,6 +20,7 @@ from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, fdb_errors
 from persistence.errors import EngineError, HeadAdvanced
+from persistence.futures import drive
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import Plane, default_normalizer, effects, inbox
@@ -196,7 +197,7 @@ def test_export_step_after_another_exporter_moved_on(clients: Clients) -> None:
     c.injector.fail_commit(1, APPLIED_UNKNOWN, applied=True, interleave=other_exporter)
     Exporter(c.plane, config).export_all(u, w)
     assert [(s.start, s.end) for s in c.other.list_segments(u, w)] == [(1, 4), (5, 8), (9, 11)]
-    assert read_marker(c.other.engine, WorldKeys(u, w)) is None
+    assert drive(read_marker(c.other.engine, WorldKeys(u, w))) is None
     assert c.journal() == [bytes([i]) for i in range(12)] + c.journal()[12:]
 
 
@@ -264,16 +265,16 @@ def test_a_drain_commits_while_older_enqueues_are_in_flight() -> None:
     keys = WorldKeys(u, w)
     enqueuing = engine.create_transaction()
     envelope = InboxEnvelope(encode_inbox_item(event(0)), b"in-flight")
-    inbox.enqueue(enqueuing, keys, [(b"in-flight", envelope.to_cbor())])  # read version R
+    drive(inbox.enqueue(enqueuing, keys, [(b"in-flight", envelope.to_cbor())]))  # read version R
     plane.enqueue_batch(u, w, [event(1), event(2)])  # committed after R
     draining = engine.create_transaction()
     # one item of two, so the drain reads no ready mark (one that empties the inbox clears
     # it with compare_and_clear, which conflicts with nothing: tests/plane/test_drain_worker.py)
     limits = inbox.DrainLimits(1, 1 << 20, plane.config.max_entry_bytes, plane.budget)
-    result = inbox.drain(draining, keys, limits, default_normalizer, Call.new())
+    result = drive(inbox.drain(draining, keys, limits, default_normalizer, Call.new()))
     assert result.count == 1
-    enqueuing.commit()  # its versionstamped key may land anywhere after R
-    draining.commit()  # no conflict: the drained items are immutable and sort before it
+    enqueuing.commit().wait()  # its versionstamped key may land anywhere after R
+    draining.commit().wait()  # no conflict: the drained items are immutable and sort before it
     assert plane.head(u, w) == 1
     assert len(plane.read_after(u, w, None, 10)) == 3
 
@@ -286,9 +287,9 @@ def test_a_cursor_commit_commits_while_an_append_lands() -> None:
     (seq,) = plane.enqueue_batch(u, w, [event(1)])
     keys = WorldKeys(u, w)
     committing = engine.create_transaction()
-    inbox.commit_cursor(committing, keys, None, seq, Call.new())
+    drive(inbox.commit_cursor(committing, keys, None, seq, Call.new()))
     plane.append_batch(u, w, 0, [b"landed"])
-    committing.commit()
+    committing.commit().wait()
     assert plane.inbox_cursor(u, w) == seq
 
 
@@ -298,12 +299,12 @@ def test_an_effect_claim_commits_while_an_older_dispatch_lands() -> None:
     u, w = UniverseId.new(), WorldId.new()
     keys = UniverseKeys(u)
     dispatching = engine.create_transaction()
-    effects.dispatch(dispatching, keys, EffectDispatchItem(w, Hash.of(b"old"), "h", b"\xa0"))
+    drive(effects.dispatch(dispatching, keys, EffectDispatchItem(w, Hash.of(b"old"), "h", b"\xa0")))
     seq = plane.dispatch_effect(u, EffectDispatchItem(w, Hash.of(b"new"), "h", b"\xa0"))
     claiming = engine.create_transaction()
-    effects.claim(claiming, keys, seq, "worker", 1, Call.new())
-    dispatching.commit()  # its versionstamped key may land anywhere after its read version
-    claiming.commit()
+    drive(effects.claim(claiming, keys, seq, "worker", 1, Call.new()))
+    dispatching.commit().wait()  # its versionstamped key may land anywhere after its read version
+    claiming.commit().wait()
     assert [i.claimed_by for _, i in plane.inflight_effects(u)] == ["worker"]
 
 
@@ -314,9 +315,9 @@ def test_two_claims_of_one_effect_conflict() -> None:
     keys = UniverseKeys(u)
     seq = plane.dispatch_effect(u, EffectDispatchItem(w, Hash.of(b"x"), "h", b"\xa0"))
     first, second = engine.create_transaction(), engine.create_transaction()
-    effects.claim(first, keys, seq, "a", 1, Call.new())
-    effects.claim(second, keys, seq, "b", 1, Call.new())
-    first.commit()
+    drive(effects.claim(first, keys, seq, "a", 1, Call.new()))
+    drive(effects.claim(second, keys, seq, "b", 1, Call.new()))
+    first.commit().wait()
     with pytest.raises(Exception) as error:
-        second.commit()
+        second.commit().wait()
     assert getattr(error.value, "code", None) == fdb_errors.NOT_COMMITTED

@@ -14,6 +14,7 @@ from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence import kv
 from persistence.errors import SegmentChecksumMismatch, SegmentCorruption, SegmentMissing
+from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import UniverseKeys, WorldKeys
@@ -92,7 +93,7 @@ def test_a_crash_at_every_export_step_resumes_and_converges(tmp_path: Path) -> N
             Exporter(plane, CONFIG).export_all(cu, cw)  # the restarted exporter
             got = state_of(plane, cu, cw)
             assert got[0] == expected[0] and got[1:] == expected[1:], f"{point} #{occurrence}"
-            assert read_marker(plane.engine, WorldKeys(cu, cw)) is None
+            assert drive(read_marker(plane.engine, WorldKeys(cu, cw))) is None
             runs += 1
     assert runs >= 15
 
@@ -166,7 +167,7 @@ def test_wrong_index_checksum_is_a_mismatch(exported) -> None:  # type: ignore[n
 
     forged = replace(record, checksum=bytes(32))
     keys = UniverseKeys(u)
-    kv.run(plane.engine, lambda tr: tr.set(keys.segment(w, record.end), forged.to_cbor()))
+    kv.run_sync(plane.engine, lambda tr: tr.set(keys.segment(w, record.end), forged.to_cbor()))
     with pytest.raises(SegmentChecksumMismatch) as err:
         plane.read_range(u, w, 1, 3)
     assert err.value.object_key == record.object_key

@@ -101,7 +101,7 @@ class DamageStore:
             else:
                 tr.set(keys.segment(self.w, key_end), record.to_cbor())
 
-        kv.run(self.plane.engine, write)
+        kv.run_sync(self.plane.engine, write)
 
     def cli(self, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
         """``aosp ARGS --data-dir ROOT`` through the CLI's main function."""
@@ -333,7 +333,7 @@ def test_an_undecodable_record_is_a_finding_too(
     store: DamageStore, capsys: pytest.CaptureFixture[str]
 ) -> None:
     keys = UniverseKeys(store.u)
-    kv.run(store.plane.engine, lambda tr: tr.set(keys.segment(store.w, 20), b"\xa1\x61x\x01"))
+    kv.run_sync(store.plane.engine, lambda tr: tr.set(keys.segment(store.w, 20), b"\xa1\x61x\x01"))
     with pytest.raises(SegmentIndexCorruption, match="segment index record at end 20"):
         store.plane.read_range(store.u, store.w, 11, 5)
     code, out, _ = store.cli(capsys, "segments", "verify", "--json")
@@ -542,7 +542,7 @@ def test_fsck_reports_an_active_baseline_whose_root_is_incomplete(store: DamageS
         tr.set(keys.snapshot(baseline.height), forged.to_cbor())
         tr.set(keys.baseline(), forged.to_cbor())
 
-    kv.run(plane.engine, write)
+    kv.run_sync(plane.engine, write)
     errors = Fsck(plane).run().errors
     assert [(e.area, e.world, e.subject) for e in errors] == [
         ("snapshots", str(w), f"baseline {baseline.height}")

@@ -9,6 +9,7 @@ import uuid
 from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor
+from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
@@ -63,7 +64,7 @@ def test_a_stale_plan_plans_again() -> None:
     stalled.competitor = Exporter(plane, CONFIG)
     assert stalled.export_once(U, W) is None  # raced, planned again: nothing left
     assert [(p.start, p.end) if p else None for p in stalled.plans] == [(1, 3), None]
-    assert read_marker(plane.engine, WorldKeys(U, W)) is None
+    assert drive(read_marker(plane.engine, WorldKeys(U, W))) is None
     assert [(s.start, s.end) for s in plane.list_segments(U, W)] == [(1, 4), (5, 8), (9, 9)]
 
 
@@ -76,6 +77,6 @@ def test_a_marker_behind_the_index_is_dropped() -> None:
     keys = WorldKeys(U, W)
     tr = plane.engine.create_transaction()  # what an older version's stale plan left
     tr.set(keys.export_marker(), behind.to_cbor())
-    tr.commit()
+    tr.commit().wait()
     assert [(s.start, s.end) for s in exporter.export_all(U, W)] == [(5, 8), (9, 9)]
-    assert read_marker(plane.engine, keys) is None
+    assert drive(read_marker(plane.engine, keys)) is None

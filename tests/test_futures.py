@@ -1,0 +1,255 @@
+"""The futures and the two drivers every protocol runs under (``persistence/futures.py``):
+the blocking driver and the asyncio driver give the same values, errors and clean-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from backends.kv.memory import MemoryEngine
+from backends.kv.sqlite import SqliteEngine
+from persistence import kv
+from persistence.errors import EngineError
+from persistence.futures import (
+    Blocking,
+    Failed,
+    Future,
+    Gathered,
+    Mapped,
+    Ready,
+    Sleep,
+    drive,
+    drive_async,
+)
+
+T = TypeVar("T")
+
+
+class Later(Future[T]):
+    """A future settled by another thread (as a FoundationDB future is by the client's
+    network thread): ``notify`` callbacks run on that thread."""
+
+    def __init__(self) -> None:
+        self._value: T | None = None
+        self._set = threading.Event()
+        self._callbacks: list[Callable[[], object]] = []
+        self._lock = threading.Lock()
+
+    def settle(self, value: T) -> None:
+        with self._lock:
+            self._value = value
+            self._set.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def poll(self) -> bool:
+        return self._set.is_set()
+
+    def result(self) -> T:
+        assert self._value is not None
+        return self._value
+
+    def block(self) -> None:
+        self._set.wait()
+
+    def notify(self, callback: Callable[[], object]) -> None:
+        with self._lock:
+            if not self._set.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+
+def both(make: Callable[[], Awaitable[T]]) -> tuple[T, T]:
+    """What the blocking and the asyncio driver give for the same work."""
+    blocking = drive(make())
+    asynchronous = asyncio.run(drive_async(make()))
+    return blocking, asynchronous
+
+
+def settle_soon(future: Later[int], value: int) -> threading.Thread:
+    thread = threading.Thread(target=future.settle, args=(value,))
+    thread.start()
+    return thread
+
+
+def test_both_drivers_give_a_protocols_value() -> None:
+    async def protocol() -> int:
+        a = Ready(1)
+        b = Blocking(lambda: 2)
+        c = Sleep(0.001, 3)
+        both_ = Gathered([Ready(4), Mapped(Ready(2), lambda n: n + 3)])
+        return await a + await b + await c + sum(await both_)
+
+    assert both(protocol) == (15, 15)
+
+
+def test_both_drivers_raise_a_futures_error_where_it_is_awaited() -> None:
+    cleaned: list[str] = []
+
+    async def protocol() -> int:
+        try:
+            return await Failed(EngineError(1020, "conflict"))
+        finally:
+            cleaned.append("finally")
+
+    for run in (drive, lambda c: asyncio.run(drive_async(c))):
+        with pytest.raises(EngineError) as error:
+            run(protocol())
+        assert error.value.code == 1020
+    assert cleaned == ["finally", "finally"]
+
+
+def test_a_future_settled_by_another_thread_wakes_either_driver() -> None:
+    def make() -> Coroutine[Any, Any, int]:
+        future: Later[int] = Later()
+
+        async def protocol() -> int:
+            thread = settle_soon(future, 7)
+            value = await future
+            thread.join()
+            return value + 1
+
+        return protocol()
+
+    assert both(make) == (8, 8)
+
+
+def test_the_asyncio_driver_runs_blocking_work_in_the_executor_and_keeps_the_loop_free() -> None:
+    loop_thread: list[int] = []
+    work_thread: list[int] = []
+    ticks: list[int] = []
+    release = threading.Event()
+
+    def work() -> int:
+        work_thread.append(threading.get_ident())
+        assert release.wait(10)  # the loop must run the ticker meanwhile
+        return 5
+
+    async def ticker() -> None:
+        for n in range(3):
+            ticks.append(n)
+            await asyncio.sleep(0)
+        release.set()
+
+    async def main() -> int:
+        loop_thread.append(threading.get_ident())
+        _, value = await asyncio.gather(ticker(), drive_async(Blocking(work)))
+        return value
+
+    assert asyncio.run(main()) == 5
+    assert ticks == [0, 1, 2] and work_thread[0] != loop_thread[0]
+
+
+def test_the_asyncio_driver_sleeps_without_blocking_the_loop() -> None:
+    order: list[str] = []
+
+    async def pausing() -> None:
+        await Sleep(0.05, None)
+        order.append("slept")
+
+    async def other() -> None:
+        order.append("other ran")
+
+    async def main() -> None:
+        await asyncio.gather(drive_async(pausing()), other())
+
+    asyncio.run(main())
+    assert order == ["other ran", "slept"]
+
+
+def test_a_cancelled_task_is_cancelled_inside_the_protocol() -> None:
+    seen: list[str] = []
+    never: Later[int] = Later()
+
+    async def protocol() -> int:
+        try:
+            return await never
+        except asyncio.CancelledError:
+            seen.append("cancelled at its await")
+            raise
+
+    async def main() -> None:
+        task = asyncio.ensure_future(drive_async(protocol()))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert seen == ["cancelled at its await"]
+
+
+def test_an_interrupt_while_blocking_reaches_the_protocol() -> None:
+    seen: list[str] = []
+
+    class Interrupted(Future[int]):
+        def poll(self) -> bool:
+            return False
+
+        def result(self) -> int:
+            raise AssertionError("never ready")
+
+        def block(self) -> None:
+            raise KeyboardInterrupt
+
+    async def protocol() -> int:
+        try:
+            return await Interrupted()
+        finally:
+            seen.append("finally")
+
+    with pytest.raises(KeyboardInterrupt):
+        drive(protocol())
+    assert seen == ["finally"]
+
+
+def test_awaiting_something_else_than_a_future_is_a_type_error_in_the_protocol() -> None:
+    async def protocol() -> None:
+        await asyncio.sleep(0)  # not an engine future
+
+    with pytest.raises(TypeError, match="engine futures only"):
+        drive(protocol())
+
+
+def test_a_future_used_as_its_value_fails_at_once() -> None:
+    future = Ready(b"value")
+    with pytest.raises(TypeError, match="not its value"):
+        bool(future)
+    with pytest.raises(TypeError, match="not its value"):
+        assert future == b"value"
+    assert future.wait() == b"value" and hash(future) == hash(future)
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> kv.Engine:
+    if request.param == "memory":
+        return MemoryEngine()
+    return SqliteEngine(tmp_path / "kv.db")
+
+
+def test_the_retry_loop_retries_a_conflict_under_the_asyncio_driver(engine: kv.Engine) -> None:
+    """A transaction that conflicts once is retried (the backoff awaited, not slept on the
+    loop's thread for a blocking engine's attempts: those run in the executor) and returns
+    its committed attempt's value."""
+    kv.run_sync(engine, lambda tr: tr.set(b"n", b"0"))
+    attempts = 0
+
+    async def increment(tr: kv.Transaction) -> int:
+        nonlocal attempts
+        attempts += 1
+        n = int(await tr.get(b"n") or b"0")
+        if attempts == 1:  # another writer commits between the read and the commit
+            kv.run_sync(engine, lambda other: other.set(b"n", b"10"))
+        tr.set(b"n", b"%d" % (n + 1))
+        return n + 1
+
+    assert asyncio.run(drive_async(kv.transact(engine, increment))) == 11
+    assert attempts == 2
+    assert kv.run(engine, lambda tr: tr.get(b"n")) == b"11"
