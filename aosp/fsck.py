@@ -44,8 +44,9 @@ from persistence.errors import (
 from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
-from persistence.plane import Plane, compaction, worlds
-from persistence.plane.cas_bodies import doom_is_stale, object_key
+from persistence.plane import Plane
+from persistence.protocols import compaction, worlds
+from persistence.protocols.cas_bodies import doom_is_stale, object_key
 from persistence.records import (
     CasDoom,
     CasMeta,

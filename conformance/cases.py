@@ -35,10 +35,10 @@ from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
-from persistence.plane import inbox as inbox_protocol
-from persistence.plane import journal as journal_protocol
-from persistence.plane.calls import Call
-from persistence.plane.cas_bodies import object_key
+from persistence.protocols import inbox as inbox_protocol
+from persistence.protocols import journal as journal_protocol
+from persistence.protocols.calls import Call
+from persistence.protocols.cas_bodies import object_key
 
 if TYPE_CHECKING:
     from conformance.torture.servers import ServerFaults

@@ -56,9 +56,9 @@ from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.plane import Plane
-from persistence.plane import inbox as inbox_protocol
-from persistence.plane.compaction import InboxCompaction, read_marks
-from persistence.plane.inbox import DrainResult
+from persistence.protocols import inbox as inbox_protocol
+from persistence.protocols.compaction import InboxCompaction, read_marks
+from persistence.protocols.inbox import DrainResult
 from persistence.records import (
     EffectDispatchItem,
     EffectInFlightItem,

@@ -45,9 +45,10 @@ from persistence.errors import (
 from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import MAX_TRANSACTION_SIZE, MAX_VALUE_SIZE
-from persistence.plane import EMPTY_MANIFEST, GENESIS_STATE, OWN_KEY_BYTES, PlaneConfig, budget
-from persistence.plane.journal import Creation
-from persistence.plane.snapshots import SnapshotOutcome
+from persistence.plane import EMPTY_MANIFEST, GENESIS_STATE, OWN_KEY_BYTES, PlaneConfig
+from persistence.protocols import budget
+from persistence.protocols.journal import Creation
+from persistence.protocols.snapshots import SnapshotOutcome
 from persistence.records import (
     BaselineSnapshotJournalRecord,
     CasMeta,
@@ -157,7 +158,7 @@ class ModelItem:
 
 @dataclass(frozen=True, slots=True)
 class ModelDrainResult:
-    """The expected :class:`~persistence.plane.inbox.DrainResult`, with an abstract cursor."""
+    """The expected :class:`~persistence.protocols.inbox.DrainResult`, with an abstract cursor."""
 
     first_height: int
     count: int

@@ -20,8 +20,8 @@ from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.records import InboxItem, SegmentIndexRecord, SnapshotRecord
 
 if TYPE_CHECKING:  # the contracts stay importable without the plane
-    from persistence.plane.compaction import InboxCompaction
-    from persistence.plane.journal import GroupAppend, LogEntry
+    from persistence.protocols.compaction import InboxCompaction
+    from persistence.protocols.journal import GroupAppend, LogEntry
 
 
 @runtime_checkable

@@ -228,7 +228,7 @@ class UniverseKeys:
 
     def ready(self, world: WorldId) -> bytes:
         """The pending-work mark of ``world``: written by every enqueue that stores items,
-        cleared by a drain that leaves the inbox empty (``plane/inbox.py``)."""
+        cleared by a drain that leaves the inbox empty (``protocols/inbox.py``)."""
         return _ready_key(self.universe, world)
 
     def ready_range(self, first: int = 0, end: int = READY_BUCKETS) -> tuple[bytes, bytes]:

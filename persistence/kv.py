@@ -195,11 +195,11 @@ class Engine(ABC):
     with 2101: FoundationDB's ``size_limit``, 10,000,000 unless set lower."""
     max_retry_seconds: float = 60.0
     """How long :func:`run` keeps retrying one transaction before raising
-    :class:`RetryLimitReached` (call records must outlive it: ``plane/calls.py``)."""
+    :class:`RetryLimitReached` (call records must outlive it: ``protocols/calls.py``)."""
     commit_may_be_unknown: bool = True
     """Whether a commit can fail after it may have applied (FoundationDB's 1021 and 1039,
     which :func:`run` retries). Only then does a retry need to find its call's earlier
-    attempt, so the plane keeps per-call records only on such engines (``plane/calls.py``)."""
+    attempt, so the plane keeps per-call records only on such engines (``protocols/calls.py``)."""
     blocking: bool = False
     """Whether its futures are computed by blocking calls (SQLite: reads and commits are
     file I/O on the calling thread). The asyncio driver then runs each transaction's whole

@@ -283,7 +283,7 @@ class CasMeta(Record):
 class CasPin(Record):
     """``cas/pin/<hash>/<put_id>``: a put of an external body in flight since ``at_ns`` (its
     clock). While a pin is younger than the collection grace, the body is not collected
-    (``plane/cas_bodies.py``)."""
+    (``protocols/cas_bodies.py``)."""
 
     at_ns: int = _f(U64)
 
@@ -293,7 +293,7 @@ class CasDoom(Record):
     """``cas/doomed/<hash>``: a collector decided at ``at_ns`` to delete the unreferenced
     body of ``hash``; ``token`` names that collector's attempt; once its DELETE call returned,
     ``settled_ns`` is when no request of it can still land. Puts of the hash wait until it
-    is cleared (``plane/cas_bodies.py``)."""
+    is cleared (``protocols/cas_bodies.py``)."""
 
     at_ns: int = _f(U64)
     token: bytes = _f(BYTES)
@@ -544,7 +544,7 @@ class ColdHorizon(Record):
 
 @dataclass(frozen=True, slots=True)
 class LogHead(Record):
-    """``log/head``: the last position of the universe log (see ``plane/journal.py``)."""
+    """``log/head``: the last position of the universe log (see ``protocols/journal.py``)."""
 
     position: int = _f(U64)
 
@@ -653,7 +653,7 @@ class InboxCursor(Record):
 @dataclass(frozen=True, slots=True)
 class CallRecord(Record):
     """``calls/<call id>``: what one write call of the plane did, so that its retry after
-    ``commit_unknown_result`` reports that instead of acting again (see ``plane/calls.py``).
+    ``commit_unknown_result`` reports that instead of acting again (see ``protocols/calls.py``).
     ``op`` names the protocol; the other fields are its outcome."""
 
     op: str = _f(TEXT)
@@ -710,7 +710,7 @@ def envelope_bytes(item: bytes, idempotency_key: bytes | None) -> bytes:
 class InboxConsumedMark(Record):
     """``inbox/consumed/<at_ns>``: the cursor as an inbox compactor read it at ``at_ns`` (its
     clock, in the key). The cursor only moves forward, so every item at or below ``seq`` was
-    consumed at or before ``at_ns`` (see ``plane/compaction.py``)."""
+    consumed at or before ``at_ns`` (see ``protocols/compaction.py``)."""
 
     seq: InboxSeq = _f(SEQ)
 

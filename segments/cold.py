@@ -5,7 +5,7 @@ from __future__ import annotations
 from persistence.errors import NotFound, SegmentMissing
 from persistence.ids import UniverseId, WorldId
 from persistence.objects import ObjectStore
-from persistence.plane.segment_index import (
+from persistence.protocols.segment_index import (
     SegmentRecordChecksumMismatch,
     SegmentRecordMismatch,
     check_record,

@@ -43,8 +43,9 @@ from persistence.futures import drive
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.objects import COPY_CHUNK
-from persistence.plane import Plane, calls, journal, segment_index
-from persistence.plane.calls import Call
+from persistence.plane import Plane
+from persistence.protocols import calls, journal, segment_index
+from persistence.protocols.calls import Call
 from persistence.records import ExportMarker, SegmentIndexRecord, decode_record
 from persistence.sizes import MAX_ROW_LIMIT, KiB, MiB, check_bool, check_int
 from persistence.telemetry import traced

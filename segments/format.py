@@ -36,7 +36,7 @@ import blake3
 from persistence import cbor
 from persistence.errors import SegmentChecksumMismatch, SegmentCorruption, Validation
 from persistence.ids import UniverseId, WorldId
-from persistence.plane import segment_index
+from persistence.protocols import segment_index
 
 MAGIC: Final = b"AOSPSEG\x00"
 TRAILER_MAGIC: Final = b"AOSPEND\x00"

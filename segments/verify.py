@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from persistence.errors import Corruption, SegmentIndexCorruption
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.plane import Plane
-from persistence.plane.segment_index import audit
+from persistence.protocols.segment_index import audit
 from persistence.records import SegmentIndexRecord
 from persistence.sizes import check_int
 from segments.cold import ObjectStoreSegments

@@ -14,7 +14,7 @@ from persistence.errors import Corruption, MissingJournalEntry, Validation, Worl
 from persistence.ids import UniverseId, WorldId
 from persistence.objects import ObjectStore
 from persistence.plane import Plane
-from persistence.plane.segment_index import audit
+from persistence.protocols.segment_index import audit
 from segments.inputs import require
 
 SEGMENT_KEY = re.compile(

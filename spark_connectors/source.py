@@ -89,7 +89,7 @@ from persistence.errors import Corruption, NotFound, SegmentCorruption, Validati
 from persistence.ids import UniverseId, WorldId
 from persistence.kernel import entry_kind
 from persistence.objects import ObjectStore
-from persistence.plane.segment_index import SegmentRecordMismatch
+from persistence.protocols.segment_index import SegmentRecordMismatch
 from segments import open_plane
 from segments.format import MAX_ENTRY, DecodedSegment, SegmentHeader, decode_segment
 from spark_connectors.listing import (

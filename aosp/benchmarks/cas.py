@@ -53,7 +53,7 @@ from persistence.errors import Validation
 from persistence.ids import Hash, UniverseId
 from persistence.objects import COPY_CHUNK
 from persistence.plane import Plane
-from persistence.plane.cas_bodies import object_key
+from persistence.protocols.cas_bodies import object_key
 from persistence.sizes import MiB
 from segments import open_plane
 

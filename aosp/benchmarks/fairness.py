@@ -7,7 +7,7 @@ due at ``n / rate`` and goes to a world drawn by a seeded generator -- any world
 (*uniform*), or with probability ``hot_share`` (0.5) one of the first ``hot_worlds`` (10),
 else one of the others (*skewed*). Each item carries the ingress process's monotonic clock
 (system-wide on Linux) read just before its ``enqueue`` call. The benchmark's process runs a
-:class:`~persistence.plane.drain_worker.DrainWorker` with its defaults meanwhile (one
+:class:`~persistence.workers.drain_worker.DrainWorker` with its defaults meanwhile (one
 shard, a quantum of 64 items, 32 worlds per transaction, a 5 ms pause after a pass that
 drained nothing) and notes when each ``drain_worlds`` call returned; it stops once the
 ingress has ended and a pass finds no ready world. An item's *wait* is from just before its
@@ -51,14 +51,14 @@ from persistence import cbor
 from persistence.errors import Corruption, MissingDependency, Validation
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
-from persistence.plane.drain_worker import DrainWorker
-from persistence.plane.inbox import DrainResult
+from persistence.protocols.inbox import DrainResult
 from persistence.records import (
     DomainEventIngress,
     IngressJournalRecord,
     decode_inbox_item,
     decode_journal_record,
 )
+from persistence.workers.drain_worker import DrainWorker
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure as Chart

@@ -15,11 +15,11 @@ every ``tick_seconds``, does what a world host does:
   ``segment_entries`` range below the baseline. (Not the demo's snapshot helper: it replays
   from genesis, a cost that grows with history -- the very thing a steady-state run must
   not have.)
-* with compaction, runs a :class:`~persistence.plane.compactor.Compactor` pass over every
+* with compaction, runs a :class:`~persistence.workers.compactor.Compactor` pass over every
   world every ``window / 16`` seconds (its consumed marks are that far apart), with
   ``PlaneConfig.inbox_retention_seconds = window_seconds``;
 * every ``sample_seconds``, counts every world's hot keys and bytes by family
-  (:func:`persistence.plane.hot_state.measure`).
+  (:func:`persistence.protocols.hot_state.measure`).
 
 The run is made twice in one invocation, with and without compaction, in two stores with
 the same seed, so with the same ingress. Call records are kept ``call_record_seconds`` (5 s
@@ -59,10 +59,10 @@ from persistence.ids import Hash, UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane, PlaneConfig
-from persistence.plane.compaction import MARKS_PER_WINDOW
-from persistence.plane.compactor import Compactor
-from persistence.plane.hot_state import FAMILIES, measure
+from persistence.protocols.compaction import MARKS_PER_WINDOW
+from persistence.protocols.hot_state import FAMILIES, measure
 from persistence.records import IngressJournalRecord, decode_inbox_item, decode_journal_record
+from persistence.workers.compactor import Compactor
 from segments.export import ExportConfig, Exporter
 from segments.restore import full_replay, restore
 

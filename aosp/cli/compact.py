@@ -1,5 +1,5 @@
-"""``aosp compact``: inbox compaction (``persistence.plane.compaction``) of selected worlds,
-and with ``--orphans`` the collection of orphaned objects (``persistence.plane.cas_bodies``,
+"""``aosp compact``: inbox compaction (``persistence.protocols.compaction``) of selected worlds,
+and with ``--orphans`` the collection of orphaned objects (``persistence.protocols.cas_bodies``,
 ``segments.collect``)."""
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from aosp.cli.store import open_store, selected_worlds, world_options
 from persistence.errors import Backend, Corruption, Validation
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
-from persistence.plane import Plane, PlaneConfig, cas_bodies, compaction
-from persistence.plane.compactor import Compactor
+from persistence.plane import Plane, PlaneConfig, cas_collection
+from persistence.protocols import cas_bodies, compaction
+from persistence.workers.compactor import Compactor
 from segments.collect import SegmentCollection, collect_world
 
 PREVIEW_CAP: Final = 100_000
@@ -133,10 +134,10 @@ def _collect(
     """Collect (or count, with ``--dry-run``) the orphaned CAS bodies of the selected
     universe (every universe, also those without worlds, when none is selected) and the
     orphaned segment objects and finished markers of the selected worlds."""
-    cas = cas_bodies.CasCollection()
+    cas = cas_collection.CasCollection()
     universes = [args.universe] if args.universe is not None else list(plane.universes())
     for universe in universes:
-        cas += cas_bodies.collect(
+        cas += cas_collection.collect(
             plane.engine, plane.objects, universe, plane.clock, args.grace, dry_run=args.dry_run
         )
     segments = SegmentCollection()

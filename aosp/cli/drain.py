@@ -1,4 +1,4 @@
-"""``aosp drain``: the drain worker (``persistence.plane.drain_worker``) -- one pass over the
+"""``aosp drain``: the drain worker (``persistence.workers.drain_worker``) -- one pass over the
 ready worlds, or ``--follow`` until SIGINT or SIGTERM, printing its lag."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from aosp.cli.console import (
 )
 from aosp.cli.store import open_store, require_universe, universe_id
 from persistence.errors import Backend, Validation
-from persistence.plane.drain_worker import (
+from persistence.workers.drain_worker import (
     DEFAULT_MAX_BYTES,
     DEFAULT_QUANTUM,
     DEFAULT_WORLDS_PER_TRANSACTION,

@@ -18,7 +18,7 @@ from aosp.cli.store import open_store, selected_worlds, world_options
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
-from persistence.plane.hot_state import measure
+from persistence.protocols.hot_state import measure
 
 PENDING_CAP = 10_000
 """Pending inbox items are counted up to this many (an inbox holds any number)."""
@@ -52,7 +52,7 @@ HOT_COLUMNS: Final = {
     "calls": ("call_records", "count"),
     "bookkeeping": ("bookkeeping", "count"),
 }
-"""Table columns of ``--hot``: family and figure of :mod:`persistence.plane.hot_state`."""
+"""Table columns of ``--hot``: family and figure of :mod:`persistence.protocols.hot_state`."""
 
 
 def hot_summary(plane: Plane, universe: UniverseId, world: WorldId) -> dict[str, Any]:

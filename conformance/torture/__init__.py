@@ -19,7 +19,7 @@ Roles (:mod:`conformance.torture.worker`, one OS process each, restarted after e
   the unknown attempt put it, or reports that it did not land.
 * **drainers** drain the worlds in small random batches and log every drain that moved items.
 * **drain workers** (``TortureConfig.drain_workers``, 2) each run a
-  :class:`~persistence.plane.drain_worker.DrainWorker` on their shard (worker ``i`` of ``n``;
+  :class:`~persistence.workers.drain_worker.DrainWorker` on their shard (worker ``i`` of ``n``;
   the run's worlds are drawn so that every shard has one): they find the worlds through the
   ready marks and drain a few items per world and turn, every ready world of the shard in one
   multi-world transaction, and log each world a transaction drained as a drainer logs a
@@ -37,7 +37,7 @@ Roles (:mod:`conformance.torture.worker`, one OS process each, restarted after e
   and deleted its body, as a client slower than the grace does, and then starts over; a
   put that waits on a doom for a second gives up (logged: a doom whose collector died
   stands for its lease, minutes).
-* **compactors** run inbox compaction passes (``persistence.plane.compactor``) over the
+* **compactors** run inbox compaction passes (``persistence.workers.compactor``) over the
   worlds twice per mark interval (a sixteenth of the run's window,
   ``TortureSize.compaction_retention_seconds``, with which every plane of the run is
   opened), a few items per transaction, and log what each pass reported removing. After

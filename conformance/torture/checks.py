@@ -23,9 +23,10 @@ from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
-from persistence.plane import Plane, cas_bodies
-from persistence.plane import inbox as inbox_protocol
-from persistence.plane.cas_bodies import CasCollection
+from persistence.plane import Plane, cas_collection
+from persistence.plane.cas_collection import CasCollection
+from persistence.protocols import cas_bodies
+from persistence.protocols import inbox as inbox_protocol
 from persistence.records import (
     BaselineSnapshotJournalRecord,
     InboxEnvelope,
@@ -269,11 +270,13 @@ def collect_orphans(
         return plane.clock() + grace_ns
 
     try:
-        cas = cas_bodies.collect(plane.engine, plane.objects, universe, later, grace)
+        cas = cas_collection.collect(plane.engine, plane.objects, universe, later, grace)
         segments = SegmentCollection()
         for world in worlds:
             segments += collect_world(plane, universe, world)
-        left = cas_bodies.collect(plane.engine, plane.objects, universe, later, grace, dry_run=True)
+        left = cas_collection.collect(
+            plane.engine, plane.objects, universe, later, grace, dry_run=True
+        )
         left_segments = SegmentCollection()
         for world in worlds:
             left_segments += collect_world(plane, universe, world, dry_run=True)

@@ -37,8 +37,8 @@ from persistence.errors import Backend, PersistError, Validation
 from persistence.fdb_errors import ERROR_DESCRIPTIONS
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
-from persistence.plane.compaction import MARKS_PER_WINDOW
-from persistence.plane.drain_worker import Shard
+from persistence.protocols.compaction import MARKS_PER_WINDOW
+from persistence.workers.drain_worker import Shard
 from segments.export import ExportConfig, Exporter
 
 MAX_LISTED: Final = 25

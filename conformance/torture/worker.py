@@ -60,12 +60,13 @@ from persistence.futures import drive
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys
-from persistence.plane import Plane, cas_bodies
-from persistence.plane import calls as plane_calls
-from persistence.plane.compaction import MARKS_PER_WINDOW
-from persistence.plane.compactor import Compactor
-from persistence.plane.drain_worker import DrainWorker, Shard
-from persistence.plane.inbox import DrainResult
+from persistence.plane import Plane, cas_collection
+from persistence.protocols import calls as plane_calls
+from persistence.protocols import cas_bodies
+from persistence.protocols.compaction import MARKS_PER_WINDOW
+from persistence.protocols.inbox import DrainResult
+from persistence.workers.compactor import Compactor
+from persistence.workers.drain_worker import DrainWorker, Shard
 from segments import open_plane
 from segments.collect import SegmentCollection, collect_world
 from segments.export import ExportConfig, Exporter
@@ -598,7 +599,7 @@ def collect(plane: Plane, config: TortureConfig, log: Log) -> None:
     younger than the run's short grace protects, then each world's segment objects below
     its index's coverage that no record names, and finished export markers; logged with
     what it reported."""
-    cas = cas_bodies.collect(
+    cas = cas_collection.collect(
         plane.engine, plane.objects, config.universe, plane.clock, config.orphan_grace_seconds
     )
     segments = SegmentCollection()

@@ -133,7 +133,7 @@ class TortureConfig:
     orphan_grace_seconds: float = ORPHAN_GRACE_SECONDS
     """The grace of the compactors' orphan collection (``cas_bodies.collect``)."""
     drain_workers: int = DRAIN_WORKERS
-    """Drain worker processes (``persistence.plane.drain_worker``), one per shard of that
+    """Drain worker processes (``persistence.workers.drain_worker``), one per shard of that
     many: worker ``i`` runs shard ``i`` of ``drain_workers``."""
 
     def save(self) -> Path:

@@ -31,7 +31,9 @@ from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, UniverseId, WorldId, che
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
-from persistence.plane import (
+from persistence.plane import roots
+from persistence.plane.cas import Cas, VerifyMode
+from persistence.protocols import (
     budget,
     calls,
     compaction,
@@ -42,11 +44,10 @@ from persistence.plane import (
     snapshots,
     worlds,
 )
-from persistence.plane.calls import Call
-from persistence.plane.cas import Cas, VerifyMode
-from persistence.plane.compaction import InboxCompaction
-from persistence.plane.inbox import DrainResult, Normalizer
-from persistence.plane.snapshots import SnapshotOutcome
+from persistence.protocols.calls import Call
+from persistence.protocols.compaction import InboxCompaction
+from persistence.protocols.inbox import DrainResult, Normalizer
+from persistence.protocols.snapshots import SnapshotOutcome
 from persistence.records import (
     CasMeta,
     ColdHorizon,
@@ -118,11 +119,11 @@ class PlaneConfig:
     verify_reads: VerifyMode = "always"
     verify_sample_rate: float = 0.01
     call_record_seconds: float = calls.DEFAULT_WINDOW_SECONDS
-    """How long a write call's record is kept for its own retries (``plane/calls.py``)."""
+    """How long a write call's record is kept for its own retries (``protocols/calls.py``)."""
     inbox_retention_seconds: float = 86_400.0
     """How long a consumed inbox item and its idempotency entry are kept before inbox
     compaction may remove them: an idempotency key deduplicates for at least this long after
-    its item was drained (``plane/compaction.py``)."""
+    its item was drained (``protocols/compaction.py``)."""
 
     def __post_init__(self) -> None:
         for name, low, high in (
@@ -285,7 +286,7 @@ class Plane:
         """The wall clock (nanoseconds since the epoch) of call ids, creation and claim times
         and inbox compaction."""
         self.budget = budget.budget(engine)
-        """Bytes one transaction of this plane may count (``plane/budget.py``)."""
+        """Bytes one transaction of this plane may count (``protocols/budget.py``)."""
         self.cas = Cas(
             engine,
             objects,
@@ -1102,7 +1103,7 @@ class Plane:
         max_items: int = 1_000,
         now_ns: Callable[[], int] | None = None,
     ) -> InboxCompaction:
-        """One inbox compaction transaction (``plane/compaction.py``): mark the cursor if a
+        """One inbox compaction transaction (``protocols/compaction.py``): mark the cursor if a
         mark is due, then remove up to ``max_items`` items consumed at least
         ``config.inbox_retention_seconds`` ago (by the marks) with their idempotency
         entries; call again while the result's ``more``. Never removes an item above the
@@ -1163,7 +1164,7 @@ class Plane:
         )
         drive(snapshots.check_commit(self.engine, keys, record, promote_baseline))
         if promote_baseline:
-            snapshots.check_root(self.cas, keys.universe, record, listed)
+            roots.check_root(self.cas, keys.universe, record, listed)
         self.put_verified(universe, snapshot_bytes)
         self.put_verified(universe, manifest_bytes)
         self.hooks.reached("snapshot.after_cas")
@@ -1196,7 +1197,7 @@ class Plane:
         keys = _world_keys(universe, world)
         _encoded(record, (SnapshotRecord,), "record")
         snapshots.check_fence(record)
-        snapshots.check_root(self.cas, keys.universe, record, None)
+        roots.check_root(self.cas, keys.universe, record, None)
         drive(snapshots.promote_baseline(self.engine, keys, record, self.new_call()))
 
     @traced("snapshot.list")

@@ -34,82 +34,16 @@ from persistence.ids import Hash, UniverseId, check_id
 from persistence.keyspace import UniverseKeys
 from persistence.kv import Engine
 from persistence.objects import COPY_CHUNK, HashingReader, ObjectStore, StagedBody
-from persistence.plane import cas_bodies
-from persistence.plane.cas_bodies import object_key
-from persistence.records import CasDoom, CasMeta, CasPin, decode_record
+from persistence.plane import cas_collection
+from persistence.protocols import cas, cas_bodies
+from persistence.protocols.cas_bodies import object_key
+from persistence.records import CasDoom, CasMeta
 from persistence.sizes import check_bytes
 
 VerifyMode = Literal["always", "sampled", "never"]
 
 META_OVERHEAD: Final = 32
 """An upper bound on what a ``CasMeta`` record adds to an inline body (CBOR map, size)."""
-
-
-@kv.transactional
-async def read_meta(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> CasMeta | None:
-    """The metadata of ``hash`` in this universe, if any."""
-    raw = await tr.get(keys.cas_meta(hash))
-    return None if raw is None else decode_record(CasMeta, raw, f"cas meta {hash}")
-
-
-@kv.transactional
-async def put_meta(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, meta: CasMeta) -> bool:
-    """Write the metadata unless present (duplicate puts are no-ops); ``True`` if written."""
-    if await tr.get(keys.cas_meta(hash)) is not None:
-        return False
-    tr.set(keys.cas_meta(hash), meta.to_cbor())
-    return True
-
-
-@kv.transactional
-async def _pin(
-    tr: kv.Transaction, keys: UniverseKeys, hash: Hash, put_id: bytes, now_ns: int
-) -> Literal["present", "pinned"] | CasDoom:
-    """A put's first step: ``"present"`` if the metadata exists (its pin, if an earlier
-    round wrote one, is dropped), the doom if a collector is deleting the body, else pin
-    the hash for this put. The commit need not be durable on its own (a machine crash that
-    loses the pin also ends the put; the body it may have published is then an orphan that
-    collection removes), so it skips its sync where the engine can: the metadata commit that
-    follows makes it durable."""
-    tr.relax_durability()
-    pin = keys.cas_pin(hash, put_id)
-    if await tr.get(keys.cas_meta(hash)) is not None:
-        if await tr.get(pin, snapshot=True) is not None:
-            tr.clear(pin)
-        return "present"
-    doom = await cas_bodies.read_doom(tr, keys, hash)
-    if doom is not None:
-        return doom
-    if await tr.get(pin) is None:  # else a retry whose first attempt committed
-        tr.set(pin, CasPin(now_ns).to_cbor())
-    return "pinned"
-
-
-@kv.transactional
-async def _unpin(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, put_id: bytes) -> None:
-    pin = keys.cas_pin(hash, put_id)
-    if await tr.get(pin, snapshot=True) is not None:
-        tr.clear(pin)
-
-
-@kv.transactional
-async def _commit_meta(
-    tr: kv.Transaction, keys: UniverseKeys, hash: Hash, put_id: bytes, meta: CasMeta
-) -> bool:
-    """A put's last step: drop its pin and write the metadata unless present; ``False``
-    (nothing written) if the pin is gone -- a collector expired it -- and no metadata
-    names the body."""
-    pin = keys.cas_pin(hash, put_id)
-    pinned = await tr.get(pin) is not None
-    if await tr.get(keys.cas_meta(hash)) is not None:
-        if pinned:
-            tr.clear(pin)
-        return True
-    if not pinned:
-        return False
-    tr.clear(pin)
-    tr.set(keys.cas_meta(hash), meta.to_cbor())
-    return True
 
 
 class VerifyingReader(io.RawIOBase):
@@ -214,7 +148,7 @@ class Cas:
     def _put_bytes(self, keys: UniverseKeys, hash: Hash, data: bytes) -> None:
         """Store ``data`` of ``hash`` unless present, inline or external."""
         if self._inline(keys, hash, len(data)):
-            drive(put_meta(self.engine, keys, hash, CasMeta(size=len(data), inline_bytes=data)))
+            drive(cas.put_meta(self.engine, keys, hash, CasMeta(size=len(data), inline_bytes=data)))
         else:
             self._put_external(keys, hash, data)
 
@@ -227,7 +161,7 @@ class Cas:
         waits = 0
         with contextlib.ExitStack() as staging:
             while True:
-                state = drive(_pin(self.engine, keys, hash, put_id, self.clock()))
+                state = drive(cas.pin(self.engine, keys, hash, put_id, self.clock()))
                 if state == "present":
                     return
                 if isinstance(state, CasDoom):
@@ -245,11 +179,13 @@ class Cas:
                     except NotFound:
                         continue  # collected meanwhile (this put's pin had expired): again
                     except CasBodyHashMismatch:
-                        drive(_unpin(self.engine, keys, hash, put_id))  # let collection remove it
+                        drive(
+                            cas.unpin(self.engine, keys, hash, put_id)
+                        )  # let collection remove it
                         raise
                 self.hooks.reached("cas.after_body")
                 meta = CasMeta(size=body.size, object_key=key)
-                if drive(_commit_meta(self.engine, keys, hash, put_id, meta)):
+                if drive(cas.commit_meta(self.engine, keys, hash, put_id, meta)):
                     return
 
     def _await_collection(
@@ -263,7 +199,7 @@ class Cas:
                 drive(cas_bodies.clear_settled(self.engine, keys, hash, now))
             else:
                 grace_ns = round(cas_bodies.DEFAULT_GRACE_SECONDS * cas_bodies.NS)
-                cas_bodies.collect_body(
+                cas_collection.collect_body(
                     self.engine, self.objects, keys, hash, key, self.clock, grace_ns
                 )
             return
@@ -287,7 +223,7 @@ class Cas:
         return self._meta(universe, hash)
 
     def _meta(self, universe: UniverseId, hash: Hash) -> CasMeta:
-        meta = drive(read_meta(self.engine, _keys(universe), check_id(hash, Hash, "hash")))
+        meta = drive(cas.read_meta(self.engine, _keys(universe), check_id(hash, Hash, "hash")))
         if meta is None:
             raise NotFound(f"cas {hash} not found in universe {universe}")
         return meta
@@ -344,7 +280,8 @@ class Cas:
     def has(self, universe: UniverseId, hash: Hash) -> bool:
         """Whether ``universe`` holds metadata for ``hash``."""
         return (
-            drive(read_meta(self.engine, _keys(universe), check_id(hash, Hash, "hash"))) is not None
+            drive(cas.read_meta(self.engine, _keys(universe), check_id(hash, Hash, "hash")))
+            is not None
         )
 
 

@@ -38,7 +38,7 @@ from persistence.kv import Engine
 from persistence.objects import ObjectStore, StagedBody
 from persistence.plane import Plane, PlaneConfig
 from persistence.plane.cas import VerifyMode
-from persistence.plane.cas_bodies import object_key
+from persistence.protocols.cas_bodies import object_key
 from segments import open_plane
 from tests.cas.cas_worker import KILLED_BODY
 

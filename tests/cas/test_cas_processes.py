@@ -13,7 +13,7 @@ from pathlib import Path
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence.ids import Hash, UniverseId
-from persistence.plane.cas_bodies import object_key
+from persistence.protocols.cas_bodies import object_key
 from segments import open_plane
 
 WORKER = Path(__file__).with_name("cas_worker.py")

@@ -17,7 +17,7 @@ from persistence import cbor
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
-from persistence.plane.hot_state import measure
+from persistence.protocols.hot_state import measure
 from segments import open_plane
 from tests.cli.conftest import Store, aosp
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from backends.kv.sqlite import SqliteEngine
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
-from persistence.plane.hot_state import measure
+from persistence.protocols.hot_state import measure
 from segments.format import segment_key
 from tests.cli.conftest import Store, aosp
 

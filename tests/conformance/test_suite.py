@@ -28,10 +28,10 @@ from persistence.ids import InboxSeq
 from persistence.keyspace import WorldKeys
 from persistence.kv import Engine
 from persistence.plane import Plane
-from persistence.plane import inbox as inbox_protocol
-from persistence.plane import journal as journal_protocol
-from persistence.plane.calls import Call
-from persistence.plane.inbox import PendingEnqueue
+from persistence.protocols import inbox as inbox_protocol
+from persistence.protocols import journal as journal_protocol
+from persistence.protocols.calls import Call
+from persistence.protocols.inbox import PendingEnqueue
 from persistence.records import InboxCursor, InboxEnvelope, encode_inbox_item
 from segments import open_plane
 from segments.cold import ObjectStoreSegments

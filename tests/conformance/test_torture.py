@@ -66,11 +66,11 @@ from conformance.torture.workload import (
 from persistence import kv
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
-from persistence.plane import Plane, PlaneConfig, cas_bodies
-from persistence.plane.cas_bodies import object_key
-from persistence.plane.compactor import Compactor
-from persistence.plane.drain_worker import Shard
+from persistence.plane import Plane, PlaneConfig, cas_collection
+from persistence.protocols.cas_bodies import object_key
 from persistence.records import CasDoom, CasMeta, InboxCursor
+from persistence.workers.compactor import Compactor
+from persistence.workers.drain_worker import Shard
 from segments import open_plane
 from segments.export import ExportConfig, Exporter
 from tests.fdb_cluster import FdbCluster, clear_keyspace
@@ -717,7 +717,7 @@ def test_a_stalled_attachment_put_starts_over_after_a_collector_took_its_body(
     attachments = Attachments(plane, config, steps, log, stall_every=50, stall_first=0)
     keys = UniverseKeys(universe)
     done = threading.Event()
-    collected = cas_bodies.CasCollection()
+    collected = cas_collection.CasCollection()
 
     def later() -> int:
         return plane.clock() + 2 * 10**9  # every pin is older than the 1 s grace
@@ -725,7 +725,7 @@ def test_a_stalled_attachment_put_starts_over_after_a_collector_took_its_body(
     def collector() -> None:  # until it has collected a body
         nonlocal collected
         while not done.is_set() and not collected.collected:
-            collected += cas_bodies.collect(plane.engine, plane.objects, universe, later, 1.0)
+            collected += cas_collection.collect(plane.engine, plane.objects, universe, later, 1.0)
         kv.run_sync(plane.engine, lambda tr: tr.clear(keys.cas_doom(Hash.of(attachment(0, 7)))))
 
     thread = threading.Thread(target=collector)

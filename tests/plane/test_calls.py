@@ -14,8 +14,9 @@ from persistence.fdb_errors import COMMIT_UNKNOWN_RESULT
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
-from persistence.plane import Plane, PlaneConfig, journal
-from persistence.plane.calls import Call
+from persistence.plane import Plane, PlaneConfig
+from persistence.protocols import journal
+from persistence.protocols.calls import Call
 from persistence.records import DomainEventIngress, InboxEnvelope, decode_record
 from segments import open_plane
 

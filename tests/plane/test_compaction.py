@@ -1,4 +1,4 @@
-"""Inbox compaction and idempotency retention (``persistence/plane/compaction.py``), on every
+"""Inbox compaction and idempotency retention (``persistence/protocols/compaction.py``), on every
 engine: what is removed and when (by the consumed marks, never the clock alone), what a
 retry inside and after the window gets, the races with enqueues and other compactions,
 chunking, bounded marks, exactly-once reports after an applied 1021, and fsck afterwards.
@@ -23,10 +23,10 @@ from persistence.futures import drive
 from persistence.ids import InboxSeq, UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.kv import Engine
-from persistence.plane import Plane, PlaneConfig, budget, compaction, inbox
-from persistence.plane.calls import Call
-from persistence.plane.compaction import MAX_MARKS, CompactionLimits, InboxCompaction
-from persistence.plane.compactor import Compactor
+from persistence.plane import Plane, PlaneConfig
+from persistence.protocols import budget, compaction, inbox
+from persistence.protocols.calls import Call
+from persistence.protocols.compaction import MAX_MARKS, CompactionLimits, InboxCompaction
 from persistence.records import (
     CallRecord,
     DomainEventIngress,
@@ -35,6 +35,7 @@ from persistence.records import (
     InboxEnvelope,
     encode_inbox_item,
 )
+from persistence.workers.compactor import Compactor
 from segments import open_plane
 
 T0 = 1_700_000_000 * 1_000_000_000

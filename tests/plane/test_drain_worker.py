@@ -29,11 +29,12 @@ from persistence.futures import drive
 from persistence.ids import InboxSeq, UniverseId, WorldId
 from persistence.keyspace import READY_BUCKETS, UniverseKeys, WorldKeys, ready_bucket
 from persistence.kv import Engine
-from persistence.plane import Plane, PlaneConfig, default_normalizer, inbox
-from persistence.plane.calls import REPLAYS, Call
-from persistence.plane.drain_worker import Drained, DrainWorker, Shard
-from persistence.plane.inbox import DrainResult
+from persistence.plane import Plane, PlaneConfig, default_normalizer
+from persistence.protocols import inbox
+from persistence.protocols.calls import REPLAYS, Call
+from persistence.protocols.inbox import DrainResult
 from persistence.records import DomainEventIngress, InboxEnvelope, InboxItem, encode_inbox_item
+from persistence.workers.drain_worker import Drained, DrainWorker, Shard
 from segments import open_plane
 
 

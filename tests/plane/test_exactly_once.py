@@ -10,7 +10,7 @@ from backends.kv.memory import MemoryEngine
 from persistence import cbor, fdb_errors
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
-from persistence.plane.snapshots import SnapshotOutcome
+from persistence.protocols.snapshots import SnapshotOutcome
 from persistence.records import DomainEventIngress
 from segments import open_plane
 

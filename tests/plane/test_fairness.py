@@ -2,7 +2,7 @@
 items), a ``DrainWorker`` pass after each round of ingress, with a quantum below what a hot
 world receives per round, so that hot worlds build a backlog while cold ones do not.
 
-The bound proved in ``persistence/plane/drain_worker.py``, checked item by item: every world
+The bound proved in ``persistence/workers/drain_worker.py``, checked item by item: every world
 with items at a pass's scan gets a turn of ``min(quantum, backlog)`` items in that pass (no
 world waits past the pass after its items arrive), so an item with ``k`` older items pending
 in its world at the scan of pass ``p`` is journaled in pass ``p + floor(k / quantum)`` at the
@@ -30,15 +30,15 @@ from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys
 from persistence.kv import Engine
-from persistence.plane import inbox
-from persistence.plane.drain_worker import DrainWorker
-from persistence.plane.inbox import DrainResult
+from persistence.protocols import inbox
+from persistence.protocols.inbox import DrainResult
 from persistence.records import (
     DomainEventIngress,
     IngressJournalRecord,
     decode_inbox_item,
     decode_journal_record,
 )
+from persistence.workers.drain_worker import DrainWorker
 from segments import open_plane
 
 WORLDS = 200

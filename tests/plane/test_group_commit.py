@@ -16,9 +16,10 @@ from persistence import fdb_errors
 from persistence.errors import EngineError, HeadAdvanced, Validation, WorldNotFound
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys
-from persistence.plane import EMPTY_MANIFEST, GENESIS_STATE, Plane, PlaneConfig, budget
-from persistence.plane.calls import REPLAYS
-from persistence.plane.journal import Sequencing
+from persistence.plane import EMPTY_MANIFEST, GENESIS_STATE, Plane, PlaneConfig
+from persistence.protocols import budget
+from persistence.protocols.calls import REPLAYS
+from persistence.protocols.journal import Sequencing
 from segments import open_plane
 
 

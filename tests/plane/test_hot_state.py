@@ -6,7 +6,7 @@ from persistence import cbor
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import CHUNK_SIZE, WorldKeys
 from persistence.plane import Plane
-from persistence.plane.hot_state import FAMILIES, measure
+from persistence.protocols.hot_state import FAMILIES, measure
 from persistence.records import DomainEventIngress
 
 

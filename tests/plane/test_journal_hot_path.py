@@ -18,7 +18,8 @@ from persistence.errors import (
 )
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
-from persistence.plane import Plane, PlaneConfig, journal
+from persistence.plane import Plane, PlaneConfig
+from persistence.protocols import journal
 from persistence.records import (
     JOURNAL_HEAD,
     LOG_HEAD,

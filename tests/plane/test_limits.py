@@ -25,7 +25,8 @@ from persistence import cbor, fdb_errors, kv
 from persistence.errors import EngineError, Validation
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
-from persistence.plane import MAX_INLINE_BYTES, OWN_KEY_ENVELOPE_BYTES, Plane, PlaneConfig, budget
+from persistence.plane import MAX_INLINE_BYTES, OWN_KEY_ENVELOPE_BYTES, Plane, PlaneConfig
+from persistence.protocols import budget
 from persistence.records import DomainEventIngress, encode_inbox_item
 from persistence.sizes import MAX_IDEMPOTENCY_KEY_BYTES
 from segments import open_plane

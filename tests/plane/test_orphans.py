@@ -28,8 +28,9 @@ from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
-from persistence.plane import Plane, PlaneConfig, cas_bodies
-from persistence.plane.cas_bodies import object_key
+from persistence.plane import Plane, PlaneConfig, cas_collection
+from persistence.protocols import cas_bodies
+from persistence.protocols.cas_bodies import object_key
 from segments import open_plane
 from segments.collect import collect_world
 from segments.export import ExportConfig, Exporter, read_marker
@@ -77,8 +78,8 @@ class At:
             action()
 
 
-def collect(plane: Plane, clock: Clock, *, dry_run: bool = False) -> cas_bodies.CasCollection:
-    return cas_bodies.collect(plane.engine, plane.objects, U, clock, GRACE, dry_run=dry_run)
+def collect(plane: Plane, clock: Clock, *, dry_run: bool = False) -> cas_collection.CasCollection:
+    return cas_collection.collect(plane.engine, plane.objects, U, clock, GRACE, dry_run=dry_run)
 
 
 def fsck_findings(plane: Plane) -> list[tuple[str, str, str]]:
@@ -125,12 +126,12 @@ def test_a_crashed_puts_body_is_pinned_for_the_grace_then_collected(
     assert (done.pins_expired, done.collected, done.collected_bytes) == (1, 1, len(BIG))
     assert objects.stat(orphan) is None and plane.get(U, kept) == b"K" * 30_000
     assert fsck_findings(plane) == []
-    assert collect(plane, clock) == cas_bodies.CasCollection(listed=1, referenced=1)
+    assert collect(plane, clock) == cas_collection.CasCollection(listed=1, referenced=1)
 
 
 def test_a_put_in_flight_keeps_its_body_against_a_collector(engine: Engine, clock: Clock) -> None:
     objects = MemoryObjectStore()
-    passes: list[cas_bodies.CasCollection] = []
+    passes: list[cas_collection.CasCollection] = []
     hooks = At(cas__after_body=lambda: passes.append(collect(collector, clock)))
     collector = plane_on(engine, objects, clock)
     plane = plane_on(engine, objects, clock, hooks)
@@ -207,14 +208,14 @@ def test_a_put_waits_for_a_collector_that_doomed_its_hash(engine: Engine, clock:
     h = Hash.of(BIG)
     key = object_key(U, h)
     objects.put(key, BIG)  # an orphan
-    token = cas_bodies.new_token()
+    token = cas_collection.new_token()
     started = time.monotonic()
     assert drive(cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, token)) == "doomed"
 
     def collector_deletes() -> None:
         assert objects.stat(key) is not None
         keys = UniverseKeys(U)
-        assert cas_bodies.delete_doomed(engine, objects, keys, h, key, token, started, clock)
+        assert cas_collection.delete_doomed(engine, objects, keys, h, key, token, started, clock)
 
     hooks = Settling(clock, 0, collector_deletes)
     plane = plane_on(engine, objects, clock, hooks)
@@ -231,7 +232,9 @@ def test_a_doom_left_by_a_crashed_collector_is_taken_over_after_its_lease(
     h = Hash.of(BIG)
     key = object_key(U, h)
     objects.put(key, BIG)
-    drive(cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, cas_bodies.new_token()))
+    drive(
+        cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, cas_collection.new_token())
+    )
     # the orphan being collected is still an orphan; the collection itself is no finding
     assert [area for _, area, _ in fsck_findings(plane)] == ["objects"]
     fresh = collect(plane, clock)
@@ -261,7 +264,9 @@ def test_a_put_takes_over_a_stale_doom(engine: Engine, clock: Clock) -> None:
     h = Hash.of(BIG)
     key = object_key(U, h)
     objects.put(key, b"a torn body under the hash")
-    drive(cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, cas_bodies.new_token()))
+    drive(
+        cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, cas_collection.new_token())
+    )
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
     hooks = Settling(clock, LATE)
     plane = plane_on(engine, objects, clock, hooks)
@@ -276,24 +281,26 @@ def test_a_collector_deletes_only_its_own_young_doom(engine: Engine, clock: Cloc
     key = object_key(U, h)
     objects.put(key, BIG)
     keys = UniverseKeys(U)
-    slow = cas_bodies.new_token()
+    slow = cas_collection.new_token()
     started = time.monotonic()
     assert drive(cas_bodies.decide(engine, keys, h, key, clock(), 0, slow)) == "doomed"
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
     assert (
-        drive(cas_bodies.decide(engine, keys, h, key, clock(), 0, cas_bodies.new_token()))
+        drive(cas_bodies.decide(engine, keys, h, key, clock(), 0, cas_collection.new_token()))
         == "doomed"
     )
-    assert not cas_bodies.delete_doomed(engine, objects, keys, h, key, slow, started, clock)
+    assert not cas_collection.delete_doomed(engine, objects, keys, h, key, slow, started, clock)
     assert objects.stat(key) is not None  # taken over: the slow collector deletes nothing
 
     clock.advance(cas_bodies.DOOM_LEASE_SECONDS)
-    own = cas_bodies.new_token()
+    own = cas_collection.new_token()
     assert drive(cas_bodies.decide(engine, keys, h, key, clock(), 0, own)) == "doomed"
     late = time.monotonic() - cas_bodies.DELETE_DEADLINE_SECONDS
-    assert not cas_bodies.delete_doomed(engine, objects, keys, h, key, own, late, clock)
+    assert not cas_collection.delete_doomed(engine, objects, keys, h, key, own, late, clock)
     clock.advance(cas_bodies.DELETE_DEADLINE_SECONDS)  # its monotonic clock may lag (suspend)
-    assert not cas_bodies.delete_doomed(engine, objects, keys, h, key, own, time.monotonic(), clock)
+    assert not cas_collection.delete_doomed(
+        engine, objects, keys, h, key, own, time.monotonic(), clock
+    )
     assert objects.stat(key) is not None
 
 

@@ -24,7 +24,7 @@ from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import LAYOUT_KEY, WorldKeys
 from persistence.kv import Engine
 from persistence.plane import Plane
-from persistence.plane.cas_bodies import object_key as cas_object_key
+from persistence.protocols.cas_bodies import object_key as cas_object_key
 from persistence.records import (
     ControlIngress,
     DomainEventIngress,

@@ -23,9 +23,10 @@ from persistence.errors import EngineError, HeadAdvanced
 from persistence.futures import drive
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
-from persistence.plane import Plane, default_normalizer, effects, inbox
-from persistence.plane.calls import Call
-from persistence.plane.snapshots import SnapshotOutcome
+from persistence.plane import Plane, default_normalizer
+from persistence.protocols import effects, inbox
+from persistence.protocols.calls import Call
+from persistence.protocols.snapshots import SnapshotOutcome
 from persistence.records import (
     DomainEventIngress,
     EffectDispatchItem,

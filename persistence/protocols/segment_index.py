@@ -261,7 +261,7 @@ async def put_segment(
     stricter): export's transitions stay out of
     the way of foreground appends. The object itself is checked by ``Plane.put_segment``
     before it calls this (export has just written and verified it)."""
-    from persistence.plane.journal import read_head  # journal reads the index: import late
+    from persistence.protocols.journal import read_head  # journal reads the index: import late
 
     world_keys = WorldKeys(keys.universe, world)
     head = (await read_head(tr, world_keys, snapshot=True)).height

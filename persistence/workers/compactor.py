@@ -1,4 +1,4 @@
-"""The inbox compactor: compaction passes over every world of a store (``plane/compaction.py``).
+"""The inbox compactor: compaction passes over every world of a store (``protocols/compaction.py``).
 
 A pass over a world runs :meth:`Plane.compact_inbox` until nothing older than the window
 remains. Its first transaction marks the cursor (when a mark is due): run passes at least
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from persistence.errors import Corruption
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
-from persistence.plane.compaction import Clock, InboxCompaction
+from persistence.protocols.compaction import Clock, InboxCompaction
 from persistence.sizes import check_int
 
 Progress = Callable[[UniverseId, WorldId, InboxCompaction], None]

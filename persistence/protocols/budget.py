@@ -15,8 +15,8 @@ from persistence import kv, txsize
 from persistence.errors import Validation
 from persistence.ids import InboxSeq
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
-from persistence.plane.calls import CALL_ID_BYTES, SWEEP, CallScope
-from persistence.plane.journal import Creation, Sequencing
+from persistence.protocols.calls import CALL_ID_BYTES, SWEEP, CallScope
+from persistence.protocols.journal import Creation, Sequencing
 from persistence.records import UniverseInfo
 
 RESERVE: Final = 10

@@ -18,8 +18,8 @@ from persistence.errors import (
 )
 from persistence.ids import Hash, WorldId
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
-from persistence.plane import calls, segment_index, worlds
-from persistence.plane.calls import Call
+from persistence.protocols import calls, segment_index, worlds
+from persistence.protocols.calls import Call
 from persistence.records import (
     JOURNAL_HEAD,
     LOG_HEAD,

@@ -13,8 +13,8 @@ from persistence import kv
 from persistence.errors import NotFound, Validation
 from persistence.ids import Hash, InboxSeq
 from persistence.keyspace import UniverseKeys, seq_in_key
-from persistence.plane import calls
-from persistence.plane.calls import Call
+from persistence.protocols import calls
+from persistence.protocols.calls import Call
 from persistence.records import (
     EffectDispatchItem,
     EffectInFlightItem,

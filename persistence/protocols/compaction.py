@@ -24,7 +24,7 @@ compaction commits first and, retried, makes a new item; a compaction that read 
 another compaction cleared it and an enqueue wrote it anew meanwhile.
 
 A retry after an applied ``commit_unknown_result`` reports what the first attempt removed
-(its call record, ``plane/calls.py``).
+(its call record, ``protocols/calls.py``).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from persistence.errors import CorruptRecord, WorldNotFound
 from persistence.futures import drive
 from persistence.ids import InboxSeq
 from persistence.keyspace import WorldKeys, seq_in_key
-from persistence.plane import budget, calls
-from persistence.plane.calls import Call
-from persistence.plane.inbox import read_cursor
+from persistence.protocols import budget, calls
+from persistence.protocols.calls import Call
+from persistence.protocols.inbox import read_cursor
 from persistence.records import (
     CallRecord,
     InboxCompactionRecord,
@@ -113,7 +113,7 @@ class InboxCompaction:
 class CompactionLimits:
     """The window (nanoseconds) and what one transaction may do: remove ``max_items``, read
     about ``max_read_bytes`` of envelopes (at least one), count ``budget`` bytes
-    (``plane/budget.py``)."""
+    (``protocols/budget.py``)."""
 
     retention_ns: int
     max_items: int

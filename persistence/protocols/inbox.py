@@ -32,9 +32,9 @@ from persistence.errors import (
 )
 from persistence.ids import InboxSeq, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
-from persistence.plane import budget, calls
-from persistence.plane.calls import Call
-from persistence.plane.journal import append_at, read_head
+from persistence.protocols import budget, calls
+from persistence.protocols.calls import Call
+from persistence.protocols.journal import append_at, read_head
 from persistence.records import (
     CallRecord,
     InboxCursor,
@@ -228,7 +228,7 @@ DRAIN_PAGE: Final = 64
 class DrainLimits:
     """How much one drain may take: ``max_items`` items of at most ``max_bytes`` of envelopes
     (at least one item), normalized entries of at most ``max_entry_bytes``, and a transaction
-    counting at most ``budget`` bytes (``plane/budget.py``)."""
+    counting at most ``budget`` bytes (``protocols/budget.py``)."""
 
     max_items: int
     max_bytes: int

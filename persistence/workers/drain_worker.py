@@ -3,7 +3,7 @@ and drains them fairly, several worlds per transaction (:meth:`Plane.drain_world
 process or several.
 
 **Finding work.** A pass begins with a scan of the ready marks of its universes
-(``plane/inbox.py``), only the buckets of its shard, with snapshot reads (a scan never aborts
+(``protocols/inbox.py``), only the buckets of its shard, with snapshot reads (a scan never aborts
 anything). Every world with items after its cursor has its mark, so the scan finds every
 world whose items were committed before it; a mark without items costs one empty drain,
 which clears it.
@@ -61,8 +61,9 @@ from persistence.errors import Corruption, Validation
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import READY_BUCKETS, UniverseKeys, WorldKeys, ready_bucket
-from persistence.plane import Plane, default_normalizer, inbox
-from persistence.plane.inbox import DrainResult, Normalizer
+from persistence.plane import Plane, default_normalizer
+from persistence.protocols import inbox
+from persistence.protocols.inbox import DrainResult, Normalizer
 from persistence.sizes import KiB, check_int
 
 Drained = Callable[[UniverseId, dict[WorldId, DrainResult]], None]

@@ -36,18 +36,12 @@ to well within both.
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Final, Literal
 
-from persistence import fdbtuple, kv
-from persistence.errors import CorruptRecord
-from persistence.futures import drive
+from persistence import kv
 from persistence.ids import Hash, UniverseId
 from persistence.keyspace import UniverseKeys
-from persistence.objects import ObjectInfo, ObjectStore
 from persistence.records import CasDoom, CasMeta, CasPin, decode_record
 
 DELETE_DEADLINE_SECONDS: Final = 60.0
@@ -140,7 +134,7 @@ async def decide(
 
 
 @kv.transactional
-async def _own_doom(
+async def own_doom(
     tr: kv.Transaction, keys: UniverseKeys, hash: Hash, token: bytes
 ) -> CasDoom | None:
     doom = await read_doom(tr, keys, hash)
@@ -148,7 +142,7 @@ async def _own_doom(
 
 
 @kv.transactional
-async def _deleted(
+async def mark_deleted(
     tr: kv.Transaction, keys: UniverseKeys, hash: Hash, token: bytes, settled_ns: int | None
 ) -> None:
     """The DELETE call of this collector's doom returned: clear the doom, or keep it until
@@ -175,86 +169,6 @@ async def clear_settled(tr: kv.Transaction, keys: UniverseKeys, hash: Hash, now_
     return True
 
 
-def new_token() -> bytes:
-    """A collector attempt's token."""
-    return os.urandom(16)
-
-
-def delete_doomed(
-    engine: kv.Engine,
-    objects: ObjectStore,
-    keys: UniverseKeys,
-    hash: Hash,
-    object_key: str,
-    token: bytes,
-    started: float,
-    now_ns: Callable[[], int],
-) -> bool:
-    """Delete the body this collector doomed and clear its doom, or keep it to settle
-    (``started``:
-    ``time.monotonic()`` before :func:`decide`); ``False``, deleting nothing, if the doom is
-    no longer its own or the deadline passed by either clock."""
-    doom = drive(_own_doom(engine, keys, hash, token))
-    deadline = DELETE_DEADLINE_SECONDS
-    if doom is None or time.monotonic() - started >= deadline:
-        return False
-    if now_ns() - doom.at_ns >= deadline * NS:
-        return False
-    objects.delete(object_key)
-    late = objects.late_delete_seconds
-    drive(_deleted(engine, keys, hash, token, now_ns() + round(late * NS) if late > 0 else None))
-    return True
-
-
-def collect_body(
-    engine: kv.Engine,
-    objects: ObjectStore,
-    keys: UniverseKeys,
-    hash: Hash,
-    object_key: str,
-    now_ns: Callable[[], int],
-    grace_ns: int,
-) -> Decision:
-    """Decide about the body of ``hash`` and, if doomed, delete it."""
-    token = new_token()
-    started = time.monotonic()
-    decision = drive(decide(engine, keys, hash, object_key, now_ns(), grace_ns, token))
-    if decision != "doomed":
-        return decision
-    deleted = delete_doomed(engine, objects, keys, hash, object_key, token, started, now_ns)
-    return "doomed" if deleted else "abandoned"
-
-
-@dataclass(slots=True)
-class CasCollection:
-    """What a collection pass over one universe's bodies found and did."""
-
-    listed: int = 0
-    referenced: int = 0
-    pinned: int = 0
-    collecting: int = 0
-    """Bodies another collector's doom covers (deciding, or deleted and settling)."""
-    collected: int = 0
-    collected_bytes: int = 0
-    """Listed bodies deleted (their size as listed)."""
-    abandoned: int = 0
-    """Bodies doomed but not deleted (the deadline passed): their doom's lease runs out."""
-    foreign: int = 0
-    """Objects under the prefix whose key is not a body's key: left alone."""
-    pins_expired: int = 0
-    """Pins older than the grace, cleared (puts that crashed, or stalled: they pin again)."""
-    dooms_resumed: int = 0
-    """Stale dooms of crashed collectors whose objects were gone from the listing, taken
-    over (their DELETE sent again) and cleared or left to settle."""
-    dooms_settled: int = 0
-    """Settled dooms cleared (a dry run: stale dooms left after the listing)."""
-
-    def __iadd__(self, other: CasCollection) -> CasCollection:
-        for name in self.__slots__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        return self
-
-
 def object_key(universe: UniverseId, hash: Hash) -> str:
     """Object-store key of an external body."""
     return f"cas/{universe}/sha256/{hash.hex}"
@@ -263,74 +177,6 @@ def object_key(universe: UniverseId, hash: Hash) -> str:
 def bodies_prefix(universe: UniverseId) -> str:
     """The prefix of every external body of ``universe``."""
     return f"cas/{universe}/sha256/"
-
-
-def collect(
-    engine: kv.Engine,
-    objects: ObjectStore,
-    universe: UniverseId,
-    now_ns: Callable[[], int],
-    grace_seconds: float = DEFAULT_GRACE_SECONDS,
-    *,
-    dry_run: bool = False,
-) -> CasCollection:
-    """One pass over the bodies of ``universe``: delete each that no metadata names and no
-    put younger than ``grace_seconds`` pins (with ``dry_run``, only count them; nothing is
-    written). Dooms left by crashed collectors are taken over once stale."""
-    keys = UniverseKeys(universe)
-    grace_ns = round(grace_seconds * NS)
-    prefix = bodies_prefix(universe)
-    done = CasCollection()
-    done.pins_expired = _sweep_pins(engine, keys, now_ns, grace_ns, dry_run)
-    page: list[tuple[Hash, ObjectInfo]] = []
-    for info in objects.list(prefix):
-        done.listed += 1
-        hash = _hash_of(info.key[len(prefix) :])
-        if hash is None or object_key(universe, hash) != info.key:
-            done.foreign += 1
-            continue
-        page.append((hash, info))
-        if len(page) == SWEEP_PAGE:
-            _collect_page(engine, objects, keys, page, now_ns, grace_ns, dry_run, done)
-            page = []
-    _collect_page(engine, objects, keys, page, now_ns, grace_ns, dry_run, done)
-    # Dooms the listing did not settle: a crashed collector's whose object is gone (or
-    # whose DELETE may still land), and settled ones. A dry run only counts them.
-    for stale in _stale_dooms(engine, keys, now_ns()):
-        if dry_run or drive(clear_settled(engine, keys, stale, now_ns())):
-            done.dooms_settled += 1
-        else:
-            key = object_key(universe, stale)
-            if collect_body(engine, objects, keys, stale, key, now_ns, grace_ns) == "doomed":
-                done.dooms_resumed += 1
-    return done
-
-
-def _collect_page(
-    engine: kv.Engine,
-    objects: ObjectStore,
-    keys: UniverseKeys,
-    page: list[tuple[Hash, ObjectInfo]],
-    now_ns: Callable[[], int],
-    grace_ns: int,
-    dry_run: bool,
-    done: CasCollection,
-) -> None:
-    """Collect a page of listed bodies: one read for their metadata, then a decision for
-    each that none names."""
-    named = drive(_referenced(engine, keys, [(h, info.key) for h, info in page])) if page else []
-    for (hash, info), referenced in zip(page, named, strict=True):
-        if referenced:
-            decision: Decision = "referenced"
-        elif dry_run:
-            decision = drive(preview(engine, keys, hash, info.key, now_ns(), grace_ns))
-        else:
-            decision = collect_body(engine, objects, keys, hash, info.key, now_ns, grace_ns)
-        if decision == "doomed":
-            done.collected += 1
-            done.collected_bytes += info.size
-        else:
-            setattr(done, decision, getattr(done, decision) + 1)
 
 
 @kv.transactional
@@ -347,7 +193,7 @@ async def preview(
 
 
 @kv.transactional
-async def _referenced(
+async def referenced(
     tr: kv.Transaction, keys: UniverseKeys, bodies: list[tuple[Hash, str]]
 ) -> list[bool]:
     """Whether metadata names each body (snapshot reads: a hint; :func:`decide` rechecks)."""
@@ -358,28 +204,8 @@ SWEEP_PAGE: Final = 500
 """Pins or dooms read per transaction of a sweep."""
 
 
-def _sweep_pins(
-    engine: kv.Engine,
-    keys: UniverseKeys,
-    now_ns: Callable[[], int],
-    grace_ns: int,
-    dry_run: bool,
-) -> int:
-    """Clear every pin older than the grace (``dry_run``: count them), a page per
-    transaction; return how many. Always safe: a put finding its pin gone at its metadata
-    commit pins and uploads again."""
-    cleared = 0
-    begin, end = keys.cas_pins()
-    while True:
-        count, after = drive(_sweep_page(engine, begin, end, now_ns(), grace_ns, dry_run))
-        cleared += count
-        if after is None:
-            return cleared
-        begin = after
-
-
 @kv.transactional
-async def _sweep_page(
+async def sweep_pins_page(
     tr: kv.Transaction, begin: bytes, end: bytes, now_ns: int, grace_ns: int, dry_run: bool
 ) -> tuple[int, bytes | None]:
     """A page of pins, read without conflicts (puts of other bodies pin and unpin all the
@@ -395,39 +221,6 @@ async def _sweep_page(
     return count, (rows[-1][0] + b"\x00" if len(rows) == SWEEP_PAGE else None)
 
 
-def _stale_dooms(engine: kv.Engine, keys: UniverseKeys, now_ns: int) -> list[Hash]:
-    """The hashes whose doom may be taken over or cleared (see :func:`doom_is_stale`)."""
-    stale: list[Hash] = []
-    begin, end = keys.cas_dooms()
-    while True:
-        rows = drive(_page(engine, begin, end))
-        for key, raw in rows:
-            if doom_is_stale(decode_record(CasDoom, raw, "cas doom"), now_ns):
-                stale.append(_hash_in_key(key, len(keys.cas_dooms()[0]) - 1))
-        if len(rows) < SWEEP_PAGE:
-            return stale
-        begin = rows[-1][0] + b"\x00"
-
-
 @kv.transactional
-async def _page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
+async def dooms_page(tr: kv.Transaction, begin: bytes, end: bytes) -> list[tuple[bytes, bytes]]:
     return await tr.get_range(begin, end, limit=SWEEP_PAGE, snapshot=True)
-
-
-def _hash_in_key(key: bytes, prefix_len: int) -> Hash:
-    try:
-        items = fdbtuple.unpack(key, prefix_len)
-    except ValueError:
-        items = ()
-    if len(items) != 1 or not isinstance(items[0], bytes) or len(items[0]) != 32:
-        raise CorruptRecord("cas doom key", f"{key.hex()} does not end with a sha256")
-    return Hash(items[0])
-
-
-def _hash_of(name: str) -> Hash | None:
-    if len(name) != 64:
-        return None
-    try:
-        return Hash(bytes.fromhex(name))
-    except ValueError:
-        return None
