@@ -35,7 +35,7 @@ from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
-from persistence.protocols import inbox as inbox_protocol
+from persistence.protocols import drain as drain_protocol
 from persistence.protocols import journal as journal_protocol
 from persistence.protocols.calls import Call
 from persistence.protocols.cas_bodies import object_key
@@ -384,9 +384,9 @@ def cursor_and_drain_exactly_once(ctx: Context) -> None:
     call = Call.new()
     from persistence.plane import default_normalizer
 
-    limits = inbox_protocol.DrainLimits(3, 1 << 20, plane.config.max_entry_bytes, plane.budget)
-    first = drive(inbox_protocol.drain(plane.engine, keys, limits, default_normalizer, call))
-    again = drive(inbox_protocol.drain(plane.engine, keys, limits, default_normalizer, call))
+    limits = drain_protocol.DrainLimits(3, 1 << 20, plane.config.max_entry_bytes, plane.budget)
+    first = drive(drain_protocol.drain(plane.engine, keys, limits, default_normalizer, call))
+    again = drive(drain_protocol.drain(plane.engine, keys, limits, default_normalizer, call))
     check(first == again, f"a retried drain returned {again}, first attempt {first}")
     check(plane.head(u, w) == 3, "a retried drain appended again")
 

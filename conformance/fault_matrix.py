@@ -58,7 +58,8 @@ from persistence.kv import Engine
 from persistence.plane import Plane
 from persistence.protocols import inbox as inbox_protocol
 from persistence.protocols.compaction import InboxCompaction, read_marks
-from persistence.protocols.inbox import DrainResult
+from persistence.protocols.drain import DrainResult
+from persistence.protocols.export import read_marker
 from persistence.records import (
     EffectDispatchItem,
     EffectInFlightItem,
@@ -67,7 +68,7 @@ from persistence.records import (
     decode_journal_record,
     encode_inbox_item,
 )
-from segments.export import ExportConfig, Exporter, read_marker
+from segments.export import ExportConfig, Exporter
 
 FAULTS: Final[tuple[tuple[str, int, bool | str], ...]] = (
     ("1020", fdb_errors.NOT_COMMITTED, False),

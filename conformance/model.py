@@ -158,7 +158,7 @@ class ModelItem:
 
 @dataclass(frozen=True, slots=True)
 class ModelDrainResult:
-    """The expected :class:`~persistence.protocols.inbox.DrainResult`, with an abstract cursor."""
+    """The expected :class:`~persistence.protocols.drain.DrainResult`, with an abstract cursor."""
 
     first_height: int
     count: int

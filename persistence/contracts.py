@@ -21,7 +21,8 @@ from persistence.records import InboxItem, SegmentIndexRecord, SnapshotRecord
 
 if TYPE_CHECKING:  # the contracts stay importable without the plane
     from persistence.protocols.compaction import InboxCompaction
-    from persistence.protocols.journal import GroupAppend, LogEntry
+    from persistence.protocols.journal import GroupAppend
+    from persistence.protocols.log import LogEntry
 
 
 @runtime_checkable

@@ -511,3 +511,56 @@ class WorldKeys:
     def gc_pin(self, hash: Hash) -> bytes:
         """A GC pin of ``hash`` held by this world."""
         return self._key("gc", "pin", hash.digest)
+
+
+_PLAIN_HEIGHTS: Final = 2**63
+"""Heights below this are packed as one type byte naming their width, then their big-endian
+bytes (the tuple encoding's integers); ``height_keys`` builds the keys of higher ones singly."""
+
+
+def height_keys(key_of: Callable[[int], bytes], prefix: int, first: int, count: int) -> list[bytes]:
+    """``[key_of(h) for h in range(first, first + count)]``, built in bulk, for keys that
+    are a ``prefix``-byte prefix, the packed height, then a constant tail (whole journal
+    entries: ``WorldKeys.whole_entry_key`` and ``entry_prefix_len``; universe log records:
+    ``UniverseKeys.log_entry`` and ``log_prefix_len``): the keys of plain heights of one
+    width differ only in the heights' big-endian bytes."""
+    out: list[bytes] = []
+    height, stop = first, first + count
+    while height < stop:
+        if height >= _PLAIN_HEIGHTS:
+            out.append(key_of(height))
+            height += 1
+            continue
+        width = (height.bit_length() + 7) // 8
+        run_stop = min(stop, 1 << (8 * width), _PLAIN_HEIGHTS)
+        key = key_of(height)
+        lead, tail = key[: prefix + 1], key[prefix + 1 + width :]
+        out.extend([lead + h.to_bytes(width, "big") + tail for h in range(height, run_stop)])
+        height = run_stop
+    return out
+
+
+def whole_run(
+    keys: list[bytes], whole_key: Callable[[int], bytes], prefix: int, first: int
+) -> bool:
+    """Whether ``keys`` -- strictly increasing, as a range read returns them -- are the keys
+    of the whole entries at heights ``first, first + 1, ...`` (``whole_key`` and ``prefix``
+    as for :func:`height_keys`), checked without building them: the first and the last must
+    be those heights' keys, and every key must have their length and their suffix (what
+    follows the height). Such keys differ only in the height's bytes, which then strictly
+    increase from the first height to the last: they are each height between, once."""
+    count = len(keys)
+    if not count:
+        return True
+    last = first + count - 1
+    if last >= _PLAIN_HEIGHTS:
+        return False
+    low, high = whole_key(first), whole_key(last)
+    size = len(low)
+    if keys[0] != low or keys[-1] != high or len(high) != size or max(map(len, keys)) != size:
+        return False
+    joined = b"".join(keys)
+    if len(joined) != count * size:
+        return False
+    suffix = prefix + 1 + (last.bit_length() + 7) // 8
+    return all(joined[i::size] == low[i : i + 1] * count for i in range(suffix, size))

@@ -21,8 +21,8 @@ from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
+from persistence.protocols import export
 from persistence.sizes import check_bool
-from segments.export import ExportRaced, read_marker, transition
 from segments.format import segment_key
 from segments.inputs import require, require_ids
 
@@ -62,13 +62,13 @@ def collect_world(
     check_bool(dry_run, "dry_run")
     done = SegmentCollection()
     keys = WorldKeys(universe, world)
-    marker = drive(read_marker(plane.engine, keys))
+    marker = drive(export.read_marker(plane.engine, keys))
     if marker is not None and marker.state == "delete_finished":
         if dry_run:
             done.markers_cleared += 1
         else:
-            with contextlib.suppress(ExportRaced):  # an exporter cleared or replaced it
-                drive(transition(plane.engine, keys, plane.new_call(), marker, None))
+            with contextlib.suppress(export.ExportRaced):  # an exporter cleared or replaced it
+                drive(export.transition(plane.engine, keys, plane.new_call(), marker, None))
                 done.markers_cleared += 1
     indexed = plane.list_segments(universe, world)
     referenced = {record.object_key for record in indexed}

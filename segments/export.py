@@ -16,7 +16,8 @@ Marker states, as Kafka tiered storage's segment states::
     delete_started  hot keys of [start, end] being deleted, ``deleted_through`` advances
     delete_finished all hot keys gone; the next run clears the marker
 
-Each transition is its own small transaction that reads only the marker and the index, so
+Each transition is its own small transaction (``persistence/protocols/export.py``: the
+marker, the plan and the indexing step) that reads only the marker and the index, so
 exports never conflict with foreground appends and drains (which touch the head and new
 heights). Hot keys are deleted with range clears of at most ``delete_chunk_entries``
 heights per transaction, well inside FoundationDB's limits. On an engine whose writers
@@ -37,16 +38,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import BinaryIO, Final, cast
 
-from persistence import kv
-from persistence.errors import Conflict, NotFound, SegmentCorruption, SegmentMissing, Validation
+from persistence.errors import NotFound, SegmentCorruption, SegmentMissing, Validation
 from persistence.futures import drive
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
-from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.keyspace import WorldKeys
 from persistence.objects import COPY_CHUNK
 from persistence.plane import Plane
-from persistence.protocols import calls, journal, segment_index
-from persistence.protocols.calls import Call
-from persistence.records import ExportMarker, SegmentIndexRecord, decode_record
+from persistence.protocols import export
+from persistence.records import ExportMarker, SegmentIndexRecord
 from persistence.sizes import MAX_ROW_LIMIT, KiB, MiB, check_bool, check_int
 from persistence.telemetry import traced
 from segments.format import CHECKSUM_ALGORITHM, SegmentHeader, SegmentReader, SegmentWriter
@@ -95,95 +94,9 @@ class ExportConfig:
             check_int(getattr(self, name), f"ExportConfig.{name}", 1, MAX_ROW_LIMIT)
 
 
-@dataclass(frozen=True, slots=True)
-class ExportPlan:
-    """The next range that may be exported (``end`` is an upper bound: the byte target
-    may end the segment earlier)."""
-
-    start: int
-    end: int
-
-
 def segment_prefix(universe: UniverseId, world: WorldId, start: int) -> str:
     """Object keys of segments of ``world`` starting at ``start``."""
     return _segment_key(universe, world, start, 1).rsplit("-", 1)[0] + "-"
-
-
-async def _read_marker(tr: kv.Transaction, keys: WorldKeys) -> ExportMarker | None:
-    raw = await tr.get(keys.export_marker())
-    return None if raw is None else decode_record(ExportMarker, raw, "export marker")
-
-
-@kv.transactional
-async def read_marker(tr: kv.Transaction, keys: WorldKeys) -> ExportMarker | None:
-    """The world's export marker, if an export is in flight."""
-    return await _read_marker(tr, keys)
-
-
-@kv.transactional
-async def _plan(tr: kv.Transaction, keys: WorldKeys, config: ExportConfig) -> ExportPlan | None:
-    head = (await journal.read_head(tr, keys)).height
-    last = await segment_index.last_segment(tr, UniverseKeys(keys.universe), keys.world)
-    start = 1 if last is None else last.end + 1
-    limit = min(head, await segment_index.exportable_through(tr, keys, config.margin))
-    if limit - start + 1 < config.min_entries:
-        return None
-    return ExportPlan(start, min(limit, start + config.target_entries - 1))
-
-
-@kv.transactional
-async def _last_segment(tr: kv.Transaction, keys: WorldKeys) -> SegmentIndexRecord | None:
-    return await segment_index.last_segment(
-        tr, UniverseKeys(keys.universe), keys.world, snapshot=True
-    )
-
-
-class ExportRaced(Conflict):
-    """Another exporter moved the world's export marker first."""
-
-
-@kv.transactional
-async def transition(
-    tr: kv.Transaction,
-    keys: WorldKeys,
-    call: Call,
-    expected: ExportMarker | None,
-    new: ExportMarker | None,
-    index: SegmentIndexRecord | None = None,
-    clear: tuple[int, int] | None = None,
-) -> None:
-    """Move the marker from ``expected`` to ``new`` (``None``: absent), optionally indexing
-    a segment or clearing hot heights in the same transaction. A retry whose earlier
-    attempt committed returns (its call record); a marker moved by another exporter is
-    ``ExportRaced``, and so is a new ``copy_started`` marker whose range does not begin
-    right after the last indexed segment (another exporter indexed it since the plan).
-    A clear of hot heights commits without its own sync: lost in a machine crash, it is
-    done again from the older marker."""
-    if clear is not None:
-        tr.relax_durability()
-    if await calls.replayed(tr, keys, call) is not None:
-        return
-    current = await _read_marker(tr, keys)
-    if current == new:
-        return
-    if current != expected:
-        raise ExportRaced(f"world {keys.world}: export marker {current}, expected {expected}")
-    if expected is None and new is not None:
-        last = await segment_index.last_segment(tr, UniverseKeys(keys.universe), keys.world)
-        if new.start != (1 if last is None else last.end + 1):
-            raise ExportRaced(
-                f"world {keys.world}: planned from {new.start}, but segments end at "
-                f"{0 if last is None else last.end}"
-            )
-    if index is not None:
-        await segment_index.put_segment(tr, UniverseKeys(keys.universe), keys.world, index)
-    if clear is not None:
-        tr.clear_range(*keys.entries_between(*clear))
-    if new is None:
-        tr.clear(keys.export_marker())
-    else:
-        tr.set(keys.export_marker(), new.to_cbor())
-    await calls.record(tr, keys, call, "export")
 
 
 class _Chunks:
@@ -258,10 +171,18 @@ class Exporter:
         self.plane = require(plane, Plane, "plane")
         self.config = require(config, ExportConfig, "config")
 
-    def plan(self, universe: UniverseId, world: WorldId) -> ExportPlan | None:
+    def plan(self, universe: UniverseId, world: WorldId) -> export.ExportPlan | None:
         """The next exportable range, or ``None``."""
         require_ids(universe, world)
-        return drive(_plan(self.plane.engine, WorldKeys(universe, world), self.config))
+        return drive(
+            export.plan(
+                self.plane.engine,
+                WorldKeys(universe, world),
+                self.config.margin,
+                self.config.min_entries,
+                self.config.target_entries,
+            )
+        )
 
     def export_all(
         self,
@@ -294,7 +215,7 @@ class Exporter:
         for _ in range(RACE_ATTEMPTS - 1):
             try:
                 return self._step(universe, world, progress)
-            except ExportRaced:
+            except export.ExportRaced:
                 continue
         return self._step(universe, world, progress)
 
@@ -303,7 +224,7 @@ class Exporter:
     ) -> SegmentIndexRecord | None:
         engine = self.plane.engine
         keys = WorldKeys(universe, world)
-        marker = drive(read_marker(engine, keys))
+        marker = drive(export.read_marker(engine, keys))
         if marker is None:
             plan = self.plan(universe, world)
             if plan is None:
@@ -311,14 +232,14 @@ class Exporter:
             marker = ExportMarker(
                 "copy_started", plan.start, plan.end, segment_prefix(universe, world, plan.start)
             )
-            drive(transition(engine, keys, self.plane.new_call(), None, marker))
+            drive(export.transition(engine, keys, self.plane.new_call(), None, marker))
             self.plane.hooks.reached("export.after_copy_started")
         record: SegmentIndexRecord | None = None
         if marker.state == "copy_started" and self._covered(keys) >= marker.start:
             # a marker installed from a stale plan (before the check above existed): its
             # range is indexed already, by another exporter; drop it and plan again
-            drive(transition(engine, keys, self.plane.new_call(), marker, None))
-            raise ExportRaced(f"world {world}: marker from {marker.start} below the index")
+            drive(export.transition(engine, keys, self.plane.new_call(), marker, None))
+            raise export.ExportRaced(f"world {world}: marker from {marker.start} below the index")
         if marker.state == "copy_started":
             record = self._copy(universe, world, marker, progress)
             finished = ExportMarker(
@@ -329,17 +250,21 @@ class Exporter:
                 record.checksum,
                 record.byte_size,
             )
-            drive(transition(engine, keys, self.plane.new_call(), marker, finished, index=record))
+            drive(
+                export.transition(
+                    engine, keys, self.plane.new_call(), marker, finished, index=record
+                )
+            )
             self.plane.hooks.reached("export.after_index")
             marker = finished
         if marker.state == "copy_finished":
             started = replace(marker, state="delete_started", deleted_through=marker.start - 1)
-            drive(transition(engine, keys, self.plane.new_call(), marker, started))
+            drive(export.transition(engine, keys, self.plane.new_call(), marker, started))
             marker = started
         if marker.state == "delete_started":
             marker = self._delete(keys, marker, progress)
         if marker.state == "delete_finished":
-            drive(transition(engine, keys, self.plane.new_call(), marker, None))
+            drive(export.transition(engine, keys, self.plane.new_call(), marker, None))
         if record is None:
             record = self._indexed(universe, world, marker.end)
         progress(f"world {world}: segment {record.start}-{record.end} exported")
@@ -347,7 +272,7 @@ class Exporter:
 
     def _covered(self, keys: WorldKeys) -> int:
         """The last height the world's segment index covers (0: none)."""
-        last = drive(_last_segment(self.plane.engine, keys))
+        last = drive(export.last_segment(self.plane.engine, keys))
         return 0 if last is None else last.end
 
     def _indexed(self, universe: UniverseId, world: WorldId, end: int) -> SegmentIndexRecord:
@@ -461,7 +386,7 @@ class Exporter:
             advanced = replace(marker, deleted_through=last)
             start = time.monotonic()
             drive(
-                transition(
+                export.transition(
                     engine,
                     keys,
                     self.plane.new_call(),
@@ -475,7 +400,7 @@ class Exporter:
             if pause and done < marker.end:
                 time.sleep(pause * (time.monotonic() - start))
         finished = replace(marker, state="delete_finished")
-        drive(transition(engine, keys, self.plane.new_call(), marker, finished))
+        drive(export.transition(engine, keys, self.plane.new_call(), marker, finished))
         self.plane.hooks.reached("export.after_delete")
         progress(f"world {keys.world}: hot keys {marker.start}-{marker.end} deleted")
         return finished

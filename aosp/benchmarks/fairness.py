@@ -51,7 +51,7 @@ from persistence import cbor
 from persistence.errors import Corruption, MissingDependency, Validation
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
-from persistence.protocols.inbox import DrainResult
+from persistence.protocols.drain import DrainResult
 from persistence.records import (
     DomainEventIngress,
     IngressJournalRecord,

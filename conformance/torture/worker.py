@@ -64,7 +64,7 @@ from persistence.plane import Plane, cas_collection
 from persistence.protocols import calls as plane_calls
 from persistence.protocols import cas_bodies
 from persistence.protocols.compaction import MARKS_PER_WINDOW
-from persistence.protocols.inbox import DrainResult
+from persistence.protocols.drain import DrainResult
 from persistence.workers.compactor import Compactor
 from persistence.workers.drain_worker import DrainWorker, Shard
 from segments import open_plane

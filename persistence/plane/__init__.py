@@ -37,16 +37,19 @@ from persistence.protocols import (
     budget,
     calls,
     compaction,
+    drain,
     effects,
+    export,
     inbox,
     journal,
+    log,
     segment_index,
     snapshots,
     worlds,
 )
 from persistence.protocols.calls import Call
 from persistence.protocols.compaction import InboxCompaction
-from persistence.protocols.inbox import DrainResult, Normalizer
+from persistence.protocols.drain import DrainResult, Normalizer
 from persistence.protocols.snapshots import SnapshotOutcome
 from persistence.records import (
     CasMeta,
@@ -538,7 +541,7 @@ class Plane:
                     if type(tag) is not str or tag not in valid:
                         valid.add(check_text(tag, f"{field}[{i}]"))
                 checked.append(list(batch_tags))
-            sequencing = journal.Sequencing(checked, tracking)
+            sequencing = log.Sequencing(checked, tracking)
         count = sum(len(part.entries) for part in parts)
         size = sum(len(entry) for part in parts for entry in part.entries)
         limits = self.config.max_batch_entries, self.config.max_batch_bytes
@@ -581,7 +584,7 @@ class Plane:
     def log_head(self, universe: UniverseId) -> int:
         """The universe log's last position (0 if nothing was sequenced)."""
         keys = _universe_keys(universe)
-        return kv.run(self.engine, lambda tr: journal.read_log_head(tr, keys, snapshot=True))
+        return kv.run(self.engine, lambda tr: log.read_log_head(tr, keys, snapshot=True))
 
     def wait_log(
         self,
@@ -598,7 +601,7 @@ class Plane:
         check_height(after, "after")
         key = _universe_keys(universe).log_head()
         return self._wait(
-            key, journal.log_position, lambda position: position > after, timeout, interrupt
+            key, log.log_position, lambda position: position > after, timeout, interrupt
         )
 
     def wait_tracking(
@@ -618,7 +621,7 @@ class Plane:
         key = _universe_keys(universe).tracking(name)
         return self._wait(
             key,
-            journal.tracked_position,
+            log.tracked_position,
             lambda position: position is not None and position >= at_least,
             timeout,
             interrupt,
@@ -653,7 +656,7 @@ class Plane:
         """The upstream position consumer ``name`` recorded last (``None`` if none)."""
         keys = _universe_keys(universe)
         check_text(name, "name")
-        return kv.run(self.engine, lambda tr: journal.read_tracking(tr, keys, name, snapshot=True))
+        return kv.run(self.engine, lambda tr: log.read_tracking(tr, keys, name, snapshot=True))
 
     @traced("log.read")
     def read_log(
@@ -664,7 +667,7 @@ class Plane:
         *,
         last: int | None = None,
         tags: Collection[str] | None = None,
-    ) -> list[journal.LogEntry]:
+    ) -> list[log.LogEntry]:
         """Up to ``limit`` entries of the universe log from position ``first`` (to ``last``,
         or the head), in position order, each with its world, height, tag and journal entry
         (read through cold segments like :meth:`read_range`); with ``tags``, only entries
@@ -693,7 +696,7 @@ class Plane:
             page_size = self.config.read_page_entries
             if wanted is None:
                 page_size = min(page_size, limit - len(found))
-            page = drive(journal.read_log(self.engine, keys, first, page_size, last, matches))
+            page = drive(log.read_log(self.engine, keys, first, page_size, last, matches))
             found.extend(item for item in page.records if matches(item[1]))
             entries.update(page.entries)
             if page.next is None:
@@ -724,7 +727,7 @@ class Plane:
                     f"universe log at {position}",
                     f"names height {record.height} of world {record.world}, above its head",
                 )
-            out.append(journal.LogEntry(position, record.world, record.height, record.tag, stored))
+            out.append(log.LogEntry(position, record.world, record.height, record.tag, stored))
         return out
 
     @traced("journal.retry_append")
@@ -851,7 +854,7 @@ class Plane:
             segment_index.SegmentRecordChecksumMismatch,
         ) as exc:
             raise Validation(f"record.{exc.field}", str(exc)) from None
-        drive(segment_index.put_segment(self.engine, UniverseKeys(universe), world, record))
+        drive(export.put_segment(self.engine, UniverseKeys(universe), world, record))
 
     @traced("segments.cold_horizon")
     def set_cold_horizon(self, universe: UniverseId, world: WorldId, height: int) -> int:
@@ -1023,7 +1026,7 @@ class Plane:
         drive(inbox.commit_cursor(self.engine, keys, old_cursor, new_cursor, self.new_call()))
         self.hooks.reached("inbox.after_commit_cursor")
 
-    @traced("inbox.drain")
+    @traced("drain.drain")
     def drain_inbox_to_journal(
         self,
         universe: UniverseId,
@@ -1041,12 +1044,12 @@ class Plane:
         check_int(max_bytes, "max_bytes", 1, self.config.max_batch_bytes)
         if not callable(normalize):
             raise Validation("normalize", f"expected a function, got {type(normalize).__name__}")
-        limits = inbox.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
-        result = drive(inbox.drain(self.engine, keys, limits, normalize, self.new_call()))
+        limits = drain.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
+        result = drive(drain.drain(self.engine, keys, limits, normalize, self.new_call()))
         self.hooks.reached("inbox.after_drain")
         return result
 
-    @traced("inbox.drain_worlds")
+    @traced("drain.drain_worlds")
     def drain_worlds(
         self,
         universe: UniverseId,
@@ -1065,7 +1068,7 @@ class Plane:
         ``Validation`` naming it: nothing is written. Returns each world's result, in the
         order given; a retry after an applied ``commit_unknown_result`` returns its own."""
         keys = _universe_keys(universe)
-        check_sequence(worlds, "worlds", 1, inbox.MAX_DRAIN_WORLDS)
+        check_sequence(worlds, "worlds", 1, drain.MAX_DRAIN_WORLDS)
         parts: list[WorldKeys] = []
         seen: set[WorldId] = set()
         for index, world in enumerate(worlds):
@@ -1087,9 +1090,9 @@ class Plane:
                 )
         if not callable(normalize):
             raise Validation("normalize", f"expected a function, got {type(normalize).__name__}")
-        limits = inbox.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
+        limits = drain.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
         results = drive(
-            inbox.drain_worlds(self.engine, keys, parts, limits, normalize, self.new_call())
+            drain.drain_worlds(self.engine, keys, parts, limits, normalize, self.new_call())
         )
         self.hooks.reached("inbox.after_drain")
         return {part.world: result for part, result in zip(parts, results, strict=True)}

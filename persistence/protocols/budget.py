@@ -16,7 +16,8 @@ from persistence.errors import Validation
 from persistence.ids import InboxSeq
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
 from persistence.protocols.calls import CALL_ID_BYTES, SWEEP, CallScope
-from persistence.protocols.journal import Creation, Sequencing
+from persistence.protocols.journal import Creation
+from persistence.protocols.log import Sequencing
 from persistence.records import UniverseInfo
 
 RESERVE: Final = 10

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -13,25 +13,20 @@ from persistence.errors import (
     HeadAdvanced,
     MissingJournalEntry,
     SegmentIndexCorruption,
-    TrackingConflict,
     WorldNotFound,
 )
-from persistence.ids import Hash, WorldId
-from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
-from persistence.protocols import calls, segment_index, worlds
+from persistence.ids import Hash
+from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys, height_keys, whole_run
+from persistence.protocols import calls, log, segment_index, worlds
 from persistence.protocols.calls import Call
 from persistence.records import (
     JOURNAL_HEAD,
-    LOG_HEAD,
-    TRACKING,
     CasMeta,
     JournalHead,
-    LogRecord,
     SegmentIndexRecord,
     SnapshotRecord,
     WorldMeta,
     decode_record,
-    log_records,
 )
 
 
@@ -63,57 +58,6 @@ async def check_head(tr: kv.Transaction, keys: WorldKeys, expected: int) -> None
 
 _key_of = operator.itemgetter(0)
 _value_of = operator.itemgetter(1)
-_PLAIN_HEIGHTS: Final = 2**63
-"""Heights below this are packed as one type byte naming their width, then their big-endian
-bytes (the tuple encoding's integers); ``height_keys`` builds the keys of higher ones singly."""
-
-
-def height_keys(key_of: Callable[[int], bytes], prefix: int, first: int, count: int) -> list[bytes]:
-    """``[key_of(h) for h in range(first, first + count)]``, built in bulk, for keys that
-    are a ``prefix``-byte prefix, the packed height, then a constant tail (whole journal
-    entries: ``WorldKeys.whole_entry_key`` and ``entry_prefix_len``; universe log records:
-    ``UniverseKeys.log_entry`` and ``log_prefix_len``): the keys of plain heights of one
-    width differ only in the heights' big-endian bytes."""
-    out: list[bytes] = []
-    height, stop = first, first + count
-    while height < stop:
-        if height >= _PLAIN_HEIGHTS:
-            out.append(key_of(height))
-            height += 1
-            continue
-        width = (height.bit_length() + 7) // 8
-        run_stop = min(stop, 1 << (8 * width), _PLAIN_HEIGHTS)
-        key = key_of(height)
-        lead, tail = key[: prefix + 1], key[prefix + 1 + width :]
-        out.extend([lead + h.to_bytes(width, "big") + tail for h in range(height, run_stop)])
-        height = run_stop
-    return out
-
-
-def whole_run(
-    keys: list[bytes], whole_key: Callable[[int], bytes], prefix: int, first: int
-) -> bool:
-    """Whether ``keys`` -- strictly increasing, as a range read returns them -- are the keys
-    of the whole entries at heights ``first, first + 1, ...`` (``whole_key`` and ``prefix``
-    as for :func:`height_keys`), checked without building them: the first and the last must
-    be those heights' keys, and every key must have their length and their suffix (what
-    follows the height). Such keys differ only in the height's bytes, which then strictly
-    increase from the first height to the last: they are each height between, once."""
-    count = len(keys)
-    if not count:
-        return True
-    last = first + count - 1
-    if last >= _PLAIN_HEIGHTS:
-        return False
-    low, high = whole_key(first), whole_key(last)
-    size = len(low)
-    if keys[0] != low or keys[-1] != high or len(high) != size or max(map(len, keys)) != size:
-        return False
-    joined = b"".join(keys)
-    if len(joined) != count * size:
-        return False
-    suffix = prefix + 1 + (last.bit_length() + 7) // 8
-    return all(joined[i::size] == low[i : i + 1] * count for i in range(suffix, size))
 
 
 def write_entries(
@@ -190,16 +134,6 @@ class Creation:
 
 
 @dataclass(frozen=True, slots=True)
-class Sequencing:
-    """What a sequenced group append adds: a position in the universe log for every entry,
-    in batch order, each with its tag (``tags[batch][entry]``); and a consumer's tracking
-    position, which must be above the one it recorded before."""
-
-    tags: Sequence[Sequence[str]]
-    tracking: tuple[str, int] | None
-
-
-@dataclass(frozen=True, slots=True)
 class GroupAppend:
     """What a group append did: each batch's first height, in order, and the universe log
     position of its first entry (``None`` unless sequenced, or if it appended nothing)."""
@@ -215,7 +149,7 @@ async def append_batches(
     batches: Sequence[WorldAppend],
     create: Creation | None,
     call: Call,
-    sequencing: Sequencing | None = None,
+    sequencing: log.Sequencing | None = None,
 ) -> GroupAppend:
     """Group commit: append every batch at its expected head, all or nothing. ``HeadAdvanced``
     names the first world whose head moved. With ``create``, a world without a journal whose
@@ -270,7 +204,14 @@ async def append_batches(
         firsts.append(_append(tr, keys, batch.expected_head, batch.entries))
     position = None
     if sequencing is not None:
-        position = _sequence(tr, universe, batches, sequencing, recorded, log_head)
+        position = log.sequence(
+            tr,
+            universe,
+            [(b.keys.world, b.expected_head + 1) for b in batches],
+            sequencing,
+            recorded,
+            log_head,
+        )
     value = None if position is None else position.to_bytes(8, "big")
     await calls.record(tr, universe, call, "append group", count=len(batches), value=value)
     return GroupAppend(firsts, position)
@@ -298,121 +239,6 @@ async def _create(
         if there is None:  # as cas.put_meta: a duplicate is a no-op
             tr.set(key, blob.to_cbor())
     await worlds.write_world(tr, keys, create.meta, create.genesis, universe_info=info)
-
-
-async def read_log_head(
-    tr: kv.Transaction, universe: UniverseKeys, *, snapshot: bool = False
-) -> int:
-    """The universe log's last position (0 if empty)."""
-    return log_position(await tr.get(universe.log_head(), snapshot=snapshot))
-
-
-def log_position(raw: bytes | None) -> int:
-    """The position of a stored log head (0: none, the log is empty)."""
-    return 0 if raw is None else LOG_HEAD.decode(raw, "universe log head")
-
-
-async def read_tracking(
-    tr: kv.Transaction, universe: UniverseKeys, name: str, *, snapshot: bool = False
-) -> int | None:
-    """The position consumer ``name`` recorded last (``None`` if none)."""
-    return tracked_position(await tr.get(universe.tracking(name), snapshot=snapshot))
-
-
-def tracked_position(raw: bytes | None) -> int | None:
-    """The position of a stored tracking record (``None``: no record)."""
-    return None if raw is None else TRACKING.decode(raw, "tracking record")
-
-
-@dataclass(frozen=True, slots=True)
-class LogEntry:
-    """A journal entry at its universe log position."""
-
-    position: int
-    world: WorldId
-    height: int
-    tag: str
-    entry: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class LogPage:
-    """Log records read in one transaction, the entries of those that ``wanted`` and stored
-    whole in hot keys, and the position to read from next (``None`` at the end)."""
-
-    records: list[tuple[int, LogRecord]]
-    entries: dict[int, bytes]
-    next: int | None
-
-
-@kv.transactional
-async def read_log(
-    tr: kv.Transaction,
-    universe: UniverseKeys,
-    first: int,
-    limit: int,
-    last: int | None,
-    wanted: Callable[[LogRecord], bool],
-) -> LogPage:
-    """Up to ``limit`` log records from ``first`` to ``last`` (or the head), checked to be
-    the positions ``first, first + 1, ...`` with none missing below the head; and, by
-    position, the entries of the ``wanted`` ones that are stored whole in hot keys (entries
-    never change, so a snapshot read of them is as good as any; cold or chunked ones are
-    left to the caller)."""
-    head = await read_log_head(tr, universe, snapshot=True)
-    stop = head if last is None else min(head, last)
-    if first > stop:
-        return LogPage([], {}, None)
-    end = min(stop, first + limit - 1)
-    rows = await tr.get_range(*universe.log_range(first, end), snapshot=True)
-    records: list[tuple[int, LogRecord]] = []
-    entries: dict[int, bytes] = {}
-    for expected, (key, value) in enumerate(rows, start=first):
-        if key != universe.log_entry(expected):
-            break
-        record = decode_record(LogRecord, value, f"universe log at {expected}")
-        records.append((expected, record))
-        if wanted(record):
-            whole = universe.world(record.world).whole_entry_key()(record.height)
-            entry = await tr.get(whole, snapshot=True)
-            if entry is not None:
-                entries[expected] = entry
-    if len(records) != end - first + 1:
-        missing = first + len(records)
-        raise CorruptRecord("universe log", f"position {missing} is missing below head {head}")
-    return LogPage(records, entries, None if end >= stop else end + 1)
-
-
-def _sequence(
-    tr: kv.Transaction,
-    universe: UniverseKeys,
-    batches: Sequence[WorldAppend],
-    how: Sequencing,
-    tracking_raw: bytes | None,
-    log_head_raw: bytes | None,
-) -> int | None:
-    """Check and store the tracking position (its record read as ``tracking_raw``); give
-    the batches' entries the next log positions after the head read as ``log_head_raw``.
-    The first position, if any entry was appended."""
-    if how.tracking is not None:
-        name, position = how.tracking
-        recorded = tracked_position(tracking_raw)
-        if recorded is not None and recorded >= position:
-            raise TrackingConflict(name, recorded, position)
-        tr.set(universe.tracking(name), TRACKING.encode(position))
-    if not batches:
-        return None
-    head = log_position(log_head_raw)
-    records = [
-        record
-        for batch, tags in zip(batches, how.tags, strict=True)
-        for record in log_records(batch.keys.world, batch.expected_head + 1, tags)
-    ]
-    position = head + len(records)
-    positions = height_keys(universe.log_entry, universe.log_prefix_len(), head + 1, len(records))
-    tr.set_many(zip(positions, records, strict=True))
-    tr.set(universe.log_head(), LOG_HEAD.encode(position))
-    return head + 1
 
 
 def _required(value: int | None, op: str) -> int:

@@ -21,7 +21,6 @@ from persistence.errors import (
     NotFound,
     SegmentChecksumMismatch,
     SegmentIndexCorruption,
-    Validation,
 )
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
@@ -102,7 +101,7 @@ def _key_end(key: bytes) -> int:
     return end if isinstance(end, int) else -1
 
 
-def _decode(keys: UniverseKeys, world: WorldId, key: bytes, value: bytes) -> SegmentIndexRecord:
+def decode(keys: UniverseKeys, world: WorldId, key: bytes, value: bytes) -> SegmentIndexRecord:
     """The record stored under ``key``: it decodes, names its own end height in its key and
     passes :func:`check_record`; else ``SegmentIndexCorruption`` naming the key."""
     try:
@@ -153,10 +152,10 @@ async def read_segments(
     if rows and from_height > 1:  # the first record must continue the one below it
         below = await tr.get_range(begin, start, limit=1, reverse=True)
         if below:
-            covered = _decode(keys, world, *below[0]).end
+            covered = decode(keys, world, *below[0]).end
     out = []
     for key, value in rows:
-        record = _decode(keys, world, key, value)
+        record = decode(keys, world, key, value)
         _check_tiling(world, covered, record)
         out.append(record)
         covered = record.end
@@ -168,7 +167,7 @@ async def last_segment(
 ) -> SegmentIndexRecord | None:
     """The highest segment of ``world``, if any."""
     rows = await tr.get_range(*keys.segment_range(world), limit=1, reverse=True, snapshot=snapshot)
-    return _decode(keys, world, *rows[0]) if rows else None
+    return decode(keys, world, *rows[0]) if rows else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +210,7 @@ def audit(
                 covered = max(covered, key_end)
                 continue
             try:
-                _decode(keys, world, key, value)
+                decode(keys, world, key, value)
                 _check_tiling(world, covered, record)
             except SegmentIndexCorruption as exc:
                 yield IndexEntry(key_end, record, exc)
@@ -244,57 +243,6 @@ async def exportable_through(tr: kv.Transaction, keys: WorldKeys, margin: int = 
     baseline by more than ``margin``, or at or below the cold horizon."""
     baseline = await read_baseline_height(tr, keys)
     return max(baseline - margin - 1, await read_cold_horizon(tr, keys))
-
-
-@kv.transactional
-async def put_segment(
-    tr: kv.Transaction, keys: UniverseKeys, world: WorldId, record: SegmentIndexRecord
-) -> bool:
-    """Index ``record``; ``False`` if exactly this record is already indexed.
-
-    What export guarantees is checked here, in the indexing transaction: the world exists
-    (``WorldNotFound``), the record names the canonical object of its range with a
-    :data:`CHECKSUM_ALGORITHM` digest, ends at or below the head and below the active
-    baseline or at or below the cold horizon (``Validation`` naming the field), and
-    continues the index without gap or overlap (``SegmentOverlap``). The head, baseline and
-    horizon are read without conflicts (all only move up, so an older value is only
-    stricter): export's transitions stay out of
-    the way of foreground appends. The object itself is checked by ``Plane.put_segment``
-    before it calls this (export has just written and verified it)."""
-    from persistence.protocols.journal import read_head  # journal reads the index: import late
-
-    world_keys = WorldKeys(keys.universe, world)
-    head = (await read_head(tr, world_keys, snapshot=True)).height
-    problem = record_problem(keys.universe, world, record)
-    if problem is not None:
-        field, what = problem
-        raise Validation(f"record.{field}", what)
-    if record.end > head:
-        raise Validation("record.end", f"{record.end} is above the journal head {head}")
-    baseline = await read_baseline_height(tr, world_keys)
-    horizon = await read_cold_horizon(tr, world_keys)
-    if record.end >= baseline and record.end > horizon:
-        raise Validation(
-            "record.end",
-            f"{record.end} is not below the active baseline {baseline} nor at or below the "
-            f"cold horizon {horizon}: only history older than the baseline, or that the "
-            "world's owner let go, may be cold",
-        )
-    key = keys.segment(world, record.end)
-    existing = await tr.get(key)
-    if existing is not None:
-        if _decode(keys, world, key, existing) == record:
-            return False
-        raise SegmentOverlap(f"world {world}: a different segment ends at {record.end}")
-    last = await last_segment(tr, keys, world)
-    expected_start = 1 if last is None else last.end + 1
-    if record.start != expected_start:
-        raise SegmentOverlap(
-            f"world {world}: record.start: segment {record.start}-{record.end} does not "
-            f"continue the index (next start is {expected_start})"
-        )
-    tr.set(key, record.to_cbor())
-    return True
 
 
 @kv.transactional

@@ -62,8 +62,8 @@ from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import READY_BUCKETS, UniverseKeys, WorldKeys, ready_bucket
 from persistence.plane import Plane, default_normalizer
-from persistence.protocols import inbox
-from persistence.protocols.inbox import DrainResult, Normalizer
+from persistence.protocols import drain, inbox
+from persistence.protocols.drain import DrainResult, Normalizer
 from persistence.sizes import KiB, check_int
 
 Drained = Callable[[UniverseId, dict[WorldId, DrainResult]], None]
@@ -193,7 +193,7 @@ class DrainWorker:
         drained: Drained | None = None,
     ) -> None:
         config = plane.config
-        check_int(worlds_per_transaction, "worlds_per_transaction", 1, inbox.MAX_DRAIN_WORLDS)
+        check_int(worlds_per_transaction, "worlds_per_transaction", 1, drain.MAX_DRAIN_WORLDS)
         check_int(quantum, "quantum", 1, config.max_batch_entries // worlds_per_transaction)
         check_int(max_bytes, "max_bytes", 1, config.max_batch_bytes // worlds_per_transaction)
         if not isinstance(shard, Shard):

@@ -30,9 +30,9 @@ from persistence.ids import InboxSeq, UniverseId, WorldId
 from persistence.keyspace import READY_BUCKETS, UniverseKeys, WorldKeys, ready_bucket
 from persistence.kv import Engine
 from persistence.plane import Plane, PlaneConfig, default_normalizer
-from persistence.protocols import inbox
+from persistence.protocols import drain, inbox
 from persistence.protocols.calls import REPLAYS, Call
-from persistence.protocols.inbox import DrainResult
+from persistence.protocols.drain import DrainResult
 from persistence.records import DomainEventIngress, InboxEnvelope, InboxItem, encode_inbox_item
 from persistence.workers.drain_worker import Drained, DrainWorker, Shard
 from segments import open_plane
@@ -113,8 +113,8 @@ def test_compaction_leaves_the_marks_alone(plane: Plane, universe: UniverseId) -
 def _draining(engine: Engine, keys: WorldKeys, plane: Plane, call: Call) -> kv.Transaction:
     """A drain of ``keys`` run in an open transaction (not committed)."""
     tr = engine.create_transaction()
-    limits = inbox.DrainLimits(10, 1 << 20, plane.config.max_entry_bytes, plane.budget)
-    drive(inbox.drain(tr, keys, limits, default_normalizer, call))
+    limits = drain.DrainLimits(10, 1 << 20, plane.config.max_entry_bytes, plane.budget)
+    drive(drain.drain(tr, keys, limits, default_normalizer, call))
     return tr
 
 
@@ -139,8 +139,8 @@ def test_a_drain_that_leaves_items_does_not_conflict_with_enqueues(
     (a,) = made(plane, universe, 1)
     plane.enqueue_batch(universe, a, [event(1), event(2)])
     tr = plane.engine.create_transaction()
-    limits = inbox.DrainLimits(1, 1 << 20, plane.config.max_entry_bytes, plane.budget)
-    drive(inbox.drain(tr, WorldKeys(universe, a), limits, default_normalizer, Call.new()))
+    limits = drain.DrainLimits(1, 1 << 20, plane.config.max_entry_bytes, plane.budget)
+    drive(drain.drain(tr, WorldKeys(universe, a), limits, default_normalizer, Call.new()))
     plane.enqueue(universe, a, event(3))
     tr.commit().wait()  # it read no mark
     assert pending(plane, universe, a) == 2 and marked(plane, universe) == {a}
@@ -173,7 +173,7 @@ def test_no_world_ever_has_pending_items_without_its_mark(
     u = UniverseId.new()
     worlds = made(plane, u, 2)
     keys = [WorldKeys(u, w) for w in worlds]
-    limits = inbox.DrainLimits(2, 1 << 20, plane.config.max_entry_bytes, plane.budget)
+    limits = drain.DrainLimits(2, 1 << 20, plane.config.max_entry_bytes, plane.budget)
     rng = random.Random(seed)
     open_: list[kv.Transaction] = []
     landed = aborted = 0
@@ -198,9 +198,9 @@ def test_no_world_ever_has_pending_items_without_its_mark(
             envelope = InboxEnvelope(encode_inbox_item(event(step)), b"k%d" % step)
             drive(inbox.enqueue(tr, keys[which], [(envelope.idempotency_key, envelope.to_cbor())]))
         elif roll < 0.75:
-            drive(inbox.drain(tr, keys[which], limits, default_normalizer, call))
+            drive(drain.drain(tr, keys[which], limits, default_normalizer, call))
         elif roll < 0.9:
-            drive(inbox.drain_worlds(tr, UniverseKeys(u), keys, limits, default_normalizer, call))
+            drive(drain.drain_worlds(tr, UniverseKeys(u), keys, limits, default_normalizer, call))
         else:
             cursor = drive(inbox.read_cursor(tr, keys[which]))
             after = None if cursor is None else cursor.seq
@@ -246,13 +246,13 @@ def test_a_world_that_drains_nothing_adds_no_conflict(plane: Plane, universe: Un
     it commit meanwhile without aborting it; an append to a world it drains does."""
     a, b = made(plane, universe, 2)
     plane.enqueue(universe, a, event(1))
-    limits = inbox.DrainLimits(10, 1 << 20, plane.config.max_entry_bytes, plane.budget)
+    limits = drain.DrainLimits(10, 1 << 20, plane.config.max_entry_bytes, plane.budget)
     keys = UniverseKeys(universe)
 
     def draining() -> kv.Transaction:
         tr = plane.engine.create_transaction()
         worlds = [keys.world(a), keys.world(b)]
-        drive(inbox.drain_worlds(tr, keys, worlds, limits, default_normalizer, Call.new()))
+        drive(drain.drain_worlds(tr, keys, worlds, limits, default_normalizer, Call.new()))
         return tr
 
     tr = draining()
@@ -380,9 +380,9 @@ def test_a_retry_after_an_applied_1021_reports_its_own_drains(engine: Engine, ki
         applied=True,
         interleave=lambda: competitor(other, u, [a, b]),
     )
-    replays = REPLAYS[inbox.GROUP_OP]
+    replays = REPLAYS[drain.GROUP_OP]
     results = plane.drain_worlds(u, [a, b], max_items=3)
-    assert REPLAYS[inbox.GROUP_OP] == replays + 1
+    assert REPLAYS[drain.GROUP_OP] == replays + 1
     assert (results[a].first_height, results[a].count, results[a].cursor) == (1, 3, seqs_a[2])
     assert (results[b].first_height, results[b].count, results[b].cursor) == (1, 1, seqs_b[0])
     assert (results[a].more, results[b].more) == (True, False)

@@ -31,7 +31,7 @@ from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys
 from persistence.kv import Engine
 from persistence.protocols import inbox
-from persistence.protocols.inbox import DrainResult
+from persistence.protocols.drain import DrainResult
 from persistence.records import (
     DomainEventIngress,
     IngressJournalRecord,

@@ -19,7 +19,7 @@ from persistence.keyspace import UniverseKeys
 from persistence.plane import EMPTY_MANIFEST, GENESIS_STATE, Plane, PlaneConfig
 from persistence.protocols import budget
 from persistence.protocols.calls import REPLAYS
-from persistence.protocols.journal import Sequencing
+from persistence.protocols.log import Sequencing
 from segments import open_plane
 
 

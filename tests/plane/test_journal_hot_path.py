@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from backends.objects.memory import MemoryObjectStore
-from persistence import cbor, kv
+from persistence import cbor, keyspace, kv
 from persistence.errors import (
     CorruptRecord,
     HeadAdvanced,
@@ -102,10 +102,10 @@ def test_counter_bytes_that_are_not_the_record_are_corrupt(
 )
 def test_height_keys_are_the_keys_of_whole_entries_and_log_records(first: int, count: int) -> None:
     keys = WorldKeys(UniverseId.new(), WorldId.new())
-    built = journal.height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), first, count)
+    built = keyspace.height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), first, count)
     assert built == [keys.entry_chunk(h, 0, 1) for h in range(first, first + count)]
     universe = UniverseKeys(keys.universe)
-    built = journal.height_keys(universe.log_entry, universe.log_prefix_len(), first, count)
+    built = keyspace.height_keys(universe.log_entry, universe.log_prefix_len(), first, count)
     assert built == [universe.log_entry(p) for p in range(first, first + count)]
 
 

@@ -31,9 +31,10 @@ from persistence.objects import ObjectStore
 from persistence.plane import Plane, PlaneConfig, cas_collection
 from persistence.protocols import cas_bodies
 from persistence.protocols.cas_bodies import object_key
+from persistence.protocols.export import read_marker
 from segments import open_plane
 from segments.collect import collect_world
-from segments.export import ExportConfig, Exporter, read_marker
+from segments.export import ExportConfig, Exporter
 from segments.format import segment_key
 from tests.objects.servers import S3Server
 

@@ -24,8 +24,9 @@ from persistence.futures import drive
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import Plane, default_normalizer
-from persistence.protocols import effects, inbox
+from persistence.protocols import drain, effects, inbox
 from persistence.protocols.calls import Call
+from persistence.protocols.export import read_marker
 from persistence.protocols.snapshots import SnapshotOutcome
 from persistence.records import (
     DomainEventIngress,
@@ -34,7 +35,7 @@ from persistence.records import (
     encode_inbox_item,
 )
 from segments import open_plane
-from segments.export import ExportConfig, Exporter, read_marker
+from segments.export import ExportConfig, Exporter
 
 APPLIED_UNKNOWN = fdb_errors.COMMIT_UNKNOWN_RESULT
 
@@ -271,8 +272,8 @@ def test_a_drain_commits_while_older_enqueues_are_in_flight() -> None:
     draining = engine.create_transaction()
     # one item of two, so the drain reads no ready mark (one that empties the inbox clears
     # it with compare_and_clear, which conflicts with nothing: tests/plane/test_drain_worker.py)
-    limits = inbox.DrainLimits(1, 1 << 20, plane.config.max_entry_bytes, plane.budget)
-    result = drive(inbox.drain(draining, keys, limits, default_normalizer, Call.new()))
+    limits = drain.DrainLimits(1, 1 << 20, plane.config.max_entry_bytes, plane.budget)
+    result = drive(drain.drain(draining, keys, limits, default_normalizer, Call.new()))
     assert result.count == 1
     enqueuing.commit().wait()  # its versionstamped key may land anywhere after R
     draining.commit().wait()  # no conflict: the drained items are immutable and sort before it

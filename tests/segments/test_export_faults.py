@@ -19,8 +19,9 @@ from persistence.ids import UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import Plane
+from persistence.protocols.export import read_marker
 from segments import open_plane
-from segments.export import ExportConfig, Exporter, read_marker
+from segments.export import ExportConfig, Exporter
 from segments.restore import full_replay, restore
 from tests.segments.workload import snapshot_now
 

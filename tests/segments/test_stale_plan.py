@@ -13,9 +13,10 @@ from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
+from persistence.protocols.export import ExportPlan, read_marker
 from persistence.records import ExportMarker
 from segments import open_plane
-from segments.export import ExportConfig, Exporter, ExportPlan, read_marker, segment_prefix
+from segments.export import ExportConfig, Exporter, segment_prefix
 
 U = UniverseId(uuid.UUID(int=0x61))
 W = WorldId(uuid.UUID(int=0x62))
