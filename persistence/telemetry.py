@@ -1,6 +1,8 @@
 """Spans and per-operation statistics for plane operations.
 
-Every public :class:`~persistence.plane.Plane` operation is wrapped by :func:`traced`. When
+Every public :class:`~persistence.plane.Plane` operation is wrapped by
+:func:`traced_coroutine` (a coroutine that either driver runs; :func:`traced` wraps plain
+functions). When
 ``opentelemetry-api`` is installed each call is an OpenTelemetry span named
 ``aos.<operation>`` carrying ``aos.universe``, ``aos.world``, input sizes
 (``aos.entries``, ``aos.bytes``), result sizes (``aos.rows``) and, on failure,
@@ -22,7 +24,7 @@ import inspect
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
@@ -169,6 +171,74 @@ def traced(operation: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
         return wrapper
 
     return decorate
+
+
+def traced_coroutine(
+    operation: str,
+) -> Callable[[Callable[P, Coroutine[Any, Any, T]]], Callable[P, Coroutine[Any, Any, T]]]:
+    """:func:`traced` for a coroutine function (a plane operation, which either driver
+    runs): the span and the stats record cover the awaited call. Untraced, the call is the
+    coroutine itself: no frame is added."""
+
+    def decorate(
+        method: Callable[P, Coroutine[Any, Any, T]],
+    ) -> Callable[P, Coroutine[Any, Any, T]]:
+        signature = inspect.signature(method)
+        name = SPAN_PREFIX + operation
+
+        async def observed(tracing: bool, args: Any, kwargs: Any) -> T:
+            start = time.perf_counter()
+            failed = True
+            try:
+                if tracing:
+                    result = await _await_in_span(name, signature, method, args, kwargs)
+                else:
+                    result = await method(*args, **kwargs)
+                failed = False
+                return result
+            finally:
+                elapsed = time.perf_counter() - start
+                for recorder in _recorders:
+                    recorder.record(operation, elapsed, failed)
+
+        @functools.wraps(method)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
+            tracing = _tracing()
+            if not tracing and not _recorders:
+                return method(*args, **kwargs)
+            return observed(tracing, args, kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+async def _await_in_span(
+    name: str,
+    signature: inspect.Signature,
+    method: Callable[..., Coroutine[Any, Any, T]],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> T:
+    assert _otel_trace is not None
+    with _tracer.start_as_current_span(name, record_exception=False) as span:
+        if span.is_recording():
+            bound = signature.bind_partial(*args, **kwargs).arguments
+            span.set_attributes(_input_attributes(bound))
+        try:
+            result = await method(*args, **kwargs)
+        except PersistError as exc:
+            span.set_attribute(SPAN_PREFIX + "error.kind", exc.kind)
+            span.set_status(_otel_trace.StatusCode.ERROR, str(exc))
+            raise
+        except Exception as exc:
+            span.set_attribute(SPAN_PREFIX + "error.kind", "internal")
+            span.set_status(_otel_trace.StatusCode.ERROR, type(exc).__name__)
+            raise
+        rows = _result_rows(result)
+        if rows is not None:
+            span.set_attribute(SPAN_PREFIX + "rows", rows)
+        return result
 
 
 def _call_in_span(

@@ -41,8 +41,8 @@ def load_root(plane: Plane, universe: UniverseId, record: SnapshotRecord) -> byt
     require(universe, UniverseId, "universe")
     require(record, SnapshotRecord, "record")
     try:
-        snapshot = plane.cas.get(universe, record.snapshot_ref)
-        manifest_bytes = plane.cas.get(universe, record.manifest_hash)
+        snapshot = plane.get(universe, record.snapshot_ref)
+        manifest_bytes = plane.get(universe, record.manifest_hash)
     except NotFound as exc:
         raise Corruption(f"snapshot at height {record.height} is incomplete: {exc}") from None
     if Hash.of(snapshot) != record.snapshot_ref:  # whatever the CAS verify mode
@@ -57,7 +57,7 @@ def load_root(plane: Plane, universe: UniverseId, record: SnapshotRecord) -> byt
         raise Corruption(f"manifest {record.manifest_hash} is not a list of sha256 digests")
     for digest in manifest:
         try:
-            plane.cas.require(universe, Hash(digest))
+            plane.require_blob(universe, Hash(digest))
         except NotFound:
             raise Corruption(
                 f"snapshot at height {record.height}: manifest names {digest.hex()}, "

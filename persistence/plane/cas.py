@@ -1,16 +1,20 @@
 """Protocol A: the universe-scoped content-addressed store.
 
-The hash is always computed on our side, once per put: of the bytes by :meth:`Cas.put`, and
+The hash is always computed on our side, once per put: of the bytes by
+:meth:`CasOperations.put_bytes`, and
 by the object store while it stages a stream (:meth:`ObjectStore.stage`: written where no key
 sees it, hashed on the way, with no second copy); a caller may declare the hash it expects,
 and a different one is a ``Validation`` error with nothing stored. Bodies up to the inline
 threshold live in the metadata value; larger ones are published in the object store at
 ``cas/<universe>/sha256/<hex>`` **before** the metadata commits, so metadata never points at
-nothing, and only after the put's pin has committed (see :mod:`.cas_bodies`). If the metadata
+nothing, and only after the put's pin has committed (see
+:mod:`persistence.protocols.cas_bodies`). If the metadata
 commit fails after the body was published, a retry finds the body already there (create-only
 publishing returns "exists") and commits the metadata: it converges.
 Metadata whose body is missing or does not hash to its key is a hard ``Corruption`` error:
-the plane never heals it silently.
+the plane never heals it silently. An upload blocks: it runs as one
+:class:`~persistence.futures.Blocking` step (in the executor under asyncio), driving its
+transactions in place.
 
 Reads verify the body against its hash: ``always``, ``sampled`` (a fraction of reads), or
 ``never``. Streaming reads verify at the end of the stream, before reporting EOF.
@@ -23,24 +27,20 @@ import io
 import os
 import random
 import time
-from collections.abc import Callable
-from typing import BinaryIO, Final, Literal, cast
+from typing import BinaryIO, Final, cast
 
-from persistence import kv, txsize
+from persistence import txsize
 from persistence.errors import CasBodyHashMismatch, CasBodyMissing, NotFound, Validation
 from persistence.futures import drive
-from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import Hash, UniverseId, check_id
 from persistence.keyspace import UniverseKeys
-from persistence.kv import Engine
-from persistence.objects import COPY_CHUNK, HashingReader, ObjectStore, StagedBody
+from persistence.objects import COPY_CHUNK, HashingReader, StagedBody
 from persistence.plane import cas_collection
+from persistence.plane.core import Core, operation, universe_keys
 from persistence.protocols import cas, cas_bodies
 from persistence.protocols.cas_bodies import object_key
 from persistence.records import CasDoom, CasMeta
 from persistence.sizes import check_bytes
-
-VerifyMode = Literal["always", "sampled", "never"]
 
 META_OVERHEAD: Final = 32
 """An upper bound on what a ``CasMeta`` record adds to an inline body (CBOR map, size)."""
@@ -74,50 +74,38 @@ class VerifyingReader(io.RawIOBase):
         super().close()
 
 
-class Cas:
-    """Protocol A over an engine and an object store."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        objects: ObjectStore,
-        *,
-        inline_threshold: int,
-        verify: VerifyMode = "always",
-        sample_rate: float = 0.01,
-        hooks: StepHooks = NO_HOOKS,
-        budget: int = kv.MAX_TRANSACTION_SIZE,
-        clock: Callable[[], int] = time.time_ns,
-    ) -> None:
-        self.engine = engine
-        self.clock = clock
-        self.objects = objects
-        self.hooks = hooks
-        self.inline_threshold = inline_threshold
-        self.verify = verify
-        self.sample_rate = sample_rate
-        self.budget = budget
+class CasOperations(Core):
+    """Protocol A over the plane's engine and object store: the CAS operations."""
 
     def _inline(self, keys: UniverseKeys, hash: Hash, size: int) -> bool:
         """Whether a body of ``size`` bytes is kept in its metadata: at most the inline
         threshold, and its metadata write within the transaction budget."""
-        if size > self.inline_threshold:
+        if size > self.config.inline_threshold:
             return False
         key = len(keys.cas_meta(hash))
         cost = txsize.get_cost(key) + txsize.set_cost(key, size + META_OVERHEAD)
         return cost <= self.budget
 
-    def put(self, universe: UniverseId, data: bytes, expected: Hash | None = None) -> Hash:
-        """Store ``data``; return its sha256. Idempotent."""
-        keys = _keys(universe)
+    @operation("cas.put")
+    async def put_verified(self, universe: UniverseId, data: bytes) -> Hash:
+        """Store ``data``; return its sha256 (computed here). Idempotent."""
+        return await self.put_bytes(universe, data)
+
+    async def put_bytes(
+        self, universe: UniverseId, data: bytes, expected: Hash | None = None
+    ) -> Hash:
+        """Store ``data``; return its sha256 (``Validation`` naming ``expected_hash`` if it
+        is not ``expected``). Idempotent."""
+        keys = universe_keys(universe)
         check_bytes(data, "data")
         hash = Hash.of(data)
-        self._check_expected(expected, hash)
-        self._put_bytes(keys, hash, data)
+        _check_expected(expected, hash)
+        await self._put_bytes(keys, hash, data)
         self.hooks.reached("cas.after_meta")
         return hash
 
-    def put_stream(
+    @operation("cas.put_stream")
+    async def put_stream(
         self, universe: UniverseId, stream: BinaryIO, expected: Hash | None = None
     ) -> Hash:
         """Store a body read from ``stream`` with bounded memory; return its sha256.
@@ -125,37 +113,44 @@ class Cas:
         A body over the inline threshold is staged by the object store, which hashes it on
         the way (a local directory writes it once, to the file it then publishes). A stream
         that yields anything but bytes is ``Validation`` naming ``stream``, with nothing
-        stored."""
-        keys = _keys(universe)
+        stored. Reading the stream blocks (under asyncio: in the executor)."""
+        keys = universe_keys(universe)
         if expected is not None:
             check_id(expected, Hash, "expected")
         if not callable(getattr(stream, "read", None)):
             raise Validation("stream", f"expected a binary stream, got {type(stream).__name__}")
         body = _Body(stream)
-        head = body.read_head(self.inline_threshold + 1)
-        if len(head) <= self.inline_threshold:  # the whole body
+        head = await self.blocking(lambda: body.read_head(self.config.inline_threshold + 1))
+        if len(head) <= self.config.inline_threshold:  # the whole body
             hash = Hash.of(head)
-            self._check_expected(expected, hash)
-            self._put_bytes(keys, hash, head)
+            _check_expected(expected, hash)
+            await self._put_bytes(keys, hash, head)
         else:
-            with self.objects.stage(cast(BinaryIO, body)) as staged:
-                hash = Hash(staged.sha256)
-                self._check_expected(expected, hash)
-                self._put_external(keys, hash, staged)
+            hash = await self.blocking(lambda: self._stage_and_put(keys, body, expected))
         self.hooks.reached("cas.after_meta")
         return hash
 
-    def _put_bytes(self, keys: UniverseKeys, hash: Hash, data: bytes) -> None:
+    def _stage_and_put(self, keys: UniverseKeys, body: _Body, expected: Hash | None) -> Hash:
+        """(Blocking.) Stage the rest of a long body, hashing it, and put it."""
+        with self.objects.stage(cast(BinaryIO, body)) as staged:
+            hash = Hash(staged.sha256)
+            _check_expected(expected, hash)
+            self._put_external(keys, hash, staged)
+        return hash
+
+    async def _put_bytes(self, keys: UniverseKeys, hash: Hash, data: bytes) -> None:
         """Store ``data`` of ``hash`` unless present, inline or external."""
         if self._inline(keys, hash, len(data)):
-            drive(cas.put_meta(self.engine, keys, hash, CasMeta(size=len(data), inline_bytes=data)))
+            meta = CasMeta(size=len(data), inline_bytes=data)
+            await cas.put_meta(self.engine, keys, hash, meta)
         else:
-            self._put_external(keys, hash, data)
+            await self.blocking(lambda: self._put_external(keys, hash, data))
 
     def _put_external(self, keys: UniverseKeys, hash: Hash, body: bytes | StagedBody) -> None:
-        """Unless the metadata is present: pin, publish the body (bytes are staged once the
-        first pin found no metadata, with their hash: not hashed again), commit the metadata;
-        again while a collector expired the pin, after waiting out any doom."""
+        """(Blocking: an upload, with its transactions driven in place.) Unless the metadata
+        is present: pin, publish the body (bytes are staged once the first pin found no
+        metadata, with their hash: not hashed again), commit the metadata; again while a
+        collector expired the pin, after waiting out any doom."""
         key = object_key(keys.universe, hash)
         put_id = os.urandom(16)
         waits = 0
@@ -179,9 +174,7 @@ class Cas:
                     except NotFound:
                         continue  # collected meanwhile (this put's pin had expired): again
                     except CasBodyHashMismatch:
-                        drive(
-                            cas.unpin(self.engine, keys, hash, put_id)
-                        )  # let collection remove it
+                        drive(cas.unpin(self.engine, keys, hash, put_id))  # collection removes it
                         raise
                 self.hooks.reached("cas.after_body")
                 meta = CasMeta(size=body.size, object_key=key)
@@ -211,82 +204,92 @@ class Cas:
             while verifying.read(COPY_CHUNK):
                 pass
 
-    @staticmethod
-    def _check_expected(expected: Hash | None, actual: Hash) -> None:
-        if expected is not None and check_id(expected, Hash, "expected") != actual:
-            raise Validation(
-                "expected_hash", f"body hashes to {actual.hex}, caller declared {expected.hex}"
-            )
+    @operation("cas.stat")
+    async def blob_meta(self, universe: UniverseId, hash: Hash) -> CasMeta:
+        """Size and location of the body of ``hash`` (``NotFound`` if absent)."""
+        return await self._meta(universe, hash)
 
-    def stat(self, universe: UniverseId, hash: Hash) -> CasMeta:
-        """The metadata of ``hash`` (size and where the body lives); ``NotFound`` if absent."""
-        return self._meta(universe, hash)
-
-    def _meta(self, universe: UniverseId, hash: Hash) -> CasMeta:
-        meta = drive(cas.read_meta(self.engine, _keys(universe), check_id(hash, Hash, "hash")))
+    async def _meta(self, universe: UniverseId, hash: Hash) -> CasMeta:
+        keys = universe_keys(universe)
+        meta = await cas.read_meta(self.engine, keys, check_id(hash, Hash, "hash"))
         if meta is None:
             raise NotFound(f"cas {hash} not found in universe {universe}")
         return meta
 
     def _should_verify(self) -> bool:
-        if self.verify == "always":
+        if self.config.verify_reads == "always":
             return True
-        return self.verify == "sampled" and random.random() < self.sample_rate
+        return (
+            self.config.verify_reads == "sampled"
+            and random.random() < self.config.verify_sample_rate
+        )
 
-    def open(self, universe: UniverseId, hash: Hash) -> BinaryIO:
-        """A stream of the body (verified at its end, per the verify mode)."""
-        meta = self._meta(universe, hash)
+    @operation("cas.open")
+    async def open_blob(self, universe: UniverseId, hash: Hash) -> BinaryIO:
+        """A stream of the body of ``hash`` (verified at its end, per the verify mode; its
+        reads block)."""
+        meta = await self._meta(universe, hash)
         if meta.inline_bytes is not None:
             raw: BinaryIO = io.BytesIO(meta.inline_bytes)
             where = "inline metadata"
         else:
             assert meta.object_key is not None
-            where = meta.object_key
+            where = key = meta.object_key
             try:
-                raw = self.objects.open(meta.object_key)
+                raw = await self.blocking(lambda: self.objects.open(key))
             except NotFound:
-                raise CasBodyMissing(hash.hex, meta.object_key) from None
+                raise CasBodyMissing(hash.hex, key) from None
         if not self._should_verify():
             return raw
         return io.BufferedReader(VerifyingReader(raw, hash, meta.size, where), COPY_CHUNK)
 
-    def get(self, universe: UniverseId, hash: Hash) -> bytes:
-        """The whole body (verified per the verify mode).
+    @operation("cas.get")
+    async def get(self, universe: UniverseId, hash: Hash) -> bytes:
+        """The verified body of ``hash`` (per the verify mode).
 
         Reads the object in one call and hashes it once: no stream wrappers, no copies."""
-        meta = self._meta(universe, hash)
+        meta = await self._meta(universe, hash)
         if meta.inline_bytes is not None:
             data, where = meta.inline_bytes, "inline metadata"
         else:
             assert meta.object_key is not None
-            where = meta.object_key
+            where = key = meta.object_key
             try:
-                data = self.objects.get(meta.object_key)
+                data = await self.blocking(lambda: self.objects.get(key))
             except NotFound:
-                raise CasBodyMissing(hash.hex, meta.object_key) from None
+                raise CasBodyMissing(hash.hex, key) from None
         if self._should_verify():
             actual = Hash.of(data)
             if actual != hash or len(data) != meta.size:
                 raise CasBodyHashMismatch(hash.hex, actual.hex, where)
         return data
 
-    def require(self, universe: UniverseId, hash: Hash) -> None:
+    @operation("cas.require")
+    async def require_blob(self, universe: UniverseId, hash: Hash) -> None:
         """Check that ``hash`` is fully present: metadata, and the body object if external.
         Raises ``NotFound`` (no metadata) or ``CasBodyMissing``; does not read the body."""
-        meta = self._meta(universe, hash)
-        if meta.object_key is not None and self.objects.stat(meta.object_key) is None:
-            raise CasBodyMissing(hash.hex, meta.object_key)
+        meta = await self._meta(universe, hash)
+        key = meta.object_key
+        if key is not None and await self.blocking(lambda: self.objects.stat(key)) is None:
+            raise CasBodyMissing(hash.hex, key)
 
-    def has(self, universe: UniverseId, hash: Hash) -> bool:
-        """Whether ``universe`` holds metadata for ``hash``."""
-        return (
-            drive(cas.read_meta(self.engine, _keys(universe), check_id(hash, Hash, "hash")))
-            is not None
+    @operation("cas.has")
+    async def has(self, universe: UniverseId, hash: Hash) -> bool:
+        """Whether the universe holds ``hash``."""
+        keys = universe_keys(universe)
+        return await cas.read_meta(self.engine, keys, check_id(hash, Hash, "hash")) is not None
+
+
+def _check_expected(expected: Hash | None, actual: Hash) -> None:
+    if expected is not None and check_id(expected, Hash, "expected") != actual:
+        raise Validation(
+            "expected_hash", f"body hashes to {actual.hex}, caller declared {expected.hex}"
         )
 
 
 class _Body:
-    """The body of :meth:`Cas.put_stream`: the bytes read ahead, then the rest of the stream;
+    """The body of :meth:`CasOperations.put_stream`: the bytes read ahead, then the rest of
+    the stream;
     a read that returns anything but bytes is ``Validation`` naming ``stream``."""
 
     def __init__(self, stream: BinaryIO) -> None:
@@ -322,8 +325,3 @@ class _Body:
             return head + self._read(-1)
         head, self._head = self._head[:n], self._head[n:]
         return head if len(head) == n else head + self._read(n - len(head))
-
-
-def _keys(universe: UniverseId) -> UniverseKeys:
-    """The keys of ``universe``, after checking it is a ``UniverseId``."""
-    return UniverseKeys(check_id(universe, UniverseId, "universe"))

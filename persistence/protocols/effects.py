@@ -33,13 +33,13 @@ class PendingDispatch:
     existing: InboxSeq | None
     stamp: kv.VersionstampFuture | None
 
-    def seq(self) -> InboxSeq:
-        """The dispatched effect's sequence (after the commit)."""
+    async def seq(self) -> InboxSeq:
+        """The dispatched effect's sequence (await after the commit)."""
         if self.existing is not None:
             return self.existing
         if self.stamp is None:
             raise ValueError("a dispatch is either a repeat or has a versionstamp future")
-        return InboxSeq(self.stamp.wait() + b"\x00\x00")
+        return InboxSeq(await self.stamp + b"\x00\x00")
 
 
 @kv.transactional

@@ -54,9 +54,9 @@ class PendingEnqueue:
     new: dict[int, int]
     stamp: kv.VersionstampFuture | None
 
-    def seqs(self, count: int) -> list[InboxSeq]:
-        """Every item's sequence, in call order (call after the commit)."""
-        stamp = self.stamp.wait() if self.new and self.stamp is not None else b""
+    async def seqs(self, count: int) -> list[InboxSeq]:
+        """Every item's sequence, in call order (await after the commit)."""
+        stamp = await self.stamp if self.new and self.stamp is not None else b""
         out = []
         for index in range(count):
             if index in self.known:

@@ -33,11 +33,11 @@ from persistence.errors import (
     NotFound,
     Validation,
 )
+from persistence.futures import drive
 from persistence.ids import Hash, UniverseId
 from persistence.kv import Engine
 from persistence.objects import ObjectStore, StagedBody
-from persistence.plane import Plane, PlaneConfig
-from persistence.plane.cas import VerifyMode
+from persistence.plane import Plane, PlaneConfig, VerifyMode
 from persistence.protocols.cas_bodies import object_key
 from segments import open_plane
 from tests.cas.cas_worker import KILLED_BODY
@@ -95,7 +95,7 @@ def test_declared_hash_must_match(plane: Plane) -> None:
     u = UniverseId.new()
     wrong = Hash.of(b"something else")
     with pytest.raises(Validation, match="expected_hash"):
-        plane.cas.put(u, BIG, expected=wrong)
+        drive(plane._operations.put_bytes(u, BIG, wrong))
     with pytest.raises(Validation, match="expected_hash"):
         plane.put_stream(u, io.BytesIO(BIG), expected=wrong)
     assert not plane.has(u, Hash.of(BIG))

@@ -231,7 +231,7 @@ class RetryBlindEnqueuePlane(Plane):
             stored = [(e.idempotency_key, e.to_cbor()) for e in envelopes]
             return drive(inbox_protocol.enqueue(tr, keys, stored))
 
-        return kv.run_sync(self.engine, attempt).seqs(len(items))
+        return drive(kv.run_sync(self.engine, attempt).seqs(len(items)))
 
 
 def mutant(cls: type[Plane], engine: Engine | None = None) -> Plane:

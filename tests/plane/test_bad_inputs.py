@@ -427,7 +427,7 @@ ids_of("put_stream", STREAM, world=False)
 bad_args("put_stream", STREAM, "stream", [None, b"bytes", io.StringIO("text"), 5])
 bad_args("put_stream", STREAM, "expected", ["00" * 32, bytes(32), 5, Hash.of(b"other")])
 
-for method in ("get", "open_blob", "blob_meta", "has"):
+for method in ("get", "open_blob", "blob_meta", "has", "require_blob"):
     GOOD = universe_args(lambda s: {"hash": s.small})
     ids_of(method, GOOD, world=False)
     bad_args(method, GOOD, "hash", HASHES)
@@ -452,6 +452,7 @@ for method in (
     unknown_world(method, META)
 
 bad_args("universes", lambda s: {}, "page", [0, *LIMITS])
+bad_args("asyncio", lambda s: {}, "executor", ["pool", 4, object()])
 PAGE = universe_args(lambda s: {})
 ids_of("worlds", PAGE, world=False)
 bad_args("worlds", PAGE, "page", [0, *LIMITS])

@@ -14,6 +14,7 @@ from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import fdb_errors
 from persistence.errors import EngineError, HeadAdvanced, Validation, WorldNotFound
+from persistence.futures import drive
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys
 from persistence.plane import EMPTY_MANIFEST, GENESIS_STATE, Plane, PlaneConfig
@@ -268,6 +269,6 @@ def test_the_quick_budget_bound_is_never_below_the_exact_cost(
     tags = [[tag] * len(entries) for entries in batches]
     parts = [(u.world(WorldId.new()), heights + 1, entries) for entries in batches]
     sequencing = Sequencing(tags, None if tracking is None else (tracking, 2**64 - 1))
-    exact = budget.group_append_cost(u, parts, plane._creation(u.universe))
+    exact = budget.group_append_cost(u, parts, drive(plane._operations.creation(u.universe)))
     exact += budget.sequencing_cost(u, sequencing)
     assert budget.group_append_bound(batches, tags) >= exact

@@ -91,6 +91,6 @@ def test_root_completeness_is_checked(plane: Plane) -> None:
         promote_baseline=True,
     )
     assert restore(plane, u, w, ReferenceKernel()).head == 3
-    plane.objects.delete(plane.cas.objects.list("cas/").__next__().key)
+    plane.objects.delete(plane.objects.list("cas/").__next__().key)
     with pytest.raises(Corruption):
         restore(plane, u, w, ReferenceKernel())

@@ -1,0 +1,277 @@
+"""The plane's inbox operations: enqueue (Protocol C), reads, the cursor, the drain into the
+journal (Protocol D, one world or several in one transaction) and inbox compaction."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+from persistence import kv
+from persistence.errors import Validation
+from persistence.ids import InboxSeq, UniverseId, WorldId, check_id
+from persistence.keyspace import WorldKeys
+from persistence.plane.config import OWN_KEY, OWN_KEY_BYTES, OWN_KEY_ENVELOPE_BYTES
+from persistence.plane.core import operation, row_limit, universe_keys, world_keys
+from persistence.plane.journal import JournalOperations
+from persistence.protocols import budget, compaction, drain, inbox, journal
+from persistence.protocols.compaction import InboxCompaction
+from persistence.protocols.drain import DrainResult, Normalizer
+from persistence.records import (
+    InboxCursor,
+    InboxItem,
+    encode_inbox_item,
+    envelope_bytes,
+    ingress_bytes,
+)
+from persistence.sizes import (
+    MAX_IDEMPOTENCY_KEY_BYTES,
+    KiB,
+    MiB,
+    check_bytes,
+    check_int,
+    check_sequence,
+)
+
+
+def default_normalizer(seq: InboxSeq, item: InboxItem) -> bytes:
+    """The journal entry of a drained item: an ``ingress`` record of its sequence and bytes."""
+    return ingress_bytes(seq, encode_inbox_item(item))
+
+
+class InboxOperations(JournalOperations):
+    """The inbox: enqueue, reads, cursor, drains, compaction."""
+
+    @operation("inbox.enqueue")
+    async def enqueue(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        item: InboxItem,
+        *,
+        idempotency_key: bytes | None = None,
+    ) -> InboxSeq:
+        """Enqueue one item (see :meth:`enqueue_batch`)."""
+        encoded = encode_inbox_item(item, "item")
+        if idempotency_key is None:
+            idempotency_key = self._own_key()
+        else:
+            check_bytes(idempotency_key, "idempotency_key", low=1, high=MAX_IDEMPOTENCY_KEY_BYTES)
+        return (await self._enqueue(world_keys(universe, world), [encoded], [idempotency_key]))[0]
+
+    @operation("inbox.enqueue_batch")
+    async def enqueue_batch(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        items: Sequence[InboxItem],
+        *,
+        idempotency_keys: Sequence[bytes] | None = None,
+    ) -> list[InboxSeq]:
+        """Enqueue ``items`` atomically, in order; return their sequences.
+
+        Items without a caller key get a random one where a commit result may be unknown,
+        so a retry never duplicates them (``_own_key``); a caller key makes repeats across
+        calls return the first sequence too, until inbox compaction removes the item: at
+        least ``config.inbox_retention_seconds`` after it was drained (then a repeat makes a
+        new item)."""
+        keys = world_keys(universe, world)
+        # user versions are two bytes: at most 65,536 items per transaction
+        check_sequence(items, "items", 1, min(self.config.max_batch_entries, 65_536))
+        encoded = [encode_inbox_item(item, f"items[{i}]") for i, item in enumerate(items)]
+        idem: list[bytes | None]
+        if idempotency_keys is None:
+            idem = [self._own_key() for _ in items]
+        else:
+            check_sequence(idempotency_keys, "idempotency_keys", len(items), len(items))
+            idem = [
+                check_bytes(key, f"idempotency_keys[{i}]", low=1, high=MAX_IDEMPOTENCY_KEY_BYTES)
+                for i, key in enumerate(idempotency_keys)
+            ]
+            if len(set(idem)) != len(idem):
+                raise Validation("idempotency_keys", "duplicate key within one batch")
+        return await self._enqueue(keys, encoded, idem)
+
+    def _own_key(self) -> bytes | None:
+        """The idempotency key of an item enqueued without one: random where a commit's
+        result may be unknown (the retry must find the item the first attempt stored);
+        none where it never is (SQLite: a failed commit stored nothing), which spares the
+        index entry -- a random page of the B-tree per item."""
+        return os.urandom(OWN_KEY_BYTES) if self.engine.commit_may_be_unknown else None
+
+    async def _enqueue(
+        self, keys: WorldKeys, encoded: list[bytes], idem: list[bytes | None]
+    ) -> list[InboxSeq]:
+        """Protocol C for checked items (their stored bytes) and distinct idempotency keys
+        (``None``: no idempotency entry). Limits are checked as FoundationDB stores the
+        items: a keyless one counts the key it gets there (in its envelope and as an
+        idempotency entry), so that what one engine accepts every engine accepts."""
+        envelopes = [envelope_bytes(i, k) for i, k in zip(encoded, idem, strict=True)]
+        if sum(len(item) for item in encoded) > self.config.max_batch_bytes:
+            raise Validation("items", f"batch larger than {self.config.max_batch_bytes} bytes")
+        counted = [OWN_KEY if k is None else k for k in idem]
+        sizes = [
+            len(e) + (OWN_KEY_ENVELOPE_BYTES if k is None else 0)
+            for e, k in zip(envelopes, idem, strict=True)
+        ]
+        for index, size in enumerate(sizes):
+            if size > kv.MAX_VALUE_SIZE:
+                raise Validation(
+                    f"items[{index}]",
+                    f"the item's inbox envelope, with an idempotency key, is {size:,} bytes > "
+                    f"{kv.MAX_VALUE_SIZE:,} "
+                    "(FoundationDB's value limit): put large payloads in the CAS and enqueue "
+                    "their hash",
+                )
+        costed = list(zip(counted, sizes, strict=True))
+        if budget.enqueue_bound(costed) > self.budget:  # else surely within it
+            budget.check(
+                budget.enqueue_cost(keys, costed),
+                self.budget,
+                "items",
+                f"enqueueing {len(envelopes):,} items",
+            )
+        pending = await inbox.enqueue(self.engine, keys, list(zip(idem, envelopes, strict=True)))
+        self.hooks.reached("inbox.after_enqueue")
+        return await pending.seqs(len(envelopes))
+
+    @operation("inbox.read_after")
+    async def read_after(
+        self, universe: UniverseId, world: WorldId, after_exclusive: InboxSeq | None, limit: int
+    ) -> list[tuple[InboxSeq, InboxItem]]:
+        """Up to ``limit`` items after ``after_exclusive`` in sequence order (``limit`` 0:
+        none -- unlike the engine's ``get_range``, where 0 means no limit)."""
+        keys = world_keys(universe, world)
+        if after_exclusive is not None:
+            check_id(after_exclusive, InboxSeq, "after_exclusive")
+        return await inbox.read_after(self.engine, keys, after_exclusive, row_limit(limit))
+
+    @operation("inbox.cursor")
+    async def inbox_cursor(self, universe: UniverseId, world: WorldId) -> InboxSeq | None:
+        """The drained boundary (``None`` before the first drain; ``WorldNotFound`` if there
+        is no such world)."""
+        keys = world_keys(universe, world)
+
+        async def read(tr: kv.Transaction) -> InboxCursor | None:
+            await journal.read_head(tr, keys)
+            return await inbox.read_cursor(tr, keys)
+
+        record = await self.transact(read)
+        return None if record is None else record.seq
+
+    @operation("inbox.commit_cursor")
+    async def commit_cursor(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        old_cursor: InboxSeq | None,
+        new_cursor: InboxSeq,
+    ) -> None:
+        """Compare-and-swap the cursor forward."""
+        keys = world_keys(universe, world)
+        if old_cursor is not None:
+            check_id(old_cursor, InboxSeq, "old_cursor")
+        check_id(new_cursor, InboxSeq, "new_cursor")
+        await inbox.commit_cursor(self.engine, keys, old_cursor, new_cursor, self.new_call())
+        self.hooks.reached("inbox.after_commit_cursor")
+
+    @operation("inbox.drain")
+    async def drain_inbox_to_journal(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        max_items: int = 1_000,
+        max_bytes: int = MiB,
+        normalize: Normalizer = default_normalizer,
+    ) -> DrainResult:
+        """Protocol D: move up to ``max_items``/``max_bytes`` of items into the journal and
+        advance the cursor, atomically; each item lands exactly once. ``normalize`` must
+        return bytes; whatever else it returns or raises is ``Validation`` naming it, with
+        nothing written."""
+        keys = world_keys(universe, world)
+        check_int(max_items, "max_items", 1, self.config.max_batch_entries)
+        check_int(max_bytes, "max_bytes", 1, self.config.max_batch_bytes)
+        _check_normalizer(normalize)
+        limits = drain.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
+        result = await drain.drain(self.engine, keys, limits, normalize, self.new_call())
+        self.hooks.reached("inbox.after_drain")
+        return result
+
+    @operation("inbox.drain_worlds")
+    async def drain_worlds(
+        self,
+        universe: UniverseId,
+        worlds: Sequence[WorldId],
+        max_items: int = 100,
+        max_bytes: int = 256 * KiB,
+        normalize: Normalizer = default_normalizer,
+    ) -> dict[WorldId, DrainResult]:
+        """Protocol D for several worlds of ``universe`` in one transaction: one durable
+        commit for all. Each world of ``worlds`` (distinct, at most 1,000) is drained as by
+        :meth:`drain_inbox_to_journal` with ``max_items``/``max_bytes``, in order; the
+        transaction's budget is shared, so a world reached when it is spent drains fewer
+        items, possibly none (its result says so). ``len(worlds) * max_items`` and
+        ``len(worlds) * max_bytes`` must be within ``max_batch_entries`` and
+        ``max_batch_bytes``. A missing world is ``WorldNotFound``, a normalizer that fails
+        ``Validation`` naming it: nothing is written. Returns each world's result, in the
+        order given; a retry after an applied ``commit_unknown_result`` returns its own."""
+        keys = universe_keys(universe)
+        check_sequence(worlds, "worlds", 1, drain.MAX_DRAIN_WORLDS)
+        parts: list[WorldKeys] = []
+        seen: set[WorldId] = set()
+        for index, world in enumerate(worlds):
+            part = keys.world(check_id(world, WorldId, f"worlds[{index}]"))
+            if part.world in seen:
+                raise Validation(f"worlds[{index}]", f"{world} is listed twice: once per call")
+            seen.add(part.world)
+            parts.append(part)
+        for field, value, limit in (
+            ("max_items", max_items, self.config.max_batch_entries),
+            ("max_bytes", max_bytes, self.config.max_batch_bytes),
+        ):
+            check_int(value, field, 1, limit)
+            if value * len(parts) > limit:
+                raise Validation(
+                    field,
+                    f"{len(parts):,} worlds x {value:,} > {limit:,} for one transaction "
+                    f"(PlaneConfig.max_batch_{'entries' if field == 'max_items' else 'bytes'})",
+                )
+        _check_normalizer(normalize)
+        limits = drain.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
+        results = await drain.drain_worlds(
+            self.engine, keys, parts, limits, normalize, self.new_call()
+        )
+        self.hooks.reached("inbox.after_drain")
+        return {part.world: result for part, result in zip(parts, results, strict=True)}
+
+    @operation("inbox.compact")
+    async def compact_inbox(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        *,
+        max_items: int = 1_000,
+        now_ns: Callable[[], int] | None = None,
+    ) -> InboxCompaction:
+        """One inbox compaction transaction (``protocols/compaction.py``): mark the cursor
+        if a mark is due, then remove up to ``max_items`` items consumed at least
+        ``config.inbox_retention_seconds`` ago (by the marks) with their idempotency
+        entries; call again while the result's ``more``. Never removes an item above the
+        cursor. ``now_ns`` is the clock (nanoseconds since the epoch; the plane's by default)."""
+        keys = world_keys(universe, world)
+        check_int(max_items, "max_items", 1, self.config.max_batch_entries)
+        now_ns = self.clock if now_ns is None else now_ns
+        if not callable(now_ns):
+            raise Validation("now_ns", f"expected a function, got {type(now_ns).__name__}")
+        limits = compaction.CompactionLimits(
+            self.config.inbox_retention_ns, max_items, self.config.read_page_bytes, self.budget
+        )
+        result = await compaction.compact(
+            self.engine, keys, limits, compaction.never_back(now_ns), self.new_call()
+        )
+        self.hooks.reached("inbox.after_compact")
+        return result
+
+
+def _check_normalizer(normalize: object) -> None:
+    if not callable(normalize):
+        raise Validation("normalize", f"expected a function, got {type(normalize).__name__}")
