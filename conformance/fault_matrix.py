@@ -48,17 +48,16 @@ from typing import Any, Final
 
 from backends.kv.faults import FaultInjector, FaultyEngine, SimulatedCrash
 from backends.kv.memory import MemoryEngine
-from conformance.cases import CaseSkipped, ConformanceFailure, Context, check, event
+from conformance.context import CaseSkipped, ConformanceFailure, Context, check, event
 from persistence import fdb_errors, kv
 from persistence.errors import Conflict, EngineError, NotFound, PersistError, WorldExists
 from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
-from persistence.plane import Plane
+from persistence.plane import DrainResult, Plane
 from persistence.protocols import inbox as inbox_protocol
 from persistence.protocols.compaction import InboxCompaction, read_marks
-from persistence.protocols.drain import DrainResult
 from persistence.protocols.export import read_marker
 from persistence.records import (
     EffectDispatchItem,

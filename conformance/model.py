@@ -45,10 +45,15 @@ from persistence.errors import (
 from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import MAX_TRANSACTION_SIZE, MAX_VALUE_SIZE
-from persistence.plane import EMPTY_MANIFEST, GENESIS_STATE, OWN_KEY_BYTES, PlaneConfig
+from persistence.plane import (
+    EMPTY_MANIFEST,
+    GENESIS_STATE,
+    OWN_KEY_BYTES,
+    PlaneConfig,
+    SnapshotOutcome,
+)
 from persistence.protocols import budget
 from persistence.protocols.journal import Creation
-from persistence.protocols.snapshots import SnapshotOutcome
 from persistence.records import (
     BaselineSnapshotJournalRecord,
     CasMeta,

@@ -20,8 +20,9 @@ from typing import ClassVar
 
 import pytest
 
-from conformance.cases import CASES, PROFILES
+from conformance.context import PROFILES
 from conformance.runner import run_case
+from conformance.suite import CASES
 from persistence.plane import Plane
 
 
@@ -38,7 +39,7 @@ class ConformanceTests:
     @pytest.mark.parametrize("case", list(CASES))
     def test_conformance(self, case: str, conformance_plane: Plane) -> None:
         """The case ``case``."""
-        from conformance.cases import Context
+        from conformance.context import Context
 
         result = run_case(case, Context(conformance_plane, PROFILES[self.conformance_profile]))
         if result.outcome == "skipped":

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from conformance.cases import CASES, CaseSkipped, ConformanceFailure, Context, Profile
+from conformance.context import CaseSkipped, ConformanceFailure, Context, Profile
+from conformance.suite import CASES
 from conformance.torture.servers import ServerFaults
 from persistence.plane import Plane
 

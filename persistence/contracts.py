@@ -2,7 +2,13 @@
 
 These are the source specification's section 1 traits. The plane implements them once,
 over the transaction interface of :mod:`persistence.kv`; a third-party backend may implement
-them directly and prove itself with the conformance suite.
+them directly and prove itself with the conformance suite. :class:`Contract` is the surface
+that the plane and the conformance suite's oracle (``conformance/model.py``) both implement,
+generic in what names an inbox item (``InboxSeq`` for the plane, a symbolic reference for
+the model) and what a journal entry reads as (bytes, or the model's symbolic entries);
+:class:`PlaneContract` adds what only the plane implements (the universe log, inbox
+compaction, the segment index, redoing an append). ``tests/test_contracts.py`` holds both
+to them through the type checker.
 
 Every method raises only :class:`~persistence.errors.PersistError` subclasses; each docstring
 names the ones a caller should expect. Every method also refuses bad arguments -- a wrong
@@ -14,15 +20,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
+from persistence.protocols.compaction import InboxCompaction
+from persistence.protocols.journal import GroupAppend
+from persistence.protocols.log import LogEntry
+from persistence.protocols.snapshots import SnapshotOutcome
 from persistence.records import InboxItem, SegmentIndexRecord, SnapshotRecord
+from persistence.sizes import MiB
 
-if TYPE_CHECKING:  # the contracts stay importable without the plane
-    from persistence.protocols.compaction import InboxCompaction
-    from persistence.protocols.journal import GroupAppend
-    from persistence.protocols.log import LogEntry
+Seq = TypeVar("Seq")
+"""What names an inbox item (its sequence)."""
+Entry = TypeVar("Entry")
+"""What a journal entry reads as."""
+SeqOut = TypeVar("SeqOut", covariant=True)
 
 
 @runtime_checkable
@@ -56,8 +68,16 @@ class CasStore(Protocol):
 
 
 @runtime_checkable
-class WorldJournalStore(Protocol):
+class WorldJournalStore(Protocol[Entry]):
     """A world's append-only journal: heights ``1..head``, contiguous (Protocol B)."""
+
+    def create_world(
+        self, universe: UniverseId, world: WorldId, *, genesis_state: bytes = ...
+    ) -> SnapshotRecord:
+        """Create a world with its genesis snapshot (``genesis_state`` in CAS) as its
+        active baseline at height 0; return the genesis record. ``WorldExists`` if it
+        exists, before anything is stored."""
+        ...
 
     def append_batch(
         self, universe: UniverseId, world: WorldId, expected_head: int, entries: Sequence[bytes]
@@ -95,22 +115,9 @@ class WorldJournalStore(Protocol):
         """
         ...
 
-    def retry_append_batch(
-        self, universe: UniverseId, world: WorldId, expected_head: int, entries: Sequence[bytes]
-    ) -> int:
-        """Redo an :meth:`append_batch` whose outcome is unknown, with the same arguments.
-
-        Appends at ``expected_head`` if the head is still there (the unknown attempt then
-        never lands: it needs the same head). Otherwise the earlier attempt is settled:
-        returns its first height if ``entries`` sit right above ``expected_head``, else
-        raises ``HeadAdvanced`` (it did not land). Entries must be unique to the caller
-        (carry an event id), or another writer's identical batch reads as this one.
-        """
-        ...
-
     def read_range(
         self, universe: UniverseId, world: WorldId, from_inclusive: int, limit: int
-    ) -> list[tuple[int, bytes]]:
+    ) -> list[tuple[int, Entry]]:
         """Up to ``limit`` entries from ``from_inclusive``, ascending and contiguous.
 
         Returns fewer only at the head. A height missing inside ``1..head`` raises
@@ -177,7 +184,22 @@ class UniverseLog(Protocol):
 
 
 @runtime_checkable
-class WorldInboxStore(Protocol):
+class DrainOutcome(Protocol[SeqOut]):
+    """What a drain moved: ``count`` items appended from ``first_height``, the cursor after
+    it (``None`` if the inbox was never drained and is empty)."""
+
+    @property
+    def first_height(self) -> int: ...
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def cursor(self) -> SeqOut | None: ...
+
+
+@runtime_checkable
+class WorldInboxStore(Protocol[Seq]):
     """The one ingress path of a world: a commit-ordered queue and a monotonic cursor."""
 
     def enqueue(
@@ -187,7 +209,7 @@ class WorldInboxStore(Protocol):
         item: InboxItem,
         *,
         idempotency_key: bytes | None = None,
-    ) -> InboxSeq:
+    ) -> Seq:
         """Append ``item``; return its sequence, which sorts after every earlier commit.
 
         Safe with many concurrent writers. With ``idempotency_key``, a repeated enqueue
@@ -198,18 +220,34 @@ class WorldInboxStore(Protocol):
         """
         ...
 
+    def enqueue_batch(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        items: Sequence[InboxItem],
+        *,
+        idempotency_keys: Sequence[bytes] | None = None,
+    ) -> list[Seq]:
+        """:meth:`enqueue` of each of ``items``, atomically, in order (``idempotency_keys``:
+        one per item, distinct); their sequences."""
+        ...
+
     def read_after(
-        self, universe: UniverseId, world: WorldId, after_exclusive: InboxSeq | None, limit: int
-    ) -> list[tuple[InboxSeq, InboxItem]]:
+        self, universe: UniverseId, world: WorldId, after_exclusive: Seq | None, limit: int
+    ) -> list[tuple[Seq, InboxItem]]:
         """Up to ``limit`` items strictly after ``after_exclusive``, in sequence order."""
+        ...
+
+    def inbox_cursor(self, universe: UniverseId, world: WorldId) -> Seq | None:
+        """The drained boundary (``None`` before the first drain). Raises ``NotFound``."""
         ...
 
     def commit_cursor(
         self,
         universe: UniverseId,
         world: WorldId,
-        old_cursor: InboxSeq | None,
-        new_cursor: InboxSeq,
+        old_cursor: Seq | None,
+        new_cursor: Seq,
     ) -> None:
         """Compare-and-swap the drained boundary from ``old_cursor`` to ``new_cursor``.
 
@@ -219,32 +257,40 @@ class WorldInboxStore(Protocol):
         """
         ...
 
-    def compact_inbox(
-        self,
-        universe: UniverseId,
-        world: WorldId,
-        *,
-        max_items: int = 1_000,
-        now_ns: Callable[[], int] = time.time_ns,
-    ) -> InboxCompaction:
-        """Remove up to ``max_items`` items consumed at least the retention window ago,
-        with their idempotency entries, in one transaction; ``more`` in the result says
-        whether such items remain (call again).
-
-        "Consumed at least the window ago" is read from consumed marks stored with the
-        world (a compaction marks the cursor with ``now_ns()`` when a mark is due), never
-        from the clock alone: an item is removed only if a mark at least the window old
-        covers it, so nothing above the cursor and nothing consumed less than the window
-        ago is ever removed. Safe to run concurrently with every other call and with other
-        compactions, and to stop anywhere. A retry after an unknown commit result reports
-        what the first attempt removed. Raises ``Validation``, ``NotFound``, ``Backend``.
-        """
+    def drain_inbox_to_journal(
+        self, universe: UniverseId, world: WorldId, max_items: int = 1_000, max_bytes: int = MiB
+    ) -> DrainOutcome[Seq]:
+        """Protocol D: append up to ``max_items`` items (at least one, then within
+        ``max_bytes``) after the cursor to the journal and move the cursor past them, in one
+        transaction: each item lands in the journal exactly once, in sequence order. A
+        retry after an unknown commit result that applied returns the first attempt's
+        outcome. Raises ``Validation``, ``NotFound``, ``Backend``."""
         ...
 
 
 @runtime_checkable
 class WorldSnapshotStore(Protocol):
     """Immutable snapshot index by height and a never-regressing active baseline."""
+
+    def snapshot_commit(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        snapshot_bytes: bytes,
+        *,
+        height: int,
+        logical_time_ns: int,
+        manifest: Sequence[Hash] = (),
+        receipt_horizon_height: int | None = None,
+        promote_baseline: bool = False,
+    ) -> tuple[SnapshotRecord, SnapshotOutcome]:
+        """Protocol E: store ``snapshot_bytes`` and its manifest in CAS, index the snapshot
+        at ``height`` (at or below the head), journal it and, with ``promote_baseline``,
+        make it the active baseline (the fence, root completeness and non-regression of
+        :meth:`promote_baseline` apply), all in one transaction. Everything that can refuse
+        the commit is checked before the blobs are stored. Returns the record and what
+        changed (a retry after an unknown commit result reports the first attempt's)."""
+        ...
 
     def index_snapshot(self, universe: UniverseId, world: WorldId, record: SnapshotRecord) -> None:
         """Index ``record`` at ``record.height``.
@@ -271,6 +317,10 @@ class WorldSnapshotStore(Protocol):
         """
         ...
 
+    def list_snapshots(self, universe: UniverseId, world: WorldId) -> list[SnapshotRecord]:
+        """Every indexed snapshot of the world, by height. Raises ``NotFound``."""
+        ...
+
 
 @runtime_checkable
 class SegmentIndex(Protocol):
@@ -285,4 +335,56 @@ class SegmentIndex(Protocol):
         self, universe: UniverseId, world: WorldId, from_height: int = 1
     ) -> list[SegmentIndexRecord]:
         """Segments whose range ends at or after ``from_height``, in height order."""
+        ...
+
+
+@runtime_checkable
+class Contract(
+    CasStore,
+    WorldJournalStore[Entry],
+    WorldInboxStore[Seq],
+    WorldSnapshotStore,
+    Protocol[Seq, Entry],
+):
+    """The surface the plane and the conformance suite's oracle both implement."""
+
+
+@runtime_checkable
+class PlaneContract(Contract[InboxSeq, bytes], UniverseLog, SegmentIndex, Protocol):
+    """The plane's whole contract: :class:`Contract`, the universe log, the segment index,
+    inbox compaction and redoing an append whose outcome is unknown."""
+
+    def retry_append_batch(
+        self, universe: UniverseId, world: WorldId, expected_head: int, entries: Sequence[bytes]
+    ) -> int:
+        """Redo an :meth:`append_batch` whose outcome is unknown, with the same arguments.
+
+        Appends at ``expected_head`` if the head is still there (the unknown attempt then
+        never lands: it needs the same head). Otherwise the earlier attempt is settled:
+        returns its first height if ``entries`` sit right above ``expected_head``, else
+        raises ``HeadAdvanced`` (it did not land). Entries must be unique to the caller
+        (carry an event id), or another writer's identical batch reads as this one.
+        """
+        ...
+
+    def compact_inbox(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        *,
+        max_items: int = 1_000,
+        now_ns: Callable[[], int] = time.time_ns,
+    ) -> InboxCompaction:
+        """Remove up to ``max_items`` items consumed at least the retention window ago,
+        with their idempotency entries, in one transaction; ``more`` in the result says
+        whether such items remain (call again).
+
+        "Consumed at least the window ago" is read from consumed marks stored with the
+        world (a compaction marks the cursor with ``now_ns()`` when a mark is due), never
+        from the clock alone: an item is removed only if a mark at least the window old
+        covers it, so nothing above the cursor and nothing consumed less than the window
+        ago is ever removed. Safe to run concurrently with every other call and with other
+        compactions, and to stop anywhere. A retry after an unknown commit result reports
+        what the first attempt removed. Raises ``Validation``, ``NotFound``, ``Backend``.
+        """
         ...

@@ -50,8 +50,7 @@ from aosp.benchmarks.steady import INSTALL_HINT
 from persistence import cbor
 from persistence.errors import Corruption, MissingDependency, Validation
 from persistence.ids import UniverseId, WorldId
-from persistence.plane import Plane
-from persistence.protocols.drain import DrainResult
+from persistence.plane import DrainResult, Plane
 from persistence.records import (
     DomainEventIngress,
     IngressJournalRecord,

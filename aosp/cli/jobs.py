@@ -24,7 +24,7 @@ from aosp.cli.store import DEFAULT_DATA_DIR, make_directory
 from segments import open_plane
 
 if TYPE_CHECKING:
-    from conformance.cases import Profile
+    from conformance.context import Profile
     from conformance.torture.servers import ServerFaults
 
 
@@ -89,7 +89,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     """Run the conformance suite against an engine and object store; write the reports."""
     from backends.kv import open_engine
     from backends.objects import open_object_store
-    from conformance.cases import PROFILES
+    from conformance.context import PROFILES
     from conformance.runner import run_suite, skipped_report
     from persistence.errors import Backend, NotFound
 
@@ -148,7 +148,7 @@ def _sized(profile: Profile, args: argparse.Namespace) -> Profile:
 
 def _list_cases(args: argparse.Namespace) -> int:
     """``conformance --list``: every case with the first line of its description."""
-    from conformance.cases import CASES
+    from conformance.suite import CASES
 
     rows = [
         {"case": name, "what": (case.__doc__ or "").strip().splitlines()[0]}
@@ -160,7 +160,7 @@ def _list_cases(args: argparse.Namespace) -> int:
 
 def _server_faults(args: argparse.Namespace) -> ServerFaults | None:
     """The server faults the options name (crash 2), checked before anything runs."""
-    from conformance.cases import CASES
+    from conformance.suite import CASES
     from conformance.torture.servers import CommandServers, LocalCluster
 
     unknown = [name for name in args.case or () if name not in CASES]

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import BinaryIO, Final, cast
 
 from backends import check_path, split_url, url_flag, url_options, url_path
-from backends.objects import check_body, check_listing, check_put, check_window, read_bytes
+from backends.objects.checks import check_body, check_listing, check_put, check_window, read_bytes
 from persistence.errors import Backend, NotFound, Validation
 from persistence.objects import (
     COPY_CHUNK,

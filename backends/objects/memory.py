@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from backends.objects import check_body, check_listing, check_put, check_window, read_bytes
+from backends.objects.checks import check_body, check_listing, check_put, check_window, read_bytes
 from persistence.errors import NotFound
 from persistence.objects import (
     ObjectInfo,

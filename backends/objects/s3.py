@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, cast
 from urllib.parse import quote, urlsplit
 
-from backends.objects import check_body, check_listing, check_put, check_window, read_bytes
+from backends.objects.checks import check_body, check_listing, check_put, check_window, read_bytes
 from persistence.errors import Backend, MissingDependency, NotFound, Validation
 from persistence.objects import (
     COPY_CHUNK,

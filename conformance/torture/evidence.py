@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.cases import ConformanceFailure
+from conformance.context import ConformanceFailure
 from conformance.torture.workload import AppendId, ItemId
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import ReferenceKernel

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from conformance.cases import ConformanceFailure, Context, TortureSize
+from conformance.context import CaseSkipped, ConformanceFailure, Context, TortureSize
 from conformance.torture.checks import (
     OrphanTally,
     check_pending,
@@ -451,3 +451,16 @@ def crash_torture(ctx: Context, servers: ServerFaults | None = None) -> None:
             f"{len(report.violations)} violations (seed {seed}, logs in {directory}):\n{listed}"
         )
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def server_kills(ctx: Context) -> None:
+    """Crash 2: the crash torture while the store's own server processes (FoundationDB's
+    ``fdbserver``) are SIGKILLed and restarted too, so calls meet real recoveries; needs
+    ``Context.servers`` (``aosp conformance --fdb-local DIR`` or the kill and restart
+    commands)."""
+    if ctx.servers is None:
+        raise CaseSkipped(
+            "server kills need a way to kill the store's server processes: "
+            "--fdb-local DIR, or --server-kill-command and --server-restart-command"
+        )
+    crash_torture(ctx, servers=ctx.servers)

@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from backends.kv import open_engine
 from backends.objects import open_object_store
-from conformance.cases import ConformanceFailure
+from conformance.context import ConformanceFailure
 from conformance.torture.evidence import (
     AckedCall,
     Log,
@@ -60,11 +60,10 @@ from persistence.futures import drive
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys
-from persistence.plane import Plane, cas_collection
+from persistence.plane import DrainResult, Plane, cas_collection
 from persistence.protocols import calls as plane_calls
 from persistence.protocols import cas_bodies
 from persistence.protocols.compaction import MARKS_PER_WINDOW
-from persistence.protocols.drain import DrainResult
 from persistence.workers.compactor import Compactor
 from persistence.workers.drain_worker import DrainWorker, Shard
 from segments import open_plane

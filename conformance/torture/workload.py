@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
-from conformance.cases import CaseSkipped
+from conformance.context import CaseSkipped
 from persistence import cbor
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import PlaneConfig

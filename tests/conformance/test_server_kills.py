@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from backends.objects.local import LocalObjectStore
-from conformance.cases import TortureSize
+from conformance.context import TortureSize
 from conformance.torture.run import run_torture
 from conformance.torture.servers import CommandServers, LocalCluster, ServerFaultError
 from persistence.errors import Validation

@@ -19,7 +19,7 @@ from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
 from backends.objects.s3 import S3ObjectStore
-from conformance.cases import PROFILES
+from conformance.context import PROFILES
 from conformance.pytest_plugin import ConformanceTests
 from conformance.runner import run_suite
 from persistence import kv

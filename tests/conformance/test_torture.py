@@ -16,7 +16,7 @@ from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
-from conformance.cases import CaseSkipped, TortureSize
+from conformance.context import CaseSkipped, TortureSize
 from conformance.torture.checks import (
     InboxTally,
     check_pending,
