@@ -46,6 +46,15 @@ class HeadAdvanced(Conflict):
         self.world = world
 
 
+class Contended(Conflict):
+    """A transaction that was to give up on a busy key did: ``attempts`` attempts in a row
+    failed on a conflict, so none of them committed (``kv.transact``'s ``conflicts``)."""
+
+    def __init__(self, attempts: int) -> None:
+        super().__init__(f"{attempts} attempts in a row failed on a conflict; none committed")
+        self.attempts = attempts
+
+
 class TrackingConflict(Conflict):
     """A sequenced append's tracking position is not above the one its consumer recorded
     (the upstream position was processed already)."""

@@ -45,7 +45,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
-from persistence.errors import EngineError, RetryLimitReached
+from persistence import fdb_errors
+from persistence.errors import Contended, EngineError, RetryLimitReached
 from persistence.fdb_errors import is_retryable
 from persistence.futures import Blocking, Future, Gathered, drive
 
@@ -295,6 +296,7 @@ async def transact(
     *,
     retry_limit: int | None = None,
     alone: bool = False,
+    conflicts: int | None = None,
 ) -> T:
     """Run ``body`` in a transaction and commit, retrying as FoundationDB's retry loop does.
 
@@ -306,13 +308,16 @@ async def transact(
     wrapped in :class:`RetryLimitReached`.
     Any other error raised by ``body`` propagates at once. With ``alone``, every attempt
     runs alone: for transactions that write a key every transaction of their kind writes
-    (a universe log's head), which conflict whenever two overlap.
+    (a universe log's head), which conflict whenever two overlap. With ``conflicts``, the
+    loop gives up once that many attempts in a row failed on a conflict (1020,
+    ``not_committed``) and none failed otherwise -- so none of them committed -- raising
+    :class:`~persistence.errors.Contended` (a drain that must not wait on a busy world).
 
     On an engine whose futures block (``Engine.blocking``: SQLite) the whole loop is one
     :class:`~persistence.futures.Blocking` step: run in place by the blocking driver, in an
     executor by the asyncio one.
     """
-    attempts = _attempts(engine, body, retry_limit, alone)
+    attempts = _attempts(engine, body, retry_limit, alone, conflicts)
     if engine.blocking:
         return await Blocking(lambda: drive(attempts))
     return await attempts
@@ -323,11 +328,13 @@ async def _attempts(
     body: Callable[[Transaction], Awaitable[T]],
     retry_limit: int | None,
     alone: bool,
+    conflicts: int | None,
 ) -> T:
     """The retry loop of :func:`transact`."""
     limit = engine.retry_limit if retry_limit is None else retry_limit
     deadline = time.monotonic() + engine.max_retry_seconds
     retries = 0
+    conflicted = 0  # attempts failed on a conflict; -1 once one failed otherwise
     always_alone = alone
     tr = engine.create_transaction()
     while True:
@@ -340,6 +347,11 @@ async def _attempts(
                 await tr.commit()
             return result
         except EngineError as exc:
+            if conflicts is not None and conflicted >= 0:
+                conflicted = conflicted + 1 if exc.code == fdb_errors.NOT_COMMITTED else -1
+                if conflicted >= conflicts:
+                    RETRY_STATS.count(exc.code, retried=False)
+                    raise Contended(conflicted) from exc
             out_of_time = time.monotonic() > deadline
             if (retries >= limit or out_of_time) and engine.is_retryable(exc):
                 RETRY_STATS.count(exc.code, retried=False)

@@ -1,131 +1,670 @@
-"""The plane on FoundationDB beside the plane on SQLite, in the same run.
+"""The plane on FoundationDB against the raw bindings, in the same run (issue #34).
 
-Four operations, each measured in alternating rounds (SQLite, then FoundationDB, ``ROUNDS``
-times after a warm-up round), each round on fresh worlds of the same two stores:
+Every figure puts a plane call beside the minimal transaction it stands for, written with
+the ``fdb`` bindings alone on keys of the same layout (the plane's keyspace): what the
+plane costs over the cluster's own work. Rounds alternate (raw, plane) after a warm-up
+round, each on fresh worlds; a figure is the median of the per-round ratios plane / raw,
+with their lowest and highest.
 
-1. single-entry ``append_batch`` (1,000-byte entries): appends/s;
-2. 100-entry ``append_batch``: entries/s;
-3. ``read_range`` of 20,000 entries: entries/s;
-4. enqueue -> drain in one process (200 single-item enqueues, then drains of up to 100):
-   items/s end to end;
-5. segment export of 20,000 entries behind a promoted baseline (local-directory objects):
-   entries/s.
+* **single calls** (one thread): a 1-entry and a 100-entry append (raw: read the head, write
+  the entries and the head), a 1-item enqueue (raw: a versionstamped item, the notify add,
+  the ready mark), a drain of 1 and of 100 items (raw: cursor and head read together, the
+  items after the cursor, the journal entries the plane writes -- an ingress record of each
+  item -- head, cursor, the ready mark cleared when empty), and a 20,000-entry read. Each
+  figure's name gives the plane's round trips per call, counted from the shape of the call
+  (``backends/kv/roundtrips.py``) beside the raw transaction's, and the client CPU per call
+  of both sides (the process's CPU time, the client's network thread included);
+* **sync threads** 1, 4 and 16, each appending single entries to its own world;
+* **asyncio** 1, 16, 64 and 256 tasks in flight on one thread, each appending to its own
+  world: the plane's :class:`~persistence.plane.AsyncPlane` against the raw bindings whose
+  futures resolve asyncio futures (``on_ready`` -> ``call_soon_threadsafe``), and the plane's
+  asyncio against its sync door at 16 threads (measured beside it);
+* **a group drain under contention**: ``drain_worlds`` calls on 32 worlds with full
+  inboxes, 20 items of each world per call, while another process appends to one of them
+  without pause, against the same drains with no appender: items/s, with the drains that
+  failed (timeouts), the world drains left out of the group as busy, and the appender's
+  appends counted.
 
-The figure is the median of the per-round ratios FoundationDB / SQLite, with their minimum
-and maximum. There is no target: the cluster is a single ``fdbserver`` process on loopback
-with the memory storage engine (``../shared/fdb/fdb-local``), so the figures show what the
-protocols cost on FoundationDB's client and commit path, not what a production cluster
-(network round trips, log replication, SSD storage servers) would do. SQLite runs with
-``synchronous=FULL`` (an fsync per commit), FoundationDB's memory engine with its own
-durability (a log fsync per commit batch).
+The cluster is what ``--fdb`` names: for the issue's figures a single ``fdbserver`` on
+loopback with the memory storage engine (``../shared/fdb/fdb-local start DIR``), so the
+figures show the client's and the protocols' cost, not a production cluster's network.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import statistics
-import tempfile
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Final
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Final
 
 from aosp.benchmarks import Figure
-from persistence import cbor
-from persistence.errors import Validation
+from backends.kv.fdb import FdbEngine
+from backends.kv.roundtrips import CountingEngine
+from backends.objects.memory import MemoryObjectStore
+from persistence.errors import HeadAdvanced, PersistError, Validation
 from persistence.ids import UniverseId, WorldId
-from persistence.plane import Plane
-from persistence.records import DomainEventIngress
-from segments import open_plane
+from persistence.keyspace import WorldKeys, height_keys, seq_in_key
+from persistence.plane import AsyncPlane, Plane
+from persistence.records import (
+    JOURNAL_HEAD,
+    DomainEventIngress,
+    InboxCursor,
+    InboxEnvelope,
+    decode_record,
+    encode_inbox_item,
+    envelope_bytes,
+    ingress_bytes,
+)
 
 ROUNDS: Final = 5
-ENTRY: Final = b"x" * 1000
-SINGLE_APPENDS: Final = 200
-BATCHES: Final = 20
+ENTRY: Final = b"x" * 1_000
+ITEM: Final = DomainEventIngress("bench/Item@1", b"\x59\x03\x84" + b"x" * 900)
 READ_ENTRIES: Final = 20_000
-ITEMS: Final = 200
-EXPORT_ENTRIES: Final = 20_000
+GROUP_WORLDS: Final = 32
+GROUP_ITEMS: Final = 20
+"""Items per world of one group drain (``max_items``)."""
+GROUP_RATE: Final = 25_000
+"""Items/s a group drain on loopback stays below: the inboxes are filled for a round of
+this rate, so that they do not run dry before its end."""
+NOTIFY: Final = (1).to_bytes(8, "little")
+READY: Final = bytes(10) + (0).to_bytes(4, "little")
 
 
-def _world(plane: Plane) -> tuple[UniverseId, WorldId]:
-    universe, world = UniverseId.new(), WorldId.new()
-    plane.create_world(universe, world)
-    return universe, world
+def _raw_key(keys: WorldKeys, index: int) -> bytes:
+    return keys.inbox_item_with_versionstamp(index)
 
 
-def _fill(plane: Plane, universe: UniverseId, world: WorldId, count: int) -> None:
-    for start in range(0, count, 1_000):
-        plane.append_batch(universe, world, start, [ENTRY] * min(1_000, count - start))
+class Raw:
+    """The minimal transactions, with the bindings alone (retried through ``on_error``)."""
+
+    def __init__(self, engine: FdbEngine) -> None:
+        self.fdb = engine._fdb
+        self.db = engine._db
+
+    def _run(self, body: Callable[[Any], None]) -> None:
+        tr = self.db.create_transaction()
+        while True:
+            try:
+                body(tr)
+                tr.commit().wait()
+                return
+            except self.fdb.FDBError as exc:
+                tr.on_error(exc).wait()
+
+    def append(self, keys: WorldKeys, entries: list[bytes]) -> None:
+        def body(tr: Any) -> None:
+            head = JOURNAL_HEAD.decode(bytes(tr[keys.head()]), "head")
+            whole = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, 1)[0]
+            if len(entries) == 1:
+                tr[whole] = entries[0]
+            else:
+                for key, entry in zip(
+                    height_keys(
+                        keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, len(entries)
+                    ),
+                    entries,
+                    strict=True,
+                ):
+                    tr[key] = entry
+            tr[keys.head()] = JOURNAL_HEAD.encode(head + len(entries))
+
+        self._run(body)
+
+    def enqueue(self, keys: WorldKeys, envelope: bytes) -> None:
+        def body(tr: Any) -> None:
+            tr.set_versionstamped_key(_raw_key(keys, 0), envelope)
+            tr.add(keys.notify_counter(), NOTIFY)
+            tr.set_versionstamped_value(keys.ready(), READY)
+
+        self._run(body)
+
+    def drain(self, keys: WorldKeys, max_items: int) -> int:
+        taken = [0]
+
+        def body(tr: Any) -> None:
+            cursor_read, head_read = tr.snapshot[keys.inbox_cursor()], tr.snapshot[keys.head()]
+            ready = tr.snapshot[keys.ready()]
+            raw_cursor = cursor_read.value
+            after = None if raw_cursor is None else decode_record(InboxCursor, raw_cursor, "c").seq
+            head = JOURNAL_HEAD.decode(bytes(head_read), "head")
+            rows = list(
+                tr.snapshot.get_range(
+                    *keys.inbox_after(after),
+                    limit=max_items + 1,
+                    streaming_mode=self.fdb.StreamingMode.exact,
+                )
+            )
+            items = rows[:max_items]
+            taken[0] = len(items)
+            if not items:
+                return
+            prefix = keys.inbox_prefix_len()
+            seqs = [seq_in_key(row.key, prefix, "item") for row in items]
+            entries = [
+                ingress_bytes(seq, decode_record(InboxEnvelope, row.value, "item").item)
+                for seq, row in zip(seqs, items, strict=True)
+            ]
+            tr.add_read_conflict_key(keys.inbox_cursor())
+            tr.add_read_conflict_key(keys.head())
+            for key, entry in zip(
+                height_keys(
+                    keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, len(entries)
+                ),
+                entries,
+                strict=True,
+            ):
+                tr[key] = entry
+            tr[keys.head()] = JOURNAL_HEAD.encode(head + len(entries))
+            tr[keys.inbox_cursor()] = InboxCursor(seqs[-1]).to_cbor()
+            if len(rows) <= max_items and ready.present():
+                tr.compare_and_clear(keys.ready(), bytes(ready))
+
+        self._run(body)
+        return taken[0]
+
+    def read(self, keys: WorldKeys, count: int) -> int:
+        tr = self.db.create_transaction()
+        rows = tr.snapshot.get_range(
+            *keys.entries_between(1, count), streaming_mode=self.fdb.StreamingMode.want_all
+        )
+        return sum(1 for _ in rows)
+
+    async def append_async(self, keys: WorldKeys, entry: bytes) -> None:
+        """The raw append, its futures awaited from the event loop."""
+        loop = asyncio.get_running_loop()
+
+        def waiter(future: Any) -> asyncio.Future[None]:
+            done: asyncio.Future[None] = loop.create_future()
+
+            def wake(_: Any) -> None:
+                loop.call_soon_threadsafe(_settle, done)
+
+            future.on_ready(wake)
+            return done
+
+        tr = self.db.create_transaction()
+        while True:
+            try:
+                value = tr[keys.head()]
+                await waiter(value)
+                head = JOURNAL_HEAD.decode(bytes(value), "head")
+                key = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, 1)[0]
+                tr[key] = entry
+                tr[keys.head()] = JOURNAL_HEAD.encode(head + 1)
+                commit = tr.commit()
+                await waiter(commit)
+                commit.wait()
+                return
+            except self.fdb.FDBError as exc:
+                retry = tr.on_error(exc)
+                await waiter(retry)
+                retry.wait()
 
 
-def _single_appends(plane: Plane) -> float:
-    universe, world = _world(plane)
-    started = time.perf_counter()
-    for head in range(SINGLE_APPENDS):
-        plane.append_batch(universe, world, head, [ENTRY])
-    return SINGLE_APPENDS / (time.perf_counter() - started)
+def _settle(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
 
 
-def _batch_appends(plane: Plane) -> float:
-    universe, world = _world(plane)
-    started = time.perf_counter()
-    for batch in range(BATCHES):
-        plane.append_batch(universe, world, batch * 100, [ENTRY] * 100)
-    return BATCHES * 100 / (time.perf_counter() - started)
+@dataclass(slots=True)
+class _Side:
+    rate: list[float]
+    cpu: list[float]
 
 
-def _reads(plane: Plane) -> float:
-    universe, world = _world(plane)
-    _fill(plane, universe, world, READ_ENTRIES)
-    started = time.perf_counter()
-    rows = plane.read_range(universe, world, 1, READ_ENTRIES)
+def _timed(calls: int, work: Callable[[], object]) -> tuple[float, float]:
+    """``calls`` calls of ``work``: calls/s and client CPU seconds per call."""
+    cpu, started = time.process_time(), time.perf_counter()
+    for _ in range(calls):
+        work()
     elapsed = time.perf_counter() - started
-    if len(rows) != READ_ENTRIES:
-        raise RuntimeError(f"read {len(rows)} of {READ_ENTRIES} entries")
-    return READ_ENTRIES / elapsed
+    return calls / elapsed, (time.process_time() - cpu) / calls
 
 
-def _enqueue_drain(plane: Plane) -> float:
-    universe, world = _world(plane)
-    item = DomainEventIngress("bench.item", cbor.encode(b"x" * 900))
-    started = time.perf_counter()
-    for _ in range(ITEMS):
-        plane.enqueue(universe, world, item)
-    drained = 0
-    while drained < ITEMS:
-        drained += plane.drain_inbox_to_journal(universe, world, max_items=100).count
-    return ITEMS / (time.perf_counter() - started)
+class _Appender:
+    """A process appending to one world without pause, from its own client (a thread of
+    this process would share its interpreter lock with the drain it contends with). It
+    says ``running`` after its first append, stops when its stdin closes and then prints
+    how many appends it committed."""
+
+    def __init__(self, url: str, universe: UniverseId, world: WorldId) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", __name__, url, str(universe), str(world)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._process.stdout is not None
+        if self._process.stdout.readline() != "running\n":
+            raise RuntimeError(f"the appender process exited with {self._process.wait()}")
+
+    def stop(self) -> int:
+        """Stop the appender; how many appends it committed."""
+        out, _ = self._process.communicate(timeout=60)
+        if self._process.returncode != 0:
+            raise RuntimeError(f"the appender process exited with {self._process.returncode}")
+        return int(out)
 
 
-def _export(plane: Plane) -> float:
-    from segments.export import ExportConfig, Exporter
-
-    universe, world = _world(plane)
-    _fill(plane, universe, world, EXPORT_ENTRIES)
-    plane.snapshot_commit(
-        universe,
-        world,
-        b"bench-state",
-        height=EXPORT_ENTRIES,
-        logical_time_ns=0,
-        receipt_horizon_height=EXPORT_ENTRIES,
-        promote_baseline=True,
-    )
-    exporter = Exporter(plane, ExportConfig(enabled=True, target_entries=5_000))
-    started = time.perf_counter()
-    segments = exporter.export_all(universe, world)
-    elapsed = time.perf_counter() - started
-    if sum(s.entry_count for s in segments) != EXPORT_ENTRIES - 1:
-        raise RuntimeError("export did not cover every entry below the baseline")
-    return (EXPORT_ENTRIES - 1) / elapsed
+def _wait_for_eof(closed: threading.Event) -> None:
+    sys.stdin.read()
+    closed.set()
 
 
-OPERATIONS: Final[list[tuple[str, str, Callable[[Plane], float]]]] = [
-    ("single-entry append", "appends/s", _single_appends),
-    ("100-entry append", "entries/s", _batch_appends),
-    ("read_range 20k", "entries/s", _reads),
-    ("enqueue -> drain", "items/s", _enqueue_drain),
-    ("segment export 20k", "entries/s", _export),
-]
+def _append_until_stdin_closes(url: str, universe: UniverseId, world: WorldId) -> None:
+    from backends.kv import open_engine
+
+    plane = Plane(open_engine(url), MemoryObjectStore())
+    closed = threading.Event()
+    threading.Thread(target=_wait_for_eof, args=(closed,), daemon=True).start()
+    count = 0
+    while not closed.is_set():
+        try:
+            plane.append_batch(universe, world, plane.head(universe, world), [ENTRY])
+        except HeadAdvanced:
+            continue
+        count += 1
+        if count == 1:
+            print("running", flush=True)
+    print(count, flush=True)
+
+
+class Bench:
+    """One cluster, the plane (blocking and asyncio) and the raw bindings on it."""
+
+    def __init__(
+        self, engine: FdbEngine, url: str, seconds: float, progress: Callable[[str], None]
+    ):
+        self.engine = engine
+        self.url = url
+        """The cluster's ``fdb://`` URL, options included (for the appender process)."""
+        self.plane = Plane(engine, MemoryObjectStore())
+        self.raw = Raw(engine)
+        self.seconds = seconds
+        self.progress = progress
+        self.universe = UniverseId.new()
+        self.made: list[WorldKeys] = []
+
+    def clear(self) -> None:
+        """Clear the worlds made since the last clear (but the kept ones): each round starts
+        on the same cluster (a run's worlds would otherwise fill a memory storage engine,
+        1 GB by default, until the cluster throttles every transaction to a halt)."""
+        tr = self.raw.db.create_transaction()
+        for keys in self.made:
+            tr.clear_range(*keys.all())
+        tr.commit().wait()
+        self.made.clear()
+
+    def world(self, *, keep: bool = False) -> tuple[WorldId, WorldKeys]:
+        """A new world (cleared by the next :meth:`clear` unless ``keep``)."""
+        world = WorldId.new()
+        self.plane.create_world(self.universe, world)
+        keys = WorldKeys(self.universe, world)
+        if not keep:
+            self.made.append(keys)
+        return world, keys
+
+    def calls_per_round(self, per_second: float) -> int:
+        return max(20, round(per_second * self.seconds / 2))
+
+    # ------------------------------------------------------------------ single calls
+
+    def single(
+        self,
+        name: str,
+        unit: str,
+        plane_call: Callable[[WorldId], Callable[[], object]],
+        raw_call: Callable[[WorldKeys], Callable[[], object]],
+        calls: int,
+        per_call: int,
+        round_trips: tuple[int, int],
+        target: float | None,
+    ) -> Figure:
+        self.progress(f"fdb: {name}")
+        sides = {"raw": _Side([], []), "plane": _Side([], [])}
+        for round_ in range(ROUNDS + 1):  # round 0 warms up
+            for side in ("raw", "plane"):
+                world, keys = self.world()
+                work = raw_call(keys) if side == "raw" else plane_call(world)
+                rate, cpu = _timed(calls, work)
+                self.clear()
+                if round_:
+                    sides[side].rate.append(rate * per_call)
+                    sides[side].cpu.append(cpu)
+        plane, raw = sides["plane"], sides["raw"]
+        ratios = tuple(p / r for p, r in zip(plane.rate, raw.rate, strict=True))
+        rt_plane, rt_raw = round_trips
+        return Figure(
+            f"fdb: {name} ({rt_plane} round trips per call, raw {rt_raw}; client CPU "
+            f"{statistics.median(plane.cpu) * 1e6:,.0f} vs "
+            f"{statistics.median(raw.cpu) * 1e6:,.0f} us per call)",
+            round(statistics.median(plane.rate), 1),
+            unit,
+            "the raw bindings, the same transaction, alternate rounds",
+            round(statistics.median(raw.rate), 1),
+            target,
+            "higher",
+            round_ratios=ratios,
+        )
+
+    def round_trips(self, call: Callable[[Plane, WorldId], object], setup: int = 0) -> int:
+        """The plane's round trips for one ``call`` (after ``setup`` items enqueued)."""
+        counting = CountingEngine(self.engine)
+        plane = Plane(counting, MemoryObjectStore())
+        world = WorldId.new()
+        plane.create_world(self.universe, world)
+        if setup:
+            plane.enqueue_batch(self.universe, world, [ITEM] * setup)
+        counting.tally.take()
+        call(plane, world)
+        return counting.tally.take().round_trips
+
+    def singles(self) -> list[Figure]:
+        u, plane, raw = self.universe, self.plane, self.raw
+        envelope = envelope_bytes(encode_inbox_item(ITEM), None)
+        heads: dict[WorldId, int] = {}
+
+        def appending(count: int) -> Callable[[WorldId], Callable[[], object]]:
+            def make(world: WorldId) -> Callable[[], object]:
+                heads[world] = 0
+
+                def call() -> None:
+                    heads[world] = plane.append_batch(u, world, heads[world], [ENTRY] * count)
+                    heads[world] += count - 1
+
+                return call
+
+            return make
+
+        def raw_appending(count: int) -> Callable[[WorldKeys], Callable[[], object]]:
+            return lambda keys: lambda: raw.append(keys, [ENTRY] * count)
+
+        def fill(world: WorldId, items: int) -> None:
+            for start in range(0, items, 5_000):
+                plane.enqueue_batch(u, world, [ITEM] * min(5_000, items - start))
+
+        def draining(count: int, calls: int) -> Callable[[WorldId], Callable[[], object]]:
+            def make(world: WorldId) -> Callable[[], object]:
+                fill(world, count * calls)
+                return lambda: plane.drain_inbox_to_journal(u, world, max_items=count)
+
+            return make
+
+        def raw_draining(count: int, calls: int) -> Callable[[WorldKeys], Callable[[], object]]:
+            def make(keys: WorldKeys) -> Callable[[], object]:
+                fill(keys.world, count * calls)
+                return lambda: raw.drain(keys, count)
+
+            return make
+
+        calls = self.calls_per_round(300)
+        batches = self.calls_per_round(60)
+        drains = max(5, batches // 2)
+        figures = [
+            self.single(
+                "1-entry append",
+                "appends/s",
+                appending(1),
+                raw_appending(1),
+                calls,
+                1,
+                (self.round_trips(lambda p, w: p.append_batch(u, w, 0, [ENTRY])), 3),
+                0.95,
+            ),
+            self.single(
+                "100-entry append",
+                "entries/s",
+                appending(100),
+                raw_appending(100),
+                batches,
+                100,
+                (self.round_trips(lambda p, w: p.append_batch(u, w, 0, [ENTRY] * 100)), 3),
+                0.95,
+            ),
+            self.single(
+                "enqueue, 1 item",
+                "enqueues/s",
+                lambda world: lambda: plane.enqueue(u, world, ITEM),
+                lambda keys: lambda: raw.enqueue(keys, envelope),
+                calls,
+                1,
+                (self.round_trips(lambda p, w: p.enqueue(u, w, ITEM)), 2),
+                0.9,
+            ),
+        ]
+        calls = self.calls_per_round(200)
+        figures.append(
+            self.single(
+                "drain, 1 item",
+                "items/s",
+                draining(1, calls),
+                raw_draining(1, calls),
+                calls,
+                1,
+                (self.round_trips(lambda p, w: p.drain_inbox_to_journal(u, w, 1), 2), 4),
+                0.85,
+            )
+        )
+        figures.append(
+            self.single(
+                "drain, 100 items",
+                "items/s",
+                draining(100, drains),
+                raw_draining(100, drains),
+                drains,
+                100,
+                (self.round_trips(lambda p, w: p.drain_inbox_to_journal(u, w, 100), 101), 4),
+                0.85,
+            )
+        )
+        self.progress("fdb: read_range 20k")
+        reader, keys = self.world(keep=True)
+        for start in range(0, READ_ENTRIES, 1_000):
+            plane.append_batch(u, reader, start, [ENTRY] * 1_000)
+        figures.append(
+            self.single(
+                "read_range 20k",
+                "entries/s",
+                lambda _: lambda: plane.read_range(u, reader, 1, READ_ENTRIES),
+                lambda _: lambda: raw.read(keys, READ_ENTRIES),
+                2,
+                READ_ENTRIES,
+                (0, 0),
+                None,
+            )
+        )
+        return figures
+
+    # ------------------------------------------------------------------ concurrency
+
+    def _threads_round(self, threads: int, raw: bool) -> float:
+        worlds = [self.world() for _ in range(threads)]
+        stop = threading.Event()
+        counts = [0] * threads
+        failed: list[BaseException] = []
+
+        def work(index: int) -> None:
+            world, keys = worlds[index]
+            head = 0
+            try:
+                while not stop.is_set():
+                    if raw:
+                        self.raw.append(keys, [ENTRY])
+                    else:
+                        self.plane.append_batch(self.universe, world, head, [ENTRY])
+                    head += 1
+                    counts[index] += 1
+            except BaseException as exc:
+                failed.append(exc)
+
+        pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+        started = time.perf_counter()
+        for thread in pool:
+            thread.start()
+        time.sleep(self.seconds / 2)
+        stop.set()
+        for thread in pool:
+            thread.join()
+        if failed:
+            raise RuntimeError(f"an appender failed: {failed[0]!r}")
+        return sum(counts) / (time.perf_counter() - started)
+
+    async def _async_main(self, tasks: int, raw: bool, door: AsyncPlane) -> float:
+        worlds = [self.world() for _ in range(tasks)]
+        deadline = time.perf_counter() + self.seconds / 2
+        counts = [0] * tasks
+
+        async def work(index: int) -> None:
+            world, keys = worlds[index]
+            head = 0
+            while time.perf_counter() < deadline:
+                if raw:
+                    await self.raw.append_async(keys, ENTRY)
+                else:
+                    await door.append_batch(self.universe, world, head, [ENTRY])
+                head += 1
+                counts[index] += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(work(i) for i in range(tasks)))
+        return sum(counts) / (time.perf_counter() - started)
+
+    def _async_round(self, tasks: int, raw: bool) -> float:
+        door = self.plane.asyncio()
+        coroutine: Coroutine[Any, Any, float] = self._async_main(tasks, raw, door)
+        return asyncio.run(coroutine)
+
+    def alternate(
+        self, name: str, a: Callable[[], float], b: Callable[[], float]
+    ) -> tuple[list[float], list[float]]:
+        self.progress(f"fdb: {name}")
+        first, second = [], []
+        for round_ in range(ROUNDS + 1):
+            x = a()
+            self.clear()
+            y = b()
+            self.clear()
+            if round_:
+                first.append(x)
+                second.append(y)
+        return first, second
+
+    def concurrency(self) -> list[Figure]:
+        figures = []
+        for threads in (1, 4, 16):
+            raw, plane = self.alternate(
+                f"{threads} threads",
+                functools.partial(self._threads_round, threads, True),
+                functools.partial(self._threads_round, threads, False),
+            )
+            figures.append(
+                Figure(
+                    f"fdb: appends from {threads} threads, one world each (sync plane)",
+                    round(statistics.median(plane), 1),
+                    "appends/s",
+                    f"the raw bindings, {threads} threads, alternate rounds",
+                    round(statistics.median(raw), 1),
+                    0.85 if threads == 16 else None,
+                    "higher",
+                    round_ratios=tuple(p / r for p, r in zip(plane, raw, strict=True)),
+                )
+            )
+        for tasks in (1, 16, 64, 256):
+            raw, plane = self.alternate(
+                f"asyncio, {tasks} in flight",
+                functools.partial(self._async_round, tasks, True),
+                functools.partial(self._async_round, tasks, False),
+            )
+            figures.append(
+                Figure(
+                    f"fdb: appends with {tasks} in flight on one event loop (AsyncPlane)",
+                    round(statistics.median(plane), 1),
+                    "appends/s",
+                    f"the raw bindings from asyncio, {tasks} in flight, alternate rounds",
+                    round(statistics.median(raw), 1),
+                    0.85 if tasks >= 64 else None,
+                    "higher",
+                    round_ratios=tuple(p / r for p, r in zip(plane, raw, strict=True)),
+                )
+            )
+            if tasks == 256:
+                sync, asynchronous = self.alternate(
+                    "asyncio 256 vs sync 16 threads",
+                    lambda: self._threads_round(16, False),
+                    lambda: self._async_round(256, False),
+                )
+                figures.append(
+                    Figure(
+                        "fdb: AsyncPlane with 256 in flight against the sync plane's 16 threads",
+                        round(statistics.median(asynchronous), 1),
+                        "appends/s",
+                        "the sync plane, 16 threads, alternate rounds",
+                        round(statistics.median(sync), 1),
+                        3.0,
+                        "higher",
+                        round_ratios=tuple(a / s for a, s in zip(asynchronous, sync, strict=True)),
+                    )
+                )
+        return figures
+
+    # ------------------------------------------------------------------ group drains
+
+    def _group_round(self, contended: bool, tally: dict[str, int]) -> float:
+        """Items/s of ``drain_worlds`` calls on 32 worlds for half the round's seconds (or
+        until all but one world's worth of items moved), with one world appended to by
+        another process if ``contended``."""
+        u = self.universe
+        worlds = [self.world()[0] for _ in range(GROUP_WORLDS)]
+        per_world = max(4 * GROUP_ITEMS, round(GROUP_RATE * self.seconds / 2 / GROUP_WORLDS))
+        for world in worlds:
+            for start in range(0, per_world, 200):
+                self.plane.enqueue_batch(u, world, [ITEM] * min(200, per_world - start))
+        appender = _Appender(self.url, u, worlds[GROUP_WORLDS // 2]) if contended else None
+        moved = 0
+        started = time.perf_counter()
+        deadline = started + self.seconds / 2
+        try:
+            while time.perf_counter() < deadline and moved < (GROUP_WORLDS - 1) * per_world:
+                try:
+                    results = self.plane.drain_worlds(u, worlds, max_items=GROUP_ITEMS)
+                except PersistError:
+                    tally["failed"] += 1
+                    continue
+                moved += sum(r.count for r in results.values())
+                tally["contended"] += sum(r.contended for r in results.values())
+                tally["calls"] += 1
+        finally:
+            elapsed = time.perf_counter() - started
+            if appender is not None:
+                tally["appended"] += appender.stop()
+        return moved / elapsed
+
+    def group(self) -> Figure:
+        tally = {"failed": 0, "contended": 0, "appended": 0, "calls": 0}
+        calm, busy = self.alternate(
+            "group drain under an appender",
+            lambda: self._group_round(False, tally),
+            lambda: self._group_round(True, tally),
+        )
+        return Figure(
+            f"fdb: group drain of {GROUP_WORLDS} worlds, one under a continuous appender "
+            f"({tally['calls']:,} drains, {tally['failed']} failed; {tally['contended']:,} world "
+            f"drains left out as busy and done alone; {tally['appended']:,} appends by the "
+            "appender)",
+            round(statistics.median(busy), 1),
+            "items/s",
+            "the same drain with no appender, alternate rounds",
+            round(statistics.median(calm), 1),
+            0.8,
+            "higher",
+            round_ratios=tuple(b / c for b, c in zip(busy, calm, strict=True)),
+        )
 
 
 def run(
@@ -133,40 +672,19 @@ def run(
     progress: Callable[[str], None] = lambda _: None,
     fdb_url: str | None = None,
 ) -> list[Figure]:
-    """Measure every operation on SQLite and on the cluster of ``fdb_url``."""
-    del seconds  # fixed work per round: the same calls on both sides
+    """Measure every figure on the cluster of ``fdb_url``, the plane against raw."""
     if not fdb_url:
         raise Validation("--fdb", "the fdb suite needs a cluster: --fdb fdb:///path/fdb.cluster")
     from backends.kv import open_engine
-    from backends.kv.sqlite import SqliteEngine
-    from backends.objects.local import LocalObjectStore
 
-    figures = []
-    with tempfile.TemporaryDirectory(prefix="aosp-bench-fdb-") as tmp:
-        sqlite = open_plane(
-            SqliteEngine(Path(tmp) / "aos.db", synchronous="FULL"),
-            LocalObjectStore(Path(tmp) / "objects-sqlite"),
-        )
-        fdb = open_plane(open_engine(fdb_url), LocalObjectStore(Path(tmp) / "objects-fdb"))
-        for name, unit, operation in OPERATIONS:
-            progress(f"fdb: {name}")
-            operation(sqlite), operation(fdb)  # warm-up round
-            sqlite_rates, fdb_rates = [], []
-            for _ in range(ROUNDS):
-                sqlite_rates.append(operation(sqlite))
-                fdb_rates.append(operation(fdb))
-            ratios = [f / s for f, s in zip(fdb_rates, sqlite_rates, strict=True)]
-            figures.append(
-                Figure(
-                    f"fdb: {name}",
-                    statistics.median(fdb_rates),
-                    unit,
-                    "sqlite (synchronous=FULL), same run",
-                    statistics.median(sqlite_rates),
-                    None,
-                    "higher",
-                    round_ratios=tuple(ratios),
-                )
-            )
-        sqlite.engine.close()
-    return figures
+    engine = open_engine(fdb_url)
+    if not isinstance(engine, FdbEngine):
+        raise Validation("--fdb", f"{fdb_url} is not a FoundationDB cluster")
+    bench = Bench(engine, fdb_url, seconds, progress)
+    return [*bench.singles(), *bench.concurrency(), bench.group()]
+
+
+if __name__ == "__main__":  # the appender of a group-drain round (:class:`_Appender`)
+    _append_until_stdin_closes(
+        sys.argv[1], UniverseId.parse(sys.argv[2]), WorldId.parse(sys.argv[3])
+    )

@@ -33,7 +33,7 @@ import ctypes
 import importlib.metadata
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -136,15 +136,20 @@ def _bindings_version(fdb: Any) -> str:
         return str(getattr(fdb, "__version__", "?"))
 
 
+def _engine_error(exc: Any, timeout_hint: str = "") -> EngineError:
+    """The bindings' ``FDBError`` as an ``EngineError`` with the same code."""
+    code, text = int(exc.code), exc.description
+    text = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+    if code == fdb_errors.TRANSACTION_TIMED_OUT and timeout_hint:
+        text = f"{text} ({timeout_hint})"
+    return EngineError(code, text)
+
+
 def _translate(fdb: Any, call: Callable[[], T], timeout_hint: str = "") -> T:
     try:
         return call()
     except fdb.FDBError as exc:
-        code, text = int(exc.code), exc.description
-        text = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
-        if code == fdb_errors.TRANSACTION_TIMED_OUT and timeout_hint:
-            text = f"{text} ({timeout_hint})"
-        raise EngineError(code, text) from None
+        raise _engine_error(exc, timeout_hint) from None
 
 
 class _FdbFuture(Future[T]):
@@ -163,10 +168,16 @@ class _FdbFuture(Future[T]):
         return bool(self._future.is_ready())
 
     def result(self) -> T:
-        return _translate(self._fdb, lambda: self._convert(self._future), self._hint)
+        try:
+            return self._convert(self._future)
+        except self._fdb.FDBError as exc:
+            raise _engine_error(exc, self._hint) from None
 
     def block(self) -> None:
-        _translate(self._fdb, self._future.block_until_ready, self._hint)
+        try:
+            self._future.block_until_ready()
+        except self._fdb.FDBError as exc:
+            raise _engine_error(exc, self._hint) from None
 
     def notify(self, callback: Callable[[], object]) -> None:
         self._future.on_ready(lambda _: callback())
@@ -178,6 +189,10 @@ def _value(future: Any) -> bytes | None:
 
 def _waited(future: Any) -> Any:
     return future.wait()
+
+
+def _versionstamp(future: Any) -> bytes:
+    return bytes(future.wait())
 
 
 class _FdbRange(Future[list[tuple[bytes, bytes]]]):
@@ -279,18 +294,16 @@ class FdbTransaction(kv.Transaction):
     def _call(self, call: Callable[[], T]) -> T:
         return _translate(self._fdb, call, self._hint)
 
-    def _reader(self, snapshot: bool) -> Any:
-        return self._tr.snapshot if snapshot else self._tr
-
     # Arguments are checked here, as the memory and SQLite engines check them: the binding
     # would raise TypeError (or pass a str key through as UTF-8) instead of Validation.
-
-    def _future(self, future: Any, convert: Callable[[Any], T]) -> Future[T]:
-        return _FdbFuture(self._fdb, future, convert, self._hint)
+    # Reads and mutations call the binding directly: its reads hand back a future and its
+    # mutations return nothing (``libfdb_c`` reports their errors at commit), so neither
+    # raises ``FDBError``; the futures translate theirs.
 
     def get(self, key: bytes, *, snapshot: bool = False) -> Future[bytes | None]:
         checks.check_type(key, "key")
-        return self._future(self._call(lambda: self._reader(snapshot).get(key)), _value)
+        reader = self._tr.snapshot if snapshot else self._tr
+        return _FdbFuture(self._fdb, reader.get(key), _value, self._hint)
 
     def get_range(
         self,
@@ -303,7 +316,7 @@ class FdbTransaction(kv.Transaction):
     ) -> Future[list[tuple[bytes, bytes]]]:
         checks.check_range(begin, end)
         checks.check_limit(limit)
-        reader = self._reader(snapshot)
+        reader = self._tr.snapshot if snapshot else self._tr
         return self._call(
             lambda: _FdbRange(self._fdb, reader, begin, end, limit, reverse, self._hint)
         )
@@ -311,45 +324,52 @@ class FdbTransaction(kv.Transaction):
     def set(self, key: bytes, value: bytes) -> None:
         checks.check_key(key)
         checks.check_value(value)
-        self._call(lambda: self._tr.set(key, value))
+        self._tr.set(key, value)
+
+    def set_many(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        tr_set = self._tr.set
+        for key, value in pairs:
+            checks.check_key(key)
+            checks.check_value(value)
+            tr_set(key, value)
 
     def clear(self, key: bytes) -> None:
         checks.check_type(key, "key")
-        self._call(lambda: self._tr.clear(key))
+        self._tr.clear(key)
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
         checks.check_range(begin, end)
-        self._call(lambda: self._tr.clear_range(begin, end))
+        self._tr.clear_range(begin, end)
 
     def add(self, key: bytes, param: bytes) -> None:
         checks.check_type(key, "key")
         checks.check_type(param, "param")
-        self._call(lambda: self._tr.add(key, param))
+        self._tr.add(key, param)
 
     def compare_and_clear(self, key: bytes, value: bytes) -> None:
         checks.check_type(key, "key")
         checks.check_type(value, "value")
-        self._call(lambda: self._tr.compare_and_clear(key, value))
+        self._tr.compare_and_clear(key, value)
 
     def set_versionstamped_key(self, key: bytes, value: bytes) -> None:
         checks.check_type(key, "key")
         checks.check_type(value, "value")
-        self._call(lambda: self._tr.set_versionstamped_key(key, value))
+        self._tr.set_versionstamped_key(key, value)
 
     def set_versionstamped_value(self, key: bytes, value: bytes) -> None:
         checks.check_type(key, "key")
         checks.check_type(value, "value")
-        self._call(lambda: self._tr.set_versionstamped_value(key, value))
+        self._tr.set_versionstamped_value(key, value)
 
     def get_versionstamp(self) -> kv.VersionstampFuture:
-        return self._future(self._call(self._tr.get_versionstamp), lambda f: bytes(f.wait()))
+        return _FdbFuture(self._fdb, self._tr.get_versionstamp(), _versionstamp, self._hint)
 
     def add_read_conflict_range(self, begin: bytes, end: bytes) -> None:
         checks.check_range(begin, end)
         self._call(lambda: self._tr.add_read_conflict_range(begin, end))
 
     def get_read_version(self) -> Future[int]:
-        return self._future(self._call(self._tr.get_read_version), _waited)
+        return _FdbFuture(self._fdb, self._tr.get_read_version(), _waited, self._hint)
 
     def approximate_size(self) -> int:
         """What FoundationDB counts against ``size_limit`` so far (mutations and conflict
@@ -357,11 +377,11 @@ class FdbTransaction(kv.Transaction):
         return self._call(lambda: int(self._tr.get_approximate_size().wait()))
 
     def commit(self) -> Future[None]:
-        return self._future(self._call(self._tr.commit), _waited)
+        return _FdbFuture(self._fdb, self._tr.commit(), _waited, self._hint)
 
     def on_error(self, error: EngineError) -> Future[kv.Transaction]:
-        error_ = self._fdb.FDBError(error.code)
-        return self._future(self._call(lambda: self._tr.on_error(error_)), self._reset)
+        future = self._tr.on_error(self._fdb.FDBError(error.code))
+        return _FdbFuture(self._fdb, future, self._reset, self._hint)
 
     def _reset(self, future: Any) -> FdbTransaction:
         """The next attempt, once ``on_error``'s future is ready (its error, if any, is

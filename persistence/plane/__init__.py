@@ -24,7 +24,7 @@ from persistence.plane.config import (
     VerifyMode,
 )
 from persistence.plane.core import SegmentSource
-from persistence.plane.facade import AsyncPlane, Operations, Plane
+from persistence.plane.facade import OPERATIONS, AsyncPlane, Operations, Plane
 from persistence.plane.inbox import default_normalizer
 from persistence.plane.journal import Batch, WorldAppend
 from persistence.protocols.compaction import InboxCompaction
@@ -42,6 +42,7 @@ __all__ = [
     "MAX_INLINE_BYTES",
     "MAX_SETTING",
     "MAX_WAIT_SECONDS",
+    "OPERATIONS",
     "OWN_KEY_BYTES",
     "OWN_KEY_ENVELOPE_BYTES",
     "AsyncPlane",

@@ -25,7 +25,7 @@ from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
 from persistence.plane.config import PlaneConfig
-from persistence.protocols import budget, worlds
+from persistence.protocols import budget, drain, worlds
 from persistence.protocols.calls import Call
 from persistence.records import Record, SegmentIndexRecord
 from persistence.sizes import MAX_ROW_LIMIT, check_bool, check_int
@@ -92,14 +92,18 @@ class Core:
         and inbox compaction."""
         self.budget = budget.budget(engine)
         """Bytes one transaction of this plane may count (``protocols/budget.py``)."""
+        self.busy_worlds = drain.BusyWorlds()
+        """Worlds the plane's group drains found busy lately (left out of groups' first
+        attempts)."""
         drive(worlds.ensure_layout(engine, check_bool(create, "create")))
 
-    def new_call(self) -> Call:
-        """A new write call: its id is drawn here, outside the retry loop."""
+    def new_call(self, *, recorded: bool = True) -> Call:
+        """A new write call: its id is drawn here, outside the retry loop. It keeps a
+        record where the engine's commits may end unknown, unless not ``recorded``."""
         return Call.new(
             self.config.call_record_seconds,
             self.now(),
-            recorded=self.engine.commit_may_be_unknown,
+            recorded=recorded and self.engine.commit_may_be_unknown,
         )
 
     def now(self) -> int:

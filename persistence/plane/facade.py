@@ -16,7 +16,7 @@ import concurrent.futures
 import functools
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, overload
 
 from persistence.errors import Validation
 from persistence.futures import drive, drive_async
@@ -61,6 +61,8 @@ class _Door:
         times and inbox compaction."""
         self.budget = operations.budget
         """Bytes one transaction of this plane may count (``protocols/budget.py``)."""
+        self.busy_worlds = operations.busy_worlds
+        """Worlds the plane's group drains found busy lately (``protocols/drain.py``)."""
 
     def new_call(self) -> Call:
         """A new write call: its id is drawn here, outside the retry loop."""
@@ -364,3 +366,8 @@ class AsyncPlane(_Door):
     schedule_timer = _Awaitable(Operations.schedule_timer)
     due_timers = _Awaitable(Operations.due_timers)
     remove_timer = _Awaitable(Operations.remove_timer)
+
+
+OPERATIONS: Final = tuple(name for name, op in vars(Plane).items() if isinstance(op, _Blocking))
+"""The names of the operations both doors expose, each a coroutine of :class:`Operations`
+(``Plane.universes`` and ``Plane.worlds``, iterators, aside)."""

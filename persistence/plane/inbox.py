@@ -3,11 +3,13 @@ journal (Protocol D, one world or several in one transaction) and inbox compacti
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Final
 
 from persistence import kv
-from persistence.errors import Validation
+from persistence.errors import Contended, Validation
 from persistence.ids import InboxSeq, UniverseId, WorldId, check_id
 from persistence.keyspace import WorldKeys
 from persistence.plane.config import OWN_KEY, OWN_KEY_BYTES, OWN_KEY_ENVELOPE_BYTES
@@ -32,6 +34,10 @@ from persistence.sizes import (
     check_sequence,
 )
 
+BUSY_ATTEMPTS: Final = 1
+"""Attempts a group drain gives a world it left out as busy, drained alone, before it
+leaves it for a later drain (each attempt met a conflict: the world's head kept moving)."""
+
 
 def default_normalizer(seq: InboxSeq, item: InboxItem) -> bytes:
     """The journal entry of a drained item: an ``ingress`` record of its sequence and bytes."""
@@ -52,11 +58,13 @@ class InboxOperations(JournalOperations):
     ) -> InboxSeq:
         """Enqueue one item (see :meth:`enqueue_batch`)."""
         encoded = encode_inbox_item(item, "item")
+        drawn = idempotency_key is None
         if idempotency_key is None:
             idempotency_key = self._own_key()
         else:
             check_bytes(idempotency_key, "idempotency_key", low=1, high=MAX_IDEMPOTENCY_KEY_BYTES)
-        return (await self._enqueue(world_keys(universe, world), [encoded], [idempotency_key]))[0]
+        keys = world_keys(universe, world)
+        return (await self._enqueue(keys, [encoded], [idempotency_key], drawn))[0]
 
     @operation("inbox.enqueue_batch")
     async def enqueue_batch(
@@ -89,7 +97,7 @@ class InboxOperations(JournalOperations):
             ]
             if len(set(idem)) != len(idem):
                 raise Validation("idempotency_keys", "duplicate key within one batch")
-        return await self._enqueue(keys, encoded, idem)
+        return await self._enqueue(keys, encoded, idem, idempotency_keys is None)
 
     def _own_key(self) -> bytes | None:
         """The idempotency key of an item enqueued without one: random where a commit's
@@ -99,11 +107,12 @@ class InboxOperations(JournalOperations):
         return os.urandom(OWN_KEY_BYTES) if self.engine.commit_may_be_unknown else None
 
     async def _enqueue(
-        self, keys: WorldKeys, encoded: list[bytes], idem: list[bytes | None]
+        self, keys: WorldKeys, encoded: list[bytes], idem: list[bytes | None], drawn: bool
     ) -> list[InboxSeq]:
         """Protocol C for checked items (their stored bytes) and distinct idempotency keys
-        (``None``: no idempotency entry). Limits are checked as FoundationDB stores the
-        items: a keyless one counts the key it gets there (in its envelope and as an
+        (``None``: no idempotency entry; ``drawn``: the keys are the plane's own). Limits
+        are checked as FoundationDB stores the items: a keyless one counts the key it gets
+        there (in its envelope and as an
         idempotency entry), so that what one engine accepts every engine accepts."""
         envelopes = [envelope_bytes(i, k) for i, k in zip(encoded, idem, strict=True)]
         if sum(len(item) for item in encoded) > self.config.max_batch_bytes:
@@ -130,7 +139,10 @@ class InboxOperations(JournalOperations):
                 "items",
                 f"enqueueing {len(envelopes):,} items",
             )
-        pending = await inbox.enqueue(self.engine, keys, list(zip(idem, envelopes, strict=True)))
+        call = self.new_call(recorded=False)  # counts its attempts: own keys are read on retries
+        own = frozenset(range(len(idem))) if drawn else frozenset()
+        envelopes_ = list(zip(idem, envelopes, strict=True))
+        pending = await inbox.enqueue(self.engine, keys, envelopes_, call, own)
         self.hooks.reached("inbox.after_enqueue")
         return await pending.seqs(len(envelopes))
 
@@ -213,7 +225,11 @@ class InboxOperations(JournalOperations):
         ``len(worlds) * max_bytes`` must be within ``max_batch_entries`` and
         ``max_batch_bytes``. A missing world is ``WorldNotFound``, a normalizer that fails
         ``Validation`` naming it: nothing is written. Returns each world's result, in the
-        order given; a retry after an applied ``commit_unknown_result`` returns its own."""
+        order given; a retry after an applied ``commit_unknown_result`` returns its own.
+
+        One busy world does not stall the group: a world whose cursor or head moved under a
+        failed attempt is left out of the retries (``protocols/drain.py``), and drained alone
+        once the group has committed; its result says so (``contended``)."""
         keys = universe_keys(universe)
         check_sequence(worlds, "worlds", 1, drain.MAX_DRAIN_WORLDS)
         parts: list[WorldKeys] = []
@@ -237,11 +253,41 @@ class InboxOperations(JournalOperations):
                 )
         _check_normalizer(normalize)
         limits = drain.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
+        memo = drain.GroupMemo(busy=self.busy_worlds.among(parts))
         results = await drain.drain_worlds(
-            self.engine, keys, parts, limits, normalize, self.new_call()
+            self.engine, keys, parts, limits, normalize, self.new_call(), memo
         )
+        out = {}
+        for part, result in zip(parts, results, strict=True):
+            if result.contended:
+                result = await self._drain_busy(part, limits, normalize, result)
+            out[part.world] = result
         self.hooks.reached("inbox.after_drain")
-        return {part.world: result for part, result in zip(parts, results, strict=True)}
+        return out
+
+    async def _drain_busy(
+        self,
+        keys: WorldKeys,
+        limits: drain.DrainLimits,
+        normalize: Normalizer,
+        left_out: DrainResult,
+    ) -> DrainResult:
+        """Drain alone a world a group drain left out as busy (``left_out`` is its result
+        there), giving up after :data:`BUSY_ATTEMPTS` attempts that met a conflict: then
+        ``left_out`` stands, nothing drained, for a later drain. The world stays busy
+        (``BusyWorlds``) unless this drain commits at its first attempt."""
+        call = self.new_call()
+
+        def attempt(tr: kv.Transaction) -> Coroutine[Any, Any, DrainResult]:
+            return drain.drain(tr, keys, limits, normalize, call)
+
+        try:
+            done = await kv.transact(self.engine, attempt, conflicts=BUSY_ATTEMPTS)
+        except Contended:
+            self.busy_worlds.note(keys, True)
+            return left_out
+        self.busy_worlds.note(keys, call.attempts > 1)
+        return dataclasses.replace(done, contended=True)
 
     @operation("inbox.compact")
     async def compact_inbox(

@@ -15,7 +15,7 @@ from persistence import kv, txsize
 from persistence.errors import Validation
 from persistence.ids import InboxSeq
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
-from persistence.protocols.calls import CALL_ID_BYTES, SWEEP, CallScope
+from persistence.protocols.calls import CALL_ID_BYTES, CallScope
 from persistence.protocols.journal import Creation
 from persistence.protocols.log import Sequencing
 from persistence.records import UniverseInfo
@@ -68,10 +68,13 @@ def entries_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:
 
 def call_cost(keys: CallScope, record_bytes: int = CALL_RECORD_BYTES) -> int:
     """A call record of at most ``record_bytes``: the retry's lookup, the record, and the
-    sweep's clears."""
+    range clear of the expired records."""
     key = len(keys.call(b"\x00" * CALL_ID_BYTES))
+    horizon = len(keys.call(b"\x00" * 8))
     return (
-        txsize.get_cost(key) + txsize.set_cost(key, record_bytes) + SWEEP * txsize.clear_cost(key)
+        txsize.get_cost(key)
+        + txsize.set_cost(key, record_bytes)
+        + txsize.clear_range_cost(len(keys.calls()[0]), horizon)
     )
 
 

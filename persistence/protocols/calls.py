@@ -6,16 +6,18 @@ looked up on retry. Every write protocol of the plane takes a :class:`Call` -- a
 once per plane call, outside the retry loop -- and in the same transaction as its writes
 stores what it did under ``calls/<id>`` of its scope (the world; the universe for effects).
 The retry finds that record and returns its outcome, whatever happened in between; the first
-attempt skips the lookup, since its id is new. An engine whose commits never end that way
-(``Engine.commit_may_be_unknown`` false: SQLite) never retries an applied commit, so its
-calls keep no record.
+attempt skips the lookup, since its id is new. A retry issues its lookup with its
+protocol's first reads (:func:`begin`), so it costs no round trip of its own. An engine
+whose commits never end that way (``Engine.commit_may_be_unknown`` false: SQLite) never
+retries an applied commit, so its calls keep no record.
 
 Ids begin with the call's wall-clock start (big-endian nanoseconds), so a scope's records
-sort oldest first. Every record written also removes up to two records of its scope that are
-older than the call's window (:data:`DEFAULT_WINDOW_SECONDS`), so a scope holds about its
-write rate times the window. The window must outlast every call's retries: the FDB engine's
-timeout bounds them (10 s by default) and :func:`persistence.kv.run` gives up after
-``Engine.max_retry_seconds`` (60 s); clocks of the hosts must agree to well within the window.
+sort oldest first. Every record written also clears the records of its scope older than the
+call's window (:data:`DEFAULT_WINDOW_SECONDS`) -- one blind range clear up to the window's
+start, no read -- so a scope holds its write rate times the window. The window must
+outlast every call's retries: the FDB engine's timeout bounds them (10 s by default) and
+:func:`persistence.kv.run` gives up after ``Engine.max_retry_seconds`` (60 s); clocks of the
+hosts must agree to well within the window.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from persistence import fdbtuple, kv
-from persistence.errors import CorruptRecord, Validation
+from persistence import kv
+from persistence.errors import Validation
+from persistence.futures import Future
 from persistence.records import CallRecord, decode_record
 
 DEFAULT_WINDOW_SECONDS: Final = 600.0
@@ -38,9 +41,6 @@ CALL_ID_BYTES: Final = 16
 """A call id: 8 bytes of start time, 8 random bytes."""
 
 _UNDRAWN: Final = bytes(CALL_ID_BYTES - 8)
-
-SWEEP: Final = 2
-"""Expired records removed per record written (more than one, so a backlog shrinks)."""
 
 
 class CallScope(Protocol):
@@ -93,13 +93,39 @@ REPLAYS: Final[Counter[str]] = Counter()
 committed (an applied ``commit_unknown_result``) -- by call kind."""
 
 
-async def replayed(tr: kv.Transaction, scope: CallScope, call: Call) -> CallRecord | None:
-    """Start an attempt of ``call``: the record of an earlier attempt that committed, if
-    any (read with a conflict on the record key, which only this call writes)."""
+@dataclass(slots=True)
+class Opening:
+    """An attempt of a call as it started: the read it issued for its record (a retry's),
+    in flight with the protocol's first reads."""
+
+    tr: kv.Transaction
+    scope: CallScope
+    call: Call
+    done: Future[bytes | None] | None
+
+
+def next_attempt(call: Call) -> bool:
+    """Count an attempt of ``call``; whether it is the first (no earlier attempt of it can
+    have committed)."""
     call.attempts += 1
-    if call.attempts == 1 or not call.recorded:
+    return call.attempts == 1
+
+
+def begin(tr: kv.Transaction, scope: CallScope, call: Call) -> Opening:
+    """Start an attempt of ``call``: issue, without waiting, the read of the record an
+    earlier attempt that committed wrote (a retry; read with a conflict on the record key,
+    which only this call writes). The first attempt reads no record: its id is new. A call
+    that keeps no record reads nothing."""
+    first = next_attempt(call)
+    done = None if first or not call.recorded else tr.get(scope.call(call.id))
+    return Opening(tr, scope, call, done)
+
+
+async def replayed(opening: Opening) -> CallRecord | None:
+    """The record of an earlier attempt of the call that committed, if any."""
+    if opening.done is None:
         return None
-    raw = await tr.get(scope.call(call.id))
+    raw = await opening.done
     if raw is None:
         return None
     done = decode_record(CallRecord, raw, "call record")
@@ -107,27 +133,16 @@ async def replayed(tr: kv.Transaction, scope: CallScope, call: Call) -> CallReco
     return done
 
 
-async def record(tr: kv.Transaction, scope: CallScope, call: Call, op: str, **outcome: Any) -> None:
-    """Store ``CallRecord(op, **outcome)`` as what ``call`` did (in the transaction that
-    does it), and remove up to :data:`SWEEP` records of the scope older than the call's
-    window. A call that keeps no record writes (and builds) nothing."""
+async def record(opening: Opening, op: str, **outcome: Any) -> None:
+    """Store ``CallRecord(op, **outcome)`` as what the call did (in the transaction that
+    does it), and clear the records of its scope older than the call's window: a blind
+    range clear up to the first id of the window (ids begin with their call's start), so
+    nothing is read. A call that keeps no record writes (and builds) nothing."""
+    call = opening.call
     if not call.recorded:
         return
+    tr, scope = opening.tr, opening.scope
     horizon = call.started_ns - call.window_ns
     if horizon > 0:
-        begin, _ = scope.calls()
-        expired = scope.call(horizon.to_bytes(8, "big"))  # sorts before every id from horizon
-        for key, _ in await tr.get_range(begin, expired, limit=SWEEP, snapshot=True):
-            if _started_ns(key, len(begin) - 1) < horizon:
-                tr.clear(key)
+        tr.clear_range(scope.calls()[0], scope.call(horizon.to_bytes(8, "big")))
     tr.set(scope.call(call.id), CallRecord(op, **outcome).to_cbor())
-
-
-def _started_ns(key: bytes, prefix_len: int) -> int:
-    try:
-        items = fdbtuple.unpack(key, prefix_len)
-    except ValueError:
-        items = ()
-    if len(items) != 1 or not isinstance(items[0], bytes) or len(items[0]) != 16:
-        raise CorruptRecord("call record key", f"{key.hex()} does not end with a call id")
-    return int.from_bytes(items[0][:8], "big")

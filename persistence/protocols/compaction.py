@@ -40,7 +40,7 @@ from persistence.ids import InboxSeq
 from persistence.keyspace import WorldKeys, seq_in_key
 from persistence.protocols import budget, calls
 from persistence.protocols.calls import Call
-from persistence.protocols.inbox import read_cursor
+from persistence.protocols.inbox import read_cursor, read_cursor_record
 from persistence.records import (
     CallRecord,
     InboxCompactionRecord,
@@ -129,14 +129,19 @@ async def compact(
     one is due, drop the marks older than the boundary, remove a page of the items at or below
     the boundary's cursor with their idempotency entries. ``WorldNotFound`` if there is no
     such world; ``Validation`` naming ``now_ns`` if the clock gives no time."""
-    done = await calls.replayed(tr, keys, call)
+    opening = calls.begin(tr, keys, call)
+    # One wave: the world's meta (it never changes: a snapshot read, so nothing aborts the
+    # compaction on it), the cursor, the marks, the call's own reads.
+    meta = tr.get(keys.meta(), snapshot=True)
+    cursor_read = tr.get(keys.inbox_cursor(), snapshot=True)
+    marks_read = tr.get_range(*keys.inbox_consumed_marks())  # compactions serialize on them
+    done = await calls.replayed(opening)
     if done is not None:
         return _recorded(done)
-    # The world's meta never changes: a snapshot read, so nothing aborts the compaction on it.
-    if await tr.get(keys.meta(), snapshot=True) is None:
+    if await meta is None:
         raise WorldNotFound(keys.universe, keys.world)
-    cursor = await read_cursor(tr, keys, snapshot=True)
-    marks = await _read_marks(tr, keys)
+    cursor = read_cursor_record(await cursor_read)
+    marks = _decode_marks(keys, await marks_read)
     # The clock is read after the cursor: that cursor was set before this time.
     now = check_int(now_ns(), "now_ns", 0, budget.LATEST_NS)
     written = 0
@@ -160,7 +165,7 @@ async def compact(
             outcome.marks_removed,
             outcome.more,
         )
-        await calls.record(tr, keys, call, OP, value=record.to_cbor())
+        await calls.record(opening, OP, value=record.to_cbor())
     return outcome
 
 
@@ -259,16 +264,19 @@ async def _remove_items(
 ) -> tuple[int, int, bool]:
     """Remove the oldest items up to ``through`` (within the limits, at least one) and the
     idempotency entries that still name them; return the items and entries removed and
-    whether items up to ``through`` remain."""
+    whether items up to ``through`` remain. A page of items is read one more than it may
+    remove (whether items remain needs no read of its own), then the idempotency entries of
+    the items it removes, in one request."""
     cost = budget.compaction_fixed_cost(keys)
     read = removed = entries = 0
     begin, end = keys.inbox_through(through)
     last: bytes | None = None
     more = False
-    while not more:
+    while True:
         page = min(READ_PAGE, limits.max_items - removed)
-        rows = await tr.get_range(begin, end, limit=page, snapshot=True)
-        for key, value in rows:
+        rows = await tr.get_range(begin, end, limit=page + 1, snapshot=True)
+        named: list[tuple[bytes, bytes]] = []  # (idempotency entry, the item's sequence)
+        for key, value in rows[:page]:
             envelope = decode_record(InboxEnvelope, value, "inbox entry")
             cost += budget.compaction_item_cost(keys, envelope.idempotency_key)
             read += len(value)
@@ -277,33 +285,35 @@ async def _remove_items(
                 break
             budget.check(cost, limits.budget, "size_limit", "removing one consumed inbox item")
             if envelope.idempotency_key is not None:
-                entries += await _clear_entry(tr, keys, envelope.idempotency_key, key)
+                seq = seq_in_key(key, keys.inbox_prefix_len(), f"inbox entry key of {keys.world}")
+                named.append((keys.inbox_idempotency(envelope.idempotency_key), seq.raw))
             removed += 1
             last = key
-        else:
-            if len(rows) < page:
-                break
-            begin = rows[-1][0] + b"\x00"
-            if removed == limits.max_items:
-                more = bool(await tr.get_range(begin, end, limit=1, snapshot=True))
-                break
+        entries += await _clear_entries(tr, named)
+        if more or len(rows) <= page:
+            break
+        if removed == limits.max_items:  # the row past the page: items remain
+            more = True
+            break
+        begin = rows[page - 1][0] + b"\x00"
     if last is not None:
         # The items below ``last`` are removed here or were earlier: one cheap range clear.
         tr.clear_range(keys.inbox_after(None)[0], last + b"\x00")
     return removed, entries, more
 
 
-async def _clear_entry(
-    tr: kv.Transaction, keys: WorldKeys, idempotency_key: bytes, item: bytes
-) -> int:
-    """Clear the idempotency entry of ``idempotency_key`` if it names the item at key
-    ``item`` (read with a conflict: see the module); 1 if cleared."""
-    entry = keys.inbox_idempotency(idempotency_key)
-    seq = seq_in_key(item, keys.inbox_prefix_len(), f"inbox entry key of world {keys.world}")
-    if await tr.get(entry) != seq.raw:
+async def _clear_entries(tr: kv.Transaction, named: list[tuple[bytes, bytes]]) -> int:
+    """Clear each idempotency entry of ``named`` that still names its item's sequence (read
+    with a conflict, all at once: see the module); how many were cleared."""
+    if not named:
         return 0
-    tr.clear(entry)
-    return 1
+    current = await tr.get_many([entry for entry, _ in named])
+    cleared = 0
+    for (entry, seq), value in zip(named, current, strict=True):
+        if value == seq:
+            tr.clear(entry)
+            cleared += 1
+    return cleared
 
 
 def _recorded(done: CallRecord) -> InboxCompaction:

@@ -5,19 +5,21 @@ empty (the mark's rules: :mod:`persistence.protocols.inbox`)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from persistence import cbor, kv
 from persistence.errors import CorruptRecord, PersistError, Validation
-from persistence.ids import InboxSeq
+from persistence.futures import Future
+from persistence.ids import InboxSeq, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.protocols import budget, calls
 from persistence.protocols.calls import Call
-from persistence.protocols.inbox import read_cursor, seq_of
-from persistence.protocols.journal import append_at, read_head
-from persistence.records import CallRecord, InboxCursor, InboxItem, envelope_item
+from persistence.protocols.inbox import read_cursor_record, seq_of
+from persistence.protocols.journal import append_at, decode_head
+from persistence.records import CallRecord, InboxCursor, InboxItem, JournalHead, envelope_item
 
 Normalizer = Callable[[InboxSeq, InboxItem], bytes]
 """Turns one drained inbox item into its canonical journal entry. Must be deterministic:
@@ -30,17 +32,23 @@ class DrainResult:
     cursor after it (``None`` if the inbox was never drained and is empty), and whether
     items followed that cursor when the drain read the inbox (``more``: drain again; items
     enqueued since are not seen; ``None`` if not known, from a call record written before
-    drains recorded it)."""
+    drains recorded it). ``contended``: in a group drain, the world's head or cursor kept
+    moving under the group's transaction, so the group committed without it (and the plane
+    then drained it alone)."""
 
     first_height: int
     count: int
     cursor: InboxSeq | None
     more: bool | None = None
+    contended: bool = False
 
 
-DRAIN_PAGE: Final = 64
-"""Items read per range read of a drain, so a drain reads about ``max_bytes``, not
-``max_items`` whole items."""
+FIRST_PAGE: Final = 128
+"""Items a drain's first range read asks for at most (it asks for one more than it may
+take, so that it learns whether items remain without another read); the next reads, if
+any, are sized by the bytes read so far."""
+MAX_PAGE: Final = 1_024
+"""The most items one range read of a drain asks for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +61,78 @@ class DrainLimits:
     max_bytes: int
     max_entry_bytes: int
     budget: int
+
+
+@dataclass(slots=True)
+class _World:
+    """One world's drain in a transaction, as its reads come in: the first wave (cursor,
+    head and ready mark, snapshot reads, issued together), then the items after the cursor
+    (one read, a few more for a drain of many bytes)."""
+
+    keys: WorldKeys
+    cursor_read: Future[bytes | None]
+    head_read: Future[bytes | None]
+    ready_read: Future[bytes | None]
+    cursor_raw: bytes | None = None
+    head_raw: bytes | None = None
+    taken: list[tuple[InboxSeq, InboxItem]] = field(default_factory=list)
+    size: int = 0
+    rows: Future[list[tuple[bytes, bytes]]] | None = None
+    asked: int = 0
+    begin: bytes = b""
+    end: bytes = b""
+    done: bool = False
+    more: bool = False
+
+    @classmethod
+    def start(cls, tr: kv.Transaction, keys: WorldKeys) -> _World:
+        """Issue the world's first wave."""
+        return cls(
+            keys,
+            tr.get(keys.inbox_cursor(), snapshot=True),
+            tr.get(keys.head(), snapshot=True),
+            tr.get(keys.ready(), snapshot=True),
+        )
+
+    async def read_positions(self) -> tuple[InboxCursor | None, JournalHead]:
+        """The cursor and head the first wave read (``WorldNotFound`` without a head)."""
+        self.cursor_raw = await self.cursor_read
+        self.head_raw = await self.head_read
+        return read_cursor_record(self.cursor_raw), decode_head(self.keys, self.head_raw)
+
+    def read_items(self, tr: kv.Transaction, after: InboxSeq | None, limits: DrainLimits) -> None:
+        """Issue the first read of the items after ``after``: one more than the drain may
+        take (up to :data:`FIRST_PAGE`)."""
+        self.begin, self.end = self.keys.inbox_after(after)
+        self.asked = min(limits.max_items + 1, FIRST_PAGE)
+        self.rows = tr.get_range(self.begin, self.end, limit=self.asked, snapshot=True)
+
+    async def take(self, tr: kv.Transaction, limits: DrainLimits) -> None:
+        """Take the items read, within the item and byte limits, reading on while the limits
+        allow; ``more``: an item follows the last one taken."""
+        while self.rows is not None:
+            rows = await self.rows
+            self.rows = None
+            for key, value in rows:
+                full = len(self.taken) >= limits.max_items
+                if full or (self.taken and self.size + len(value) > limits.max_bytes):
+                    self.more = True
+                    return
+                self.size += len(value)
+                self.taken.append((seq_of(key, self.keys), envelope_item(value, "inbox entry")))
+            if len(rows) < self.asked:
+                return  # every item after the cursor was read
+            if self.size >= limits.max_bytes:  # is there another? one row tells
+                self.more = bool(rows) and await self._another(tr, rows[-1][0])
+                return
+            self.begin = rows[-1][0] + b"\x00"
+            per_item = max(1, self.size // max(1, len(self.taken)))
+            left = min(limits.max_items - len(self.taken) + 1, MAX_PAGE)
+            self.asked = max(1, min(left, (limits.max_bytes - self.size) // per_item + 1))
+            self.rows = tr.get_range(self.begin, self.end, limit=self.asked, snapshot=True)
+
+    async def _another(self, tr: kv.Transaction, last: bytes) -> bool:
+        return bool(await tr.get_range(last + b"\x00", self.end, limit=1, snapshot=True))
 
 
 @kv.transactional
@@ -70,6 +150,9 @@ async def drain(
     drained; an entry that alone does not fit, or is longer than ``max_entry_bytes``, is
     ``Validation`` naming the normalizer (nothing is written).
 
+    Two waves of reads: the cursor, head and ready mark with the call's own; then the items
+    after the cursor, one more than it may take (so it knows whether items remain).
+
     Conflicts are the ones the protocol needs: a drain that takes items reads the cursor and
     the head with a conflict (another drain, a cursor commit or an append aborts it), the
     items at snapshot isolation -- they are immutable, and every item committed after this
@@ -77,18 +160,23 @@ async def drain(
     that leaves the inbox empty clears the ready mark with ``compare_and_clear``, which
     reads nothing). A drain that takes nothing has no conflict at all. A retry whose
     earlier attempt committed returns that attempt's result (its call record)."""
-    done = await calls.replayed(tr, keys, call)
+    opening = calls.begin(tr, keys, call)
+    world = _World.start(tr, keys)
+    done = await calls.replayed(opening)
     if done is not None:
         more = None if done.value is None else cbor.decode_stored(done.value, "drain record")
         if more is not None and not isinstance(more, bool):
             raise CorruptRecord("call record", "a drain record's value is not a boolean")
         return DrainResult(_required(done.first_height), _required(done.count), done.seq, more)
-    result, _, wrote = await _drain_world(tr, keys, limits, normalize, budget.call_cost(keys), True)
+    cursor, head = await world.read_positions()
+    world.read_items(tr, None if cursor is None else cursor.seq, limits)
+    await world.take(tr, limits)
+    result, _, wrote = await _drain_world(
+        tr, world, cursor, head, limits, normalize, budget.call_cost(keys), True
+    )
     if wrote:
         await calls.record(
-            tr,
-            keys,
-            call,
+            opening,
             "drain",
             first_height=result.first_height,
             count=result.count,
@@ -104,6 +192,43 @@ GROUP_OP: Final = "drain group"
 """The call record's ``op`` of a multi-world drain."""
 
 
+@dataclass(slots=True)
+class GroupMemo:
+    """What the attempts of one multi-world drain call remember: the cursor and head each
+    world that drained items in the last attempt read (its read conflicts), and the worlds
+    found busy -- whose cursor or head had moved when the next attempt read them."""
+
+    seen: dict[WorldId, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
+    busy: set[WorldId] = field(default_factory=set)
+
+
+class BusyWorlds:
+    """The worlds multi-world drains found busy lately, for the drains that follow (a
+    plane's, across its calls and threads): such a world is left out of a group's first
+    attempt -- which its moving head would fail, making the group run twice -- and drained
+    alone. It is forgotten once a drain of it commits at its first attempt, and the oldest
+    is forgotten beyond ``capacity`` worlds."""
+
+    def __init__(self, capacity: int = 1_024) -> None:
+        self._capacity = capacity
+        self._worlds: dict[WorldKeys, None] = {}
+        self._lock = threading.Lock()
+
+    def among(self, worlds: Sequence[WorldKeys]) -> set[WorldId]:
+        """Which of ``worlds`` are busy."""
+        with self._lock:
+            return {keys.world for keys in worlds if keys in self._worlds}
+
+    def note(self, keys: WorldKeys, busy: bool) -> None:
+        """Remember ``keys``'s world as busy, or forget it."""
+        with self._lock:
+            self._worlds.pop(keys, None)
+            if busy:
+                self._worlds[keys] = None
+                if len(self._worlds) > self._capacity:
+                    del self._worlds[next(iter(self._worlds))]
+
+
 @kv.transactional
 async def drain_worlds(
     tr: kv.Transaction,
@@ -112,6 +237,7 @@ async def drain_worlds(
     limits: DrainLimits,
     normalize: Normalizer,
     call: Call,
+    memo: GroupMemo | None = None,
 ) -> list[DrainResult]:
     """Protocol D for each of ``worlds`` (distinct worlds of ``universe``), in order, in one
     transaction: one durable commit for all. Each world's drain is :func:`drain`'s, with
@@ -120,44 +246,76 @@ async def drain_worlds(
     it in the transaction drained an item is ``Validation`` naming the normalizer). A
     missing world is ``WorldNotFound``; nothing is written. The call record is kept in the
     universe's scope: a retry whose earlier attempt committed returns that attempt's results,
-    whatever committed in between."""
-    done = await calls.replayed(tr, universe, call)
+    whatever committed in between. Every world's reads go out together: two waves for the
+    group, as for one world.
+
+    One busy world must not stall the group: with ``memo`` (the same for every attempt of
+    the call), every attempt leaves out the worlds of ``memo.busy`` (the caller may start it
+    with the worlds it knows are busy: :class:`BusyWorlds`), and an attempt after one that
+    failed also leaves out each world whose cursor or head moved since the failed attempt
+    read them -- a world it drained items of, so one whose read conflict may have failed
+    it; a world left out has the result ``contended`` (nothing drained; ``more``), for the
+    caller to drain it alone."""
+    opening = calls.begin(tr, universe, call)
+    started = [_World.start(tr, keys) for keys in worlds]
+    done = await calls.replayed(opening)
     if done is not None:
         return _recorded_group(done, len(worlds))
+    positions = [await world.read_positions() for world in started]
+    if memo is not None and call.attempts > 1:
+        for world in started:
+            seen = memo.seen.get(world.keys.world)
+            if seen is not None and seen != (world.cursor_raw, world.head_raw):
+                memo.busy.add(world.keys.world)
+    for world, (cursor, _) in zip(started, positions, strict=True):
+        if memo is None or world.keys.world not in memo.busy:
+            world.read_items(tr, None if cursor is None else cursor.seq, limits)
     counted = budget.drain_group_cost(universe, len(worlds))
     results: list[DrainResult] = []
     wrote = False
-    for keys in worlds:
+    if memo is not None:
+        memo.seen.clear()
+    for world, (cursor, head) in zip(started, positions, strict=True):
+        if world.rows is None:  # left out: busy
+            after = None if cursor is None else cursor.seq
+            results.append(DrainResult(head.height + 1, 0, after, True, contended=True))
+            continue
+        await world.take(tr, limits)
         alone = not any(result.count for result in results)
-        result, counted, changed = await _drain_world(tr, keys, limits, normalize, counted, alone)
+        result, counted, changed = await _drain_world(
+            tr, world, cursor, head, limits, normalize, counted, alone
+        )
         results.append(result)
         wrote |= changed
+        if memo is not None and result.count:
+            memo.seen[world.keys.world] = (world.cursor_raw, world.head_raw)
     if wrote:
-        value = cbor.encode([[r.first_height, r.count, _raw(r.cursor), r.more] for r in results])
-        await calls.record(tr, universe, call, GROUP_OP, count=len(worlds), value=value)
+        value = cbor.encode([_row(r) for r in results])
+        await calls.record(opening, GROUP_OP, count=len(worlds), value=value)
     return results
 
 
 async def _drain_world(
     tr: kv.Transaction,
-    keys: WorldKeys,
+    world: _World,
+    cursor: InboxCursor | None,
+    head: JournalHead,
     limits: DrainLimits,
     normalize: Normalizer,
     counted: int,
     alone: bool,
 ) -> tuple[DrainResult, int, bool]:
-    """One world's drain inside ``tr``, after ``counted`` bytes of the budget: its result,
-    the bytes counted with it, and whether it wrote. It clears the ready mark when no item
-    follows; with ``alone`` (no item drained before it in ``tr``) an entry that does not
-    fit is ``Validation``, else the world drains fewer items."""
-    # Cursor and head are read at snapshot isolation and get their conflicts only if the
+    """One world's drain inside ``tr`` once its items are taken, after ``counted`` bytes of
+    the budget: its result, the bytes counted with it, and whether it wrote. It clears the
+    ready mark when no item follows; with ``alone`` (no item drained before it in ``tr``)
+    an entry that does not fit is ``Validation``, else the world drains fewer items."""
+    # Cursor and head were read at snapshot isolation and get their conflicts only if the
     # world drains items: a world that drains nothing writes neither (an append or another
     # drain of it then aborts nothing, in a multi-world drain especially).
-    cursor = await read_cursor(tr, keys, snapshot=True)
-    head = await read_head(tr, keys, snapshot=True)
+    keys = world.keys
     after = None if cursor is None else cursor.seq
     first = head.height + 1
-    taken, exhausted = await _take(tr, keys, after, limits)
+    taken = world.taken
     entries, counted = _normalized(keys, first, taken, normalize, limits, counted, alone)
     if entries:
         tr.add_read_conflict_key(keys.inbox_cursor())
@@ -165,49 +323,18 @@ async def _drain_world(
         after = taken[len(entries) - 1][0]
         append_at(tr, keys, head, entries)
         tr.set(keys.inbox_cursor(), InboxCursor(after).to_cbor())
-    if len(entries) < len(taken):
-        more = True
-    elif exhausted:
-        more = False
-    else:  # stopped at a limit: is there a next item? (a snapshot read: no conflict)
-        more = bool(await tr.get_range(*keys.inbox_after(after), limit=1, snapshot=True))
-    cleared = not more and await _clear_ready(tr, keys)
+    more = len(entries) < len(taken) or world.more
+    cleared = False
+    if not more:
+        # No item follows: clear the ready mark unless an enqueue rewrites it before the
+        # commit. Every enqueue writes its own versionstamp there, so compare_and_clear
+        # with the value read keeps the mark of any enqueue committed after this
+        # transaction's read version -- without a conflict.
+        seen = await world.ready_read
+        if seen is not None:
+            tr.compare_and_clear(keys.ready(), seen)
+            cleared = True
     return DrainResult(first, len(entries), after, more), counted, bool(entries) or cleared
-
-
-async def _clear_ready(tr: kv.Transaction, keys: WorldKeys) -> bool:
-    """Clear the ready mark of a world whose inbox this drain leaves empty, if no enqueue
-    rewrites it before the commit; whether there was one. Every enqueue writes its own
-    versionstamp there, so ``compare_and_clear`` with the value read keeps the mark of any
-    enqueue committed after this transaction's read version -- without a conflict."""
-    mark = keys.ready()
-    seen = await tr.get(mark, snapshot=True)
-    if seen is None:
-        return False
-    tr.compare_and_clear(mark, seen)
-    return True
-
-
-async def _take(
-    tr: kv.Transaction, keys: WorldKeys, after: InboxSeq | None, limits: DrainLimits
-) -> tuple[list[tuple[InboxSeq, InboxItem]], bool]:
-    """The items after ``after`` within the item and byte limits (snapshot reads), and
-    whether they are every item after it."""
-    taken: list[tuple[InboxSeq, InboxItem]] = []
-    size = 0
-    begin, end = keys.inbox_after(after)
-    while len(taken) < limits.max_items and size < limits.max_bytes:
-        page = min(DRAIN_PAGE, limits.max_items - len(taken))
-        rows = await tr.get_range(begin, end, limit=page, snapshot=True)
-        for key, value in rows:
-            if taken and size + len(value) > limits.max_bytes:
-                return taken, False
-            size += len(value)
-            taken.append((seq_of(key, keys), envelope_item(value, "inbox entry")))
-        if len(rows) < page:
-            return taken, True
-        begin = rows[-1][0] + b"\x00"
-    return taken, False
 
 
 def _normalized(
@@ -251,8 +378,11 @@ def _normalized(
     return entries, cost
 
 
-def _raw(seq: InboxSeq | None) -> bytes | None:
-    return None if seq is None else seq.raw
+def _row(result: DrainResult) -> list[object]:
+    """A result as the group's call record keeps it."""
+    raw = None if result.cursor is None else result.cursor.raw
+    row: list[object] = [result.first_height, result.count, raw, result.more]
+    return [*row, True] if result.contended else row
 
 
 def _recorded_group(done: CallRecord, worlds: int) -> list[DrainResult]:
@@ -264,19 +394,20 @@ def _recorded_group(done: CallRecord, worlds: int) -> list[DrainResult]:
     for row in rows:
         if (
             not isinstance(row, list)
-            or len(row) != 4
+            or len(row) not in (4, 5)
             or not all(type(n) is int and n >= 0 for n in row[:2])
             or not (row[2] is None or isinstance(row[2], bytes))
             or not isinstance(row[3], bool)
+            or row[4:] not in ([], [True])
         ):
             raise CorruptRecord(
-                "call record", "a drain group result is not [height, count, seq, more]"
+                "call record", "a drain group result is not [height, count, seq, more(, busy)]"
             )
         try:
             cursor = None if row[2] is None else InboxSeq(row[2])
         except Validation as exc:
             raise CorruptRecord("call record", f"a drain group cursor: {exc}") from None
-        results.append(DrainResult(row[0], row[1], cursor, row[3]))
+        results.append(DrainResult(row[0], row[1], cursor, row[3], contended=len(row) == 5))
     return results
 
 

@@ -95,12 +95,15 @@ async def claim(
     the claim); the conflict that matters -- two claims, or a claim and a completion, of
     one effect -- is on the effect's intent index entry, which both read and write. A retry
     whose earlier attempt committed returns the item it claimed (its call record)."""
-    done = await calls.replayed(tr, keys, call)
+    opening = calls.begin(tr, keys, call)
+    pending_read = tr.get(keys.effect(PENDING, seq), snapshot=True)
+    inflight_read = tr.get(keys.effect(INFLIGHT, seq), snapshot=True)
+    done = await calls.replayed(opening)
     if done is not None and done.value is not None:
         return decode_record(EffectInFlightItem, done.value, "claimed effect")
-    raw = await tr.get(keys.effect(PENDING, seq), snapshot=True)
+    raw = await pending_read
     if raw is None:
-        current = await tr.get(keys.effect(INFLIGHT, seq), snapshot=True)
+        current = await inflight_read
         if current is not None:
             item = decode_record(EffectInFlightItem, current, "in-flight effect")
             if item.claimed_by == worker:
@@ -122,7 +125,7 @@ async def claim(
     tr.set(intent_key, index)  # the claim's write conflict: a second claim of it aborts
     tr.clear(keys.effect(PENDING, seq))
     tr.set(keys.effect(INFLIGHT, seq), inflight.to_cbor())
-    await calls.record(tr, keys, call, "claim_effect", value=inflight.to_cbor())
+    await calls.record(opening, "claim_effect", value=inflight.to_cbor())
     return inflight
 
 

@@ -26,7 +26,10 @@ class ExportPlan:
 
 
 async def _marker(tr: kv.Transaction, keys: WorldKeys) -> ExportMarker | None:
-    raw = await tr.get(keys.export_marker())
+    return _decode_marker(await tr.get(keys.export_marker()))
+
+
+def _decode_marker(raw: bytes | None) -> ExportMarker | None:
     return None if raw is None else decode_record(ExportMarker, raw, "export marker")
 
 
@@ -83,9 +86,11 @@ async def transition(
     done again from the older marker."""
     if clear is not None:
         tr.relax_durability()
-    if await calls.replayed(tr, keys, call) is not None:
+    opening = calls.begin(tr, keys, call)
+    marker = tr.get(keys.export_marker())
+    if await calls.replayed(opening) is not None:
         return
-    current = await _marker(tr, keys)
+    current = _decode_marker(await marker)
     if current == new:
         return
     if current != expected:
@@ -105,7 +110,7 @@ async def transition(
         tr.clear(keys.export_marker())
     else:
         tr.set(keys.export_marker(), new.to_cbor())
-    await calls.record(tr, keys, call, "export")
+    await calls.record(opening, "export")
 
 
 @kv.transactional

@@ -71,24 +71,39 @@ async def enqueue(
     tr: kv.Transaction,
     keys: WorldKeys,
     envelopes: Sequence[tuple[bytes | None, bytes]],
+    call: Call | None = None,
+    drawn: frozenset[int] = frozenset(),
 ) -> PendingEnqueue:
     """Protocol C for a batch of ``(idempotency key or None, stored InboxEnvelope)``:
     versionstamped item keys (user version = position), an idempotency index entry per item
     that carries a key, one atomic add to the notify counter and the world's ready mark (a
-    blind versionstamped write, see the module)."""
+    blind versionstamped write, see the module). ``drawn``: the positions whose key this
+    call drew at random -- no one else knows it, so the first attempt does not read its
+    entry (a retry does: an earlier attempt may have committed). One wave of reads: the
+    world's meta and the idempotency entries. Without ``call`` every attempt reads every
+    entry."""
+    first = call is not None and calls.next_attempt(call)
     # The world must exist. Its meta never changes, so a snapshot read suffices -- and
     # unlike the head (rewritten by every drain) it cannot make enqueues conflict with drains.
-    if await tr.get(keys.meta(), snapshot=True) is None:
+    meta = tr.get(keys.meta(), snapshot=True)
+    looked = [
+        index
+        for index, (key, _) in enumerate(envelopes)
+        if key is not None and not (first and index in drawn)
+    ]
+    read = tr.get_many([keys.inbox_idempotency(envelopes[i][0] or b"") for i in looked])
+    if await meta is None:
         raise WorldNotFound(keys.universe, keys.world)
+    existing = dict(zip(looked, await read, strict=True))
     known: dict[int, InboxSeq] = {}
     new: dict[int, int] = {}
     for index, (idempotency_key, envelope) in enumerate(envelopes):
         idem_key = None
         if idempotency_key is not None:
             idem_key = keys.inbox_idempotency(idempotency_key)
-            existing = await tr.get(idem_key)
-            if existing is not None:
-                known[index] = InboxSeq(existing)
+            stored = existing.get(index)
+            if stored is not None:
+                known[index] = InboxSeq(stored)
                 continue
         tr.set_versionstamped_key(keys.inbox_item_with_versionstamp(index), envelope)
         if idem_key is not None:
@@ -165,7 +180,11 @@ async def read_cursor(
 ) -> InboxCursor | None:
     """The cursor record (``None`` before the first drain); ``snapshot`` reads it without a
     conflict (the inbox compactor, which must not abort drains)."""
-    raw = await tr.get(keys.inbox_cursor(), snapshot=snapshot)
+    return read_cursor_record(await tr.get(keys.inbox_cursor(), snapshot=snapshot))
+
+
+def read_cursor_record(raw: bytes | None) -> InboxCursor | None:
+    """The cursor record stored as ``raw``."""
     return None if raw is None else decode_record(InboxCursor, raw, "inbox cursor")
 
 
@@ -177,12 +196,19 @@ async def commit_cursor(
     earlier attempt committed succeeds, however far other drains moved the cursor since."""
     if old is not None and new <= old:
         raise Validation("new_cursor", f"cursor may only move forward: {new} <= {old}")
-    if await calls.replayed(tr, keys, call) is not None:
-        return
+    opening = calls.begin(tr, keys, call)
     # The world's meta never changes: a snapshot read, so appends do not abort the swap.
-    if await tr.get(keys.meta(), snapshot=True) is None:
+    # Items are immutable while above the cursor: a snapshot read, so in-flight enqueues
+    # (whose versionstamped keys could land anywhere after their read version) do not abort.
+    # One wave: meta, cursor, the item, the call's own reads.
+    meta = tr.get(keys.meta(), snapshot=True)
+    cursor = tr.get(keys.inbox_cursor())
+    item = tr.get(keys.inbox_item(new), snapshot=True)
+    if await calls.replayed(opening) is not None:
+        return
+    if await meta is None:
         raise WorldNotFound(keys.universe, keys.world)
-    current = await read_cursor(tr, keys)
+    current = read_cursor_record(await cursor)
     current_seq = None if current is None else current.seq
     if current_seq == new:
         return
@@ -190,9 +216,7 @@ async def commit_cursor(
         raise CursorAdvanced(
             None if old is None else str(old), None if current_seq is None else str(current_seq)
         )
-    # Items are immutable while above the cursor: a snapshot read, so in-flight enqueues
-    # (whose versionstamped keys could land anywhere after their read version) do not abort.
-    if await tr.get(keys.inbox_item(new), snapshot=True) is None:
+    if await item is None:
         raise Validation("new_cursor", f"no inbox item has sequence {new}")
     tr.set(keys.inbox_cursor(), InboxCursor(new).to_cbor())
-    await calls.record(tr, keys, call, "commit_cursor", seq=new)
+    await calls.record(opening, "commit_cursor", seq=new)

@@ -33,10 +33,10 @@ from persistence.records import (
 async def read_head(tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = False) -> JournalHead:
     """The world's head record; ``NotFound`` if the world does not exist. A ``snapshot``
     read adds no conflict: for checks that only need a head at least this high."""
-    return _decode_head(keys, await tr.get(keys.head(), snapshot=snapshot))
+    return decode_head(keys, await tr.get(keys.head(), snapshot=snapshot))
 
 
-def _decode_head(keys: WorldKeys, raw: bytes | None) -> JournalHead:
+def decode_head(keys: WorldKeys, raw: bytes | None) -> JournalHead:
     """The head record stored as ``raw``, strictly decoded (``WorldNotFound`` if absent,
     ``CorruptRecord`` if damaged)."""
     if raw is None:
@@ -44,14 +44,13 @@ def _decode_head(keys: WorldKeys, raw: bytes | None) -> JournalHead:
     return decode_record(JournalHead, raw, f"journal head of world {keys.world}")
 
 
-async def check_head(tr: kv.Transaction, keys: WorldKeys, expected: int) -> None:
-    """Read the head (with a conflict) and raise ``HeadAdvanced`` unless it is ``expected``.
-    Compared as bytes with the encoding of ``expected``; anything else is strictly decoded,
-    so an absent head is ``WorldNotFound`` and a damaged one ``CorruptRecord``."""
-    raw = await tr.get(keys.head())
+def _check_head(keys: WorldKeys, raw: bytes | None, expected: int) -> None:
+    """``HeadAdvanced`` unless the head read as ``raw`` is ``expected``. Compared as bytes
+    with the encoding of ``expected``; anything else is strictly decoded, so an absent head
+    is ``WorldNotFound`` and a damaged one ``CorruptRecord``."""
     if raw == JOURNAL_HEAD.encode(expected):
         return
-    head = _decode_head(keys, raw)
+    head = decode_head(keys, raw)
     if head.height != expected:
         raise HeadAdvanced(expected, head.height, keys.world)
 
@@ -103,13 +102,16 @@ async def append_batch(
 ) -> int:
     """Protocol B: append at ``expected_head`` or raise ``HeadAdvanced``; return the first
     height. A retry whose earlier attempt committed returns that attempt's first height
-    (from the call record), however far the head has moved since."""
-    done = await calls.replayed(tr, keys, call)
+    (from the call record), however far the head has moved since. One wave of reads: the
+    head, and the call's own (``calls.begin``)."""
+    opening = calls.begin(tr, keys, call)
+    head = tr.get(keys.head())
+    done = await calls.replayed(opening)
     if done is not None:
         return _required(done.first_height, "append")
-    await check_head(tr, keys, expected_head)
+    _check_head(keys, await head, expected_head)
     first = _append(tr, keys, expected_head, entries)
-    await calls.record(tr, keys, call, "append", first_height=first, count=len(entries))
+    await calls.record(opening, "append", first_height=first, count=len(entries))
     return first
 
 
@@ -159,16 +161,11 @@ async def append_batches(
     order without gaps; the tracking position is checked (``TrackingConflict``) and stored.
     The call record is kept in the universe's scope: a retry whose earlier attempt
     committed returns the same outcome (heights ``expected_head + 1``, its positions)."""
-    done = await calls.replayed(tr, universe, call)
-    if done is not None:
-        if done.count != len(batches):
-            raise CorruptRecord("call record", "a group append record of another size")
-        first_position = None if done.value is None else int.from_bytes(done.value, "big")
-        return GroupAppend([batch.expected_head + 1 for batch in batches], first_position)
-    # Every key this transaction reads with a conflict, read at once: the heads; for a
-    # sequenced append the tracking record and the log head; and where it may create worlds
-    # (batches that expect head 0), their metas, the universe's info and the genesis blobs'
-    # metadata.
+    opening = calls.begin(tr, universe, call)
+    # Every key this transaction reads with a conflict, read at once, with the call's own:
+    # the heads; for a sequenced append the tracking record and the log head; and where it
+    # may create worlds (batches that expect head 0), their metas, the universe's info and
+    # the genesis blobs' metadata.
     tracked = None if sequencing is None else sequencing.tracking
     creatable: list[WorldKeys] = []
     blob_keys: list[bytes] = []
@@ -184,7 +181,14 @@ async def append_batches(
         wanted.extend(keys.meta() for keys in creatable)
         wanted.append(universe.info())
         wanted.extend(blob_keys)
-    values = iter(await tr.get_many(wanted))
+    read = tr.get_many(wanted)
+    done = await calls.replayed(opening)
+    if done is not None:
+        if done.count != len(batches):
+            raise CorruptRecord("call record", "a group append record of another size")
+        first_position = None if done.value is None else int.from_bytes(done.value, "big")
+        return GroupAppend([batch.expected_head + 1 for batch in batches], first_position)
+    values = iter(await read)
     heads = [next(values) for _ in batches]
     recorded = next(values) if tracked is not None else None
     log_head = next(values) if sequencing is not None and batches else None
@@ -198,7 +202,7 @@ async def append_batches(
             await _create(tr, keys, create, meta, shared, blob_keys)
             shared = [_WRITTEN] * len(shared)  # by this creation, for the next ones
         elif raw != JOURNAL_HEAD.encode(batch.expected_head):
-            height = _decode_head(keys, raw).height
+            height = decode_head(keys, raw).height
             if height != batch.expected_head:
                 raise HeadAdvanced(batch.expected_head, height, keys.world)
         firsts.append(_append(tr, keys, batch.expected_head, batch.entries))
@@ -213,7 +217,7 @@ async def append_batches(
             log_head,
         )
     value = None if position is None else position.to_bytes(8, "big")
-    await calls.record(tr, universe, call, "append group", count=len(batches), value=value)
+    await calls.record(opening, "append group", count=len(batches), value=value)
     return GroupAppend(firsts, position)
 
 

@@ -12,10 +12,11 @@ from persistence.errors import (
     SnapshotMismatch,
     Validation,
 )
+from persistence.futures import Future
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.protocols import calls
 from persistence.protocols.calls import Call
-from persistence.protocols.journal import append_at, read_head
+from persistence.protocols.journal import append_at, decode_head, read_head
 from persistence.records import (
     BaselineSnapshotJournalRecord,
     JournalHead,
@@ -44,7 +45,10 @@ async def read_baseline(tr: kv.Transaction, keys: WorldKeys) -> SnapshotRecord:
 
 async def read_snapshot(tr: kv.Transaction, keys: WorldKeys, height: int) -> SnapshotRecord | None:
     """The snapshot indexed at ``height``, if any."""
-    raw = await tr.get(keys.snapshot(height))
+    return _snapshot(await tr.get(keys.snapshot(height)), height)
+
+
+def _snapshot(raw: bytes | None, height: int) -> SnapshotRecord | None:
     return None if raw is None else decode_record(SnapshotRecord, raw, f"snapshot {height}")
 
 
@@ -54,35 +58,57 @@ def check_fence(record: SnapshotRecord) -> None:
         raise ReceiptHorizonFence(record.height, record.receipt_horizon_height)
 
 
-async def _plan(
+def _plan_reads(
     tr: kv.Transaction,
     keys: WorldKeys,
     record: SnapshotRecord,
     promote: bool,
     *,
     refs_in_cas: bool,
+) -> Future[list[bytes | None]]:
+    """Issue every read :func:`_planned` checks, at once: the head, the snapshot indexed at
+    ``record``'s height, (to ``promote``) the active baseline and (with ``refs_in_cas``)
+    the metadata of ``record``'s snapshot and manifest blobs."""
+    wanted = [keys.head(), keys.snapshot(record.height)]
+    if promote:
+        wanted.append(keys.baseline())
+    if refs_in_cas:
+        universe = UniverseKeys(keys.universe)
+        wanted.extend(universe.cas_meta(ref) for ref in (record.snapshot_ref, record.manifest_hash))
+    return tr.get_many(wanted)
+
+
+def _planned(
+    keys: WorldKeys,
+    record: SnapshotRecord,
+    promote: bool,
+    values: list[bytes | None],
+    *,
+    refs_in_cas: bool,
 ) -> tuple[JournalHead, bool, bool]:
-    """Protocol E's checks: the world exists, ``record`` is at or below the head, (with
-    ``refs_in_cas``) its snapshot and manifest are in the universe's CAS, no other record is
-    indexed at its height and, if ``promote``, the baseline would not regress. Returns the
-    head and whether ``record`` must be indexed and promoted (``False`` where it already
-    is)."""
-    head = await read_head(tr, keys)
+    """Protocol E's checks on what :func:`_plan_reads` read: the world exists, ``record``
+    is at or below the head, (with ``refs_in_cas``) its snapshot and manifest are in the
+    universe's CAS, no other record is indexed at its height and, if ``promote``, the
+    baseline would not regress. Returns the head and whether ``record`` must be indexed and
+    promoted (``False`` where it already is)."""
+    head = decode_head(keys, values[0])
     if record.height > head.height:
         raise Validation(
             "snapshot.height", f"{record.height} is above the journal head {head.height}"
         )
     if refs_in_cas:
-        universe = UniverseKeys(keys.universe)
-        for ref, what in ((record.snapshot_ref, "snapshot"), (record.manifest_hash, "manifest")):
-            if await tr.get(universe.cas_meta(ref)) is None:
+        refs = ((record.snapshot_ref, "snapshot"), (record.manifest_hash, "manifest"))
+        for (ref, what), meta in zip(refs, values[-2:], strict=True):
+            if meta is None:
                 raise NotFound(f"{what} {ref} is not in the CAS of universe {keys.universe}")
-    existing = await read_snapshot(tr, keys, record.height)
+    existing = _snapshot(values[1], record.height)
     if existing is not None and existing != record:
         raise SnapshotMismatch(record.height, str(existing.snapshot_ref), str(record.snapshot_ref))
     if not promote:
         return head, existing is None, False
-    baseline = await read_baseline(tr, keys)
+    if values[2] is None:
+        raise NotFound(f"world {keys.world} has no active baseline")
+    baseline = decode_record(SnapshotRecord, values[2], f"baseline of world {keys.world}")
     if baseline == record:
         return head, existing is None, False
     if baseline.height > record.height:
@@ -101,7 +127,8 @@ async def check_commit(
     runs them again in its own transaction (the store may move in between)."""
     if promote:
         check_fence(record)
-    await _plan(tr, keys, record, promote, refs_in_cas=False)  # the blobs are put after this
+    values = await _plan_reads(tr, keys, record, promote, refs_in_cas=False)  # blobs come after
+    _planned(keys, record, promote, values, refs_in_cas=False)
 
 
 @kv.transactional
@@ -117,10 +144,12 @@ async def commit_snapshot(
     earlier attempt committed reports what that attempt did (its call record)."""
     if promote:
         check_fence(record)
-    done = await calls.replayed(tr, keys, call)
+    opening = calls.begin(tr, keys, call)
+    reads = _plan_reads(tr, keys, record, promote, refs_in_cas=True)  # a wave, with the call's
+    done = await calls.replayed(opening)
     if done is not None:
         return SnapshotOutcome(bool(done.indexed), bool(done.promoted))
-    head, indexed, promoted = await _plan(tr, keys, record, promote, refs_in_cas=True)
+    head, indexed, promoted = _planned(keys, record, promote, await reads, refs_in_cas=True)
     entries: list[bytes] = []
     if indexed:
         tr.set(keys.snapshot(record.height), record.to_cbor())
@@ -129,7 +158,7 @@ async def commit_snapshot(
         _promote(tr, keys, record, entries)
     if entries:
         append_at(tr, keys, head, entries)
-        await calls.record(tr, keys, call, "snapshot", indexed=indexed, promoted=promoted)
+        await calls.record(opening, "snapshot", indexed=indexed, promoted=promoted)
     return SnapshotOutcome(indexed, promoted)
 
 
@@ -149,17 +178,20 @@ async def promote_baseline(
     this call. A retry whose earlier attempt committed reports that attempt's promotion,
     even if a newer baseline has been promoted since."""
     check_fence(record)
-    done = await calls.replayed(tr, keys, call)
+    opening = calls.begin(tr, keys, call)
+    reads = _plan_reads(tr, keys, record, True, refs_in_cas=False)  # a wave, with the call's
+    done = await calls.replayed(opening)
     if done is not None:
         return bool(done.promoted)
-    if await read_snapshot(tr, keys, record.height) != record:
+    values = await reads
+    if _snapshot(values[1], record.height) != record:
         raise NotFound(f"snapshot {record.snapshot_ref} is not indexed at height {record.height}")
-    head, _, promoted = await _plan(tr, keys, record, True, refs_in_cas=False)  # it is indexed
+    head, _, promoted = _planned(keys, record, True, values, refs_in_cas=False)
     if promoted:
         entries: list[bytes] = []
         _promote(tr, keys, record, entries)
         append_at(tr, keys, head, entries)
-        await calls.record(tr, keys, call, "promote", promoted=True)
+        await calls.record(opening, "promote", promoted=True)
     return promoted
 
 

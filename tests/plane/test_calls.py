@@ -14,7 +14,7 @@ from persistence.fdb_errors import COMMIT_UNKNOWN_RESULT
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
-from persistence.plane import Plane, PlaneConfig
+from persistence.plane import Plane
 from persistence.protocols import journal
 from persistence.protocols.calls import Call
 from persistence.records import DomainEventIngress, InboxEnvelope, decode_record
@@ -28,6 +28,7 @@ def _records(engine: kv.Engine, keys: WorldKeys) -> list[bytes]:
 
 
 def _old_call(age_seconds: float, window_seconds: float) -> Call:
+    """A call started ``age_seconds`` ago."""
     call = Call.new(window_seconds)
     started = call.started_ns - int(age_seconds * SECOND)
     return Call(started.to_bytes(8, "big") + os.urandom(8), call.window_ns)
@@ -47,30 +48,37 @@ def test_a_retried_call_returns_its_record_and_writes_nothing() -> None:
     assert len(_records(engine, keys)) == 2
 
 
-def test_expired_records_are_swept_two_per_write_and_recent_ones_kept() -> None:
+def test_a_write_clears_the_expired_records_and_keeps_recent_ones() -> None:
     engine = MemoryEngine()
     plane = open_plane(engine, MemoryObjectStore())
     u, w = UniverseId.new(), WorldId.new()
     plane.create_world(u, w)
     keys = WorldKeys(u, w)
     head = 0
-    for age in (700, 690, 680, 670, 660, 10):  # five expired (window 600 s), one recent
+    for age in (700, 690, 680, 670, 660):  # each older than the window of the next ones
         head = drive(journal.append_batch(engine, keys, head, [b"x"], _old_call(age, 600)))
-    assert len(_records(engine, keys)) == 4  # each write swept up to two expired ones
+    assert len(_records(engine, keys)) == 5  # none older than its writer's window
+    head = drive(journal.append_batch(engine, keys, head, [b"x"], _old_call(65, 600)))
+    assert len(_records(engine, keys)) == 2  # the four older than 665 s went
+    head = drive(journal.append_batch(engine, keys, head, [b"x"], _old_call(10, 600)))
+    assert len(_records(engine, keys)) == 2  # the 660 s old one went, the 65 s old stayss
     for _ in range(3):
-        head = drive(journal.append_batch(engine, keys, head, [b"x"], Call.new(600)))
-    remaining = _records(engine, keys)
-    assert len(remaining) == 4  # the recent one and the three new: every expired one gone
+        head = drive(journal.append_batch(engine, keys, head, [b"x"], _old_call(0, 600)))
+    assert len(_records(engine, keys)) == 5  # the two recent ones and the three new
 
 
-def test_a_world_keeps_about_its_write_rate_times_the_window() -> None:
+def test_a_world_keeps_its_write_rate_times_the_window() -> None:
+    """With every record expired at once, a world holds only the record just written."""
     engine = MemoryEngine()
-    plane = open_plane(engine, MemoryObjectStore(), PlaneConfig(call_record_seconds=1e-9))
+    plane = open_plane(engine, MemoryObjectStore())
     u, w = UniverseId.new(), WorldId.new()
     plane.create_world(u, w)
-    for head in range(300):
-        plane.append_batch(u, w, head, [b"x"])
-    assert len(_records(engine, WorldKeys(u, w))) <= 2
+    keys = WorldKeys(u, w)
+    counts = []
+    for head in range(20):
+        drive(journal.append_batch(engine, keys, head, [b"x"], _old_call(1, 1e-9)))
+        counts.append(len(_records(engine, keys)))
+    assert counts == [1] * 20
 
 
 def test_records_are_kept_only_where_a_commit_may_end_unknown(tmp_path: Path) -> None:

@@ -1,0 +1,227 @@
+"""A group drain is not stalled by one busy world: the world whose head moves under it is
+left out of the retries, the others commit, and the busy one is drained alone; every item
+lands in its journal once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from backends.kv.memory import MemoryEngine, MemoryTransaction
+from backends.objects.memory import MemoryObjectStore
+from persistence import fdb_errors, kv
+from persistence.errors import Contended, HeadAdvanced
+from persistence.futures import Failed, Future, Ready, drive
+from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import WorldKeys
+from persistence.kv import Engine
+from persistence.plane import Plane
+from persistence.plane.inbox import BUSY_ATTEMPTS
+from persistence.records import DomainEventIngress, IngressJournalRecord, decode_journal_record
+
+ITEM = DomainEventIngress("test/Event@1", b"\xa0")
+
+
+class ContendedEngine(MemoryEngine):
+    """Before a transaction that moves ``watched`` (a cursor) commits, another writer runs
+    ``competitor`` (an append to another world), ``hits_left`` times."""
+
+    def __init__(self, watched: bytes, competitor: Callable[[], object], hits: int) -> None:
+        super().__init__()
+        self.watched, self.competitor, self.hits_left = watched, competitor, hits
+
+    def create_transaction(self) -> MemoryTransaction:
+        return _Contended(self)
+
+
+class _Contended(MemoryTransaction):
+    def _fresh(self) -> MemoryTransaction:
+        return _Contended(self._engine)
+
+    def commit(self) -> Future[None]:
+        engine = self._engine
+        assert isinstance(engine, ContendedEngine)
+        writes = self.buffer.final_writes(lambda _: None, bytes(10))
+        if engine.hits_left and any(key == engine.watched for key, _ in writes):
+            engine.hits_left -= 1
+            engine.competitor()
+        return super().commit()
+
+
+def ingress(plane: Plane, universe: UniverseId, world: WorldId) -> int:
+    rows = plane.read_range(universe, world, 1, 10_000)
+    return sum(isinstance(decode_journal_record(e), IngressJournalRecord) for _, e in rows)
+
+
+def test_a_world_whose_head_moves_under_the_group_is_drained_alone() -> None:
+    """Every attempt of a group drain that moves ``calm``'s cursor meets an append to
+    ``busy`` before it commits: the first fails (its read of busy's head conflicts), the
+    retry leaves busy out and commits; busy is then drained alone."""
+    u = UniverseId.new()
+    calm, busy, other = WorldId.new(), WorldId.new(), WorldId.new()
+    appended: list[int] = []
+    holder: list[Plane] = []
+
+    def append_to_busy() -> None:
+        plane = holder[0]
+        appended.append(plane.append_batch(u, busy, plane.head(u, busy), [b"other writer"]))
+
+    engine = ContendedEngine(WorldKeys(u, calm).inbox_cursor(), append_to_busy, hits=50)
+    plane = Plane(engine, MemoryObjectStore())
+    holder.append(plane)
+    for world in (calm, busy, other):
+        plane.create_world(u, world)
+        plane.enqueue_batch(u, world, [ITEM] * 3)
+    results = plane.drain_worlds(u, [calm, busy, other], max_items=10)
+    assert [results[w].count for w in (calm, busy, other)] == [3, 3, 3]
+    assert [results[w].contended for w in (calm, busy, other)] == [False, True, False]
+    assert [results[w].more for w in (calm, busy, other)] == [False, False, False]
+    assert [ingress(plane, u, w) for w in (calm, busy, other)] == [3, 3, 3]
+    assert len(appended) == 2  # before the failed attempt, and before the one without busy
+    assert plane.head(u, busy) == 3 + len(appended)
+
+
+def test_group_drains_keep_moving_under_a_continuous_appender(engine: Engine) -> None:
+    """A thread appends to one world of the group without pause while group drains of six
+    worlds take everything enqueued: no drain fails (no timeout, no retry limit), and each
+    item is journaled once -- on every engine, a real FoundationDB cluster included."""
+    plane = Plane(engine, MemoryObjectStore())
+    u = UniverseId.new()
+    worlds = [WorldId.new() for _ in range(6)]
+    for world in worlds:
+        plane.create_world(u, world)
+    busy = worlds[2]
+    stop, running = threading.Event(), threading.Event()
+    appended = [0]
+    failed: list[BaseException] = []
+
+    def appender() -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    plane.append_batch(u, busy, plane.head(u, busy), [b"appended"])
+                except HeadAdvanced:  # a drain appended to it meanwhile
+                    continue
+                appended[0] += 1
+                running.set()
+        except BaseException as exc:  # reported by the test
+            failed.append(exc)
+        finally:
+            running.set()
+
+    thread = threading.Thread(target=appender)
+    thread.start()
+    try:
+        assert running.wait(60), "the appender did not append within 60 s"
+        for round_ in range(8):
+            for world in worlds:
+                plane.enqueue_batch(u, world, [ITEM] * 5)
+            deadline = time.monotonic() + 60
+            while True:
+                results = plane.drain_worlds(u, worlds, max_items=20)
+                if not any(r.more for r in results.values()):
+                    break
+                assert time.monotonic() < deadline, f"round {round_}: {results}"
+    finally:
+        stop.set()
+        thread.join()
+    assert not failed, failed
+    assert [ingress(plane, u, w) for w in worlds] == [40] * 6
+    assert appended[0] > 0
+
+
+def test_a_busy_world_that_keeps_conflicting_is_left_for_a_later_drain() -> None:
+    """Every commit that moves ``busy``'s cursor meets an append to it first: the group
+    leaves busy out, and its drain alone gives up after ``BUSY_ATTEMPTS`` attempts that
+    conflicted -- busy's result is the group's (nothing drained, ``more``), the call does
+    not wait on it. The plane remembers busy: the next group leaves it out from its first
+    attempt. Once the appends stop, busy's drain alone commits, and busy is forgotten."""
+    u = UniverseId.new()
+    calm, busy = WorldId.new(), WorldId.new()
+    holder: list[Plane] = []
+
+    def append_to_busy() -> None:
+        plane = holder[0]
+        plane.append_batch(u, busy, plane.head(u, busy), [b"other writer"])
+
+    engine = ContendedEngine(WorldKeys(u, busy).inbox_cursor(), append_to_busy, hits=1_000)
+    plane = Plane(engine, MemoryObjectStore())
+    holder.append(plane)
+    for world in (calm, busy):
+        plane.create_world(u, world)
+        plane.enqueue_batch(u, world, [ITEM] * 3)
+    hits = engine.hits_left
+    results = plane.drain_worlds(u, [calm, busy], max_items=10)
+    assert (results[calm].count, results[calm].contended) == (3, False)
+    assert (results[busy].count, results[busy].contended, results[busy].more) == (0, True, True)
+    # the group's first attempt (its retry left busy out), then the drain alone's attempts
+    assert hits - engine.hits_left == 1 + BUSY_ATTEMPTS
+    assert ingress(plane, u, busy) == 0
+    assert plane.busy_worlds.among([WorldKeys(u, busy), WorldKeys(u, calm)]) == {busy}
+
+    plane.enqueue_batch(u, calm, [ITEM] * 2)
+    hits = engine.hits_left
+    results = plane.drain_worlds(u, [calm, busy], max_items=10)
+    assert (results[calm].count, results[busy].count) == (2, 0)
+    assert hits - engine.hits_left == BUSY_ATTEMPTS  # the group did not meet busy at all
+
+    engine.hits_left = 0  # the appends stop
+    results = plane.drain_worlds(u, [calm, busy], max_items=10)
+    assert (results[busy].count, results[busy].contended, results[busy].more) == (3, True, False)
+    assert ingress(plane, u, busy) == 3
+    assert plane.busy_worlds.among([WorldKeys(u, busy)]) == set()
+
+
+class ScriptedEngine(MemoryEngine):
+    """Commits fail with the codes of ``script``, in turn, before committing (or not)."""
+
+    def __init__(self, script: list[int]) -> None:
+        super().__init__()
+        self.script = script
+
+    def create_transaction(self) -> MemoryTransaction:
+        return _Scripted(self)
+
+
+class _Scripted(MemoryTransaction):
+    def _fresh(self) -> MemoryTransaction:
+        return _Scripted(self._engine)
+
+    def commit(self) -> Future[None]:
+        engine = self._engine
+        assert isinstance(engine, ScriptedEngine)
+        if engine.script:
+            code = engine.script.pop(0)
+            if code == fdb_errors.COMMIT_UNKNOWN_RESULT:  # committed, and not told so
+                super().commit().wait()
+            return Failed(fdb_errors.engine_error(code, "scripted"))
+        return super().commit()
+
+
+def _write(tr: kv.Transaction) -> Future[None]:
+    tr.set(b"k", b"v")
+    return Ready(None)
+
+
+def test_transact_gives_up_only_after_conflicts_that_left_nothing_committed() -> None:
+    """``conflicts=2``: two conflicts in a row are ``Contended`` (neither attempt committed);
+    a maybe-committed error before them turns the limit off, for the retry loop (and the
+    call record) to settle what happened."""
+    engine = ScriptedEngine([fdb_errors.NOT_COMMITTED] * 2)
+    with pytest.raises(Contended) as raised:
+        drive(kv.transact(engine, _write, conflicts=2))
+    assert raised.value.attempts == 2
+    assert kv.run(engine, lambda tr: tr.get(b"k")) is None
+
+    engine.script = [fdb_errors.NOT_COMMITTED, fdb_errors.NOT_COMMITTED]
+    engine.script.insert(1, fdb_errors.COMMIT_UNKNOWN_RESULT)
+    drive(kv.transact(engine, _write, conflicts=2))  # retried to the end
+    assert engine.script == []
+    assert kv.run(engine, lambda tr: tr.get(b"k")) == b"v"
+
+    engine.script = [fdb_errors.NOT_COMMITTED]
+    drive(kv.transact(engine, _write, conflicts=2))  # one conflict, then the commit
+    assert engine.script == []

@@ -1,0 +1,79 @@
+"""The round-trip budget of each hot protocol (docs/protocols.md): counted from how the
+protocol issues and waits for its reads (``backends/kv/roundtrips.py``), on every engine
+kind, a real FoundationDB cluster included. A protocol that gains a round trip fails here."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.kv.roundtrips import CountingEngine
+from backends.objects.memory import MemoryObjectStore
+from persistence.ids import UniverseId, WorldId
+from persistence.kv import Engine
+from persistence.plane import Plane
+from persistence.records import DomainEventIngress
+
+ITEM = DomainEventIngress("test/Event@1", b"\xa0")
+
+
+@pytest.fixture
+def counted(engine: Engine) -> tuple[Plane, CountingEngine]:
+    counting = CountingEngine(engine)
+    return Plane(counting, MemoryObjectStore()), counting
+
+
+def rounds(counting: CountingEngine) -> int:
+    tally = counting.tally.take()
+    assert tally.transactions == 1, f"{tally.transactions} transactions (a retry?)"
+    return tally.round_trips
+
+
+def test_appends_take_three_round_trips(counted: tuple[Plane, CountingEngine]) -> None:
+    """Read version, one wave (the head and the call's own reads), commit."""
+    plane, counting = counted
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    counting.tally.take()
+    plane.append_batch(u, w, 0, [b"one"])
+    assert rounds(counting) == 3
+    plane.append_batch(u, w, 1, [b"x"] * 100)
+    assert rounds(counting) == 3
+    plane.append_batches(u, [(w, 101, [b"y"])])
+    assert rounds(counting) == 3
+
+
+def test_an_enqueue_takes_three_round_trips(counted: tuple[Plane, CountingEngine]) -> None:
+    """Read version, one wave (the world's meta and the idempotency entries), commit."""
+    plane, counting = counted
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    counting.tally.take()
+    plane.enqueue(u, w, ITEM)
+    assert rounds(counting) == 3
+    plane.enqueue(u, w, ITEM, idempotency_key=b"k")
+    assert rounds(counting) == 3
+    plane.enqueue_batch(u, w, [ITEM] * 10, idempotency_keys=[b"%d" % n for n in range(10)])
+    assert rounds(counting) == 3
+
+
+def test_drains_take_four_round_trips(counted: tuple[Plane, CountingEngine]) -> None:
+    """Read version; cursor, head, ready mark and the call's own reads; the items after the
+    cursor (one more than taken: no separate "more?" read); commit -- for one item, a
+    hundred, and a group of worlds."""
+    plane, counting = counted
+    u = UniverseId.new()
+    worlds = [WorldId.new() for _ in range(8)]
+    for world in worlds:
+        plane.create_world(u, world)
+    plane.enqueue_batch(u, worlds[0], [ITEM] * 102)
+    for world in worlds[1:]:
+        plane.enqueue_batch(u, world, [ITEM] * 3)
+    counting.tally.take()
+    one = plane.drain_inbox_to_journal(u, worlds[0], max_items=1)
+    assert (one.count, one.more) == (1, True) and rounds(counting) == 4
+    hundred = plane.drain_inbox_to_journal(u, worlds[0], max_items=100)
+    assert (hundred.count, hundred.more) == (100, True) and rounds(counting) == 4
+    last = plane.drain_inbox_to_journal(u, worlds[0], max_items=100)
+    assert (last.count, last.more) == (1, False) and rounds(counting) == 4
+    group = plane.drain_worlds(u, worlds, max_items=100)
+    assert [r.count for r in group.values()] == [0] + [3] * 7 and rounds(counting) == 4
