@@ -8,9 +8,12 @@
 * :mod:`conformance.torture` -- SIGKILL crash torture of writer, appender, drainer, exporter
   and compactor OS processes (:mod:`conformance.torture.worker`) on a store they share --
   with its server processes killed too, for FoundationDB -- and its checks;
+* :mod:`conformance.doors` -- the doors a run reaches the plane through: blocking, or every
+  operation awaited on the plane's ``AsyncPlane`` from an event loop;
 * :mod:`conformance.model` -- the oracle model of the contracts, for differential tests;
 * :mod:`conformance.runner` -- runs the cases and writes JUnit XML and a JSON summary;
 * :mod:`conformance.pytest_plugin` -- ``ConformanceTests``, to run the suite inside a
   third-party backend's own pytest run;
-* ``aosp conformance --kv URL --objects URL --profile quick|full --report DIR``.
+* ``aosp conformance --kv URL --objects URL --profile quick|full --door blocking|asyncio
+  --report DIR``.
 """

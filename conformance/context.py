@@ -144,6 +144,9 @@ class Context:
     objects_url: str | None = None
     servers: ServerFaults | None = None
     """How to kill and restart the store's own server processes (crash 2), if given."""
+    door: str = "blocking"
+    """The door ``plane`` is reached through (:mod:`conformance.doors`); the crash
+    torture's processes use it too."""
 
     def store_urls(self) -> tuple[str, str]:
         """URLs that open the store under test from another process."""

@@ -731,6 +731,7 @@ def commit_faults_and_crash_points(ctx: Context) -> None:
         difference = _difference(reference, got.state)
         check(not difference, f"random faults, seed {seed} ({got.injector.log}): {difference}")
         runs += 1
+    ctx.notes["fault_matrix_plane_class"] = type(ctx.plane).__name__  # each run's (Run.restart)
     ctx.notes["fault_matrix_commits_per_run"] = commits
     ctx.notes["fault_matrix_crash_points"] = sum(points.values())
     ctx.notes["fault_matrix_interleaved_runs"] = interleaved

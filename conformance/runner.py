@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from conformance.context import CaseSkipped, ConformanceFailure, Context, Profile
+from conformance.doors import through
 from conformance.suite import CASES
 from conformance.torture.servers import ServerFaults
 from persistence.plane import Plane
@@ -32,11 +33,12 @@ class CaseResult:
 
 @dataclass
 class RunReport:
-    """A whole run: which backend, which profile, every case's result."""
+    """A whole run: which backend, which profile, which door, every case's result."""
 
     kv_url: str
     objects_url: str
     profile: str
+    door: str = "blocking"
     results: list[CaseResult] = field(default_factory=list)
 
     def count(self, outcome: Outcome) -> int:
@@ -54,6 +56,7 @@ class RunReport:
             "kv": self.kv_url,
             "objects": self.objects_url,
             "profile": self.profile,
+            "door": self.door,
             "cases": len(self.results),
             "passed": self.count("passed"),
             "failed": self.count("failed") + self.count("error"),
@@ -75,7 +78,8 @@ class RunReport:
             time=f"{sum(r.seconds for r in self.results):.3f}",
         )
         props = ET.SubElement(suite, "properties")
-        for name, value in (("kv", self.kv_url), ("objects", self.objects_url)):
+        properties = (("kv", self.kv_url), ("objects", self.objects_url), ("door", self.door))
+        for name, value in properties:
             ET.SubElement(props, "property", name=name, value=value)
         for result in self.results:
             case = ET.SubElement(
@@ -131,16 +135,22 @@ def run_suite(
     cases: Iterable[str] | None = None,
     servers: ServerFaults | None = None,
     progress: Callable[[str], None] = lambda _: None,
+    door: str = "blocking",
 ) -> RunReport:
     """Run ``cases`` (default: all) against ``plane`` and return the report.
 
     ``kv_url`` and ``objects_url`` name the store in the report and must open it from
     another process: the crash torture starts OS processes on them (and skips, saying why,
     when they name a store that lives inside this process, such as ``memory://``).
-    ``servers`` kills and restarts the store's server processes (crash 2; skipped without)."""
-    report = RunReport(kv_url, objects_url, profile.name)
+    ``servers`` kills and restarts the store's server processes (crash 2; skipped without).
+    ``door`` is how every case reaches the plane (:data:`conformance.doors.DOORS`):
+    ``"asyncio"`` runs each operation on ``plane``'s :class:`~persistence.plane.AsyncPlane`."""
+    plane = through(door, plane)
+    report = RunReport(kv_url, objects_url, profile.name, door)
     names = list(cases) if cases is not None else list(CASES)
-    ctx = Context(plane, profile, progress, kv_url=kv_url, objects_url=objects_url, servers=servers)
+    ctx = Context(
+        plane, profile, progress, kv_url=kv_url, objects_url=objects_url, servers=servers, door=door
+    )
     for index, name in enumerate(names, 1):
         progress(f"[{index}/{len(names)}] {name}")
         result = run_case(name, ctx)
@@ -149,8 +159,10 @@ def run_suite(
     return report
 
 
-def skipped_report(kv_url: str, objects_url: str, profile: Profile, reason: str) -> RunReport:
+def skipped_report(
+    kv_url: str, objects_url: str, profile: Profile, reason: str, door: str = "blocking"
+) -> RunReport:
     """A report in which every case is skipped for ``reason`` (backend unavailable)."""
-    report = RunReport(kv_url, objects_url, profile.name)
+    report = RunReport(kv_url, objects_url, profile.name, door)
     report.results = [CaseResult(name, "skipped", 0.0, reason) for name in CASES]
     return report

@@ -103,7 +103,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         plane = open_plane(open_engine(args.kv), open_object_store(args.objects))
     except (Backend, NotFound) as exc:
         # An unreachable backend: every case skipped, said plainly, and a failing exit.
-        report = skipped_report(args.kv, args.objects, profile, f"backend unavailable: {exc}")
+        reason = f"backend unavailable: {exc}"
+        report = skipped_report(args.kv, args.objects, profile, reason, args.door)
         report_error(exc.kind, f"backend unavailable, nothing ran: {exc}")
         available = False
     else:
@@ -116,6 +117,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
             cases=args.case or None,
             servers=servers,
             progress=progress,
+            door=args.door,
         )
         plane.engine.close()
     junit, summary_path = report.write(args.report)
@@ -284,6 +286,13 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     conf.add_argument("--kv", default="memory://", help="engine URL (default: memory://)")
     conf.add_argument("--objects", default="memory://", help="object store URL")
     conf.add_argument("--profile", choices=["quick", "full"], default="quick")
+    conf.add_argument(
+        "--door",
+        choices=["blocking", "asyncio"],
+        default="blocking",
+        help="call the plane blocking, or await every operation on its AsyncPlane from an "
+        "event loop (the crash torture's processes too)",
+    )
     conf.add_argument("--report", type=Path, default=Path("conformance-report"), help="report dir")
     conf.add_argument("--case", action="append", help="run only this case (repeatable)")
     conf.add_argument("--list", action="store_true", help="list the cases and exit")

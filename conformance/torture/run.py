@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from conformance.context import CaseSkipped, ConformanceFailure, Context, TortureSize
+from conformance.doors import plane_class
 from conformance.torture.checks import (
     OrphanTally,
     check_pending,
@@ -78,6 +79,7 @@ def run_torture(
     servers: ServerFaults | None = None,
     progress: Callable[[str], None] = lambda _: None,
     orphan_grace_seconds: float = ORPHAN_GRACE_SECONDS,
+    door: str = "blocking",
 ) -> TortureReport:
     """Run the torture on the store ``plane`` works on (which ``kv_url``/``objects_url``
     open in other processes), in fresh worlds of a fresh universe; logs go to
@@ -85,12 +87,14 @@ def run_torture(
     A ``faults+`` engine URL is opened plain in the workers: their faults are real kills.
     With ``servers``, the store's server processes are killed and restarted too (one down at
     a time), and calls that fail while the cluster recovers are part of the run. The
-    compactors collect orphans with ``orphan_grace_seconds`` of grace."""
+    compactors collect orphans with ``orphan_grace_seconds`` of grace. Every plane of the
+    run calls through ``door`` (:mod:`conformance.doors`): the workers', the monitor's and the
+    checks'."""
     kv_url = kv_url.removeprefix("faults+")
     check_shared_urls(kv_url, objects_url)
     window = size.retention_seconds(servers is not None)
     # Every plane of the run (the workers', the monitor's, the checks') has the run's window.
-    plane = Plane(
+    plane = plane_class(door)(
         plane.engine,
         plane.objects,
         dataclasses.replace(plane.config, inbox_retention_seconds=window),
@@ -111,6 +115,7 @@ def run_torture(
         seed,
         window,
         orphan_grace_seconds=orphan_grace_seconds,
+        door=door,
     )
     fleet = Fleet(config.save(), directory)
     roles = [("writer", i) for i in range(size.writers)]
@@ -198,6 +203,7 @@ def run_torture(
     violations = list(dict.fromkeys(violations))  # a finding before and after the repair: once
     figures: dict[str, Any] = {
         "seed": seed,
+        "door": door,
         "seconds": round(run_seconds, 1),
         "processes": len(roles),
         "starts": fleet.starts,
@@ -443,6 +449,7 @@ def crash_torture(ctx: Context, servers: ServerFaults | None = None) -> None:
         directory=directory,
         servers=servers,
         progress=ctx.progress,
+        door=ctx.door,
     )
     ctx.notes.update({f"torture_{name}": value for name, value in report.figures.items()})
     if report.violations:

@@ -4,7 +4,9 @@ Usage: ``python -m conformance.torture.worker CONFIG ROLE ID INCARNATION``
 
 ``CONFIG`` is the run's ``config.json``; ``ROLE`` is ``writer``, ``appender``, ``drainer``,
 ``drainworker``, ``exporter`` or ``compactor``. The process opens the shared store with the
-run's inbox window (``TortureConfig.plane_config``), then works until it is killed, appending
+run's inbox window (``TortureConfig.plane_config``) behind the run's door
+(``TortureConfig.door``: with ``asyncio``, every call is awaited on an ``AsyncPlane``), then
+works until it is killed, appending
 what each call durably did (and what it reported) to ``<ROLE>-<ID>.<INCARNATION>.jsonl`` in
 the run's directory (fsynced after the call returned).
 
@@ -35,6 +37,7 @@ from typing import Any, Final
 from backends.kv import open_engine
 from backends.objects import open_object_store
 from conformance.context import ConformanceFailure
+from conformance.doors import through
 from conformance.torture.evidence import (
     AckedCall,
     Log,
@@ -616,12 +619,13 @@ def _open(config: TortureConfig, log: Log, hooks: StepHooks = NO_HOOKS) -> Plane
     """Open the shared store, waiting out a cluster that is recovering."""
     while True:
         try:
-            return open_plane(
+            plane = open_plane(
                 open_engine(config.kv_url),
                 open_object_store(config.objects_url),
                 config.plane_config(),
                 hooks=hooks,
             )
+            return through(config.door, plane)
         except Backend as exc:
             log.append({"backend": f"{type(exc).__name__}: {exc}"})
             time.sleep(0.2)

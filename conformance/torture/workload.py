@@ -135,6 +135,8 @@ class TortureConfig:
     drain_workers: int = DRAIN_WORKERS
     """Drain worker processes (``persistence.workers.drain_worker``), one per shard of that
     many: worker ``i`` runs shard ``i`` of ``drain_workers``."""
+    door: str = "blocking"
+    """The door every worker calls the plane through (:mod:`conformance.doors`)."""
 
     def save(self) -> Path:
         """Write ``config.json``; return its path."""

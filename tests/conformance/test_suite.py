@@ -20,6 +20,7 @@ from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
 from backends.objects.s3 import S3ObjectStore
 from conformance.context import PROFILES
+from conformance.doors import DOORS
 from conformance.pytest_plugin import ConformanceTests
 from conformance.runner import run_suite
 from persistence import kv
@@ -49,15 +50,23 @@ runs it on a three-process cluster)."""
 
 
 def assert_all_pass(
-    plane: Plane, *, skipped: set[str], kv_url: str | None = None, objects_url: str | None = None
+    plane: Plane,
+    *,
+    skipped: set[str],
+    kv_url: str | None = None,
+    objects_url: str | None = None,
+    door: str = "blocking",
 ) -> dict[str, Any]:
-    """Every case passes except ``skipped``, which must skip (saying why); returns the notes."""
+    """Every case passes through ``door`` except ``skipped``, which must skip (saying why);
+    returns the notes."""
     report = run_suite(
         plane,
         QUICK,
         kv_url=kv_url or plane.engine.url,
         objects_url=objects_url or plane.objects.url,
+        door=door,
     )
+    assert report.summary()["door"] == door
     outcomes = {r.name: r.outcome for r in report.results}
     failed = {r.name: r.message for r in report.results if r.outcome in ("failed", "error")}
     assert not failed, failed
@@ -66,17 +75,27 @@ def assert_all_pass(
     return {r.name: r.notes for r in report.results}
 
 
-def test_quick_profile_memory_memory() -> None:
+PLANE_CLASS = {"blocking": "Plane", "asyncio": "AsyncioDriven"}
+"""The class of the planes each door's fault matrix runs (``conformance/doors.py``)."""
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_quick_profile_memory_memory(door: str) -> None:
     notes = assert_all_pass(
-        open_plane(MemoryEngine(), MemoryObjectStore()), skipped={TORTURE_CASE, SERVER_CASE}
+        open_plane(MemoryEngine(), MemoryObjectStore()),
+        skipped={TORTURE_CASE, SERVER_CASE},
+        door=door,
     )
     assert notes[FAULT_CASE]["fault_matrix_runs"] > 200
+    assert notes[FAULT_CASE]["fault_matrix_plane_class"] == PLANE_CLASS[door]
 
 
-def test_quick_profile_sqlite_local(tmp_path: Path) -> None:
+@pytest.mark.parametrize("door", DOORS)
+def test_quick_profile_sqlite_local(door: str, tmp_path: Path) -> None:
     plane = open_plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
-    notes = assert_all_pass(plane, skipped={FAULT_CASE, SERVER_CASE})
+    notes = assert_all_pass(plane, skipped={FAULT_CASE, SERVER_CASE}, door=door)
     assert notes[TORTURE_CASE]["torture_kills"] >= 1
+    assert notes[TORTURE_CASE]["torture_door"] == door  # the torture's processes used it
 
 
 @pytest.mark.parametrize("server_name", ["moto", "seaweedfs"])
@@ -107,18 +126,29 @@ def test_quick_profile_sqlite_s3(
         server.remove_bucket(bucket, client)
 
 
-def test_quick_profile_foundationdb_local(fdb_cluster: FdbCluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("door", DOORS)
+def test_quick_profile_foundationdb_local(
+    door: str, fdb_cluster: FdbCluster, tmp_path: Path
+) -> None:
     """Every case on a real FoundationDB 7.3 cluster: the fault case through ``faults+``,
-    the SIGKILL torture with worker processes on the same cluster and a shared directory."""
+    the SIGKILL torture with worker processes on the same cluster and a shared directory;
+    through the asyncio door, the bindings' futures are awaited from the event loop."""
     engine = fdb_cluster.engine()
     clear_keyspace(engine)
     objects = LocalObjectStore(tmp_path / "objects")
     plane = open_plane(FaultyEngine(engine, FaultInjector()), objects)
     notes = assert_all_pass(
-        plane, skipped={SERVER_CASE}, kv_url="faults+" + fdb_cluster.url, objects_url=objects.url
+        plane,
+        skipped={SERVER_CASE},
+        kv_url="faults+" + fdb_cluster.url,
+        objects_url=objects.url,
+        door=door,
     )
     assert notes[FAULT_CASE]["fault_matrix_runs"] > 200
+    assert notes[FAULT_CASE]["fault_matrix_interleaved_runs"] > 0
+    assert notes[FAULT_CASE]["fault_matrix_plane_class"] == PLANE_CLASS[door]
     assert notes[TORTURE_CASE]["torture_kills"] >= 1
+    assert notes[TORTURE_CASE]["torture_door"] == door
 
 
 def test_the_fault_matrix_runs_on_an_engine_wrapped_for_faults() -> None:
@@ -166,9 +196,29 @@ def test_cli_writes_junit_and_json(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads((report_dir / "summary.json").read_text())
-    assert summary["passed"] == 2 and summary["ok"] is True
+    assert summary["passed"] == 2 and summary["ok"] is True and summary["door"] == "blocking"
     suite = ET.parse(report_dir / "junit.xml").getroot()
     assert suite.get("tests") == "2" and suite.get("failures") == "0"
+
+
+def test_cli_runs_the_cases_through_the_asyncio_door(tmp_path: Path) -> None:
+    report_dir = tmp_path / "report"
+    result = aosp(
+        "conformance",
+        "--door",
+        "asyncio",
+        "--report",
+        str(report_dir),
+        "--case",
+        "case4_cursor_and_drain_exactly_once",
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((report_dir / "summary.json").read_text())
+    assert summary["passed"] == 1 and summary["door"] == "asyncio"
+    properties = ET.parse(report_dir / "junit.xml").getroot().iter("property")
+    assert {p.get("name"): p.get("value") for p in properties}["door"] == "asyncio"
+    refused = aosp("conformance", "--door", "threads", "--report", str(report_dir))
+    assert refused.returncode == 2 and "--door" in refused.stderr
 
 
 def test_cli_reports_an_unavailable_backend_as_skipped(tmp_path: Path) -> None:

@@ -97,13 +97,16 @@ TORTURE_FLOORS = (
 SEQ = "00" * 12
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "fdb"])
+@pytest.mark.parametrize(
+    ("kind", "door"), [("sqlite", "blocking"), ("fdb", "blocking"), ("fdb", "asyncio")]
+)
 def test_seeded_torture_with_local_objects(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    kind: str, door: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Eleven processes (3 writers, an appender, 2 drainers, 2 drain workers, the exporter,
     a compactor) on 3 worlds, one killed every 0.25 s on average for 18 s, restarted each
-    time: every invariant holds, on SQLite and on a real FoundationDB cluster."""
+    time: every invariant holds, on SQLite and on a real FoundationDB cluster, whose
+    processes call it blocking or (the asyncio door) await every call from an event loop."""
     engine: kv.Engine
     if kind == "fdb":
         cluster: FdbCluster = request.getfixturevalue("fdb_cluster")
@@ -131,10 +134,12 @@ def test_seeded_torture_with_local_objects(
         ),
         seed=SEED,
         directory=logs,
+        door=door,
     )
     figures = report.figures
     assert not report.violations, "\n".join(report.violations[:20])
-    print(kind, figures)  # the run's figures, for -s
+    assert figures["door"] == door
+    print(kind, door, figures)  # the run's figures, for -s
     # The run went on past its 18 s until these were reached (a loaded machine is slower):
     # the drain workers (one per shard) found the worlds through the ready marks and drained
     # them, several worlds per transaction; calls were interrupted and redone; the exporter
