@@ -23,7 +23,9 @@ with their lowest and highest.
   inboxes, 20 items of each world per call, while another process appends to one of them
   without pause, against the same drains with no appender: items/s, with the drains that
   failed (timeouts), the world drains left out of the group as busy, and the appender's
-  appends counted.
+  appends counted; and the same appender on a world outside the group, against the same
+  drains with none: what the appender's CPU alone costs on the machine (on 2 cores it
+  shares them with the cluster and the drainer), beside what its conflicts cost.
 
 The cluster is what ``--fdb`` names: for the issue's figures a single ``fdbserver`` on
 loopback with the memory storage engine (``../shared/fdb/fdb-local start DIR``), so the
@@ -615,17 +617,19 @@ class Bench:
 
     # ------------------------------------------------------------------ group drains
 
-    def _group_round(self, contended: bool, tally: dict[str, int]) -> float:
+    def _group_round(self, appended: str | None, tally: dict[str, int]) -> float:
         """Items/s of ``drain_worlds`` calls on 32 worlds for half the round's seconds (or
-        until all but one world's worth of items moved), with one world appended to by
-        another process if ``contended``."""
+        until all but one world's worth of items moved), while another process appends to
+        one of them (``appended="inside"``), to a world outside the group (``"outside"``:
+        the appender's CPU without its conflicts), or not at all (``None``)."""
         u = self.universe
         worlds = [self.world()[0] for _ in range(GROUP_WORLDS)]
         per_world = max(4 * GROUP_ITEMS, round(GROUP_RATE * self.seconds / 2 / GROUP_WORLDS))
         for world in worlds:
             for start in range(0, per_world, 200):
                 self.plane.enqueue_batch(u, world, [ITEM] * min(200, per_world - start))
-        appender = _Appender(self.url, u, worlds[GROUP_WORLDS // 2]) if contended else None
+        target = {"inside": worlds[GROUP_WORLDS // 2], "outside": self.world()[0]}
+        appender = None if appended is None else _Appender(self.url, u, target[appended])
         moved = 0
         started = time.perf_counter()
         deadline = started + self.seconds / 2
@@ -645,26 +649,37 @@ class Bench:
                 tally["appended"] += appender.stop()
         return moved / elapsed
 
-    def group(self) -> Figure:
-        tally = {"failed": 0, "contended": 0, "appended": 0, "calls": 0}
-        calm, busy = self.alternate(
-            "group drain under an appender",
-            lambda: self._group_round(False, tally),
-            lambda: self._group_round(True, tally),
-        )
-        return Figure(
-            f"fdb: group drain of {GROUP_WORLDS} worlds, one under a continuous appender "
-            f"({tally['calls']:,} drains, {tally['failed']} failed; {tally['contended']:,} world "
-            f"drains left out as busy and done alone; {tally['appended']:,} appends by the "
-            "appender)",
-            round(statistics.median(busy), 1),
-            "items/s",
-            "the same drain with no appender, alternate rounds",
-            round(statistics.median(calm), 1),
-            0.8,
-            "higher",
-            round_ratios=tuple(b / c for b, c in zip(busy, calm, strict=True)),
-        )
+    def group(self) -> list[Figure]:
+        """The group drain with one of its worlds under an appender, and the same appender on
+        a world outside the group (what its CPU alone costs on this machine), each against
+        the drain with no appender."""
+        figures = []
+        for appended, what, target in (
+            ("inside", "one under a continuous appender", 0.8),
+            ("outside", "a continuous appender on a world outside the group", None),
+        ):
+            tally = {"failed": 0, "contended": 0, "appended": 0, "calls": 0}
+            calm, busy = self.alternate(
+                f"group drain, appender {appended}",
+                functools.partial(self._group_round, None, tally),
+                functools.partial(self._group_round, appended, tally),
+            )
+            figures.append(
+                Figure(
+                    f"fdb: group drain of {GROUP_WORLDS} worlds, {what} ({tally['calls']:,} "
+                    f"drains, {tally['failed']} failed; {tally['contended']:,} world drains "
+                    f"left out as busy and done alone; {tally['appended']:,} appends by the "
+                    "appender)",
+                    round(statistics.median(busy), 1),
+                    "items/s",
+                    "the same drain with no appender, alternate rounds",
+                    round(statistics.median(calm), 1),
+                    target,
+                    "higher",
+                    round_ratios=tuple(b / c for b, c in zip(busy, calm, strict=True)),
+                )
+            )
+        return figures
 
 
 def run(
@@ -681,7 +696,7 @@ def run(
     if not isinstance(engine, FdbEngine):
         raise Validation("--fdb", f"{fdb_url} is not a FoundationDB cluster")
     bench = Bench(engine, fdb_url, seconds, progress)
-    return [*bench.singles(), *bench.concurrency(), bench.group()]
+    return [*bench.singles(), *bench.concurrency(), *bench.group()]
 
 
 if __name__ == "__main__":  # the appender of a group-drain round (:class:`_Appender`)
