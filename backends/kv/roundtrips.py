@@ -1,8 +1,9 @@
 """Round trips per call, counted from the shape of the protocol, for any engine.
 
-FoundationDB charges a transaction one round trip for its read version (at its first read),
-one per *wave* of reads -- the reads issued before the protocol waits for any of them --
-and one for a commit that writes. :class:`CountingEngine` wraps an engine and counts exactly
+FoundationDB charges a transaction one round trip for its read version (at its first read,
+or at the commit of a transaction that wrote without reading), one per *wave* of reads --
+the reads issued before the protocol waits for any of them -- and one for a commit that
+writes. :class:`CountingEngine` wraps an engine and counts exactly
 that, from the order in which a protocol issues reads and waits for them, not from timing:
 the count is the same on every engine and every run, so a test can fail when a protocol
 gains a round trip, and ``aosp bench fdb`` prints it beside the figures. A range read the
@@ -113,6 +114,8 @@ class CountingTransaction(kv.Transaction):
     def get_many(
         self, keys: Sequence[bytes], *, snapshot: bool = False
     ) -> Future[list[bytes | None]]:
+        if not keys:  # nothing to ask the cluster
+            return self._inner.get_many(keys, snapshot=snapshot)
         return self._read(self._inner.get_many(keys, snapshot=snapshot))
 
     def get_range(
@@ -179,6 +182,8 @@ class CountingTransaction(kv.Transaction):
         if self._writes:
             with self._tally.lock:
                 self._tally.commits += 1
+                if self._issued == 0:  # a blind write still needs its read version
+                    self._tally.read_versions += 1
         return self._inner.commit()
 
     def on_error(self, error: EngineError) -> Future[kv.Transaction]:

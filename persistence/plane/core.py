@@ -54,6 +54,25 @@ class SegmentSource(Protocol):
         ...
 
 
+class KnownWorlds:
+    """Worlds a plane has seen exist (it created them, or an enqueue read their meta).
+    Worlds are never deleted, so an enqueue to one needs no read of its meta. Bounded: past
+    ``capacity`` worlds it forgets them all and learns again (one read each)."""
+
+    def __init__(self, capacity: int = 65_536) -> None:
+        self._known: set[tuple[UniverseId, WorldId]] = set()
+        self.capacity = capacity
+
+    def __contains__(self, keys: WorldKeys) -> bool:
+        return (keys.universe, keys.world) in self._known
+
+    def add(self, keys: WorldKeys) -> None:
+        """Note that the world of ``keys`` exists."""
+        if len(self._known) >= self.capacity:
+            self._known.clear()
+        self._known.add((keys.universe, keys.world))
+
+
 class Core:
     """CAS, journals, inboxes and snapshots of every universe in one engine + object store.
     Opening one records the store's layout version in a new store; with ``create=False``
@@ -95,6 +114,8 @@ class Core:
         self.busy_worlds = drain.BusyWorlds()
         """Worlds the plane's group drains found busy lately (left out of groups' first
         attempts)."""
+        self.known_worlds = KnownWorlds()
+        """Worlds the plane has seen exist: its enqueues to them read no meta."""
         drive(worlds.ensure_layout(engine, check_bool(create, "create")))
 
     def new_call(self, *, recorded: bool = True) -> Call:

@@ -142,7 +142,9 @@ class InboxOperations(JournalOperations):
         call = self.new_call(recorded=False)  # counts its attempts: own keys are read on retries
         own = frozenset(range(len(idem))) if drawn else frozenset()
         envelopes_ = list(zip(idem, envelopes, strict=True))
-        pending = await inbox.enqueue(self.engine, keys, envelopes_, call, own)
+        known = keys in self.known_worlds
+        pending = await inbox.enqueue(self.engine, keys, envelopes_, call, own, known)
+        self.known_worlds.add(keys)  # it exists: the enqueue found its meta, or knew it
         self.hooks.reached("inbox.after_enqueue")
         return await pending.seqs(len(envelopes))
 

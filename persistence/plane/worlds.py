@@ -82,6 +82,7 @@ class WorldOperations(CasOperations):
         manifest_hash = await self.put_verified(universe, EMPTY_MANIFEST)
         genesis = SnapshotRecord(snapshot_ref, 0, 0, manifest_hash, receipt_horizon_height=0)
         await worlds.create_world(self.engine, keys, meta, genesis)
+        self.known_worlds.add(keys)
         self.hooks.reached("world.after_create")
         return genesis
 

@@ -73,6 +73,7 @@ async def enqueue(
     envelopes: Sequence[tuple[bytes | None, bytes]],
     call: Call | None = None,
     drawn: frozenset[int] = frozenset(),
+    world_known: bool = False,
 ) -> PendingEnqueue:
     """Protocol C for a batch of ``(idempotency key or None, stored InboxEnvelope)``:
     versionstamped item keys (user version = position), an idempotency index entry per item
@@ -81,18 +82,19 @@ async def enqueue(
     call drew at random -- no one else knows it, so the first attempt does not read its
     entry (a retry does: an earlier attempt may have committed). One wave of reads: the
     world's meta and the idempotency entries. Without ``call`` every attempt reads every
-    entry."""
+    entry. ``world_known``: the caller has seen the world exist (worlds are never deleted),
+    so its meta is not read -- a keyless enqueue then reads nothing at all."""
     first = call is not None and calls.next_attempt(call)
     # The world must exist. Its meta never changes, so a snapshot read suffices -- and
     # unlike the head (rewritten by every drain) it cannot make enqueues conflict with drains.
-    meta = tr.get(keys.meta(), snapshot=True)
+    meta = None if world_known else tr.get(keys.meta(), snapshot=True)
     looked = [
         index
         for index, (key, _) in enumerate(envelopes)
         if key is not None and not (first and index in drawn)
     ]
     read = tr.get_many([keys.inbox_idempotency(envelopes[i][0] or b"") for i in looked])
-    if await meta is None:
+    if meta is not None and await meta is None:
         raise WorldNotFound(keys.universe, keys.world)
     existing = dict(zip(looked, await read, strict=True))
     known: dict[int, InboxSeq] = {}

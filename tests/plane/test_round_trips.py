@@ -8,6 +8,7 @@ import pytest
 
 from backends.kv.roundtrips import CountingEngine
 from backends.objects.memory import MemoryObjectStore
+from persistence import kv
 from persistence.ids import UniverseId, WorldId
 from persistence.kv import Engine
 from persistence.plane import Plane
@@ -42,18 +43,28 @@ def test_appends_take_three_round_trips(counted: tuple[Plane, CountingEngine]) -
     assert rounds(counting) == 3
 
 
-def test_an_enqueue_takes_three_round_trips(counted: tuple[Plane, CountingEngine]) -> None:
-    """Read version, one wave (the world's meta and the idempotency entries), commit."""
+def test_an_enqueue_takes_two_round_trips_or_three_with_keys_or_a_new_world(
+    counted: tuple[Plane, CountingEngine],
+) -> None:
+    """Read version, one wave (the world's meta, unless the plane has seen the world exist,
+    and the caller's idempotency keys' entries), commit: a keyless enqueue to a known world
+    reads nothing, as a blind write."""
     plane, counting = counted
     u, w = UniverseId.new(), WorldId.new()
     plane.create_world(u, w)
     counting.tally.take()
     plane.enqueue(u, w, ITEM)
-    assert rounds(counting) == 3
+    assert rounds(counting) == 2
     plane.enqueue(u, w, ITEM, idempotency_key=b"k")
     assert rounds(counting) == 3
     plane.enqueue_batch(u, w, [ITEM] * 10, idempotency_keys=[b"%d" % n for n in range(10)])
     assert rounds(counting) == 3
+    other = Plane(counting, MemoryObjectStore())  # another process: it has not seen w
+    counting.tally.take()
+    other.enqueue(u, w, ITEM)
+    assert rounds(counting) == 3  # its meta read once
+    other.enqueue(u, w, ITEM)
+    assert rounds(counting) == 2
 
 
 def test_drains_take_four_round_trips(counted: tuple[Plane, CountingEngine]) -> None:
@@ -77,3 +88,26 @@ def test_drains_take_four_round_trips(counted: tuple[Plane, CountingEngine]) -> 
     assert (last.count, last.more) == (1, False) and rounds(counting) == 4
     group = plane.drain_worlds(u, worlds, max_items=100)
     assert [r.count for r in group.values()] == [0] + [3] * 7 and rounds(counting) == 4
+
+
+def test_the_count_of_a_blind_write_and_of_an_empty_read(engine: Engine) -> None:
+    """A transaction that writes without reading still fetches a read version at its commit
+    (2 round trips); reading no keys asks the cluster nothing."""
+    counting = CountingEngine(engine)
+
+    key = b"\x02round-trips-blind"
+
+    async def blind(tr: kv.Transaction) -> None:
+        assert await tr.get_many([]) == []
+        tr.set(key, b"x")
+
+    kv.run(counting, blind)
+    assert rounds(counting) == 2
+
+    async def clear(tr: kv.Transaction) -> None:
+        tr.clear(key)
+
+    kv.run(counting, clear)  # leaves the shared cluster as it was
+    assert rounds(counting) == 2
+    kv.run(counting, lambda tr: tr.get_many([]))
+    assert rounds(counting) == 0
