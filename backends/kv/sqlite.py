@@ -32,9 +32,9 @@ Transactions are optimistic, like FoundationDB's, and serializable:
 A process killed at any point leaves the file consistent: SQLite's WAL recovery discards
 the uncommitted transaction on the next open.
 
-**Writers queue outside SQLite.** A commit first takes the store's writer queue: a lock of
-the engine's threads, then an ``flock`` on the file ``<store>-writer`` beside the database,
-polled every 50 us at first (doubling to 1 ms) until ``busy_timeout``. Only then does it
+**Writers queue outside SQLite** (:mod:`backends.kv.sqlite_writers`). A commit first takes
+the store's writer queue: a lock of the engine's threads, then an ``flock`` on the file
+``<store>-writer`` beside the database, polled every 50 us at first (doubling to 1 ms) until ``busy_timeout``. Only then does it
 take SQLite's write lock, which is therefore free at once unless a writer that does not
 queue (another program) holds it. Why not poll SQLite's lock directly: a writer waiting
 with its read snapshot open, or polling ``BEGIN IMMEDIATE`` (each try takes a read mark),
@@ -60,7 +60,6 @@ other file is ``StoreFormatError``, left untouched.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import itertools
 import math
 import os
@@ -74,6 +73,7 @@ from typing import Final, TypeVar, cast
 
 from backends import check_path
 from backends.kv.buffered import BufferedTransaction
+from backends.kv.sqlite_writers import MAX_WRITE_POLL, WRITE_POLL, Turn, WriterQueue
 from persistence import fdb_errors, kv
 from persistence.errors import (
     Backend,
@@ -90,8 +90,6 @@ APPLICATION_ID: Final = 0x414F5350  # "AOSP"
 FORMAT_VERSION: Final = 1
 STORE_KIND: Final = b"aos-persistence/kv"
 SYNCHRONOUS_MODES: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
-WRITE_POLL: Final = 50e-6
-MAX_WRITE_POLL: Final = 1e-3
 ALONE_AFTER_CONFLICTS: Final = 2
 """Read conflicts in a row after which a transaction's next attempt runs alone
 (``Transaction.retry_alone``). The first retry backs off as FoundationDB's client does: a
@@ -160,7 +158,7 @@ class SqliteEngine(kv.Engine):
             self._initialise(conn)
         finally:
             self._release(conn)
-        self._writers = _WriterQueue.of(self.path)
+        self._writers = WriterQueue.of(self.path)
         self._open = True  # counted among the queue's engines until closed
         self._group = _GroupCommit(self)
 
@@ -313,7 +311,7 @@ class SqliteEngine(kv.Engine):
     def create_transaction(self) -> SqliteTransaction:
         return SqliteTransaction(self)
 
-    def alone(self) -> _Turn:
+    def alone(self) -> Turn:
         """Hold the writer queue for the block (a commit inside it takes the queue again,
         as its holder): no other writer that queues can commit meanwhile, so reads made
         in the block stay the newest and its commit upgrades in place. 1020 if the queue
@@ -886,191 +884,6 @@ class _GroupCommit:
         return member.tr.buffer.has_writes()
 
 
-class _Turn:
-    """A turn of a :class:`_WriterQueue` as a ``with`` block (see :meth:`_WriterQueue.turn`;
-    a class rather than a generator: every commit takes one or two)."""
-
-    __slots__ = ("_deadline", "_granted", "_queue", "_refused", "_timeout")
-
-    def __init__(
-        self, queue: _WriterQueue, deadline: float, refused: str | None, timeout: float
-    ) -> None:
-        self._queue = queue
-        self._deadline = deadline
-        self._refused = refused
-        self._timeout = timeout
-        self._granted = False
-
-    def __enter__(self) -> bool:
-        if self._granted:
-            raise RuntimeError("a turn of the writer queue is entered once")
-        refused = self._refused
-        self._granted = self._queue._acquire(self._deadline, wait=refused is not None)
-        if refused is not None and not self._granted:
-            raise fdb_errors.engine_error(
-                fdb_errors.NOT_COMMITTED,
-                f"{refused}: the writer queue was not granted within busy_timeout "
-                f"({self._timeout} s)",
-            )
-        return self._granted
-
-    def __exit__(self, *exc: object) -> None:
-        if self._granted:
-            self._granted = False
-            self._queue._release()
-
-
-class _WriterQueue:
-    """The writer queue of one store in this process (see the module docstring), shared by
-    every engine open on it: a lock of the process's threads, then an exclusive ``flock``
-    on ``path``. The thread holding it may take it again (a commit inside
-    :meth:`SqliteEngine.alone`, through any engine on the store). A fork's child starts
-    with a queue of its own (:func:`_after_fork`): the parent's open file and its lock
-    stay the parent's."""
-
-    @classmethod
-    def of(cls, database: Path) -> _WriterQueue:
-        """The queue of the store in the file ``database`` (which exists), made on first
-        use: found by the file's identity, so that every path to it (symlinks, bind
-        mounts) gives the one queue, on the file beside its real path."""
-        real = database.resolve()
-        status = real.stat()
-        key = (status.st_dev, status.st_ino)
-        with _QUEUES_LOCK:
-            queue = _SHARED.get(key)
-            if queue is None:
-                queue = _SHARED[key] = cls(Path(f"{real}-writer"))
-            queue._users += 1
-            queue._closing = False
-            return queue
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._threads = threading.Lock()
-        self._fd: int | None = None
-        self._locked = False  # the flock is held (under _threads)
-        self._owner: int | None = None  # the thread holding the queue
-        self._depth = 0  # how many turns the owner holds
-        self._users = 0  # engines open on the store (under _QUEUES_LOCK)
-        self._closing = False  # the last of them closed: close the file when free
-        _QUEUES.add(self)
-
-    def turn(self, deadline: float, *, refused: str | None = None, timeout: float = 0.0) -> _Turn:
-        """The queue for a ``with`` block, which gets whether it was granted: only if free
-        now; or with ``refused``, waited for until ``deadline`` and else 1020 (naming
-        ``refused``, what needed it, and the ``timeout`` that set the deadline)."""
-        return _Turn(self, deadline, refused, timeout)
-
-    def held_here(self) -> bool:
-        """Whether the calling thread holds the queue."""
-        return self._owner == threading.get_ident()
-
-    def _acquire(self, deadline: float, wait: bool) -> bool:
-        me = threading.get_ident()
-        if self._owner == me:  # only the owner ever sees its own id here
-            self._depth += 1
-            return True
-        if not self._threads.acquire(timeout=max(0.0, deadline - time.monotonic()) if wait else 0):
-            return False
-        try:
-            fd = self._file()
-            pause = WRITE_POLL
-            while fd is not None:
-                self._locked = True  # before the call: an interrupt after it must unlock
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    self._locked = False
-                except OSError:  # no locks on this file system: SQLite's lock alone
-                    self._locked = False
-                    break
-                left = deadline - time.monotonic()
-                if not wait or left <= 0:
-                    self._threads.release()
-                    return False
-                time.sleep(min(pause, left))
-                pause = min(2 * pause, MAX_WRITE_POLL)
-            self._owner, self._depth = me, 1
-            return True
-        except BaseException:
-            self._give_back()
-            raise
-
-    def _release(self) -> None:
-        if self._depth > 1:
-            self._depth -= 1
-            return
-        if self._depth == 0:  # a turn taken before a fork, left in the child: not its own
-            return
-        self._owner, self._depth = None, 0
-        self._give_back()
-
-    def _give_back(self) -> None:
-        """Unlock the ``flock`` if held, close the file if the last engine closed, and
-        release the thread lock."""
-        try:
-            if self._locked and self._fd is not None:
-                self._locked = False
-                with contextlib.suppress(OSError):  # unlocking an unheld lock is harmless
-                    fcntl.flock(self._fd, fcntl.LOCK_UN)
-            if self._closing:
-                self._close_file()
-        finally:
-            self._threads.release()
-
-    def close(self) -> None:
-        """An engine on the store is closed: once every one is, the queue's file is closed
-        -- now if the queue is free, else by its holder's release (never waited for). A
-        commit after that opens it again."""
-        with _QUEUES_LOCK:
-            self._users -= 1
-            if self._users > 0:
-                return
-            self._closing = True
-        if self._threads.acquire(blocking=False):
-            try:
-                self._close_file()
-            finally:
-                self._threads.release()
-
-    def _close_file(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def __del__(self) -> None:
-        self._close_file()
-
-    def _file(self) -> int | None:
-        """The queue file's descriptor (``None``: it cannot be opened, e.g. a read-only
-        directory; a read-only queue file is opened read-only: ``flock`` needs no more)."""
-        if self._fd is None:
-            with contextlib.suppress(OSError):
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            if self._fd is None:
-                with contextlib.suppress(OSError):
-                    self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        return self._fd
-
-    def _forked(self) -> None:
-        """In a fork's child: a lock of its own (a parent's thread may have held this one),
-        the inherited descriptor closed (the parent's lock lives on its own descriptor).
-        A child forked inside a turn holds none: it queues behind its parent, and leaving
-        the inherited block gives nothing back."""
-        self._threads = threading.Lock()
-        self._locked = False
-        self._owner, self._depth = None, 0
-        self._close_file()
-
-
-_QUEUES: Final[weakref.WeakSet[_WriterQueue]] = weakref.WeakSet()
-_SHARED: Final[weakref.WeakValueDictionary[tuple[int, int], _WriterQueue]] = (
-    weakref.WeakValueDictionary()
-)
-"""The queue of each store open in this process, by its database file's device and inode."""
-_QUEUES_LOCK = threading.Lock()  # replaced in a fork's child (_after_fork)
 _ENGINES: Final[weakref.WeakSet[SqliteEngine]] = weakref.WeakSet()
 _PID = os.getpid()
 """This process's id, kept by :func:`_after_fork` (the pool checks it per transaction)."""
@@ -1078,16 +891,13 @@ _PID = os.getpid()
 
 def _after_fork() -> None:
     """In a fork's child, before anything else runs: its process id, and fresh locks for
-    every engine and queue of the parent (a lock held by another parent thread would never
-    be released)."""
-    global _QUEUES_LOCK, _PID
+    every engine of the parent (a lock held by another parent thread would never be
+    released; the writer queues renew theirs: ``sqlite_writers``)."""
+    global _PID
     _PID = os.getpid()
-    _QUEUES_LOCK = threading.Lock()
     for engine in list(_ENGINES):
         engine._lock = threading.Lock()
         engine._group = _GroupCommit(engine)  # a parent's leader or waiters are not here
-    for queue in list(_QUEUES):
-        queue._forked()
 
 
 os.register_at_fork(after_in_child=_after_fork)

@@ -19,13 +19,9 @@ import pytest
 
 from backends.kv import open_engine
 from backends.kv import sqlite as sqlite_module
-from backends.kv.sqlite import (
-    FORMAT_VERSION,
-    PAGE_SIZE,
-    WRITE_POLL,
-    SqliteEngine,
-    SqliteTransaction,
-)
+from backends.kv import sqlite_writers as writers_module
+from backends.kv.sqlite import FORMAT_VERSION, PAGE_SIZE, SqliteEngine, SqliteTransaction
+from backends.kv.sqlite_writers import WRITE_POLL
 from persistence import fdbtuple, kv
 from persistence import futures as futures_module
 from persistence.errors import (
@@ -462,7 +458,7 @@ def test_a_queued_writer_waits_without_its_snapshot_and_validates_after(
         os.close(fd)  # and finishes
 
     monkeypatch.setattr(
-        sqlite_module, "time", SimpleNamespace(sleep=sleep, monotonic=time.monotonic)
+        writers_module, "time", SimpleNamespace(sleep=sleep, monotonic=time.monotonic)
     )
     if changed:
         with pytest.raises(EngineError) as raised:
@@ -538,7 +534,7 @@ def test_an_interrupted_wait_gives_the_queue_back(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(
-        sqlite_module, "time", SimpleNamespace(sleep=sleep, monotonic=time.monotonic)
+        writers_module, "time", SimpleNamespace(sleep=sleep, monotonic=time.monotonic)
     )
     tr = engine.create_transaction()
     tr.set(b"b", b"2")

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from aosp.benchmarks.eventsourcing import wal_count
-from backends.kv.sqlite import SqliteEngine, _WriterQueue
+from backends.kv.sqlite import SqliteEngine
+from backends.kv.sqlite_writers import WriterQueue
 from persistence import fdb_errors, fdbtuple, kv
 from persistence import futures as futures_module
 from persistence.errors import EngineError, RetryLimitReached
@@ -362,7 +363,7 @@ def _blocked_on_the_queue(thread_id: int) -> bool:
     """Whether the thread ``thread_id`` waits for a store's writer queue."""
     frame = sys._current_frames().get(thread_id)
     while frame is not None:
-        if frame.f_code is _WriterQueue._acquire.__code__:
+        if frame.f_code is WriterQueue._acquire.__code__:
             return True
         frame = frame.f_back
     return False
