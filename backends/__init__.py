@@ -7,8 +7,10 @@ the URL (``kv url`` or ``objects url``) and the option, before anything is opene
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Collection
+from pathlib import Path
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 from persistence.errors import Validation
@@ -83,3 +85,16 @@ def check_path(value: object, field: str) -> str:
     if b"\x00" in encoded:
         raise Validation(field, f"a NUL byte in the path {text!r}")
     return text
+
+
+def resolve_path(text: str, field: str) -> Path:
+    """The absolute path ``text`` names, symlinks followed; a symlink loop on the way is
+    ``Validation`` naming ``field`` (Python raises ``RuntimeError`` or ``ELOOP`` for it)."""
+    try:
+        return Path(text).resolve()
+    except RuntimeError:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+    raise Validation(field, f"{text!r} leads into a symlink loop")

@@ -20,7 +20,7 @@ from aosp.cli.console import (
     print_table,
     report_error,
 )
-from aosp.cli.store import DEFAULT_DATA_DIR, make_directory
+from aosp.cli.store import DEFAULT_DATA_DIR, data_dir, make_directory
 from segments import open_plane
 
 if TYPE_CHECKING:
@@ -269,7 +269,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "then every world is restored and checked against full replay, and fsck runs.",
     )
     demo.add_argument(
-        "--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="store directory (created)"
+        "--data-dir", type=data_dir, default=DEFAULT_DATA_DIR, help="store directory (created)"
     )
     demo.add_argument("--worlds", type=int, default=32, help="worlds to simulate (default 32)")
     demo.add_argument("--writers", type=int, default=4, help="writer processes (default 4)")

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from aosp.cli.console import UsageError
 from aosp.fsck import universe_exists
+from backends import resolve_path
 from persistence.errors import Backend, NotFound, PersistError, Validation, WorldNotFound
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import Kernel, load_kernel
@@ -26,8 +27,21 @@ from segments import open_plane
 
 T = TypeVar("T")
 
-DEFAULT_DATA_DIR = Path(os.environ.get("AOSP_DATA_DIR", "aosp-data"))
-"""``--data-dir`` when none is given: ``$AOSP_DATA_DIR``, else ``./aosp-data``."""
+DEFAULT_DATA_DIR = os.environ.get("AOSP_DATA_DIR", "aosp-data")
+"""``--data-dir`` when none is given: ``$AOSP_DATA_DIR``, else ``./aosp-data`` (parsed as
+the option is: :func:`data_dir`)."""
+
+
+def data_dir(text: str) -> Path:
+    """``--data-dir`` (or ``$AOSP_DATA_DIR``): a directory's path. An empty one is refused:
+    it would put the store in the working directory, unasked."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "an empty path names no directory (from --data-dir, or $AOSP_DATA_DIR set empty)"
+        )
+    return Path(text)
+
+
 DB_FILE = "aos.db"
 OBJECTS_DIR = "objects"
 
@@ -38,7 +52,7 @@ def store_options() -> argparse.ArgumentParser:
     group = parser.add_argument_group("store")
     group.add_argument(
         "--data-dir",
-        type=Path,
+        type=data_dir,
         default=DEFAULT_DATA_DIR,
         help=f"embedded store directory (default: $AOSP_DATA_DIR or {DEFAULT_DATA_DIR})",
     )
@@ -55,7 +69,7 @@ def store_urls(args: argparse.Namespace) -> tuple[str, str]:
         raise UsageError("--kv and --objects go together (or neither, for --data-dir)")
     if args.kv is not None:
         return str(args.kv), str(args.objects)
-    root = Path(args.data_dir).resolve()
+    root = resolve_path(str(args.data_dir), "--data-dir")
     return f"sqlite://{root / DB_FILE}", f"file://{root / OBJECTS_DIR}"
 
 

@@ -34,14 +34,15 @@ the uncommitted transaction on the next open.
 
 **Writers queue outside SQLite** (:mod:`backends.kv.sqlite_writers`). A commit first takes
 the store's writer queue: a lock of the engine's threads, then an ``flock`` on the file
-``<store>-writer`` beside the database, polled every 50 us at first (doubling to 1 ms) until ``busy_timeout``. Only then does it
-take SQLite's write lock, which is therefore free at once unless a writer that does not
-queue (another program) holds it. Why not poll SQLite's lock directly: a writer waiting
-with its read snapshot open, or polling ``BEGIN IMMEDIATE`` (each try takes a read mark),
-keeps the WAL from restarting after a checkpoint; with four writer processes the WAL grew
-to 60 MB in 3 s and every commit ran a checkpoint that could not finish (commits 3x slower).
-So a commit that finds the queue busy first ends its read transaction and waits without a
-snapshot, then validates its reads under the lock (step 3's slow path). A directory where
+``<store>-writer`` beside the database, polled every 50 us at first (doubling to 1 ms)
+until ``busy_timeout``. Only then does it take SQLite's write lock, which is therefore free
+at once unless a writer that does not queue (another program) holds it. Why not poll
+SQLite's lock directly: a writer waiting with its read snapshot open, or polling ``BEGIN
+IMMEDIATE`` (each try takes a read mark), keeps the WAL from restarting after a checkpoint;
+with four writer processes the WAL grew to 60 MB in 3 s and every commit ran a checkpoint
+that could not finish (commits 3x slower). So a commit that finds the queue busy first
+ends its read transaction and waits without a snapshot, then validates its reads under
+the lock (step 3's slow path). A directory where
 the queue file cannot be created leaves SQLite's lock alone to order writers.
 
 **Group commit.** Attempts that run alone (``kv.run(..., alone=True)``: sequenced appends,
@@ -71,7 +72,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final, TypeVar, cast
 
-from backends import check_path
+from backends import check_path, resolve_path
 from backends.kv.buffered import BufferedTransaction
 from backends.kv.sqlite_writers import MAX_WRITE_POLL, WRITE_POLL, Turn, WriterQueue
 from persistence import fdb_errors, kv
@@ -143,10 +144,11 @@ class SqliteEngine(kv.Engine):
             )
         self.busy_timeout = busy_timeout
         self.cache_mib = check_int(cache_mib, "cache_mib", 1, 1024 * 1024)
-        self.url = f"sqlite://{self.path.resolve()}"
+        real = resolve_path(str(self.path), "path")
+        self.url = f"sqlite://{real}"
         # A URI, so that an open without create cannot create the file (mode=rw) even when
         # it is deleted after _check_file looked.
-        self._uri = f"{self.path.resolve().as_uri()}?mode={'rwc' if create else 'rw'}"
+        self._uri = f"{real.as_uri()}?mode={'rwc' if create else 'rw'}"
         self._lock = threading.Lock()
         self._idle: list[sqlite3.Connection] = []  # pooled connections of this process
         self._pid = _PID

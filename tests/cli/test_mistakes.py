@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from backends.kv.sqlite import SqliteEngine
+from persistence.errors import Validation
 from persistence.keyspace import LAYOUT_KEY
 from segments import open_plane
 from tests.cli.conftest import ROOT, Result, aosp
@@ -641,3 +642,39 @@ def test_conformance_list_and_version() -> None:
     assert "case1_cas_put_get_has" in names and all(row["what"] for row in listed.json())
     version = aosp("--version")
     assert version.code == 0 and version.text.startswith("aosp ")
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["inspect"], {"AOSP_DATA_DIR": ""}),
+        (["demo", "--data-dir", ""], None),
+        (["world", "create", "-u", UNIVERSE, "-w", WORLD, "--data-dir", ""], None),
+    ],
+    ids=["empty-AOSP_DATA_DIR", "empty-demo-data-dir", "empty-world-create-data-dir"],
+)
+def test_an_empty_data_dir_is_refused_not_the_working_directory(
+    tmp_path: Path, args: list[str], env: dict[str, str | None] | None
+) -> None:
+    """An empty path would put ``aos.db`` and ``objects/`` in the working directory."""
+    fails(aosp(*args, cwd=tmp_path, env=env), 2, "usage", "--data-dir", "empty path")
+    assert listing(tmp_path) == []
+
+
+def test_a_symlink_loop_as_the_store_is_a_typed_refusal(tmp_path: Path) -> None:
+    """``ln -s loop loop``: named as the loop it is, for the CLI and the engine alike (it
+    was an internal error, ``RuntimeError: Symlink loop``)."""
+    (tmp_path / "loop").symlink_to("loop")
+    fails(aosp("inspect", "--data-dir", "loop", cwd=tmp_path), 2, "validation", "symlink loop")
+    fails(
+        aosp("world", "create", "-u", UNIVERSE, "-w", WORLD, "--data-dir", "loop", cwd=tmp_path),
+        2,
+        "validation",
+        "--data-dir",
+        "symlink loop",
+    )
+    with pytest.raises(Validation, match=r"path.*symlink loop"):
+        SqliteEngine(tmp_path / "loop" / "aos.db")
+    with pytest.raises(Validation, match="symlink loop"):
+        open_plane(f"sqlite://{tmp_path}/loop/aos.db", f"file://{tmp_path}/objects")
+    assert listing(tmp_path) == ["loop"]
