@@ -75,9 +75,8 @@ class SegmentOperations(JournalOperations):
     async def list_segments(
         self, universe: UniverseId, world: WorldId, from_height: int = 1
     ) -> list[SegmentIndexRecord]:
-        """Segments of ``world`` ending at or after ``from_height``, in height order."""
+        """Segments of ``world`` ending at or after ``from_height``, in height order
+        (``WorldNotFound`` if the world does not exist)."""
         keys = world_keys(universe, world)
         check_height(from_height, "from_height")
-        return await segment_index.list_segments(
-            self.engine, UniverseKeys(keys.universe), keys.world, from_height
-        )
+        return await segment_index.list_segments(self.engine, keys, from_height)

@@ -21,6 +21,7 @@ from persistence.errors import (
     NotFound,
     SegmentChecksumMismatch,
     SegmentIndexCorruption,
+    WorldNotFound,
 )
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
@@ -247,8 +248,13 @@ async def exportable_through(tr: kv.Transaction, keys: WorldKeys, margin: int = 
 
 @kv.transactional
 async def list_segments(
-    tr: kv.Transaction, keys: UniverseKeys, world: WorldId, from_height: int = 1
+    tr: kv.Transaction, keys: WorldKeys, from_height: int = 1
 ) -> list[SegmentIndexRecord]:
-    """Segments of ``world`` ending at or after ``from_height``, in height order (checked
-    as :func:`read_segments` checks them)."""
-    return await read_segments(tr, keys, world, from_height)
+    """Segments of the world of ``keys`` ending at or after ``from_height``, in height order
+    (checked as :func:`read_segments` checks them); ``WorldNotFound`` if the world does not
+    exist (its meta is read in the same wave as the segments)."""
+    meta = tr.get(keys.meta(), snapshot=True)
+    records = await read_segments(tr, UniverseKeys(keys.universe), keys.world, from_height)
+    if await meta is None:
+        raise WorldNotFound(keys.universe, keys.world)
+    return records

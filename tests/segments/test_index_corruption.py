@@ -459,6 +459,19 @@ def test_put_segment_refuses(indexer: tuple[Plane, UniverseId, WorldId], case: s
     assert plane.list_segments(u, w) == before
 
 
+def test_list_segments_of_a_world_that_does_not_exist_is_world_not_found(
+    indexer: tuple[Plane, UniverseId, WorldId],
+) -> None:
+    """Not ``[]``: a mistyped world, or another universe's, must not read as one with no
+    cold history (issue #35)."""
+    plane, u, w = indexer
+    with pytest.raises(WorldNotFound):
+        plane.list_segments(u, WorldId.new())
+    with pytest.raises(WorldNotFound):
+        plane.list_segments(UniverseId.new(), w)  # w is a world of u only
+    assert plane.list_segments(u, w) == []  # an existing world without segments
+
+
 def test_put_segment_refuses_a_world_that_does_not_exist(
     indexer: tuple[Plane, UniverseId, WorldId],
 ) -> None:
@@ -466,7 +479,10 @@ def test_put_segment_refuses_a_world_that_does_not_exist(
     ghost = WorldId.new()
     with pytest.raises(WorldNotFound):
         plane.put_segment(u, ghost, upload(plane, u, ghost, 1, 10))
-    assert plane.list_segments(u, ghost) == []
+    indexed = kv.run(plane.engine, lambda tr: tr.get_range(*UniverseKeys(u).segment_range(ghost)))
+    assert indexed == []  # nothing indexed for it
+    with pytest.raises(WorldNotFound):  # and a listing says it does not exist
+        plane.list_segments(u, ghost)
 
 
 @pytest.mark.parametrize(
