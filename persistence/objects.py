@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Self
 
 from persistence.errors import Validation
-from persistence.sizes import MAX_OBJECT_KEY_BYTES
+from persistence.sizes import MAX_OBJECT_KEY_BYTES, MAX_OBJECT_KEY_SEGMENT_BYTES
 
 COPY_CHUNK = 1024 * 1024
 """Bytes moved per read/write when streaming."""
@@ -41,7 +41,9 @@ def check_object_key(key: object, prefix: str = "") -> str:
     * no control characters (NUL; and S3 listings are XML 1.0, which cannot carry most);
     * valid UTF-8 (no lone surrogates: no store can name an object with one);
     * at most :data:`~persistence.sizes.MAX_OBJECT_KEY_BYTES` UTF-8 bytes together with the
-      store's ``prefix`` (S3's limit)."""
+      store's ``prefix`` (S3's limit), and at most
+      :data:`~persistence.sizes.MAX_OBJECT_KEY_SEGMENT_BYTES` in each ``/``-separated
+      segment (a file name's limit, the local store's)."""
     if not isinstance(key, str) or not key:
         raise Validation("object key", "must be a non-empty string")
     if key.startswith("/") or "\\" in key:
@@ -57,8 +59,16 @@ def check_object_key(key: object, prefix: str = "") -> str:
             "object key",
             f"{size:,} bytes (UTF-8, with the store's prefix) > {MAX_OBJECT_KEY_BYTES:,}",
         )
-    if any(part in ("", ".", "..") for part in key.split("/")):
+    parts = key.split("/")
+    if any(part in ("", ".", "..") for part in parts):
         raise Validation("object key", f"empty, '.' or '..' segment in {key[:200]!r}")
+    longest = max(len(part.encode()) for part in parts)
+    if longest > MAX_OBJECT_KEY_SEGMENT_BYTES:
+        raise Validation(
+            "object key",
+            f"a segment of {longest:,} bytes (UTF-8) > {MAX_OBJECT_KEY_SEGMENT_BYTES} "
+            f"in {key[:200]!r}...",
+        )
     return key
 
 

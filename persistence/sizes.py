@@ -29,6 +29,10 @@ MAX_NAME_CHARS: Final = 1024
 MAX_OBJECT_KEY_BYTES: Final = 1024
 """An object key, UTF-8 encoded: S3's limit, which the other stores share so that a key
 accepted by one store is accepted by every store."""
+MAX_OBJECT_KEY_SEGMENT_BYTES: Final = 255
+"""One ``/``-separated segment of an object key, UTF-8 encoded: a file name's limit on the
+local store's file systems (``NAME_MAX``), which the other stores share for the same
+reason."""
 MAX_CALL_RECORD_SECONDS: Final = 7 * 24 * 3600.0
 """The longest call-record window (``PlaneConfig.call_record_seconds``): a week."""
 

@@ -425,6 +425,21 @@ def test_unsafe_keys_are_refused(store: ObjectStore, key: str) -> None:
         store.delete(key)
 
 
+def test_one_key_length_rule_for_every_store(store: ObjectStore) -> None:
+    """A segment of 255 UTF-8 bytes is stored by every store (the local store's file-name
+    limit), one of 256 refused by every store as ``Validation`` naming the object key and
+    the limit, before anything is written (memory and S3 took 300 bytes, the local store
+    failed on the file system: ``Backend``)."""
+    fits = "seg/" + "é" * 127 + "x"  # 255 bytes
+    assert store.put(fits, b"x") is True and store.get(fits) == b"x"
+    for key in ("seg/" + "y" * 256, "seg/" + "é" * 128 + "/z", "y" * 300):
+        with pytest.raises(Validation, match=r"object key.*256 bytes|object key.*300 bytes"):
+            store.put(key, b"x")
+        with pytest.raises(Validation, match="> 255"):
+            store.stat(key)
+    assert [info.key for info in store.list("seg/")] == [fits]
+
+
 def test_listing_arguments_are_checked_at_the_call(store: ObjectStore) -> None:
     """A bad ``list`` argument fails when ``list`` is called, not at the first key read
     (the listing is lazy; a caller that never iterates would never hear of it)."""
