@@ -33,12 +33,14 @@ from typing import Any, Final, Literal
 
 from persistence import fdbtuple, kv
 from persistence.errors import (
+    Backend,
     Corruption,
     CorruptRecord,
     MissingJournalEntry,
     NotFound,
     PersistError,
     SegmentIndexCorruption,
+    StoreFormatError,
     Validation,
 )
 from persistence.futures import drive
@@ -57,6 +59,7 @@ from persistence.records import (
     SnapshotRecord,
     decode_record,
 )
+from persistence.sizes import check_bool
 
 Severity = Literal["error", "warning"]
 READ_CHUNK = 1024 * 1024
@@ -193,12 +196,20 @@ class Fsck:
     """Checks one store; :meth:`run` returns the report. ``progress`` is called with a
     short note after each world and each CAS page."""
 
-    def __init__(self, plane: Plane, progress: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        plane: Plane,
+        progress: Callable[[str], None] | None = None,
+        *,
+        full_engine_check: bool = False,
+    ) -> None:
         from segments.inputs import require
 
         self.plane = require(plane, Plane, "plane")
         if progress is not None and not callable(progress):
             raise Validation("progress", f"a callable, not {type(progress).__name__}")
+        self.full_engine_check = check_bool(full_engine_check, "full_engine_check")
+        """Run the engine's thorough check of its storage, not its quick one."""
         self.report = FsckReport()
         self._progress = progress or (lambda _note: None)
         self._referenced: set[str] = set()
@@ -206,10 +217,11 @@ class Fsck:
         """Object-key prefixes of exports in flight (their uploads are not orphans)."""
 
     def run(self, universes: list[UniverseId] | None = None) -> FsckReport:
-        """Check ``universes`` (default: all), then the object store for orphans. A universe
-        named that has nothing in the store (no world, no CAS body: a mistyped id) is
-        ``NotFound``, raised before anything is checked: fsck never reports clean what it
-        could not find."""
+        """Check the engine's own storage (where the engine has such a check: SQLite's
+        ``quick_check``, ``integrity_check`` with ``full_engine_check``), ``universes``
+        (default: all), then the object store for orphans. A universe named that has
+        nothing in the store (no world, no CAS body: a mistyped id) is ``NotFound``, raised
+        before anything is checked: fsck never reports clean what it could not find."""
         from segments.inputs import require
 
         if universes is not None:
@@ -218,6 +230,19 @@ class Fsck:
             for universe in universes:
                 if not universe_exists(self.plane, universe):
                     raise NotFound(f"universe {universe}: nothing in the store belongs to it")
+        damaged = self._check_engine()
+        try:
+            self._check_universes(universes)
+        except Backend as exc:
+            if not damaged:
+                raise
+            # The engine said its storage is damaged: what could not be read is part of it.
+            self.report.findings.append(
+                Finding("error", "engine", "", None, "reading", f"the checks stopped: {exc}")
+            )
+        return self.report
+
+    def _check_universes(self, universes: list[UniverseId] | None) -> None:
         for universe in universes if universes is not None else list(self.plane.universes()):
             self.report.count("universes")
             self._check_cas(universe)
@@ -229,7 +254,22 @@ class Fsck:
                 self._check_orphans(f"segments/{universe}/")
         if universes is None:
             self._check_orphans("")
-        return self.report
+
+    def _check_engine(self) -> bool:
+        """The engine's check of its own storage: each problem it reports is an error
+        finding (area ``engine``); an engine without one is not counted as checked. Whether
+        it found damage."""
+        check = "integrity_check" if self.full_engine_check else "quick_check"
+        try:
+            problems = self.plane.engine.integrity_check(full=self.full_engine_check)
+        except StoreFormatError as exc:
+            problems = [str(exc)]
+        if problems is None:
+            return False
+        self.report.count("engine storage checks")
+        for problem in problems:
+            self.report.findings.append(Finding("error", "engine", "", None, check, problem))
+        return bool(problems)
 
     def _add(
         self,

@@ -251,6 +251,14 @@ class Engine(ABC):
             time.sleep(min(pause, left))
             pause = min(2 * pause, POLL_MAX_SECONDS)
 
+    def integrity_check(self, *, full: bool = True) -> list[str] | None:
+        """The engine's own check of what it stores: the problems it found (``[]``:
+        healthy), or ``None``: this engine has no such check (the memory engine; a
+        FoundationDB cluster checks itself). ``full``: the thorough check, where the engine
+        has a quicker one (SQLite's ``integrity_check`` against ``quick_check``)."""
+        del full
+        return None
+
     def close(self) -> None:  # noqa: B027 -- most engines hold nothing to release
         """Release connections and files. The engine is unusable afterwards."""
 

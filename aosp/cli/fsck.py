@@ -16,14 +16,16 @@ def cmd_fsck(args: argparse.Namespace) -> int:
     plane = open_store(args)
     require_universe(plane, args.universe)
     with Progress("fsck", enabled=not args.quiet, unit="steps") as progress:
-        report = Fsck(plane, lambda note: progress.advance(note=note)).run(
-            None if args.universe is None else [args.universe]
-        )
+        report = Fsck(
+            plane,
+            lambda note: progress.advance(note=note),
+            full_engine_check=args.full_engine_check,
+        ).run(None if args.universe is None else [args.universe])
     if args.json:
         print_json(report.to_json())
     else:
         for f in report.findings:
-            where = f.universe + (f"/{f.world}" if f.world else "")
+            where = (f.universe or "-") + (f"/{f.world}" if f.world else "")
             print(f"{f.severity.upper():<8}{f.area:<10}{where} {f.subject}: {f.message}")
         checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
         if report.checked.get("universes"):
@@ -50,4 +52,10 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     )
     parser.add_argument("--universe", "-u", type=universe_id, help="check only this universe")
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    parser.add_argument(
+        "--full-engine-check",
+        action="store_true",
+        help="the engine's thorough check of its storage (SQLite: integrity_check, not the "
+        "default quick_check)",
+    )
     parser.set_defaults(run=cmd_fsck)

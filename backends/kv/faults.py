@@ -387,5 +387,8 @@ class FaultyEngine(kv.Engine):
     def alone(self) -> AbstractContextManager[object]:
         return self.inner.alone()
 
+    def integrity_check(self, *, full: bool = True) -> list[str] | None:
+        return self.inner.integrity_check(full=full)
+
     def close(self) -> None:
         self.inner.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.records import JOURNAL_HEAD, DomainEventIngress
+from segments import open_plane
 from tests.cli.conftest import Store, aosp
 from tests.cli.test_commands import open_store
 
@@ -67,6 +69,7 @@ def test_clean_store_passes(store: Store) -> None:
     checked = report["checked"]
     assert checked["worlds"] == 3 and checked["segments"] >= 3 and checked["cas bodies"] > 0
     assert checked["journal entries"] > 0 and checked["snapshots"] >= 6
+    assert checked["engine storage checks"] == 1  # SQLite's quick_check, and it was clean
 
 
 def plant_cas_flip(store: Store, plane: Plane) -> str:
@@ -224,3 +227,36 @@ def test_the_library_never_reports_clean_what_it_did_not_find() -> None:
     with pytest.raises(NotFound, match=str(missing)):
         Fsck(plane).run([universe, missing])
     assert Fsck(plane).run([universe]).ok and Fsck(plane).run().ok
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["quick_check", "integrity_check"])
+def test_damage_only_the_engine_sees_is_an_error(tmp_path: Path, full: bool) -> None:
+    """16 KiB of random bytes over two pages in the middle of a closed ``aos.db`` (issue
+    #35: fsck said "0 errors" while reads returned altered entries): SQLite's own check
+    reports it, and the checks that can no longer read the store say they stopped."""
+    data = tmp_path / "store"
+    plane = open_store_at(data)
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    rng = random.Random(35)
+    for head in range(0, 800, 100):
+        plane.append_batch(u, w, head, [rng.randbytes(1000) for _ in range(100)])
+    plane.engine.close()
+    db = data / "aos.db"
+    middle = db.stat().st_size // 8192 // 2 * 8192
+    with db.open("r+b") as file:
+        file.seek(middle)
+        file.write(rng.randbytes(16384))
+    args = ["--full-engine-check"] if full else []
+    result = aosp("fsck", "--data-dir", str(data), "--json", "--quiet", *args)
+    assert result.code == 1, result.err
+    report = result.json()
+    engine = [f for f in report["findings"] if f["area"] == "engine"]
+    check = "integrity_check" if full else "quick_check"
+    assert engine and engine[0]["subject"] == check and engine[0]["severity"] == "error"
+    assert report["checked"]["engine storage checks"] == 1 and not report["ok"]
+
+
+def open_store_at(data: Path) -> Plane:
+    """A new embedded store in ``data`` (as ``--data-dir`` names one)."""
+    return open_plane(f"sqlite://{data}/aos.db", f"file://{data}/objects")
