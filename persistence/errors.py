@@ -242,6 +242,17 @@ class CasBodyMissing(Corruption):
         self.object_key = object_key
 
 
+class OddObject(Corruption):
+    """What is at an object's place in a store cannot be an object: a path that leads out
+    of the store's root, a symlink loop, a FIFO or other file that is not a regular one.
+    Names the key."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"object {key!r}: {problem}")
+        self.key = key
+        self.problem = problem
+
+
 class CasBodyHashMismatch(Corruption):
     """A CAS body does not hash to its key."""
 

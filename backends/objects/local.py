@@ -24,6 +24,7 @@ that is absent).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import io
@@ -37,7 +38,7 @@ from typing import BinaryIO, Final, cast
 
 from backends import check_path, split_url, url_flag, url_options, url_path
 from backends.objects.checks import check_body, check_listing, check_put, check_window, read_bytes
-from persistence.errors import Backend, NotFound, Validation
+from persistence.errors import Backend, NotFound, OddObject, Validation
 from persistence.objects import (
     COPY_CHUNK,
     ObjectInfo,
@@ -144,10 +145,16 @@ class LocalObjectStore(ObjectStore):
         if key.rpartition("/")[2].startswith(_TMP_PREFIX):
             # listings skip such names as a crash's leftovers: the object would be invisible
             raise Validation("object key", f"a name starting {_TMP_PREFIX!r} is reserved: {key!r}")
-        with _os_errors(f"object {key!r}"):
+        try:
             path = (self.root / key).resolve()
+        except RuntimeError:  # Path.resolve's word for a symlink loop
+            raise OddObject(key, "a symlink loop") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OddObject(key, "a symlink loop") from None
+            raise Backend(f"object {key!r}: {exc}") from None
         if self.root not in path.parents:  # a symlink under the root points out of it
-            raise Backend(f"object key {key!r} resolves outside {self.root}")
+            raise OddObject(key, f"resolves outside {self.root}")
         return path
 
     def put(self, key: str, data: bytes | BinaryIO, *, sha256: bytes | None = None) -> bool:
@@ -218,7 +225,7 @@ class LocalObjectStore(ObjectStore):
             os.close(fd)
             if stat.S_ISDIR(mode):
                 raise NotFound(f"object {key!r} not found in {self.root}")
-            raise Backend(f"object {key!r}: {path} is not a regular file (mode {mode:#o})")
+            raise OddObject(key, f"{path} is not a regular file (mode {mode:#o})")
         os.set_blocking(fd, True)
         fh = os.fdopen(fd, "rb")
         if start:
@@ -236,6 +243,8 @@ class LocalObjectStore(ObjectStore):
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OddObject(key, "a symlink loop") from None
             raise Backend(f"object {key!r}: stat failed: {exc}") from None
         return ObjectInfo(key, st.st_size) if stat.S_ISREG(st.st_mode) else None
 

@@ -260,3 +260,26 @@ def test_damage_only_the_engine_sees_is_an_error(tmp_path: Path, full: bool) -> 
 def open_store_at(data: Path) -> Plane:
     """A new embedded store in ``data`` (as ``--data-dir`` names one)."""
     return open_plane(f"sqlite://{data}/aos.db", f"file://{data}/objects")
+
+
+def test_odd_objects_are_findings_and_the_check_goes_on(store: Store, tmp_path: Path) -> None:
+    """A CAS body that is a symlink out of the root, one that is a FIFO, a symlink loop
+    among the objects: each a finding, and every world still checked (fsck ended at the
+    first with exit 3 and no report, issue #35)."""
+    plane = open_store(store)
+    outside_digest, outside = external_blob(store, plane)
+    fifo_digest, fifo = external_blob(store, plane)
+    plane.engine.close()
+    outside.rename(tmp_path / "elsewhere")
+    outside.symlink_to(tmp_path / "elsewhere")
+    fifo.unlink()
+    os.mkfifo(fifo)
+    (store.data_dir / "objects" / "segments" / "loop").symlink_to("loop")
+    code, report = fsck(store)
+    assert code == 1, report
+    found = {(f["area"], f["subject"]): f["message"] for f in report["findings"]}
+    assert "resolves outside" in found["cas", outside_digest]
+    assert "not a regular file" in found["cas", fifo_digest]
+    listing = found["objects", "(all)"]
+    assert "the listing stopped" in listing and "a symlink loop" in listing
+    assert report["checked"]["worlds"] == 3 and report["errors"] == 3

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from backends.objects.local import STAGING_SWEEP_SECONDS, LocalObjectStore
-from persistence.errors import Backend, NotFound, Validation
+from persistence.errors import Backend, NotFound, OddObject, Validation
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -132,7 +132,7 @@ def test_a_fifo_where_an_object_would_be_is_refused_at_once(tmp_path: Path) -> N
     if reader.is_alive():  # unblock it: a writer end
         os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
         pytest.fail("opening a FIFO object blocked")
-    assert len(outcome) == 1 and isinstance(outcome[0], Backend), outcome
+    assert len(outcome) == 1 and isinstance(outcome[0], OddObject), outcome
     assert "is not a regular file" in str(outcome[0])
     (tmp_path / "objects" / "b").mkdir()
     with pytest.raises(NotFound):
