@@ -670,7 +670,8 @@ class Fsck:
                     f"consumed mark {at_ns}",
                     f"dated {(at_ns - now) / 1e9:.0f} s after this host's clock: a compactor's "
                     "clock runs ahead; no new mark is written until then, so compaction of the "
-                    "world stalls (clear the mark once the clocks agree)",
+                    "world stalls until a pass whose clock is right drops it (it drops marks "
+                    "dated more than the retention window after its time): fix the clock",
                 )
             if cursor is None or seq > cursor:
                 self._add(

@@ -10,6 +10,8 @@ time. The transaction then takes the newest mark at least the window old -- the 
 removes the marks older than it, and removes the items at or below the boundary's cursor
 with their idempotency entries, a bounded page at a time (``more`` says whether some remain).
 Marks are a sixteenth of the window apart and one beyond the window is kept: at most 17.
+A mark dated more than the window after a pass's own time (a clock far ahead wrote it) is
+dropped by that pass: while it stood, no mark was due and none became the boundary.
 The hosts' clocks must agree to well within the window: a mark is written by one compactor's
 clock and judged by another's, so a clock running late shortens the window by its lag.
 
@@ -144,19 +146,20 @@ async def compact(
     marks = _decode_marks(keys, await marks_read)
     # The clock is read after the cursor: that cursor was set before this time.
     now = check_int(now_ns(), "now_ns", 0, budget.LATEST_NS)
+    marks, dropped = _drop_marks_ahead(tr, keys, marks, now, limits.retention_ns)
     written = 0
     if cursor is not None and _mark_due(marks, cursor.seq, now, limits.retention_ns):
         tr.set(keys.inbox_consumed_mark(now), InboxConsumedMark(cursor.seq).to_cbor())
         written = 1
     expired = [i for i, (at_ns, _) in enumerate(marks) if at_ns <= now - limits.retention_ns]
-    outcome = InboxCompaction(marks_written=written)
+    outcome = InboxCompaction(marks_written=written, marks_removed=dropped)
     if expired:
         boundary = expired[-1]
         if boundary:
             begin, _ = keys.inbox_consumed_marks()
             tr.clear_range(begin, keys.inbox_consumed_mark(marks[boundary][0]))
         items, entries, more = await _remove_items(tr, keys, marks[boundary][1], limits)
-        outcome = InboxCompaction(items, entries, written, boundary, more)
+        outcome = InboxCompaction(items, entries, written, boundary + dropped, more)
     if outcome.wrote:
         record = InboxCompactionRecord(
             outcome.items,
@@ -246,6 +249,26 @@ def _decode_marks(keys: WorldKeys, rows: list[tuple[bytes, bytes]]) -> list[tupl
             raise CorruptRecord("consumed mark key", f"{key.hex()} does not end with a time")
         marks.append((element[0], decode_record(InboxConsumedMark, value, "consumed mark").seq))
     return marks
+
+
+def _drop_marks_ahead(
+    tr: kv.Transaction,
+    keys: WorldKeys,
+    marks: list[tuple[int, InboxSeq]],
+    now: int,
+    retention_ns: int,
+) -> tuple[list[tuple[int, InboxSeq]], int]:
+    """``marks`` without those dated more than a window after ``now`` (cleared), and how
+    many went. Such a mark was written by a clock far ahead of this one: while it is the
+    newest, no mark is due (it is never old enough) and none ever becomes the boundary, so
+    one bad clock would stop the world's compaction for good. Dropping a mark only ever
+    delays removal (what is removed needs a mark at least the window old), so a clock that
+    is itself behind loses nothing by it either."""
+    ahead = next((i for i, (at_ns, _) in enumerate(marks) if at_ns > now + retention_ns), None)
+    if ahead is None:
+        return marks, 0
+    tr.clear_range(keys.inbox_consumed_mark(marks[ahead][0]), keys.inbox_consumed_marks()[1])
+    return marks[:ahead], len(marks) - ahead
 
 
 def _mark_due(

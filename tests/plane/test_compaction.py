@@ -474,3 +474,29 @@ def test_the_budget_bounds_what_compaction_writes() -> None:
     call_record = CallRecord(compaction.OP, value=outcome).to_cbor()
     assert len(call_record) <= budget.COMPACTION_RECORD_BYTES
     assert len(InboxConsumedMark(InboxSeq(b"\xfe" * 12)).to_cbor()) <= budget.MARK_BYTES
+
+
+def test_one_compaction_with_a_clock_far_ahead_does_not_stop_compaction_for_good(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    """A pass whose clock read the far future left a mark no correct clock would judge old
+    (issue #35: later passes removed nothing, for good). A pass with a correct clock drops
+    marks dated beyond its time plus the window, so compaction resumes: items consumed
+    before and after the bad pass are removed once a correct mark is the window old."""
+    u, w = universe, world
+    for n in range(3):
+        enqueue(plane, u, w, n)
+    drain(plane, u, w)
+    compact(plane, u, w, Clock(budget.LATEST_NS))  # one bad clock
+    assert [at for at, _ in marks(plane, u, w)] == [budget.LATEST_NS]
+    clock = Clock()
+    first = compact(plane, u, w, clock)
+    assert first.marks_removed == 1 and first.marks_written == 1 and first.items == 0
+    assert [at for at, _ in marks(plane, u, w)] == [clock.now]
+    enqueue(plane, u, w, 3)
+    drain(plane, u, w)
+    clock.now += retention(plane) // 8
+    compact(plane, u, w, clock)  # marks the item drained after the bad pass
+    clock.now += retention(plane)
+    compact(plane, u, w, clock)
+    assert inbox_seqs(plane, u, w) == [] and idempotency_keys(plane, u, w) == []
