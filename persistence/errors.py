@@ -11,18 +11,37 @@ Every failure a caller can see is a :class:`PersistError`, typed by kind:
   code). :class:`EngineError` carries FoundationDB's numeric error code.
 * :class:`Corruption` -- stored data violates an invariant. Never healed silently.
 
-Errors carry sizes, heights, keys and hashes -- never payload bytes.
+Errors carry sizes, heights, keys and hashes -- never payload bytes -- and a message over
+:data:`MAX_MESSAGE_CHARS` characters (a 5,000-character path echoed back) keeps its start and
+its end, the middle elided.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Final
+
+MAX_MESSAGE_CHARS: Final = 1_000
+"""The longest message an error keeps whole."""
+
+
+def elide(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text``, or, over ``limit`` characters, its start and end around a note of how many
+    characters were left out."""
+    if len(text) <= limit:
+        return text
+    keep = (limit - 40) // 2
+    return f"{text[:keep]}...({len(text) - 2 * keep:,} characters elided)...{text[-keep:]}"
 
 
 class PersistError(Exception):
     """Root of every error the plane raises."""
 
     kind: ClassVar[str] = "error"
+
+    def __init__(self, *args: object) -> None:
+        if len(args) == 1 and isinstance(args[0], str):
+            args = (elide(args[0]),)
+        super().__init__(*args)
 
 
 # --------------------------------------------------------------------------- conflicts

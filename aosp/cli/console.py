@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Final, NoReturn, TextIO
 
+from persistence.errors import elide
+
 EXIT_OK: Final = 0
 """The command did what was asked and every check passed."""
 EXIT_CHECK_FAILED: Final = 1
@@ -69,9 +71,10 @@ def positive_seconds(text: str) -> float:
 
 def report_error(kind: str, what: str) -> None:
     """The one-line error on stderr: ``aosp: <kind> error: <what>`` (a message of several
-    lines is joined into one, so that scripts can read the last line of stderr)."""
+    lines is joined into one, so that scripts can read the last line of stderr; a long one
+    keeps its start and end: ``errors.elide``)."""
     text = " ".join(line.strip() for line in what.splitlines() if line.strip())
-    print(f"aosp: {kind} error: {text}", file=sys.stderr)
+    print(f"aosp: {kind} error: {elide(text)}", file=sys.stderr)
 
 
 class OneLineParser(argparse.ArgumentParser):

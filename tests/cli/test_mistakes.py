@@ -678,3 +678,17 @@ def test_a_symlink_loop_as_the_store_is_a_typed_refusal(tmp_path: Path) -> None:
     with pytest.raises(Validation, match="symlink loop"):
         open_plane(f"sqlite://{tmp_path}/loop/aos.db", f"file://{tmp_path}/objects")
     assert listing(tmp_path) == ["loop"]
+
+
+def test_a_long_value_in_a_message_keeps_its_start_and_end(tmp_path: Path) -> None:
+    """A 5,000-character path was echoed whole (~10,000 characters of stderr): an error
+    keeps at most 1,000 characters, its start and its end around a count of the rest."""
+    path = "/" + "a" * 2_500 + "b" * 2_500
+    result = aosp("inspect", "--data-dir", path, cwd=tmp_path)
+    assert result.code != 0
+    line = result.one_line_error()
+    assert len(line) <= 1_000 + len("aosp: io error: ")
+    assert "characters elided" in line and "/aaaa" in line and line.endswith("bbbb'")
+    error = Validation("path", path)
+    assert len(str(error)) <= 1_000 and str(error).startswith("path: /aaa")
+    assert error.problem == path  # the field keeps the value whole, for a program
