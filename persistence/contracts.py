@@ -252,7 +252,11 @@ class WorldInboxStore(Protocol[Seq]):
         """Compare-and-swap the drained boundary from ``old_cursor`` to ``new_cursor``.
 
         The cursor only moves forward: ``new_cursor <= old_cursor`` raises ``Validation``;
-        a cursor that is not ``old_cursor`` raises ``CursorAdvanced``. Re-committing the
+        a cursor that is not ``old_cursor`` raises ``CursorAdvanced``; ``new_cursor`` must
+        name an item of the inbox. The items it moves over are *consumed without being
+        journaled*: a skip, the caller's decision (a host that applies items itself, or
+        one that sets a poison item aside), and compaction removes them after the window
+        like drained ones; what must reach the journal is drained instead. Re-committing the
         same swap after an unknown commit result is recognised and succeeds.
         """
         ...

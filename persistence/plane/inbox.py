@@ -180,7 +180,8 @@ class InboxOperations(JournalOperations):
         old_cursor: InboxSeq | None,
         new_cursor: InboxSeq,
     ) -> None:
-        """Compare-and-swap the cursor forward."""
+        """Compare-and-swap the cursor forward, to an item of the inbox: the items it moves
+        over are consumed without being journaled (a skip: ``contracts.WorldInboxStore``)."""
         keys = world_keys(universe, world)
         if old_cursor is not None:
             check_id(old_cursor, InboxSeq, "old_cursor")
