@@ -11,26 +11,41 @@ Every failure a caller can see is a :class:`PersistError`, typed by kind:
   code). :class:`EngineError` carries FoundationDB's numeric error code.
 * :class:`Corruption` -- stored data violates an invariant. Never healed silently.
 
-Errors carry sizes, heights, keys and hashes -- never payload bytes -- and a message over
-:data:`MAX_MESSAGE_CHARS` characters (a 5,000-character path echoed back) keeps its start and
-its end, the middle elided.
+Errors carry sizes, heights, keys and hashes -- never payload bytes. In a message over
+:data:`MAX_MESSAGE_CHARS` characters (a 5,000-character path echoed back), each long value
+keeps its start and its end, the middle elided (:func:`elide`); the errors' fields keep
+the values whole.
 """
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar, Final
 
 MAX_MESSAGE_CHARS: Final = 1_000
 """The longest message an error keeps whole."""
 
 
+MAX_VALUE_CHARS: Final = 240
+"""The longest run of non-blank characters (a path, a key, a value) a long message keeps
+whole."""
+
+_LONG_VALUE: Final = re.compile(rf"\S{{{MAX_VALUE_CHARS + 1},}}")
+
+
+def _cut(text: str, keep: int) -> str:
+    return f"{text[:keep]}...({len(text) - 2 * keep:,} characters elided)...{text[-keep:]}"
+
+
 def elide(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """``text``, or, over ``limit`` characters, its start and end around a note of how many
-    characters were left out."""
+    """``text`` if it is at most ``limit`` characters; else each value in it over
+    :data:`MAX_VALUE_CHARS` (a run of non-blank characters) keeps its start and end around
+    a note of how many characters were left out -- the words around them stay whole --
+    and a text still too long is cut so in its middle."""
     if len(text) <= limit:
         return text
-    keep = (limit - 40) // 2
-    return f"{text[:keep]}...({len(text) - 2 * keep:,} characters elided)...{text[-keep:]}"
+    text = _LONG_VALUE.sub(lambda value: _cut(value[0], MAX_VALUE_CHARS // 2 - 20), text)
+    return text if len(text) <= limit else _cut(text, (limit - 40) // 2)
 
 
 class PersistError(Exception):

@@ -144,7 +144,7 @@ class SqliteEngine(kv.Engine):
             )
         self.busy_timeout = busy_timeout
         self.cache_mib = check_int(cache_mib, "cache_mib", 1, 1024 * 1024)
-        real = resolve_path(str(self.path), "path")
+        real = self._real = resolve_path(str(self.path), "path")
         self.url = f"sqlite://{real}"
         # A URI, so that an open without create cannot create the file (mode=rw) even when
         # it is deleted after _check_file looked.
@@ -161,6 +161,9 @@ class SqliteEngine(kv.Engine):
         finally:
             self._release(conn)
         self._writers = WriterQueue.of(self.path)
+        self._identity = _identity(self._real)
+        """The database file's device and inode: every commit checks that the file at the
+        path is still this one (:meth:`check_same_file`)."""
         self._open = True  # counted among the queue's engines until closed
         self._group = _GroupCommit(self)
 
@@ -348,6 +351,24 @@ class SqliteEngine(kv.Engine):
             conn.close()
         if closing:
             self._writers.close()
+
+    def check_same_file(self) -> None:
+        """``Backend`` if the file at the engine's path is no longer the one it opened (it
+        was replaced, or removed): a commit into the open file would be acknowledged with
+        nothing at the path holding it. Every commit calls it before ``COMMIT``."""
+        try:
+            identity = _identity(self._real)  # wherever the process moved since it opened
+        except FileNotFoundError:
+            raise Backend(
+                f"{self.path}: the store file was removed while open; nothing was committed"
+            ) from None
+        except OSError as exc:
+            raise Backend(f"{self.path}: cannot look at the store file: {exc}") from None
+        if identity != self._identity:
+            raise Backend(
+                f"{self.path}: another file replaced the store file while it was open; "
+                "nothing was committed"
+            )
 
     def integrity_check(self, *, full: bool = True) -> list[str]:
         """SQLite's ``PRAGMA integrity_check`` (``PRAGMA quick_check`` without ``full``: the
@@ -584,6 +605,7 @@ class SqliteTransaction(BufferedTransaction):
         """Apply the buffer and commit, inside a write transaction (taken by the first
         write statement when upgrading); the versionstamp, if one was needed."""
         stamp = self._write_buffer(conn)
+        self._engine.check_same_file()
         conn.execute("COMMIT")
         return stamp
 
@@ -834,6 +856,7 @@ class _GroupCommit:
                     for member in group:
                         wrote = self._stage(conn, member, staged, wrote) or wrote
                     if staged and conn.in_transaction:
+                        engine.check_same_file()
                         conn.execute("COMMIT")
                     committed = True
                 except sqlite3.Error as exc:
@@ -905,6 +928,12 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    """The device and inode of the file at ``path``."""
+    status = os.stat(path)
+    return status.st_dev, status.st_ino
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

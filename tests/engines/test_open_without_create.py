@@ -124,14 +124,21 @@ def test_from_url_checks_the_url(tmp_path: Path) -> None:
 
 
 def test_operating_system_errors_are_typed(tmp_path: Path) -> None:
-    store = LocalObjectStore(tmp_path / "objects")
-    long_key = "a/" + "x" * (os.pathconf(tmp_path, "PC_NAME_MAX") + 1)  # ENAMETOOLONG
+    """A key every store accepts under a root so deep that the whole path is over the
+    system's limit (ENAMETOOLONG): ``Backend``. (A key segment over a file name's limit is
+    refused before, as on every store: ``Validation``.)"""
+    root = tmp_path.joinpath(*["d" * 200] * 17)  # ~3,400 characters
+    store = LocalObjectStore(root)
+    long_key = "/".join(["k" * 200] * 4)  # the whole path is over PATH_MAX (4,096)
+    assert len(str(root / long_key)) > os.pathconf(tmp_path, "PC_PATH_MAX")
     with pytest.raises(Backend, match="File name too long"):
         store.put(long_key, b"body")
     with pytest.raises(Backend, match="File name too long"):
         store.open(long_key)
     with pytest.raises(Backend, match="File name too long"):
         store.stat(long_key)
+    with pytest.raises(Validation, match=r"object key.*> 255"):
+        store.put("a/" + "x" * (os.pathconf(tmp_path, "PC_NAME_MAX") + 1), b"body")
 
 
 def test_listing_a_vanished_root_fails_instead_of_listing_nothing(tmp_path: Path) -> None:

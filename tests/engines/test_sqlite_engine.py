@@ -784,3 +784,25 @@ def test_a_closed_engine_opens_no_new_connection(tmp_path: Path) -> None:
     assert engine._idle == []
     with pytest.raises(Backend, match="the engine is closed"):
         kv.run(engine, lambda tr: tr.get(b"k"))
+
+
+@pytest.mark.parametrize("change", ["replaced", "removed"])
+def test_a_commit_into_a_file_no_longer_at_the_path_is_refused(tmp_path: Path, change: str) -> None:
+    """The store file replaced by an older copy, or removed with its WAL, under an open
+    engine: the next commit was acknowledged into the open file, with nothing at the path
+    holding it (issue #35). It is ``Backend`` now, and nothing is committed."""
+    path = tmp_path / "kv.db"
+    engine = SqliteEngine(path)
+    kv.run_sync(engine, lambda tr: tr.set(b"a", b"1"))
+    if change == "replaced":
+        copy = tmp_path / "copy.db"
+        SqliteEngine(copy).close()
+        os.replace(copy, path)
+    else:
+        for name in ("kv.db", "kv.db-wal", "kv.db-shm"):
+            (tmp_path / name).unlink(missing_ok=True)
+    with pytest.raises(Backend, match="nothing was committed"):
+        kv.run_sync(engine, lambda tr: tr.set(b"b", b"2"))
+    engine.close()
+    if change == "replaced":
+        assert kv.run(SqliteEngine(path), lambda tr: tr.get(b"b")) is None
