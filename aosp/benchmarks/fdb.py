@@ -340,19 +340,16 @@ class Bench:
                     sides[side].rate.append(rate * per_call)
                     sides[side].cpu.append(cpu)
         plane, raw = sides["plane"], sides["raw"]
-        ratios = tuple(p / r for p, r in zip(plane.rate, raw.rate, strict=True))
         rt_plane, rt_raw = round_trips
-        return Figure(
+        return _against(
+            raw.rate,
+            plane.rate,
             f"fdb: {name} ({rt_plane} round trips per call, raw {rt_raw}; client CPU "
             f"{statistics.median(plane.cpu) * 1e6:,.0f} vs "
             f"{statistics.median(raw.cpu) * 1e6:,.0f} us per call)",
-            round(statistics.median(plane.rate), 1),
             unit,
             "the raw bindings, the same transaction, alternate rounds",
-            round(statistics.median(raw.rate), 1),
             target,
-            "higher",
-            round_ratios=ratios,
         )
 
     def round_trips(self, call: Callable[[Plane, WorldId], object], setup: int = 0) -> int:
@@ -566,15 +563,13 @@ class Bench:
                 functools.partial(self._threads_round, threads, False),
             )
             figures.append(
-                Figure(
+                _against(
+                    raw,
+                    plane,
                     f"fdb: appends from {threads} threads, one world each (sync plane)",
-                    round(statistics.median(plane), 1),
                     "appends/s",
                     f"the raw bindings, {threads} threads, alternate rounds",
-                    round(statistics.median(raw), 1),
                     0.85 if threads == 16 else None,
-                    "higher",
-                    round_ratios=tuple(p / r for p, r in zip(plane, raw, strict=True)),
                 )
             )
         for tasks in (1, 16, 64, 256):
@@ -584,15 +579,13 @@ class Bench:
                 functools.partial(self._async_round, tasks, False),
             )
             figures.append(
-                Figure(
+                _against(
+                    raw,
+                    plane,
                     f"fdb: appends with {tasks} in flight on one event loop (AsyncPlane)",
-                    round(statistics.median(plane), 1),
                     "appends/s",
                     f"the raw bindings from asyncio, {tasks} in flight, alternate rounds",
-                    round(statistics.median(raw), 1),
                     0.85 if tasks >= 64 else None,
-                    "higher",
-                    round_ratios=tuple(p / r for p, r in zip(plane, raw, strict=True)),
                 )
             )
             if tasks == 256:
@@ -602,15 +595,13 @@ class Bench:
                     lambda: self._async_round(256, False),
                 )
                 figures.append(
-                    Figure(
+                    _against(
+                        sync,
+                        asynchronous,
                         "fdb: AsyncPlane with 256 in flight against the sync plane's 16 threads",
-                        round(statistics.median(asynchronous), 1),
                         "appends/s",
                         "the sync plane, 16 threads, alternate rounds",
-                        round(statistics.median(sync), 1),
                         3.0,
-                        "higher",
-                        round_ratios=tuple(a / s for a, s in zip(asynchronous, sync, strict=True)),
                     )
                 )
         return figures
@@ -665,21 +656,41 @@ class Bench:
                 functools.partial(self._group_round, appended, tally),
             )
             figures.append(
-                Figure(
+                _against(
+                    calm,
+                    busy,
                     f"fdb: group drain of {GROUP_WORLDS} worlds, {what} ({tally['calls']:,} "
                     f"drains, {tally['failed']} failed; {tally['contended']:,} world drains "
                     f"left out as busy and done alone; {tally['appended']:,} appends by the "
                     "appender)",
-                    round(statistics.median(busy), 1),
                     "items/s",
                     "the same drain with no appender, alternate rounds",
-                    round(statistics.median(calm), 1),
                     target,
-                    "higher",
-                    round_ratios=tuple(b / c for b, c in zip(busy, calm, strict=True)),
                 )
             )
         return figures
+
+
+def _against(
+    base: list[float],
+    measured: list[float],
+    name: str,
+    unit: str,
+    baseline: str,
+    target: float | None,
+) -> Figure:
+    """The figure of ``measured`` rounds against ``base`` rounds of the same run (higher is
+    better): the medians, and the per-round ratios."""
+    return Figure(
+        name,
+        round(statistics.median(measured), 1),
+        unit,
+        baseline,
+        round(statistics.median(base), 1),
+        target,
+        "higher",
+        round_ratios=tuple(m / b for m, b in zip(measured, base, strict=True)),
+    )
 
 
 def run(
