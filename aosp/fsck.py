@@ -48,7 +48,7 @@ from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
 from persistence.plane import Plane
-from persistence.protocols import compaction, worlds
+from persistence.protocols import compaction, journal, worlds
 from persistence.protocols.cas_bodies import doom_is_stale, object_key
 from persistence.records import (
     CasDoom,
@@ -482,7 +482,8 @@ class Fsck:
                 # the run of missing heights ends below the next key of an entry: found in
                 # one read, so a head damaged to 10**15 is one finding, not 10**15 reads
                 missing = max(height, exc.height)
-                last = self._next_entry(keys, missing + 1, head) - 1
+                engine = self.plane.engine
+                last = drive(journal.next_entry_height(engine, keys, missing + 1, head)) - 1
                 if holes and holes[-1][1] == missing - 1:
                     holes[-1] = (holes[-1][0], last, holes[-1][2])
                 else:
@@ -519,21 +520,6 @@ class Fsck:
                 f"{len(holes)} runs of missing heights in all (first {MAX_FINDINGS_PER_WORLD} "
                 "listed)",
             )
-
-    def _next_entry(self, keys: WorldKeys, first: int, head: int) -> int:
-        """The lowest height from ``first`` to ``head`` with a key of its entry (a whole
-        entry or a chunk), ``head + 1`` if none has; ``first`` if the key found does not
-        name a height (it is read, and reported, as that height)."""
-        if first > head:
-            return first
-        key = drive(_first_key(self.plane.engine, *keys.entries_between(first, head)))
-        if key is None:
-            return head + 1
-        try:
-            height = fdbtuple.unpack(key, keys.entry_prefix_len())[0]
-        except (ValueError, IndexError):
-            return first
-        return height if isinstance(height, int) and first <= height <= head else first
 
     def _check_snapshots(
         self,

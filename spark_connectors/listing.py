@@ -11,9 +11,12 @@ from dataclasses import dataclass
 from itertools import groupby
 
 from persistence.errors import Corruption, MissingJournalEntry, Validation, WorldNotFound
+from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import WorldKeys
 from persistence.objects import ObjectStore
 from persistence.plane import Plane
+from persistence.protocols import journal
 from persistence.protocols.segment_index import audit
 from segments.inputs import require
 
@@ -49,18 +52,20 @@ class SegmentRef:
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Which universes and worlds to list (empty: all) and a height window (inclusive)."""
+    """Which universes and worlds to list (empty: all), a height window (inclusive) and the
+    record kinds to produce (empty: all; a listing does not look at kinds)."""
 
     universes: frozenset[str] = frozenset()
     worlds: frozenset[str] = frozenset()
     min_height: int | None = None
     max_height: int | None = None
+    kinds: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
-        for name in ("universes", "worlds"):
-            ids = getattr(self, name)
-            if not isinstance(ids, frozenset) or not all(isinstance(i, str) for i in ids):
-                raise Validation(f"Selection.{name}", "a frozenset of id strings")
+        for name in ("universes", "worlds", "kinds"):
+            values = getattr(self, name)
+            if not isinstance(values, frozenset) or not all(isinstance(v, str) for v in values):
+                raise Validation(f"Selection.{name}", "a frozenset of strings")
         for name in ("min_height", "max_height"):
             value = getattr(self, name)
             if value is not None and (
@@ -83,11 +88,20 @@ def from_index(plane: Plane, selection: Selection) -> list[SegmentRef]:
 
     Each world's index is checked to tile heights from 1 to its cold-through height, and the
     hot journal to go on from there: every record that is damaged, overlaps or follows a gap
-    (and heights after the last record that neither a segment nor the hot journal holds)
-    becomes a ref with ``error`` set, so no height is ever silently left out of a scan."""
+    (and heights after the last record that neither a segment nor the hot journal holds, up
+    to the next height the hot journal does hold) becomes a ref with ``error`` set, so no
+    height is ever silently left out of a scan."""
     require(plane, Plane, "plane")
     require(selection, Selection, "selection")
     refs: list[SegmentRef] = []
+    for universe, world in selected_worlds(plane, selection):
+        refs.extend(_world_refs(plane, universe, world))
+    return [r for r in refs if selection.wants(r)]
+
+
+def selected_worlds(plane: Plane, selection: Selection) -> Iterator[tuple[UniverseId, WorldId]]:
+    """The (universe, world) pairs ``selection`` names, or every one the store has; a
+    world is named in every selected universe (one that does not have it reads nothing)."""
     universes = (
         [UniverseId.parse(u) for u in sorted(selection.universes)]
         if selection.universes
@@ -100,13 +114,15 @@ def from_index(plane: Plane, selection: Selection) -> list[SegmentRef]:
             else list(plane.worlds(universe))
         )
         for world in worlds:
-            refs.extend(_world_refs(plane, universe, world))
-    return [r for r in refs if selection.wants(r)]
+            yield universe, world
 
 
-def _world_refs(plane: Plane, universe: UniverseId, world: WorldId) -> Iterator[SegmentRef]:
-    """The refs of one world's index (see :func:`from_index`)."""
+def index_refs(plane: Plane, universe: UniverseId, world: WorldId) -> tuple[list[SegmentRef], int]:
+    """The refs of one world's segment index, from height 1 -- a good record's segment, or
+    for a damaged record, an overlap or a gap, the heights no good record holds with the
+    error -- and the height the index covers through (the highest end a record claims)."""
     u, w = str(universe), str(world)
+    refs: list[SegmentRef] = []
     covered = 0
     for entry in audit(plane.engine, universe, world):
         record = entry.record
@@ -116,13 +132,23 @@ def _world_refs(plane: Plane, universe: UniverseId, world: WorldId) -> Iterator[
             start = covered + 1
             end = max(start, entry.key_end if record is None else record.end)
             key = "" if record is None else record.object_key
-            yield SegmentRef(u, w, start, end, key, 0, error=str(entry.error))
+            refs.append(SegmentRef(u, w, start, end, key, 0, error=str(entry.error)))
         else:
-            yield SegmentRef(
-                u, w, record.start, record.end, record.object_key, record.byte_size,
-                record.checksum,
+            refs.append(
+                SegmentRef(
+                    u, w, record.start, record.end, record.object_key, record.byte_size,
+                    record.checksum,
+                )
             )  # fmt: skip
         covered = max(covered, entry.key_end if record is None else record.end)
+    return refs, covered
+
+
+def _world_refs(plane: Plane, universe: UniverseId, world: WorldId) -> Iterator[SegmentRef]:
+    """:func:`index_refs`, then a ref with an error if the hot journal does not go on
+    where the index ends (see :func:`from_index`)."""
+    refs, covered = index_refs(plane, universe, world)
+    yield from refs
     try:
         plane.read_hot(universe, world, covered + 1, 1)
     except WorldNotFound:
@@ -130,8 +156,20 @@ def _world_refs(plane: Plane, universe: UniverseId, world: WorldId) -> Iterator[
             raise
         # a selected world that this universe does not have: nothing to read
     except MissingJournalEntry as exc:  # the hot journal does not go on where the index ends
+        # The unread heights run to the next one the hot journal holds (or the head): one
+        # error ref covers them all, so none is left out silently.
+        last = hole_end(plane, universe, world, exc.height, plane.head(universe, world))
         problem = f"{exc}, and no segment holds it (the index ends at {covered})"
-        yield SegmentRef(u, w, covered + 1, exc.height, "", 0, error=problem)
+        u, w = str(universe), str(world)
+        yield SegmentRef(u, w, covered + 1, max(last, exc.height), "", 0, error=problem)
+
+
+def hole_end(plane: Plane, universe: UniverseId, world: WorldId, missing: int, last: int) -> int:
+    """The last height of the run of missing hot heights that starts at ``missing``: below
+    the next height up to ``last`` the hot journal holds (``last`` if none), found in one
+    read (a head damaged to 10**15 is not 10**15 reads)."""
+    keys = WorldKeys(universe, world)
+    return drive(journal.next_entry_height(plane.engine, keys, missing + 1, last)) - 1
 
 
 def from_objects(objects: ObjectStore, selection: Selection) -> list[SegmentRef]:

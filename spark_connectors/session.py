@@ -184,8 +184,8 @@ def spark_session(
     py_files: Sequence[str | os.PathLike[str]] = (),
     **conf: str,
 ) -> Any:
-    """Get or create a SparkSession (``local[*]`` unless ``master``), with Python filter
-    push-down on and the ``aos_segments`` source registered.
+    """Get or create a SparkSession (``local[*]`` unless ``master``), with the
+    ``aos_segments`` and ``aos_journal`` sources registered.
 
     ``py_files`` are shipped to the executors and put on their ``sys.path``: on a cluster
     whose Python environments do not have this package, pass its built wheel (shipped as a
@@ -205,7 +205,6 @@ def spark_session(
     builder = (
         SparkSession.builder.master(master or "local[*]")
         .appName(app_name)
-        .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.driver.memory", "2g")
@@ -219,7 +218,9 @@ def spark_session(
         raise Backend(f"Spark did not start ({type(exc).__name__}): {first.strip()}") from exc
     for path in py_files:
         spark.sparkContext.addPyFile(_as_zip(Path(path)))
+    from spark_connectors.journal import JournalDataSource
     from spark_connectors.source import SegmentDataSource
 
     spark.dataSource.register(SegmentDataSource)
+    spark.dataSource.register(JournalDataSource)
     return spark

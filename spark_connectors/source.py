@@ -15,7 +15,11 @@ Options:
 ``kv``                        engine URL: list segments from the plane's segment index
 ``listing``                   ``index`` (default when ``kv`` is given) or ``objects`` (list
                               the store; each world's segments must tile its history)
-``universe``, ``world``       comma-separated ids to read (or filter the DataFrame)
+``universe``, ``world``       comma-separated ids to read (others are never listed)
+``min_height``, ``max_height``  the height window to read (inclusive; segments outside it
+                              are never fetched)
+``kind``                      comma-separated record kinds to produce (rows of other kinds
+                              are dropped in the task; error rows are always produced)
 ``on_corrupt``                ``fail`` (default: the job fails naming the object) or
                               ``skip`` (one row per skipped segment, with ``error`` set)
 ``partition_bytes``           small segments are grouped up to this many bytes per input
@@ -23,8 +27,6 @@ Options:
 ``batch_rows``                rows per Arrow record batch (default 8192)
 ``columns``                   comma-separated columns to produce (default: all); the same as
                               a user-given schema naming a subset of the columns
-``pushdown``                  ``false`` when ``spark.sql.python.filterPushdown.enabled``
-                              is off (Spark refuses push-down readers then)
 ``aws_access_key_id`` ...     S3 credentials (with ``aws_secret_access_key`` and
                               ``aws_session_token``); else the boto3 chain on each executor
 ============================  ============================================================
@@ -42,12 +44,15 @@ DataFrame's schema, never the query's columns), so name them: with a user-given 
 verified whole, whichever columns it produces. With ``on_corrupt=skip`` the columns must
 include ``error``, so that a skipped segment is never a silent row of nulls.
 
-Filters on ``universe``, ``world`` (equality, ``IN``) and ``height`` (comparisons) are pushed
-down when ``spark.sql.python.filterPushdown.enabled`` is on: whole segments are pruned at
-planning and rows outside the height window are not produced. With that setting off, Spark
-refuses any reader that implements push-down, so read with ``pushdown=false``: Spark then
-filters the rows itself, with the same result. (Spark 4.3 keeps the planned scan of a
-DataFrame after a push-down: read a fresh DataFrame for each differently filtered query.)
+What a scan reads is chosen by its options, not by pushed filters: Spark 4.3 keeps the read
+a Python source plans under pushed filters on the DataFrame's relation and reuses it for a
+later query of that DataFrame that pushes none (``df.where(...).count()`` then
+``df.count()`` counts the filtered rows), so a source whose plan depends on pushed filters
+answers one query with another's rows. This source implements no ``pushFilters``: each
+query reads what its options select and Spark applies the query's filters to those rows
+(a filter value that is not an id matches nothing). Selecting by options prunes as
+push-down would: whole segments outside the universes, worlds and height window are never
+fetched.
 
 Each segment object is fetched whole and verified (checksum, header, and the index's
 checksum in index mode) before any of its rows is produced, so a task's memory is bounded by
@@ -56,26 +61,16 @@ its largest segment (export's ``target_bytes``, 64 MiB by default).
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceReader,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    InputPartition,
-    LessThan,
-    LessThanOrEqual,
-)
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -86,7 +81,7 @@ from pyspark.sql.types import (
 )
 
 from persistence.errors import Corruption, NotFound, SegmentCorruption, Validation
-from persistence.ids import UniverseId, WorldId
+from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.kernel import entry_kind
 from persistence.objects import ObjectStore
 from persistence.protocols.segment_index import SegmentRecordMismatch
@@ -131,6 +126,8 @@ ARROW_TYPES: Final[Mapping[str, pa.DataType]] = {
 CREDENTIALS: Final = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
 DEFAULT_PARTITION_BYTES: Final = 128 * 1024 * 1024
 DEFAULT_BATCH_ROWS: Final = 8192
+MAX_KIND_CHARS: Final = 200
+"""Longest record kind the ``kind`` option takes."""
 LENGTH_PREFIX: Final = 4
 """Bytes of the big-endian length before each entry in a segment (docs/segments.md)."""
 
@@ -146,44 +143,55 @@ class ScanOptions:
     partition_bytes: int
     batch_rows: int
     credentials: tuple[tuple[str, str], ...]
-    pushdown: bool = True
     selection: Selection = field(default_factory=Selection)
     columns: tuple[str, ...] = tuple(SCHEMA.names)
     """The columns to produce, in the schema's order."""
+    hot_entries: int = 0
+    """``aos_journal``: most entries of the hot tail one input partition reads."""
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], schema: StructType | None = None) -> ScanOptions:
-        """Validate the reader options and the scan's ``schema`` (a subset of
-        :data:`SCHEMA`; the ``columns`` option's when not given); a bad one is
-        ``Validation`` naming it."""
+    def parse(
+        cls,
+        options: Mapping[str, str],
+        schema: StructType | None = None,
+        *,
+        source: str = NAME,
+        extra: Mapping[str, int] | None = None,
+    ) -> ScanOptions:
+        """Validate the reader options of ``source`` and the scan's ``schema`` (a subset
+        of :data:`SCHEMA`; the ``columns`` option's when not given); a bad one is
+        ``Validation`` naming it. ``extra``: the source's own positive-integer options and
+        their defaults (``aos_journal``'s ``hot_entries``)."""
+        extra = extra or {}
         known = {
-            "objects", "kv", "listing", "universe", "world", "on_corrupt", "partition_bytes",
-            "batch_rows", "path", "pushdown", "columns", *CREDENTIALS,
+            "objects", "kv", "listing", "universe", "world", "min_height", "max_height",
+            "kind", "on_corrupt", "partition_bytes", "batch_rows", "path", "columns",
+            *CREDENTIALS, *extra,
         }  # fmt: skip
         unknown = {k for k in options if k.lower() not in known}
         if unknown:
-            raise Validation(NAME, f"unknown option(s) {sorted(unknown)}")
+            raise Validation(source, f"unknown option(s) {sorted(unknown)}")
         objects = options.get("objects") or options.get("path")
         if not objects:
-            raise Validation(f"{NAME}.objects", "the object-store URL is required")
+            raise Validation(f"{source}.objects", "the object-store URL is required")
         kv = options.get("kv")
         listing = options.get("listing", "index" if kv else "objects")
         if listing not in ("index", "objects") or (listing == "index" and not kv):
-            raise Validation(f"{NAME}.listing", "index (needs the kv option) or objects")
+            raise Validation(f"{source}.listing", "index (needs the kv option) or objects")
         on_corrupt = options.get("on_corrupt", "fail")
         if on_corrupt not in ("fail", "skip"):
-            raise Validation(f"{NAME}.on_corrupt", f"fail or skip, not {on_corrupt!r}")
-        columns = _columns(options.get("columns"))
+            raise Validation(f"{source}.on_corrupt", f"fail or skip, not {on_corrupt!r}")
+        columns = _columns(options.get("columns"), source)
         if schema is not None:
-            given = _schema_columns(schema)
+            given = _schema_columns(schema, source)
             if "columns" in options and given != columns:
                 raise Validation(
-                    f"{NAME}.columns", f"{list(columns)} but the schema names {list(given)}"
+                    f"{source}.columns", f"{list(columns)} but the schema names {list(given)}"
                 )
             columns = given
         if on_corrupt == "skip" and "error" not in columns:
             raise Validation(
-                f"{NAME}.columns",
+                f"{source}.columns",
                 "on_corrupt=skip needs the error column (or rows of nulls "
                 "would stand for skipped segments)",
             )
@@ -192,19 +200,22 @@ class ScanOptions:
             kv=kv,
             listing=listing,
             on_corrupt=on_corrupt,
-            partition_bytes=_positive(options, "partition_bytes", DEFAULT_PARTITION_BYTES),
-            batch_rows=_positive(options, "batch_rows", DEFAULT_BATCH_ROWS),
+            partition_bytes=_positive(options, "partition_bytes", DEFAULT_PARTITION_BYTES, source),
+            batch_rows=_positive(options, "batch_rows", DEFAULT_BATCH_ROWS, source),
             credentials=tuple((k, options[k]) for k in CREDENTIALS if options.get(k)),
-            pushdown=_flag(options, "pushdown"),
             selection=Selection(
                 universes=_ids(options.get("universe"), UniverseId.parse),
                 worlds=_ids(options.get("world"), WorldId.parse),
+                min_height=_height(options, "min_height", source),
+                max_height=_height(options, "max_height", source),
+                kinds=_kinds_option(options.get("kind"), source),
             ),
             columns=columns,
+            **{name: _positive(options, name, default, source) for name, default in extra.items()},
         )
 
 
-def _columns(raw: str | None) -> tuple[str, ...]:
+def _columns(raw: str | None, source: str) -> tuple[str, ...]:
     """The ``columns`` option: names of :data:`SCHEMA`, at least one, each once."""
     if raw is None:
         return tuple(SCHEMA.names)
@@ -212,24 +223,24 @@ def _columns(raw: str | None) -> tuple[str, ...]:
     unknown = [name for name in names if name not in ARROW_TYPES]
     if unknown or len(set(names)) != len(names):
         raise Validation(
-            f"{NAME}.columns", f"distinct names of {', '.join(SCHEMA.names)}, not {raw!r}"
+            f"{source}.columns", f"distinct names of {', '.join(SCHEMA.names)}, not {raw!r}"
         )
     return names
 
 
-def _schema_columns(schema: StructType) -> tuple[str, ...]:
+def _schema_columns(schema: StructType, source: str) -> tuple[str, ...]:
     """The columns a scan's schema names: each must be a column of :data:`SCHEMA` with its
     name, type and nullability (a user-given schema may name a subset, in any order)."""
     names = tuple(schema.names)
     for given in schema.fields:
         if given.name not in ARROW_TYPES or given != SCHEMA[given.name]:
             raise Validation(
-                f"{NAME}.schema",
+                f"{source}.schema",
                 f"{given.simpleString()} is not a column of {SCHEMA.simpleString()} "
                 "(names and types as given, nullable)",
             )
     if not names or len(set(names)) != len(names):
-        raise Validation(f"{NAME}.schema", f"distinct columns, not {schema.simpleString()}")
+        raise Validation(f"{source}.schema", f"distinct columns, not {schema.simpleString()}")
     return names
 
 
@@ -237,26 +248,50 @@ def _subset(columns: Sequence[str]) -> StructType:
     return StructType([SCHEMA[name] for name in columns])
 
 
-def _positive(options: Mapping[str, str], name: str, default: int) -> int:
+def _positive(options: Mapping[str, str], name: str, default: int, source: str) -> int:
     raw = options.get(name)
     if raw is None:
         return default
     if not raw.isdigit() or int(raw) < 1:
-        raise Validation(f"{NAME}.{name}", f"a positive integer, not {raw!r}")
+        raise Validation(f"{source}.{name}", f"a positive integer, not {raw!r}")
     return int(raw)
 
 
-def _flag(options: Mapping[str, str], name: str) -> bool:
-    raw = options.get(name, "true").lower()
-    if raw not in ("true", "false"):
-        raise Validation(f"{NAME}.{name}", f"true or false, not {raw!r}")
-    return raw == "true"
+def _height(options: Mapping[str, str], name: str, source: str) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return None
+    if not raw.isdigit() or len(raw) > 20 or int(raw) > MAX_HEIGHT:
+        raise Validation(f"{source}.{name}", f"a height from 0 to {MAX_HEIGHT}, not {raw!r}")
+    return int(raw)
+
+
+def _kinds_option(raw: str | None, source: str) -> frozenset[str]:
+    """The ``kind`` option: record kinds as the ``kind`` column spells them."""
+    if raw is None:
+        return frozenset()
+    kinds = frozenset(part.strip() for part in raw.split(","))
+    if not all(kinds) or any(len(kind) > MAX_KIND_CHARS for kind in kinds):
+        raise Validation(
+            f"{source}.kind", f"comma-separated kinds of 1-{MAX_KIND_CHARS} characters, not {raw!r}"
+        )
+    return kinds
 
 
 def _ids(raw: str | None, parse: Any) -> frozenset[str]:
     if not raw:
         return frozenset()
     return frozenset(str(parse(part.strip())) for part in raw.split(",") if part.strip())
+
+
+class _Weighed(Protocol):
+    """What a partition groups: anything with a (perhaps estimated) size in bytes."""
+
+    @property
+    def byte_size(self) -> int: ...
+
+
+_Ref = TypeVar("_Ref", bound=_Weighed)
 
 
 class SegmentPartition(InputPartition):
@@ -281,10 +316,8 @@ class SegmentDataSource(DataSource):
         return _subset(ScanOptions.parse(self.options).columns)
 
     def reader(self, schema: StructType) -> SegmentScan:
-        """A reader for one scan producing ``schema``'s columns (with push-down unless the
-        ``pushdown`` option is false)."""
-        options = ScanOptions.parse(self.options, schema)
-        return PushdownSegmentScan(options) if options.pushdown else SegmentScan(options)
+        """A reader for one scan producing ``schema``'s columns."""
+        return SegmentScan(ScanOptions.parse(self.options, schema))
 
 
 class SegmentScan(DataSourceReader):
@@ -292,57 +325,51 @@ class SegmentScan(DataSourceReader):
 
     def __init__(self, options: ScanOptions) -> None:
         self.options = options
-        self.requested = options.selection
-        """What the options select; push-down narrows a copy of it."""
 
     def partitions(self) -> Sequence[SegmentPartition]:
         """One partition per large segment, small ones grouped (listed on the driver)."""
-        refs = list_segments(self.options)
-        groups: list[list[SegmentRef]] = []
-        size = 0
-        for ref in refs:
-            if not groups or size + ref.byte_size > self.options.partition_bytes:
-                groups.append([])
-                size = 0
-            groups[-1].append(ref)
-            size += ref.byte_size
-        # None left (every segment pruned): one empty partition, since Spark would read a
-        # plain InputPartition in place of an empty list.
-        return [SegmentPartition(tuple(g)) for g in groups] or [SegmentPartition(())]
+        groups = group_refs(list_segments(self.options), self.options.partition_bytes)
+        return [SegmentPartition(group) for group in groups]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Fetch, verify and decode each segment; yield Arrow batches of the schema."""
         assert isinstance(partition, SegmentPartition)
         objects = _objects(self.options.objects, self.options.credentials)
         for ref in partition.segments:
-            try:
-                if ref.error is not None:
-                    raise SegmentListingError(
-                        f"world {ref.world}: heights {ref.start}-{ref.end}: {ref.error}"
-                    )
-                yield from segment_batches(objects, ref, self.options)
-            except Corruption as exc:
-                if self.options.on_corrupt == "fail":
-                    raise
-                yield _error_batch(ref, str(exc), self.options.columns)
+            yield from read_segment(objects, ref, self.options)
 
 
-class PushdownSegmentScan(SegmentScan):
-    """:class:`SegmentScan` with filter push-down. Spark refuses a reader that implements
-    ``pushFilters`` while ``spark.sql.python.filterPushdown.enabled`` is off, so this one is
-    used unless the ``pushdown`` option is ``false``."""
+def group_refs(refs: Sequence[_Ref], partition_bytes: int) -> list[tuple[_Ref, ...]]:
+    """``refs`` in order, cut into groups of at most ``partition_bytes`` (by each ref's
+    ``byte_size``; a larger one is a group of its own). At least one group: Spark would
+    read a plain InputPartition in place of an empty list, so no refs is one empty group."""
+    groups: list[list[_Ref]] = []
+    size = 0
+    for ref in refs:
+        if not groups or size + ref.byte_size > partition_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(ref)
+        size += ref.byte_size
+    return [tuple(group) for group in groups] or [()]
 
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
-        """Take equality/``IN`` on universe and world and comparisons on height; return
-        the rest for Spark to evaluate."""
-        selection = self.requested  # Spark may push again into a kept reader
-        for f in filters:
-            narrowed = _narrow(selection, f)
-            if narrowed is None:
-                yield f
-            else:
-                selection = narrowed
-        self.options = replace(self.options, selection=selection)
+
+def read_segment(
+    objects: ObjectStore, ref: SegmentRef, options: ScanOptions
+) -> Iterator[pa.RecordBatch]:
+    """The batches of one listed segment; in skip mode a corrupt one is its error row."""
+    try:
+        if ref.error is not None:
+            raise SegmentListingError(
+                f"world {ref.world}: heights {ref.start}-{ref.end}: {ref.error}"
+            )
+        yield from segment_batches(objects, ref, options)
+    except Corruption as exc:
+        if options.on_corrupt == "fail":
+            raise
+        yield error_batch(
+            ref.universe, ref.world, ref.start, ref.end, str(exc), options.columns, ref.byte_size
+        )
 
 
 def list_segments(options: ScanOptions) -> list[SegmentRef]:
@@ -391,9 +418,12 @@ def segment_batches(
         [COLUMN_BUILDERS[name](source) for name in options.columns],
         schema=arrow_schema(options.columns),
     )
-    for first in range(lo, hi + 1, options.batch_rows):
-        rows = min(hi, first + options.batch_rows - 1) - first + 1
-        yield whole.slice(first - ref.start, rows)
+    window = whole.slice(lo - ref.start, hi - lo + 1)
+    if options.selection.kinds:
+        kinds = source.kinds.slice(lo - ref.start, hi - lo + 1)
+        window = window.filter(pc.is_in(kinds, value_set=pa.array(sorted(options.selection.kinds))))
+    for offset in range(0, window.num_rows, options.batch_rows):
+        yield window.slice(offset, options.batch_rows)
 
 
 def arrow_schema(columns: Sequence[str]) -> pa.Schema:
@@ -425,6 +455,15 @@ class SegmentColumns:
             pa.binary(), self.count, [None, offsets.buffers()[1], pa.py_buffer(values)]
         )
 
+    @cached_property
+    def kinds(self) -> pa.Array:
+        """The ``kind`` column (:func:`kind_of` of each entry)."""
+        data, starts = self.segment.data, self.segment.starts
+        bounds = itertools.pairwise(starts)
+        return pa.array(
+            [kind_of(data, begin + LENGTH_PREFIX, end) for begin, end in bounds], pa.string()
+        )
+
 
 def _entries(source: SegmentColumns) -> pa.Array:
     """The entries, copied once into one contiguous buffer (an Arrow binary column)."""
@@ -442,21 +481,13 @@ def _heights(source: SegmentColumns) -> pa.Array:
     return pc.add(pc.cumulative_sum(ones), source.ref.start - 1)
 
 
-def _kinds(source: SegmentColumns) -> pa.Array:
-    """The ``kind`` column. Plane records are canonical CBOR maps (major type 5): anything
-    else is opaque without decoding it."""
-    data, starts = source.segment.data, source.segment.starts
-    first = [start + LENGTH_PREFIX for start in starts]
-    kinds = [
-        _kind(data, begin, end) if begin < end and 0xA0 <= data[begin] <= 0xBF else "opaque"
-        for begin, end in zip(first, starts[1:], strict=False)
-    ]
-    return pa.array(kinds, pa.string())
-
-
-def _kind(payload: bytes, start: int, end: int) -> str:
+def kind_of(data: bytes, begin: int, end: int) -> str:
+    """The ``kind`` of the entry at ``data[begin:end]``: plane records are canonical CBOR
+    maps (major type 5), so anything else is opaque without decoding it."""
+    if begin >= end or not 0xA0 <= data[begin] <= 0xBF:
+        return "opaque"
     try:
-        return entry_kind(payload[start:end])
+        return entry_kind(data[begin:end])
     except Corruption:
         return "corrupt record"
 
@@ -468,7 +499,7 @@ COLUMN_BUILDERS: Final[dict[str, Callable[[SegmentColumns], pa.Array]]] = {
     "segment_end": lambda s: s.constant(s.ref.end, pa.int64()),
     "segment_bytes": lambda s: s.constant(len(s.segment.data), pa.int64()),
     "height": _heights,
-    "kind": _kinds,
+    "kind": lambda s: s.kinds,
     "entry": _entries,
     "entry_size": _entry_sizes,
     "error": lambda s: pa.nulls(s.count, pa.string()),
@@ -476,67 +507,29 @@ COLUMN_BUILDERS: Final[dict[str, Callable[[SegmentColumns], pa.Array]]] = {
 """How each column of a segment's rows is built; a scan calls only its columns'."""
 
 
-def _error_batch(ref: SegmentRef, message: str, columns: Sequence[str]) -> pa.RecordBatch:
-    """The row standing for a skipped segment: where it is and why, other columns null."""
+def error_batch(
+    universe: str,
+    world: str,
+    start: int,
+    end: int,
+    message: str,
+    columns: Sequence[str],
+    segment_bytes: int | None = None,
+) -> pa.RecordBatch:
+    """The row standing for heights ``start..end`` that could not be read: where they are
+    (in ``segment_start``/``segment_end``) and why, the entry columns null."""
     known: dict[str, Any] = {
-        "universe": ref.universe,
-        "world": ref.world,
-        "segment_start": ref.start,
-        "segment_end": ref.end,
-        "segment_bytes": ref.byte_size,
+        "universe": universe,
+        "world": world,
+        "segment_start": start,
+        "segment_end": end,
+        "segment_bytes": segment_bytes,
         "error": message,
     }
     return pa.RecordBatch.from_arrays(
         [pa.array([known.get(name)], ARROW_TYPES[name]) for name in columns],
         schema=arrow_schema(columns),
     )
-
-
-def _narrow(selection: Selection, f: Filter) -> Selection | None:
-    """``selection`` narrowed by ``f``, or ``None`` if ``f`` cannot be pushed."""
-    attribute: tuple[str, ...] = getattr(f, "attribute", ())
-    column = attribute[0] if len(attribute) == 1 else None
-    raw: Any = getattr(f, "value", None)
-    if column in ("universe", "world") and isinstance(f, EqualTo | In):
-        values = frozenset([raw] if isinstance(f, EqualTo) else raw)
-        if not all(isinstance(v, str) for v in values):
-            return None
-        if column == "universe":
-            current = selection.universes
-            return replace(selection, universes=current & values if current else values)
-        current = selection.worlds
-        return replace(selection, worlds=current & values if current else values)
-    if column == "height" and isinstance(raw, int) and not isinstance(raw, bool):
-        value: int = raw
-        lo, hi = selection.min_height, selection.max_height
-        if isinstance(f, EqualTo):
-            lo, hi = _max(lo, value), _min(hi, value)
-        elif isinstance(f, GreaterThan):
-            lo = _max(lo, value + 1)
-        elif isinstance(f, GreaterThanOrEqual):
-            lo = _max(lo, value)
-        elif isinstance(f, LessThan):
-            hi = _min(hi, value - 1)
-        elif isinstance(f, LessThanOrEqual):
-            hi = _min(hi, value)
-        else:
-            return None
-        # Heights start at 1, so a bound below 0 selects what 0 does (a Selection's
-        # bounds are never negative).
-        return replace(selection, min_height=_at_least_0(lo), max_height=_at_least_0(hi))
-    return None
-
-
-def _at_least_0(bound: int | None) -> int | None:
-    return None if bound is None else max(bound, 0)
-
-
-def _max(a: int | None, b: int) -> int:
-    return b if a is None else max(a, b)
-
-
-def _min(a: int | None, b: int) -> int:
-    return b if a is None else min(a, b)
 
 
 _stores: dict[tuple[str, tuple[tuple[str, str], ...]], ObjectStore] = {}

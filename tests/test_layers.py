@@ -57,12 +57,16 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
     "segments.format": {"segment_index": "the segment key and checksum rules the index checks"},
     "segments.cold": {"segment_index": "a cold read checks the record it follows"},
     "segments.verify": {"segment_index": "the index audit: every bad record, not the first"},
-    "spark_connectors.listing": {"segment_index": "the index audit, as segments verify"},
+    "spark_connectors.listing": {
+        "segment_index": "the index audit, as segments verify",
+        "journal": "where a run of missing heights ends, as fsck finds it",
+    },
     "spark_connectors.source": {"segment_index": "the record check a listed segment passed"},
     "aosp.fsck": {
         "worlds": "fsck reads the records themselves: what the facade hides is what it checks",
         "compaction": "... the consumed marks",
         "cas_bodies": "... the CAS bodies' keys and dooms",
+        "journal": "... where a run of missing heights ends",
     },
     "aosp.cli.compact": {
         "compaction": "the preview of a pass (what it would remove)",

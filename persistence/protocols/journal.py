@@ -360,3 +360,21 @@ async def read_entries(
     if parts or expected != last + 1:
         raise MissingJournalEntry(str(keys.world), expected)
     return JournalPage(head, out)
+
+
+@kv.transactional
+async def next_entry_height(tr: kv.Transaction, keys: WorldKeys, first: int, last: int) -> int:
+    """The lowest height from ``first`` to ``last`` with a key of its entry (whole or a
+    chunk), ``last + 1`` if none has; ``first`` if the key found does not name a height in
+    that range (a reader then reads it, and fails on it, as that height). One snapshot read:
+    where a run of missing heights ends, found without reading through it."""
+    if first > last:
+        return first
+    rows = await tr.get_range(*keys.entries_between(first, last), limit=1, snapshot=True)
+    if not rows:
+        return last + 1
+    try:
+        height = fdbtuple.unpack(rows[0][0], keys.entry_prefix_len())[0]
+    except (ValueError, IndexError):
+        return first
+    return height if type(height) is int and first <= height <= last else first

@@ -83,6 +83,9 @@ def test_index_damage_fails_the_job_or_is_an_error_row(
         assert got == sibling | good, name  # every height a good record holds is read
         first_unread = min(set(range(1, 30)) - {h for _, h in good})
         assert errors[0].segment_start == first_unread, name
+        # every height the index does not give is covered by the error row: none vanishes
+        unread = set(range(errors[0].segment_start, errors[0].segment_end + 1))
+        assert unread | {h for _, h in good} >= set(range(1, 30)), name
 
 
 def test_the_listing_names_a_gap_before_any_task_runs(

@@ -41,8 +41,8 @@ def test_s3_mode_reads_what_the_local_store_holds(
         .options(objects=url, aws_access_key_id=moto_s3.access_key)
         .option("aws_secret_access_key", moto_s3.secret_key)
         .option("partition_bytes", "1")
+        .option("world", world)
         .load()
-        .where(f"world = '{world}'")
     )
     assert pruned.rdd.getNumPartitions() == len(
         store.plane.list_segments(store.universe, store.worlds[3])

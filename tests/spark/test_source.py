@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from persistence.errors import SegmentCorruption
+from persistence.errors import SegmentCorruption, Validation
 from persistence.kernel import entry_kind
 from spark_connectors.listing import SegmentListingError, Selection, from_objects
 from spark_connectors.source import ScanOptions, SegmentDataSource, SegmentScan
@@ -44,59 +44,84 @@ def test_small_segments_are_grouped_and_large_ones_split(spark: Any, store: Segm
     assert one_each == segments
 
 
-def test_filters_prune_partitions_and_stay_correct(spark: Any, store: SegmentStore) -> None:
+def test_options_prune_partitions_and_stay_correct(spark: Any, store: SegmentStore) -> None:
     world = str(store.worlds[1])
     everything = store.read(spark, partition_bytes="1")
     assert everything.rdd.getNumPartitions() > len(
         store.plane.list_segments(store.universe, store.worlds[1])
     )
-    filtered = store.read(spark, partition_bytes="1").where(
-        f"world = '{world}' AND height >= 40 AND height < 90"
-    )
+    selected = store.read(spark, partition_bytes="1", world=world, min_height="40", max_height="89")
     expected = {row for row in store.expected_rows() if row[0] == world and 40 <= row[1] < 90}
-    assert rows_of(filtered) == expected
+    assert rows_of(selected) == expected
     covering = [
         s
         for s in store.plane.list_segments(store.universe, store.worlds[1])
         if s.end >= 40 and s.start < 90
     ]
-    assert filtered.rdd.getNumPartitions() == len(covering)
+    assert selected.rdd.getNumPartitions() == len(covering)
+    filtered = store.read(spark).where(f"world = '{world}' AND height >= 40 AND height < 90")
+    assert rows_of(filtered) == expected  # the same rows, filtered by Spark
 
 
 @pytest.mark.parametrize("listing", ["index", "objects"])
-def test_a_filter_pruning_every_segment_gives_no_rows(
+def test_a_window_above_every_segment_gives_no_rows(
     spark: Any, store: SegmentStore, listing: str
 ) -> None:
     """No partition is left to read: Spark would substitute one the reader does not know."""
+    df = store.read(spark, listing=listing, min_height="1000000000")
+    assert df.count() == 0 and df.rdd.getNumPartitions() == 1
     for where in ("height < 0", "height > 1000000000"):
         assert store.read(spark, listing=listing).where(where).count() == 0
 
 
-def test_filters_are_correct_with_push_down_off(spark: Any, store: SegmentStore) -> None:
+def test_filters_are_correct_whatever_the_push_down_setting(
+    spark: Any, store: SegmentStore
+) -> None:
+    """The source implements no push-down, so Spark's setting neither refuses it nor
+    changes its rows."""
     world = str(store.worlds[2])
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    expected = {row for row in store.expected_rows() if row[0] == world and row[1] > 10}
+    for setting in ("false", "true"):
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", setting)
+        try:
+            filtered = store.read(spark).where(f"world = '{world}' AND height > 10")
+            assert rows_of(filtered) == expected, setting
+        finally:
+            spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
+def test_a_reused_dataframe_answers_each_query_for_itself(spark: Any, store: SegmentStore) -> None:
+    """Spark 4.3 keeps a read planned under pushed filters on the DataFrame's relation and
+    reuses it for a later query that pushes none: that query must still see every row."""
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     try:
-        refused = store.read(spark).where(f"world = '{world}'")
-        with pytest.raises(Exception, match="filterPushdown"):
-            refused.count()  # Spark's own rule for readers that implement push-down
-        filtered = store.read(spark, partition_bytes="1", pushdown="false").where(
-            f"world = '{world}' AND height > 10"
-        )
-        segments = sum(len(store.plane.list_segments(store.universe, w)) for w in store.worlds)
-        assert filtered.rdd.getNumPartitions() == segments  # nothing pruned
-        expected = {row for row in store.expected_rows() if row[0] == world and row[1] > 10}
-        assert rows_of(filtered) == expected
+        df = store.read(spark)
+        total = len(store.expected_rows())
+        low = len([row for row in store.expected_rows() if row[1] <= 2])
+        assert df.where("height <= 2").count() == low
+        assert df.count() == total
+        assert df.select("height").count() == total
+        first, second = str(store.worlds[0]), str(store.worlds[1])
+        assert {r.world for r in df.where(f"world = '{first}'").collect()} == {first}
+        assert {r.world for r in df.where(f"world = '{second}'").collect()} == {second}
+        assert df.count() == total
     finally:
-        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
 
 
-def test_a_kept_dataframe_is_pushed_into_again(spark: Any, store: SegmentStore) -> None:
-    """Spark keeps the pushed reader of a DataFrame; a second differently filtered query of
-    the same DataFrame must start again from the options, not from the first filter."""
-    df = store.read(spark)
-    first, second = str(store.worlds[0]), str(store.worlds[1])
-    assert {r.world for r in df.where(f"world = '{first}'").collect()} == {first}
-    assert {r.world for r in df.where(f"world = '{second}'").collect()} == {second}
+def test_a_filter_value_that_is_not_an_id_matches_nothing(spark: Any, store: SegmentStore) -> None:
+    world = str(store.worlds[0])
+    assert store.read(spark).where("world = 'typo'").count() == 0
+    both = store.read(spark).where(f"world IN ('{world}', 'typo')")
+    assert rows_of(both) == {row for row in store.expected_rows() if row[0] == world}
+
+
+def test_the_kind_option_produces_only_those_kinds(spark: Any, store: SegmentStore) -> None:
+    df = store.read(spark, kind="ingress:timer_fired,opaque")
+    rows = df.select("world", "height", "entry", "kind").collect()
+    assert {r.kind for r in rows} == {"ingress:timer_fired", "opaque"}
+    everything = store.read(spark).where("kind IN ('ingress:timer_fired', 'opaque')")
+    assert rows_of(df) == rows_of(everything) and len(rows) == everything.count()
 
 
 def test_world_option_selects_like_a_filter(spark: Any, store: SegmentStore) -> None:
@@ -123,6 +148,13 @@ def test_bad_options_are_named() -> None:
         ScanOptions.parse({"objects": "file:///x", "colour": "red"})
     with pytest.raises(Exception, match="world"):
         ScanOptions.parse({"objects": "file:///x", "world": "not-a-uuid"})
+    for bad in ("-1", "x", str(2**64)):
+        with pytest.raises(Validation, match=r"aos_segments\.min_height"):
+            ScanOptions.parse({"objects": "file:///x", "min_height": bad})
+    with pytest.raises(Validation, match=r"aos_segments\.kind"):
+        ScanOptions.parse({"objects": "file:///x", "kind": "opaque,,snapshot"})
+    with pytest.raises(Validation, match="unknown option"):
+        ScanOptions.parse({"objects": "file:///x", "pushdown": "false"})
 
 
 # --------------------------------------------------------------------------- damage

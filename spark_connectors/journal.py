@@ -1,0 +1,262 @@
+"""``aos_journal``: each world's whole journal -- cold segments and the hot tail -- as one
+table, heights 1 to the head.
+
+Usage::
+
+    spark.dataSource.register(JournalDataSource)
+    df = (spark.read.format("aos_journal")
+          .option("kv", "fdb:///etc/foundationdb/fdb.cluster")   # required: the hot tail
+          .option("objects", "s3://bucket/prefix?endpoint_url=...")
+          .load())
+
+The options, columns and kinds are ``aos_segments``' (:mod:`spark_connectors.source`), with
+``kv`` required, ``listing`` always the index, and ``hot_entries``: the most entries of a
+world's hot tail one input partition reads (default 65,536). Rows of the hot tail have
+``segment_start``, ``segment_end`` and ``segment_bytes`` null.
+
+Planning, on the driver, lists each selected world's segment index (as ``aos_segments``
+does: a damaged record or a gap is a ref with its error) and then reads its head: heights
+above the index's coverage up to that head are the hot tail, cut into ranges. Tasks read a
+segment from the object store and a hot range from the engine with
+:meth:`~persistence.plane.Plane.read_range`, which stitches: an export that indexes a
+segment and deletes its hot keys between planning and reading makes the task read those
+heights from the new segment. Heights never change once written and index records are
+never removed, so a plan stays exact while export runs: every height from 1 to the head the
+plan read is produced once, whatever moves from hot to cold meanwhile.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from persistence.errors import Corruption, MissingJournalEntry, Validation, WorldNotFound
+from persistence.ids import UniverseId, WorldId
+from persistence.plane import Plane
+from segments import open_plane
+from spark_connectors.listing import (
+    SegmentRef,
+    Selection,
+    hole_end,
+    index_refs,
+    selected_worlds,
+)
+from spark_connectors.source import (
+    ARROW_TYPES,
+    SCHEMA,
+    ScanOptions,
+    _objects,
+    _subset,
+    arrow_schema,
+    error_batch,
+    group_refs,
+    kind_of,
+    read_segment,
+)
+
+NAME: Final = "aos_journal"
+DEFAULT_HOT_ENTRIES: Final = 65_536
+HOT_ENTRY_ESTIMATE: Final = 1024
+"""Bytes a hot entry counts for when partitions are grouped up to ``partition_bytes`` (the
+hot tail's sizes are not read at planning)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HotRange:
+    """Heights ``start..end`` of a world's journal above its segments at planning."""
+
+    universe: str
+    world: str
+    start: int
+    end: int
+
+    @property
+    def byte_size(self) -> int:
+        """The range's estimated size, for grouping (:data:`HOT_ENTRY_ESTIMATE`)."""
+        return (self.end - self.start + 1) * HOT_ENTRY_ESTIMATE
+
+
+JournalRef = SegmentRef | HotRange
+
+
+def plan_journal(plane: Plane, selection: Selection, hot_entries: int) -> list[JournalRef]:
+    """The refs a scan of ``selection`` reads, per world in height order: the indexed
+    segments (damage and gaps as refs with an error), then the hot tail up to the head read
+    after the index, in ranges of at most ``hot_entries``; all clipped to the height window."""
+    refs: list[JournalRef] = []
+    lo = max(1, selection.min_height or 1)
+    for universe, world in selected_worlds(plane, selection):
+        cold, covered = index_refs(plane, universe, world)
+        try:
+            head = plane.head(universe, world)
+        except WorldNotFound:
+            if cold:  # segments indexed for a world that does not exist: fail the plan
+                raise
+            continue  # a selected world this universe does not have: nothing to read
+        refs.extend(ref for ref in cold if selection.wants(ref))
+        first = max(covered + 1, lo)
+        last = head if selection.max_height is None else min(head, selection.max_height)
+        u, w = str(universe), str(world)
+        refs.extend(
+            HotRange(u, w, start, min(last, start + hot_entries - 1))
+            for start in range(first, last + 1, hot_entries)
+        )
+    return refs
+
+
+class JournalPartition(InputPartition):
+    """One input partition: segments and hot ranges, grouped up to ``partition_bytes``."""
+
+    def __init__(self, refs: tuple[JournalRef, ...]) -> None:
+        super().__init__(refs)
+        self.refs = refs
+
+
+class JournalDataSource(DataSource):
+    """The ``aos_journal`` data source (see the module docstring)."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The short name used with ``spark.read.format``."""
+        return NAME
+
+    def schema(self) -> StructType:
+        """The columns the ``columns`` option names, else every column of
+        :data:`~spark_connectors.source.SCHEMA`."""
+        return _subset(parse(self.options).columns)
+
+    def reader(self, schema: StructType) -> JournalScan:
+        """A reader for one scan producing ``schema``'s columns."""
+        return JournalScan(parse(self.options, schema))
+
+
+def parse(options: Mapping[str, str], schema: StructType | None = None) -> ScanOptions:
+    """The options of an ``aos_journal`` scan (``kv`` required, no ``listing``)."""
+    if not options.get("kv"):
+        raise Validation(f"{NAME}.kv", "the engine URL is required (the hot tail is read there)")
+    if "listing" in {k.lower() for k in options}:
+        raise Validation(f"{NAME}.listing", "the journal is always listed from the index")
+    return ScanOptions.parse(
+        options, schema, source=NAME, extra={"hot_entries": DEFAULT_HOT_ENTRIES}
+    )
+
+
+class JournalScan(DataSourceReader):
+    """Plans on the driver (index, heads, hot ranges) and reads partitions in tasks."""
+
+    def __init__(self, options: ScanOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[JournalPartition]:
+        """The refs of :func:`plan_journal`, grouped up to ``partition_bytes``."""
+        plane = _plane(self.options)
+        refs = plan_journal(plane, self.options.selection, self.options.hot_entries)
+        return [JournalPartition(group) for group in group_refs(refs, self.options.partition_bytes)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Each ref's rows: a segment verified whole, a hot range read through the plane."""
+        assert isinstance(partition, JournalPartition)
+        for ref in partition.refs:
+            if isinstance(ref, HotRange):
+                yield from hot_batches(_plane(self.options), ref, self.options)
+            else:
+                objects = _objects(self.options.objects, self.options.credentials)
+                yield from read_segment(objects, ref, self.options)
+
+
+def hot_batches(plane: Plane, ref: HotRange, options: ScanOptions) -> Iterator[pa.RecordBatch]:
+    """The rows of heights ``ref.start..ref.end``, read with ``read_range`` (stitched: a
+    height exported since planning comes from its segment) in batches of ``batch_rows``.
+    Each batch must hold exactly the heights asked for: fewer is ``Corruption``. In skip
+    mode a run of missing heights is one error row and the read goes on after it; another
+    failure is an error row for the batch's heights."""
+    universe, world = UniverseId.parse(ref.universe), WorldId.parse(ref.world)
+    height = ref.start
+    while height <= ref.end:
+        last = min(ref.end, height + options.batch_rows - 1)
+        try:
+            rows = _read_exactly(plane, universe, world, height, last)
+        except MissingJournalEntry as exc:
+            if options.on_corrupt == "fail":
+                raise
+            missing = exc.height if height <= exc.height <= last else height
+            if missing > height:  # the heights before the hole are read first
+                yield _hot_batch(
+                    ref, _read_exactly(plane, universe, world, height, missing - 1), options
+                )
+            end = hole_end(plane, universe, world, missing, ref.end)
+            yield error_batch(ref.universe, ref.world, missing, end, str(exc), options.columns)
+            height = end + 1
+            continue
+        except Corruption as exc:
+            if options.on_corrupt == "fail":
+                raise
+            yield error_batch(ref.universe, ref.world, height, last, str(exc), options.columns)
+            height = last + 1
+            continue
+        yield _hot_batch(ref, rows, options)
+        height = last + 1
+
+
+def _read_exactly(
+    plane: Plane, universe: UniverseId, world: WorldId, first: int, last: int
+) -> list[tuple[int, bytes]]:
+    rows = plane.read_range(universe, world, first, last - first + 1)
+    if len(rows) != last - first + 1:
+        got = f"through {rows[-1][0]}" if rows else "none"
+        raise Corruption(
+            f"world {world}: heights {first}-{last} were planned below the head, "
+            f"the journal gave {got}"
+        )
+    return rows
+
+
+def _hot_batch(
+    ref: HotRange, rows: list[tuple[int, bytes]], options: ScanOptions
+) -> pa.RecordBatch:
+    """One batch of hot rows with the scan's columns (kinds filtered when selected)."""
+    kinds = [kind_of(entry, 0, len(entry)) for _, entry in rows]
+    if options.selection.kinds:
+        keep = [i for i, kind in enumerate(kinds) if kind in options.selection.kinds]
+        rows, kinds = [rows[i] for i in keep], [kinds[i] for i in keep]
+    count = len(rows)
+    columns = {
+        "universe": lambda: pa.repeat(pa.scalar(ref.universe, pa.string()), count),
+        "world": lambda: pa.repeat(pa.scalar(ref.world, pa.string()), count),
+        "height": lambda: pa.array([h for h, _ in rows], pa.int64()),
+        "kind": lambda: pa.array(kinds, pa.string()),
+        "entry": lambda: pa.array([e for _, e in rows], pa.binary()),
+        "entry_size": lambda: pa.array([len(e) for _, e in rows], pa.int32()),
+    }
+    return pa.RecordBatch.from_arrays(
+        [
+            columns[name]() if name in columns else pa.nulls(count, ARROW_TYPES[name])
+            for name in options.columns
+        ],
+        schema=arrow_schema(options.columns),
+    )
+
+
+_planes: dict[tuple[str, str, tuple[tuple[str, str], ...]], Plane] = {}
+_planes_lock = threading.Lock()
+
+
+def _plane(options: ScanOptions) -> Plane:
+    """One reading plane per store and process (Spark reuses Python workers across tasks);
+    opened with ``create=False``: a scan never creates a store."""
+    assert options.kv is not None
+    with _planes_lock:
+        key = (options.kv, options.objects, options.credentials)
+        if key not in _planes:
+            objects = _objects(options.objects, options.credentials)
+            _planes[key] = open_plane(options.kv, objects, create=False)
+        return _planes[key]
+
+
+__all__ = ["NAME", "SCHEMA", "HotRange", "JournalDataSource", "JournalScan", "plan_journal"]
