@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from typing import Final
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from persistence.errors import Corruption, MissingJournalEntry, Validation, WorldNotFound
-from persistence.ids import UniverseId, WorldId
+from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.plane import Plane
 from segments import open_plane
 from spark_connectors.listing import (
@@ -49,10 +49,8 @@ from spark_connectors.listing import (
 )
 from spark_connectors.source import (
     ARROW_TYPES,
-    SCHEMA,
     ScanOptions,
     _objects,
-    _subset,
     arrow_schema,
     error_batch,
     group_refs,
@@ -82,31 +80,65 @@ class HotRange:
         return (self.end - self.start + 1) * HOT_ENTRY_ESTIMATE
 
 
-JournalRef = SegmentRef | HotRange
+@dataclass(frozen=True, slots=True)
+class ColdRange:
+    """Heights ``start..end`` of the indexed segment ``ref`` (all of it, or the part a
+    window selects); ``ref.error`` set for heights the index cannot give."""
+
+    ref: SegmentRef
+    start: int
+    end: int
+
+    @property
+    def world(self) -> str:
+        """The world's id."""
+        return self.ref.world
+
+    @property
+    def byte_size(self) -> int:
+        """The segment's size (it is fetched whole whatever the window)."""
+        return self.ref.byte_size
+
+
+JournalRef = ColdRange | HotRange
 
 
 def plan_journal(plane: Plane, selection: Selection, hot_entries: int) -> list[JournalRef]:
-    """The refs a scan of ``selection`` reads, per world in height order: the indexed
-    segments (damage and gaps as refs with an error), then the hot tail up to the head read
-    after the index, in ranges of at most ``hot_entries``; all clipped to the height window."""
+    """The refs a scan of ``selection`` reads, per world in height order (see
+    :func:`plan_world`), from the selection's lowest height to its highest or the head."""
     refs: list[JournalRef] = []
     lo = max(1, selection.min_height or 1)
+    hi = MAX_HEIGHT if selection.max_height is None else selection.max_height
     for universe, world in selected_worlds(plane, selection):
-        cold, covered = index_refs(plane, universe, world)
-        try:
-            head = plane.head(universe, world)
-        except WorldNotFound:
-            if cold:  # segments indexed for a world that does not exist: fail the plan
-                raise
-            continue  # a selected world this universe does not have: nothing to read
-        refs.extend(ref for ref in cold if selection.wants(ref))
-        first = max(covered + 1, lo)
-        last = head if selection.max_height is None else min(head, selection.max_height)
-        u, w = str(universe), str(world)
-        refs.extend(
-            HotRange(u, w, start, min(last, start + hot_entries - 1))
-            for start in range(first, last + 1, hot_entries)
-        )
+        refs.extend(plan_world(plane, universe, world, lo, hi, hot_entries))
+    return refs
+
+
+def plan_world(
+    plane: Plane, universe: UniverseId, world: WorldId, lo: int, hi: int, hot_entries: int
+) -> list[JournalRef]:
+    """The refs of heights ``lo..hi`` of one world, no higher than the head: the indexed
+    segments (damage and gaps as refs with an error), then the hot tail up to the head read
+    after the index, in ranges of at most ``hot_entries``. Nothing for a world that does
+    not exist (unless segments are indexed for it: ``WorldNotFound``)."""
+    cold, covered = index_refs(plane, universe, world)
+    try:
+        head = plane.head(universe, world)
+    except WorldNotFound:
+        if cold:  # segments indexed for a world that does not exist: fail the plan
+            raise
+        return []  # a selected world this universe does not have: nothing to read
+    last = min(head, hi)
+    refs: list[JournalRef] = [
+        ColdRange(ref, max(ref.start, lo), min(ref.end, last))
+        for ref in cold
+        if ref.end >= lo and ref.start <= last
+    ]
+    u, w = str(universe), str(world)
+    refs.extend(
+        HotRange(u, w, start, min(last, start + hot_entries - 1))
+        for start in range(max(covered + 1, lo), last + 1, hot_entries)
+    )
     return refs
 
 
@@ -118,22 +150,9 @@ class JournalPartition(InputPartition):
         self.refs = refs
 
 
-class JournalDataSource(DataSource):
-    """The ``aos_journal`` data source (see the module docstring)."""
-
-    @classmethod
-    def name(cls) -> str:
-        """The short name used with ``spark.read.format``."""
-        return NAME
-
-    def schema(self) -> StructType:
-        """The columns the ``columns`` option names, else every column of
-        :data:`~spark_connectors.source.SCHEMA`."""
-        return _subset(parse(self.options).columns)
-
-    def reader(self, schema: StructType) -> JournalScan:
-        """A reader for one scan producing ``schema``'s columns."""
-        return JournalScan(parse(self.options, schema))
+def partitions_of(refs: Sequence[JournalRef], options: ScanOptions) -> list[JournalPartition]:
+    """``refs`` grouped up to ``partition_bytes`` (one empty partition if there are none)."""
+    return [JournalPartition(group) for group in group_refs(refs, options.partition_bytes)]
 
 
 def parse(options: Mapping[str, str], schema: StructType | None = None) -> ScanOptions:
@@ -155,19 +174,24 @@ class JournalScan(DataSourceReader):
 
     def partitions(self) -> Sequence[JournalPartition]:
         """The refs of :func:`plan_journal`, grouped up to ``partition_bytes``."""
-        plane = _plane(self.options)
+        plane = plane_of(self.options)
         refs = plan_journal(plane, self.options.selection, self.options.hot_entries)
         return [JournalPartition(group) for group in group_refs(refs, self.options.partition_bytes)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """Each ref's rows: a segment verified whole, a hot range read through the plane."""
-        assert isinstance(partition, JournalPartition)
-        for ref in partition.refs:
-            if isinstance(ref, HotRange):
-                yield from hot_batches(_plane(self.options), ref, self.options)
-            else:
-                objects = _objects(self.options.objects, self.options.credentials)
-                yield from read_segment(objects, ref, self.options)
+        """The partition's rows (:func:`read_partition`)."""
+        return read_partition(partition, self.options)
+
+
+def read_partition(partition: InputPartition, options: ScanOptions) -> Iterator[pa.RecordBatch]:
+    """Each ref's rows: a segment verified whole, a hot range read through the plane."""
+    assert isinstance(partition, JournalPartition)
+    for ref in partition.refs:
+        if isinstance(ref, HotRange):
+            yield from hot_batches(plane_of(options), ref, options)
+        else:
+            objects = _objects(options.objects, options.credentials)
+            yield from read_segment(objects, ref.ref, options, (ref.start, ref.end))
 
 
 def hot_batches(plane: Plane, ref: HotRange, options: ScanOptions) -> Iterator[pa.RecordBatch]:
@@ -247,7 +271,7 @@ _planes: dict[tuple[str, str, tuple[tuple[str, str], ...]], Plane] = {}
 _planes_lock = threading.Lock()
 
 
-def _plane(options: ScanOptions) -> Plane:
+def plane_of(options: ScanOptions) -> Plane:
     """One reading plane per store and process (Spark reuses Python workers across tasks);
     opened with ``create=False``: a scan never creates a store."""
     assert options.kv is not None
@@ -257,6 +281,3 @@ def _plane(options: ScanOptions) -> Plane:
             objects = _objects(options.objects, options.credentials)
             _planes[key] = open_plane(options.kv, objects, create=False)
         return _planes[key]
-
-
-__all__ = ["NAME", "SCHEMA", "HotRange", "JournalDataSource", "JournalScan", "plan_journal"]

@@ -218,7 +218,7 @@ def spark_session(
         raise Backend(f"Spark did not start ({type(exc).__name__}): {first.strip()}") from exc
     for path in py_files:
         spark.sparkContext.addPyFile(_as_zip(Path(path)))
-    from spark_connectors.journal import JournalDataSource
+    from spark_connectors.journal_source import JournalDataSource
     from spark_connectors.source import SegmentDataSource
 
     spark.dataSource.register(SegmentDataSource)

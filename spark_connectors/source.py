@@ -355,20 +355,26 @@ def group_refs(refs: Sequence[_Ref], partition_bytes: int) -> list[tuple[_Ref, .
 
 
 def read_segment(
-    objects: ObjectStore, ref: SegmentRef, options: ScanOptions
+    objects: ObjectStore,
+    ref: SegmentRef,
+    options: ScanOptions,
+    window: tuple[int, int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The batches of one listed segment; in skip mode a corrupt one is its error row."""
+    """The batches of one listed segment (heights ``window``, inclusive, when given; else
+    the selection's); in skip mode a corrupt one is its error row, for the whole segment
+    or the window."""
     try:
         if ref.error is not None:
             raise SegmentListingError(
                 f"world {ref.world}: heights {ref.start}-{ref.end}: {ref.error}"
             )
-        yield from segment_batches(objects, ref, options)
+        yield from segment_batches(objects, ref, options, window)
     except Corruption as exc:
         if options.on_corrupt == "fail":
             raise
+        start, end = window or (ref.start, ref.end)
         yield error_batch(
-            ref.universe, ref.world, ref.start, ref.end, str(exc), options.columns, ref.byte_size
+            ref.universe, ref.world, start, end, str(exc), options.columns, ref.byte_size
         )
 
 
@@ -386,10 +392,14 @@ def list_segments(options: ScanOptions) -> list[SegmentRef]:
 
 
 def segment_batches(
-    objects: ObjectStore, ref: SegmentRef, options: ScanOptions
+    objects: ObjectStore,
+    ref: SegmentRef,
+    options: ScanOptions,
+    window: tuple[int, int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The rows of one segment with the columns of ``options``, verified whole before the
-    first batch is produced; only those columns are built."""
+    """The rows of one segment with the columns of ``options`` (heights ``window`` when
+    given, else the selection's), verified whole before the first batch is produced; only
+    those columns are built."""
     try:
         data = objects.get(ref.object_key)
     except NotFound:
@@ -408,8 +418,9 @@ def segment_batches(
         )
     if len(data) >= 2**31:
         raise SegmentCorruption(ref.object_key, 0, "segment over 2 GiB: too large to scan")
-    lo = max(ref.start, options.selection.min_height or ref.start)
-    hi = min(ref.end, options.selection.max_height or ref.end)
+    want_lo, want_hi = window or (options.selection.min_height, options.selection.max_height)
+    lo = max(ref.start, want_lo or ref.start)
+    hi = ref.end if want_hi is None else min(ref.end, want_hi)
     if lo > hi:
         return
     # Whole-segment columns built once; batches are zero-copy slices of them.
@@ -418,12 +429,12 @@ def segment_batches(
         [COLUMN_BUILDERS[name](source) for name in options.columns],
         schema=arrow_schema(options.columns),
     )
-    window = whole.slice(lo - ref.start, hi - lo + 1)
+    rows = whole.slice(lo - ref.start, hi - lo + 1)
     if options.selection.kinds:
         kinds = source.kinds.slice(lo - ref.start, hi - lo + 1)
-        window = window.filter(pc.is_in(kinds, value_set=pa.array(sorted(options.selection.kinds))))
-    for offset in range(0, window.num_rows, options.batch_rows):
-        yield window.slice(offset, options.batch_rows)
+        rows = rows.filter(pc.is_in(kinds, value_set=pa.array(sorted(options.selection.kinds))))
+    for offset in range(0, rows.num_rows, options.batch_rows):
+        yield rows.slice(offset, options.batch_rows)
 
 
 def arrow_schema(columns: Sequence[str]) -> pa.Schema:

@@ -1,0 +1,221 @@
+"""``spark.readStream.format("aos_journal")``: every world's journal as an exactly-once
+stream.
+
+An offset is the height each world has been read through, as JSON::
+
+    {"version": 1, "worlds": {"<universe>/<world>": 1234, ...}}
+
+(a world absent from an offset has been read through height 0). A micro-batch from offset
+``start`` to ``end`` holds, for each world, heights ``start + 1 .. end``: heights never
+change once written, so the same offset range always gives the same rows, and Spark's
+checkpoint of offsets makes a restarted query go on exactly where it stopped. Each
+micro-batch lists the worlds again, so a world created mid-stream joins the next one, from
+height 1. The rows are planned and read as ``aos_journal``'s batch scan reads them
+(:mod:`spark_connectors.journal`): cold from segments, hot from the engine, exact while
+export moves heights from hot to cold.
+
+Options, beyond the batch source's:
+
+============================  ============================================================
+``max_entries_per_batch``     the most entries one micro-batch admits (Spark's
+                              ``ReadMaxRows``; default: all that are there). The limit is
+                              shared fairly: each world with entries waiting gets an equal
+                              share, and what a world does not need goes to the others.
+``starting``                  ``earliest`` (default: every world from height 1) or
+                              ``latest`` (from each world's head when the query first
+                              starts; worlds created later from height 1)
+============================  ============================================================
+
+The stream never writes into the store: ``commit`` has nothing to release (the plane keeps
+no reader state), so a query's progress lives in its checkpoint alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Final
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from persistence.errors import Validation, WorldNotFound
+from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
+from spark_connectors.journal import (
+    NAME,
+    JournalPartition,
+    JournalRef,
+    parse,
+    partitions_of,
+    plan_world,
+    plane_of,
+    read_partition,
+)
+from spark_connectors.listing import selected_worlds
+from spark_connectors.source import ScanOptions
+
+OFFSET_VERSION: Final = 1
+STREAM_OPTIONS: Final = ("max_entries_per_batch", "starting")
+
+Heights = dict[str, int]
+"""Height read through, by ``"<universe>/<world>"``."""
+
+
+def offset(heights: Mapping[str, int]) -> dict[str, Any]:
+    """The offset of ``heights`` (keys sorted: the same heights, the same JSON)."""
+    return {"version": OFFSET_VERSION, "worlds": dict(sorted(heights.items()))}
+
+
+def heights_of(value: Any, field: str = f"{NAME}.offset") -> Heights:
+    """The heights of an offset (as Spark hands it back from a checkpoint: a dict, or its
+    JSON); one that is not this source's is ``Validation`` naming what is wrong."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise Validation(field, f"JSON, not {value[:80]!r}") from None
+    if not isinstance(value, dict) or value.get("version") != OFFSET_VERSION:
+        raise Validation(field, f"an offset of version {OFFSET_VERSION}, not {value!r:.80}")
+    worlds = value.get("worlds")
+    if not isinstance(worlds, dict):
+        raise Validation(f"{field}.worlds", f"a map of world to height, not {worlds!r:.80}")
+    out: Heights = {}
+    for key, height in worlds.items():
+        universe, _, world = str(key).partition("/")
+        try:
+            UniverseId.parse(universe)
+            WorldId.parse(world)
+        except Validation as exc:
+            raise Validation(f"{field}.worlds", f"{key!r:.80}: {exc}") from None
+        if type(height) is not int or not 0 <= height <= MAX_HEIGHT:
+            raise Validation(f"{field}.worlds[{key}]", f"a height, not {height!r:.40}")
+        out[key] = height
+    return out
+
+
+def admit(waiting: Mapping[str, int], budget: int) -> Heights:
+    """How many of each world's ``waiting`` entries a micro-batch of at most ``budget``
+    entries takes: equal shares, in rounds, what a world does not need going to the
+    others (deterministic: worlds in key order)."""
+    granted = dict.fromkeys(waiting, 0)
+    active = sorted(key for key, count in waiting.items() if count > 0)
+    while budget > 0 and active:
+        share = max(1, budget // len(active))
+        still = []
+        for key in active:
+            take = min(share, waiting[key] - granted[key], budget)
+            granted[key] += take
+            budget -= take
+            if granted[key] < waiting[key]:
+                still.append(key)
+            if budget == 0:
+                break
+        active = still
+    return granted
+
+
+class JournalStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The stream reader (see the module docstring). Offsets and planning run on the
+    driver; :meth:`read` runs in tasks, as the batch scan's does."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
+        lowered = {k.lower(): v for k, v in options.items()}
+        rest = {k: v for k, v in options.items() if k.lower() not in STREAM_OPTIONS}
+        self.options: ScanOptions = parse(rest, schema)
+        raw = lowered.get("max_entries_per_batch")
+        if raw is not None and (not raw.isdigit() or int(raw) < 1):
+            raise Validation(f"{NAME}.max_entries_per_batch", f"a positive integer, not {raw!r}")
+        self.max_entries = int(raw) if raw is not None else None
+        self.starting = lowered.get("starting", "earliest")
+        if self.starting not in ("earliest", "latest"):
+            raise Validation(f"{NAME}.starting", f"earliest or latest, not {self.starting!r}")
+        self.until: Heights | None = None
+        """The heads Trigger.AvailableNow reads up to (set when such a query starts)."""
+
+    def heads(self) -> Heights:
+        """Each selected world's head now, capped at the selection's highest height."""
+        plane = plane_of(self.options)
+        cap = self.options.selection.max_height
+        out: Heights = {}
+        for universe, world in selected_worlds(plane, self.options.selection):
+            try:
+                head = plane.head(universe, world)
+            except WorldNotFound:  # a selected world this universe does not have
+                continue
+            out[f"{universe}/{world}"] = head if cap is None else min(head, cap)
+        return out
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Every world from height 1, or (``starting=latest``) from its head now."""
+        floor = max(0, (self.options.selection.min_height or 1) - 1)
+        if self.starting == "latest":
+            return offset({key: max(head, floor) for key, head in self.heads().items()})
+        return offset({})
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """``start`` moved on to each world's head, or as far as ``limit`` admits."""
+        begin = heights_of(start)
+        floor = max(0, (self.options.selection.min_height or 1) - 1)
+        heads = self.until if self.until is not None else self.heads()
+        waiting = {
+            key: head - max(begin.get(key, 0), floor)
+            for key, head in heads.items()
+            if head > max(begin.get(key, 0), floor)
+        }
+        if isinstance(limit, ReadMaxRows):
+            waiting = admit(waiting, limit.max_rows)
+        end = dict(begin)
+        for key, count in waiting.items():
+            if count:
+                end[key] = max(begin.get(key, 0), floor) + count
+        return offset(end)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxRows(max_entries_per_batch)`` when that option is set."""
+        return ReadAllAvailable() if self.max_entries is None else ReadMaxRows(self.max_entries)
+
+    def reportLatestOffset(self) -> dict[str, Any]:
+        """Each world's head now (shown in the query's progress)."""
+        return offset(self.heads())
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Read up to the heads of now, and stop there."""
+        self.until = self.heads()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[JournalPartition]:
+        """For each world, heights ``start + 1 .. end``, planned as the batch scan plans
+        (none when the offsets are equal)."""
+        begin, stop = heights_of(start), heights_of(end)
+        plane = plane_of(self.options)
+        refs: list[JournalRef] = []
+        for key in sorted(stop):
+            first, last = begin.get(key, 0) + 1, stop[key]
+            if first > last:
+                continue
+            universe, _, world = key.partition("/")
+            refs.extend(
+                plan_world(
+                    plane,
+                    UniverseId.parse(universe),
+                    WorldId.parse(world),
+                    first,
+                    last,
+                    self.options.hot_entries,
+                )
+            )
+        return partitions_of(refs, self.options) if refs else []
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The partition's rows, as the batch scan reads them."""
+        assert isinstance(partition, JournalPartition)
+        return read_partition(partition, self.options)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: the plane keeps no state for a reader."""

@@ -1,0 +1,200 @@
+"""``spark.readStream.format("aos_journal")`` on a real local SparkSession: every height of
+every world exactly once while writers append, drain and export, new worlds picked up,
+micro-batches within the admission limit, offsets deterministic and checked."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from persistence.errors import Validation
+from persistence.ids import WorldId
+from segments.export import ExportConfig, Exporter
+from spark_connectors.journal import HotRange
+from spark_connectors.stream import JournalStream, admit, heights_of, offset
+from tests.spark.conftest import SegmentStore, build_store
+from tests.spark.test_journal import journal_rows
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def stream(spark: Any, store: SegmentStore, **options: str) -> Any:
+    return (
+        spark.readStream.format("aos_journal")
+        .options(objects=store.objects, kv=store.kv, **options)
+        .load()
+    )
+
+
+def sink_rows(spark: Any, name: str) -> list[tuple[str, int, bytes]]:
+    rows = spark.sql(f"SELECT world, height, entry FROM {name}").collect()
+    return [(r.world, r.height, bytes(r.entry)) for r in rows]
+
+
+def write_while_streaming(
+    store: SegmentStore, rounds: int, seed: int, caught_up: Any
+) -> list[WorldId]:
+    """Appends to every world, a new world every few rounds, exports now and then; every
+    fifth round waits for ``caught_up()`` (the query has read what is there), so writes
+    and micro-batches interleave whatever the machine's speed."""
+    rng = random.Random(seed)
+    plane, u = store.plane, store.universe
+    created = []
+    for n in range(rounds):
+        if n % 5 == 2:
+            w = WorldId.new()
+            plane.create_world(u, w)
+            created.append(w)
+        for w in [*store.worlds, *created]:
+            head = plane.head(u, w)
+            plane.append_batch(
+                u, w, head, [b"live %d" % (head + i) for i in range(rng.randint(1, 9))]
+            )
+        if n % 4 == 3:
+            w = rng.choice(store.worlds)
+            plane.set_cold_horizon(u, w, plane.head(u, w) - 2)
+            Exporter(plane, ExportConfig(enabled=True, target_entries=15)).export_all(u, w)
+        if n % 5 == 4:
+            caught_up()
+    return created
+
+
+def test_every_height_exactly_once_while_writers_work(spark: Any, tmp_path: Path) -> None:
+    store = build_store(tmp_path / "store", seed=random.randrange(2**32), worlds=3)
+    query = (
+        stream(spark, store, hot_entries="16")
+        .writeStream.format("memory")
+        .queryName("journal_live")
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        created: list[WorldId] = []
+        query.processAllAvailable()  # the first micro-batch, before any live write
+        writer = threading.Thread(
+            target=lambda: created.extend(
+                write_while_streaming(store, 25, 7, query.processAllAvailable)
+            )
+        )
+        writer.start()
+        writer.join()
+        query.processAllAvailable()
+        got = sink_rows(spark, "journal_live")
+    finally:
+        query.stop()
+    store.worlds.extend(created)
+    expected = journal_rows(store)
+    assert created and len(got) == len(set((w, h) for w, h, _ in got))  # nothing twice
+    assert sorted(got) == sorted(expected)  # nothing lost, new worlds included
+    assert len([p for p in query.recentProgress if p["numInputRows"]]) > 5
+
+
+def test_micro_batches_stay_within_the_admission_limit(spark: Any, store: SegmentStore) -> None:
+    query = (
+        stream(spark, store, max_entries_per_batch="97")
+        .writeStream.format("memory")
+        .queryName("journal_admitted")
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        got = sink_rows(spark, "journal_admitted")
+        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    finally:
+        query.stop()
+    total = len(journal_rows(store))
+    assert sorted(got) == sorted(journal_rows(store))
+    assert sum(sizes) == total and max(sizes) <= 97 and len(sizes) >= total // 97
+
+
+def test_available_now_reads_to_the_heads_of_its_start(spark: Any, store: SegmentStore) -> None:
+    query = (
+        stream(spark, store, max_entries_per_batch="500")
+        .writeStream.format("memory")
+        .queryName("journal_now")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert sorted(sink_rows(spark, "journal_now")) == sorted(journal_rows(store))
+
+
+def test_admission_shares_the_limit_fairly() -> None:
+    assert admit({"a": 1000, "b": 3, "c": 1000}, 100) == {"a": 49, "b": 3, "c": 48}
+    assert admit({"a": 5, "b": 5}, 100) == {"a": 5, "b": 5}
+    assert admit({"a": 5, "b": 0}, 3) == {"a": 3, "b": 0}
+    granted = admit({str(i): 7 for i in range(50)}, 10)
+    assert sum(granted.values()) == 10 and max(granted.values()) == 1
+
+
+def test_offsets_are_checked_and_ranges_deterministic(store: SegmentStore) -> None:
+    reader = JournalStream({"objects": store.objects, "kv": store.kv, "hot_entries": "5"})
+    start = reader.initialOffset()
+    assert start == offset({})
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert heights_of(end) == {
+        f"{store.universe}/{w}": store.plane.head(store.universe, w) for w in store.worlds
+    }
+    first = reader.partitions(start, end)
+    assert [p.refs for p in first] == [p.refs for p in reader.partitions(start, end)]
+    assert any(isinstance(r, HotRange) for p in first for r in p.refs)
+    assert reader.partitions(end, end) == []
+    assert reader.latestOffset(start, ReadAllAvailable()) == end
+    limited = heights_of(reader.latestOffset(start, ReadMaxRows(10)))
+    assert sum(limited.values()) == 10 and set(limited) <= set(heights_of(end))
+    for bad in ({"version": 2, "worlds": {}}, {"version": 1}, "not json"):
+        with pytest.raises(Validation, match=r"aos_journal\.offset"):
+            heights_of(bad)
+    with pytest.raises(Validation, match=r"aos_journal\.offset\.worlds.*'nope/x'"):
+        heights_of({"version": 1, "worlds": {"nope/x": 3}})
+    with pytest.raises(Validation, match="max_entries_per_batch"):
+        JournalStream({"objects": store.objects, "kv": store.kv, "max_entries_per_batch": "0"})
+    latest = JournalStream({"objects": store.objects, "kv": store.kv, "starting": "latest"})
+    assert heights_of(latest.initialOffset()) == heights_of(end)
+
+
+def test_a_driver_killed_mid_stream_resumes_exactly_once(tmp_path: Path) -> None:
+    """SIGKILL the driver's process group (Python and JVM) once two micro-batches are
+    written, restart it from the checkpoint: the sink ends with every height once."""
+    store = build_store(tmp_path / "store", seed=random.randrange(2**32), worlds=3)
+    out, checkpoint = tmp_path / "sink", tmp_path / "checkpoint"
+    args = [
+        sys.executable, "-m", "tests.spark.stream_driver",
+        store.kv, store.objects, str(checkpoint), str(out), "120",
+    ]  # fmt: skip
+    first = subprocess.Popen(
+        args, stdout=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True
+    )
+    try:
+        assert first.stdout is not None
+        written = []
+        for line in first.stdout:
+            written.append(line.strip())
+            if len(written) == 2:
+                break
+        assert written == ["batch 0", "batch 1"]
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    second = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stdout.splitlines()[-1] == "done"
+    rows = []
+    for batch in sorted(out.iterdir()):
+        assert (batch / "_SUCCESS").exists(), batch
+        rows.extend(pq.read_table(batch).to_pylist())
+    got = [(r["world"], r["height"], r["entry"]) for r in rows]
+    assert len(got) == len({(w, h) for w, h, _ in got})
+    assert sorted(got) == sorted(journal_rows(store))
+    assert len(list(out.iterdir())) >= len(got) // 120
