@@ -16,8 +16,8 @@ from persistence.errors import MissingJournalEntry, Validation
 from persistence.ids import WorldId
 from persistence.keyspace import WorldKeys
 from segments.export import ExportConfig, Exporter
-from spark_connectors.journal import HotRange, JournalScan, parse, plan_journal
-from spark_connectors.listing import SegmentRef, Selection
+from spark_connectors.journal import ColdRange, HotRange, JournalScan, parse, plan_journal
+from spark_connectors.listing import Selection
 from tests.fdb_cluster import FdbCluster, clear_keyspace
 from tests.spark.conftest import SegmentStore, build_store
 
@@ -141,7 +141,7 @@ def test_plans_pickle_small_and_name_every_height(store: SegmentStore) -> None:
         mine = [r for r in refs if r.world == str(w)]
         heights = [h for r in mine for h in range(r.start, r.end + 1)]
         assert heights == list(range(1, store.plane.head(store.universe, w) + 1))
-        assert any(isinstance(r, SegmentRef) for r in mine)
+        assert any(isinstance(r, ColdRange) for r in mine)
         assert any(isinstance(r, HotRange) for r in mine)
     assert all(len(pickle.dumps(r)) < 400 for r in refs)
 
