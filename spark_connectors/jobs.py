@@ -1,8 +1,11 @@
 """Spark jobs over a plane: the replay check (restore equals full replay, per world, in
-parallel tasks) and analytics of cold history (per world and record kind)."""
+parallel tasks), its continuous form (a world checked each time it journals a new
+baseline, from the ``aos_journal`` stream) and analytics of cold history (per world and
+record kind)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -56,7 +59,12 @@ def replay_check(
 ) -> Any:
     """A DataFrame with one row per world (see :data:`REPLAY_SCHEMA`). Worlds are listed on
     the driver and checked in parallel tasks, each opening the store by URL."""
-    selected = list_worlds(store, universes, worlds)
+    return check_worlds(spark, store, kernel, list_worlds(store, universes, worlds))
+
+
+def check_worlds(spark: Any, store: Store, kernel: str, selected: list[tuple[str, str]]) -> Any:
+    """:func:`check_world` of each ``(universe, world)``, in parallel tasks: a DataFrame of
+    :data:`REPLAY_SCHEMA`."""
     if not selected:
         return spark.createDataFrame([], REPLAY_SCHEMA)
     slices = min(len(selected), spark.sparkContext.defaultParallelism * 4)
@@ -68,6 +76,63 @@ def replay_check(
 
     results = spark.sparkContext.parallelize(selected, slices).map(check)
     return spark.createDataFrame(results, REPLAY_SCHEMA)
+
+
+BASELINE_KIND: Final = "baseline_snapshot"
+"""The kind of the journal record a promotion writes (what the continuous check follows)."""
+
+
+def follow_replay_check(
+    spark: Any,
+    store: Store,
+    *,
+    output: str,
+    checkpoint: str,
+    kernel: str = DEFAULT_KERNEL,
+    once: bool = False,
+    trigger_seconds: float = 1.0,
+    universes: list[str] | None = None,
+    worlds: list[str] | None = None,
+    on_batch: Callable[[int, list[dict[str, Any]]], None] | None = None,
+) -> Any:
+    """The replay check as a streaming query (returned started): it follows the
+    ``aos_journal`` stream of baseline records, and each micro-batch checks the worlds
+    that journaled a new baseline (or whose journal could not be read: an error row)
+    with :func:`check_world`, writing their rows, with ``batch_id``, as Parquet to
+    ``<output>/batch=<id>`` (overwritten if Spark runs the batch again after a restart,
+    so each baseline's check is in the output once). ``once``: check the baselines there
+    are now, then stop (Trigger.AvailableNow). ``on_batch(batch_id, rows)`` is called on
+    the driver after each batch with rows (a report, say)."""
+    options = {
+        **store.source_options(),
+        "kind": BASELINE_KIND,
+        "columns": "universe,world,height,error",
+        **({"universe": ",".join(universes)} if universes else {}),
+        **({"world": ",".join(worlds)} if worlds else {}),
+    }
+
+    def check_batch(batch: Any, batch_id: int) -> None:
+        pairs = sorted({(r.universe, r.world) for r in batch.select("universe", "world").collect()})
+        if not pairs:
+            return
+        from pyspark.sql import functions as F
+
+        rows = check_worlds(spark, store, kernel, pairs).withColumn("batch_id", F.lit(batch_id))
+        target = f"{output}/batch={batch_id:06d}"
+        rows.write.mode("overwrite").parquet(target)
+        if on_batch is not None:
+            on_batch(batch_id, [r.asDict() for r in spark.read.parquet(target).collect()])
+
+    writer = (
+        spark.readStream.format("aos_journal")
+        .options(**options)
+        .load()
+        .writeStream.foreachBatch(check_batch)
+        .option("checkpointLocation", checkpoint)
+        .queryName("aosp-replay-follow")
+    )
+    trigger = {"availableNow": True} if once else {"processingTime": f"{trigger_seconds} seconds"}
+    return writer.trigger(**trigger).start()
 
 
 def list_worlds(

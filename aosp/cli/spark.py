@@ -1,5 +1,5 @@
-"""``aosp spark replay-check|analytics``: the Spark jobs of ``spark_connectors``, on a local
-SparkSession by default or on any ``--master``."""
+"""``aosp spark replay-check|replay-follow|analytics``: the Spark jobs of
+``spark_connectors``, on a local SparkSession by default or on any ``--master``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from aosp.cli.console import (
     EXIT_OK,
     Progress,
     UsageError,
+    positive_seconds,
     print_json,
     print_table,
 )
@@ -108,6 +109,46 @@ def cmd_replay_check(args: argparse.Namespace) -> int:
     return EXIT_OK if replay_passed(summary) else EXIT_CHECK_FAILED
 
 
+def cmd_replay_follow(args: argparse.Namespace) -> int:
+    """The replay check, continuous: each world checked when it journals a new baseline."""
+    from spark_connectors.jobs import follow_replay_check
+
+    store, _ = _store(args)
+    progress = Progress("replay-follow", enabled=not args.quiet)
+    spark = _session(args, progress)
+    rows: list[dict[str, Any]] = []
+
+    def report(batch_id: int, batch: list[dict[str, Any]]) -> None:
+        rows.extend(batch)
+        if not args.json:
+            summary = replay_summary(batch)
+            print(f"batch {batch_id}: {summary['equal']}/{summary['worlds']} worlds: "
+                  "restore equals full replay", flush=True)  # fmt: skip
+            for row in batch:
+                if not row["equal"]:
+                    print(f"  differs: {row['universe']}/{row['world']}: {row['error'] or ''}",
+                          flush=True)  # fmt: skip
+
+    try:
+        query = follow_replay_check(
+            spark, store, output=args.output, checkpoint=args.checkpoint, kernel=args.kernel,
+            once=args.once, trigger_seconds=args.trigger_seconds, on_batch=report,
+            **_selection(args),
+        )  # fmt: skip
+        try:
+            query.awaitTermination()
+        except KeyboardInterrupt:
+            query.stop()
+    finally:
+        spark.stop()
+    summary = replay_summary(rows)
+    if args.json:
+        print_json({"summary": summary, "output": args.output, "checks": rows})
+    elif not rows:
+        print("no new baseline: nothing checked")
+    return EXIT_CHECK_FAILED if summary["differ"] else EXIT_OK
+
+
 def cmd_analytics(args: argparse.Namespace) -> int:
     """Per world and record kind: counts, bytes, heights, segments; written as Parquet."""
     from spark_connectors.jobs import analytics
@@ -172,6 +213,28 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         help="per world: full replay equals restore (exit 1 if any differs)",
     )
     check.set_defaults(run=cmd_replay_check)
+    follow = jobs.add_parser(
+        "replay-follow",
+        parents=[common, store, filters, spark_options, kernel_option()],
+        help="the replay check, continuous: each world checked when it journals a new "
+        "baseline (a streaming query; exit 1 if any check differs)",
+    )
+    follow.add_argument(
+        "--checkpoint", required=True, help="the query's checkpoint directory (where it resumes)"
+    )
+    follow.add_argument(
+        "--output", default="aosp-replay-follow", help="Parquet output: one directory per batch"
+    )
+    follow.add_argument(
+        "--once", action="store_true", help="check the baselines there are now, then exit"
+    )
+    follow.add_argument(
+        "--trigger-seconds",
+        type=positive_seconds,
+        default=1.0,
+        help="seconds between micro-batches",
+    )
+    follow.set_defaults(run=cmd_replay_follow)
     stats = jobs.add_parser(
         "analytics",
         parents=[common, store, filters, spark_options],

@@ -12,6 +12,7 @@ from persistence.ids import WorldId
 from spark_connectors.jobs import Store, analytics, replay_check
 from tests.cli.conftest import aosp
 from tests.objects.servers import REGION, S3Server
+from tests.segments.workload import snapshot_now
 from tests.spark.conftest import SegmentStore, build_store
 
 
@@ -124,6 +125,33 @@ def test_cli_replay_check_and_analytics(tmp_path: Path) -> None:
     result = json.loads(stats.out)
     assert {r["world"] for r in result["segments"]} == {str(w) for w in store.worlds}
     assert (out / "by_kind").is_dir() and any((out / "by_kind").glob("*.parquet"))
+
+
+def test_cli_replay_follow_checks_each_new_baseline_once(tmp_path: Path) -> None:
+    """``--once`` checks the baselines there are; run again from the checkpoint it checks
+    only the worlds that journaled a baseline since, and flags the one that differs."""
+    store = build_store(tmp_path / "store", seed=3, worlds=3)
+    data = ["--data-dir", str(store.root), "--master", "local[1]", "--quiet"]
+    follow = [
+        "spark", "replay-follow", *data, "--checkpoint", str(tmp_path / "checkpoint"),
+        "--output", str(tmp_path / "checks"), "--once", "--json",
+    ]  # fmt: skip
+    first = aosp(*follow)
+    assert first.code == 0, first.err
+    assert first.json()["summary"] == {"worlds": 3, "equal": 3, "differ": 0}
+    quiet = aosp(*follow)  # nothing new: nothing checked, nothing written
+    assert quiet.code == 0 and quiet.json()["summary"]["worlds"] == 0, quiet.err
+    break_baseline(store, store.worlds[1])
+    u, w = store.universe, store.worlds[2]
+    snapshot_now(store.plane, u, w, promote=True)
+    store.plane.engine.close()
+    second = aosp(*follow)
+    assert second.code == 1, second.err
+    checks = second.json()["checks"]
+    assert sorted(r["world"] for r in checks) == sorted([str(store.worlds[1]), str(w)])
+    assert [r["world"] for r in checks if not r["equal"]] == [str(store.worlds[1])]
+    batches = sorted(p.name for p in (tmp_path / "checks").iterdir())
+    assert len(batches) == 2 and all(b.startswith("batch=") for b in batches)
 
 
 def test_cli_spark_on_a_missing_store(tmp_path: Path) -> None:
