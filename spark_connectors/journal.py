@@ -11,8 +11,9 @@ Usage::
 
 The options, columns and kinds are ``aos_segments``' (:mod:`spark_connectors.source`), with
 ``kv`` required, ``listing`` always the index, and ``hot_entries``: the most entries of a
-world's hot tail one input partition reads (default 65,536). Rows of the hot tail have
-``segment_start``, ``segment_end`` and ``segment_bytes`` null.
+world's hot tail one input partition reads (default 16,384), and ``min_partitions``: a scan
+of more than one ref is cut into at least this many input partitions (default 2). Rows of
+the hot tail have ``segment_start``, ``segment_end`` and ``segment_bytes`` null.
 
 Planning, on the driver, lists each selected world's segment index (as ``aos_segments``
 does: a damaged record or a gap is a ref with its error) and then reads its head: heights
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
@@ -59,7 +61,11 @@ from spark_connectors.source import (
 )
 
 NAME: Final = "aos_journal"
-DEFAULT_HOT_ENTRIES: Final = 65_536
+DEFAULT_HOT_ENTRIES: Final = 16_384
+DEFAULT_MIN_PARTITIONS: Final = 2
+"""A scan or micro-batch of more than one ref is cut into at least this many partitions
+(``min_partitions``), even below ``partition_bytes``: a micro-batch is often tens of MiB,
+and one partition would leave all but one core idle."""
 HOT_ENTRY_ESTIMATE: Final = 1024
 """Bytes a hot entry counts for when partitions are grouped up to ``partition_bytes`` (the
 hot tail's sizes are not read at planning)."""
@@ -151,8 +157,12 @@ class JournalPartition(InputPartition):
 
 
 def partitions_of(refs: Sequence[JournalRef], options: ScanOptions) -> list[JournalPartition]:
-    """``refs`` grouped up to ``partition_bytes`` (one empty partition if there are none)."""
-    return [JournalPartition(group) for group in group_refs(refs, options.partition_bytes)]
+    """``refs`` grouped up to ``partition_bytes``, or less so that there are at least
+    ``min_partitions`` groups (one empty partition if there are no refs)."""
+    total = sum(ref.byte_size for ref in refs)
+    share = -(-total // options.min_partitions)  # rounded up
+    limit = max(1, min(options.partition_bytes, share))
+    return [JournalPartition(group) for group in group_refs(refs, limit)]
 
 
 def parse(options: Mapping[str, str], schema: StructType | None = None) -> ScanOptions:
@@ -162,7 +172,10 @@ def parse(options: Mapping[str, str], schema: StructType | None = None) -> ScanO
     if "listing" in {k.lower() for k in options}:
         raise Validation(f"{NAME}.listing", "the journal is always listed from the index")
     return ScanOptions.parse(
-        options, schema, source=NAME, extra={"hot_entries": DEFAULT_HOT_ENTRIES}
+        options,
+        schema,
+        source=NAME,
+        extra={"hot_entries": DEFAULT_HOT_ENTRIES, "min_partitions": DEFAULT_MIN_PARTITIONS},
     )
 
 
@@ -244,19 +257,26 @@ def _read_exactly(
 def _hot_batch(
     ref: HotRange, rows: list[tuple[int, bytes]], options: ScanOptions
 ) -> pa.RecordBatch:
-    """One batch of hot rows with the scan's columns (kinds filtered when selected)."""
-    kinds = [kind_of(entry, 0, len(entry)) for _, entry in rows]
+    """One batch of hot rows with the scan's columns (kinds filtered when selected); the
+    kinds are decoded only when a column or the selection needs them."""
+    heights, entries = zip(*rows, strict=True) if rows else ((), ())
+    kinds: list[str] = []
+    if options.selection.kinds or "kind" in options.columns:
+        kinds = [kind_of(entry, 0, len(entry)) for entry in entries]
     if options.selection.kinds:
         keep = [i for i, kind in enumerate(kinds) if kind in options.selection.kinds]
-        rows, kinds = [rows[i] for i in keep], [kinds[i] for i in keep]
-    count = len(rows)
+        heights = tuple(heights[i] for i in keep)
+        entries = tuple(entries[i] for i in keep)
+        kinds = [kinds[i] for i in keep]
+    count = len(heights)
+    entry_column = pa.array(entries, pa.binary())
     columns = {
         "universe": lambda: pa.repeat(pa.scalar(ref.universe, pa.string()), count),
         "world": lambda: pa.repeat(pa.scalar(ref.world, pa.string()), count),
-        "height": lambda: pa.array([h for h, _ in rows], pa.int64()),
+        "height": lambda: pa.array(heights, pa.int64()),
         "kind": lambda: pa.array(kinds, pa.string()),
-        "entry": lambda: pa.array([e for _, e in rows], pa.binary()),
-        "entry_size": lambda: pa.array([len(e) for _, e in rows], pa.int32()),
+        "entry": lambda: entry_column,
+        "entry_size": lambda: pc.binary_length(entry_column),
     }
     return pa.RecordBatch.from_arrays(
         [

@@ -148,6 +148,8 @@ class ScanOptions:
     """The columns to produce, in the schema's order."""
     hot_entries: int = 0
     """``aos_journal``: most entries of the hot tail one input partition reads."""
+    min_partitions: int = 1
+    """``aos_journal``: the fewest input partitions a scan of more than one ref is cut into."""
 
     @classmethod
     def parse(
@@ -161,7 +163,7 @@ class ScanOptions:
         """Validate the reader options of ``source`` and the scan's ``schema`` (a subset
         of :data:`SCHEMA`; the ``columns`` option's when not given); a bad one is
         ``Validation`` naming it. ``extra``: the source's own positive-integer options and
-        their defaults (``aos_journal``'s ``hot_entries``)."""
+        their defaults (``aos_journal``'s ``hot_entries`` and ``min_partitions``)."""
         extra = extra or {}
         known = {
             "objects", "kv", "listing", "universe", "world", "min_height", "max_height",

@@ -187,6 +187,7 @@ SUITES = (
     "segments",
     "export-load",
     "spark",
+    "spark-journal",
     "steady",
     "fairness",
     "fdb",
@@ -206,6 +207,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         plane,
         segments,
         spark,
+        spark_journal,
         steady,
     )
     from aosp.benchmarks import eventsourcing as eventsourcing_suite
@@ -237,6 +239,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "segments": segments.run,
         "export-load": export_load.run,
         "spark": spark.run,
+        "spark-journal": spark_journal.run,
         "steady": lambda seconds, progress: steady.run(steady_config, plot, progress),
         "fairness": fairness.run,
         "fdb": functools.partial(fdb.run, fdb_url=args.fdb),

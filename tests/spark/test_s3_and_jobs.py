@@ -185,3 +185,28 @@ def test_the_scan_benchmark_checks_and_reports_both_readers(tmp_path: Path) -> N
         assert figure["ratio_min"] <= figure["ratio"] <= figure["ratio_max"]
     for figure in (pruned, full, single, *scaling):
         assert figure["value"] > 0 and figure["baseline_value"] > 0
+
+
+def test_the_journal_benchmark_checks_and_reports_its_three_figures() -> None:
+    """``aosp bench spark-journal`` at a tiny size, in its own process."""
+    import subprocess
+    import sys
+
+    from aosp.benchmarks.spark_journal import ROUNDS
+    from tests.cli.conftest import ROOT
+
+    code = (
+        "import json; from aosp.benchmarks import spark_journal; print(json.dumps("
+        "[f.to_json() for f in spark_journal.run(entries=16_000, latency_seconds=3)]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    batch, stream, latency = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (batch["target"], stream["target"], latency["target"]) == (0.8, 0.7, 1.0)
+    for figure in (batch, stream):
+        assert figure["unit"] == "rows/s" and "16,000" in figure["name"]
+        assert len(figure["round_ratios"]) == ROUNDS and figure["value"] > 0
+        assert figure["ratio_min"] <= figure["ratio"] <= figure["ratio_max"]
+    assert latency["unit"] == "s" and latency["value"] > 0 and latency["baseline_value"] == 3.0

@@ -4,6 +4,7 @@ micro-batches within the admission limit, offsets deterministic and checked."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import signal
@@ -18,7 +19,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from persistence.errors import Validation
-from persistence.ids import WorldId
+from persistence.ids import UniverseId, WorldId
 from segments.export import ExportConfig, Exporter
 from spark_connectors.journal import HotRange
 from spark_connectors.stream import JournalStream, admit, heights_of, offset
@@ -198,3 +199,59 @@ def test_a_driver_killed_mid_stream_resumes_exactly_once(tmp_path: Path) -> None
     assert len(got) == len({(w, h) for w, h, _ in got})
     assert sorted(got) == sorted(journal_rows(store))
     assert len(list(out.iterdir())) >= len(got) // 120
+
+
+def test_a_backlog_of_a_million_entries_is_admitted_in_bounded_batches(
+    spark: Any, tmp_path: Path
+) -> None:
+    """1,048,576 entries in four worlds, read with ``max_entries_per_batch`` 131,072: every
+    micro-batch within the limit, every world's heights tiled once across the batches, and
+    each batch shared between the worlds still waiting."""
+    from segments import open_plane
+
+    kv, objects = f"sqlite://{tmp_path / 'aos.db'}", f"file://{tmp_path / 'objects'}"
+    plane = open_plane(kv, objects)
+    universe, per_world = UniverseId.new(), 262_144
+    worlds = [WorldId.new() for _ in range(4)]
+    for w in worlds:
+        plane.create_world(universe, w)
+        for start in range(0, per_world, 8_192):
+            plane.append_batch(
+                universe, w, start, [b"%08d" % h for h in range(start, start + 8_192)]
+            )
+    plane.engine.close()
+    ranges: list[tuple[int, str, int, int, int]] = []
+
+    def record(batch: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        for r in (
+            batch.groupBy("world")
+            .agg(F.min("height").alias("lo"), F.max("height").alias("hi"), F.count("*").alias("n"))
+            .collect()
+        ):
+            ranges.append((batch_id, r.world, r.lo, r.hi, r.n))
+
+    query = (
+        spark.readStream.format("aos_journal")
+        .schema("world string, height long")
+        .options(kv=kv, objects=objects, max_entries_per_batch="131072")
+        .load()
+        .writeStream.foreachBatch(record)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    per_batch: dict[int, int] = {}
+    for batch_id, _, lo, hi, n in ranges:
+        assert n == hi - lo + 1  # each world's part of a batch is a run of heights
+        per_batch[batch_id] = per_batch.get(batch_id, 0) + n
+    assert max(per_batch.values()) <= 131_072 and sum(per_batch.values()) == 4 * per_world
+    assert len(per_batch) == 4 * per_world // 131_072
+    for name in map(str, worlds):
+        runs = sorted((lo, hi) for _, world, lo, hi, _ in ranges if world == name)
+        assert runs[0][0] == 1 and runs[-1][1] == per_world
+        assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(runs))
+    first = [world for batch_id, world, *_ in ranges if batch_id == min(per_batch)]
+    assert len(first) == 4  # the first batch already reads every world, a quarter each
