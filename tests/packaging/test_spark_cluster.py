@@ -5,7 +5,8 @@ A Master and two Workers (one core each) run on loopback, started with pyspark's
 cbor2, blake3, boto3, foundationdb) but **not** this package: it reaches them only as the
 wheel the driver ships (``--py-files``). The store is FoundationDB 7.3 plus segments on
 SeaweedFS through ``s3://`` URLs, so every executor opens it over the network as a real
-cluster's would. ``aosp spark replay-check`` and ``analytics`` run from an environment where
+cluster's would. ``aosp spark replay-check``, ``analytics`` and ``replay-follow`` (the
+``aos_journal`` stream) run from an environment where
 the wheel is installed with its ``s3``, ``spark`` and ``fdb`` extras, outside the checkout.
 """
 
@@ -203,7 +204,21 @@ def test_replay_check_and_analytics_on_a_standalone_cluster(
         (row,) = [r for r in segments if r["world"] == str(world)]
         assert row["segments"] == len(records)
         assert row["cold_through"] == records[-1].end
-    print(f"standalone cluster: replay-check + analytics in {time.monotonic() - started:.1f}s")
+
+    # the aos_journal stream on the cluster: the continuous check, once, from a checkpoint
+    follow = driver_env.run(
+        "aosp", "spark", "replay-follow", *where, *spark, "--once", "--json", "--quiet",
+        "--checkpoint", str(driver_env.workdir / "follow-checkpoint"),
+        "--output", str(driver_env.workdir / "follow"), env=env,
+    )  # fmt: skip
+    assert follow.returncode == 0, follow.stdout[-2000:] + follow.stderr[-4000:]
+    checks = json.loads(follow.stdout)["checks"]
+    assert sorted(r["world"] for r in checks) == sorted(str(w) for w in store.worlds)
+    assert all(r["equal"] and r["batch_id"] == 0 for r in checks)
+    print(
+        "standalone cluster: replay-check + analytics + replay-follow in "
+        f"{time.monotonic() - started:.1f}s"
+    )
 
 
 PROBE = """

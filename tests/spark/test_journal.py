@@ -85,11 +85,22 @@ def test_a_reused_dataframe_answers_each_query_for_itself(spark: Any, store: Seg
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
 
 
-def test_export_between_planning_and_reading_loses_and_repeats_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["sqlite", "fdb"])
+def test_export_between_planning_and_reading_loses_and_repeats_nothing(
+    tmp_path: Path, engine: str, request: pytest.FixtureRequest
+) -> None:
     """The plan names hot ranges; before any task reads them, more is appended and every
     world is exported through its head (hot keys deleted): the tasks read those heights
     from the new segments, each planned height once, and nothing above the plan's heads."""
-    store = build_store(tmp_path / "store", seed=random.randrange(2**32), worlds=3)
+    kv = None
+    if engine == "fdb":
+        cluster: FdbCluster = request.getfixturevalue("fdb_cluster")
+        cleared = cluster.engine()
+        clear_keyspace(cleared)
+        cleared.close()
+        kv = cluster.url
+    seed = random.randrange(2**32)
+    store = build_store(tmp_path / "store", seed=seed, worlds=3, kv=kv)
     expected = journal_rows(store)
     scan = JournalScan(parse({"objects": store.objects, "kv": store.kv, "hot_entries": "3"}))
     partitions = scan.partitions()
@@ -113,6 +124,7 @@ def test_export_between_planning_and_reading_loses_and_repeats_nothing(tmp_path:
     ]
     assert sorted(got) == sorted(expected)
     assert len(got) == len(set((w, h) for w, h, _ in got))
+    store.plane.engine.close()
 
 
 def test_a_hole_in_the_hot_tail_fails_or_is_one_error_row(tmp_path: Path) -> None:

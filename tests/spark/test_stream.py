@@ -18,8 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from persistence import cbor
 from persistence.errors import Validation
 from persistence.ids import UniverseId, WorldId
+from persistence.records import DomainEventIngress
 from segments.export import ExportConfig, Exporter
 from spark_connectors.journal import HotRange
 from spark_connectors.stream import JournalStream, admit, heights_of, offset
@@ -45,7 +47,8 @@ def sink_rows(spark: Any, name: str) -> list[tuple[str, int, bytes]]:
 def write_while_streaming(
     store: SegmentStore, rounds: int, seed: int, caught_up: Any
 ) -> list[WorldId]:
-    """Appends to every world, a new world every few rounds, exports now and then; every
+    """Appends to every world (and drains an enqueued item every third round), a new world
+    every few rounds, exports now and then; every
     fifth round waits for ``caught_up()`` (the query has read what is there), so writes
     and micro-batches interleave whatever the machine's speed."""
     rng = random.Random(seed)
@@ -61,6 +64,9 @@ def write_while_streaming(
             plane.append_batch(
                 u, w, head, [b"live %d" % (head + i) for i in range(rng.randint(1, 9))]
             )
+            if n % 3 == 0:  # an item through the inbox, drained into the journal
+                plane.enqueue(u, w, DomainEventIngress("t/E@1", cbor.encode(n)))
+                plane.drain_inbox_to_journal(u, w)
         if n % 4 == 3:
             w = rng.choice(store.worlds)
             plane.set_cold_horizon(u, w, plane.head(u, w) - 2)
