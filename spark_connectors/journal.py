@@ -186,10 +186,10 @@ class JournalScan(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[JournalPartition]:
-        """The refs of :func:`plan_journal`, grouped up to ``partition_bytes``."""
+        """The refs of :func:`plan_journal`, grouped (:func:`partitions_of`)."""
         plane = plane_of(self.options)
         refs = plan_journal(plane, self.options.selection, self.options.hot_entries)
-        return [JournalPartition(group) for group in group_refs(refs, self.options.partition_bytes)]
+        return partitions_of(refs, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The partition's rows (:func:`read_partition`)."""

@@ -128,6 +128,8 @@ DEFAULT_PARTITION_BYTES: Final = 128 * 1024 * 1024
 DEFAULT_BATCH_ROWS: Final = 8192
 MAX_KIND_CHARS: Final = 200
 """Longest record kind the ``kind`` option takes."""
+MAX_OPTION: Final = 2**63 - 1
+"""The largest value of a numeric option (a signed 64-bit count, as Spark's)."""
 LENGTH_PREFIX: Final = 4
 """Bytes of the big-endian length before each entry in a segment (docs/segments.md)."""
 
@@ -197,6 +199,9 @@ class ScanOptions:
                 "on_corrupt=skip needs the error column (or rows of nulls "
                 "would stand for skipped segments)",
             )
+        low, high = _height(options, "min_height", source), _height(options, "max_height", source)
+        if low is not None and high is not None and low > high:
+            raise Validation(f"{source}.min_height", f"at most max_height ({high}), not {low}")
         return cls(
             objects=objects,
             kv=kv,
@@ -206,10 +211,10 @@ class ScanOptions:
             batch_rows=_positive(options, "batch_rows", DEFAULT_BATCH_ROWS, source),
             credentials=tuple((k, options[k]) for k in CREDENTIALS if options.get(k)),
             selection=Selection(
-                universes=_ids(options.get("universe"), UniverseId.parse),
-                worlds=_ids(options.get("world"), WorldId.parse),
-                min_height=_height(options, "min_height", source),
-                max_height=_height(options, "max_height", source),
+                universes=_ids(options.get("universe"), UniverseId.parse, f"{source}.universe"),
+                worlds=_ids(options.get("world"), WorldId.parse, f"{source}.world"),
+                min_height=low,
+                max_height=high,
                 kinds=_kinds_option(options.get("kind"), source),
             ),
             columns=columns,
@@ -254,8 +259,8 @@ def _positive(options: Mapping[str, str], name: str, default: int, source: str) 
     raw = options.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or int(raw) < 1:
-        raise Validation(f"{source}.{name}", f"a positive integer, not {raw!r}")
+    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_OPTION):
+        raise Validation(f"{source}.{name}", f"an integer from 1 to {MAX_OPTION}, not {raw!r}")
     return int(raw)
 
 
@@ -263,7 +268,7 @@ def _height(options: Mapping[str, str], name: str, source: str) -> int | None:
     raw = options.get(name)
     if raw is None:
         return None
-    if not raw.isdigit() or len(raw) > 20 or int(raw) > MAX_HEIGHT:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 20 or int(raw) > MAX_HEIGHT:
         raise Validation(f"{source}.{name}", f"a height from 0 to {MAX_HEIGHT}, not {raw!r}")
     return int(raw)
 
@@ -280,10 +285,14 @@ def _kinds_option(raw: str | None, source: str) -> frozenset[str]:
     return kinds
 
 
-def _ids(raw: str | None, parse: Any) -> frozenset[str]:
-    if not raw:
+def _ids(raw: str | None, parse: Any, field: str) -> frozenset[str]:
+    """Comma-separated ids, at least one (an empty option would select everything)."""
+    if raw is None:
         return frozenset()
-    return frozenset(str(parse(part.strip())) for part in raw.split(",") if part.strip())
+    ids = frozenset(str(parse(part.strip())) for part in raw.split(",") if part.strip())
+    if not ids:
+        raise Validation(field, f"comma-separated ids (leave it out to read all), not {raw!r}")
+    return ids
 
 
 class _Weighed(Protocol):

@@ -5,7 +5,10 @@ An offset is the height each world has been read through, as JSON::
 
     {"version": 1, "worlds": {"<universe>/<world>": 1234, ...}}
 
-(a world absent from an offset has been read through height 0). A micro-batch from offset
+(a world absent from an offset has been read through height 0, or ``min_height - 1``; a
+query's first start offset carries ``"initial": true`` and the end of its first batch the
+``"base"`` it was planned from, so that the batch is the same when Spark runs it again after
+a restart). A micro-batch from offset
 ``start`` to ``end`` holds, for each world, heights ``start + 1 .. end``: heights never
 change once written, so the same offset range always gives the same rows, and Spark's
 checkpoint of offsets makes a restarted query go on exactly where it stopped. Each
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
@@ -62,50 +66,98 @@ from spark_connectors.listing import selected_worlds
 from spark_connectors.source import ScanOptions
 
 OFFSET_VERSION: Final = 1
+MAX_READ_LIMIT: Final = 2**63 - 1
+"""The largest ``max_entries_per_batch``: Spark's row limit is a signed 64-bit count."""
 STREAM_OPTIONS: Final = ("max_entries_per_batch", "starting")
 
 Heights = dict[str, int]
 """Height read through, by ``"<universe>/<world>"``."""
 
 
-def offset(heights: Mapping[str, int]) -> dict[str, Any]:
-    """The offset of ``heights`` (keys sorted: the same heights, the same JSON)."""
-    return {"version": OFFSET_VERSION, "worlds": dict(sorted(heights.items()))}
+def offset(
+    heights: Mapping[str, int], *, initial: bool = False, base: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """The offset of ``heights`` (keys sorted: the same heights, the same JSON). ``initial``
+    marks a query's first start offset; ``base``, in the end offset of a query's first
+    batch, is the start that batch was planned from (see :meth:`JournalStream.partitions`)."""
+    out: dict[str, Any] = {"version": OFFSET_VERSION, "worlds": dict(sorted(heights.items()))}
+    if initial:
+        out["initial"] = True
+    if base is not None:
+        out["base"] = dict(sorted(base.items()))
+    return out
 
 
-def heights_of(value: Any, field: str = f"{NAME}.offset") -> Heights:
-    """The heights of an offset (as Spark hands it back from a checkpoint: a dict, or its
-    JSON); one that is not this source's is ``Validation`` naming what is wrong."""
+@dataclass(frozen=True, slots=True)
+class StreamOffset:
+    """A parsed offset: the heights read through, and the marks of :func:`offset`."""
+
+    worlds: Heights
+    initial: bool = False
+    base: Heights | None = None
+
+
+def parse_offset(value: Any, field: str = f"{NAME}.offset") -> StreamOffset:
+    """An offset as Spark hands it back (a dict, or its JSON, from a checkpoint perhaps),
+    its world keys in canonical form; one that is not this source's is ``Validation``
+    naming what is wrong."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except ValueError:
             raise Validation(field, f"JSON, not {value[:80]!r}") from None
-    if not isinstance(value, dict) or value.get("version") != OFFSET_VERSION:
+    version = value.get("version") if isinstance(value, dict) else None
+    if type(version) is not int or version != OFFSET_VERSION:
         raise Validation(field, f"an offset of version {OFFSET_VERSION}, not {value!r:.80}")
-    worlds = value.get("worlds")
+    unknown = set(value) - {"version", "worlds", "initial", "base"}
+    if unknown:
+        raise Validation(field, f"unknown field(s) {sorted(unknown)}")
+    initial = value.get("initial", False)
+    if type(initial) is not bool:
+        raise Validation(f"{field}.initial", f"true or false, not {initial!r:.40}")
+    base = value.get("base")
+    return StreamOffset(
+        _heights(value.get("worlds"), f"{field}.worlds"),
+        initial,
+        None if base is None else _heights(base, f"{field}.base"),
+    )
+
+
+def heights_of(value: Any, field: str = f"{NAME}.offset") -> Heights:
+    """The heights of an offset (:func:`parse_offset`)."""
+    return parse_offset(value, field).worlds
+
+
+def _heights(worlds: Any, field: str) -> Heights:
     if not isinstance(worlds, dict):
-        raise Validation(f"{field}.worlds", f"a map of world to height, not {worlds!r:.80}")
+        raise Validation(field, f"a map of world to height, not {worlds!r:.80}")
     out: Heights = {}
     for key, height in worlds.items():
         universe, _, world = str(key).partition("/")
         try:
-            UniverseId.parse(universe)
-            WorldId.parse(world)
+            canonical = f"{UniverseId.parse(universe)}/{WorldId.parse(world)}"
         except Validation as exc:
-            raise Validation(f"{field}.worlds", f"{key!r:.80}: {exc}") from None
+            raise Validation(field, f"{key!r:.80}: {exc}") from None
         if type(height) is not int or not 0 <= height <= MAX_HEIGHT:
-            raise Validation(f"{field}.worlds[{key}]", f"a height, not {height!r:.40}")
-        out[key] = height
+            raise Validation(f"{field}[{key}]", f"a height, not {height!r:.40}")
+        if canonical in out:
+            raise Validation(field, f"{key!r:.80} twice")
+        out[canonical] = height
     return out
 
 
-def admit(waiting: Mapping[str, int], budget: int) -> Heights:
+def admit(waiting: Mapping[str, int], budget: int, turn: int = 0) -> Heights:
     """How many of each world's ``waiting`` entries a micro-batch of at most ``budget``
     entries takes: equal shares, in rounds, what a world does not need going to the
-    others (deterministic: worlds in key order)."""
+    others. When the budget is smaller than the worlds waiting, the worlds served first
+    are those from position ``turn`` (modulo their count) of the key order, so that a caller
+    moving ``turn`` on from batch to batch serves every world in turn (deterministic)."""
     granted = dict.fromkeys(waiting, 0)
-    active = sorted(key for key, count in waiting.items() if count > 0)
+    ordered = sorted(key for key, count in waiting.items() if count > 0)
+    if ordered:
+        first = turn % len(ordered)
+        ordered = ordered[first:] + ordered[:first]
+    active = ordered
     while budget > 0 and active:
         share = max(1, budget // len(active))
         still = []
@@ -130,14 +182,21 @@ class JournalStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         rest = {k: v for k, v in options.items() if k.lower() not in STREAM_OPTIONS}
         self.options: ScanOptions = parse(rest, schema)
         raw = lowered.get("max_entries_per_batch")
-        if raw is not None and (not raw.isdigit() or int(raw) < 1):
-            raise Validation(f"{NAME}.max_entries_per_batch", f"a positive integer, not {raw!r}")
+        if raw is not None and not (
+            raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_READ_LIMIT
+        ):
+            raise Validation(
+                f"{NAME}.max_entries_per_batch",
+                f"an integer from 1 to {MAX_READ_LIMIT}, not {raw!r}",
+            )
         self.max_entries = int(raw) if raw is not None else None
         self.starting = lowered.get("starting", "earliest")
         if self.starting not in ("earliest", "latest"):
             raise Validation(f"{NAME}.starting", f"earliest or latest, not {self.starting!r}")
         self.until: Heights | None = None
         """The heads Trigger.AvailableNow reads up to (set when such a query starts)."""
+        self.first: Heights | None = None
+        """``starting=latest``: the heads this reader's first start offset names."""
 
     def heads(self) -> Heights:
         """Each selected world's head now, capped at the selection's highest height."""
@@ -152,30 +211,42 @@ class JournalStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out[f"{universe}/{world}"] = head if cap is None else min(head, cap)
         return out
 
+    @property
+    def floor(self) -> int:
+        """The height every world is read through before anything: ``min_height - 1``."""
+        return max(0, (self.options.selection.min_height or 1) - 1)
+
     def initialOffset(self) -> dict[str, Any]:
-        """Every world from height 1, or (``starting=latest``) from its head now."""
-        floor = max(0, (self.options.selection.min_height or 1) - 1)
+        """Every world from height 1 (from ``min_height``), or (``starting=latest``) from
+        its head when this reader first answers (the same answer after: Spark asks more
+        than once)."""
         if self.starting == "latest":
-            return offset({key: max(head, floor) for key, head in self.heads().items()})
-        return offset({})
+            if self.first is None:
+                self.first = {key: max(h, self.floor) for key, h in self.heads().items()}
+            return offset(self.first, initial=True)
+        return offset({}, initial=True)
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """``start`` moved on to each world's head, or as far as ``limit`` admits."""
-        begin = heights_of(start)
-        floor = max(0, (self.options.selection.min_height or 1) - 1)
+        """``start`` moved on to each world's head, or as far as ``limit`` admits. The end
+        of a query's first batch keeps that batch's start as ``base``: Spark logs an end
+        offset before running its batch but asks for the first start again after a
+        restart, and with ``starting=latest`` the heads will have moved."""
+        begin = parse_offset(start)
         heads = self.until if self.until is not None else self.heads()
         waiting = {
-            key: head - max(begin.get(key, 0), floor)
+            key: head - max(begin.worlds.get(key, 0), self.floor)
             for key, head in heads.items()
-            if head > max(begin.get(key, 0), floor)
+            if head > max(begin.worlds.get(key, 0), self.floor)
         }
         if isinstance(limit, ReadMaxRows):
-            waiting = admit(waiting, limit.max_rows)
-        end = dict(begin)
+            waiting = admit(waiting, limit.max_rows, turn=sum(begin.worlds.values()))
+        if not any(waiting.values()):  # nothing new: the start itself, so no batch runs
+            return offset(begin.worlds, initial=begin.initial, base=begin.base)
+        end = dict(begin.worlds)
         for key, count in waiting.items():
             if count:
-                end[key] = max(begin.get(key, 0), floor) + count
-        return offset(end)
+                end[key] = max(begin.worlds.get(key, 0), self.floor) + count
+        return offset(end, base=begin.worlds if begin.initial else None)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``ReadMaxRows(max_entries_per_batch)`` when that option is set."""
@@ -190,13 +261,16 @@ class JournalStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.until = self.heads()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[JournalPartition]:
-        """For each world, heights ``start + 1 .. end``, planned as the batch scan plans
-        (none when the offsets are equal)."""
-        begin, stop = heights_of(start), heights_of(end)
+        """For each world, heights after ``start`` (after the ``base`` the end offset keeps
+        when ``start`` is a query's first, and never below ``min_height``) through
+        ``end``, planned as the batch scan plans (none when there are none)."""
+        stop, begun = parse_offset(end), parse_offset(start)
+        use_base = begun.initial and stop.base is not None
+        begin = stop.base if use_base and stop.base is not None else begun.worlds
         plane = plane_of(self.options)
         refs: list[JournalRef] = []
-        for key in sorted(stop):
-            first, last = begin.get(key, 0) + 1, stop[key]
+        for key in sorted(stop.worlds):
+            first, last = max(begin.get(key, 0), self.floor) + 1, stop.worlds[key]
             if first > last:
                 continue
             universe, _, world = key.partition("/")

@@ -116,11 +116,15 @@ def cmd_replay_follow(args: argparse.Namespace) -> int:
     store, _ = _store(args)
     progress = Progress("replay-follow", enabled=not args.quiet)
     spark = _session(args, progress)
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []  # kept for --json only: a continuous run keeps counts
+    totals = {"worlds": 0, "equal": 0, "differ": 0}
 
     def report(batch_id: int, batch: list[dict[str, Any]]) -> None:
-        rows.extend(batch)
-        if not args.json:
+        for key, count in replay_summary(batch).items():
+            totals[key] += count
+        if args.json:
+            rows.extend(batch)
+        else:
             summary = replay_summary(batch)
             print(f"batch {batch_id}: {summary['equal']}/{summary['worlds']} worlds: "
                   "restore equals full replay", flush=True)  # fmt: skip
@@ -141,12 +145,11 @@ def cmd_replay_follow(args: argparse.Namespace) -> int:
             query.stop()
     finally:
         spark.stop()
-    summary = replay_summary(rows)
     if args.json:
-        print_json({"summary": summary, "output": args.output, "checks": rows})
-    elif not rows:
+        print_json({"summary": totals, "output": args.output, "checks": rows})
+    elif not totals["worlds"]:
         print("no new baseline: nothing checked")
-    return EXIT_CHECK_FAILED if summary["differ"] else EXIT_OK
+    return EXIT_CHECK_FAILED if totals["differ"] else EXIT_OK
 
 
 def cmd_analytics(args: argparse.Namespace) -> int:

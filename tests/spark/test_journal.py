@@ -158,7 +158,28 @@ def test_plans_pickle_small_and_name_every_height(store: SegmentStore) -> None:
     assert all(len(pickle.dumps(r)) < 400 for r in refs)
 
 
+def test_a_scan_of_several_ranges_has_at_least_min_partitions(store: SegmentStore) -> None:
+    options = {"objects": store.objects, "kv": store.kv, "hot_entries": "1"}
+    for wanted in (2, 3, 5):
+        scan = JournalScan(parse({**options, "min_partitions": str(wanted)}))
+        assert len(scan.partitions()) >= wanted
+
+
 def test_bad_options_are_named(store: SegmentStore) -> None:
+    base = {"objects": store.objects, "kv": store.kv}
+    numeric = ("min_height", "max_height", "hot_entries", "min_partitions", "batch_rows",
+               "partition_bytes")  # fmt: skip
+    for name in numeric:
+        for bad in ("\u00b2", "\u0661\u0662", "-1", "1.5", str(2**64)):
+            with pytest.raises(Validation, match=rf"aos_journal\.{name}"):
+                parse({**base, name: bad})
+    with pytest.raises(Validation, match=r"aos_journal\.min_height.*at most max_height"):
+        parse({**base, "min_height": "9", "max_height": "8"})
+    for name in ("universe", "world"):
+        for empty in ("", ",", " , "):
+            with pytest.raises(Validation, match=rf"aos_journal\.{name}"):
+                parse({**base, name: empty})
+
     with pytest.raises(Validation, match=r"aos_journal\.kv"):
         parse({"objects": store.objects})
     with pytest.raises(Validation, match=r"aos_journal\.listing"):

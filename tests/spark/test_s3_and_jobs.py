@@ -128,17 +128,26 @@ def test_cli_replay_check_and_analytics(tmp_path: Path) -> None:
 
 
 def test_cli_replay_follow_checks_each_new_baseline_once(tmp_path: Path) -> None:
-    """``--once`` checks the baselines there are; run again from the checkpoint it checks
-    only the worlds that journaled a baseline since, and flags the one that differs."""
+    """``--once`` checks the baselines there are (a world whose history cannot be read is
+    checked, and differs); run again from the checkpoint it checks only the worlds that
+    journaled a baseline since, and flags the one that differs."""
     store = build_store(tmp_path / "store", seed=3, worlds=3)
+    damaged = store.plane.list_segments(store.universe, store.worlds[0])[0].object_key
+    path = store.root / "objects" / damaged
+    data_bytes = bytearray(path.read_bytes())
+    data_bytes[len(data_bytes) // 2] ^= 0x10
+    path.chmod(0o644)
+    path.write_bytes(bytes(data_bytes))
     data = ["--data-dir", str(store.root), "--master", "local[1]", "--quiet"]
     follow = [
         "spark", "replay-follow", *data, "--checkpoint", str(tmp_path / "checkpoint"),
         "--output", str(tmp_path / "checks"), "--once", "--json",
     ]  # fmt: skip
-    first = aosp(*follow)
-    assert first.code == 0, first.err
-    assert first.json()["summary"] == {"worlds": 3, "equal": 3, "differ": 0}
+    first = aosp(*follow)  # the damaged segment is an error row: its world is checked
+    assert first.code == 1, first.err
+    assert first.json()["summary"] == {"worlds": 3, "equal": 2, "differ": 1}
+    (bad,) = [r for r in first.json()["checks"] if not r["equal"]]
+    assert bad["world"] == str(store.worlds[0]) and damaged.split("/")[-1] in bad["error"]
     quiet = aosp(*follow)  # nothing new: nothing checked, nothing written
     assert quiet.code == 0 and quiet.json()["summary"]["worlds"] == 0, quiet.err
     break_baseline(store, store.worlds[1])

@@ -148,7 +148,7 @@ def test_admission_shares_the_limit_fairly() -> None:
 def test_offsets_are_checked_and_ranges_deterministic(store: SegmentStore) -> None:
     reader = JournalStream({"objects": store.objects, "kv": store.kv, "hot_entries": "5"})
     start = reader.initialOffset()
-    assert start == offset({})
+    assert start == offset({}, initial=True)
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
     assert heights_of(end) == {
         f"{store.universe}/{w}": store.plane.head(store.universe, w) for w in store.worlds
@@ -165,8 +165,9 @@ def test_offsets_are_checked_and_ranges_deterministic(store: SegmentStore) -> No
             heights_of(bad)
     with pytest.raises(Validation, match=r"aos_journal\.offset\.worlds.*'nope/x'"):
         heights_of({"version": 1, "worlds": {"nope/x": 3}})
-    with pytest.raises(Validation, match="max_entries_per_batch"):
-        JournalStream({"objects": store.objects, "kv": store.kv, "max_entries_per_batch": "0"})
+    for bad in ("0", "\u00b2", "\u0661\u0662", str(2**63)):
+        with pytest.raises(Validation, match="max_entries_per_batch"):
+            JournalStream({"objects": store.objects, "kv": store.kv, "max_entries_per_batch": bad})
     latest = JournalStream({"objects": store.objects, "kv": store.kv, "starting": "latest"})
     assert heights_of(latest.initialOffset()) == heights_of(end)
 
@@ -261,3 +262,83 @@ def test_a_backlog_of_a_million_entries_is_admitted_in_bounded_batches(
         assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(runs))
     first = [world for batch_id, world, *_ in ranges if batch_id == min(per_batch)]
     assert len(first) == 4  # the first batch already reads every world, a quarter each
+
+
+def store_reader(store: SegmentStore, **options: str) -> JournalStream:
+    return JournalStream({"objects": store.objects, "kv": store.kv, **options})
+
+
+def planned_rows(reader: JournalStream, start: Any, end: Any) -> list[tuple[str, int]]:
+    return [
+        (row["world"], row["height"])
+        for p in reader.partitions(start, end)
+        for batch in reader.read(p)
+        for row in batch.to_pylist()
+    ]
+
+
+def test_min_height_holds_for_every_world_and_the_limit_with_it(tmp_path: Path) -> None:
+    store = build_store(tmp_path / "store", seed=4, worlds=3)
+    reader = store_reader(store, min_height="15", max_entries_per_batch="6")
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    rows = planned_rows(reader, start, end)
+    assert rows and len(rows) <= 6 and min(h for _, h in rows) == 15
+    u, w = store.universe, WorldId.new()  # a world created later starts at min_height too
+    store.plane.create_world(u, w)
+    store.plane.append_batch(u, w, 0, [b"x"] * 20)
+    everything = store_reader(store, min_height="15")
+    later = everything.latestOffset(end, everything.getDefaultReadLimit())
+    new = [h for world, h in planned_rows(everything, end, later) if world == str(w)]
+    assert new == list(range(15, 21))
+
+
+def test_a_latest_start_survives_a_restart_before_the_first_batch_commits(
+    tmp_path: Path,
+) -> None:
+    """Spark logs the first batch's end, then (after a restart) asks the source for the
+    first start again: the batch must still hold the heights after the original heads."""
+    store = build_store(tmp_path / "store", seed=2, worlds=2)
+    u = store.universe
+    first = store_reader(store, starting="latest")
+    start = first.initialOffset()
+    assert first.initialOffset() == start  # asked twice in one run: one answer
+    for w in store.worlds:
+        store.plane.append_batch(u, w, store.plane.head(u, w), [b"after start"] * 3)
+    end = first.latestOffset(start, first.getDefaultReadLimit())
+    for w in store.worlds:  # more appends, then the driver restarts
+        store.plane.append_batch(u, w, store.plane.head(u, w), [b"after end"] * 2)
+    restarted = store_reader(store, starting="latest")
+    rows = planned_rows(restarted, restarted.initialOffset(), end)
+    expected = {
+        (str(w), h) for w in store.worlds for h in range(heights_of(start)[f"{u}/{w}"] + 1,
+                                                          heights_of(end)[f"{u}/{w}"] + 1)
+    }  # fmt: skip
+    assert len(expected) == 6 and sorted(rows) == sorted(expected)
+
+
+def test_a_limit_below_the_worlds_waiting_serves_them_in_turn(store: SegmentStore) -> None:
+    assert admit({"a": 100, "b": 100, "c": 100}, 2) == {"a": 1, "b": 1, "c": 0}
+    assert admit({"a": 100, "b": 100, "c": 100}, 2, turn=2) == {"a": 1, "b": 0, "c": 1}
+    reader = store_reader(store, max_entries_per_batch="1")
+    offsets = [reader.initialOffset()]
+    for _ in range(2 * len(store.worlds)):
+        offsets.append(reader.latestOffset(offsets[-1], reader.getDefaultReadLimit()))
+    served = [
+        next(k for k, h in heights_of(b).items() if h != heights_of(a).get(k, 0))
+        for a, b in itertools.pairwise(offsets)
+    ]
+    assert set(served) == {f"{store.universe}/{w}" for w in store.worlds}
+
+
+def test_offsets_are_read_in_canonical_form(store: SegmentStore) -> None:
+    key = f"{store.universe}/{store.worlds[0]}"
+    assert heights_of({"version": 1, "worlds": {key.upper(): 3}}) == {key: 3}
+    for bad in (
+        {"version": True, "worlds": {}},
+        {"version": 1, "worlds": {key: 3, key.upper(): 4}},
+        {"version": 1, "worlds": {}, "initial": "yes"},
+        {"version": 1, "worlds": {}, "extra": 1},
+    ):
+        with pytest.raises(Validation, match=r"aos_journal\.offset"):
+            heights_of(bad)
