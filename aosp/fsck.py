@@ -59,6 +59,8 @@ from persistence.records import (
     InboxEnvelope,
     SnapshotRecord,
     decode_record,
+    envelope_fingerprint,
+    idempotency_entry,
 )
 from persistence.sizes import check_bool
 
@@ -601,43 +603,55 @@ class Fsck:
                 )
             begin = keys.inbox_after(None)[0]
             while rows := drive(_inbox_page(self.plane.engine, keys, begin, 1_000)):
-                envelopes = [
-                    (key, decode_record(InboxEnvelope, raw, "inbox envelope")) for key, raw in rows
-                ]
-                self._check_idempotency(keys, envelopes)
+                self._check_idempotency(keys, rows)
                 self.report.count("inbox items", len(rows))
                 begin = rows[-1][0] + b"\x00"
         except CorruptRecord as exc:
             self._add("error", "inbox", universe, world, "records", str(exc))
 
-    def _check_idempotency(
-        self, keys: WorldKeys, envelopes: list[tuple[bytes, InboxEnvelope]]
-    ) -> None:
-        """Every item's idempotency entry names it: the two are written, and compacted,
-        together; an item without its entry would be enqueued again by a retry."""
+    def _check_idempotency(self, keys: WorldKeys, rows: list[tuple[bytes, bytes]]) -> None:
+        """Every item's idempotency entry names it and keeps its fingerprint: the two are
+        written, and compacted, together; an item without its entry would be enqueued again
+        by a retry, and one whose entry keeps another fingerprint refused."""
+        envelopes = [
+            (key, raw, decode_record(InboxEnvelope, raw, "inbox envelope")) for key, raw in rows
+        ]
         entries = kv.run_sync(
             self.plane.engine,
             lambda tr: [
                 None
                 if e.idempotency_key is None
                 else tr.get(keys.inbox_idempotency(e.idempotency_key), snapshot=True).wait()
-                for _, e in envelopes
+                for _, _, e in envelopes
             ],
         )
         prefix = keys.inbox_prefix_len()
-        for (key, envelope), entry in zip(envelopes, entries, strict=True):
+        for (key, raw, envelope), entry in zip(envelopes, entries, strict=True):
             seq = seq_in_key(key, prefix, f"inbox entry key of world {keys.world}")
-            if envelope.idempotency_key is not None and entry != seq.raw:
-                named = "missing" if entry is None else f"names {entry.hex()}"
-                self._add(
-                    "error",
-                    "inbox",
-                    keys.universe,
-                    keys.world,
-                    f"item {seq}",
-                    f"its idempotency entry ({envelope.idempotency_key!r}) is {named}: "
-                    "a retry of its enqueue would make a duplicate",
-                )
+            if envelope.idempotency_key is None:
+                continue
+            if entry is None:
+                named = "missing: a retry of its enqueue would make a duplicate"
+            else:
+                try:
+                    entry_seq, kept = idempotency_entry(entry, "idempotency entry")
+                except CorruptRecord as exc:
+                    named = f"damaged ({exc})"
+                else:
+                    if entry_seq != seq:
+                        named = f"naming {entry_seq}: a retry would make a duplicate"
+                    elif kept is not None and kept != envelope_fingerprint(raw):
+                        named = "keeping another item's fingerprint: a retry would be refused"
+                    else:
+                        continue
+            self._add(
+                "error",
+                "inbox",
+                keys.universe,
+                keys.world,
+                f"item {seq}",
+                f"its idempotency entry ({envelope.idempotency_key!r}) is {named}",
+            )
 
     def _check_marks(self, keys: WorldKeys, cursor: InboxSeq | None) -> None:
         """Consumed marks (inbox compaction) must name sequences at or below the cursor:

@@ -34,6 +34,7 @@ from persistence.errors import (
     CursorAdvanced,
     EngineError,
     HeadAdvanced,
+    IdempotencyKeyReused,
     NotFound,
     ReceiptHorizonFence,
     SnapshotMismatch,
@@ -335,6 +336,25 @@ def determinism_retries_are_exactly_once(ctx: Context) -> None:
     seq = store.enqueue(u, w, event(1), idempotency_key=b"retry-me")
     check(store.enqueue(u, w, event(1), idempotency_key=b"retry-me") == seq, "enqueue duplicated")
     check(len(store.read_after(u, w, None, 10)) == 1, "a retried enqueue stored a second item")
+    # the key stands for one request: another item under it is refused, and the batch
+    # that carries it stores none of its items
+    expect_error(
+        IdempotencyKeyReused,
+        lambda: store.enqueue(u, w, event(2), idempotency_key=b"retry-me"),
+        "enqueue reusing a key for another item",
+    )
+    expect_error(
+        IdempotencyKeyReused,
+        lambda: store.enqueue_batch(
+            u, w, [event(3), event(4)], idempotency_keys=[b"fresh", b"retry-me"]
+        ),
+        "a batch reusing a key for another item",
+    )
+    check(len(store.read_after(u, w, None, 10)) == 1, "a refused enqueue stored an item")
+    check(
+        store.enqueue(u, w, event(3), idempotency_key=b"fresh") != seq,
+        "the refused batch's other key was taken",
+    )
     store.commit_cursor(u, w, None, seq)
     store.commit_cursor(u, w, None, seq)  # the same swap again: recognised
     check(store.inbox_cursor(u, w) == seq, "a repeated cursor swap failed")

@@ -66,6 +66,7 @@ from persistence.records import (
     TimerDueItem,
     decode_journal_record,
     encode_inbox_item,
+    idempotency_entry,
 )
 from segments.export import ExportConfig, Exporter
 
@@ -541,7 +542,11 @@ def logical_state(
         ],
         "inbox": [(position[seq], _digest(encode_inbox_item(item))) for seq, item in inbox],
         "idempotency entries": sorted(
-            (position.get(InboxSeq(v), str(v)) for _, v in entries), key=str
+            (
+                position.get(idempotency_entry(v, "idempotency entry")[0], str(v))
+                for _, v in entries
+            ),
+            key=str,
         ),
         "consumed marks": [(at_ns - COMPACT_AT, position[seq]) for at_ns, seq in marks],
         "cursor": None if cursor is None else position[cursor],

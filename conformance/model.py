@@ -34,6 +34,7 @@ from persistence.errors import (
     BaselineRegression,
     CursorAdvanced,
     HeadAdvanced,
+    IdempotencyKeyReused,
     NotFound,
     ReceiptHorizonFence,
     RootIncomplete,
@@ -432,7 +433,9 @@ class ContractModel:
         """Enqueue ``items`` atomically and in order; return their positions.
 
         An item whose caller key the world has seen returns the first item's position and
-        stores nothing; the other items of the batch are stored after every earlier item.
+        stores nothing (a different item under that key refuses the whole batch:
+        ``IdempotencyKeyReused``); the other items of the batch are stored after every
+        earlier item.
         """
         if not items:
             raise Validation("items", "a batch needs at least one item")
@@ -466,6 +469,12 @@ class ContractModel:
             "the batch",
         )
         state = self._world(universe, world)
+        for data, key in zip(encoded, keys, strict=True):  # refused before anything is stored
+            if key is None or key not in state.idempotency:
+                continue
+            first = state.idempotency[key]
+            if state.items[first].encoded != data:
+                raise IdempotencyKeyReused(world, key, f"position {first}")
         group = state.groups
         out: list[SeqRef] = []
         stored = False

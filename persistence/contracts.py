@@ -212,11 +212,13 @@ class WorldInboxStore(Protocol[Seq]):
     ) -> Seq:
         """Append ``item``; return its sequence, which sorts after every earlier commit.
 
-        Safe with many concurrent writers. With ``idempotency_key``, a repeated enqueue
-        (e.g. a retry after an unknown commit result) returns the first sequence and
-        stores nothing new, for as long as the item is retained: until inbox compaction
-        removes it, at least the retention window after it was drained (a repeat after
-        that makes a new item). Raises ``Validation``, ``NotFound``, ``Backend``.
+        Safe with many concurrent writers. With ``idempotency_key``, a repeated enqueue of
+        the same item (e.g. a retry after an unknown commit result) returns the first
+        sequence and stores nothing new, for as long as the item is retained: until inbox
+        compaction removes it, at least the retention window after it was drained (a repeat
+        after that makes a new item). The key stands for one request: another item under it
+        is ``IdempotencyKeyReused`` and stores nothing. Raises ``Validation``, ``NotFound``,
+        ``Backend``.
         """
         ...
 
@@ -229,7 +231,8 @@ class WorldInboxStore(Protocol[Seq]):
         idempotency_keys: Sequence[bytes] | None = None,
     ) -> list[Seq]:
         """:meth:`enqueue` of each of ``items``, atomically, in order (``idempotency_keys``:
-        one per item, distinct); their sequences."""
+        one per item, distinct); their sequences. One key reused for another item refuses
+        the whole batch."""
         ...
 
     def read_after(

@@ -111,6 +111,21 @@ class CursorAdvanced(Conflict):
         self.actual = actual
 
 
+class IdempotencyKeyReused(Conflict):
+    """An enqueue carried an idempotency key the world's inbox already holds for another
+    item: the key stands for one request, so the new item is refused, not dropped (an exact
+    retry, the same item under the same key, returns the first sequence instead)."""
+
+    def __init__(self, world: object, key: bytes, seq: str) -> None:
+        super().__init__(
+            f"world {world}: idempotency key {key!r:.120} was enqueued as {seq} with another "
+            "item (a retry must repeat the item; a new request needs a new key)"
+        )
+        self.world = world
+        self.key = key
+        self.seq = seq
+
+
 class WorldExists(Conflict):
     """A world with this id already exists (with different metadata)."""
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from typing import Any, ClassVar, Final, Self, TypeVar, Union
 
 from persistence import cbor
 from persistence.errors import CorruptRecord, Validation
-from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, WorldId
+from persistence.ids import INBOX_SEQ_LEN, MAX_HEIGHT, Hash, InboxSeq, WorldId
 
 # --------------------------------------------------------------------------- field codecs
 
@@ -675,6 +676,32 @@ class InboxEnvelope(Record):
 
 
 _ENVELOPE_FIELDS: Final = frozenset(("item", "idempotency_key"))
+
+FINGERPRINT_BYTES: Final = 16
+IDEMPOTENCY_ENTRY_BYTES: Final = INBOX_SEQ_LEN + FINGERPRINT_BYTES
+"""``inbox/i/<key>``: the item's sequence, then the fingerprint of its stored envelope."""
+
+
+def envelope_fingerprint(envelope: bytes) -> bytes:
+    """What an idempotency entry keeps of the request it stands for: the first
+    :data:`FINGERPRINT_BYTES` of the blake2b digest of the stored envelope (the item and
+    its key)."""
+    return hashlib.blake2b(envelope, digest_size=FINGERPRINT_BYTES).digest()
+
+
+def idempotency_entry(value: bytes, what: str) -> tuple[InboxSeq, bytes | None]:
+    """The sequence an idempotency entry names and the fingerprint it keeps (``None`` for an
+    entry of :data:`INBOX_SEQ_LEN` bytes, written before entries kept one: any item matches
+    it); ``CorruptRecord`` naming ``what`` for any other length."""
+    if len(value) not in (INBOX_SEQ_LEN, IDEMPOTENCY_ENTRY_BYTES):
+        raise CorruptRecord(
+            what, f"{len(value)} bytes, not {INBOX_SEQ_LEN} or {IDEMPOTENCY_ENTRY_BYTES}"
+        )
+    try:
+        seq = InboxSeq(value[:INBOX_SEQ_LEN])
+    except Validation as exc:
+        raise CorruptRecord(what, str(exc)) from None
+    return seq, value[INBOX_SEQ_LEN:] or None
 
 
 def envelope_item(data: bytes, what: str) -> InboxItem:

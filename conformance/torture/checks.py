@@ -35,6 +35,7 @@ from persistence.records import (
     SnapshotRecord,
     decode_journal_record,
     decode_record,
+    idempotency_entry,
 )
 from segments.collect import SegmentCollection, collect_world
 from segments.restore import full_replay, load_root, restore
@@ -125,7 +126,7 @@ def read_inbox(plane: Plane, universe: UniverseId, world: WorldId) -> Inbox:
             element = None
         if not isinstance(element, bytes):
             raise CorruptRecord("idempotency entry key", f"{key.hex()} does not end with a key")
-        entries[element] = InboxSeq(value)
+        entries[element] = idempotency_entry(value, "idempotency entry")[0]
     return Inbox(plane.inbox_cursor(universe, world), items, entries)
 
 

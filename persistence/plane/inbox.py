@@ -78,10 +78,11 @@ class InboxOperations(JournalOperations):
         """Enqueue ``items`` atomically, in order; return their sequences.
 
         Items without a caller key get a random one where a commit result may be unknown,
-        so a retry never duplicates them (``_own_key``); a caller key makes repeats across
-        calls return the first sequence too, until inbox compaction removes the item: at
-        least ``config.inbox_retention_seconds`` after it was drained (then a repeat makes a
-        new item)."""
+        so a retry never duplicates them (``_own_key``); a caller key makes repeats of the
+        same item across calls return the first sequence too, until inbox compaction
+        removes the item: at least ``config.inbox_retention_seconds`` after it was drained
+        (then a repeat makes a new item). A caller key held for another item is
+        ``IdempotencyKeyReused``, and the batch stores nothing."""
         keys = world_keys(universe, world)
         # user versions are two bytes: at most 65,536 items per transaction
         check_sequence(items, "items", 1, min(self.config.max_batch_entries, 65_536))

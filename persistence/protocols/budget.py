@@ -29,8 +29,9 @@ HEAD_BYTES: Final = 16
 """An upper bound on a journal head record's value."""
 CURSOR_BYTES: Final = 24
 """An upper bound on an inbox cursor record's value."""
-STAMP_VALUE_BYTES: Final = 16
-"""An idempotency index value: 12 bytes of sequence and the 4-byte offset suffix."""
+IDEMPOTENCY_VALUE_BYTES: Final = 32
+"""An idempotency index value as written: 12 bytes of sequence, the 16-byte fingerprint and
+the 4-byte offset suffix."""
 MARK_BYTES: Final = 24
 """An upper bound on an inbox consumed mark's value."""
 READY_VALUE_BYTES: Final = 14
@@ -206,7 +207,7 @@ def enqueue_cost(keys: WorldKeys, items: Sequence[tuple[bytes, int]]) -> int:
         idem = len(keys.inbox_idempotency(idempotency_key))
         total += txsize.get_cost(idem)
         total += txsize.versionstamped_key_cost(item_key, envelope)
-        total += txsize.set_cost(idem, STAMP_VALUE_BYTES)
+        total += txsize.set_cost(idem, IDEMPOTENCY_VALUE_BYTES)
     return total
 
 

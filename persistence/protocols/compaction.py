@@ -38,7 +38,7 @@ from typing import Final
 from persistence import fdbtuple, kv
 from persistence.errors import CorruptRecord, WorldNotFound
 from persistence.futures import drive
-from persistence.ids import InboxSeq
+from persistence.ids import INBOX_SEQ_LEN, InboxSeq
 from persistence.keyspace import WorldKeys, seq_in_key
 from persistence.protocols import budget, calls
 from persistence.protocols.calls import Call
@@ -333,8 +333,8 @@ async def _clear_entries(tr: kv.Transaction, named: list[tuple[bytes, bytes]]) -
     current = await tr.get_many([entry for entry, _ in named])
     cleared = 0
     for (entry, seq), value in zip(named, current, strict=True):
-        if value == seq:
-            tr.clear(entry)
+        if value is not None and value[:INBOX_SEQ_LEN] == seq:  # the sequence, then the
+            tr.clear(entry)  # fingerprint (records.IDEMPOTENCY_ENTRY_BYTES)
             cleared += 1
     return cleared
 

@@ -25,6 +25,7 @@ from persistence import fdbtuple, kv
 from persistence.errors import (
     CorruptRecord,
     CursorAdvanced,
+    IdempotencyKeyReused,
     Validation,
     WorldNotFound,
 )
@@ -37,7 +38,9 @@ from persistence.records import (
     InboxCursor,
     InboxItem,
     decode_record,
+    envelope_fingerprint,
     envelope_item,
+    idempotency_entry,
 )
 
 NOTIFY_INCREMENT = (1).to_bytes(8, "little")
@@ -77,7 +80,9 @@ async def enqueue(
 ) -> PendingEnqueue:
     """Protocol C for a batch of ``(idempotency key or None, stored InboxEnvelope)``:
     versionstamped item keys (user version = position), an idempotency index entry per item
-    that carries a key, one atomic add to the notify counter and the world's ready mark (a
+    that carries a key (the item's sequence and its envelope's fingerprint: a key already
+    held for another item is ``IdempotencyKeyReused``, the same item returns the first
+    sequence), one atomic add to the notify counter and the world's ready mark (a
     blind versionstamped write, see the module). ``drawn``: the positions whose key this
     call drew at random -- no one else knows it, so the first attempt does not read its
     entry (a retry does: an earlier attempt may have committed). One wave of reads: the
@@ -103,15 +108,21 @@ async def enqueue(
         idem_key = None
         if idempotency_key is not None:
             idem_key = keys.inbox_idempotency(idempotency_key)
+            fingerprint = envelope_fingerprint(envelope)
             stored = existing.get(index)
             if stored is not None:
-                known[index] = InboxSeq(stored)
+                seq, kept = idempotency_entry(stored, f"idempotency entry of world {keys.world}")
+                if kept is not None and kept != fingerprint:
+                    raise IdempotencyKeyReused(keys.world, idempotency_key, str(seq))
+                known[index] = seq
                 continue
         tr.set_versionstamped_key(keys.inbox_item_with_versionstamp(index), envelope)
         if idem_key is not None:
-            tr.set_versionstamped_value(
-                idem_key, b"\x00" * 10 + index.to_bytes(2, "big") + (0).to_bytes(4, "little")
-            )
+            # the versionstamp fills the first ten bytes; the user version and the
+            # fingerprint follow (records.IDEMPOTENCY_ENTRY_BYTES in all)
+            stamp_at = (0).to_bytes(4, "little")
+            value = bytes(10) + index.to_bytes(2, "big") + fingerprint + stamp_at
+            tr.set_versionstamped_value(idem_key, value)
         new[index] = index
     if new:
         tr.add(keys.notify_counter(), NOTIFY_INCREMENT)

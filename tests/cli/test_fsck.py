@@ -16,7 +16,7 @@ from persistence import cbor
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
-from persistence.records import JOURNAL_HEAD, DomainEventIngress
+from persistence.records import JOURNAL_HEAD, DomainEventIngress, envelope_fingerprint
 from segments import open_plane
 from tests.cli.conftest import Store, aosp
 from tests.cli.test_commands import open_store
@@ -136,6 +136,20 @@ def plant_ready_mark_cleared(store: Store, plane: Plane) -> str:
     return "ready mark"
 
 
+def plant_idempotency_entry_of_another_item(store: Store, plane: Plane) -> str:
+    """The entry names the item but keeps another item's fingerprint: a retry of the
+    enqueue would be refused as a reuse of its key."""
+    u, w = ids(store)
+    seq = plane.enqueue(
+        u, w, DomainEventIngress("test/Event@1", cbor.encode(7)), idempotency_key=b"k7"
+    )
+    other = envelope_fingerprint(b"another item")
+    tr = plane.engine.create_transaction()
+    tr.set(WorldKeys(u, w).inbox_idempotency(b"k7"), seq.raw + other)
+    tr.commit().wait()
+    return f"item {seq}"
+
+
 PLANTS: dict[str, tuple[Callable[[Store, Plane], str], str]] = {
     "flipped CAS body byte": (plant_cas_flip, "cas"),
     "flipped segment byte": (plant_segment_flip, "segments"),
@@ -145,6 +159,10 @@ PLANTS: dict[str, tuple[Callable[[Store, Plane], str], str]] = {
     "world meta deleted": (plant_meta_deleted, "world"),
     "world meta damaged": (plant_meta_damaged, "world"),
     "pending items without their ready mark": (plant_ready_mark_cleared, "inbox"),
+    "idempotency entry keeping another item's fingerprint": (
+        plant_idempotency_entry_of_another_item,
+        "inbox",
+    ),
 }
 
 

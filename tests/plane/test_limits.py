@@ -109,7 +109,9 @@ def operations(draw: st.DrawFn) -> tuple[str, Operation]:
         key_size = draw(st.sampled_from([None, 8, 100, 256]))
         keys = None
         if key_size is not None:
-            keys = [(b"%d" % i).rjust(key_size, b"k") for i in range(len(batch))]
+            # a key names its item (position and size): a key met again is a retry of the
+            # same item, never a reuse for another (IdempotencyKeyReused)
+            keys = [(b"%d-%d" % (i, n)).rjust(key_size, b"k") for i, n in enumerate(batch)]
         return f"enqueue {len(batch)} (keys {key_size})", lambda p, u, w: p.enqueue_batch(
             u, w, [_item(n) for n in batch], idempotency_keys=keys
         )

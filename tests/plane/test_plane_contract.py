@@ -10,8 +10,10 @@ from persistence.errors import (
     BaselineRegression,
     CasBodyHashMismatch,
     CasBodyMissing,
+    CorruptRecord,
     CursorAdvanced,
     HeadAdvanced,
+    IdempotencyKeyReused,
     MissingJournalEntry,
     NotFound,
     ReceiptHorizonFence,
@@ -180,6 +182,39 @@ def test_idempotency_key_returns_first_seq(
     assert len(plane.read_after(universe, world, None, 10)) == 1
     with pytest.raises(Validation):
         plane.enqueue_batch(universe, world, [event(1), event(2)], idempotency_keys=[b"k", b"k"])
+
+
+def test_a_key_reused_for_another_item_is_refused_naming_it(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    """The key stands for one request: another item under it is a typed conflict (the
+    batch that carries it stores nothing), not a silent drop of the new item."""
+    first = plane.enqueue(universe, world, event(1), idempotency_key=b"order-17")
+    with pytest.raises(IdempotencyKeyReused, match="order-17") as refused:
+        plane.enqueue(universe, world, event(2), idempotency_key=b"order-17")
+    assert refused.value.key == b"order-17" and refused.value.seq == str(first)
+    with pytest.raises(IdempotencyKeyReused):
+        plane.enqueue_batch(
+            universe, world, [event(3), event(4)], idempotency_keys=[b"new", b"order-17"]
+        )
+    assert [seq for seq, _ in plane.read_after(universe, world, None, 10)] == [first]
+    assert plane.enqueue(universe, world, event(1), idempotency_key=b"order-17") == first
+    second = plane.enqueue(universe, world, event(3), idempotency_key=b"new")
+    assert second != first  # the refused batch took nothing
+
+
+def test_an_entry_written_before_fingerprints_matches_any_item(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    """Entries of 12 bytes (the sequence alone, as stores written before fingerprints
+    hold) keep answering with their sequence."""
+    first = plane.enqueue(universe, world, event(1), idempotency_key=b"old")
+    keys = WorldKeys(universe, world)
+    kv.run_sync(plane.engine, lambda tr: tr.set(keys.inbox_idempotency(b"old"), first.raw))
+    assert plane.enqueue(universe, world, event(9), idempotency_key=b"old") == first
+    kv.run_sync(plane.engine, lambda tr: tr.set(keys.inbox_idempotency(b"old"), b"short"))
+    with pytest.raises(CorruptRecord, match="idempotency entry"):
+        plane.enqueue(universe, world, event(1), idempotency_key=b"old")
 
 
 def test_cursor_is_compare_and_swap_and_never_regresses(
