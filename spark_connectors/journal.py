@@ -52,11 +52,11 @@ from spark_connectors.listing import (
 from spark_connectors.source import (
     ARROW_TYPES,
     ScanOptions,
-    _objects,
     arrow_schema,
     error_batch,
     group_refs,
     kind_of,
+    object_store_of,
     read_segment,
 )
 
@@ -203,7 +203,7 @@ def read_partition(partition: InputPartition, options: ScanOptions) -> Iterator[
         if isinstance(ref, HotRange):
             yield from hot_batches(plane_of(options), ref, options)
         else:
-            objects = _objects(options.objects, options.credentials)
+            objects = object_store_of(options.objects, options.credentials)
             yield from read_segment(objects, ref.ref, options, (ref.start, ref.end))
 
 
@@ -298,6 +298,6 @@ def plane_of(options: ScanOptions) -> Plane:
     with _planes_lock:
         key = (options.kv, options.objects, options.credentials)
         if key not in _planes:
-            objects = _objects(options.objects, options.credentials)
+            objects = object_store_of(options.objects, options.credentials)
             _planes[key] = open_plane(options.kv, objects, create=False)
         return _planes[key]

@@ -9,7 +9,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from spark_connectors.journal import NAME, JournalScan, parse
-from spark_connectors.source import _subset
+from spark_connectors.source import schema_of
 from spark_connectors.stream import STREAM_OPTIONS, JournalStream
 
 
@@ -25,7 +25,7 @@ class JournalDataSource(DataSource):
         """The columns the ``columns`` option names, else every column of
         :data:`~spark_connectors.source.SCHEMA`."""
         batch = {k: v for k, v in self.options.items() if k.lower() not in STREAM_OPTIONS}
-        return _subset(parse(batch).columns)
+        return schema_of(parse(batch).columns)
 
     def reader(self, schema: StructType) -> JournalScan:
         """A batch reader producing ``schema``'s columns."""

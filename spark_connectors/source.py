@@ -251,7 +251,8 @@ def _schema_columns(schema: StructType, source: str) -> tuple[str, ...]:
     return names
 
 
-def _subset(columns: Sequence[str]) -> StructType:
+def schema_of(columns: Sequence[str]) -> StructType:
+    """The Spark schema of ``columns`` (names of :data:`SCHEMA`, in the order given)."""
     return StructType([SCHEMA[name] for name in columns])
 
 
@@ -324,7 +325,7 @@ class SegmentDataSource(DataSource):
     def schema(self) -> StructType:
         """The columns the ``columns`` option names, else every column of :data:`SCHEMA`
         (Spark asks only when the user gives no schema)."""
-        return _subset(ScanOptions.parse(self.options).columns)
+        return schema_of(ScanOptions.parse(self.options).columns)
 
     def reader(self, schema: StructType) -> SegmentScan:
         """A reader for one scan producing ``schema``'s columns."""
@@ -345,7 +346,7 @@ class SegmentScan(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Fetch, verify and decode each segment; yield Arrow batches of the schema."""
         assert isinstance(partition, SegmentPartition)
-        objects = _objects(self.options.objects, self.options.credentials)
+        objects = object_store_of(self.options.objects, self.options.credentials)
         for ref in partition.segments:
             yield from read_segment(objects, ref, self.options)
 
@@ -391,7 +392,7 @@ def read_segment(
 
 def list_segments(options: ScanOptions) -> list[SegmentRef]:
     """The segments a scan reads, by the configured listing mode."""
-    objects = _objects(options.objects, options.credentials)
+    objects = object_store_of(options.objects, options.credentials)
     if options.listing == "objects":
         return from_objects(objects, options.selection)
     assert options.kv is not None
@@ -558,7 +559,7 @@ _stores: dict[tuple[str, tuple[tuple[str, str], ...]], ObjectStore] = {}
 _stores_lock = threading.Lock()
 
 
-def _objects(url: str, credentials: tuple[tuple[str, str], ...]) -> ObjectStore:
+def object_store_of(url: str, credentials: tuple[tuple[str, str], ...]) -> ObjectStore:
     """One object store per URL and process (Spark reuses Python workers across tasks)."""
     from backends.objects import open_object_store
 
