@@ -9,8 +9,12 @@ What is checked, per universe:
   continues the index from height 1 without gap or overlap and ends at or below the head;
   its object exists, its header names the world and range, its checksum verifies and it has
   the record's checksum and byte size. One finding per bad record, whatever is wrong.
-* **Journal** -- every height from the end of segment coverage to the head is stored whole;
-  no hot key remains below coverage unless an export is deleting them (its marker says so).
+* **Engine** -- the engine's own check of its storage: SQLite's ``quick_check`` (or
+  ``integrity_check``), FoundationDB's status (the database available, no data missing).
+* **Journal** -- every height from the end of segment coverage to the head is stored whole
+  and, in a layout with checksums, passes its checksum (the entries of a layout-2 store,
+  without them, are counted as such); no hot key remains below coverage unless an export
+  is deleting them (its marker says so).
 * **Snapshots** -- every indexed snapshot is at or below the head and its state and manifest
   are in the CAS; the active baseline is one of the indexed snapshots and its root is
   complete (every blob its manifest names is in the same universe's CAS).
@@ -36,6 +40,8 @@ from persistence.errors import (
     Backend,
     Corruption,
     CorruptRecord,
+    DamagedJournalEntry,
+    EngineError,
     MissingJournalEntry,
     NotFound,
     OddObject,
@@ -165,6 +171,26 @@ async def _first_key(tr: kv.Transaction, begin: bytes, end: bytes) -> bytes | No
     return rows[0][0] if rows else None
 
 
+@dataclass
+class _Run:
+    """A run of heights with one problem (missing, or failing their checksums), named by
+    its first height's error."""
+
+    first: int
+    last: int
+    why: str
+    kind: type[Corruption]
+
+
+def _add_run(runs: list[_Run], first: int, last: int, problem: Corruption) -> None:
+    """Note heights ``first..last`` as ``problem``'s: a run of the same kind that ends just
+    below joins them."""
+    if runs and runs[-1].last == first - 1 and runs[-1].kind is type(problem):
+        runs[-1].last = last
+    else:
+        runs.append(_Run(first, last, str(problem), type(problem)))
+
+
 def universe_exists(plane: Plane, universe: UniverseId) -> bool:
     """Whether the store holds anything of ``universe`` (a world, a CAS body, a pin): what
     ``Plane.universes`` lists."""
@@ -259,14 +285,19 @@ class Fsck:
             self._check_orphans("")
 
     def _check_engine(self) -> bool:
-        """The engine's check of its own storage: each problem it reports is an error
+        """The engine's check of its own storage (SQLite's ``quick_check`` or
+        ``integrity_check``; FoundationDB's status): each problem it reports is an error
         finding (area ``engine``); an engine without one is not counted as checked. Whether
         it found damage."""
         check = "integrity_check" if self.full_engine_check else "quick_check"
+        if self.plane.engine.url.startswith("fdb://"):
+            check = "cluster status"
         try:
             problems = self.plane.engine.integrity_check(full=self.full_engine_check)
         except StoreFormatError as exc:
             problems = [str(exc)]
+        except EngineError as exc:  # a cluster whose status cannot be read in time
+            problems = [f"the engine's check could not run: {exc}"]
         if problems is None:
             return False
         self.report.count("engine storage checks")
@@ -475,7 +506,8 @@ class Fsck:
                     "deleting them)",
                 )
         height = covered + 1
-        holes: list[tuple[int, int, str]] = []  # runs of missing heights: first, last, why
+        layout = self.plane.layout
+        holes: list[_Run] = []  # runs of missing or damaged heights
         page = self.plane.config.read_page_entries
         while height <= head:
             try:
@@ -486,11 +518,14 @@ class Fsck:
                 missing = max(height, exc.height)
                 engine = self.plane.engine
                 last = drive(journal.next_entry_height(engine, keys, missing + 1, head)) - 1
-                if holes and holes[-1][1] == missing - 1:
-                    holes[-1] = (holes[-1][0], last, holes[-1][2])
-                else:
-                    holes.append((missing, last, str(exc)))
+                _add_run(holes, missing, last, exc)
                 height = last + 1
+                continue
+            except DamagedJournalEntry as exc:  # the read goes on after it
+                damaged = max(height, exc.height)
+                self.report.count("journal entries", damaged - height)  # checked before it
+                _add_run(holes, damaged, damaged, exc)
+                height = damaged + 1
                 continue
             except SegmentIndexCorruption:
                 break  # the index record it names is a finding of the segments check already
@@ -505,8 +540,11 @@ class Fsck:
                 )
                 break
             self.report.count("journal entries", len(rows))
+            if not self.plane.checksummed:
+                self.report.count(f"journal entries without checksums (layout {layout})", len(rows))
             height = rows[-1][0] + 1
-        for first, last, why in holes[:MAX_FINDINGS_PER_WORLD]:
+        for run in holes[:MAX_FINDINGS_PER_WORLD]:
+            first, last, why = run.first, run.last, run.why
             if first == last:
                 self._add("error", "journal", universe, world, f"height {first}", why)
             else:  # one finding per run: a lost segment's heights are one problem
@@ -519,8 +557,8 @@ class Fsck:
                 universe,
                 world,
                 "holes",
-                f"{len(holes)} runs of missing heights in all (first {MAX_FINDINGS_PER_WORLD} "
-                "listed)",
+                f"{len(holes)} runs of missing or damaged heights in all (first "
+                f"{MAX_FINDINGS_PER_WORLD} listed)",
             )
 
     def _check_snapshots(

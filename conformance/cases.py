@@ -115,8 +115,14 @@ def journal_append_conflicts(ctx: Context) -> None:
     # GIL): both read head 5, both write; exactly one commit may succeed.
     keys = WorldKeys(u, w)
     first, second = ctx.plane.engine.create_transaction(), ctx.plane.engine.create_transaction()
-    drive(journal_protocol.append_batch(first, keys, 5, [b"first"], Call.new()))
-    drive(journal_protocol.append_batch(second, keys, 5, [b"second"], Call.new()))
+    drive(
+        journal_protocol.append_batch(first, keys, 5, [b"first"], Call.new(), ctx.plane.checksummed)
+    )
+    drive(
+        journal_protocol.append_batch(
+            second, keys, 5, [b"second"], Call.new(), ctx.plane.checksummed
+        )
+    )
     first.commit().wait()
     try:
         second.commit().wait()
@@ -205,8 +211,16 @@ def cursor_and_drain_exactly_once(ctx: Context) -> None:
     limits = drain_protocol.DrainLimits(
         3, 1 << 20, ctx.plane.config.max_entry_bytes, ctx.plane.budget
     )
-    first = drive(drain_protocol.drain(ctx.plane.engine, keys, limits, default_normalizer, call))
-    again = drive(drain_protocol.drain(ctx.plane.engine, keys, limits, default_normalizer, call))
+    first = drive(
+        drain_protocol.drain(
+            ctx.plane.engine, keys, limits, default_normalizer, call, ctx.plane.checksummed
+        )
+    )
+    again = drive(
+        drain_protocol.drain(
+            ctx.plane.engine, keys, limits, default_normalizer, call, ctx.plane.checksummed
+        )
+    )
     check(first == again, f"a retried drain returned {again}, first attempt {first}")
     check(store.head(u, w) == 3, "a retried drain appended again")
 
@@ -326,9 +340,17 @@ def determinism_retries_are_exactly_once(ctx: Context) -> None:
     u, w = ctx.new_world()
     keys = WorldKeys(u, w)
     call = Call.new()
-    first = drive(journal_protocol.append_batch(ctx.plane.engine, keys, 0, [b"a", b"b"], call))
+    first = drive(
+        journal_protocol.append_batch(
+            ctx.plane.engine, keys, 0, [b"a", b"b"], call, ctx.plane.checksummed
+        )
+    )
     check(
-        drive(journal_protocol.append_batch(ctx.plane.engine, keys, 0, [b"a", b"b"], call))
+        drive(
+            journal_protocol.append_batch(
+                ctx.plane.engine, keys, 0, [b"a", b"b"], call, ctx.plane.checksummed
+            )
+        )
         == first,
         "a retried append was not recognised",
     )

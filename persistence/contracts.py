@@ -121,7 +121,9 @@ class WorldJournalStore(Protocol[Entry]):
         """Up to ``limit`` entries from ``from_inclusive``, ascending and contiguous.
 
         Returns fewer only at the head. A height missing inside ``1..head`` raises
-        ``MissingJournalEntry`` (a ``Corruption``), never a short or gapped result.
+        ``MissingJournalEntry`` (a ``Corruption``), never a short or gapped result; an
+        entry whose stored bytes changed (it fails its checksum, in a store of layout 3)
+        raises ``DamagedJournalEntry``, never an altered entry.
         """
         ...
 

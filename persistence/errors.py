@@ -281,6 +281,25 @@ class MissingJournalEntry(Corruption):
         self.world = world
         self.height = height
 
+    def __reduce__(self) -> tuple[type[MissingJournalEntry], tuple[str, int]]:
+        return type(self), (self.world, self.height)
+
+
+class DamagedJournalEntry(Corruption):
+    """A stored journal entry fails its checksum: its bytes changed after they were written
+    (a damaged page, a file edited or swapped). Names the world and the height."""
+
+    def __init__(self, world: str, height: int) -> None:
+        super().__init__(
+            f"world {world}: journal entry at height {height} fails its checksum (its stored "
+            "bytes changed after they were written)"
+        )
+        self.world = world
+        self.height = height
+
+    def __reduce__(self) -> tuple[type[DamagedJournalEntry], tuple[str, int]]:
+        return type(self), (self.world, self.height)
+
 
 class CasBodyMissing(Corruption):
     """CAS metadata exists but the object-store body does not."""

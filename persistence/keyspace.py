@@ -36,7 +36,9 @@ key                                                    value
 
 Journal entries larger than one value are split into chunks of at most
 :data:`CHUNK_SIZE` bytes; every chunk key carries its index and the chunk count, so a missing
-chunk is detected, never read as a short entry.
+chunk is detected, never read as a short entry. In layout 3 each stored value (a whole entry
+or a chunk) ends with 4 bytes of checksum over its key and payload, so a changed byte is
+detected, never read as another entry.
 """
 
 from __future__ import annotations
@@ -60,10 +62,16 @@ from persistence.fdbtuple import (
 )
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 
-LAYOUT_VERSION: Final = 2
-"""Version of this layout; a store written by another one is refused at open. Layout 2 keeps
-per-call records (``calls``) instead of layout 1's batch ids in the head, cursor and
-snapshot records."""
+LAYOUT_VERSION: Final = 3
+"""Version of the layout a new store is written in. Layout 2 keeps per-call records
+(``calls``) instead of layout 1's batch ids in the head, cursor and snapshot records; layout
+3 ends every stored value of a journal entry with its checksum
+(:func:`persistence.protocols.checksums.seal`). A store keeps the layout it was created in:
+layouts 2 and 3 are read and written, each in its own form; others are refused at open."""
+READABLE_LAYOUTS: Final = (2, 3)
+"""The layouts this software opens."""
+CHECKSUM_LAYOUT: Final = 3
+"""The first layout whose journal entries carry checksums."""
 
 CHUNK_SIZE: Final = 90_000
 """Bytes per journal-entry chunk (FoundationDB's value limit is 100,000)."""

@@ -253,9 +253,11 @@ class Engine(ABC):
 
     def integrity_check(self, *, full: bool = True) -> list[str] | None:
         """The engine's own check of what it stores: the problems it found (``[]``:
-        healthy), or ``None``: this engine has no such check (the memory engine; a
-        FoundationDB cluster checks itself). ``full``: the thorough check, where the engine
-        has a quicker one (SQLite's ``integrity_check`` against ``quick_check``)."""
+        healthy), or ``None``: this engine has no such check (the memory engine). SQLite
+        checks its file; a FoundationDB cluster, which checks its own storage, reports
+        through its status whether data is readable and whole. ``full``: the thorough
+        check, where the engine has a quicker one (SQLite's ``integrity_check`` against
+        ``quick_check``)."""
         del full
         return None
 

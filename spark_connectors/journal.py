@@ -38,7 +38,13 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from persistence.errors import Corruption, MissingJournalEntry, Validation, WorldNotFound
+from persistence.errors import (
+    Corruption,
+    DamagedJournalEntry,
+    MissingJournalEntry,
+    Validation,
+    WorldNotFound,
+)
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.plane import Plane
 from segments import open_plane
@@ -211,8 +217,9 @@ def hot_batches(plane: Plane, ref: HotRange, options: ScanOptions) -> Iterator[p
     """The rows of heights ``ref.start..ref.end``, read with ``read_range`` (stitched: a
     height exported since planning comes from its segment) in batches of ``batch_rows``.
     Each batch must hold exactly the heights asked for: fewer is ``Corruption``. In skip
-    mode a run of missing heights is one error row and the read goes on after it; another
-    failure is an error row for the batch's heights."""
+    mode a run of missing heights is one error row, and so is an entry that fails its
+    checksum, and the read goes on after it; another failure is an error row for the
+    batch's heights."""
     universe, world = UniverseId.parse(ref.universe), WorldId.parse(ref.world)
     height = ref.start
     while height <= ref.end:
@@ -230,6 +237,17 @@ def hot_batches(plane: Plane, ref: HotRange, options: ScanOptions) -> Iterator[p
             end = hole_end(plane, universe, world, missing, ref.end)
             yield error_batch(ref.universe, ref.world, missing, end, str(exc), options.columns)
             height = end + 1
+            continue
+        except DamagedJournalEntry as exc:
+            if options.on_corrupt == "fail":
+                raise
+            damaged = exc.height if height <= exc.height <= last else height
+            if damaged > height:  # the heights before it are read first
+                yield _hot_batch(
+                    ref, _read_exactly(plane, universe, world, height, damaged - 1), options
+                )
+            yield error_batch(ref.universe, ref.world, damaged, damaged, str(exc), options.columns)
+            height = damaged + 1
             continue
         except Corruption as exc:
             if options.on_corrupt == "fail":

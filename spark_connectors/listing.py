@@ -10,7 +10,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import groupby
 
-from persistence.errors import Corruption, MissingJournalEntry, Validation, WorldNotFound
+from persistence.errors import (
+    Corruption,
+    DamagedJournalEntry,
+    MissingJournalEntry,
+    Validation,
+    WorldNotFound,
+)
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
@@ -155,6 +161,8 @@ def _world_refs(plane: Plane, universe: UniverseId, world: WorldId) -> Iterator[
         if covered:  # segments indexed for a world that does not exist: fail the listing
             raise
         # a selected world that this universe does not have: nothing to read
+    except DamagedJournalEntry:
+        pass  # the hot journal goes on where the index ends: not this source's to read
     except MissingJournalEntry as exc:  # the hot journal does not go on where the index ends
         # The unread heights run to the next one the hot journal holds (or the head): one
         # error ref covers them all, so none is left out silently.

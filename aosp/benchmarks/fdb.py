@@ -1,8 +1,9 @@
 """The plane on FoundationDB against the raw bindings, in the same run (issue #34).
 
 Every figure puts a plane call beside the minimal transaction it stands for, written with
-the ``fdb`` bindings alone on keys of the same layout (the plane's keyspace): what the
-plane costs over the cluster's own work. Rounds alternate (raw, plane) after a warm-up
+the ``fdb`` bindings alone on keys of the same layout (the plane's keyspace, entries
+sealed with their checksums as the plane stores them): what the plane costs over the
+cluster's own work. Rounds alternate (raw, plane) after a warm-up
 round, each on fresh worlds; a figure is the median of the per-round ratios plane / raw,
 with their lowest and highest.
 
@@ -53,6 +54,7 @@ from persistence.errors import HeadAdvanced, PersistError, Validation
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys, height_keys, seq_in_key
 from persistence.plane import AsyncPlane, Plane
+from persistence.protocols.checksums import seal
 from persistence.records import (
     JOURNAL_HEAD,
     DomainEventIngress,
@@ -104,7 +106,7 @@ class Raw:
             head = JOURNAL_HEAD.decode(bytes(tr[keys.head()]), "head")
             whole = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, 1)[0]
             if len(entries) == 1:
-                tr[whole] = entries[0]
+                tr[whole] = seal(whole, entries[0])
             else:
                 for key, entry in zip(
                     height_keys(
@@ -113,7 +115,7 @@ class Raw:
                     entries,
                     strict=True,
                 ):
-                    tr[key] = entry
+                    tr[key] = seal(key, entry)
             tr[keys.head()] = JOURNAL_HEAD.encode(head + len(entries))
 
         self._run(body)
@@ -161,7 +163,7 @@ class Raw:
                 entries,
                 strict=True,
             ):
-                tr[key] = entry
+                tr[key] = seal(key, entry)
             tr[keys.head()] = JOURNAL_HEAD.encode(head + len(entries))
             tr[keys.inbox_cursor()] = InboxCursor(seqs[-1]).to_cbor()
             if len(rows) <= max_items and ready.present():
@@ -197,7 +199,7 @@ class Raw:
                 await waiter(value)
                 head = JOURNAL_HEAD.decode(bytes(value), "head")
                 key = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, 1)[0]
-                tr[key] = entry
+                tr[key] = seal(key, entry)
                 tr[keys.head()] = JOURNAL_HEAD.encode(head + 1)
                 commit = tr.commit()
                 await waiter(commit)

@@ -22,8 +22,13 @@ Figures (1,000-byte entries, events and inbox items throughout):
    eventsourcing's one total order over all writers, as the journal is ours; ours does
    more work (every item is written twice: into the inbox, then into the journal with
    the cursor); the target is issue #16's, 1.0.
+6. what journal checksums cost (layout 3, ``protocols/checksums.py``): single-entry and
+   100-entry ``append_batch`` and ``read_range`` of 20,000 entries on a store of the current
+   layout against the same calls on a store of layout 2 (entries stored without
+   checksums), both ours, in the same run (target 0.95: within the noise of the figures
+   above).
 
-Figures 1-4 use one store per side; after a warm-up, each of ``ROUNDS`` rounds calls the
+Figures 1-4 and 6 use one store per side; after a warm-up, each of ``ROUNDS`` rounds calls the
 two sides **alternately, operation by operation** (the order flipping every pair), timing
 each call, so drift in fsync latency or CPU contention hits both sides alike. A round's
 ratio is our calls/s over theirs in that round; a figure reports the median and the range
@@ -60,6 +65,7 @@ to overflow pages there); eventsourcing's 250 us.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import sqlite3
 import statistics
@@ -74,14 +80,15 @@ from types import SimpleNamespace
 from typing import Any, Final
 
 from aosp.benchmarks import Figure
-from persistence import cbor
+from persistence import cbor, kv
 from persistence.errors import MissingDependency
 from persistence.ids import UniverseId, WorldId
-from persistence.keyspace import WorldKeys
+from persistence.keyspace import LAYOUT_KEY, WorldKeys
 from persistence.plane import Plane
 from persistence.records import (
     DomainEventIngress,
     IngressJournalRecord,
+    LayoutRecord,
     decode_record,
     encode_inbox_item,
 )
@@ -145,11 +152,17 @@ def _their_recorder(path: str, *, create: bool, trace: Callable[[str], None] | N
     return recorder
 
 
-def _our_plane(path: str) -> Plane:
+def _our_plane(path: str, layout: int | None = None) -> Plane:
+    """Our plane on a new SQLite store; with ``layout``, a store of that layout (as an
+    older release created it)."""
     from backends.kv.sqlite import SqliteEngine
     from backends.objects.memory import MemoryObjectStore
 
-    return open_plane(SqliteEngine(path, synchronous="FULL"), MemoryObjectStore())
+    engine = SqliteEngine(path, synchronous="FULL")
+    if layout is not None:
+        record = LayoutRecord(layout).to_cbor()
+        kv.run_sync(engine, lambda tr: tr.set(LAYOUT_KEY, record))
+    return open_plane(engine, MemoryObjectStore())
 
 
 def _close(plane: Plane) -> None:
@@ -329,7 +342,7 @@ def _reads(tmp: Path, seconds: float, progress: Callable[[str], None]) -> list[F
         rows = raw.execute(
             "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key", (begin, end)
         ).fetchall()
-        if len(rows) != READ_ENTRIES or rows[-1][1] != ENTRY:
+        if len(rows) != READ_ENTRIES or rows[-1][1][: len(ENTRY)] != ENTRY:  # and its checksum
             raise AssertionError("the raw SELECT returned the wrong rows")
 
     def theirs() -> None:
@@ -361,6 +374,40 @@ def _reads(tmp: Path, seconds: float, progress: Callable[[str], None]) -> list[F
             2.0,
         ),
     ]
+
+
+def _checksums(tmp: Path, seconds: float, progress: Callable[[str], None]) -> list[Figure]:
+    """Figure 6: appends and reads on a checksummed store against a layout-2 one."""
+    progress("plane: journal checksums (layout 3) vs entries without them (layout 2)")
+    sealed, plain = (_our_plane(str(tmp / f"sums-{n}.db"), n) for n in (3, 2))
+    if not sealed.checksummed or plain.checksummed:
+        raise AssertionError("the two stores are not of the layouts compared")
+    name = "plane: journal checksums"
+    baseline = "the same calls on a layout-2 store (entries without checksums)"
+    figures = []
+    for batch, unit in ((1, "commits/s"), (100, "entries/s")):
+        ours, theirs = _Journal(sealed, [ENTRY] * batch), _Journal(plain, [ENTRY] * batch)
+        compared = _alternate(ours.append, theirs.append, seconds, 10)
+        what = f"{name}, {batch}-entry append_batch (1 KB entries, sqlite FULL)"
+        figures.append(_figure(what, unit, baseline, compared, batch, 0.95))
+    readers = []
+    for plane in (sealed, plain):
+        journal = _Journal(plane, [ENTRY] * 1000)
+        for _ in range(READ_ENTRIES // 1000):
+            journal.append()
+        readers.append(functools.partial(_read_all, journal))
+    compared = _alternate(readers[0], readers[1], seconds, 3)
+    what = f"{name}, read_range of {READ_ENTRIES:,} entries (1 KB entries, sqlite)"
+    figures.append(_figure(what, "entries/s", baseline, compared, READ_ENTRIES, 0.95))
+    _close(sealed)
+    _close(plain)
+    return figures
+
+
+def _read_all(journal: _Journal) -> None:
+    rows = journal.plane.read_range(journal.universe, journal.world, 1, READ_ENTRIES)
+    if len(rows) != READ_ENTRIES or rows[-1] != (READ_ENTRIES, ENTRY):
+        raise AssertionError("read_range returned the wrong entries")
 
 
 # --------------------------------------------------------------------------- figure 5
@@ -510,4 +557,5 @@ def run(seconds: float = 2.0, progress: Callable[[str], None] = lambda _: None) 
         figures.append(_appends(tmp, 100, seconds, progress))
         figures.extend(_reads(tmp, seconds, progress))
         figures.append(_pipeline(tmp, seconds, progress))
+        figures.extend(_checksums(tmp, seconds, progress))
     return figures

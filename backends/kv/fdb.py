@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
+import json
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -41,6 +42,7 @@ from backends.kv import checks
 from persistence import fdb_errors, kv
 from persistence.errors import EngineError, MissingDependency, NotFound, Validation
 from persistence.futures import Future
+from persistence.sizes import check_bool
 
 DEFAULT_API_VERSION: Final = 730
 MIN_API_VERSION: Final = 520
@@ -426,6 +428,21 @@ class FdbEngine(kv.Engine):
     def is_retryable(self, error: EngineError) -> bool:
         return bool(self._fdb.predicates.is_retryable(self._fdb.FDBError(error.code)))
 
+    def integrity_check(self, *, full: bool = True) -> list[str] | None:
+        """What the cluster's status (``\xff\xff/status/json``, read in a transaction with
+        the engine's timeout) says of the data: :func:`status_problems` (``None`` while the
+        status is incomplete: not checked). FoundationDB checks its own storage (checksummed
+        pages, replicas); ``full`` changes nothing."""
+        check_bool(full, "full")
+        raw = kv.run(self, lambda tr: tr.get(STATUS_KEY))
+        if raw is None:
+            return ["the cluster returned no status document"]
+        try:
+            status = json.loads(raw)
+        except ValueError as exc:
+            return [f"the cluster's status document is not JSON: {exc}"]
+        return status_problems(status)
+
     def wait_changed(self, key: bytes, seen: bytes | None, timeout: float) -> None:
         """A FoundationDB watch on ``key``, set in a transaction that found it ``seen``;
         waited for up to ``timeout`` seconds, then cancelled. A failed watch returns (the
@@ -450,3 +467,41 @@ class FdbEngine(kv.Engine):
         future.on_ready(lambda _: fired.set())
         fired.wait(timeout)
         future.cancel()
+
+
+STATUS_KEY: Final = b"\xff\xff/status/json"
+"""The special key holding the cluster's status document (``fdbcli``'s ``status json``)."""
+
+
+def status_problems(status: Any) -> list[str] | None:
+    """The problems of a cluster's status document that mean data cannot be read or is
+    lost: the database unavailable, or data missing (no replica left of some of it: data
+    distribution's state ``missing_data``, or ``min_replicas_remaining`` 0). A cluster that
+    is healing or moving data, with every piece still readable, has none. A document that
+    does not say (a cluster still starting reports an incomplete status) is ``None``: not
+    checked, never reported clean; one that is not a status document is a problem."""
+    if not isinstance(status, dict):
+        return ["the cluster's status document is not an object"]
+    problems = []
+    client = status.get("client")
+    database = client.get("database_status") if isinstance(client, dict) else None
+    if not isinstance(database, dict) or not isinstance(database.get("available"), bool):
+        return None
+    if not database["available"]:
+        messages = client.get("messages") if isinstance(client, dict) else None
+        why = "; ".join(
+            str(m.get("description", m.get("name", "")))
+            for m in messages or []
+            if isinstance(m, dict)
+        )
+        problems.append("the database is unavailable" + (f": {why}" if why else ""))
+        return problems
+    cluster = status.get("cluster")
+    data = cluster.get("data") if isinstance(cluster, dict) else None
+    state = data.get("state") if isinstance(data, dict) else None
+    if not isinstance(state, dict) or not isinstance(state.get("name"), str):
+        return None
+    if state["name"] == "missing_data" or state.get("min_replicas_remaining") == 0:
+        description = state.get("description") or state["name"]
+        problems.append(f"data is missing: no replica left of some of it ({description})")
+    return problems

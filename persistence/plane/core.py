@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 from persistence import kv, telemetry
-from persistence.errors import Validation
+from persistence.errors import StoreFormatError, Validation
 from persistence.futures import Blocking, drive
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import UniverseId, WorldId, check_id
-from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.keyspace import CHECKSUM_LAYOUT, LAYOUT_VERSION, UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
 from persistence.plane.config import PlaneConfig
@@ -116,7 +116,33 @@ class Core:
         attempts)."""
         self.known_worlds = KnownWorlds()
         """Worlds the plane has seen exist: its enqueues to them read no meta."""
-        drive(worlds.ensure_layout(engine, check_bool(create, "create")))
+        self.layout = drive(worlds.ensure_layout(engine, check_bool(create, "create")))
+        """The store's layout version (``keyspace.LAYOUT_VERSION``; an older store keeps
+        its own); ``None`` while a store opened without ``create`` is empty."""
+
+    @property
+    def checksummed(self) -> bool:
+        """Whether the store's journal entries carry checksums (``protocols/checksums.py``),
+        as far as is known without reading: an empty store's first creator writes the
+        current layout. Operations ask :meth:`checksums`."""
+        return (self.layout or LAYOUT_VERSION) >= CHECKSUM_LAYOUT
+
+    async def checksums(self, *, writing: bool) -> bool:
+        """Whether the store's journal entries carry checksums: every write seals them,
+        every read checks them. The layout never changes once recorded; a plane opened
+        without ``create`` on an empty store reads it on first use. Until a creator records
+        it, the store holds nothing to read, and a write is ``StoreFormatError`` (its
+        entries' form would be a guess)."""
+        if self.layout is None:
+            self.layout = await self.transact(worlds.read_layout)
+            if self.layout is None:
+                if writing:
+                    raise StoreFormatError(
+                        "the store has no layout record yet (nothing was created in it): "
+                        "a plane opened without create writes nothing into an empty store"
+                    )
+                return self.checksummed
+        return self.layout >= CHECKSUM_LAYOUT
 
     def new_call(self, *, recorded: bool = True) -> Call:
         """A new write call: its id is drawn here, outside the retry loop. It keeps a

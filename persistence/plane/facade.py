@@ -68,6 +68,18 @@ class _Door:
         """A new write call: its id is drawn here, outside the retry loop."""
         return self._operations.new_call()
 
+    @property
+    def layout(self) -> int | None:
+        """The store's layout version (``keyspace.LAYOUT_VERSION``; an older store keeps
+        its own); ``None`` while a store opened without ``create`` is empty."""
+        return self._operations.layout
+
+    @property
+    def checksummed(self) -> bool:
+        """Whether the store's journal entries carry checksums (``protocols/checksums.py``),
+        as far as is known (an empty store's first creator writes the current layout)."""
+        return self._operations.checksummed
+
 
 class _Blocking(Generic[P, T]):
     """An operation of :class:`Plane`: the coroutine run on the calling thread."""

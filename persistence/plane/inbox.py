@@ -208,7 +208,14 @@ class InboxOperations(JournalOperations):
         check_int(max_bytes, "max_bytes", 1, self.config.max_batch_bytes)
         _check_normalizer(normalize)
         limits = drain.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
-        result = await drain.drain(self.engine, keys, limits, normalize, self.new_call())
+        result = await drain.drain(
+            self.engine,
+            keys,
+            limits,
+            normalize,
+            self.new_call(),
+            await self.checksums(writing=True),
+        )
         self.hooks.reached("inbox.after_drain")
         return result
 
@@ -259,7 +266,14 @@ class InboxOperations(JournalOperations):
         limits = drain.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
         memo = drain.GroupMemo(busy=self.busy_worlds.among(parts))
         results = await drain.drain_worlds(
-            self.engine, keys, parts, limits, normalize, self.new_call(), memo
+            self.engine,
+            keys,
+            parts,
+            limits,
+            normalize,
+            self.new_call(),
+            await self.checksums(writing=True),
+            memo,
         )
         out = {}
         for part, result in zip(parts, results, strict=True):
@@ -281,9 +295,10 @@ class InboxOperations(JournalOperations):
         ``left_out`` stands, nothing drained, for a later drain. The world stays busy
         (``BusyWorlds``) unless this drain commits at its first attempt."""
         call = self.new_call()
+        checksummed = await self.checksums(writing=True)
 
         def attempt(tr: kv.Transaction) -> Coroutine[Any, Any, DrainResult]:
-            return drain.drain(tr, keys, limits, normalize, call)
+            return drain.drain(tr, keys, limits, normalize, call, checksummed)
 
         try:
             done = await kv.transact(self.engine, attempt, conflicts=BUSY_ATTEMPTS)

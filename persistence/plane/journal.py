@@ -67,7 +67,14 @@ class JournalOperations(WorldOperations):
                 "entries",
                 f"appending {len(batch):,} entries ({sum(map(len, batch)):,} bytes)",
             )
-        first = await journal.append_batch(self.engine, keys, expected_head, batch, self.new_call())
+        first = await journal.append_batch(
+            self.engine,
+            keys,
+            expected_head,
+            batch,
+            self.new_call(),
+            await self.checksums(writing=True),
+        )
         self.hooks.reached("journal.after_append")
         return first
 
@@ -191,8 +198,11 @@ class JournalOperations(WorldOperations):
                 f"appending {count:,} entries ({size:,} bytes) to {len(parts):,} worlds",
             )
         call = self.new_call()
+        checksummed = await self.checksums(writing=True)
         done = await self.transact(
-            lambda tr: journal.append_batches(tr, keys, parts, create, call, sequencing),
+            lambda tr: journal.append_batches(
+                tr, keys, parts, create, call, checksummed, sequencing
+            ),
             alone=sequencing is not None,  # every sequenced append writes the log head
         )
         self.hooks.reached("journal.after_append")
@@ -219,19 +229,26 @@ class JournalOperations(WorldOperations):
     ) -> list[tuple[int, bytes]]:
         """Up to ``limit`` contiguous entries from ``from_inclusive``, stitched from cold
         segments and the hot tail, paged across transactions so no read transaction
-        outgrows FoundationDB's limits. A missing or damaged segment is ``Corruption``."""
+        outgrows FoundationDB's limits. A missing or damaged segment is ``Corruption``, and
+        so is a hot entry that is missing (``MissingJournalEntry``) or fails its checksum
+        (``DamagedJournalEntry``)."""
         keys = world_keys(universe, world)
         check_height(from_inclusive, "from_inclusive", allow_zero=False)
         row_limit(limit)
         if limit == 0:  # NotFound if there is no such world
-            await journal.read_entries(self.engine, keys, from_inclusive, 0)
+            await journal.read_entries(self.engine, keys, from_inclusive, 0, False)
             return []
         out: list[tuple[int, bytes]] = []
         while len(out) < limit:
             first = from_inclusive + len(out)
             want = min(self.config.read_page_entries, limit - len(out))
             page = await journal.read_entries(
-                self.engine, keys, first, want, self.config.read_page_bytes
+                self.engine,
+                keys,
+                first,
+                want,
+                await self.checksums(writing=False),
+                self.config.read_page_bytes,
             )
             if page.segment is not None:
                 segment = page.segment
@@ -278,11 +295,17 @@ class JournalOperations(WorldOperations):
         check_height(from_inclusive, "from_inclusive", allow_zero=False)
         row_limit(limit)
         page = await journal.read_entries(
-            self.engine, keys, from_inclusive, limit, self.config.read_page_bytes
+            self.engine,
+            keys,
+            from_inclusive,
+            limit,
+            await self.checksums(writing=False),
+            self.config.read_page_bytes,
         )
         return page.rows
 
     @operation("journal.head")
     async def head(self, universe: UniverseId, world: WorldId) -> int:
         """The journal head (0 when empty)."""
-        return (await journal.read_entries(self.engine, world_keys(universe, world), 1, 0)).head
+        keys = world_keys(universe, world)
+        return (await journal.read_entries(self.engine, keys, 1, 0, False)).head  # no entry read

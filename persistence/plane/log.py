@@ -141,7 +141,15 @@ class LogOperations(JournalOperations):
             page_size = self.config.read_page_entries
             if wanted is None:
                 page_size = min(page_size, limit - len(found))
-            page = await log.read_log(self.engine, keys, first, page_size, last, matches)
+            page = await log.read_log(
+                self.engine,
+                keys,
+                first,
+                page_size,
+                last,
+                matches,
+                await self.checksums(writing=False),
+            )
             found.extend(item for item in page.records if matches(item[1]))
             entries.update(page.entries)
             if page.next is None:

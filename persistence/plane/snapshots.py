@@ -63,7 +63,12 @@ class SnapshotOperations(JournalOperations):
         await self.put_verified(universe, manifest_bytes)
         self.hooks.reached("snapshot.after_cas")
         outcome = await snapshots.commit_snapshot(
-            self.engine, keys, record, promote_baseline, self.new_call()
+            self.engine,
+            keys,
+            record,
+            promote_baseline,
+            self.new_call(),
+            await self.checksums(writing=True),
         )
         self.hooks.reached("snapshot.after_commit")
         return record, outcome
@@ -75,7 +80,9 @@ class SnapshotOperations(JournalOperations):
         """Index an already stored snapshot (no promotion)."""
         keys = world_keys(universe, world)
         encoded(record, (SnapshotRecord,), "record")
-        await snapshots.commit_snapshot(self.engine, keys, record, False, self.new_call())
+        await snapshots.commit_snapshot(
+            self.engine, keys, record, False, self.new_call(), await self.checksums(writing=True)
+        )
 
     @operation("baseline.read")
     async def active_baseline(self, universe: UniverseId, world: WorldId) -> SnapshotRecord:
@@ -94,7 +101,9 @@ class SnapshotOperations(JournalOperations):
         encoded(record, (SnapshotRecord,), "record")
         snapshots.check_fence(record)
         await self.check_root(keys.universe, record, None)
-        await snapshots.promote_baseline(self.engine, keys, record, self.new_call())
+        await snapshots.promote_baseline(
+            self.engine, keys, record, self.new_call(), await self.checksums(writing=True)
+        )
 
     @operation("snapshot.list")
     async def list_snapshots(self, universe: UniverseId, world: WorldId) -> list[SnapshotRecord]:

@@ -16,6 +16,7 @@ from persistence.errors import Validation
 from persistence.ids import InboxSeq
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
 from persistence.protocols.calls import CALL_ID_BYTES, CallScope
+from persistence.protocols.checksums import SEAL_BYTES
 from persistence.protocols.journal import Creation
 from persistence.protocols.log import Sequencing
 from persistence.records import UniverseInfo
@@ -52,18 +53,20 @@ def budget(engine: kv.Engine) -> int:
 
 
 def entries_cost(keys: WorldKeys, first: int, entries: Sequence[bytes]) -> int:
-    """Writing ``entries`` at heights ``first..``: every chunk and its key."""
+    """Writing ``entries`` at heights ``first..``: every chunk and its key, each value with
+    its checksum (``checksums.SEAL_BYTES``; for a layout without them, 4 bytes a value
+    more than it writes)."""
     total = 0
     whole_key = keys.whole_entry_key()
     for offset, entry in enumerate(entries):
         if len(entry) <= CHUNK_SIZE:
-            total += txsize.set_cost(len(whole_key(first + offset)), len(entry))
+            total += txsize.set_cost(len(whole_key(first + offset)), len(entry) + SEAL_BYTES)
             continue
         count = -(-len(entry) // CHUNK_SIZE)
         for index in range(count):
             key = keys.entry_chunk(first + offset, index, count)
             chunk = min(CHUNK_SIZE, len(entry) - index * CHUNK_SIZE)
-            total += txsize.set_cost(len(key), chunk)
+            total += txsize.set_cost(len(key), chunk + SEAL_BYTES)
     return total
 
 
@@ -110,7 +113,8 @@ def group_append_cost(
 
 CHUNK_BOUND: Final = 500
 """More than a journal chunk, a log record or a world's head costs besides its bytes (its
-keys are under 120 bytes: ``3 * 120 + 69`` for the write and its conflict range)."""
+keys are under 120 bytes: ``3 * 120 + 69`` for the write and its conflict range, and a
+chunk's 4-byte checksum)."""
 WORLD_BOUND: Final = 5_000
 """More than a group append spends on one world besides its entries: reading and writing
 the head, and creating the world (meta, universe info, head, genesis snapshot and

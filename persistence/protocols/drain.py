@@ -142,10 +142,12 @@ async def drain(
     limits: DrainLimits,
     normalize: Normalizer,
     call: Call,
+    checksummed: bool,
 ) -> DrainResult:
     """Protocol D in one transaction: read cursor and head, read items after the cursor
-    (within ``limits``), normalize them, append at the head, advance the cursor to the last
-    drained item, and clear the world's ready mark if no item follows (see the module). If
+    (within ``limits``), normalize them, append at the head (sealed with ``checksummed``,
+    as the store's layout says), advance the cursor to the last drained item, and clear the
+    world's ready mark if no item follows (see the module). If
     the entries would make the transaction count more than the budget, fewer items are
     drained; an entry that alone does not fit, or is longer than ``max_entry_bytes``, is
     ``Validation`` naming the normalizer (nothing is written).
@@ -172,7 +174,7 @@ async def drain(
     world.read_items(tr, None if cursor is None else cursor.seq, limits)
     await world.take(tr, limits)
     result, _, wrote = await _drain_world(
-        tr, world, cursor, head, limits, normalize, budget.call_cost(keys), True
+        tr, world, cursor, head, limits, normalize, budget.call_cost(keys), True, checksummed
     )
     if wrote:
         await calls.record(
@@ -237,6 +239,7 @@ async def drain_worlds(
     limits: DrainLimits,
     normalize: Normalizer,
     call: Call,
+    checksummed: bool,
     memo: GroupMemo | None = None,
 ) -> list[DrainResult]:
     """Protocol D for each of ``worlds`` (distinct worlds of ``universe``), in order, in one
@@ -283,7 +286,7 @@ async def drain_worlds(
         await world.take(tr, limits)
         alone = not any(result.count for result in results)
         result, counted, changed = await _drain_world(
-            tr, world, cursor, head, limits, normalize, counted, alone
+            tr, world, cursor, head, limits, normalize, counted, alone, checksummed
         )
         results.append(result)
         wrote |= changed
@@ -304,6 +307,7 @@ async def _drain_world(
     normalize: Normalizer,
     counted: int,
     alone: bool,
+    checksummed: bool,
 ) -> tuple[DrainResult, int, bool]:
     """One world's drain inside ``tr`` once its items are taken, after ``counted`` bytes of
     the budget: its result, the bytes counted with it, and whether it wrote. It clears the
@@ -321,7 +325,7 @@ async def _drain_world(
         tr.add_read_conflict_key(keys.inbox_cursor())
         tr.add_read_conflict_key(keys.head())
         after = taken[len(entries) - 1][0]
-        append_at(tr, keys, head, entries)
+        append_at(tr, keys, head, entries, checksummed)
         tr.set(keys.inbox_cursor(), InboxCursor(after).to_cbor())
     more = len(entries) < len(taken) or world.more
     cleared = False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -19,6 +19,7 @@ from persistence.ids import Hash
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys, height_keys, whole_run
 from persistence.protocols import calls, log, segment_index, worlds
 from persistence.protocols.calls import Call
+from persistence.protocols.checksums import SEAL_BYTES, opened, opened_run, seal
 from persistence.records import (
     JOURNAL_HEAD,
     CasMeta,
@@ -59,35 +60,54 @@ _key_of = operator.itemgetter(0)
 _value_of = operator.itemgetter(1)
 
 
+def _as_stored(key: bytes, payload: bytes) -> bytes:
+    """The value stored for ``payload`` in a layout without checksums: the payload."""
+    del key
+    return payload
+
+
 def write_entries(
-    tr: kv.Transaction, keys: WorldKeys, first: int, entries: Sequence[bytes]
+    tr: kv.Transaction, keys: WorldKeys, first: int, entries: Sequence[bytes], checksummed: bool
 ) -> None:
     """Write ``entries`` at heights ``first..``, each split into value-sized chunks (an entry
-    that fits one value is stored whole)."""
+    that fits one value is stored whole); with ``checksummed`` each value is sealed
+    (:func:`seal`)."""
     whole = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), first, len(entries))
+    stored: Callable[[bytes, bytes], bytes] = seal if checksummed else _as_stored
     if max(map(len, entries), default=0) <= CHUNK_SIZE:
-        tr.set_many(zip(whole, entries, strict=True))
+        if checksummed:
+            tr.set_many(zip(whole, map(seal, whole, entries), strict=True))
+        else:
+            tr.set_many(zip(whole, entries, strict=True))
         return
     for height, key, entry in zip(range(first, first + len(entries)), whole, entries, strict=True):
         if len(entry) <= CHUNK_SIZE:
-            tr.set(key, entry)
+            tr.set(key, stored(key, entry))
             continue
         count = -(-len(entry) // CHUNK_SIZE)
         for index in range(count):
             chunk = entry[index * CHUNK_SIZE : (index + 1) * CHUNK_SIZE]
-            tr.set(keys.entry_chunk(height, index, count), chunk)
+            key = keys.entry_chunk(height, index, count)
+            tr.set(key, stored(key, chunk))
 
 
 def append_at(
-    tr: kv.Transaction, keys: WorldKeys, head: JournalHead, entries: Sequence[bytes]
+    tr: kv.Transaction,
+    keys: WorldKeys,
+    head: JournalHead,
+    entries: Sequence[bytes],
+    checksummed: bool,
 ) -> int:
-    """Append after ``head`` (already read in ``tr``) and move the head; return the first height."""
-    return _append(tr, keys, head.height, entries)
+    """Append after ``head`` (already read in ``tr``) and move the head; return the first
+    height. ``checksummed``: the store's layout seals entries (:func:`write_entries`)."""
+    return _append(tr, keys, head.height, entries, checksummed)
 
 
-def _append(tr: kv.Transaction, keys: WorldKeys, height: int, entries: Sequence[bytes]) -> int:
+def _append(
+    tr: kv.Transaction, keys: WorldKeys, height: int, entries: Sequence[bytes], checksummed: bool
+) -> int:
     """Write ``entries`` after the head ``height`` and move the head; return the first height."""
-    write_entries(tr, keys, height + 1, entries)
+    write_entries(tr, keys, height + 1, entries, checksummed)
     tr.set(keys.head(), JOURNAL_HEAD.encode(height + len(entries)))
     return height + 1
 
@@ -99,18 +119,20 @@ async def append_batch(
     expected_head: int,
     entries: Sequence[bytes],
     call: Call,
+    checksummed: bool,
 ) -> int:
     """Protocol B: append at ``expected_head`` or raise ``HeadAdvanced``; return the first
-    height. A retry whose earlier attempt committed returns that attempt's first height
-    (from the call record), however far the head has moved since. One wave of reads: the
-    head, and the call's own (``calls.begin``)."""
+    height (entries sealed with ``checksummed``, as the store's layout says). A retry whose
+    earlier attempt committed returns that attempt's first height (from the call record),
+    however far the head has moved since. One wave of reads: the head, and the call's own
+    (``calls.begin``)."""
     opening = calls.begin(tr, keys, call)
     head = tr.get(keys.head())
     done = await calls.replayed(opening)
     if done is not None:
         return _required(done.first_height, "append")
     _check_head(keys, await head, expected_head)
-    first = _append(tr, keys, expected_head, entries)
+    first = _append(tr, keys, expected_head, entries, checksummed)
     await calls.record(opening, "append", first_height=first, count=len(entries))
     return first
 
@@ -151,9 +173,11 @@ async def append_batches(
     batches: Sequence[WorldAppend],
     create: Creation | None,
     call: Call,
+    checksummed: bool,
     sequencing: log.Sequencing | None = None,
 ) -> GroupAppend:
-    """Group commit: append every batch at its expected head, all or nothing. ``HeadAdvanced``
+    """Group commit: append every batch at its expected head, all or nothing (entries sealed
+    with ``checksummed``, as the store's layout says). ``HeadAdvanced``
     names the first world whose head moved. With ``create``, a world without a journal whose
     batch expects head 0 is created first, in the same transaction. With ``sequencing``, the
     entries also get the next positions of the universe log: its head is read with a
@@ -205,7 +229,7 @@ async def append_batches(
             height = decode_head(keys, raw).height
             if height != batch.expected_head:
                 raise HeadAdvanced(batch.expected_head, height, keys.world)
-        firsts.append(_append(tr, keys, batch.expected_head, batch.entries))
+        firsts.append(_append(tr, keys, batch.expected_head, batch.entries, checksummed))
     position = None
     if sequencing is not None:
         position = log.sequence(
@@ -280,11 +304,18 @@ def _rows_next(rows: int, size: int, max_bytes: int, heights_left: int) -> int:
 
 @kv.transactional
 async def read_entries(
-    tr: kv.Transaction, keys: WorldKeys, first: int, limit: int, max_bytes: int = 0
+    tr: kv.Transaction,
+    keys: WorldKeys,
+    first: int,
+    limit: int,
+    checksummed: bool,
+    max_bytes: int = 0,
 ) -> JournalPage:
     """The head and up to ``limit`` entries from ``first`` (and, with ``max_bytes``, no more
     entries than reach that many bytes: at least one), checked to be contiguous and whole --
-    or the segment that covers ``first``. The segment index and the hot keys are read in the
+    or the segment that covers ``first``. With ``checksummed`` (the store's layout seals
+    entries) every value is checked against its checksum: a changed one is
+    ``DamagedJournalEntry`` naming its height. The segment index and the hot keys are read in the
     same transaction: an export indexes a segment before deleting its hot keys, so a reader
     that sees no segment sees every hot key. A missing height or chunk below the head is
     ``MissingJournalEntry``. The first segment ending at or after ``first`` is checked to
@@ -315,24 +346,30 @@ async def read_entries(
     size = 0
     begin, end = keys.entries_between(first, last)
     asked, read = ROWS_PER_READ, 0
+    sealed = SEAL_BYTES if checksummed else 0
     while True:
         rows = await tr.get_range(begin, end, limit=asked)
         read += len(rows)
         values = list(map(_value_of, rows))
-        run = sum(map(len, values))
+        run = sum(map(len, values)) - sealed * len(values)
+        stored = list(map(_key_of, rows))
         if (
             not parts
             and (not max_bytes or size + run < max_bytes)
-            and whole_run(list(map(_key_of, rows)), whole_key, prefix, expected)
+            and whole_run(stored, whole_key, prefix, expected)
         ):
             # the usual page: the next entries, each stored whole, within the byte budget
+            if checksummed:
+                values = opened_run(keys, expected, stored, values)
             out.extend(zip(range(expected, expected + len(rows)), values, strict=True))
             expected += len(rows)
             size += run
         else:
             for key, value in rows:
-                size += len(value)
                 if not parts and key == whole_key(expected):
+                    if checksummed:
+                        value = opened(keys, expected, key, value)
+                    size += len(value)
                     out.append((expected, value))  # the next entry, stored whole
                     expected += 1
                 else:
@@ -345,6 +382,9 @@ async def read_entries(
                         raise MissingJournalEntry(str(keys.world), expected)
                     if height != expected or index != len(parts):
                         raise MissingJournalEntry(str(keys.world), expected)
+                    if checksummed:
+                        value = opened(keys, expected, key, value)
+                    size += len(value)
                     parts.append(value)
                     if index + 1 < count:
                         continue

@@ -11,6 +11,7 @@ from persistence import kv
 from persistence.errors import CorruptRecord, TrackingConflict
 from persistence.ids import WorldId
 from persistence.keyspace import UniverseKeys, height_keys
+from persistence.protocols import checksums
 from persistence.records import LOG_HEAD, TRACKING, LogRecord, decode_record, log_records
 
 
@@ -77,12 +78,14 @@ async def read_log(
     limit: int,
     last: int | None,
     wanted: Callable[[LogRecord], bool],
+    checksummed: bool,
 ) -> LogPage:
     """Up to ``limit`` log records from ``first`` to ``last`` (or the head), checked to be
     the positions ``first, first + 1, ...`` with none missing below the head; and, by
     position, the entries of the ``wanted`` ones that are stored whole in hot keys (entries
     never change, so a snapshot read of them is as good as any; cold or chunked ones are
-    left to the caller)."""
+    left to the caller), checked against their checksums with ``checksummed`` (the store's
+    layout seals entries: ``checksums.opened``)."""
     head = await read_log_head(tr, universe, snapshot=True)
     stop = head if last is None else min(head, last)
     if first > stop:
@@ -97,9 +100,12 @@ async def read_log(
         record = decode_record(LogRecord, value, f"universe log at {expected}")
         records.append((expected, record))
         if wanted(record):
-            whole = universe.world(record.world).whole_entry_key()(record.height)
+            world = universe.world(record.world)
+            whole = world.whole_entry_key()(record.height)
             entry = await tr.get(whole, snapshot=True)
             if entry is not None:
+                if checksummed:
+                    entry = checksums.opened(world, record.height, whole, entry)
                 entries[expected] = entry
     if len(records) != end - first + 1:
         missing = first + len(records)

@@ -133,15 +133,21 @@ async def check_commit(
 
 @kv.transactional
 async def commit_snapshot(
-    tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, promote: bool, call: Call
+    tr: kv.Transaction,
+    keys: WorldKeys,
+    record: SnapshotRecord,
+    promote: bool,
+    call: Call,
+    checksummed: bool,
 ) -> SnapshotOutcome:
     """Protocol E steps 2-6 (the snapshot bytes are already in CAS).
 
     Index at the height (same record again: no-op; a different one: ``SnapshotMismatch``),
     append a ``snapshot`` journal record, and if ``promote``: check the receipt-horizon
     fence and non-regression, write the baseline and append ``baseline_snapshot``.
-    All in one transaction, so index, baseline and journal never disagree. A retry whose
-    earlier attempt committed reports what that attempt did (its call record)."""
+    All in one transaction, so index, baseline and journal never disagree (journal records
+    sealed with ``checksummed``, as the store's layout says). A retry whose earlier attempt
+    committed reports what that attempt did (its call record)."""
     if promote:
         check_fence(record)
     opening = calls.begin(tr, keys, call)
@@ -157,7 +163,7 @@ async def commit_snapshot(
     if promoted:
         _promote(tr, keys, record, entries)
     if entries:
-        append_at(tr, keys, head, entries)
+        append_at(tr, keys, head, entries, checksummed)
         await calls.record(opening, "snapshot", indexed=indexed, promoted=promoted)
     return SnapshotOutcome(indexed, promoted)
 
@@ -172,11 +178,12 @@ def _promote(
 
 @kv.transactional
 async def promote_baseline(
-    tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, call: Call
+    tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, call: Call, checksummed: bool
 ) -> bool:
-    """Promote an already indexed snapshot; ``False`` if it already was the baseline before
-    this call. A retry whose earlier attempt committed reports that attempt's promotion,
-    even if a newer baseline has been promoted since."""
+    """Promote an already indexed snapshot (its journal record sealed with ``checksummed``);
+    ``False`` if it already was the baseline before this call. A retry whose earlier
+    attempt committed reports that attempt's promotion, even if a newer baseline has been
+    promoted since."""
     check_fence(record)
     opening = calls.begin(tr, keys, call)
     reads = _plan_reads(tr, keys, record, True, refs_in_cas=False)  # a wave, with the call's
@@ -190,7 +197,7 @@ async def promote_baseline(
     if promoted:
         entries: list[bytes] = []
         _promote(tr, keys, record, entries)
-        append_at(tr, keys, head, entries)
+        append_at(tr, keys, head, entries, checksummed)
         await calls.record(opening, "promote", promoted=True)
     return promoted
 

@@ -14,6 +14,7 @@ from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import (
     LAYOUT_KEY,
     LAYOUT_VERSION,
+    READABLE_LAYOUTS,
     UniverseKeys,
     WorldKeys,
     universes_range,
@@ -29,30 +30,47 @@ from persistence.records import (
 
 
 @kv.transactional
-async def ensure_layout(tr: kv.Transaction, create: bool = True) -> int:
-    """Record the layout version in a new store; refuse a store with another one. Without
-    ``create`` (reading tools) nothing is written: a store without the record must be
-    empty, else it is damaged (``StoreFormatError``; writing the record would hide that)."""
+async def ensure_layout(tr: kv.Transaction, create: bool = True) -> int | None:
+    """The store's layout version, recorded in a new store (:data:`LAYOUT_VERSION`); a
+    store of a layout this software does not read is ``StoreFormatError``. A store without
+    the record must be empty, else it is damaged (``StoreFormatError``: its data's form is
+    unknown, and writing the record would hide that). Without ``create`` (reading tools)
+    nothing is written: an empty store's layout is ``None``, not known yet."""
     raw = await tr.get(LAYOUT_KEY)
     if raw is None:
-        if create:
-            tr.set(LAYOUT_KEY, LayoutRecord(LAYOUT_VERSION).to_cbor())
-        elif await tr.get_range(b"", b"\xff", limit=1, snapshot=True):
+        if await tr.get_range(b"", b"\xff", limit=1, snapshot=True):
             raise StoreFormatError(
                 "the store holds data but no layout record: damaged (its layout row was "
                 "deleted, or another program wrote it); left untouched"
             )
+        if not create:
+            return None
+        tr.set(LAYOUT_KEY, LayoutRecord(LAYOUT_VERSION).to_cbor())
         return LAYOUT_VERSION
+    return _readable(raw)
+
+
+@kv.transactional
+async def read_layout(tr: kv.Transaction) -> int | None:
+    """The store's layout version; ``None`` if it has no layout record (yet)."""
+    raw = await tr.get(LAYOUT_KEY, snapshot=True)
+    return None if raw is None else _readable(raw)
+
+
+def _readable(raw: bytes) -> int:
+    """The layout version recorded as ``raw``; ``StoreFormatError`` unless this software
+    reads that layout."""
     version = decode_record(LayoutRecord, raw, "layout record").version
     if version > LAYOUT_VERSION:
         raise StoreFormatError(
             f"store keyspace layout {version} is newer than this software supports "
             f"({LAYOUT_VERSION}); upgrade aos-persistence"
         )
-    if version < LAYOUT_VERSION:
+    if version not in READABLE_LAYOUTS:
         raise StoreFormatError(
             f"store keyspace layout {version} was written by a development version of "
-            f"aos-persistence; this one reads layout {LAYOUT_VERSION} only (no migration)"
+            f"aos-persistence; this one reads layouts "
+            f"{' and '.join(map(str, READABLE_LAYOUTS))} only (no migration)"
         )
     return version
 

@@ -258,12 +258,16 @@ class NonAtomicAppendPlane(Plane):
         keys = WorldKeys(universe, world)
         drive(
             journal_protocol.append_batch(
-                self.engine, keys, expected_head, [entries[0]], Call.new()
+                self.engine, keys, expected_head, [entries[0]], Call.new(), self.checksummed
             )
         )
         for entry in entries[1:]:
             head = self.head(universe, world)
-            drive(journal_protocol.append_batch(self.engine, keys, head, [entry], Call.new()))
+            drive(
+                journal_protocol.append_batch(
+                    self.engine, keys, head, [entry], Call.new(), self.checksummed
+                )
+            )
         return expected_head + 1
 
 
@@ -300,7 +304,9 @@ class ForgetfulAppendPlane(Plane):
 
         def attempt(tr: kv.Transaction) -> int:
             return drive(
-                journal_protocol.append_batch(tr, keys, expected_head, list(entries), Call.new())
+                journal_protocol.append_batch(
+                    tr, keys, expected_head, list(entries), Call.new(), self.checksummed
+                )
             )
 
         return kv.run_sync(self.engine, attempt)

@@ -34,7 +34,8 @@ strict so that misuse of that API fails here as it fails against a cluster:
   ``bytes()`` are the 10-byte versionstamp; after a failed or read-only commit it raises
   that commit's error or 2021. Asked for after ``commit()`` it fails with 2017.
 * ``get_read_version()`` returns a ``FutureInt64``; reads of keys at or past ``\\xff`` fail
-  with 2004 ``key_outside_legal_range``.
+  with 2004 ``key_outside_legal_range``, but for ``\\xff\\xff/status/json``: the fields of
+  a healthy cluster's status document that the engine reads (:data:`STATUS`).
 * ``persistence.errors.EngineError`` from the memory engine becomes ``FDBError`` with the
   same code and FoundationDB's description (the engine's detail is kept as a note).
 
@@ -57,6 +58,7 @@ streaming modes (accepted and ignored). The backoff of ``on_error`` is not slept
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import types
@@ -79,6 +81,16 @@ MAX_READ_KEY: Final = b"\xff"
 """Reads at or past this key fail with 2004 (no ``read_system_keys`` option here)."""
 
 KEY_OUTSIDE_LEGAL_RANGE: Final = 2004
+STATUS_KEY: Final = b"\xff\xff/status/json"
+STATUS: Final = json.dumps(
+    {
+        "client": {"database_status": {"available": True, "healthy": True}, "messages": []},
+        "cluster": {
+            "data": {"state": {"healthy": True, "min_replicas_remaining": 1, "name": "healthy"}}
+        },
+    }
+).encode()
+"""What a healthy one-process cluster's status document says of availability and data."""
 USED_DURING_COMMIT: Final = 2017
 TRANSACTION_TIMED_OUT: Final = 1031
 RETRYABLE_NOT_COMMITTED: Final = frozenset(
@@ -570,6 +582,8 @@ class TransactionRead:
         state, snapshot = self._state, self._snapshot
 
         def call() -> bytes | None:
+            if k == STATUS_KEY:
+                return STATUS
             if k >= MAX_READ_KEY:
                 raise fdb_error(KEY_OUTSIDE_LEGAL_RANGE, f"read of {k!r}")
             return state.inner.get(k, snapshot=snapshot).wait()

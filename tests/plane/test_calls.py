@@ -41,9 +41,11 @@ def test_a_retried_call_returns_its_record_and_writes_nothing() -> None:
     plane.create_world(u, w)
     keys = WorldKeys(u, w)
     call = Call.new()
-    assert drive(journal.append_batch(engine, keys, 0, [b"a"], call)) == 1
+    assert drive(journal.append_batch(engine, keys, 0, [b"a"], call, plane.checksummed)) == 1
     plane.append_batch(u, w, 1, [b"b"])  # another caller moves the head
-    assert drive(journal.append_batch(engine, keys, 0, [b"a"], call)) == 1  # the retry: its own
+    assert (
+        drive(journal.append_batch(engine, keys, 0, [b"a"], call, plane.checksummed)) == 1
+    )  # the retry: its own
     assert [e for _, e in plane.read_range(u, w, 1, 5)] == [b"a", b"b"]
     assert len(_records(engine, keys)) == 2
 
@@ -56,14 +58,22 @@ def test_a_write_clears_the_expired_records_and_keeps_recent_ones() -> None:
     keys = WorldKeys(u, w)
     head = 0
     for age in (700, 690, 680, 670, 660):  # each older than the window of the next ones
-        head = drive(journal.append_batch(engine, keys, head, [b"x"], _old_call(age, 600)))
+        head = drive(
+            journal.append_batch(engine, keys, head, [b"x"], _old_call(age, 600), plane.checksummed)
+        )
     assert len(_records(engine, keys)) == 5  # none older than its writer's window
-    head = drive(journal.append_batch(engine, keys, head, [b"x"], _old_call(65, 600)))
+    head = drive(
+        journal.append_batch(engine, keys, head, [b"x"], _old_call(65, 600), plane.checksummed)
+    )
     assert len(_records(engine, keys)) == 2  # the four older than 665 s went
-    head = drive(journal.append_batch(engine, keys, head, [b"x"], _old_call(10, 600)))
+    head = drive(
+        journal.append_batch(engine, keys, head, [b"x"], _old_call(10, 600), plane.checksummed)
+    )
     assert len(_records(engine, keys)) == 2  # the 660 s old one went, the 65 s old stayss
     for _ in range(3):
-        head = drive(journal.append_batch(engine, keys, head, [b"x"], _old_call(0, 600)))
+        head = drive(
+            journal.append_batch(engine, keys, head, [b"x"], _old_call(0, 600), plane.checksummed)
+        )
     assert len(_records(engine, keys)) == 5  # the two recent ones and the three new
 
 
@@ -76,7 +86,9 @@ def test_a_world_keeps_its_write_rate_times_the_window() -> None:
     keys = WorldKeys(u, w)
     counts = []
     for head in range(20):
-        drive(journal.append_batch(engine, keys, head, [b"x"], _old_call(1, 1e-9)))
+        drive(
+            journal.append_batch(engine, keys, head, [b"x"], _old_call(1, 1e-9), plane.checksummed)
+        )
         counts.append(len(_records(engine, keys)))
     assert counts == [1] * 20
 

@@ -114,7 +114,7 @@ def _draining(engine: Engine, keys: WorldKeys, plane: Plane, call: Call) -> kv.T
     """A drain of ``keys`` run in an open transaction (not committed)."""
     tr = engine.create_transaction()
     limits = drain.DrainLimits(10, 1 << 20, plane.config.max_entry_bytes, plane.budget)
-    drive(drain.drain(tr, keys, limits, default_normalizer, call))
+    drive(drain.drain(tr, keys, limits, default_normalizer, call, plane.checksummed))
     return tr
 
 
@@ -140,7 +140,11 @@ def test_a_drain_that_leaves_items_does_not_conflict_with_enqueues(
     plane.enqueue_batch(universe, a, [event(1), event(2)])
     tr = plane.engine.create_transaction()
     limits = drain.DrainLimits(1, 1 << 20, plane.config.max_entry_bytes, plane.budget)
-    drive(drain.drain(tr, WorldKeys(universe, a), limits, default_normalizer, Call.new()))
+    drive(
+        drain.drain(
+            tr, WorldKeys(universe, a), limits, default_normalizer, Call.new(), plane.checksummed
+        )
+    )
     plane.enqueue(universe, a, event(3))
     tr.commit().wait()  # it read no mark
     assert pending(plane, universe, a) == 2 and marked(plane, universe) == {a}
@@ -198,9 +202,13 @@ def test_no_world_ever_has_pending_items_without_its_mark(
             envelope = InboxEnvelope(encode_inbox_item(event(step)), b"k%d" % step)
             drive(inbox.enqueue(tr, keys[which], [(envelope.idempotency_key, envelope.to_cbor())]))
         elif roll < 0.75:
-            drive(drain.drain(tr, keys[which], limits, default_normalizer, call))
+            drive(drain.drain(tr, keys[which], limits, default_normalizer, call, plane.checksummed))
         elif roll < 0.9:
-            drive(drain.drain_worlds(tr, UniverseKeys(u), keys, limits, default_normalizer, call))
+            drive(
+                drain.drain_worlds(
+                    tr, UniverseKeys(u), keys, limits, default_normalizer, call, plane.checksummed
+                )
+            )
         else:
             cursor = drive(inbox.read_cursor(tr, keys[which]))
             after = None if cursor is None else cursor.seq
@@ -252,7 +260,11 @@ def test_a_world_that_drains_nothing_adds_no_conflict(plane: Plane, universe: Un
     def draining() -> kv.Transaction:
         tr = plane.engine.create_transaction()
         worlds = [keys.world(a), keys.world(b)]
-        drive(drain.drain_worlds(tr, keys, worlds, limits, default_normalizer, Call.new()))
+        drive(
+            drain.drain_worlds(
+                tr, keys, worlds, limits, default_normalizer, Call.new(), plane.checksummed
+            )
+        )
         return tr
 
     tr = draining()

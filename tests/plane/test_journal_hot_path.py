@@ -11,6 +11,7 @@ from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, keyspace, kv
 from persistence.errors import (
     CorruptRecord,
+    DamagedJournalEntry,
     HeadAdvanced,
     MissingJournalEntry,
     Validation,
@@ -20,6 +21,7 @@ from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
 from persistence.plane import Plane, PlaneConfig
 from persistence.protocols import journal
+from persistence.protocols.checksums import seal
 from persistence.records import (
     JOURNAL_HEAD,
     LOG_HEAD,
@@ -226,9 +228,14 @@ def test_a_stray_chunk_among_whole_entries_is_missing(
 
     def swap(tr: kv.Transaction) -> None:
         tr.clear(keys.entry_chunk(5, 0, 1))
-        tr.set(stray, b"e")
+        tr.set(stray, seal(stray, b"e") if plane.checksummed else b"e")  # as a writer would
 
     kv.run_sync(plane.engine, swap)
     with pytest.raises(MissingJournalEntry) as err:
         plane.read_range(universe, world, 1, 600)
     assert err.value.height == 5
+    if plane.checksummed:  # a stray value no writer sealed: damage, found at its height
+        kv.run_sync(plane.engine, lambda tr: tr.set(stray, b"e"))
+        with pytest.raises(DamagedJournalEntry) as damaged:
+            plane.read_range(universe, world, 1, 600)
+        assert damaged.value.height == 5

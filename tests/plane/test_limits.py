@@ -159,12 +159,12 @@ def test_the_largest_batch_the_plane_accepts_commits_at_full_size(
     u, w = UniverseId.new(), WorldId.new()
     plane.create_world(u, w)
     entry = b"x" * 838
-    with pytest.raises(Validation, match="10,810,541 bytes"):
+    with pytest.raises(Validation, match="10,850,541 bytes"):
         plane.append_batch(u, w, 0, [entry] * 10_000)
-    assert plane.append_batch(u, w, 0, [entry] * 8_324) == 1
+    assert plane.append_batch(u, w, 0, [entry] * 8_294) == 1
     with pytest.raises(Validation):
-        plane.append_batch(u, w, 8_324, [entry] * 8_325)
-    assert plane.head(u, w) == 8_324
+        plane.append_batch(u, w, 8_294, [entry] * 8_295)
+    assert plane.head(u, w) == 8_294
     engine.close()
 
 

@@ -273,7 +273,9 @@ def test_a_drain_commits_while_older_enqueues_are_in_flight() -> None:
     # one item of two, so the drain reads no ready mark (one that empties the inbox clears
     # it with compare_and_clear, which conflicts with nothing: tests/plane/test_drain_worker.py)
     limits = drain.DrainLimits(1, 1 << 20, plane.config.max_entry_bytes, plane.budget)
-    result = drive(drain.drain(draining, keys, limits, default_normalizer, Call.new()))
+    result = drive(
+        drain.drain(draining, keys, limits, default_normalizer, Call.new(), plane.checksummed)
+    )
     assert result.count == 1
     enqueuing.commit().wait()  # its versionstamped key may land anywhere after R
     draining.commit().wait()  # no conflict: the drained items are immutable and sort before it

@@ -15,9 +15,12 @@ import pytest
 
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
+from persistence import kv
 from persistence.errors import Validation
 from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import WorldKeys
 from segments import open_plane
+from segments.export import ExportConfig, Exporter
 from segments.verify import check_segments
 from spark_connectors.listing import Selection, from_index
 from tests.segments.test_index_corruption import (
@@ -110,3 +113,24 @@ def test_a_world_filter_lists_only_the_universes_that_have_the_world(
     assert refs and {(r.universe, r.world) for r in refs} == {(str(store.u2), str(store.x))}
     absent = from_index(store.plane, Selection(worlds=frozenset({str(WorldId.new())})))
     assert absent == []  # a filter naming a world no universe has matches nothing
+
+
+def test_a_damaged_hot_entry_above_the_segments_does_not_stop_the_listing(
+    tmp_path: Path,
+) -> None:
+    """The listing looks at the first hot height above the index to see that the journal
+    goes on there; an entry that fails its checksum does go on (it is not this source's to
+    read): the segments are listed, none fails."""
+    plane = open_plane(f"sqlite://{tmp_path}/aos.db", f"file://{tmp_path}/objects")
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    plane.append_batch(u, w, 0, [b"e%d" % i for i in range(30)])
+    plane.set_cold_horizon(u, w, 20)
+    Exporter(plane, ExportConfig(enabled=True, min_entries=1, target_entries=20)).export_all(u, w)
+    key = WorldKeys(u, w).entry_chunk(21, 0, 1)
+    stored = kv.run(plane.engine, lambda tr: tr.get(key))
+    assert stored is not None
+    kv.run_sync(plane.engine, lambda tr: tr.set(key, bytes([stored[0] ^ 1]) + stored[1:]))
+    refs = list(from_index(plane, Selection()))
+    assert [(r.start, r.end, r.error) for r in refs] == [(1, 20, None)]
+    plane.engine.close()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from persistence import kv
-from persistence.errors import MissingJournalEntry, Validation
+from persistence.errors import DamagedJournalEntry, MissingJournalEntry, Validation
 from persistence.ids import WorldId
 from persistence.keyspace import WorldKeys
 from segments.export import ExportConfig, Exporter
@@ -145,6 +145,30 @@ def test_a_hole_in_the_hot_tail_fails_or_is_one_error_row(tmp_path: Path) -> Non
     assert [(r["segment_start"], r["segment_end"]) for r in errors] == [(head + 3, head + 6)]
     heights = sorted(r["height"] for r in rows if r["error"] is None)
     assert heights == [h for h in range(1, head + 11) if not head + 3 <= h <= head + 6]
+
+
+def test_a_damaged_hot_entry_fails_or_is_one_error_row(tmp_path: Path) -> None:
+    """An entry that fails its checksum: the query fails, or (skip) one error row names that
+    height alone and every other height of its batch is read."""
+    store = build_store(tmp_path / "store", seed=6, worlds=1)
+    u, w = store.universe, store.worlds[0]
+    head = store.plane.head(u, w)
+    store.plane.append_batch(u, w, head, [b"x%d" % i for i in range(10)])
+    key = WorldKeys(u, w).entry_chunk(head + 5, 0, 1)
+    stored = kv.run(store.plane.engine, lambda tr: tr.get(key))
+    assert stored is not None
+    kv.run_sync(store.plane.engine, lambda tr: tr.set(key, stored[:-1] + bytes([stored[-1] ^ 1])))
+    options = {"objects": store.objects, "kv": store.kv, "batch_rows": "4"}
+    scan = JournalScan(parse(options))
+    with pytest.raises(DamagedJournalEntry):
+        [b for p in scan.partitions() for b in scan.read(p)]
+    skip = JournalScan(parse({**options, "on_corrupt": "skip"}))
+    rows = [r for p in skip.partitions() for b in skip.read(p) for r in b.to_pylist()]
+    errors = [r for r in rows if r["error"] is not None]
+    assert [(r["segment_start"], r["segment_end"]) for r in errors] == [(head + 5, head + 5)]
+    assert "checksum" in errors[0]["error"]
+    heights = sorted(r["height"] for r in rows if r["error"] is None)
+    assert heights == [h for h in range(1, head + 11) if h != head + 5]
 
 
 def test_plans_pickle_small_and_name_every_height(store: SegmentStore) -> None:
