@@ -57,6 +57,8 @@ class DemoConfig:
 class DemoReport:
     """What ran and what was verified."""
 
+    universe: str = ""
+    """The id of the universe the demo made (every world of the run is in it)."""
     worlds: int = 0
     items: int = 0
     entries: int = 0
@@ -123,9 +125,10 @@ def run(config: DemoConfig, progress: Callable[[str], None]) -> DemoReport:
     report = DemoReport(worlds=config.worlds, items=config.writers * config.items)
     plane = open_store(config.data_dir)
     universe = UniverseId.new()
+    report.universe = str(universe)
     world_ids = [WorldId.new() for _ in range(config.worlds)]
-    for w in world_ids:
-        plane.create_world(universe, w, handle=f"demo-{str(w)[:8]}")
+    for number, w in enumerate(world_ids, 1):
+        plane.create_world(universe, w, handle=f"demo-{number}")  # unique in the universe
     progress(
         f"{config.writers} writers x {config.items} items into {config.worlds} worlds "
         f"of universe {universe} in {config.data_dir}"

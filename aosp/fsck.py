@@ -49,6 +49,7 @@ from persistence.errors import (
     SegmentIndexCorruption,
     StoreFormatError,
     Validation,
+    elide,
 )
 from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
@@ -275,6 +276,7 @@ class Fsck:
         for universe in universes if universes is not None else list(self.plane.universes()):
             self.report.count("universes")
             self._check_cas(universe)
+            self._check_handles(universe)
             for world in self.plane.worlds(universe):
                 self._check_world(universe, world)
                 self._progress(f"world {world}")
@@ -337,6 +339,44 @@ class Fsck:
             begin = rows[-1][0] + b"\x00"
             self._progress(f"cas of {universe}: {self.report.checked.get('cas bodies', 0)} bodies")
         self._check_pins_and_dooms(universe, keys)
+
+    def _check_handles(self, universe: UniverseId) -> None:
+        """Each entry of the universe's index of handles names a world of the universe
+        whose meta has that handle (else ``-w HANDLE`` would open another world, or none,
+        and a creation with the handle be refused for a world that does not hold it)."""
+        begin, end = UniverseKeys(universe).handles()
+        prefix = len(begin) - 1
+        while rows := drive(_range_page(self.plane.engine, begin, end, 1_000)):
+            for key, raw in rows:
+                self.report.count("handles")
+                try:
+                    handle = fdbtuple.unpack(key, prefix)[0]
+                    world = worlds.handle_world(raw)
+                    meta = self.plane.world_meta(universe, world)
+                except (ValueError, IndexError, PersistError) as exc:
+                    if self._has_journal(universe, raw):
+                        continue  # its world's missing or damaged meta is the world check's
+                    self._add("error", "world", universe, None, f"handle {key.hex()}", str(exc))
+                    continue
+                if meta.handle != handle:
+                    subject = f"handle {handle!r}"
+                    self._add(
+                        "error",
+                        "world",
+                        universe,
+                        world,
+                        elide(subject, 200),
+                        f"the index names this world, whose handle is {meta.handle!r}",
+                    )
+            begin = rows[-1][0] + b"\x00"
+
+    def _has_journal(self, universe: UniverseId, raw: bytes) -> bool:
+        """Whether the world an index entry ``raw`` names has a journal head."""
+        try:
+            self.plane.head(universe, worlds.handle_world(raw))
+        except PersistError:
+            return False
+        return True
 
     def _check_pins_and_dooms(self, universe: UniverseId, keys: UniverseKeys) -> None:
         """Bodies pinned by puts in flight are not orphans; a doom is a collection in

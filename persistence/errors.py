@@ -130,6 +130,17 @@ class WorldExists(Conflict):
     """A world with this id already exists (with different metadata)."""
 
 
+class HandleTaken(WorldExists):
+    """Another world of the universe has this handle (handles are unique in a universe)."""
+
+    def __init__(self, handle: str, world: str, universe: str) -> None:
+        super().__init__(
+            f"handle {elide(handle, 200)!r} is taken in universe {universe}: it names world {world}"
+        )
+        self.handle = handle
+        self.world = world
+
+
 class SnapshotMismatch(Conflict):
     """A different snapshot record is already indexed at this height (the index is immutable)."""
 

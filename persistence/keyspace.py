@@ -9,6 +9,7 @@ key                                                    value
 =====================================================  ====================================
 ``("layout",)``                                        ``LayoutRecord`` (layout version)
 ``("u", U, "info")``                                   ``UniverseInfo`` (first world time)
+``("u", U, "handle", handle)``                         16-byte id of the world of that handle
 ``("u", U, "calls", call_id)``                         ``CallRecord`` (effect calls)
 ``("u", U, "cas", "meta", hash)``                      ``CasMeta``
 ``("u", U, "cas", "pin", hash, put_id)``               ``CasPin`` (a put of the body in flight)
@@ -58,6 +59,7 @@ from persistence.fdbtuple import (
     pack,
     pack_with_versionstamp,
     range_of,
+    strinc,
     unpack,
 )
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
@@ -230,6 +232,14 @@ class UniverseKeys:
         """The universe log records at ``first..last``."""
         return self.log_entry(first), self.log_entry(last) + b"\x00"
 
+    def handle(self, handle: str) -> bytes:
+        """The world whose handle is ``handle`` (handles are unique in a universe)."""
+        return self._key("handle", handle)
+
+    def handles(self) -> tuple[bytes, bytes]:
+        """Every handle of the universe's worlds, in handle order."""
+        return _range((*self._p, "handle"))
+
     def tracking(self, name: str) -> bytes:
         """The tracking record of consumer ``name``."""
         return self._key("tracking", name)
@@ -254,6 +264,13 @@ class UniverseKeys:
     def cas_meta_range(self) -> tuple[bytes, bytes]:
         """Every CAS metadata key of the universe."""
         return _range((*self._p, "cas", "meta"))
+
+    def cas_metas_from(self, digest_prefix: bytes) -> tuple[bytes, bytes]:
+        """The CAS metadata keys of the hashes whose digest starts with ``digest_prefix``
+        (a tuple's bytes element is its escaped bytes then a terminator: the key of every
+        such digest starts with the prefix's encoding minus its terminator)."""
+        begin = self._key("cas", "meta", digest_prefix)[:-1]
+        return begin, strinc(begin)
 
     def cas_pin(self, hash: Hash, put_id: bytes) -> bytes:
         """The pin of put ``put_id`` of the external body of ``hash``."""

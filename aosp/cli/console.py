@@ -4,6 +4,7 @@ and the one-line error convention."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 import time
@@ -114,6 +115,18 @@ def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for r in cells:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+def short_id(full: str) -> str:
+    """An id as a person reads it in a table: its first 8 hex digits (a prefix every ``-u``
+    and ``-w`` takes, while it is unique)."""
+    return full[:8]
+
+
+def iso_time(ns: int) -> str:
+    """A time in nanoseconds since the epoch as ISO 8601 in UTC, to the second."""
+    stamp = datetime.datetime.fromtimestamp(ns // 1_000_000_000, datetime.UTC)
+    return stamp.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def print_fields(fields: dict[str, Any]) -> None:

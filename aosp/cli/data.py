@@ -11,20 +11,23 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
+from aosp.cli import ids
 from aosp.cli.console import (
     EXIT_OK,
     UsageError,
     int_at_least,
+    iso_time,
     print_fields,
     print_json,
     print_table,
+    short_id,
 )
 from aosp.cli.store import (
     check_kernel,
     hash_id,
     inbox_seq,
     open_store,
-    universe_id,
+    require_universe,
     world_id,
     world_options,
 )
@@ -60,6 +63,65 @@ def cmd_world_create(args: argparse.Namespace) -> int:
     genesis = plane.create_world(universe, world, handle=args.handle)
     result = {"universe": str(universe), "world": str(world), "genesis": str(genesis.snapshot_ref)}
     print_json(result) if args.json else print_fields(result)
+    return EXIT_OK
+
+
+def cmd_world_list(args: argparse.Namespace) -> int:
+    """The worlds of the store (or of ``--universe``), in store order, with their handles,
+    heads and creation times; ``--handle`` keeps those whose handle starts with it. At most
+    ``--limit``; more is said, never cut silently."""
+    plane = open_store(args)
+    require_universe(plane, args.universe)
+    universes = [args.universe] if args.universe is not None else plane.universes()
+    rows: list[dict[str, Any]] = []
+    more = False
+    for universe in universes:
+        for world in plane.worlds(universe):
+            meta = plane.world_meta(universe, world)
+            if args.handle is not None and not (meta.handle or "").startswith(args.handle):
+                continue
+            if len(rows) == args.limit:
+                more = True
+                break
+            rows.append(
+                {
+                    "universe": str(universe),
+                    "world": str(world),
+                    "handle": meta.handle,
+                    "head": plane.head(universe, world),
+                    "created": iso_time(meta.created_ns),
+                }
+            )
+        if more:
+            break
+    if args.json:
+        print_json({"worlds": rows, "more": more})
+        return EXIT_OK
+    print_table(
+        [{**r, "universe": short_id(r["universe"]), "world": short_id(r["world"])} for r in rows],
+        ["universe", "world", "handle", "head", "created"],
+    )
+    if more:
+        print(f"(more worlds: the first {args.limit:,} are listed; raise --limit)")
+    return EXIT_OK
+
+
+def cmd_universe_list(args: argparse.Namespace) -> int:
+    """The universes of the store with their worlds counted (at most ``--limit``)."""
+    plane = open_store(args)
+    rows: list[dict[str, Any]] = []
+    more = False
+    for universe in plane.universes():
+        if len(rows) == args.limit:
+            more = True
+            break
+        rows.append({"universe": str(universe), "worlds": sum(1 for _ in plane.worlds(universe))})
+    if args.json:
+        print_json({"universes": rows, "more": more})
+        return EXIT_OK
+    print_table([{**r, "universe": short_id(r["universe"])} for r in rows], ["universe", "worlds"])
+    if more:
+        print(f"(more universes: the first {args.limit:,} are listed; raise --limit)")
     return EXIT_OK
 
 
@@ -421,13 +483,42 @@ def cmd_snapshot_promote(args: argparse.Namespace) -> int:
 def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
     """Add ``world``, ``cas``, ``journal``, ``inbox`` and ``snapshot``."""
     one_world = world_options(required=True)
-    group = sub.add_parser("world", help="create worlds").add_subparsers(
+    group = sub.add_parser("world", help="create and list worlds").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
+    listing = group.add_parser(
+        "list", parents=[common, store], help="worlds with their handles and heads"
+    )
+    listing.add_argument(
+        "--universe",
+        "-u",
+        type=ids.universe_selector,
+        help="only this universe (its id or a prefix)",
+    )
+    listing.add_argument("--handle", help="only worlds whose handle starts with this")
+    listing.add_argument(
+        "--limit", type=int_at_least(1), default=100, help="worlds at most (default 100)"
+    )
+    listing.set_defaults(run=cmd_world_list)
+    universes = sub.add_parser("universe", help="list universes").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    universe_listing = universes.add_parser(
+        "list", parents=[common, store], help="universes with their worlds counted"
+    )
+    universe_listing.add_argument(
+        "--limit", type=int_at_least(1), default=100, help="universes at most (default 100)"
+    )
+    universe_listing.set_defaults(run=cmd_universe_list)
     create = group.add_parser(
         "create", parents=[common, store], help="create a world (creating the store if needed)"
     )
-    create.add_argument("--universe", "-u", type=universe_id, help="universe (default: new)")
+    create.add_argument(
+        "--universe",
+        "-u",
+        type=ids.universe_selector,
+        help="universe: its id or a unique prefix of an existing one (default: new)",
+    )
     create.add_argument("--world", "-w", type=world_id, help="world (default: new)")
     create.add_argument("--handle", help="a human-readable name stored with the world")
     create.set_defaults(run=cmd_world_create)
@@ -436,7 +527,13 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         dest="action", required=True, metavar="ACTION"
     )
     universe_only = argparse.ArgumentParser(add_help=False)
-    universe_only.add_argument("--universe", "-u", type=universe_id, required=True)
+    universe_only.add_argument(
+        "--universe",
+        "-u",
+        type=ids.universe_selector,
+        required=True,
+        help="universe: its id or a unique prefix of it",
+    )
     put = cas.add_parser(
         "put", parents=[common, store, universe_only], help="store a file or stdin; print hash"
     )
@@ -446,11 +543,11 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     get = cas.add_parser(
         "get", parents=[common, store, universe_only], help="write a verified body out"
     )
-    get.add_argument("hash", type=hash_id)
+    get.add_argument("hash", type=ids.hash_selector, help="sha256, or a unique prefix of one")
     get.add_argument("--output", "-o", help="file to write (default: stdout)")
     get.set_defaults(run=cmd_cas_get)
     stat = cas.add_parser("stat", parents=[common, store, universe_only], help="size and location")
-    stat.add_argument("hash", type=hash_id)
+    stat.add_argument("hash", type=ids.hash_selector, help="sha256, or a unique prefix of one")
     stat.set_defaults(run=cmd_cas_stat)
 
     journal = sub.add_parser("journal", help="world journals").add_subparsers(

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from aosp.cli import ids
 from aosp.cli.console import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
@@ -21,7 +22,7 @@ from aosp.cli.console import (
     print_json,
     report_error,
 )
-from aosp.cli.store import open_store, require_universe, universe_id
+from aosp.cli.store import open_store, require_universe
 from persistence.errors import Backend, Validation
 from persistence.workers.drain_worker import (
     DEFAULT_MAX_BYTES,
@@ -175,7 +176,12 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "--shard 0/N .. N-1/N to split the worlds between them. Exit 1 if a world could not "
         "be drained (its next item cannot be normalized, or its records are corrupt).",
     )
-    parser.add_argument("--universe", "-u", type=universe_id, help="only this universe")
+    parser.add_argument(
+        "--universe",
+        "-u",
+        type=ids.universe_selector,
+        help="only this universe (its id or a prefix)",
+    )
     parser.add_argument("--follow", action="store_true", help="run passes until SIGINT or SIGTERM")
     parser.add_argument(
         "--backfill",

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from aosp.cli import ids
 from aosp.cli.console import EXIT_CHECK_FAILED, EXIT_OK, Progress, print_json
-from aosp.cli.store import open_store, require_universe, universe_id
+from aosp.cli.store import open_store, require_universe
 
 
 def cmd_fsck(args: argparse.Namespace) -> int:
@@ -50,7 +51,12 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "or loss (exit 1); warnings (orphaned objects, an export in flight) are not, unless "
         "--strict.",
     )
-    parser.add_argument("--universe", "-u", type=universe_id, help="check only this universe")
+    parser.add_argument(
+        "--universe",
+        "-u",
+        type=ids.universe_selector,
+        help="check only this universe (its id or a prefix)",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     parser.add_argument(
         "--full-engine-check",

@@ -50,6 +50,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     report = demo.run(config, _progress(args))
     summary = {
         "store": str(args.data_dir),
+        "universe": report.universe,
         "worlds": report.worlds,
         "items": report.items,
         "journal_entries": report.entries,
@@ -68,6 +69,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     else:
         rows = [
             ("store", summary["store"]),
+            ("universe", report.universe),
             ("worlds", report.worlds),
             ("writer processes", args.writers),
             ("inbox items", f"{report.items} ({summary['items_per_second']} items/s end to end)"),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from aosp.cli import ids
 from aosp.cli.console import UsageError
 from aosp.fsck import universe_exists
 from backends import resolve_path
@@ -184,10 +185,11 @@ def _store_option(
 def open_store(
     args: argparse.Namespace, *, create: bool = False, config: PlaneConfig | None = None
 ) -> Plane:
-    """Open the store's plane (with ``config``, default ``PlaneConfig()``). Only with
-    ``create`` (commands that make things) may the store, its database or its directories
-    be created; otherwise whatever is missing is ``NotFound`` naming the option, and
-    nothing is created."""
+    """Open the store's plane (with ``config``, default ``PlaneConfig()``), and resolve the
+    ids ``--universe``/``--world`` name in it (prefixes, handles: :mod:`aosp.cli.ids`). Only
+    with ``create`` (commands that make things) may the store, its database or its
+    directories be created; otherwise whatever is missing is ``NotFound`` naming the
+    option, and nothing is created."""
     from backends.kv import engine_opener
     from backends.objects import object_store_opener
 
@@ -223,7 +225,13 @@ def open_store(
         if engine is not None:
             engine.close()
         raise
-    return open_plane(engine, objects, config, create=create)
+    plane = open_plane(engine, objects, config, create=create)
+    try:
+        ids.resolve(plane, args)
+    except BaseException:
+        plane.engine.close()
+        raise
+    return plane
 
 
 def check_kernel(path: str) -> Kernel:
@@ -245,10 +253,9 @@ def _id_type(parse: Callable[[str], T]) -> Callable[[str], T]:
     return parse_argument
 
 
-universe_id = _id_type(UniverseId.parse)
-"""argparse ``type=`` for a universe id (a bad one is a usage error naming it)."""
 world_id = _id_type(WorldId.parse)
-"""argparse ``type=`` for a world id."""
+"""argparse ``type=`` for a world id (a bad one is a usage error naming it): a new world's,
+which no prefix can name (``-u``/``-w`` of existing ones: :mod:`aosp.cli.ids`)."""
 hash_id = _id_type(Hash.parse)
 """argparse ``type=`` for a sha256 hash (64 hex digits)."""
 
@@ -258,8 +265,20 @@ def world_options(*, required: bool) -> argparse.ArgumentParser:
     every world in the store, ``--universe`` alone for every world of one universe)."""
     parser = argparse.ArgumentParser(add_help=False)
     group = parser.add_argument_group("world")
-    group.add_argument("--universe", "-u", type=universe_id, required=required, help="universe id")
-    group.add_argument("--world", "-w", type=world_id, required=required, help="world id")
+    group.add_argument(
+        "--universe",
+        "-u",
+        type=ids.universe_selector,
+        required=required,
+        help="universe: its id or a unique prefix of it (4 hex digits or more)",
+    )
+    group.add_argument(
+        "--world",
+        "-w",
+        type=ids.world_selector,
+        required=required,
+        help="world (of --universe): its id, a unique prefix of it, or its handle",
+    )
     return parser
 
 

@@ -36,7 +36,7 @@ from persistence.ids import Hash, UniverseId, check_id
 from persistence.keyspace import UniverseKeys
 from persistence.objects import COPY_CHUNK, HashingReader, StagedBody
 from persistence.plane import cas_collection
-from persistence.plane.core import Core, operation, universe_keys
+from persistence.plane.core import Core, operation, row_limit, universe_keys
 from persistence.protocols import cas, cas_bodies
 from persistence.protocols.cas_bodies import object_key
 from persistence.records import CasDoom, CasMeta
@@ -272,6 +272,16 @@ class CasOperations(Core):
         key = meta.object_key
         if key is not None and await self.blocking(lambda: self.objects.stat(key)) is None:
             raise CasBodyMissing(hash.hex, key)
+
+    @operation("cas.hashes_from")
+    async def hashes_from(
+        self, universe: UniverseId, digest_prefix: bytes, limit: int = 10
+    ) -> list[Hash]:
+        """Up to ``limit`` hashes of ``universe``'s CAS whose digest starts with
+        ``digest_prefix`` (for tools that take a prefix of a hash, as git does)."""
+        keys = universe_keys(universe)
+        check_bytes(digest_prefix, "digest_prefix", high=32)
+        return await cas.hashes_from(self.engine, keys, digest_prefix, row_limit(limit, low=1))
 
     @operation("cas.has")
     async def has(self, universe: UniverseId, hash: Hash) -> bool:

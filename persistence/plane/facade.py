@@ -225,6 +225,8 @@ class Plane(_Door):
     # worlds
     create_world = _Blocking(Operations.create_world)
     world_meta = _Blocking(Operations.world_meta)
+    world_of_handle = _Blocking(Operations.world_of_handle)
+    hashes_from = _Blocking(Operations.hashes_from)
     # journal (Protocol B) and the universe log
     append_batch = _Blocking(Operations.append_batch)
     append_batches = _Blocking(Operations.append_batches)
@@ -337,6 +339,8 @@ class AsyncPlane(_Door):
     # worlds
     create_world = _Awaitable(Operations.create_world)
     world_meta = _Awaitable(Operations.world_meta)
+    world_of_handle = _Awaitable(Operations.world_of_handle)
+    hashes_from = _Awaitable(Operations.hashes_from)
     # journal (Protocol B) and the universe log
     append_batch = _Awaitable(Operations.append_batch)
     append_batches = _Awaitable(Operations.append_batches)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from persistence.errors import WorldExists
+from persistence.errors import HandleTaken, WorldExists
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.plane.cas import CasOperations
 from persistence.plane.config import EMPTY_MANIFEST, GENESIS_STATE
@@ -69,7 +69,9 @@ class WorldOperations(CasOperations):
         """Create a world with its genesis snapshot as active baseline (height 0).
 
         Returns the genesis record. A retried creation transaction is a no-op; a world that
-        exists already is ``WorldExists`` (checked before the genesis blobs are stored)."""
+        exists already is ``WorldExists``, and a ``handle`` another world of the universe
+        has is ``HandleTaken`` naming that world (both checked before the genesis blobs are
+        stored, and again in the creating transaction)."""
         keys = world_keys(universe, world)
         check_bytes(genesis_state, "genesis_state")
         meta = WorldMeta(
@@ -78,6 +80,10 @@ class WorldOperations(CasOperations):
         )
         if await worlds.world_exists(self.engine, keys):
             raise WorldExists(f"world {world} already exists in universe {universe}")
+        if meta.handle is not None:
+            holder = await worlds.world_of_handle(self.engine, universe, meta.handle)
+            if holder is not None:
+                raise HandleTaken(meta.handle, str(holder), str(universe))
         snapshot_ref = await self.put_verified(universe, genesis_state)
         manifest_hash = await self.put_verified(universe, EMPTY_MANIFEST)
         genesis = SnapshotRecord(snapshot_ref, 0, 0, manifest_hash, receipt_horizon_height=0)
@@ -85,6 +91,14 @@ class WorldOperations(CasOperations):
         self.known_worlds.add(keys)
         self.hooks.reached("world.after_create")
         return genesis
+
+    @operation("world.by_handle")
+    async def world_of_handle(self, universe: UniverseId, handle: str) -> WorldId | None:
+        """The world of ``universe`` created with ``handle`` (handles are unique in a
+        universe); ``None`` if none was (worlds created before handles were indexed are
+        not found this way: their meta still holds the handle)."""
+        universe = universe_keys(universe).universe
+        return await worlds.world_of_handle(self.engine, universe, check_text(handle, "handle"))
 
     @operation("world.meta")
     async def world_meta(self, universe: UniverseId, world: WorldId) -> WorldMeta:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Literal
 
 from persistence import kv
+from persistence.errors import CorruptRecord, Validation
+from persistence.fdbtuple import unpack
 from persistence.ids import Hash
 from persistence.keyspace import UniverseKeys
 from persistence.protocols import cas_bodies
@@ -18,6 +20,21 @@ async def read_meta(tr: kv.Transaction, keys: UniverseKeys, hash: Hash) -> CasMe
     """The metadata of ``hash`` in this universe, if any."""
     raw = await tr.get(keys.cas_meta(hash))
     return None if raw is None else decode_record(CasMeta, raw, f"cas meta {hash}")
+
+
+@kv.transactional
+async def hashes_from(
+    tr: kv.Transaction, keys: UniverseKeys, digest_prefix: bytes, limit: int
+) -> list[Hash]:
+    """Up to ``limit`` hashes of the universe's CAS whose digest starts with
+    ``digest_prefix``, in digest order (one snapshot range read)."""
+    begin, end = keys.cas_metas_from(digest_prefix)
+    prefix = len(keys.cas_meta_range()[0]) - 1
+    rows = await tr.get_range(begin, end, limit=limit, snapshot=True)
+    try:
+        return [Hash(unpack(key, prefix)[0]) for key, _ in rows]  # type: ignore[arg-type]
+    except (ValueError, IndexError, Validation) as exc:
+        raise CorruptRecord("cas meta key", str(exc)) from None
 
 
 @kv.transactional

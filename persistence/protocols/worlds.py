@@ -8,7 +8,13 @@ from collections.abc import Callable
 from typing import Final, Literal
 
 from persistence import kv
-from persistence.errors import StoreFormatError, WorldExists, WorldNotFound
+from persistence.errors import (
+    CorruptRecord,
+    HandleTaken,
+    StoreFormatError,
+    WorldExists,
+    WorldNotFound,
+)
 from persistence.fdbtuple import unpack
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import (
@@ -95,14 +101,35 @@ async def create_world(
     tr: kv.Transaction, keys: WorldKeys, meta: WorldMeta, genesis: SnapshotRecord
 ) -> bool:
     """Write meta, an empty journal head, the genesis snapshot and the active baseline
-    atomically. ``False`` if this exact world already exists (a retried creation)."""
-    existing = await tr.get(keys.meta())
+    atomically, and the world's handle in the universe's index of handles. ``False`` if
+    this exact world already exists (a retried creation); ``HandleTaken`` if another world
+    of the universe has the handle. Meta and handle are read in one wave."""
+    universe = UniverseKeys(keys.universe)
+    wanted = [keys.meta()] if meta.handle is None else [keys.meta(), universe.handle(meta.handle)]
+    existing, *named = await tr.get_many(wanted)
     if existing is not None:
         if decode_record(WorldMeta, existing, "world meta") == meta:
             return False
         raise WorldExists(f"world {keys.world} already exists in universe {keys.universe}")
+    if named and named[0] is not None and meta.handle is not None:
+        raise HandleTaken(meta.handle, str(handle_world(named[0])), str(keys.universe))
     await write_world(tr, keys, meta, genesis)
     return True
+
+
+def handle_world(raw: bytes) -> WorldId:
+    """The world a handle's index entry names (its 16-byte id)."""
+    if len(raw) != 16:
+        raise CorruptRecord("handle index entry", f"{len(raw)} bytes, not a 16-byte world id")
+    return WorldId(uuid.UUID(bytes=raw))
+
+
+@kv.transactional
+async def world_of_handle(tr: kv.Transaction, universe: UniverseId, handle: str) -> WorldId | None:
+    """The world of ``universe`` whose handle is ``handle``; ``None`` if none has it (or its
+    world was created before handles were indexed)."""
+    raw = await tr.get(UniverseKeys(universe).handle(handle), snapshot=True)
+    return None if raw is None else handle_world(raw)
 
 
 async def write_world(
@@ -122,6 +149,8 @@ async def write_world(
     if universe_info is None:
         tr.set(universe.info(), UniverseInfo(meta.created_ns).to_cbor())
     tr.set(keys.meta(), meta.to_cbor())
+    if meta.handle is not None:
+        tr.set(universe.handle(meta.handle), keys.world.uuid.bytes)
     tr.set(keys.head(), JOURNAL_HEAD.encode(0))
     encoded = genesis.to_cbor()
     tr.set(keys.snapshot(genesis.height), encoded)

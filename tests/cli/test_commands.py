@@ -105,7 +105,7 @@ def test_malformed_ids_are_usage_errors(store: Store) -> None:
     result = aosp("inspect", *store.args("-u", "not-a-uuid"))
     assert result.code == 2 and "universe" in result.err
     result = aosp("cas", "stat", *store.args("-u", store.universe, "abc"))
-    assert result.code == 2 and "64 digits" in result.err
+    assert result.code == 2 and "4 to 64 hex digits" in result.err  # a prefix is fine, "abc" not
 
 
 def test_world_without_universe_is_a_usage_error(store: Store) -> None:

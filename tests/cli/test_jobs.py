@@ -38,6 +38,8 @@ def test_demo_verifies_its_workload(tmp_path: Path) -> None:
     assert summary["items"] == 60 and summary["worlds"] == 3
     assert summary["all_verified"] is True and all(summary["checks"].values())
     assert summary["segments"] > 0 and summary["worlds_restored"] == 3
+    listed = aosp("universe", "list", "--data-dir", str(data), "--json").json()["universes"]
+    assert [u["universe"] for u in listed] == [summary["universe"]]  # the demo names it
     assert (data / "aos.db").is_file() and (data / "objects" / "segments").is_dir()
 
 

@@ -1,0 +1,204 @@
+"""Ids for people (issue #37): ``-u``/``-w`` take a unique prefix of an id (dashes and case as
+one likes) and ``-w`` a world's handle; a prefix naming several is a usage error listing
+them, one naming nothing is not-found naming the option; handles are unique in a
+universe; ``world list`` and ``universe list`` show what there is."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from aosp.cli.ids import resolve_universe, resolve_world
+from aosp.fsck import Fsck
+from backends.kv.memory import MemoryEngine
+from backends.objects.memory import MemoryObjectStore
+from persistence import kv
+from persistence.errors import EngineError, HandleTaken, NotFound, Validation, WorldExists
+from persistence.futures import drive
+from persistence.ids import Hash, UniverseId, WorldId
+from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.plane import Plane
+from persistence.protocols import worlds
+from persistence.records import SnapshotRecord, WorldMeta
+from segments import open_plane
+from tests.cli.conftest import Store, aosp
+
+
+def _universe(text: str) -> UniverseId:
+    return UniverseId(uuid.UUID(text))
+
+
+def test_a_prefix_names_the_one_universe_it_starts(store: Store) -> None:
+    u = store.universe
+    for prefix in (u[:8], u[:8].upper(), u[:13], u.replace("-", "")[:12]):
+        result = aosp("inspect", *store.args("-u", prefix, "-w", store.world, "--json"))
+        assert result.code == 0, (prefix, result.err)
+        assert result.json()["universe"] == u
+
+
+def test_a_world_is_named_by_a_prefix_or_its_handle(store: Store) -> None:
+    listed = aosp("world", "list", *store.args("-u", store.universe[:6], "--json")).json()
+    mine = next(w for w in listed["worlds"] if w["world"] == store.world)
+    assert mine["handle"].startswith("demo-")
+    for name in (store.world[:8], mine["handle"]):
+        result = aosp("inspect", *store.args("-u", store.universe[:8], "-w", name, "--json"))
+        assert result.code == 0, result.err
+        assert result.json()["world"] == store.world
+
+
+def test_prefixes_that_name_several_or_nothing_are_refused_naming_the_option() -> None:
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
+    first, second = (_universe(f"abcd{n}000-0000-4000-8000-000000000000") for n in (1, 2))
+    for universe in (first, second):
+        plane.create_world(universe, WorldId.new())
+    with pytest.raises(Validation, match=r"--universe: 'abcd' names .*abcd1000.*abcd2000"):
+        resolve_universe(plane, "abcd")
+    assert resolve_universe(plane, "ABCD-1") == first
+    with pytest.raises(NotFound, match="--universe ffff: names nothing"):
+        resolve_universe(plane, "ffff")
+    with pytest.raises(Validation, match="4 to 32 hex digits"):
+        resolve_universe(plane, "abc")
+    with pytest.raises(NotFound, match="--world nosuch: names nothing in universe"):
+        resolve_world(plane, first, "nosuch")
+
+
+def test_a_handle_that_looks_like_a_prefix_of_another_world_is_ambiguous() -> None:
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
+    universe = UniverseId.new()
+    other = WorldId(uuid.UUID("beef0000-0000-4000-8000-000000000000"))
+    plane.create_world(universe, other)
+    plane.create_world(universe, WorldId.new(), handle="beef")
+    with pytest.raises(Validation, match="'beef' names"):
+        resolve_world(plane, universe, "beef")
+    plane.create_world(universe, mine := WorldId.new(), handle="shop")
+    assert resolve_world(plane, universe, "shop") == mine
+
+
+def test_a_full_id_is_taken_without_reading_the_store() -> None:
+    """``world create -u <new id>`` makes the universe: a full id needs nothing stored."""
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
+    new = UniverseId.new()
+    assert resolve_universe(plane, str(new)) == new
+
+
+def test_a_handle_is_unique_in_its_universe(plane_with_world: tuple[Plane, UniverseId]) -> None:
+    plane, universe = plane_with_world
+    first = plane.world_of_handle(universe, "shop")
+    assert first is not None
+    with pytest.raises(HandleTaken, match=str(first)) as err:
+        plane.create_world(universe, second := WorldId.new(), handle="shop")
+    assert isinstance(err.value, WorldExists) and err.value.world == str(first)
+    with pytest.raises(NotFound):
+        plane.world_meta(universe, second)  # nothing of it was written
+    elsewhere = UniverseId.new()
+    plane.create_world(elsewhere, third := WorldId.new(), handle="shop")
+    assert plane.world_of_handle(elsewhere, "shop") == third
+    assert plane.world_of_handle(universe, "shop") == first
+    assert plane.world_of_handle(universe, "other") is None
+
+
+@pytest.fixture
+def plane_with_world() -> tuple[Plane, UniverseId]:
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
+    universe = UniverseId.new()
+    plane.create_world(universe, WorldId.new(), handle="shop")
+    return plane, universe
+
+
+def test_two_creations_racing_for_one_handle_leave_one_world(
+    plane_with_world: tuple[Plane, UniverseId],
+) -> None:
+    """Both read the handle absent in their transactions; the second to commit conflicts
+    on it, and its retry finds the handle taken."""
+    plane, _ = plane_with_world
+    universe = UniverseId.new()
+    genesis: SnapshotRecord = plane.create_world(universe, WorldId.new())
+    racing = [WorldKeys(universe, WorldId.new()) for _ in range(2)]
+    meta = WorldMeta(created_ns=1, handle="raced")
+    first, second = (plane.engine.create_transaction() for _ in racing)
+    assert drive(worlds.create_world(first, racing[0], meta, genesis))
+    assert drive(worlds.create_world(second, racing[1], meta, genesis))
+    first.commit().wait()
+    with pytest.raises(EngineError) as conflict:
+        second.commit().wait()
+    assert conflict.value.code == 1020
+    with pytest.raises(HandleTaken, match=str(racing[0].world)):
+        kv.run(plane.engine, lambda tr: worlds.create_world(tr, racing[1], meta, genesis))
+    raw = kv.run(plane.engine, lambda tr: tr.get(UniverseKeys(universe).handle("raced")))
+    assert raw == racing[0].world.uuid.bytes
+
+
+def test_world_create_with_a_taken_handle_is_a_conflict_naming_the_world(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    made = aosp("world", "create", "--data-dir", data, "--handle", "my-shop", "--json").json()
+    again = aosp(
+        "world", "create", "--data-dir", data, "-u", made["universe"], "--handle", "my-shop"
+    )
+    assert again.code == 4 and made["world"] in again.err and "my-shop" in again.err
+    other = aosp("world", "create", "--data-dir", data, "--handle", "my-shop")
+    assert other.code == 0, other.err  # another (new) universe
+    listed = aosp("world", "list", "--data-dir", data, "--handle", "my", "--json").json()
+    assert sorted(w["handle"] for w in listed["worlds"]) == ["my-shop", "my-shop"]
+    assert listed["more"] is False
+
+
+def test_the_lists_say_when_there_is_more(store: Store) -> None:
+    one = aosp("world", "list", *store.args("--limit", "1"))
+    assert one.code == 0 and "more worlds" in one.text and "raise --limit" in one.text
+    rows = aosp("world", "list", *store.args("--json")).json()["worlds"]
+    assert len(rows) == 3 and all(r["head"] > 0 and r["created"].endswith("Z") for r in rows)
+    universes = aosp("universe", "list", *store.args("--json")).json()
+    assert universes == {"universes": [{"universe": store.universe, "worlds": 3}], "more": False}
+    text = aosp("universe", "list", *store.args()).text
+    assert store.universe[:8] in text and store.universe not in text  # short ids for people
+
+
+def test_fsck_checks_the_index_of_handles(plane_with_world: tuple[Plane, UniverseId]) -> None:
+    """Each entry names a world whose meta has that handle: one pointed at another world,
+    or at none, is an error finding."""
+    plane, universe = plane_with_world
+    other = WorldId.new()
+    plane.create_world(universe, other, handle="other")
+    report = Fsck(plane).run()
+    assert report.ok and report.checked["handles"] == 2
+    key = UniverseKeys(universe).handle("shop")
+    kv.run_sync(plane.engine, lambda tr: tr.set(key, other.uuid.bytes))
+    kv.run_sync(plane.engine, lambda tr: tr.set(UniverseKeys(universe).handle("gone"), b"x" * 16))
+    found = {(f.subject, f.world): f.message for f in Fsck(plane).run().errors}
+    assert "whose handle is 'other'" in found["handle 'shop'", str(other)]
+    assert any(subject.startswith("handle ") and world is None for subject, world in found)
+
+
+def test_a_hash_is_named_by_a_prefix_in_its_universe(store: Store, tmp_path: Path) -> None:
+    body = tmp_path / "body"
+    body.write_bytes(b"a body named by a prefix")
+    digest = aosp("cas", "put", *store.args("-u", store.universe[:8], str(body))).text.strip()
+    for prefix in (digest[:6], digest[:7].upper()):
+        got = aosp("cas", "get", *store.args("-u", store.universe[:8], prefix))
+        assert got.code == 0 and got.out == b"a body named by a prefix", got.err
+    stat = aosp("cas", "stat", *store.args("-u", store.universe, digest[:9], "--json")).json()
+    assert stat["hash"] == digest
+    missing = "0000" if not digest.startswith("0000") else "ffff"
+    fails_with = aosp("cas", "stat", *store.args("-u", store.universe, missing))
+    assert fails_with.code == 3 and "names nothing in the CAS of universe" in fails_with.err
+    assert aosp("cas", "stat", *store.args("-u", store.universe, "xyz1")).code == 2
+
+
+def test_the_key_range_of_a_digest_prefix_holds_every_digest_that_starts_with_it() -> None:
+    """A digest whose next byte is 0xff or 0x00 (escaped in the key) is in the prefix's
+    range too; one that does not start with it is not."""
+    keys = UniverseKeys(UniverseId.new())
+    begin, end = keys.cas_metas_from(b"\xab")
+    for second in (0x00, 0x01, 0x7F, 0xFE, 0xFF):
+        for rest in (b"\x00" * 30, b"\xff" * 30):
+            assert begin <= keys.cas_meta(Hash(bytes([0xAB, second]) + rest)) < end
+    for other in (b"\xaa" + b"\xff" * 31, b"\xac" + b"\x00" * 31):
+        assert not begin <= keys.cas_meta(Hash(other)) < end
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
+    universe = UniverseId.new()
+    stored = [plane.put_verified(universe, b"body %d" % n) for n in range(100)]
+    prefix = stored[0].digest[:1]
+    expected = sorted(h.hex for h in stored if h.digest.startswith(prefix))
+    assert [h.hex for h in plane.hashes_from(universe, prefix, 1_000)] == expected
