@@ -3,9 +3,23 @@ same run and reported as a ratio (see :class:`Figure`)."""
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
+
+from persistence.errors import MissingDependency
+
+
+def require(what: str, extra: str, *modules: str) -> None:
+    """``MissingDependency`` naming the first of ``modules`` that is not installed, what
+    needs it, and the pip extra that brings it."""
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            raise MissingDependency(
+                f"{what} needs {name}, which is not installed: "
+                f"pip install 'aos-persistence[{extra}]'"
+            )
 
 
 @dataclass(frozen=True, slots=True)

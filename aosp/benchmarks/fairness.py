@@ -45,10 +45,9 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from aosp.benchmarks import Figure
-from aosp.benchmarks.steady import INSTALL_HINT
+from aosp.benchmarks import Figure, require
 from persistence import cbor
-from persistence.errors import Corruption, MissingDependency, Validation
+from persistence.errors import Corruption, Validation
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import DrainResult, Plane
 from persistence.records import (
@@ -525,10 +524,9 @@ def plot(runs: Sequence[FairnessRun], config: FairnessConfig, path: Path) -> Non
 
 def _chart_class() -> type[Chart]:
     """matplotlib's ``Figure`` (no pyplot), imported lazily; ``MissingDependency`` without."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise MissingDependency(f"the fairness plot needs matplotlib: {INSTALL_HINT}") from None
+    require("the fairness plot", "bench", "matplotlib")
+    from matplotlib.figure import Figure
+
     return Figure
 
 

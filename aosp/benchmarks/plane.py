@@ -79,9 +79,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Final
 
-from aosp.benchmarks import Figure
+from aosp.benchmarks import Figure, require
 from persistence import cbor, kv
-from persistence.errors import MissingDependency
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import LAYOUT_KEY, WorldKeys
 from persistence.plane import Plane
@@ -104,16 +103,14 @@ WRITERS: Final = 4
 TOPIC: Final = "bench:Entry"
 ITEM_SIZE: Final = 1000
 STALL_SECONDS: Final = 120.0
-INSTALL_HINT: Final = "pip install 'aos-persistence[bench]'"
 
 
 def _eventsourcing() -> SimpleNamespace:
     """The eventsourcing classes used here (``MissingDependency`` if not installed)."""
-    try:
-        from eventsourcing.persistence import StoredEvent
-        from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
-    except ImportError:
-        raise MissingDependency(INSTALL_HINT) from None
+    require("the benchmarks against eventsourcing", "bench", "eventsourcing")
+    from eventsourcing.persistence import StoredEvent
+    from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+
     return SimpleNamespace(
         StoredEvent=StoredEvent,
         SQLiteApplicationRecorder=SQLiteApplicationRecorder,

@@ -39,8 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from aosp.benchmarks import Figure
-from persistence.errors import MissingDependency
+from aosp.benchmarks import Figure, require
 from persistence.ids import UniverseId, WorldId
 
 ENTRIES: Final = 1_048_576
@@ -175,13 +174,7 @@ def run(
 ) -> list[Figure]:
     """Measure the scan figures (``seconds`` is unused: each round scans all entries)."""
     del seconds
-    try:
-        import pyarrow  # noqa: F401
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        raise MissingDependency(
-            f"the spark suite needs {exc.name}: pip install 'aos-persistence[spark]'"
-        ) from None
+    require("the spark suite", "spark", "pyarrow", "pyspark")
     with tempfile.TemporaryDirectory(prefix="aosp-spark-bench-") as tmp:
         root = Path(tmp)
         _write_data(root, entries, progress)

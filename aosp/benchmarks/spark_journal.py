@@ -37,8 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from aosp.benchmarks import Figure
-from persistence.errors import MissingDependency
+from aosp.benchmarks import Figure, require
 from persistence.ids import UniverseId, WorldId
 
 ENTRIES: Final = 1_048_576
@@ -235,13 +234,7 @@ def run(
 ) -> list[Figure]:
     """Measure the journal source's figures (``seconds`` is unused: rounds scan all rows)."""
     del seconds
-    try:
-        import pyarrow  # noqa: F401
-        import pyspark  # noqa: F401
-    except ImportError as exc:
-        raise MissingDependency(
-            f"the spark-journal suite needs {exc.name}: pip install 'aos-persistence[spark]'"
-        ) from None
+    require("the spark-journal suite", "spark", "pyarrow", "pyspark")
     from spark_connectors.session import spark_session
 
     with tempfile.TemporaryDirectory(prefix="aosp-spark-journal-bench-") as tmp:

@@ -51,10 +51,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
-from aosp.benchmarks import Figure
+from aosp.benchmarks import Figure, require
 from aosp.demo import demo_item, item_payload
 from persistence import cbor
-from persistence.errors import Corruption, MissingDependency, Validation
+from persistence.errors import Corruption, Validation
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import WorldKeys
@@ -69,7 +69,6 @@ from segments.restore import full_replay, restore
 if TYPE_CHECKING:
     from matplotlib.figure import Figure as Chart
 
-INSTALL_HINT: Final = "pip install 'aos-persistence[bench]'"
 NS: Final = 1_000_000_000
 DRAIN_ITEMS: Final = 1_000
 
@@ -426,18 +425,16 @@ def plot(runs: Sequence[SteadyRun], config: SteadyConfig, path: Path) -> None:
 def _chart_class() -> type[Chart]:
     """matplotlib's ``Figure`` (no pyplot: no global state, no GUI backend), imported lazily;
     ``MissingDependency`` naming the extra without it."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise MissingDependency(f"the steady-state plot needs matplotlib: {INSTALL_HINT}") from None
+    require("the steady-state plot", "bench", "matplotlib")
+    from matplotlib.figure import Figure
+
     return Figure
 
 
 def default_plot_path() -> Path:
-    """``docs/steady-state.png`` when run from the checkout (a ``docs`` directory here),
-    else ``steady-state.png``."""
-    docs = Path("docs")
-    return docs / "steady-state.png" if docs.is_dir() else Path("steady-state.png")
+    """``steady-state.png`` in the system's temporary directory: never a file of the
+    checkout a run starts in (``--plot`` names another place)."""
+    return Path(tempfile.gettempdir()) / "steady-state.png"
 
 
 def figures(config: SteadyConfig, with_: SteadyRun, without: SteadyRun) -> list[Figure]:

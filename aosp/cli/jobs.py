@@ -195,6 +195,26 @@ SUITES = (
     "fdb",
     "eventsourcing",
 )
+DEFAULT_SUITES = ("engine", "plane", "cas")
+"""What ``aosp bench`` runs without a suite named: the quick ones (a minute or two)."""
+
+
+def chosen_suites(named: list[str], fdb: str | None) -> list[str]:
+    """The suites ``aosp bench SUITE...`` runs, each once in the order named: the quick
+    :data:`DEFAULT_SUITES` when none is named, every suite for ``all`` (fdb only with a
+    cluster)."""
+    if "all" in named:
+        return [s for s in SUITES if s != "fdb" or fdb]
+    return list(dict.fromkeys(named or DEFAULT_SUITES))
+
+
+def bench_suite(text: str) -> str:
+    """argparse ``type=`` of ``SUITE``: a suite's name, or ``all``."""
+    if text not in (*SUITES, "all"):
+        raise argparse.ArgumentTypeError(
+            f"no suite {text!r}: expected one of {', '.join(SUITES)}, or all"
+        )
+    return text
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -214,22 +234,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     from aosp.benchmarks import eventsourcing as eventsourcing_suite
 
-    if not 0 < args.seconds < float("inf"):
-        raise UsageError(f"--seconds must be a positive number, not {args.seconds}")
     # checked here, before any suite runs (SteadyConfig names its fields, not the options)
     if args.steady_worlds < 1:
         raise UsageError(f"--steady-worlds must be at least 1, not {args.steady_worlds}")
-    for option, value in (
-        ("--steady-seconds", args.steady_seconds),
-        ("--steady-rate", args.steady_rate),
-    ):
-        if not 0 < value < float("inf"):
-            raise UsageError(f"{option} must be a positive number, not {value}")
+    if not 0 < args.steady_rate < float("inf"):
+        raise UsageError(f"--steady-rate must be a positive number, not {args.steady_rate}")
     steady_config = steady.SteadyConfig(
         worlds=args.steady_worlds, seconds=args.steady_seconds, rate=args.steady_rate
     )
 
-    suites = args.suites or [s for s in SUITES if s != "fdb" or args.fdb]
+    suites = chosen_suites(args.suites, args.fdb)
     plot = args.plot or steady.default_plot_path()
     if "steady" in suites:
         make_directory(plot.parent, "--plot")  # before the runs, not after them
@@ -347,17 +361,29 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         description="Each figure is measured in the same run as the peer or limit it is "
         "compared with; exit 1 if a figure misses its target.",
     )
-    bench.add_argument("suites", nargs="*", choices=[*SUITES, []], metavar="SUITE")
-    bench.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
+    bench.add_argument(
+        "suites",
+        nargs="*",
+        type=bench_suite,
+        metavar="SUITE",
+        help=f"{', '.join(SUITES)}; or all (fdb only with --fdb). Default: the quick ones, "
+        f"{' '.join(DEFAULT_SUITES)}",
+    )
+    bench.add_argument(
+        "--seconds",
+        type=positive_seconds,
+        default=2.0,
+        help="time per measurement (default 2; at most a year)",
+    )
     bench.add_argument(
         "--fdb",
         metavar="URL",
         help="a FoundationDB cluster for the fdb suite (fdb:///path/fdb.cluster?...); "
-        "without it the fdb suite is left out of a run of every suite",
+        "without it the fdb suite is left out of `all`",
     )
     bench.add_argument(
         "--steady-seconds",
-        type=float,
+        type=positive_seconds,
         default=180.0,
         help="steady suite: length of each of its two runs (default 180; --seconds does "
         "not apply to it; at least 4 retention windows of 10 s)",
@@ -375,7 +401,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "--plot",
         type=Path,
         metavar="PNG",
-        help="steady suite: where to write the plot (default docs/steady-state.png if ./docs "
-        "is a directory, else ./steady-state.png)",
+        help="steady suite: where to write the plot (default: steady-state.png in the "
+        "system's temporary directory; the path is printed)",
     )
     bench.set_defaults(run=cmd_bench)

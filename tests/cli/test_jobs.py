@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from aosp.benchmarks import steady
+from aosp.cli.jobs import SUITES, chosen_suites
 from tests.cli.conftest import aosp
 from tests.fdb_cluster import FdbCluster
 
@@ -131,7 +134,25 @@ def test_bench_fdb_needs_a_cluster() -> None:
 
 def test_bench_rejects_an_unknown_suite() -> None:
     result = aosp("bench", "no-such-suite")
-    assert result.code == 2 and "invalid choice" in result.err
+    assert result.code == 2 and "no suite 'no-such-suite'" in result.err
+    assert "engine, plane" in result.err and "[]" not in result.err
+
+
+def test_bench_without_a_suite_runs_the_quick_ones_and_all_runs_every_one() -> None:
+    assert chosen_suites([], None) == ["engine", "plane", "cas"]
+    assert chosen_suites(["plane", "engine", "plane"], None) == ["plane", "engine"]
+    assert "fdb" not in chosen_suites(["all"], None) and "spark" in chosen_suites(["all"], None)
+    assert chosen_suites(["all"], "fdb:///c") == list(SUITES)
+    help_text = aosp("bench", "--help").text
+    assert "SUITE" in help_text and "engine plane cas" in help_text.replace("\n", " ")
+
+
+def test_bench_durations_are_bounded_and_plots_stay_out_of_the_checkout() -> None:
+    result = aosp("bench", "engine", "--seconds", "99999999999")
+    assert result.code == 2 and "--seconds" in result.err and "a year" in result.err
+    assert aosp("bench", "steady", "--steady-seconds", "1e12").code == 2
+    plot = steady.default_plot_path()
+    assert plot.parent == Path(tempfile.gettempdir()) and plot.name == "steady-state.png"
 
 
 @pytest.mark.parametrize(

@@ -93,18 +93,24 @@ try:
     import aos_eventsourcing
 except MissingDependency as exc:
     print(exc)
+try:
+    from aosp.benchmarks import plane
+    plane.run()
+except MissingDependency as exc:
+    print(exc)
 """
 
 
 def test_a_missing_extra_is_named_with_its_install_line(core_env: Env) -> None:
     done = core_env.run("python", "-c", MISSING)
     assert done.returncode == 0, done.stderr
-    s3, fdb, spark, bench_spark, eventsourcing = done.stdout.strip().splitlines()
+    s3, fdb, spark, bench_spark, eventsourcing, bench_plane = done.stdout.strip().splitlines()
     assert "pip install 'aos-persistence[s3]'" in s3
     assert "pip install 'aos-persistence[fdb]'" in fdb
     assert "pip install 'aos-persistence[spark]'" in spark
     assert "pip install 'aos-persistence[spark]'" in bench_spark
     assert "pip install 'aos-persistence[eventsourcing]'" in eventsourcing
+    assert "needs eventsourcing" in bench_plane and "'aos-persistence[bench]'" in bench_plane
 
 
 def test_aosp_demo_runs_from_the_wheel(core_env: Env) -> None:
