@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -188,8 +189,8 @@ def open_store(
     """Open the store's plane (with ``config``, default ``PlaneConfig()``), and resolve the
     ids ``--universe``/``--world`` name in it (prefixes, handles: :mod:`aosp.cli.ids`). Only
     with ``create`` (commands that make things) may the store, its database or its
-    directories be created; otherwise whatever is missing is ``NotFound`` naming the
-    option, and nothing is created."""
+    directories be created, and a store created says so on stderr; otherwise whatever is
+    missing is ``NotFound`` naming the option, and nothing is created."""
     from backends.kv import engine_opener
     from backends.objects import object_store_opener
 
@@ -217,6 +218,7 @@ def open_store(
     try:
         with _naming(objects_option):
             objects = open_objects_store()
+        created = engine is None
         if engine is None:
             assert open_new is not None
             with _naming(kv_option):
@@ -226,6 +228,9 @@ def open_store(
             engine.close()
         raise
     plane = open_plane(engine, objects, config, create=create)
+    if created:  # never by surprise: the one line that says where a new store now is
+        where = f"in {args.data_dir}" if embedded else f"at --kv {kv_url} --objects {objects_url}"
+        print(f"aosp: created a new store {where}", file=sys.stderr)
     try:
         ids.resolve(plane, args)
     except BaseException:

@@ -202,3 +202,19 @@ def test_the_key_range_of_a_digest_prefix_holds_every_digest_that_starts_with_it
     prefix = stored[0].digest[:1]
     expected = sorted(h.hex for h in stored if h.digest.startswith(prefix))
     assert [h.hex for h in plane.hashes_from(universe, prefix, 1_000)] == expected
+
+
+def test_a_store_created_by_a_writing_command_is_said_on_stderr(tmp_path: Path) -> None:
+    """``cas put`` from a directory without a store (issue #37: it created ./aosp-data
+    silently, and fsck there reported 0 errors): the one line says where; the next put into
+    the same store says nothing of it, and a reading command creates nothing."""
+    body = tmp_path / "small.txt"
+    body.write_bytes(b"small")
+    universe = str(UniverseId.new())
+    first = aosp("cas", "put", "-u", universe, str(body), cwd=tmp_path)
+    assert first.code == 0 and "aosp: created a new store in aosp-data" in first.err
+    again = aosp("cas", "put", "-u", universe, str(body), cwd=tmp_path)
+    assert again.code == 0 and "created" not in again.err
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert aosp("fsck", cwd=elsewhere).code == 3 and list(elsewhere.iterdir()) == []
