@@ -370,6 +370,24 @@ class Fsck:
                     )
             begin = rows[-1][0] + b"\x00"
 
+    def _check_handle_indexed(self, universe: UniverseId, world: WorldId, handle: str) -> None:
+        """A world's handle is in the index, naming it. A world of a store written before
+        the index has no entry (counted: ``-w HANDLE`` finds it by reading metas); one whose
+        entry names another world shares its handle with it (a warning: ``-w`` opens the
+        other one)."""
+        holder = self.plane.world_of_handle(universe, handle)
+        if holder is None:
+            self.report.count("handles not indexed (worlds created before the index)")
+        elif holder != world:
+            self._add(
+                "warning",
+                "world",
+                universe,
+                world,
+                elide(f"handle {handle!r}", 200),
+                f"world {holder} has this handle too (the index names that one: -w finds it)",
+            )
+
     def _has_journal(self, universe: UniverseId, raw: bytes) -> bool:
         """Whether the world an index entry ``raw`` names has a journal head."""
         try:
@@ -484,9 +502,12 @@ class Fsck:
             self._add("error", "journal", universe, world, "records", str(exc))
             return
         try:
-            drive(worlds.read_meta(self.plane.engine, keys))
+            meta = drive(worlds.read_meta(self.plane.engine, keys))
         except PersistError as exc:  # absent (WorldNotFound) or damaged: the world won't open
             self._add("error", "world", universe, world, "meta", str(exc))
+        else:
+            if meta.handle is not None:
+                self._check_handle_indexed(universe, world, meta.handle)
         try:
             snapshot_rows, marker_raw, cursor_raw = drive(_world_records(self.plane.engine, keys))
             marker = (

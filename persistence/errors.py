@@ -130,8 +130,10 @@ class WorldExists(Conflict):
     """A world with this id already exists (with different metadata)."""
 
 
-class HandleTaken(WorldExists):
-    """Another world of the universe has this handle (handles are unique in a universe)."""
+class HandleTaken(Conflict):
+    """Another world of the universe has this handle (handles are unique in a universe).
+    Not a ``WorldExists``: the world asked for was not created, and a caller that takes
+    ``WorldExists`` as "already there" must not take this for it."""
 
     def __init__(self, handle: str, world: str, universe: str) -> None:
         super().__init__(
@@ -139,6 +141,10 @@ class HandleTaken(WorldExists):
         )
         self.handle = handle
         self.world = world
+        self.universe = universe
+
+    def __reduce__(self) -> tuple[type[HandleTaken], tuple[str, str, str]]:
+        return type(self), (self.handle, self.world, self.universe)
 
 
 class SnapshotMismatch(Conflict):

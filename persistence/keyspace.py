@@ -236,9 +236,13 @@ class UniverseKeys:
         """The world whose handle is ``handle`` (handles are unique in a universe)."""
         return self._key("handle", handle)
 
-    def handles(self) -> tuple[bytes, bytes]:
-        """Every handle of the universe's worlds, in handle order."""
-        return _range((*self._p, "handle"))
+    def handles(self, prefix: str = "") -> tuple[bytes, bytes]:
+        """The handles of the universe's worlds that start with ``prefix`` (every one: the
+        empty prefix), in handle order (a tuple's text is its UTF-8 then a terminator)."""
+        if not prefix:
+            return _range((*self._p, "handle"))
+        begin = self._key("handle", prefix)[:-1]
+        return begin, strinc(begin)
 
     def tracking(self, name: str) -> bytes:
         """The tracking record of consumer ``name``."""

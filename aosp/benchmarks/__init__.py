@@ -13,12 +13,11 @@ from persistence.errors import MissingDependency
 
 def require(what: str, extra: str, *modules: str) -> None:
     """``MissingDependency`` naming the first of ``modules`` that is not installed, what
-    needs it, and the pip extra that brings it."""
+    it is for, and the pip extra that brings it."""
     for name in modules:
         if importlib.util.find_spec(name) is None:
             raise MissingDependency(
-                f"{what} needs {name}, which is not installed: "
-                f"pip install 'aos-persistence[{extra}]'"
+                f"{name} is not installed (for {what}): pip install 'aos-persistence[{extra}]'"
             )
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shutil
 import sys
@@ -68,18 +69,23 @@ def cmd_world_create(args: argparse.Namespace) -> int:
 
 def cmd_world_list(args: argparse.Namespace) -> int:
     """The worlds of the store (or of ``--universe``), in store order, with their handles,
-    heads and creation times; ``--handle`` keeps those whose handle starts with it. At most
-    ``--limit``; more is said, never cut silently."""
+    heads and creation times; ``--handle`` keeps those whose handle starts with it (found
+    in the index of handles, in handle order). At most ``--limit``; more is said, never cut
+    silently."""
     plane = open_store(args)
     require_universe(plane, args.universe)
     universes = [args.universe] if args.universe is not None else plane.universes()
     rows: list[dict[str, Any]] = []
     more = False
     for universe in universes:
-        for world in plane.worlds(universe):
+        # with --handle, the index of handles names the worlds: no read of every world
+        named = (
+            plane.worlds(universe)
+            if args.handle is None
+            else (world for _, world in plane.handles(universe, args.handle))
+        )
+        for world in named:
             meta = plane.world_meta(universe, world)
-            if args.handle is not None and not (meta.handle or "").startswith(args.handle):
-                continue
             if len(rows) == args.limit:
                 more = True
                 break
@@ -106,8 +112,13 @@ def cmd_world_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+COUNTED_WORLDS: Final = 10_000
+"""The most worlds ``universe list`` counts in one universe (it reads their keys)."""
+
+
 def cmd_universe_list(args: argparse.Namespace) -> int:
-    """The universes of the store with their worlds counted (at most ``--limit``)."""
+    """The universes of the store with their worlds counted, up to :data:`COUNTED_WORLDS`
+    each (``worlds_more``: there are more), at most ``--limit`` universes."""
     plane = open_store(args)
     rows: list[dict[str, Any]] = []
     more = False
@@ -115,11 +126,25 @@ def cmd_universe_list(args: argparse.Namespace) -> int:
         if len(rows) == args.limit:
             more = True
             break
-        rows.append({"universe": str(universe), "worlds": sum(1 for _ in plane.worlds(universe))})
+        counted = sum(1 for _ in itertools.islice(plane.worlds(universe), COUNTED_WORLDS + 1))
+        rows.append(
+            {
+                "universe": str(universe),
+                "worlds": min(counted, COUNTED_WORLDS),
+                "worlds_more": counted > COUNTED_WORLDS,
+            }
+        )
     if args.json:
         print_json({"universes": rows, "more": more})
         return EXIT_OK
-    print_table([{**r, "universe": short_id(r["universe"])} for r in rows], ["universe", "worlds"])
+    table = [
+        {
+            "universe": short_id(r["universe"]),
+            "worlds": f"{r['worlds']:,}{'+' if r['worlds_more'] else ''}",
+        }
+        for r in rows
+    ]
+    print_table(table, ["universe", "worlds"])
     if more:
         print(f"(more universes: the first {args.limit:,} are listed; raise --limit)")
     return EXIT_OK

@@ -202,10 +202,35 @@ DEFAULT_SUITES = ("engine", "plane", "cas")
 def chosen_suites(named: list[str], fdb: str | None) -> list[str]:
     """The suites ``aosp bench SUITE...`` runs, each once in the order named: the quick
     :data:`DEFAULT_SUITES` when none is named, every suite for ``all`` (fdb only with a
-    cluster)."""
+    cluster, or named too)."""
     if "all" in named:
-        return [s for s in SUITES if s != "fdb" or fdb]
+        return [s for s in SUITES if s != "fdb" or fdb or "fdb" in named]
     return list(dict.fromkeys(named or DEFAULT_SUITES))
+
+
+SUITE_NEEDS: Final[dict[str, tuple[str, ...]]] = {
+    "plane": ("eventsourcing",),
+    "eventsourcing": ("eventsourcing",),
+    "spark": ("pyarrow", "pyspark"),
+    "spark-journal": ("pyarrow", "pyspark"),
+    "steady": ("matplotlib",),
+    "fairness": ("matplotlib",),
+}
+"""The packages a suite needs beyond the core install (the ``bench`` extra's, or for the
+Spark suites the ``spark`` extra's): checked for every chosen suite before any runs."""
+
+
+def check_suites(suites: list[str], fdb: str | None) -> None:
+    """Refuse a run before it starts, rather than after the suites before a failing one:
+    a suite whose packages are missing (``MissingDependency`` naming them and the extra),
+    the fdb suite without ``--fdb``."""
+    from aosp.benchmarks import require
+
+    if "fdb" in suites and not fdb:
+        raise UsageError("the fdb suite needs --fdb URL (a FoundationDB cluster)")
+    for suite in suites:
+        extra = "spark" if suite.startswith("spark") else "bench"
+        require(f"the {suite} suite", extra, *SUITE_NEEDS.get(suite, ()))
 
 
 def bench_suite(text: str) -> str:
@@ -244,6 +269,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
 
     suites = chosen_suites(args.suites, args.fdb)
+    check_suites(suites, args.fdb)
     plot = args.plot or steady.default_plot_path()
     if "steady" in suites:
         make_directory(plot.parent, "--plot")  # before the runs, not after them

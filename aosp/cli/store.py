@@ -12,6 +12,7 @@ import contextlib
 import os
 import sys
 import traceback
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -21,10 +22,12 @@ from aosp.cli.console import UsageError
 from aosp.fsck import universe_exists
 from backends import resolve_path
 from persistence.errors import Backend, NotFound, PersistError, Validation, WorldNotFound
+from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.kernel import Kernel, load_kernel
 from persistence.kv import Engine
 from persistence.plane import Plane, PlaneConfig
+from persistence.protocols import worlds
 from segments import open_plane
 
 T = TypeVar("T")
@@ -215,10 +218,14 @@ def open_store(
         except NotFound:
             if open_new is None:
                 raise
+    new_objects = create and _missing_directory(objects_url)
     try:
+        new_store = engine is None or drive(worlds.read_layout(engine)) is None
+        if new_store and (option := ids.unresolved(args)) is not None:
+            # a prefix or handle names nothing in a store that does not exist yet
+            raise NotFound(f"{option}: names nothing (there is no store yet to look in)")
         with _naming(objects_option):
             objects = open_objects_store()
-        created = engine is None
         if engine is None:
             assert open_new is not None
             with _naming(kv_option):
@@ -228,15 +235,24 @@ def open_store(
             engine.close()
         raise
     plane = open_plane(engine, objects, config, create=create)
-    if created:  # never by surprise: the one line that says where a new store now is
+    if create and new_store:  # never by surprise: the one line that says where it now is
         where = f"in {args.data_dir}" if embedded else f"at --kv {kv_url} --objects {objects_url}"
         print(f"aosp: created a new store {where}", file=sys.stderr)
+    elif new_objects:
+        print(f"aosp: created a new object store at --objects {objects_url}", file=sys.stderr)
     try:
         ids.resolve(plane, args)
     except BaseException:
         plane.engine.close()
         raise
     return plane
+
+
+def _missing_directory(objects_url: str) -> bool:
+    """Whether ``objects_url`` is a local object store whose directory does not exist (an
+    opening with ``create`` makes it)."""
+    parsed = urllib.parse.urlsplit(objects_url)
+    return parsed.scheme == "file" and not Path(urllib.parse.unquote(parsed.path)).exists()
 
 
 def check_kernel(path: str) -> Kernel:

@@ -21,7 +21,7 @@ from typing import Any, Concatenate, Final, Generic, ParamSpec, TypeVar, overloa
 from persistence.errors import Validation
 from persistence.futures import drive, drive_async
 from persistence.hooks import NO_HOOKS, StepHooks
-from persistence.ids import UniverseId, WorldId
+from persistence.ids import UniverseId, WorldId, check_id
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
 from persistence.plane.config import PlaneConfig
@@ -185,32 +185,58 @@ class Plane(_Door):
         awaitable (``executor`` runs what can only block; the loop's default if ``None``)."""
         return AsyncPlane._of(self._operations, _executor(executor))
 
-    def universes(self, page: int = 1_000) -> Iterator[UniverseId]:
-        """Every universe in the store, in id byte order (``page`` per transaction).
-        Arguments are checked at the call, not at the first ``next``."""
+    def universes(
+        self, page: int = 1_000, *, after: UniverseId | None = None
+    ) -> Iterator[UniverseId]:
+        """Every universe in the store (after ``after``), in id byte order (``page`` per
+        transaction). Arguments are checked at the call, not at the first ``next``."""
         operations = self._operations
         size = operations.listing_page(page)
+        start = None if after is None else check_id(after, UniverseId, "after")
 
         def scan() -> Iterator[UniverseId]:
-            after: UniverseId | None = None
+            after = start
             while batch := drive(operations.universes_page(after, size)):
                 yield from batch
                 after = batch[-1]
 
         return scan()
 
-    def worlds(self, universe: UniverseId, page: int = 1_000) -> Iterator[WorldId]:
-        """Every world of ``universe``, in id byte order (``page`` per transaction).
-        Arguments are checked at the call, not at the first ``next``."""
+    def worlds(
+        self, universe: UniverseId, page: int = 1_000, *, after: WorldId | None = None
+    ) -> Iterator[WorldId]:
+        """Every world of ``universe`` (after ``after``), in id byte order (``page`` per
+        transaction). Arguments are checked at the call, not at the first ``next``."""
         operations = self._operations
         universe_keys(universe)
         size = operations.listing_page(page)
+        start = None if after is None else check_id(after, WorldId, "after")
 
         def scan() -> Iterator[WorldId]:
-            after: WorldId | None = None
+            after = start
             while batch := drive(operations.worlds_page(universe, after, size)):
                 yield from batch
                 after = batch[-1]
+
+        return scan()
+
+    def handles(
+        self, universe: UniverseId, prefix: str = "", page: int = 1_000
+    ) -> Iterator[tuple[str, WorldId]]:
+        """Every handle of ``universe``'s worlds that starts with ``prefix``, with its world,
+        in handle order (``page`` per transaction; worlds created before handles were
+        indexed are not in it)."""
+        operations = self._operations
+        universe_keys(universe)
+        size = operations.listing_page(page)
+        if not isinstance(prefix, str):
+            raise Validation("prefix", f"expected text, got {type(prefix).__name__}")
+
+        def scan() -> Iterator[tuple[str, WorldId]]:
+            after: str | None = None
+            while batch := drive(operations.handles_page(universe, prefix, after, size)):
+                yield from batch
+                after = batch[-1][0]
 
         return scan()
 

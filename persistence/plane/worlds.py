@@ -4,9 +4,10 @@ baseline, its metadata, and the listings of universes and worlds."""
 from __future__ import annotations
 
 import functools
+import uuid
 from dataclasses import dataclass
 
-from persistence.errors import HandleTaken, WorldExists
+from persistence.errors import HandleTaken, Validation, WorldExists
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.plane.cas import CasOperations
 from persistence.plane.config import EMPTY_MANIFEST, GENESIS_STATE
@@ -71,13 +72,11 @@ class WorldOperations(CasOperations):
         Returns the genesis record. A retried creation transaction is a no-op; a world that
         exists already is ``WorldExists``, and a ``handle`` another world of the universe
         has is ``HandleTaken`` naming that world (both checked before the genesis blobs are
-        stored, and again in the creating transaction)."""
+        stored, and again in the creating transaction). A handle is printable text that is
+        not an id (it would shadow the world that id names)."""
         keys = world_keys(universe, world)
         check_bytes(genesis_state, "genesis_state")
-        meta = WorldMeta(
-            created_ns=self.now(),
-            handle=None if handle is None else check_text(handle, "handle"),
-        )
+        meta = WorldMeta(created_ns=self.now(), handle=None if handle is None else _handle(handle))
         if await worlds.world_exists(self.engine, keys):
             raise WorldExists(f"world {world} already exists in universe {universe}")
         if meta.handle is not None:
@@ -100,6 +99,14 @@ class WorldOperations(CasOperations):
         universe = universe_keys(universe).universe
         return await worlds.world_of_handle(self.engine, universe, check_text(handle, "handle"))
 
+    async def handles_page(
+        self, universe: UniverseId, prefix: str, after: str | None, page: int
+    ) -> list[tuple[str, WorldId]]:
+        """Up to ``page`` handles of ``universe`` that start with ``prefix``, after
+        ``after``, with their worlds, in handle order (one transaction)."""
+        universe = universe_keys(universe).universe
+        return await worlds.handles_from(self.engine, universe, prefix, after, page)
+
     @operation("world.meta")
     async def world_meta(self, universe: UniverseId, world: WorldId) -> WorldMeta:
         """Creation time and handle of a world (``NotFound`` if it does not exist)."""
@@ -119,3 +126,15 @@ class WorldOperations(CasOperations):
     def listing_page(page: object) -> int:
         """A listing's page size, checked."""
         return row_limit(page, "page", 1)
+
+
+def _handle(handle: object) -> str:
+    """A world's handle, checked: printable text, not an id."""
+    text = check_text(handle, "handle")
+    if not text.isprintable():
+        raise Validation("handle", "holds a character that is not printable")
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return text
+    raise Validation("handle", f"{text!r} is an id: a handle that is one would shadow a world's")

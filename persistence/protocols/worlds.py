@@ -125,6 +125,27 @@ def handle_world(raw: bytes) -> WorldId:
 
 
 @kv.transactional
+async def handles_from(
+    tr: kv.Transaction, universe: UniverseId, prefix: str, after: str | None, limit: int
+) -> list[tuple[str, WorldId]]:
+    """Up to ``limit`` handles of the universe's index that start with ``prefix`` (after
+    ``after``), with their worlds, in handle order (one snapshot range read)."""
+    keys = UniverseKeys(universe)
+    begin, end = keys.handles(prefix)
+    if after is not None:
+        begin = max(begin, keys.handle(after) + b"\x00")
+    rows = await tr.get_range(begin, end, limit=limit, snapshot=True)
+    start = len(keys.handles()[0]) - 1
+    out = []
+    for key, raw in rows:
+        handle = unpack(key, start)[0]
+        if not isinstance(handle, str):
+            raise CorruptRecord("handle index entry", f"key {key.hex()} does not end with text")
+        out.append((handle, handle_world(raw)))
+    return out
+
+
+@kv.transactional
 async def world_of_handle(tr: kv.Transaction, universe: UniverseId, handle: str) -> WorldId | None:
     """The world of ``universe`` whose handle is ``handle``; ``None`` if none has it (or its
     world was created before handles were indexed)."""

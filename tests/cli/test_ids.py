@@ -5,6 +5,7 @@ universe; ``world list`` and ``universe list`` show what there is."""
 
 from __future__ import annotations
 
+import pickle
 import uuid
 from pathlib import Path
 
@@ -18,10 +19,10 @@ from persistence import kv
 from persistence.errors import EngineError, HandleTaken, NotFound, Validation, WorldExists
 from persistence.futures import drive
 from persistence.ids import Hash, UniverseId, WorldId
-from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.keyspace import LAYOUT_KEY, UniverseKeys, WorldKeys
 from persistence.plane import Plane
 from persistence.protocols import worlds
-from persistence.records import SnapshotRecord, WorldMeta
+from persistence.records import LayoutRecord, SnapshotRecord, WorldMeta
 from segments import open_plane
 from tests.cli.conftest import Store, aosp
 
@@ -58,22 +59,50 @@ def test_prefixes_that_name_several_or_nothing_are_refused_naming_the_option() -
     assert resolve_universe(plane, "ABCD-1") == first
     with pytest.raises(NotFound, match="--universe ffff: names nothing"):
         resolve_universe(plane, "ffff")
-    with pytest.raises(Validation, match="4 to 32 hex digits"):
+    with pytest.raises(Validation, match="4 to 31 hex digits"):
         resolve_universe(plane, "abc")
     with pytest.raises(NotFound, match="--world nosuch: names nothing in universe"):
         resolve_world(plane, first, "nosuch")
 
 
-def test_a_handle_that_looks_like_a_prefix_of_another_world_is_ambiguous() -> None:
+def test_an_exact_handle_wins_over_a_prefix_of_another_world() -> None:
+    """A handle cannot be an id, so a text that is one world's handle names it, whatever
+    other world's id starts with the same digits; a prefix naming several lists them."""
     plane = open_plane(MemoryEngine(), MemoryObjectStore())
     universe = UniverseId.new()
-    other = WorldId(uuid.UUID("beef0000-0000-4000-8000-000000000000"))
-    plane.create_world(universe, other)
-    plane.create_world(universe, WorldId.new(), handle="beef")
-    with pytest.raises(Validation, match="'beef' names"):
-        resolve_world(plane, universe, "beef")
-    plane.create_world(universe, mine := WorldId.new(), handle="shop")
-    assert resolve_world(plane, universe, "shop") == mine
+    for n in (1, 2):
+        plane.create_world(universe, WorldId(uuid.UUID(f"beef{n}000-0000-4000-8000-000000000000")))
+    plane.create_world(universe, mine := WorldId.new(), handle="beef")
+    assert resolve_world(plane, universe, "beef") == mine
+    with pytest.raises(Validation, match=r"'beef-' names .*beef1000.*beef2000"):
+        resolve_world(plane, universe, "beef-")
+    assert resolve_world(plane, universe, "BEEF1") == WorldId.parse(
+        "beef1000-0000-4000-8000-000000000000"
+    )
+
+
+@pytest.mark.parametrize(
+    "handle",
+    ["beef1000-0000-4000-8000-000000000000", "BEEF1000000040008000000000000000", "a\tb"],
+    ids=["canonical-id", "hex-id", "tab"],
+)
+def test_a_handle_is_printable_and_not_an_id(handle: str) -> None:
+    plane = open_plane(MemoryEngine(), MemoryObjectStore())
+    with pytest.raises(Validation, match="handle"):
+        plane.create_world(UniverseId.new(), WorldId.new(), handle=handle)
+
+
+def test_a_prefix_or_handle_given_for_a_store_not_yet_there_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    """``world create -u abcd`` (or ``cas put``) where there is no store: the prefix names
+    nothing, and no store is left behind (it was created, then the command failed)."""
+    body = tmp_path / "body"
+    body.write_bytes(b"x")
+    for command in (["world", "create", "-u", "abcd"], ["cas", "put", "-u", "abcd", str(body)]):
+        result = aosp(*command, cwd=tmp_path)
+        assert result.code == 3 and "--universe abcd: names nothing" in result.err, result.err
+        assert not (tmp_path / "aosp-data").exists() or not any((tmp_path / "aosp-data").iterdir())
 
 
 def test_a_full_id_is_taken_without_reading_the_store() -> None:
@@ -89,7 +118,9 @@ def test_a_handle_is_unique_in_its_universe(plane_with_world: tuple[Plane, Unive
     assert first is not None
     with pytest.raises(HandleTaken, match=str(first)) as err:
         plane.create_world(universe, second := WorldId.new(), handle="shop")
-    assert isinstance(err.value, WorldExists) and err.value.world == str(first)
+    assert not isinstance(err.value, WorldExists) and err.value.world == str(first)
+    again = pickle.loads(pickle.dumps(err.value))
+    assert type(again) is HandleTaken and str(again) == str(err.value)
     with pytest.raises(NotFound):
         plane.world_meta(universe, second)  # nothing of it was written
     elsewhere = UniverseId.new()
@@ -150,7 +181,10 @@ def test_the_lists_say_when_there_is_more(store: Store) -> None:
     rows = aosp("world", "list", *store.args("--json")).json()["worlds"]
     assert len(rows) == 3 and all(r["head"] > 0 and r["created"].endswith("Z") for r in rows)
     universes = aosp("universe", "list", *store.args("--json")).json()
-    assert universes == {"universes": [{"universe": store.universe, "worlds": 3}], "more": False}
+    assert universes == {
+        "universes": [{"universe": store.universe, "worlds": 3, "worlds_more": False}],
+        "more": False,
+    }
     text = aosp("universe", "list", *store.args()).text
     assert store.universe[:8] in text and store.universe not in text  # short ids for people
 
@@ -169,6 +203,36 @@ def test_fsck_checks_the_index_of_handles(plane_with_world: tuple[Plane, Univers
     found = {(f.subject, f.world): f.message for f in Fsck(plane).run().errors}
     assert "whose handle is 'other'" in found["handle 'shop'", str(other)]
     assert any(subject.startswith("handle ") and world is None for subject, world in found)
+
+
+def test_fsck_counts_unindexed_handles_and_warns_of_shared_ones() -> None:
+    """Worlds of a store written before the index have no entry (counted, and ``-w``
+    finds them by their metas in a layout-2 store); a world sharing its handle with the
+    indexed one is a warning naming both."""
+    engine = MemoryEngine()
+    kv.run_sync(engine, lambda tr: tr.set(LAYOUT_KEY, LayoutRecord(2).to_cbor()))
+    plane = open_plane(engine, MemoryObjectStore())
+    universe, old, new = UniverseId.new(), WorldId.new(), WorldId.new()
+    legacy = WorldId.new()
+    for world, handle in ((old, "shop"), (legacy, "legacy")):
+        plane.create_world(universe, world, handle=handle)
+        _clear(engine, UniverseKeys(universe).handle(handle))  # as a release before it wrote
+    assert resolve_world(plane, universe, "shop") == old  # found in the metas
+    plane.create_world(universe, new, handle="shop")  # the index did not know the old one
+    report = Fsck(plane).run()
+    assert report.checked["handles not indexed (worlds created before the index)"] == 1
+    assert [(f.world, f.subject) for f in report.warnings] == [(str(old), "handle 'shop'")]
+    assert str(new) in report.warnings[0].message
+    assert resolve_world(plane, universe, "shop") == new
+
+
+def test_world_list_by_handle_reads_the_index(store: Store) -> None:
+    rows = aosp("world", "list", *store.args("--handle", "demo-", "--json")).json()["worlds"]
+    assert sorted(r["handle"] for r in rows) == ["demo-1", "demo-2", "demo-3"]
+    assert aosp("world", "list", *store.args("--handle", "nope", "--json")).json() == {
+        "worlds": [],
+        "more": False,
+    }
 
 
 def test_a_hash_is_named_by_a_prefix_in_its_universe(store: Store, tmp_path: Path) -> None:
@@ -218,3 +282,7 @@ def test_a_store_created_by_a_writing_command_is_said_on_stderr(tmp_path: Path) 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     assert aosp("fsck", cwd=elsewhere).code == 3 and list(elsewhere.iterdir()) == []
+
+
+def _clear(engine: kv.Engine, key: bytes) -> None:
+    kv.run_sync(engine, lambda tr: tr.clear(key))
