@@ -73,7 +73,9 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
         "cas_bodies": "orphaned CAS bodies' grace",
     },
     "aosp.cli.inspect": {"hot_state": "hot keys by family"},
+    "aosp.cli.store": {"worlds": "whether a store is new (no layout record) before it opens"},
     "aosp.benchmarks.cas": {"cas_bodies": "the body's object key, to plant an orphan"},
+    "aosp.benchmarks.fdb": {"checksums": "the raw baseline stores entries as the plane does"},
     "aosp.benchmarks.steady": {
         "hot_state": "hot keys by family, the figure it plots",
         "compaction": "the mark spacing its window is derived from",

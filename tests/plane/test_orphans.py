@@ -209,6 +209,7 @@ def test_a_put_waits_for_a_collector_that_doomed_its_hash(engine: Engine, clock:
     h = Hash.of(BIG)
     key = object_key(U, h)
     objects.put(key, BIG)  # an orphan
+    plane_on(engine, objects, clock)  # the store, as a plane made it (its layout recorded)
     token = cas_collection.new_token()
     started = time.monotonic()
     assert drive(cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, token)) == "doomed"
@@ -265,6 +266,7 @@ def test_a_put_takes_over_a_stale_doom(engine: Engine, clock: Clock) -> None:
     h = Hash.of(BIG)
     key = object_key(U, h)
     objects.put(key, b"a torn body under the hash")
+    plane_on(engine, objects, clock)  # the store, as a plane made it (its layout recorded)
     drive(
         cas_bodies.decide(engine, UniverseKeys(U), h, key, clock(), 0, cas_collection.new_token())
     )
