@@ -451,11 +451,25 @@ for method in (
     ids_of(method, META)
     unknown_world(method, META)
 
+bad_args("create_world", CREATE, "handle", [str(NEW_W), NEW_W.uuid.hex, "a\tb", "\n"])
+
 bad_args("universes", lambda s: {}, "page", [0, *LIMITS])
+bad_args("universes", lambda s: {}, "after", [str(U), U.uuid, W, 5])
 bad_args("asyncio", lambda s: {}, "executor", ["pool", 4, object()])
 PAGE = universe_args(lambda s: {})
 ids_of("worlds", PAGE, world=False)
 bad_args("worlds", PAGE, "page", [0, *LIMITS])
+bad_args("worlds", PAGE, "after", [str(W), W.uuid, U, 5])
+HANDLE = universe_args(lambda s: {"handle": "h"})
+ids_of("world_of_handle", HANDLE, world=False)
+bad_args("world_of_handle", HANDLE, "handle", [t for t in TEXTS if t is not None])
+ids_of("handles", PAGE, world=False)
+bad_args("handles", PAGE, "prefix", [None, 5, b"h"])
+bad_args("handles", PAGE, "page", [0, *LIMITS])
+PREFIX = universe_args(lambda s: {"digest_prefix": b"\xab"})
+ids_of("hashes_from", PREFIX, world=False)
+bad_args("hashes_from", PREFIX, "digest_prefix", [None, "ab", bytearray(b"x"), b"x" * 33, 5])
+bad_args("hashes_from", PREFIX, "limit", [0, *LIMITS])
 
 # journal --------------------------------------------------------------------------------
 
