@@ -212,6 +212,11 @@ class Engine(ABC):
     small transactions and pauses between them (export's hot-key deletion:
     ``segments/export.py``), so that the foreground's commits wait for little."""
 
+    versions_per_second: float | None = None
+    """How fast commit versions advance with time, where they keep time (FoundationDB:
+    about a million a second); ``None`` where they count commits (SQLite, memory). Lets
+    a reader turn the versions between two commits into an age (``aosp status``)."""
+
     def alone(self) -> AbstractContextManager[object]:
         """A block in which no other writer commits, so that a transaction run inside it
         cannot conflict (SQLite: its writer queue held). Where writers do not serialize

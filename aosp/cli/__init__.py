@@ -21,7 +21,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from aosp.cli import compact, data, drain, fsck, inspect, jobs, segments, spark
+from aosp.cli import compact, data, drain, fsck, inspect, jobs, segments, spark, status
 from aosp.cli.console import (
     EXIT_BACKEND,
     EXIT_CONFLICT,
@@ -38,7 +38,7 @@ from aosp.cli.store import check_kernel, command_options, named_for_cli, store_o
 from persistence import telemetry
 from persistence.errors import Conflict, PersistError, Validation
 
-COMMAND_MODULES = (jobs, inspect, data, segments, compact, drain, fsck, spark)
+COMMAND_MODULES = (jobs, inspect, status, data, segments, compact, drain, fsck, spark)
 """Each registers its commands with ``register(subparsers, common, store)``."""
 
 
