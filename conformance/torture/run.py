@@ -209,7 +209,7 @@ def run_torture(
         "starts": fleet.starts,
         **_kill_figures(fleet, killer),
         "final_kills": fleet.final_kills,
-        "kills_skipped_all_starting": killer.process_kills_skipped,
+        "kills_skipped_starting": killer.process_kills_skipped,
         **_evidence_figures(evidence),
         "items_journaled": None if tally is None else tally.items_journaled,
         "compaction_window_seconds": window,
@@ -333,7 +333,8 @@ def _orphan_figures(
 
 class Killer:
     """When and what to kill: a worker process every ``mean_kill_interval`` seconds on
-    average, chosen among those past their interpreter's start (``Fleet.started``); with
+    average, drawn among them all and skipped if it is still starting its interpreter
+    (``Fleet.started``: each process is then killed as often as before, or less); with
     ``servers``, also a server every ``server_kill_interval`` seconds on average, restarted
     after a uniform fraction of that interval. A server kill waits until the cluster has
     healed from the last one (``ServerFaults.healthy``)."""
@@ -357,7 +358,8 @@ class Killer:
         self.server_kills_postponed = 0
         """Server kills put off because the cluster had not healed from the last one."""
         self.process_kills_skipped = 0
-        """Process kills not done because every process was still starting its interpreter."""
+        """Process kills not done because the process drawn was still starting its
+        interpreter."""
 
     def next_event(self) -> float:
         """When the next kill or restart is due (``time.monotonic()``)."""
@@ -367,10 +369,10 @@ class Killer:
         """Do what is due at ``now``."""
         if now >= self.next_process_kill:
             self.fleet.reap()
-            started = self.fleet.started()
-            if started:
-                self.fleet.kill(self.rng.choice(started))
-            else:
+            victim = self.rng.choice(self.fleet.processes)
+            if self.fleet.started(victim):
+                self.fleet.kill(victim)
+            else:  # not another victim: that would kill the started ones more often
                 self.process_kills_skipped += 1
             self.next_process_kill = now + self.rng.expovariate(1 / self.size.mean_kill_interval)
         if self.servers is not None and now >= self.next_server_event:

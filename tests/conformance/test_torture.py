@@ -756,30 +756,37 @@ def test_a_stalled_attachment_put_starts_over_after_a_collector_took_its_body(
     assert plane.get(universe, first.hash) == attachment(0, 7)
 
 
-def test_the_killer_spares_processes_still_starting_their_interpreter(tmp_path: Path) -> None:
-    """A kill falls only on a process that has opened its log (past its imports, before it
-    opens the plane); with none there, the kill is skipped and counted, nothing restarted."""
-    fleet = Fleet(tmp_path / "no-config.json", tmp_path)
-    for ident in (0, 1):  # real processes that never open a log
+class _SleepersFleet(Fleet):
+    """A fleet whose processes are real children that wait on stdin (never a worker)."""
+
+    def start(self, role: str, ident: int, incarnation: int = 0) -> None:
         child = subprocess.Popen(
             [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
         )
-        fleet.processes.append(Process("writer", ident, 0, child))
+        self.processes.append(Process(role, ident, incarnation, child))
+
+
+def test_the_killer_spares_processes_still_starting_their_interpreter(tmp_path: Path) -> None:
+    """A kill draws among every process, and falls only on one that has opened its log
+    (past its imports, before it opens the plane); a draw of one still starting is skipped
+    and counted, never moved to another (the started ones are not killed more often)."""
+    fleet = _SleepersFleet(tmp_path / "no-config.json", tmp_path)
+    fleet.start("writer", 0)
+    fleet.start("writer", 1)
     size = TortureSize(worlds=1, writers=2, drainers=0, seconds=1.0, mean_kill_interval=1.0)
     killer = Killer(fleet, None, size, random.Random(7), now=0.0)
+    draws = 40
     try:
-        assert fleet.started() == []
-        killer.act(killer.next_process_kill)
-        assert killer.process_kills_skipped == 1
-        assert [(p.ident, p.incarnation) for p in fleet.processes] == [(0, 0), (1, 0)]
-        assert all(p.proc.poll() is None for p in fleet.processes)
-
-        (tmp_path / log_name("writer", 1, 0)).touch()  # writer 1 got past its imports
-        assert [p.ident for p in fleet.started()] == [1]
-        killer.act(killer.next_process_kill)
-        assert killer.process_kills_skipped == 1
-        assert fleet.kills["writer"] == 1
-        assert [(p.ident, p.incarnation) for p in fleet.processes] == [(0, 0), (1, 1)]
-        assert fleet.processes[0].proc.poll() is None  # the starting one was spared
+        starting = fleet.processes[0]
+        for _ in range(draws):
+            writer_1 = next(p for p in fleet.processes if p.ident == 1)
+            (tmp_path / log_name("writer", 1, writer_1.incarnation)).touch()  # past imports
+            assert [fleet.started(p) for p in fleet.processes] == [False, True]
+            killer.act(killer.next_process_kill)
+        assert starting in fleet.processes and starting.proc.poll() is None  # never killed
+        assert fleet.kills["writer"] + killer.process_kills_skipped == draws
+        assert fleet.kills["writer"] > 0 and killer.process_kills_skipped > 0
+        writer_1 = next(p for p in fleet.processes if p.ident == 1)
+        assert writer_1.incarnation == fleet.kills["writer"]
     finally:
         fleet.kill_all()
