@@ -367,7 +367,9 @@ def build_item(args: argparse.Namespace) -> InboxItem:
 
 
 def cmd_inbox_enqueue(args: argparse.Namespace) -> int:
-    """Enqueue one item; print its sequence."""
+    """Enqueue one item; print its sequence. A repeat under the same idempotency key
+    prints the first item's sequence, like a new enqueue: ``Plane.enqueue`` returns only
+    the sequence, so whether this call stored the item is not known here."""
     item = build_item(args)
     plane = open_store(args)
     key = None if args.idempotency_key is None else args.idempotency_key.encode()
@@ -733,7 +735,11 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     )
     enqueue.add_argument("--kind", choices=ITEM_KINDS, required=True)
     enqueue.add_argument("--payload", default="null", help="JSON payload (default null)")
-    enqueue.add_argument("--idempotency-key", help="enqueue at most once per key")
+    enqueue.add_argument(
+        "--idempotency-key",
+        help="enqueue at most once per key: a repeat of the item prints the first item's "
+        "sequence (the plane does not say whether this call stored it)",
+    )
     enqueue.add_argument("--schema", help="domain-event: schema name")
     enqueue.add_argument("--key", help="domain-event: partition key")
     enqueue.add_argument("--intent", type=hash_id, help="receipt: intent hash")
