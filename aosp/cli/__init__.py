@@ -3,7 +3,8 @@
 Every command takes ``--help``, ``--json`` (machine-readable output on stdout), ``--verbose``
 (tracebacks), ``--stats`` (per-operation counts and latencies on stderr) and ``--quiet`` (no
 progress). Commands that open a store take ``--data-dir`` (the embedded default) or
-``--kv URL --objects URL``.
+``--kv URL --objects URL``, not both. An option the command would ignore in the combination
+given is a usage error, before anything is opened.
 
 Exit codes: 0 success; 1 a check failed (verification, fsck, conformance, a benchmark
 target); 2 usage error or input the plane refused; 3 the store or a backend failed, the
@@ -37,7 +38,13 @@ from aosp.cli.console import (
     print_json,
     report_error,
 )
-from aosp.cli.store import check_kernel, command_options, named_for_cli, store_options
+from aosp.cli.store import (
+    check_kernel,
+    check_store_options,
+    command_options,
+    named_for_cli,
+    store_options,
+)
 from persistence import telemetry
 from persistence.errors import Conflict, PersistError, ReceiptHorizonFence, Validation
 
@@ -89,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with telemetry.collect_stats() as stats:
         try:
+            check_store_options(args)  # one store named, before anything is opened
             if getattr(args, "kernel", None) is not None:
                 check_kernel(args.kernel)  # a bad --kernel is a usage error before any work
             code: int = args.run(args)

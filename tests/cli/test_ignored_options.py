@@ -1,0 +1,63 @@
+"""Options that a command would ignore in some combination are usage errors instead, through a
+real ``aosp`` subprocess: exit 2, one ``aosp: usage error: ...`` line naming the options, and
+nothing opened, created or written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import Result, aosp
+
+UNIVERSE = "3f1b1c9e-2d7a-4c55-9a52-7c1e2f3a4b5c"
+WORLD = "0c6d4e2f-8a1b-4d3c-b5e6-f708192a3b4c"
+
+
+def usage_error(result: Result, *words: str) -> None:
+    """``result`` is exit 2 with one ``aosp: usage error:`` line holding ``words``."""
+    line = result.one_line_error()
+    assert result.code == 2, result.err
+    assert line.startswith("aosp: usage error: "), line
+    for word in words:
+        assert word in line, line
+
+
+def listing(root: Path) -> list[str]:
+    """Every path under ``root``, relative, sorted (the "nothing created" witness)."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+# --------------------------------------------------------------------------- --data-dir with --kv
+
+STORE_COMMANDS = [
+    ["world", "create"],
+    ["cas", "put", "-u", UNIVERSE, "-"],
+    ["inspect"],
+    ["fsck"],
+    ["compact", "--orphans"],
+    ["spark", "replay-check"],
+]
+
+
+@pytest.mark.parametrize("command", STORE_COMMANDS, ids=" ".join)
+def test_data_dir_with_kv_and_objects_is_a_usage_error(command: list[str], tmp_path: Path) -> None:
+    kv, objects = f"sqlite://{tmp_path / 'kv.db'}", f"file://{tmp_path / 'objects'}"
+    data = str(tmp_path / "data")
+    result = aosp(*command, "--data-dir", data, "--kv", kv, "--objects", objects, stdin=b"hi")
+    usage_error(result, "--data-dir", "--kv/--objects", "not both")
+    assert listing(tmp_path) == []  # nothing opened, nothing created
+
+
+def test_data_dir_with_kv_alone_is_a_usage_error(tmp_path: Path) -> None:
+    result = aosp("world", "create", "--kv", f"sqlite://{tmp_path / 'kv.db'}", "--data-dir", "d")
+    usage_error(result, "--kv and --objects go together")
+    assert listing(tmp_path) == []
+
+
+def test_aosp_data_dir_variable_does_not_conflict_with_kv(tmp_path: Path) -> None:
+    kv, objects = f"sqlite://{tmp_path / 'kv.db'}", f"file://{tmp_path / 'objects'}"
+    env: dict[str, str | None] = {"AOSP_DATA_DIR": str(tmp_path / "data")}
+    created = aosp("world", "create", "--kv", kv, "--objects", objects, "--json", env=env)
+    assert created.code == 0, created.err
+    assert not (tmp_path / "data").exists() and (tmp_path / "kv.db").is_file()
