@@ -61,3 +61,20 @@ def test_aosp_data_dir_variable_does_not_conflict_with_kv(tmp_path: Path) -> Non
     created = aosp("world", "create", "--kv", kv, "--objects", objects, "--json", env=env)
     assert created.code == 0, created.err
     assert not (tmp_path / "data").exists() and (tmp_path / "kv.db").is_file()
+
+
+# --------------------------------------------------------------------------- compact
+
+
+def test_compact_grace_without_orphans_is_a_usage_error(tmp_path: Path) -> None:
+    result = aosp("compact", "--data-dir", str(tmp_path / "data"), "--grace", "60")
+    usage_error(result, "--grace needs --orphans")
+    assert listing(tmp_path) == []
+
+
+def test_compact_grace_with_orphans_runs(tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    assert aosp("world", "create", "--data-dir", data).code == 0
+    result = aosp("compact", "--data-dir", data, "--orphans", "--grace", "60", "--json")
+    assert result.code == 0, result.err
+    assert result.json()["orphans"]["cas"]["collected"] == 0
