@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import itertools
 import json
 import shlex
@@ -200,10 +201,34 @@ def _output(name: str | None) -> Path | None:
     return out
 
 
+MAX_JSON_BODY: Final = 16 * 1024 * 1024
+"""The largest body ``cas get --json`` prints in its JSON (larger ones go to ``--output``)."""
+
+
+def body_json(digest: Hash, body: bytes) -> dict[str, Any]:
+    """A body as ``cas get --json`` prints it: its hash, its size and the body itself, as
+    ``text`` when it is UTF-8, else as ``base64``."""
+    try:
+        return {"hash": str(digest), "size": len(body), "text": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        encoded = base64.b64encode(body).decode("ascii")
+        return {"hash": str(digest), "size": len(body), "base64": encoded}
+
+
 def cmd_cas_get(args: argparse.Namespace) -> int:
-    """Write a body, verified against its hash, to a file or stdout."""
+    """Write a body, verified against its hash, to a file or stdout; with ``--json``, print
+    it in a JSON object (:func:`body_json`), or, with ``--output``, what was written."""
     output = _output(args.output)
     plane = open_store(args)
+    if args.json and output is None:
+        size = plane.blob_meta(args.universe, args.hash).size
+        if size > MAX_JSON_BODY:
+            raise UsageError(
+                f"--json prints bodies up to {MAX_JSON_BODY:,} bytes, and this one is "
+                f"{size:,}: write it with --output FILE (--json then prints its hash and size)"
+            )
+        print_json(body_json(args.hash, plane.get(args.universe, args.hash)))
+        return EXIT_OK
     stream = plane.open_blob(args.universe, args.hash)
     with stream:
         if output is None:
@@ -218,6 +243,9 @@ def cmd_cas_get(args: argparse.Namespace) -> int:
                 partial.unlink(missing_ok=True)
                 raise
             partial.replace(output)  # only a verified body gets the name
+            if args.json:
+                size = output.stat().st_size
+                print_json({"hash": str(args.hash), "size": size, "output": str(output)})
     return EXIT_OK
 
 
@@ -700,10 +728,20 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     put.add_argument("--expect", type=hash_id, help="refuse unless the body has this hash")
     put.set_defaults(run=cmd_cas_put, option_fields={"expected_hash": "--expect"})
     get = cas.add_parser(
-        "get", parents=[common, store, universe_only], help="write a verified body out"
+        "get",
+        parents=[common, store, universe_only],
+        help="write a verified body out",
+        description="Writes the body, verified against its hash, to --output or stdout. With "
+        "--json, stdout gets {hash, size, text} (a UTF-8 body) or {hash, size, base64} (any "
+        f"other) for bodies up to {MAX_JSON_BODY // 1024 // 1024} MiB, or, with --output, "
+        "{hash, size, output}.",
     )
     get.add_argument("hash", type=ids.hash_selector, help="sha256, or a unique prefix of one")
-    get.add_argument("--output", "-o", help="file to write (default: stdout)")
+    get.add_argument(
+        "--output",
+        "-o",
+        help="file to write (default: stdout; with --json, the JSON says hash, size and file)",
+    )
     get.set_defaults(run=cmd_cas_get)
     stat = cas.add_parser("stat", parents=[common, store, universe_only], help="size and location")
     stat.add_argument("hash", type=ids.hash_selector, help="sha256, or a unique prefix of one")

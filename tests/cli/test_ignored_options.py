@@ -78,3 +78,57 @@ def test_compact_grace_with_orphans_runs(tmp_path: Path) -> None:
     result = aosp("compact", "--data-dir", data, "--orphans", "--grace", "60", "--json")
     assert result.code == 0, result.err
     assert result.json()["orphans"]["cas"]["collected"] == 0
+
+
+# --------------------------------------------------------------------------- cas get --json
+
+
+@pytest.fixture(scope="module")
+def cas_store(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """``--data-dir D -u U`` of a new store with one world's universe."""
+    data = str(tmp_path_factory.mktemp("cas") / "data")
+    created = aosp("world", "create", "--data-dir", data, "--json").json()
+    return ["--data-dir", data, "-u", created["universe"]]
+
+
+def put(cas_store: list[str], body: bytes) -> str:
+    result = aosp("cas", "put", *cas_store, "-", stdin=body)
+    assert result.code == 0, result.err
+    return result.text.strip()
+
+
+def test_cas_get_json_gives_a_utf8_body_as_text(cas_store: list[str]) -> None:
+    body = "héllo\n".encode()
+    digest = put(cas_store, body)
+    result = aosp("cas", "get", *cas_store, digest[:12], "--json")
+    assert result.code == 0, result.err
+    assert result.json() == {"hash": digest, "size": len(body), "text": "héllo\n"}
+
+
+def test_cas_get_json_gives_other_bodies_as_base64(cas_store: list[str]) -> None:
+    body = b"\xff\x00binary"
+    digest = put(cas_store, body)
+    result = aosp("cas", "get", *cas_store, digest, "--json")
+    assert result.code == 0, result.err
+    assert result.json() == {"hash": digest, "size": len(body), "base64": "/wBiaW5hcnk="}
+
+
+def test_cas_get_json_with_output_writes_the_file_and_says_so(
+    cas_store: list[str], tmp_path: Path
+) -> None:
+    body = b"\x00" * 20_000  # an object, not inline (16 KiB at most)
+    digest = put(cas_store, body)
+    out = tmp_path / "body.bin"
+    result = aosp("cas", "get", *cas_store, digest, "-o", str(out), "--json")
+    assert result.code == 0, result.err
+    assert result.json() == {"hash": digest, "size": 20_000, "output": str(out)}
+    assert out.read_bytes() == body
+
+
+def test_cas_get_json_of_a_body_too_large_for_json_names_output(
+    cas_store: list[str], tmp_path: Path
+) -> None:
+    digest = put(cas_store, b"x" * (16 * 1024 * 1024 + 1))
+    result = aosp("cas", "get", *cas_store, digest, "--json")
+    usage_error(result, "--json prints bodies up to 16,777,216 bytes", "--output FILE")
+    assert result.out == b""
