@@ -287,6 +287,8 @@ def cmd_journal_read(args: argparse.Namespace) -> int:
     """Print entries from a height (stitched from segments and the hot tail)."""
     if args.raw and args.decode:
         raise UsageError("--raw writes the entries' bytes; --decode shows them decoded: not both")
+    if args.raw and args.json:
+        raise UsageError("--raw writes the entries' bytes; --json prints them as JSON: not both")
     plane = open_store(args)
     rows = plane.read_range(args.universe, args.world, args.start, args.limit)
     if args.raw:
@@ -372,9 +374,34 @@ def _need(args: argparse.Namespace, *names: str) -> None:
         raise UsageError(f"--kind {args.kind} needs {', '.join(missing)}")
 
 
+KIND_OPTIONS: Final = {
+    "domain-event": ("schema", "key"),
+    "receipt": ("intent", "effect_kind", "adapter", "signature_hex"),
+    "inbox": ("source", "header"),
+    "timer": ("timer_id",),
+    "control": ("command_name",),
+}
+"""The ``inbox enqueue`` options (``dest``) that give the fields of each ``--kind``."""
+
+
+def _refuse_other_kinds(args: argparse.Namespace) -> None:
+    """``UsageError`` naming the options given that belong to another ``--kind`` (the item
+    has no field for them: they would be dropped)."""
+    foreign = [
+        f"--{dest.replace('_', '-')} (of --kind {kind})"
+        for kind, dests in KIND_OPTIONS.items()
+        if kind != args.kind
+        for dest in dests
+        if getattr(args, dest) is not None
+    ]
+    if foreign:
+        raise UsageError(f"--kind {args.kind} does not take {', '.join(foreign)}")
+
+
 def build_item(args: argparse.Namespace) -> InboxItem:
     """The inbox item the ``inbox enqueue`` arguments describe (payloads are JSON, stored
-    as canonical CBOR)."""
+    as canonical CBOR); options of another kind are a ``UsageError``."""
+    _refuse_other_kinds(args)
     payload = _payload(args.payload)
     if args.kind == "domain-event":
         _need(args, "schema")

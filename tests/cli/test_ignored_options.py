@@ -132,3 +132,88 @@ def test_cas_get_json_of_a_body_too_large_for_json_names_output(
     result = aosp("cas", "get", *cas_store, digest, "--json")
     usage_error(result, "--json prints bodies up to 16,777,216 bytes", "--output FILE")
     assert result.out == b""
+
+
+# --------------------------------------------------------------------------- other combinations
+
+WORLD_ARGS = ["-u", UNIVERSE, "-w", WORLD]
+TIMER_EXTRA = ["--schema", "s", "--header", "a=b"]  # a domain event's and an inbox item's
+SIGNED = ["--signature-hex", "00"]  # a receipt's
+TRIGGER = ["--trigger-seconds", "2"]
+
+IGNORED = [
+    (
+        ["journal", "read", *WORLD_ARGS, "--raw", "--json"],
+        ["--raw", "--json", "not both"],
+    ),
+    (
+        ["inbox", "enqueue", *WORLD_ARGS, "--kind", "timer", "--timer-id", "t", *TIMER_EXTRA],
+        ["--kind timer does not take", "--schema (of --kind domain-event)", "--header (of --kind"],
+    ),
+    (
+        ["inbox", "enqueue", *WORLD_ARGS, "--kind", "control", "--command-name", "c", *SIGNED],
+        ["--kind control does not take --signature-hex (of --kind receipt)"],
+    ),
+    (["drain", "--interval", "1"], ["--interval: for --follow only", "add --follow"]),
+    (["drain", "--report-every", "5", "--interval", "1"], ["--interval and --report-every"]),
+    (
+        ["spark", "replay-follow", "--checkpoint", "CHECKPOINT", "--once", *TRIGGER],
+        ["--trigger-seconds", "--once", "not both"],
+    ),
+    (
+        ["inspect", *WORLD_ARGS, "--limit", "5"],
+        ["--limit caps the rows of several worlds", "not both"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    IGNORED,
+    ids=[
+        "journal-raw-json",
+        "enqueue-other-kinds",
+        "enqueue-receipt-option",
+        "drain-interval",
+        "drain-report-every",
+        "follow-once-trigger",
+        "inspect-one-world-limit",
+    ],
+)
+def test_an_option_the_command_would_ignore_is_a_usage_error(
+    command: list[str], words: list[str], tmp_path: Path
+) -> None:
+    """Refused before the store is opened: the data directory need not even exist."""
+    command = [str(tmp_path / "checkpoint") if w == "CHECKPOINT" else w for w in command]
+    result = aosp(*command, "--data-dir", str(tmp_path / "data"))
+    usage_error(result, *words)
+    assert listing(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        (["--steady-worlds", "5"], ["--steady-worlds is for the steady suite", "engine"]),
+        (
+            ["--steady-seconds", "60", "--plot", "p.png"],
+            ["--steady-seconds, --plot are for the steady suite"],
+        ),
+        (["--fdb", "fdb:///nowhere/fdb.cluster"], ["--fdb is for the fdb suite", "or all"]),
+    ],
+    ids=["steady-worlds", "steady-seconds-plot", "fdb"],
+)
+def test_bench_options_of_a_suite_left_out_are_usage_errors(
+    options: list[str], words: list[str], tmp_path: Path
+) -> None:
+    result = aosp("bench", "engine", *options, "--seconds", "0.05", cwd=tmp_path)
+    usage_error(result, *words)
+    assert result.text == "" and listing(tmp_path) == []  # no suite ran
+
+
+def test_inspect_limit_still_caps_several_worlds(tmp_path: Path) -> None:
+    data = ["--data-dir", str(tmp_path / "data")]
+    created = aosp("world", "create", *data, "--json").json()
+    aosp("world", "create", *data, "-u", created["universe"])
+    listed = aosp("inspect", *data, "--limit", "1", "--json", "--quiet")
+    assert listed.code == 0, listed.err
+    assert len(listed.json()["worlds"]) == 1
