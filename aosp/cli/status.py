@@ -33,6 +33,9 @@ from persistence.protocols.status import world_status as read_world_status
 CLEAR_SCREEN: Final = "\x1b[H\x1b[2J"
 """Cursor home and erase display: each refresh of the live view redraws the screen."""
 
+DEFAULT_INTERVAL: Final = 2.0
+"""``--interval``: seconds between two readings of the live view."""
+
 WORLD_COLUMNS: Final = (
     "world",
     "handle",
@@ -207,23 +210,25 @@ def print_view(view: dict[str, Any], top: int) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the view once (``--once``, ``--json`` or not a terminal), else redraw it every
     ``--interval`` seconds until interrupted."""
+    if args.interval is not None and (args.once or args.json):
+        raise UsageError("--interval paces the live view: not with --once or --json")
+    interval = DEFAULT_INTERVAL if args.interval is None else args.interval
     plane = open_store(args)
-    live = not (args.once or args.json) and sys.stdout.isatty()
-    while True:
-        view = snapshot(plane, args)
-        if args.json:
-            print_json(view)
-            return EXIT_OK
-        if live:
+    if args.json:
+        print_json(snapshot(plane, args))
+        return EXIT_OK
+    if args.once or not sys.stdout.isatty():
+        print_view(snapshot(plane, args), args.top)
+        return EXIT_OK
+    try:
+        while True:
+            view = snapshot(plane, args)
             print(CLEAR_SCREEN, end="")
-        print_view(view, args.top)
-        if not live:
-            return EXIT_OK
-        print(f"\n(every {args.interval:g} s; Ctrl-C to stop)", flush=True)
-        try:
-            time.sleep(args.interval)
-        except KeyboardInterrupt:
-            return EXIT_OK
+            print_view(view, args.top)
+            print(f"\n(every {interval:g} s; Ctrl-C to stop)", flush=True)
+            time.sleep(interval)
+    except KeyboardInterrupt:  # the way out of the live view
+        return EXIT_OK
 
 
 def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
@@ -242,8 +247,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     parser.add_argument(
         "--interval",
         type=positive_seconds,
-        default=2.0,
-        help="seconds between two readings of the live view (default 2)",
+        help=f"seconds between two readings of the live view (default {DEFAULT_INTERVAL:g})",
     )
     parser.add_argument(
         "--top",

@@ -6,8 +6,14 @@ a real FoundationDB cluster the oldest pending item has an age."""
 from __future__ import annotations
 
 import hashlib
+import os
+import pty
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
+from aosp.cli.status import CLEAR_SCREEN
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence import cbor, kv
@@ -20,7 +26,7 @@ from persistence.records import (
     InboxConsumedMark,
 )
 from segments import open_plane
-from tests.cli.conftest import Store, aosp
+from tests.cli.conftest import ROOT, Store, aosp
 from tests.fdb_cluster import FdbCluster, clear_keyspace
 
 
@@ -165,3 +171,39 @@ def test_status_on_a_real_cluster_ages_the_oldest_pending_item(
     assert isinstance(age, float) and 0 <= age < 300
     assert u["oldest_pending_age_seconds"] == age
     assert u["busiest"][1]["oldest_pending_age_seconds"] is None
+
+
+def test_an_interval_without_the_live_view_is_a_usage_error(store: Store) -> None:
+    for mode in ("--once", "--json"):
+        result = aosp("status", *store.args(mode, "--interval", "5"))
+        assert result.code == 2, result.err
+        assert "--interval paces the live view" in result.one_line_error()
+
+
+def test_on_a_terminal_the_view_refreshes_until_interrupted(store: Store) -> None:
+    """Through a pseudo-terminal: the screen is redrawn with each reading (synchronised on
+    the output, never on a sleep), and Ctrl-C (SIGINT) ends it with exit 0."""
+    leader, follower = pty.openpty()
+    environment = {k: v for k, v in os.environ.items() if k != "AOSP_DATA_DIR"}
+    environment["PYTHONPATH"] = str(ROOT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aosp", "status", *store.args("--interval", "0.05")],
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env=environment,
+    )
+    os.close(follower)
+    seen = b""
+    try:
+        while seen.count(CLEAR_SCREEN.encode()) < 3:
+            chunk = os.read(leader, 65536)
+            assert chunk, f"the view ended early: {seen[-500:]!r}"
+            seen += chunk
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0, process.stderr.read() if process.stderr else ""
+    finally:
+        process.kill()
+        process.wait()
+        os.close(leader)
+    text = seen.decode(errors="replace")
+    assert f"universe {store.universe[:8]}" in text and "Ctrl-C to stop" in text
