@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
-from persistence import fdb_errors
+from persistence import fdb_errors, metrics
 from persistence.errors import Contended, EngineError, RetryLimitReached
 from persistence.fdb_errors import is_retryable
 from persistence.futures import Blocking, Future, Gathered, drive
@@ -286,9 +286,11 @@ class RetryStats:
         self.raised: Counter[int] = Counter()
 
     def count(self, code: int, *, retried: bool) -> None:
-        """Count one error ``code``, retried or raised."""
+        """Count one error ``code``, retried or raised (and as a metric:
+        :func:`persistence.metrics.engine_error`)."""
         with self._lock:
             (self.retried if retried else self.raised)[code] += 1
+        metrics.engine_error(code, retried=retried)
 
     def snapshot(self) -> dict[str, dict[int, int]]:
         """``{"retried": {code: n}, "raised": {code: n}}``."""
