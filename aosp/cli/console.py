@@ -112,16 +112,26 @@ def print_json(value: Any, out: TextIO | None = None) -> None:
     print(json.dumps(value, indent=2, sort_keys=False), file=out or sys.stdout)
 
 
-def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """Rows as an aligned text table (columns in the order given)."""
+def cell(value: Any) -> str:
+    """A value as a text cell or field shows it: ``None`` is ``-``."""
+    return "-" if value is None else str(value)
+
+
+def print_table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[str], out: TextIO | None = None
+) -> None:
+    """Rows as an aligned text table (columns in the order given; ``None`` shows ``-``), on
+    stdout or ``out``."""
+    stream = out or sys.stdout
     if not rows:
-        print("(none)")
+        print("(none)", file=stream)
         return
-    cells = [["" if row.get(c) is None else str(row.get(c)) for c in columns] for row in rows]
+    cells = [[cell(row.get(c)) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
-    for r in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    for line in [list(columns), *cells]:
+        print(
+            "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip(), file=stream
+        )
 
 
 def short_id(full: str) -> str:
@@ -137,10 +147,43 @@ def iso_time(ns: int) -> str:
 
 
 def print_fields(fields: dict[str, Any]) -> None:
-    """``name  value`` lines, names aligned."""
+    """``name  value`` lines, names aligned (``None`` shows ``-``)."""
     width = max((len(k) for k in fields), default=0)
     for name, value in fields.items():
-        print(f"{name:<{width}}  {value}")
+        print(f"{name:<{width}}  {cell(value)}")
+
+
+SIZE_UNITS: Final = ("KiB", "MiB", "GiB", "TiB", "PiB")
+"""The binary units :func:`human_size` steps through after bytes."""
+
+
+def human_size(size: int) -> str:
+    """A byte count as a person reads it: ``758 B``, ``9.3 KiB``, ``3.6 MiB`` (the exact
+    count stays in ``--json``)."""
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in SIZE_UNITS:
+        value /= 1024
+        if round(value, 1) < 1024 or unit == SIZE_UNITS[-1]:
+            break
+    return f"{value:.1f} {unit}"
+
+
+ELLIPSIS: Final = "…"
+"""What ends a cell cut short (a cut is never silent)."""
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: cut short, it ends with an ellipsis."""
+    return text if len(text) <= width else text[: width - 1] + ELLIPSIS
+
+
+def short_seq(seq: str) -> str:
+    """An inbox sequence (24 hex digits, mostly leading zeros on SQLite) as a table shows
+    it: without its leading zeros (the full digits end the same way; ``--after`` takes the
+    full form)."""
+    return seq.lstrip("0") or "0"
 
 
 class Progress:
