@@ -19,6 +19,7 @@ from aosp.cli.console import (
     EXIT_OK,
     Refused,
     UsageError,
+    clip,
     int_at_least,
     iso_time,
     print_fields,
@@ -284,25 +285,29 @@ def decoded_entry(entry: bytes) -> dict[str, Any] | None:
 
 
 def cmd_journal_read(args: argparse.Namespace) -> int:
-    """Print entries from a height (stitched from segments and the hot tail)."""
+    """Print entries from a height (stitched from segments and the hot tail); say when
+    more follow than ``--limit`` showed."""
     if args.raw and args.decode:
         raise UsageError("--raw writes the entries' bytes; --decode shows them decoded: not both")
     if args.raw and args.json:
         raise UsageError("--raw writes the entries' bytes; --json prints them as JSON: not both")
     plane = open_store(args)
     rows = plane.read_range(args.universe, args.world, args.start, args.limit)
+    head = plane.head(args.universe, args.world)  # read after: heads only grow
+    last = rows[-1][0] if rows else args.start - 1
+    more = last < head
     if args.raw:
         for _, entry in rows:
             sys.stdout.buffer.write(len(entry).to_bytes(4, "big") + entry)
         sys.stdout.buffer.flush()
-        return EXIT_OK
-    if args.json:
+    elif args.json:
         out = [
             {"height": h, "size": len(e), "kind": entry_kind(e), "entry_hex": e.hex()}
             | ({"record": decoded_entry(e)} if args.decode else {})
             for h, e in rows
         ]
-        print_json({"head": plane.head(args.universe, args.world), "entries": out})
+        next_from = last + 1 if more else None
+        print_json({"head": head, "entries": out, "more": more, "next_from": next_from})
     elif args.decode:
         table = [{"height": h, "kind": entry_kind(e), "record": _record_text(e)} for h, e in rows]
         print_table(table, ["height", "kind", "record"])
@@ -312,6 +317,9 @@ def cmd_journal_read(args: argparse.Namespace) -> int:
             for h, e in rows
         ]
         print_table(table, ["height", "size", "kind", "entry"])
+    if more and not args.json:
+        sys.stdout.flush()  # the hint follows the entries on a terminal
+        print(f"(more entries after height {last}: --from {last + 1} shows them)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -446,26 +454,48 @@ def _plain(value: Any) -> Any:
     return value
 
 
+ITEM_WIDTH: Final = 80
+"""The widest item cell of ``inbox read`` without ``--full`` (a longer one ends in ``…``)."""
+
+
 def cmd_inbox_read(args: argparse.Namespace) -> int:
-    """Print pending items (after the cursor, or after ``--after``)."""
+    """Print pending items (after the cursor, or after ``--after``); say when there are
+    more than ``--limit``."""
     plane = open_store(args)
     after = args.after if args.after is not None else plane.inbox_cursor(args.universe, args.world)
     items = plane.read_after(args.universe, args.world, after, args.limit)
+    last = items[-1][0] if items else after
+    more = len(items) == args.limit and bool(plane.read_after(args.universe, args.world, last, 1))
     rows = [
         {"seq": str(seq), "kind": type(item).KIND, "item": _plain(item.to_map())}
         for seq, item in items
     ]
     if args.json:
-        print_json({"after": None if after is None else str(after), "items": rows})
-    else:
-        print_table(
-            [
-                {"seq": r["seq"], "kind": r["kind"], "item": json.dumps(r["item"])[:80]}
-                for r in rows
-            ],
-            ["seq", "kind", "item"],
+        print_json(
+            {
+                "after": None if after is None else str(after),
+                "items": rows,
+                "more": more,
+                "next_after": str(last) if more and last is not None else None,
+            }
         )
+        return EXIT_OK
+    width = None if args.full else ITEM_WIDTH
+    table = [{**r, "item": _item_text(r["item"], width)} for r in rows]
+    print_table(table, ["seq", "kind", "item"])
+    if more:
+        sys.stdout.flush()  # the hint follows the items on a terminal
+        where = (
+            ": raise --limit" if last is None else f" after seq {last}: --after {last} shows them"
+        )
+        print(f"(more items{where})", file=sys.stderr)
     return EXIT_OK
+
+
+def _item_text(item: dict[str, Any], width: int | None) -> str:
+    """An item's JSON in one cell: whole, or clipped to ``width`` with an ellipsis."""
+    text = json.dumps(item)
+    return text if width is None else clip(text, width)
 
 
 def cmd_inbox_drain(args: argparse.Namespace) -> int:
@@ -820,7 +850,13 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "read", parents=[common, store, one_world], help="pending items after the cursor"
     )
     inbox_read.add_argument("--after", type=inbox_seq, help="sequence to read after")
-    inbox_read.add_argument("--limit", type=int, default=100, help="items at most")
+    inbox_read.add_argument("--limit", type=int, default=100, help="items at most (default 100)")
+    inbox_read.add_argument(
+        "--full",
+        action="store_true",
+        help=f"print whole items (default: an item longer than {ITEM_WIDTH} characters is "
+        "cut, ending in …)",
+    )
     inbox_read.set_defaults(run=cmd_inbox_read, option_fields={"after_exclusive": "--after"})
     drain = inbox.add_parser(
         "drain", parents=[common, store, one_world], help="move pending items to the journal"
