@@ -14,10 +14,12 @@ from aosp.cli.console import (
     EXIT_OK,
     Progress,
     UsageError,
+    human_size,
     int_at_least,
     positive_seconds,
     print_json,
     print_table,
+    short_id,
 )
 from aosp.cli.store import open_store, selected_worlds, world_options
 from persistence.errors import Backend, Corruption, Validation
@@ -111,7 +113,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
         columns = ["world", "marks", "mark_due", "items"] if args.dry_run else ["world", "items"]
         if not args.dry_run:
             columns += ["idempotency_entries", "marks_written", "marks_removed"]
-        print_table(rows, [*columns, *(["error"] if failed else [])])
+        table = [{**r, "world": short_id(r["world"])} for r in rows]
+        print_table(table, [*columns, *(["error"] if failed else [])])
         verb = "removable" if args.dry_run else "removed"
         total = sum(r.get("items", 0) for r in rows)
         capped = any(r.get("more_than_counted") for r in rows)
@@ -120,11 +123,12 @@ def cmd_compact(args: argparse.Namespace) -> int:
             cas, seg = orphans["cas"], orphans["segments"]
             verb = "collectable" if args.dry_run else "collected"
             print(
-                f"orphans {verb}: {cas['collected']} CAS bodies ({cas['collected_bytes']:,} "
-                f"bytes; {cas['pinned']} pinned by puts in flight, {cas['pins_expired']} "
+                f"orphans {verb}: {cas['collected']} CAS bodies "
+                f"({human_size(cas['collected_bytes'])}; {cas['pinned']} pinned by puts in "
+                f"flight, {cas['pins_expired']} "
                 f"expired pins, {cas['dooms_resumed'] + cas['dooms_settled']} left-over "
                 f"collections, {cas['abandoned']} left to their lease), {seg['collected']} "
-                f"segment objects ({seg['collected_bytes']:,} bytes; {seg['kept']} kept for "
+                f"segment objects ({human_size(seg['collected_bytes'])}; {seg['kept']} kept for "
                 f"an export in flight), {seg['markers_cleared']} finished export markers"
             )
         if orphan_error is not None:

@@ -20,6 +20,7 @@ from aosp.cli.console import (
     Refused,
     UsageError,
     clip,
+    human_size,
     int_at_least,
     iso_time,
     print_fields,
@@ -260,7 +261,10 @@ def cmd_cas_stat(args: argparse.Namespace) -> int:
         "storage": meta.storage,
         "object_key": meta.object_key,
     }
-    print_json(result) if args.json else print_fields(result)
+    if args.json:
+        print_json(result)
+    else:
+        print_fields({**result, "size": f"{human_size(meta.size)} ({meta.size:,} bytes)"})
     return EXIT_OK
 
 

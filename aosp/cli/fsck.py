@@ -6,7 +6,14 @@ import argparse
 from typing import Any
 
 from aosp.cli import ids
-from aosp.cli.console import EXIT_CHECK_FAILED, EXIT_OK, Progress, print_json
+from aosp.cli.console import (
+    EXIT_CHECK_FAILED,
+    EXIT_OK,
+    Progress,
+    human_size,
+    print_json,
+    short_id,
+)
 from aosp.cli.store import open_store, require_universe
 
 
@@ -26,9 +33,10 @@ def cmd_fsck(args: argparse.Namespace) -> int:
         print_json(report.to_json())
     else:
         for f in report.findings:
-            where = (f.universe or "-") + (f"/{f.world}" if f.world else "")
+            where = short_id(f.universe) if f.universe else "-"
+            where += f"/{short_id(f.world)}" if f.world else ""
             print(f"{f.severity.upper():<8}{f.area:<10}{where} {f.subject}: {f.message}")
-        checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
+        checked = ", ".join(_tally(what, n) for what, n in sorted(report.checked.items()))
         if report.checked.get("universes"):
             print(f"checked {checked}")
         else:  # not a clean store: nothing was checked (exit 1)
@@ -39,6 +47,13 @@ def cmd_fsck(args: argparse.Namespace) -> int:
         print(f"{len(report.errors)} errors, {len(report.warnings)} warnings")
     failed = not report.ok or (args.strict and report.warnings)
     return EXIT_CHECK_FAILED if failed else EXIT_OK
+
+
+def _tally(what: str, count: int) -> str:
+    """One figure of what fsck checked, as text: ``3 worlds``, ``3.4 MiB read (cas)``."""
+    if what.endswith(" bytes read"):
+        return f"{human_size(count)} read ({what.removesuffix(' bytes read')})"
+    return f"{count} {what}"
 
 
 def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:

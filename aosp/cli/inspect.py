@@ -10,10 +10,14 @@ from aosp.cli.console import (
     EXIT_OK,
     Progress,
     UsageError,
+    human_size,
     int_at_least,
+    iso_time,
     print_fields,
     print_json,
     print_table,
+    short_id,
+    short_seq,
 )
 from aosp.cli.store import open_store, selected_worlds, world_options
 from persistence.ids import UniverseId, WorldId
@@ -88,17 +92,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if args.json:
             print_json(summary)
         else:
-            print_fields(
-                {
-                    k: v
-                    for k, v in summary.items()
-                    if not k.endswith("_list") and k != "hot" and k not in HOT_COLUMNS
-                }
-            )
-            for name, figures in summary["hot"].items():
-                print(f"hot {name}: {figures['count']} ({figures['bytes']} bytes)")
-            for s in summary["segment_list"]:
-                print(f"segment {s['start']}-{s['end']}  {s['bytes']} bytes  {s['object_key']}")
+            _print_world(summary)
         return EXIT_OK
     worlds = selected_worlds(plane, args)[: DEFAULT_LIMIT if args.limit is None else args.limit]
     rows = []
@@ -112,23 +106,60 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"universes": len({r["universe"] for r in rows}), "worlds": rows})
     else:
-        print_table(
-            rows,
-            [
-                "universe",
-                "world",
-                "handle",
-                "head",
-                "cursor",
-                "pending",
-                "baseline",
-                "snapshots",
-                "segments",
-                "cold_through",
-                *(["hot_keys", "hot_bytes", *HOT_COLUMNS] if args.hot else []),
-            ],
-        )
+        _print_rows(rows, args.hot)
     return EXIT_OK
+
+
+SIZE_FIELDS: Final = ("segment_bytes", "hot_bytes")
+"""Fields of ``inspect`` that count bytes (text shows them with units)."""
+
+
+def _print_world(summary: dict[str, Any]) -> None:
+    """One world in detail as text: ``name  value`` lines, its hot families and segments."""
+    fields = {
+        k: human_size(v) if k in SIZE_FIELDS else v
+        for k, v in summary.items()
+        if not k.endswith("_list") and k not in ("hot", "created_ns") and k not in HOT_COLUMNS
+    }
+    fields["created"] = iso_time(summary["created_ns"])
+    print_fields(fields)
+    for name, figures in summary["hot"].items():
+        print(f"hot {name}: {figures['count']} ({human_size(figures['bytes'])})")
+    for s in summary["segment_list"]:
+        print(f"segment {s['start']}-{s['end']}  {human_size(s['bytes'])}  {s['object_key']}")
+
+
+def _print_rows(rows: list[dict[str, Any]], hot: bool) -> None:
+    """A row per world as text: short ids, sizes with units; a universe all rows share is
+    said once above the table, not in every row."""
+    universes = {r["universe"] for r in rows}
+    shared = len(universes) == 1
+    if shared:
+        print(f"universe {universes.pop()}")
+    table = [
+        {
+            **r,
+            "universe": short_id(r["universe"]),
+            "world": short_id(r["world"]),
+            "cursor": None if r["cursor"] is None else short_seq(r["cursor"]),
+            **({"hot_bytes": human_size(r["hot_bytes"])} if hot else {}),
+        }
+        for r in rows
+    ]
+    columns = [
+        *([] if shared else ["universe"]),
+        "world",
+        "handle",
+        "head",
+        "cursor",
+        "pending",
+        "baseline",
+        "snapshots",
+        "segments",
+        "cold_through",
+        *(["hot_keys", "hot_bytes", *HOT_COLUMNS] if hot else []),
+    ]
+    print_table(table, columns)
 
 
 def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:

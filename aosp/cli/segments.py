@@ -9,8 +9,10 @@ from aosp.cli.console import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     Progress,
+    human_size,
     print_json,
     print_table,
+    short_id,
 )
 from aosp.cli.store import open_store, selected_worlds, world_options
 from persistence.kernel import load_kernel
@@ -92,9 +94,10 @@ def cmd_segments_export(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"worlds": len(worlds), "segments": exported})
     else:
-        print_table(exported, ["world", "start", "end", "bytes", "object_key"])
+        columns = [c for c in SEGMENT_COLUMNS if c != "entries"]
+        print_table([_segment_text(r) for r in exported], columns)
         total = sum(r["bytes"] for r in exported)
-        print(f"{len(exported)} segments ({total} bytes) from {len(worlds)} worlds")
+        print(f"{len(exported)} segments ({human_size(total)}) from {len(worlds)} worlds")
     return EXIT_OK
 
 
@@ -118,8 +121,17 @@ def cmd_segments_list(args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
     else:
-        print_table(rows, ["world", "start", "end", "entries", "bytes", "object_key"])
+        print_table([_segment_text(r) for r in rows], SEGMENT_COLUMNS)
     return EXIT_OK
+
+
+SEGMENT_COLUMNS: Final = ("world", "start", "end", "entries", "size", "object_key")
+"""The text columns of ``segments list`` and ``segments export``."""
+
+
+def _segment_text(row: dict[str, Any]) -> dict[str, Any]:
+    """A segment row as text shows it: the world's short id, the size with units."""
+    return {**row, "world": short_id(row["world"]), "size": human_size(row["bytes"])}
 
 
 def cmd_segments_verify(args: argparse.Namespace) -> int:

@@ -1,10 +1,10 @@
 """Output that hides nothing: a limit that stops a listing says so, a cut cell ends in an
-ellipsis, text shows ``-``, times, sizes with units and short ids where JSON keeps exact
-values, ``--stats`` is a line per operation, and ``ok: false`` says why."""
+ellipsis, text shows ``-``, times, sizes with units and short ids where JSON keeps exact values."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -94,3 +94,73 @@ def test_inbox_read_says_when_more_items_follow(store: Store, pending: list[str]
         and aosp("inbox", "read", *store.world_args("--limit", "3", "--json")).json()["next_after"]
         is None
     )
+
+
+# --------------------------------------------------------------------------- text for people
+
+
+def test_inspect_says_a_shared_universe_once_with_short_ids(store: Store) -> None:
+    text = aosp("inspect", *store.args("--quiet")).text
+    first, header, *rows = text.splitlines()
+    assert first == f"universe {store.universe}" and header.split()[0] == "world"
+    assert len(rows) == 3 and store.universe[:8] not in "".join(rows)
+    assert any(r.startswith(store.world[:8] + "  ") for r in rows) and store.world not in text
+    cursor = aosp("inspect", *store.world_args("--json")).json()["cursor"]
+    assert short_seq(cursor) in text and cursor not in text
+    hot = aosp("inspect", *store.args("--quiet", "--hot")).text
+    assert re.search(r"\d+\.\d (KiB|MiB)", hot)
+    other = aosp("world", "create", *store.args("--json")).json()["universe"]
+    mixed = aosp("inspect", *store.args("--quiet")).text.splitlines()
+    assert mixed[0].split()[:2] == ["universe", "world"]
+    assert any(line.startswith(other[:8] + "  ") for line in mixed[1:])
+    listing = aosp("inspect", *store.args("--quiet", "--json")).json()
+    assert {w["universe"] for w in listing["worlds"]} == {store.universe, other}
+
+
+def test_inspect_one_world_shows_time_and_sizes(store: Store) -> None:
+    detail = aosp("inspect", *store.world_args("--json")).json()
+    assert isinstance(detail["created_ns"], int) and isinstance(detail["segment_bytes"], int)
+    fields = dict(
+        line.split(None, 1) for line in aosp("inspect", *store.world_args()).text.splitlines()
+    )
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", fields["created"])
+    assert "created_ns" not in fields
+    assert fields["segment_bytes"] == human_size(detail["segment_bytes"])
+    assert fields["hot_bytes"] == human_size(detail["hot_bytes"])
+    segment = detail["segment_list"][0]
+    assert f"segment {segment['start']}-{segment['end']}  {human_size(segment['bytes'])}  " in (
+        aosp("inspect", *store.world_args()).text
+    )
+
+
+def test_none_shows_as_a_dash(store: Store) -> None:
+    made = aosp("world", "create", *store.args("-u", store.universe, "--json")).json()
+    listing = aosp("world", "list", *store.args("-u", store.universe)).text.splitlines()
+    row = next(line for line in listing if line.split()[1] == made["world"][:8])
+    assert row.split()[2] == "-" and "None" not in "".join(listing)
+    drained = aosp("inbox", "drain", *store.world_args())
+    assert "first_height  -" in drained.text and "None" not in drained.text
+    assert aosp("inbox", "drain", *store.world_args("--json")).json()["first_height"] is None
+
+
+def test_cas_stat_segments_and_fsck_show_sizes_with_units(store: Store) -> None:
+    put = aosp("cas", "put", *store.args("-u", store.universe, "-"), stdin=b"y" * 5000)
+    digest = put.text.strip()
+    stat = aosp("cas", "stat", *store.args("-u", store.universe, digest)).text
+    assert "size        4.9 KiB (5,000 bytes)" in stat
+    assert (
+        aosp("cas", "stat", *store.args("-u", store.universe, digest, "--json")).json()["size"]
+        == 5000
+    )
+    segments = aosp("segments", "list", *store.world_args("--json")).json()
+    lines = aosp("segments", "list", *store.world_args()).text.splitlines()
+    assert lines[0].split() == ["world", "start", "end", "entries", "size", "object_key"]
+    assert lines[1].split()[:6] == [
+        store.world[:8],
+        str(segments[0]["start"]),
+        str(segments[0]["end"]),
+        str(segments[0]["entries"]),
+        *human_size(segments[0]["bytes"]).split(),
+    ]
+    fsck = aosp("fsck", *store.args("--quiet")).text
+    assert re.search(r"\d+\.\d (KiB|MiB) read \(cas\)", fsck) and "bytes read" not in fsck
