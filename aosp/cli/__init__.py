@@ -36,6 +36,7 @@ from aosp.cli.console import (
     UsageError,
     common_options,
     print_json,
+    print_table,
     report_error,
 )
 from aosp.cli.store import (
@@ -134,16 +135,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = EXIT_INTERNAL
         finally:
             if getattr(args, "stats", False):
-                _print_stats(stats)
+                _print_stats(stats, as_json=args.json)
     return code
 
 
-def _print_stats(stats: telemetry.StatsRecorder) -> None:
+STATS_COLUMNS = ("operation", "calls", "errors", "mean_ms", "p50_ms", "p99_ms", "max_ms")
+"""The columns of ``--stats`` as text: a line per operation."""
+
+
+def _print_stats(stats: telemetry.StatsRecorder, as_json: bool) -> None:
+    """``--stats`` on stderr: a JSON object with ``--json``, else an aligned line per
+    operation."""
     operations = stats.to_json()
     if not operations:
         print("stats: no plane operations", file=sys.stderr)
-        return
-    print_json({"stats": operations}, out=sys.stderr)
+    elif as_json:
+        print_json({"stats": operations}, out=sys.stderr)
+    else:
+        rows = [
+            {
+                "operation": name,
+                **{k: f"{v:.3f}" if k.endswith("_ms") else v for k, v in figures.items()},
+            }
+            for name, figures in operations.items()
+        ]
+        print_table(rows, STATS_COLUMNS, out=sys.stderr)
 
 
 if __name__ == "__main__":

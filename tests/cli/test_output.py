@@ -1,5 +1,6 @@
 """Output that hides nothing: a limit that stops a listing says so, a cut cell ends in an
-ellipsis, text shows ``-``, times, sizes with units and short ids where JSON keeps exact values."""
+ellipsis, text shows ``-``, times, sizes with units and short ids where JSON keeps exact
+values, and ``--stats`` is a line per operation."""
 
 from __future__ import annotations
 
@@ -164,3 +165,25 @@ def test_cas_stat_segments_and_fsck_show_sizes_with_units(store: Store) -> None:
     ]
     fsck = aosp("fsck", *store.args("--quiet")).text
     assert re.search(r"\d+\.\d (KiB|MiB) read \(cas\)", fsck) and "bytes read" not in fsck
+
+
+# --------------------------------------------------------------------------- --stats
+
+
+def test_stats_is_a_line_per_operation_in_text_and_json_with_json(store: Store) -> None:
+    text = aosp("inspect", *store.world_args("--stats"))
+    header, *lines = text.err.splitlines()
+    assert header.split() == [
+        "operation",
+        "calls",
+        "errors",
+        "mean_ms",
+        "p50_ms",
+        "p99_ms",
+        "max_ms",
+    ]
+    operations = {line.split()[0]: line.split()[1:] for line in lines}
+    assert "journal.head" in operations and int(operations["journal.head"][0]) >= 1
+    assert all(re.fullmatch(r"\d+\.\d{3}", v) for v in operations["journal.head"][2:])
+    as_json = json.loads(aosp("inspect", *store.world_args("--stats", "--json")).err)
+    assert set(as_json["stats"]) == set(operations)
