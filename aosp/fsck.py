@@ -128,10 +128,20 @@ class FsckReport:
         universe checked nothing, and a check that checked nothing does not pass."""
         return not self.errors and self.checked.get("universes", 0) > 0
 
+    @property
+    def reason(self) -> str | None:
+        """Why the check did not pass (``None`` when it did)."""
+        if self.errors:
+            return f"{len(self.errors)} error findings: damage or loss (see findings)"
+        if not self.ok:
+            return "the store has no universes: nothing was checked"
+        return None
+
     def to_json(self) -> dict[str, Any]:
-        """Counts and findings."""
+        """Counts and findings; ``reason`` says why when not ``ok``."""
         return {
             "ok": self.ok,
+            "reason": self.reason,
             "errors": len(self.errors),
             "warnings": len(self.warnings),
             "checked": dict(sorted(self.checked.items())),

@@ -50,8 +50,24 @@ class RunReport:
         """Some case passed and none failed or errored (a run where nothing ran is not ok)."""
         return self.count("passed") > 0 and self.count("failed") == 0 and self.count("error") == 0
 
+    @property
+    def reason(self) -> str | None:
+        """Why the run is not ``ok`` (``None`` when it is): the cases that failed or
+        errored, else that none passed (the skip reasons when every case was skipped)."""
+        failed = [r.name for r in self.results if r.outcome in ("failed", "error")]
+        if failed:
+            return f"{len(failed)} cases failed or errored: {', '.join(failed)}"
+        if self.ok:
+            return None
+        if not self.results:
+            return "no case ran"
+        why = sorted({r.message for r in self.results if r.outcome == "skipped" and r.message})
+        return f"no case passed: {len(self.results)} skipped" + (
+            f" ({'; '.join(why)})" if why else ""
+        )
+
     def summary(self) -> dict[str, Any]:
-        """The JSON summary."""
+        """The JSON summary (``reason``: why it is not ``ok``)."""
         return {
             "kv": self.kv_url,
             "objects": self.objects_url,
@@ -63,6 +79,7 @@ class RunReport:
             "skipped": self.count("skipped"),
             "seconds": round(sum(r.seconds for r in self.results), 3),
             "ok": self.ok,
+            "reason": self.reason,
             "results": [asdict(r) for r in self.results],
         }
 

@@ -40,10 +40,7 @@ def cmd_fsck(args: argparse.Namespace) -> int:
         if report.checked.get("universes"):
             print(f"checked {checked}")
         else:  # not a clean store: nothing was checked (exit 1)
-            print(
-                "the store has no universes: nothing was checked"
-                + (f" ({checked})" if checked else "")
-            )
+            print(f"{report.reason}" + (f" ({checked})" if checked else ""))
         print(f"{len(report.errors)} errors, {len(report.warnings)} warnings")
     failed = not report.ok or (args.strict and report.warnings)
     return EXIT_CHECK_FAILED if failed else EXIT_OK

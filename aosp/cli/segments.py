@@ -159,8 +159,21 @@ def cmd_segments_verify(args: argparse.Namespace) -> int:
                     )
             progress.advance()
     ok = bool(worlds) and not failures  # no world: nothing was verified, so no pass
+    reason = None
+    if not worlds:
+        reason = NOTHING_VERIFIED
+    elif failures:
+        reason = f"{len(failures)} of {checked} segments failed verification (see failed)"
     if args.json:
-        print_json({"worlds": len(worlds), "segments": checked, "failed": failures})
+        print_json(
+            {
+                "ok": ok,
+                "reason": reason,
+                "worlds": len(worlds),
+                "segments": checked,
+                "failed": failures,
+            }
+        )
     else:
         for failure in failures:
             print(f"FAIL {failure['object_key']}: {failure['error']}")
@@ -187,6 +200,19 @@ def replay_passed(summary: dict[str, Any]) -> bool:
     return bool(summary["worlds"]) and not summary["differ"]
 
 
+def replay_verdict(summary: dict[str, Any]) -> dict[str, Any]:
+    """``ok`` and, when not, the ``reason`` of a replay check's JSON."""
+    if replay_passed(summary):
+        return {"ok": True, "reason": None}
+    if not summary["worlds"]:
+        return {"ok": False, "reason": NOTHING_VERIFIED}
+    return {
+        "ok": False,
+        "reason": f"{summary['differ']} of {summary['worlds']} worlds: restore differs from "
+        "full replay, or failed (see worlds)",
+    }
+
+
 def cmd_restore_verify(args: argparse.Namespace) -> int:
     """For each world, restore (baseline + segments + tail) and full replay must agree.
     Prints what ``aosp spark replay-check`` prints: a summary and one row per world with
@@ -204,7 +230,7 @@ def cmd_restore_verify(args: argparse.Namespace) -> int:
     differ = [r for r in rows if not r["equal"]]
     summary = replay_summary(rows)
     if args.json:
-        print_json({"summary": summary, "worlds": rows})
+        print_json({**replay_verdict(summary), "summary": summary, "worlds": rows})
     else:
         table = [
             {

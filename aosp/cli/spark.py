@@ -16,7 +16,13 @@ from aosp.cli.console import (
     print_json,
     print_table,
 )
-from aosp.cli.segments import NOTHING_VERIFIED, kernel_option, replay_passed, replay_summary
+from aosp.cli.segments import (
+    NOTHING_VERIFIED,
+    kernel_option,
+    replay_passed,
+    replay_summary,
+    replay_verdict,
+)
 from aosp.cli.store import open_store, selected_worlds, store_urls, world_options
 from persistence.errors import Backend, MissingDependency, NotFound
 
@@ -92,7 +98,7 @@ def cmd_replay_check(args: argparse.Namespace) -> int:
             spark.stop()
     summary = replay_summary(rows)
     if args.json:
-        print_json({"summary": summary, "worlds": rows})
+        print_json({**replay_verdict(summary), "summary": summary, "worlds": rows})
     else:
         table = [
             {**r, "full": (r["full_state_sha256"] or "")[:16],

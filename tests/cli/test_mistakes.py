@@ -255,14 +255,15 @@ def empty_store(tmp_path: Path) -> Path:
 def test_a_check_that_checked_nothing_does_not_pass(
     command: list[str], says: str, empty_store: Path
 ) -> None:
-    """A store without worlds: nothing ran, so exit 1 (and ``"ok": false`` where the JSON
-    has ``ok``), never a clean "0 errors" or "0/0 worlds"."""
+    """A store without worlds: nothing ran, so exit 1 and ``"ok": false`` with the
+    ``reason`` the text gives, never a clean "0 errors" or "0/0 worlds"."""
     before = listing(empty_store)
     text = aosp(*command, "--data-dir", str(empty_store), "--quiet")
     assert text.code == 1 and says in text.text and text.err == "", (text.text, text.err)
     as_json = aosp(*command, "--data-dir", str(empty_store), "--quiet", "--json")
     assert as_json.code == 1, as_json.err
     out = as_json.json()
+    assert out["ok"] is False and out["reason"] == says
     if command == ["fsck"]:
         assert out["ok"] is False and out["errors"] == 0
     elif command == ["segments", "verify"]:
@@ -633,6 +634,7 @@ def test_a_conformance_run_that_ran_nothing_is_not_ok(tmp_path: Path) -> None:
     summary = result.json()
     assert summary["ok"] is False and summary["passed"] == 0
     assert summary["skipped"] == summary["cases"] > 0
+    assert summary["reason"].startswith(f"no case passed: {summary['cases']} skipped (backend")
 
 
 def test_conformance_list_and_version() -> None:

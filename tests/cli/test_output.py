@@ -1,6 +1,6 @@
 """Output that hides nothing: a limit that stops a listing says so, a cut cell ends in an
 ellipsis, text shows ``-``, times, sizes with units and short ids where JSON keeps exact
-values, and ``--stats`` is a line per operation."""
+values, ``--stats`` is a line per operation, and ``ok: false`` says why."""
 
 from __future__ import annotations
 
@@ -187,3 +187,19 @@ def test_stats_is_a_line_per_operation_in_text_and_json_with_json(store: Store) 
     assert all(re.fullmatch(r"\d+\.\d{3}", v) for v in operations["journal.head"][2:])
     as_json = json.loads(aosp("inspect", *store.world_args("--stats", "--json")).err)
     assert set(as_json["stats"]) == set(operations)
+
+
+# --------------------------------------------------------------------------- ok: false
+
+
+def test_a_conformance_report_that_is_not_ok_says_why() -> None:
+    from conformance.runner import CaseResult, RunReport
+
+    report = RunReport("memory://", "memory://", "quick")
+    assert report.summary()["reason"] == "no case ran"
+    report.results = [CaseResult("a", "passed", 0.1), CaseResult("b", "skipped", 0.0, "no fdb")]
+    assert report.ok and report.summary()["reason"] is None
+    report.results += [CaseResult("c", "failed", 0.1, "x"), CaseResult("d", "error", 0.1, "y")]
+    assert report.summary()["reason"] == "2 cases failed or errored: c, d"
+    report.results = [CaseResult("b", "skipped", 0.0, "no fdb")]
+    assert report.summary()["reason"] == "no case passed: 1 skipped (no fdb)"

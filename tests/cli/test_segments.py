@@ -65,8 +65,9 @@ def test_plan_export_list_verify(grown: tuple[Store, int]) -> None:
 
 def test_restore_verify_and_spark_replay_check_share_one_schema(grown: tuple[Store, int]) -> None:
     """``restore verify --json`` and ``spark replay-check --json`` print the same document:
-    a summary and one row per world whose keys are ``REPLAY_CHECK_COLUMNS``, and on the
-    same store the same rows (one Spark run, about 10 s)."""
+    ``ok``, ``reason``, a summary and one row per world whose keys are
+    ``REPLAY_CHECK_COLUMNS``, and on the same store the same rows (one Spark run, about
+    10 s)."""
     pytest.importorskip("pyspark")
     store, _ = grown
     assert aosp("segments", "export", *store.args("--quiet")).code == 0  # restore reads cold
@@ -78,7 +79,8 @@ def test_restore_verify_and_spark_replay_check_share_one_schema(grown: tuple[Sto
     columns = {name for name, _ in REPLAY_CHECK_COLUMNS}
     reports = [restored.json(), replayed.json()]
     for report in reports:
-        assert set(report) == {"summary", "worlds"} and len(report["worlds"]) == 3
+        assert set(report) == {"ok", "reason", "summary", "worlds"} and report["ok"] is True
+        assert report["reason"] is None and len(report["worlds"]) == 3
         assert all(set(row) == columns for row in report["worlds"]), report["worlds"]
         assert any(row["baseline_height"] > 0 for row in report["worlds"])
         report["worlds"].sort(key=lambda row: (row["universe"], row["world"]))
@@ -100,6 +102,10 @@ def test_verify_names_a_damaged_segment(store: Store) -> None:
     flip_byte(store.data_dir / "objects" / key, 60)
     result = aosp("segments", "verify", *store.args("--quiet"))
     assert result.code == 1 and f"FAIL {key}" in result.text and "2/3 segments" in result.text
+    report = aosp("segments", "verify", *store.args("--quiet", "--json")).json()
+    assert report["ok"] is False and report["reason"] == (
+        f"1 of {report['segments']} segments failed verification (see failed)"
+    )
 
 
 def test_restore_verify_flags_an_inconsistent_baseline(store: Store) -> None:
@@ -120,6 +126,9 @@ def test_restore_verify_flags_an_inconsistent_baseline(store: Store) -> None:
     assert result.code == 1
     rows = {r["world"]: r for r in result.json()["worlds"]}
     assert rows[store.world]["equal"] is False
+    assert result.json()["ok"] is False and result.json()["reason"] == (
+        "1 of 3 worlds: restore differs from full replay, or failed (see worlds)"
+    )
     assert [r["equal"] for k, r in rows.items() if k != store.world] == [True, True]
 
 
