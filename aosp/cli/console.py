@@ -87,6 +87,18 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
+def command_group(sub: Any, name: str, help: str, metavar: str = "ACTION") -> Any:
+    """Add the command ``name`` whose subcommands (``aosp NAME ACTION``) are added to what
+    it returns; ``help`` says what the group is about."""
+    group = sub.add_parser(name, help=help, description=f"{help[:1].upper()}{help[1:]}.")
+    return group.add_subparsers(
+        dest="action",
+        required=True,
+        metavar=metavar,
+        help=f"what to do (`aosp {name} {metavar} --help` shows its options)",
+    )
+
+
 def common_options() -> argparse.ArgumentParser:
     """Options every command takes (``--json``, ``--verbose``, ``--stats``, ``--quiet``)."""
     parser = argparse.ArgumentParser(add_help=False)

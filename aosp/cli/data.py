@@ -16,6 +16,7 @@ from aosp.cli import ids
 from aosp.cli.console import (
     EXIT_OK,
     UsageError,
+    command_group,
     int_at_least,
     iso_time,
     print_fields,
@@ -504,13 +505,15 @@ def cmd_snapshot_promote(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- registration
 
+HASH_HELP: Final = (
+    "the body's sha256 (64 hex digits), or a unique prefix of one in the universe's CAS"
+)
+
 
 def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
     """Add ``world``, ``cas``, ``journal``, ``inbox`` and ``snapshot``."""
     one_world = world_options(required=True)
-    group = sub.add_parser("world", help="create and list worlds").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    group = command_group(sub, "world", "create and list worlds")
     listing = group.add_parser(
         "list", parents=[common, store], help="worlds with their handles and heads"
     )
@@ -525,9 +528,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "--limit", type=int_at_least(1), default=100, help="worlds at most (default 100)"
     )
     listing.set_defaults(run=cmd_world_list)
-    universes = sub.add_parser("universe", help="list universes").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    universes = command_group(sub, "universe", "list universes")
     universe_listing = universes.add_parser(
         "list", parents=[common, store], help="universes with their worlds counted"
     )
@@ -548,8 +549,8 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     create.add_argument("--handle", help="a human-readable name stored with the world")
     create.set_defaults(run=cmd_world_create)
 
-    cas = sub.add_parser("cas", help="content-addressed store").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
+    cas = command_group(
+        sub, "cas", "a universe's content-addressed store: put, get and stat bodies"
     )
     universe_only = argparse.ArgumentParser(add_help=False)
     universe_only.add_argument(
@@ -557,31 +558,42 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "-u",
         type=ids.universe_selector,
         required=True,
-        help="universe: its id or a unique prefix of it",
+        help="the universe whose CAS holds the body: its id or a unique prefix of it (4 hex "
+        "digits or more)",
     )
     put = cas.add_parser(
         "put", parents=[common, store, universe_only], help="store a file or stdin; print hash"
     )
-    put.add_argument("file", help="file to store, or - for stdin")
-    put.add_argument("--expect", type=hash_id, help="refuse unless the body has this hash")
+    put.add_argument("file", metavar="FILE", help="file to store, or - for stdin")
+    put.add_argument(
+        "--expect",
+        type=hash_id,
+        metavar="HASH",
+        help="refuse the body unless its sha256 is this (64 hex digits)",
+    )
     put.set_defaults(run=cmd_cas_put, option_fields={"expected_hash": "--expect"})
     get = cas.add_parser(
         "get", parents=[common, store, universe_only], help="write a verified body out"
     )
-    get.add_argument("hash", type=ids.hash_selector, help="sha256, or a unique prefix of one")
-    get.add_argument("--output", "-o", help="file to write (default: stdout)")
+    get.add_argument("hash", type=ids.hash_selector, metavar="HASH", help=HASH_HELP)
+    get.add_argument(
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="file to write, named only once the body is verified (default: stdout)",
+    )
     get.set_defaults(run=cmd_cas_get)
     stat = cas.add_parser("stat", parents=[common, store, universe_only], help="size and location")
-    stat.add_argument("hash", type=ids.hash_selector, help="sha256, or a unique prefix of one")
+    stat.add_argument("hash", type=ids.hash_selector, metavar="HASH", help=HASH_HELP)
     stat.set_defaults(run=cmd_cas_stat)
 
-    journal = sub.add_parser("journal", help="world journals").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    journal = command_group(sub, "journal", "read a world's journal")
     read = journal.add_parser(
         "read", parents=[common, store, one_world], help="entries from a height (stitched)"
     )
-    read.add_argument("--from", dest="start", type=int, default=1, help="first height")
+    read.add_argument(
+        "--from", dest="start", type=int, default=1, help="the first height to read (default 1)"
+    )
     read.add_argument("--limit", type=int, default=100, help="entries at most (default 100)")
     read.add_argument(
         "--raw", action="store_true", help="write entries to stdout as u32 length + bytes"
@@ -593,13 +605,13 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     )
     read.set_defaults(run=cmd_journal_read, option_fields={"from_inclusive": "--from"})
 
-    inbox = sub.add_parser("inbox", help="world inboxes").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    inbox = command_group(sub, "inbox", "enqueue, read and drain a world's inbox")
     enqueue = inbox.add_parser(
         "enqueue", parents=[common, store, one_world], help="enqueue one item; print its seq"
     )
-    enqueue.add_argument("--kind", choices=ITEM_KINDS, required=True)
+    enqueue.add_argument(
+        "--kind", choices=ITEM_KINDS, required=True, help="the kind of inbox item to enqueue"
+    )
     enqueue.add_argument("--payload", default="null", help="JSON payload (default null)")
     enqueue.add_argument("--idempotency-key", help="enqueue at most once per key")
     enqueue.add_argument("--schema", help="domain-event: schema name")
@@ -616,18 +628,23 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     inbox_read = inbox.add_parser(
         "read", parents=[common, store, one_world], help="pending items after the cursor"
     )
-    inbox_read.add_argument("--after", type=inbox_seq, help="sequence to read after")
-    inbox_read.add_argument("--limit", type=int, default=100, help="items at most")
+    inbox_read.add_argument(
+        "--after",
+        type=inbox_seq,
+        metavar="SEQ",
+        help="read the items after this sequence (default: after the cursor, the pending ones)",
+    )
+    inbox_read.add_argument("--limit", type=int, default=100, help="items at most (default 100)")
     inbox_read.set_defaults(run=cmd_inbox_read, option_fields={"after_exclusive": "--after"})
     drain = inbox.add_parser(
         "drain", parents=[common, store, one_world], help="move pending items to the journal"
     )
-    drain.add_argument("--max-items", type=int, default=1_000, help="items at most")
+    drain.add_argument(
+        "--max-items", type=int, default=1_000, help="items drained at most (default 1000)"
+    )
     drain.set_defaults(run=cmd_inbox_drain)
 
-    snapshot = sub.add_parser("snapshot", help="snapshot index").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    snapshot = command_group(sub, "snapshot", "list, commit and promote a world's snapshots")
     listing = snapshot.add_parser(
         "list", parents=[common, store, one_world], help="the index; * marks the baseline"
     )
@@ -661,6 +678,9 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "without a complete receipt horizon, or below the baseline, is refused (exit 4).",
     )
     promote.add_argument(
-        "--height", type=int_at_least(0), required=True, help="height of the snapshot"
+        "--height",
+        type=int_at_least(0),
+        required=True,
+        help="the height of the indexed snapshot to promote (`snapshot list` shows them)",
     )
     promote.set_defaults(run=cmd_snapshot_promote)

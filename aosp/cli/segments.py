@@ -9,6 +9,7 @@ from aosp.cli.console import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     Progress,
+    command_group,
     print_json,
     print_table,
 )
@@ -233,10 +234,31 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     some_worlds = world_options(required=False)
     export_options = argparse.ArgumentParser(add_help=False)
     group = export_options.add_argument_group("export")
-    group.add_argument("--margin", type=int, default=0, help="hot entries to keep below baseline")
-    group.add_argument("--target-entries", type=int, default=10_000, help="entries per segment")
-    group.add_argument("--target-bytes", type=int, default=64 << 20, help="bytes per segment")
-    group.add_argument("--min-entries", type=int, default=1, help="smallest segment to write")
+    group.add_argument(
+        "--margin",
+        type=int,
+        default=0,
+        help="entries below the baseline to keep hot, not exported (default 0)",
+    )
+    group.add_argument(
+        "--target-entries",
+        type=int,
+        default=10_000,
+        help="entries per segment at most (default 10000)",
+    )
+    group.add_argument(
+        "--target-bytes",
+        type=int,
+        default=64 << 20,
+        help=f"bytes of entries per segment at most, unless one entry alone is larger "
+        f"(default {64 << 20}: 64 MiB)",
+    )
+    group.add_argument(
+        "--min-entries",
+        type=int,
+        default=1,
+        help="the fewest entries a segment is written with (default 1)",
+    )
     group.add_argument(
         "--pause-ratio",
         type=float,
@@ -245,9 +267,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "so that foreground writers wait little (default 4; 0 in a quiet period: ~5x faster)",
     )
 
-    segments = sub.add_parser("segments", help="cold segments").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    segments = command_group(sub, "segments", "cold segments: plan, export, list and verify")
     plan = segments.add_parser(
         "plan",
         parents=[common, store, some_worlds, export_options],
@@ -273,9 +293,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     )
     verify.set_defaults(run=cmd_segments_verify)
 
-    restore = sub.add_parser("restore", help="restore checks").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    restore = command_group(sub, "restore", "check that restore equals full replay")
     check = restore.add_parser(
         "verify",
         parents=[common, store, some_worlds, kernel_option()],

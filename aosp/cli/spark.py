@@ -12,6 +12,7 @@ from aosp.cli.console import (
     EXIT_OK,
     Progress,
     UsageError,
+    command_group,
     positive_seconds,
     print_json,
     print_table,
@@ -208,8 +209,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "Python does not have it; repeatable)",
     )
     filters = world_options(required=False)
-    group_parser = sub.add_parser("spark", help="Spark jobs over cold segments")
-    jobs = group_parser.add_subparsers(dest="action", required=True, metavar="JOB")
+    jobs = command_group(sub, "spark", "Spark jobs: replay checks and analytics", metavar="JOB")
     check = jobs.add_parser(
         "replay-check",
         parents=[common, store, filters, spark_options, kernel_option()],
@@ -223,10 +223,17 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "baseline (a streaming query; exit 1 if any check differs)",
     )
     follow.add_argument(
-        "--checkpoint", required=True, help="the query's checkpoint directory (where it resumes)"
+        "--checkpoint",
+        required=True,
+        metavar="DIR",
+        help="the query's checkpoint directory (where it resumes)",
     )
     follow.add_argument(
-        "--output", default="aosp-replay-follow", help="Parquet output: one directory per batch"
+        "--output",
+        default="aosp-replay-follow",
+        metavar="DIR",
+        help="Parquet output, one directory per batch: DIR/batch=ID (default: "
+        "./aosp-replay-follow)",
     )
     follow.add_argument(
         "--once", action="store_true", help="check the baselines there are now, then exit"
@@ -235,7 +242,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "--trigger-seconds",
         type=positive_seconds,
         default=1.0,
-        help="seconds between micro-batches",
+        help="seconds between micro-batches (default 1; at most a year)",
     )
     follow.set_defaults(run=cmd_replay_follow)
     stats = jobs.add_parser(
@@ -243,7 +250,24 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         parents=[common, store, filters, spark_options],
         help="per world and record kind: counts, bytes, heights, segments (Parquet)",
     )
-    stats.add_argument("--output", default="aosp-analytics", help="Parquet output directory")
-    stats.add_argument("--listing", choices=["index", "objects"], default="index")
-    stats.add_argument("--on-corrupt", choices=["fail", "skip"], default="fail")
+    stats.add_argument(
+        "--output",
+        default="aosp-analytics",
+        metavar="DIR",
+        help="Parquet output directory (default: ./aosp-analytics; overwritten)",
+    )
+    stats.add_argument(
+        "--listing",
+        choices=["index", "objects"],
+        default="index",
+        help="which segments to read: those the segment index names (the default), or those "
+        "a listing of the object store finds (each world's must tile its history)",
+    )
+    stats.add_argument(
+        "--on-corrupt",
+        choices=["fail", "skip"],
+        default="fail",
+        help="a segment that cannot be read fails the job naming it (the default), or is "
+        "left out of the figures (skip)",
+    )
     stats.set_defaults(run=cmd_analytics)
