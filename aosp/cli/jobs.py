@@ -20,7 +20,7 @@ from aosp.cli.console import (
     print_table,
     report_error,
 )
-from aosp.cli.store import DEFAULT_DATA_DIR, data_dir, make_directory
+from aosp.cli.store import DEFAULT_DATA_DIR, data_dir, make_directory, store_urls
 from segments import open_plane
 
 if TYPE_CHECKING:
@@ -100,13 +100,14 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     profile = _sized(PROFILES[args.profile], args)
     progress = _progress(args)
     servers = _server_faults(args)
+    kv_url, objects_url = conformance_store(args)
     make_directory(args.report, "--report")  # before the run, not after it
     try:
-        plane = open_plane(open_engine(args.kv), open_object_store(args.objects))
+        plane = open_plane(open_engine(kv_url), open_object_store(objects_url))
     except (Backend, NotFound) as exc:
         # An unreachable backend: every case skipped, said plainly, and a failing exit.
         reason = f"backend unavailable: {exc}"
-        report = skipped_report(args.kv, args.objects, profile, reason, args.door)
+        report = skipped_report(kv_url, objects_url, profile, reason, args.door)
         report_error(exc.kind, f"backend unavailable, nothing ran: {exc}")
         available = False
     else:
@@ -114,8 +115,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         report = run_suite(
             plane,
             profile,
-            kv_url=args.kv,
-            objects_url=args.objects,
+            kv_url=kv_url,
+            objects_url=objects_url,
             cases=args.case or None,
             servers=servers,
             progress=progress,
@@ -137,6 +138,21 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     if not available:
         return EXIT_BACKEND
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED
+
+
+def conformance_store(args: argparse.Namespace) -> tuple[str, str]:
+    """The engine and object-store URLs ``conformance`` runs on: ``--kv``/``--objects``
+    (each ``memory://`` unless given), or the embedded store in ``--data-dir`` as every
+    store command names it, its engine wrapped for fault injection (``faults+``) so that
+    the fault case runs too. Not ``$AOSP_DATA_DIR``, nor ``./aosp-data``: the cases leave
+    their test universes behind, so they write into a store only when it is named."""
+    if args.data_dir is None:
+        return args.kv or "memory://", args.objects or "memory://"
+    if args.kv is not None or args.objects is not None:
+        raise UsageError("--data-dir or --kv/--objects, not both")
+    make_directory(args.data_dir, "--data-dir")
+    kv_url, objects_url = store_urls(args)
+    return f"faults+{kv_url}", objects_url
 
 
 def _sized(profile: Profile, args: argparse.Namespace) -> Profile:
@@ -348,9 +364,29 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         description="Runs the suite in fresh universes of the named backend and writes a "
         "JUnit XML report and a JSON summary.",
     )
-    conf.add_argument("--kv", default="memory://", help="engine URL (default: memory://)")
-    conf.add_argument(
-        "--objects", default="memory://", help="object store URL (default: memory://)"
+    store = conf.add_argument_group(
+        "store",
+        "The store the cases run on, in fresh universes they leave behind: memory:// unless "
+        "one is named (never $AOSP_DATA_DIR or ./aosp-data by default).",
+    )
+    store.add_argument(
+        "--data-dir",
+        type=data_dir,
+        metavar="DIR",
+        help="an embedded store (DIR/aos.db, DIR/objects/, created if missing), as the other "
+        "commands take it; its engine is wrapped for fault injection (faults+sqlite://) so "
+        "that the fault case runs too (default: none, memory://)",
+    )
+    store.add_argument(
+        "--kv",
+        metavar="URL",
+        help="engine URL: memory://, sqlite:///..., fdb://..., or faults+ before one for the "
+        "fault case (default: memory://)",
+    )
+    store.add_argument(
+        "--objects",
+        metavar="URL",
+        help="object store URL: memory://, file:///..., s3://... (default: memory://)",
     )
     conf.add_argument(
         "--profile",
