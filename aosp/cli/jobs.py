@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import re
+import shutil
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -17,7 +20,6 @@ from aosp.cli.console import (
     UsageError,
     positive_seconds,
     print_json,
-    print_table,
     report_error,
 )
 from aosp.cli.store import DEFAULT_DATA_DIR, data_dir, make_directory, store_urls
@@ -166,15 +168,32 @@ def _sized(profile: Profile, args: argparse.Namespace) -> Profile:
     return dataclasses.replace(profile, torture=dataclasses.replace(profile.torture, **given))
 
 
+def first_sentence(doc: str | None) -> str:
+    """The first sentence of a docstring, whole, on one line (reST's double backquotes as
+    single ones)."""
+    paragraph = (doc or "").strip().split("\n\n")[0]
+    text = " ".join(paragraph.split()).replace("``", "`")
+    end = re.search(r"[.!?](?=\s+[A-Z`(])", text)
+    return text if end is None else text[: end.end()]
+
+
 def _list_cases(args: argparse.Namespace) -> int:
-    """``conformance --list``: every case with the first line of its description."""
+    """``conformance --list``: every case with the first sentence of its description,
+    wrapped to the terminal's width (never cut)."""
     from conformance.suite import CASES
 
-    rows = [
-        {"case": name, "what": (case.__doc__ or "").strip().splitlines()[0]}
-        for name, case in CASES.items()
-    ]
-    print_json(rows) if args.json else print_table(rows, ["case", "what"])
+    rows = [{"case": name, "what": first_sentence(case.__doc__)} for name, case in CASES.items()]
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    name_width = max(len(row["case"]) for row in rows)
+    width = max(40, shutil.get_terminal_size((100, 24)).columns - name_width - 3)
+    print(f"{'case':<{name_width}}  what")
+    for row in rows:
+        lines = textwrap.wrap(row["what"], width, break_long_words=False, break_on_hyphens=False)
+        print(f"{row['case']:<{name_width}}  {lines[0]}")
+        for line in lines[1:]:
+            print(f"{'':<{name_width}}  {line}")
     return EXIT_OK
 
 

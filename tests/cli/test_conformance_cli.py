@@ -65,3 +65,42 @@ def test_conformance_data_dir_or_urls_not_both(tmp_path: Path) -> None:
     assert result.code == 2
     assert result.one_line_error() == "aosp: usage error: --data-dir or --kv/--objects, not both"
     assert not (tmp_path / "store").exists() and not (tmp_path / "report").exists()
+
+
+def test_conformance_list_shows_whole_first_sentences() -> None:
+    """Each case's first sentence, whole, wrapped at word boundaries to the terminal's width
+    (it was its docstring's first line, cut mid-sentence)."""
+    from conformance.suite import CASES
+
+    listed = aosp("conformance", "--list", "--json").json()
+    assert [row["case"] for row in listed] == list(CASES)
+    for row in listed:
+        assert row["what"].endswith("."), row
+        assert "\n" not in row["what"] and "``" not in row["what"]
+    faults = next(row["what"] for row in listed if row["case"].startswith("faults1"))
+    assert "1031" in faults and faults.endswith("the outcomes the fault-free twin reported.")
+
+    text = aosp("conformance", "--list", env={"COLUMNS": "80"}).text
+    lines = text.splitlines()
+    assert lines[0].split() == ["case", "what"]
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    indent = lines[1].index(listed[0]["what"].split()[0])
+    joined: dict[str, str] = {}
+    for line in lines[1:]:
+        name = line[:indent].strip()
+        if name:
+            joined[name] = line[indent:]
+        else:
+            joined[list(joined)[-1]] += " " + line[indent:]
+    assert joined == {row["case"]: row["what"] for row in listed}
+
+
+def test_first_sentence_ends_at_the_sentence_not_at_the_line() -> None:
+    from aosp.cli.jobs import first_sentence
+
+    doc = """Case 9: a check of this, e.g. that
+    one, and ``that`` too. More here.
+
+    Details."""
+    assert first_sentence(doc) == "Case 9: a check of this, e.g. that one, and `that` too."
+    assert first_sentence(None) == ""
