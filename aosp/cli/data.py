@@ -284,18 +284,28 @@ def _record_text(entry: bytes) -> str:
 
 # --------------------------------------------------------------------------- inbox
 
-ITEM_KINDS = ("domain-event", "receipt", "inbox", "timer", "control")
+ITEM_KINDS: Final = ("domain_event", "receipt", "inbox", "timer_fired", "control")
+"""``inbox enqueue --kind``: the record kinds of inbox items (``kind`` in ``inbox read``)."""
+KIND_ALIASES: Final = {"domain-event": "domain_event", "timer": "timer_fired"}
+"""Earlier spellings of ``--kind`` that are still taken."""
+
+
+def item_kind(text: str) -> str:
+    """argparse ``type=`` of ``--kind``: a record kind, or an earlier spelling of one."""
+    return KIND_ALIASES.get(text, text)
+
+
 ITEM_OPTIONS: Final = {
     "schema": "--schema",
     "key": "--key",
-    "intent_hash": "--intent",
+    "intent_hash": "--intent-hash",
     "effect_kind": "--effect-kind",
-    "adapter_id": "--adapter",
+    "adapter_id": "--adapter-id",
     "signature": "--signature-hex",
-    "inbox_name": "--source",
+    "inbox_name": "--inbox-name",
     "headers": "--header",
     "timer_id": "--timer-id",
-    "cmd": "--command-name",
+    "cmd": "--cmd",
     "value_cbor": "--payload",
     "payload_cbor": "--payload",
 }
@@ -340,22 +350,24 @@ def build_item(args: argparse.Namespace) -> InboxItem:
     """The inbox item the ``inbox enqueue`` arguments describe (payloads are JSON, stored
     as canonical CBOR)."""
     payload = _payload(args.payload)
-    if args.kind == "domain-event":
+    if args.kind == "domain_event":
         _need(args, "schema")
         key = None if args.key is None else args.key.encode()
         return DomainEventIngress(args.schema, payload, key=key)
     if args.kind == "receipt":
-        _need(args, "intent", "effect_kind", "adapter")
+        _need(args, "intent_hash", "effect_kind", "adapter_id")
         signature = _signature(args.signature_hex)
-        return ReceiptIngress(args.intent, args.effect_kind, args.adapter, payload, signature)
+        return ReceiptIngress(
+            args.intent_hash, args.effect_kind, args.adapter_id, payload, signature
+        )
     if args.kind == "inbox":
-        _need(args, "source")
-        return InboxIngress(args.source, payload, headers=_headers(args.header))
-    if args.kind == "timer":
+        _need(args, "inbox_name")
+        return InboxIngress(args.inbox_name, payload, headers=_headers(args.header))
+    if args.kind == "timer_fired":
         _need(args, "timer_id")
         return TimerFiredIngress(args.timer_id, payload)
-    _need(args, "command_name")
-    return ControlIngress(args.command_name, payload)
+    _need(args, "cmd")
+    return ControlIngress(args.cmd, payload)
 
 
 def cmd_inbox_enqueue(args: argparse.Namespace) -> int:
@@ -610,20 +622,54 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "enqueue", parents=[common, store, one_world], help="enqueue one item; print its seq"
     )
     enqueue.add_argument(
-        "--kind", choices=ITEM_KINDS, required=True, help="the kind of inbox item to enqueue"
+        "--kind",
+        type=item_kind,
+        choices=ITEM_KINDS,
+        required=True,
+        help="the item's record kind, as `inbox read` shows it (domain-event and timer are "
+        "taken for domain_event and timer_fired)",
     )
-    enqueue.add_argument("--payload", default="null", help="JSON payload (default null)")
-    enqueue.add_argument("--idempotency-key", help="enqueue at most once per key")
-    enqueue.add_argument("--schema", help="domain-event: schema name")
-    enqueue.add_argument("--key", help="domain-event: partition key")
-    enqueue.add_argument("--intent", type=hash_id, help="receipt: intent hash")
-    enqueue.add_argument("--effect-kind", help="receipt: effect kind")
-    enqueue.add_argument("--adapter", help="receipt: adapter id")
-    enqueue.add_argument("--signature-hex", help="receipt: signature bytes in hex")
-    enqueue.add_argument("--source", help="inbox: inbox name")
-    enqueue.add_argument("--header", action="append", help="inbox: header NAME=VALUE")
-    enqueue.add_argument("--timer-id", help="timer: timer id")
-    enqueue.add_argument("--command-name", help="control: command")
+    enqueue.add_argument(
+        "--payload",
+        default="null",
+        metavar="JSON",
+        help="the payload as JSON, stored as canonical CBOR: fills value_cbor of a "
+        "domain_event, payload_cbor of the other kinds (default null)",
+    )
+    enqueue.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="enqueue at most once per key (a retry with it gets the first sequence)",
+    )
+    fields = enqueue.add_argument_group(
+        "item fields",
+        "Each option fills the record field it is named after (older spellings after it).",
+    )
+    fields.add_argument("--schema", help="domain_event: fills schema (the event's schema name)")
+    fields.add_argument("--key", help="domain_event: fills key (partition key, as UTF-8 bytes)")
+    fields.add_argument(
+        "--intent-hash",
+        "--intent",
+        type=hash_id,
+        metavar="HASH",
+        help="receipt: fills intent_hash (64 hex digits)",
+    )
+    fields.add_argument("--effect-kind", help="receipt: fills effect_kind")
+    fields.add_argument("--adapter-id", "--adapter", metavar="ID", help="receipt: fills adapter_id")
+    fields.add_argument(
+        "--signature-hex",
+        metavar="HEX",
+        help="receipt: fills signature, given in hex (default: empty)",
+    )
+    fields.add_argument("--inbox-name", "--source", metavar="NAME", help="inbox: fills inbox_name")
+    fields.add_argument(
+        "--header",
+        action="append",
+        metavar="NAME=VALUE",
+        help="inbox: one entry of headers (repeatable)",
+    )
+    fields.add_argument("--timer-id", metavar="ID", help="timer_fired: fills timer_id")
+    fields.add_argument("--cmd", "--command-name", metavar="CMD", help="control: fills cmd")
     enqueue.set_defaults(run=cmd_inbox_enqueue, option_fields=ITEM_OPTIONS)
     inbox_read = inbox.add_parser(
         "read", parents=[common, store, one_world], help="pending items after the cursor"
