@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Final
 
 from aosp.cli import ids
-from aosp.cli.console import EXIT_CHECK_FAILED, EXIT_OK, Progress, print_json
+from aosp.cli.console import EXIT_CHECK_FAILED, EXIT_OK, Progress, counted, print_json
 from aosp.cli.store import open_store, require_universe
 
 
@@ -16,7 +16,7 @@ def cmd_fsck(args: argparse.Namespace) -> int:
 
     plane = open_store(args)
     require_universe(plane, args.universe)
-    with Progress("fsck", enabled=not args.quiet, unit="steps") as progress:
+    with Progress("fsck", enabled=not args.quiet, unit="step") as progress:
         report = Fsck(
             plane,
             lambda note: progress.advance(note=note),
@@ -28,7 +28,7 @@ def cmd_fsck(args: argparse.Namespace) -> int:
         for f in report.findings:
             where = (f.universe or "-") + (f"/{f.world}" if f.world else "")
             print(f"{f.severity.upper():<8}{f.area:<10}{where} {f.subject}: {f.message}")
-        checked = ", ".join(f"{n} {what}" for what, n in sorted(report.checked.items()))
+        checked = ", ".join(checked_count(n, what) for what, n in sorted(report.checked.items()))
         if report.checked.get("universes"):
             print(f"checked {checked}")
         else:  # not a clean store: nothing was checked (exit 1)
@@ -36,9 +36,40 @@ def cmd_fsck(args: argparse.Namespace) -> int:
                 "the store has no universes: nothing was checked"
                 + (f" ({checked})" if checked else "")
             )
-        print(f"{len(report.errors)} errors, {len(report.warnings)} warnings")
+        print(f"{counted(len(report.errors), 'error')}, {counted(len(report.warnings), 'warning')}")
     failed = not report.ok or (args.strict and report.warnings)
     return EXIT_CHECK_FAILED if failed else EXIT_OK
+
+
+CHECKED_SINGULAR: Final = {
+    "universes": "universe",
+    "engine storage checks": "engine storage check",
+    "handles": "handle",
+    "handles not indexed (worlds created before the index)": (
+        "handle not indexed (a world created before the index)"
+    ),
+    "cas pins": "cas pin",
+    "cas dooms": "cas doom",
+    "cas bodies": "cas body",
+    "cas bytes read": "cas byte read",
+    "worlds": "world",
+    "segments": "segment",
+    "segment bytes read": "segment byte read",
+    "journal entries": "journal entry",
+    "snapshots": "snapshot",
+    "inbox items": "inbox item",
+    "consumed marks": "consumed mark",
+    "objects": "object",
+}
+"""The singular of each tally ``Fsck`` keeps (``FsckReport.checked`` keys, plural)."""
+
+
+def checked_count(count: int, what: str) -> str:
+    """One tally of what fsck checked, its noun agreeing with the count (``1 universe``)."""
+    singular = CHECKED_SINGULAR.get(what)
+    if singular is None and what.startswith("journal entries without checksums"):
+        singular = what.replace("entries", "entry", 1)
+    return f"{count:,} {what if count != 1 or singular is None else singular}"
 
 
 def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:

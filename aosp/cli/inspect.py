@@ -9,6 +9,7 @@ from typing import Any, Final
 from aosp.cli.console import (
     EXIT_OK,
     Progress,
+    counted,
     int_at_least,
     print_fields,
     print_json,
@@ -89,13 +90,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 }
             )
             for name, figures in summary["hot"].items():
-                print(f"hot {name}: {figures['count']} ({figures['bytes']} bytes)")
+                print(f"hot {name}: {figures['count']:,} ({counted(figures['bytes'], 'byte')})")
             for s in summary["segment_list"]:
-                print(f"segment {s['start']}-{s['end']}  {s['bytes']} bytes  {s['object_key']}")
+                size = counted(s["bytes"], "byte")
+                print(f"segment {s['start']}-{s['end']}  {size}  {s['object_key']}")
         return EXIT_OK
     worlds = selected_worlds(plane, args)[: args.limit]
     rows = []
-    with Progress("inspect", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
+    with Progress("inspect", len(worlds), enabled=not args.quiet, unit="world") as progress:
         for universe, world in worlds:
             row = world_summary(plane, universe, world)
             if args.hot:

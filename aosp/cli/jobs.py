@@ -84,7 +84,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"{name:<18}{value}")
         for name, ok in report.checks.items():
             print(f"{'ok  ' if ok else 'FAIL'} {name}")
-        verdict = f"all {report.worlds} worlds verified"
+        verdict = (
+            "1 world verified" if report.worlds == 1 else f"all {report.worlds} worlds verified"
+        )
         print(verdict if report.all_verified else "VERIFICATION FAILED")
     return EXIT_OK if report.all_verified else EXIT_CHECK_FAILED
 

@@ -10,6 +10,8 @@ from aosp.cli.console import (
     EXIT_OK,
     Progress,
     command_group,
+    counted,
+    noun,
     print_json,
     print_table,
 )
@@ -76,7 +78,7 @@ def cmd_segments_export(args: argparse.Namespace) -> int:
     exporter = Exporter(plane, _export_config(args))
     worlds = selected_worlds(plane, args)
     exported: list[dict[str, Any]] = []
-    with Progress("export", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
+    with Progress("export", len(worlds), enabled=not args.quiet, unit="world") as progress:
         for universe, world in worlds:
             for record in exporter.export_all(universe, world, progress.message):
                 exported.append(
@@ -95,7 +97,10 @@ def cmd_segments_export(args: argparse.Namespace) -> int:
     else:
         print_table(exported, ["world", "start", "end", "bytes", "object_key"])
         total = sum(r["bytes"] for r in exported)
-        print(f"{len(exported)} segments ({total} bytes) from {len(worlds)} worlds")
+        print(
+            f"{counted(len(exported), 'segment')} ({counted(total, 'byte')}) from "
+            f"{counted(len(worlds), 'world')}"
+        )
     return EXIT_OK
 
 
@@ -132,7 +137,7 @@ def cmd_segments_verify(args: argparse.Namespace) -> int:
     plane = open_store(args)
     worlds = selected_worlds(plane, args)
     checked, failures = 0, []
-    with Progress("verify", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
+    with Progress("verify", len(worlds), enabled=not args.quiet, unit="world") as progress:
         for universe, world in worlds:
             for check in check_segments(plane, universe, world, plane.head(universe, world)):
                 checked += 1
@@ -154,7 +159,9 @@ def cmd_segments_verify(args: argparse.Namespace) -> int:
         for failure in failures:
             print(f"FAIL {failure['object_key']}: {failure['error']}")
         print(
-            f"{checked - len(failures)}/{checked} segments verified" if worlds else NOTHING_VERIFIED
+            f"{checked - len(failures)}/{checked} {noun(checked, 'segment')} verified"
+            if worlds
+            else NOTHING_VERIFIED
         )
     return EXIT_OK if ok else EXIT_CHECK_FAILED
 
@@ -168,6 +175,11 @@ def replay_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     differ."""
     differ = sum(1 for r in rows if not r["equal"])
     return {"worlds": len(rows), "equal": len(rows) - differ, "differ": differ}
+
+
+def replay_fraction(summary: dict[str, Any]) -> str:
+    """``equal/worlds world(s)`` of a replay check's summary."""
+    return f"{summary['equal']}/{summary['worlds']} {noun(summary['worlds'], 'world')}"
 
 
 def replay_passed(summary: dict[str, Any]) -> bool:
@@ -186,7 +198,7 @@ def cmd_restore_verify(args: argparse.Namespace) -> int:
     plane = open_store(args)
     worlds = selected_worlds(plane, args)
     rows = []
-    with Progress("restore", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
+    with Progress("restore", len(worlds), enabled=not args.quiet, unit="world") as progress:
         for universe, world in worlds:
             rows.append(check_replay(plane, universe, world, lambda: load_kernel(args.kernel)))
             progress.advance()
@@ -211,9 +223,7 @@ def cmd_restore_verify(args: argparse.Namespace) -> int:
             if r["error"] is not None:
                 print(f"FAIL {r['world']}: {r['error']}")
         print(
-            f"{summary['equal']}/{summary['worlds']} worlds: restore equals full replay"
-            if rows
-            else NOTHING_VERIFIED
+            f"{replay_fraction(summary)}: restore equals full replay" if rows else NOTHING_VERIFIED
         )
     return EXIT_OK if replay_passed(summary) else EXIT_CHECK_FAILED
 

@@ -17,7 +17,13 @@ from aosp.cli.console import (
     print_json,
     print_table,
 )
-from aosp.cli.segments import NOTHING_VERIFIED, kernel_option, replay_passed, replay_summary
+from aosp.cli.segments import (
+    NOTHING_VERIFIED,
+    kernel_option,
+    replay_fraction,
+    replay_passed,
+    replay_summary,
+)
 from aosp.cli.store import open_store, selected_worlds, store_urls, world_options
 from persistence.errors import Backend, MissingDependency, NotFound
 
@@ -103,9 +109,7 @@ def cmd_replay_check(args: argparse.Namespace) -> int:
         print_table(table, ["world", "head", "baseline_height", "entries_replayed", "full",
                             "restored", "equal", "error"])  # fmt: skip
         print(
-            f"{summary['equal']}/{summary['worlds']} worlds: restore equals full replay"
-            if rows
-            else NOTHING_VERIFIED
+            f"{replay_fraction(summary)}: restore equals full replay" if rows else NOTHING_VERIFIED
         )
     return EXIT_OK if replay_passed(summary) else EXIT_CHECK_FAILED
 
@@ -127,8 +131,8 @@ def cmd_replay_follow(args: argparse.Namespace) -> int:
             rows.extend(batch)
         else:
             summary = replay_summary(batch)
-            print(f"batch {batch_id}: {summary['equal']}/{summary['worlds']} worlds: "
-                  "restore equals full replay", flush=True)  # fmt: skip
+            print(f"batch {batch_id}: {replay_fraction(summary)}: restore equals full replay",
+                  flush=True)  # fmt: skip
             for row in batch:
                 if not row["equal"]:
                     print(f"  differs: {row['universe']}/{row['world']}: {row['error'] or ''}",
