@@ -28,6 +28,7 @@ from segments import open_plane
 if TYPE_CHECKING:
     from conformance.context import Profile
     from conformance.torture.servers import ServerFaults
+    from persistence.kv import Engine
 
 
 def _progress(args: argparse.Namespace) -> Callable[[str], None]:
@@ -93,7 +94,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_conformance(args: argparse.Namespace) -> int:
     """Run the conformance suite against an engine and object store; write the reports."""
-    from backends.kv import open_engine
     from backends.objects import open_object_store
     from conformance.context import PROFILES
     from conformance.runner import run_suite, skipped_report
@@ -107,7 +107,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     kv_url, objects_url = conformance_store(args)
     make_directory(args.report, "--report")  # before the run, not after it
     try:
-        plane = open_plane(open_engine(kv_url), open_object_store(objects_url))
+        engine = _conformance_engine(kv_url, embedded=args.data_dir is not None)
+        plane = open_plane(engine, open_object_store(objects_url))
     except (Backend, NotFound) as exc:
         # An unreachable backend: every case skipped, said plainly, and a failing exit.
         reason = f"backend unavailable: {exc}"
@@ -157,6 +158,21 @@ def conformance_store(args: argparse.Namespace) -> tuple[str, str]:
     make_directory(args.data_dir, "--data-dir")
     kv_url, objects_url = store_urls(args)
     return f"faults+{kv_url}", objects_url
+
+
+def _conformance_engine(url: str, *, embedded: bool) -> Engine:
+    """The engine the suite runs on. The ``--data-dir`` store is opened as the store
+    commands open theirs: an existing database file must be a store (an empty or foreign
+    one is refused and left untouched), and only a missing one is created."""
+    from backends.kv import open_engine
+    from persistence.errors import NotFound
+
+    if not embedded:
+        return open_engine(url)
+    try:
+        return open_engine(url, create=False)
+    except NotFound:
+        return open_engine(url, create=True)
 
 
 def _sized(profile: Profile, args: argparse.Namespace) -> Profile:

@@ -104,3 +104,17 @@ def test_first_sentence_ends_at_the_sentence_not_at_the_line() -> None:
     Details."""
     assert first_sentence(doc) == "Case 9: a check of this, e.g. that one, and `that` too."
     assert first_sentence(None) == ""
+
+
+def test_conformance_data_dir_refuses_a_file_that_is_no_store(tmp_path: Path) -> None:
+    """As the store commands do: an empty database file is damage, left untouched."""
+    data = tmp_path / "store"
+    data.mkdir()
+    (data / "aos.db").write_bytes(b"")
+    result = aosp(
+        "conformance",
+        *("--data-dir", str(data), "--case", QUICK_CASE, "--report", str(tmp_path / "r")),
+    )
+    assert result.code == 3
+    assert "an empty file (0 bytes), not a store" in result.err
+    assert (data / "aos.db").read_bytes() == b""
