@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,29 @@ def test_demo_help_shows_where_the_store_goes(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("COLUMNS", "100")
     page = dict(_parsers(build_parser()))["aosp demo"].format_help()
     assert "$AOSP_DATA_DIR" in page and "./aosp-data" in page
+
+
+def _commands() -> list[str]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return list(sub.choices)
+
+
+def test_the_readme_lists_every_command() -> None:
+    """The README's command block names every command (it once left out ``drain``)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split("## Commands", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    named = set()
+    for line in block.splitlines():
+        for part in line.split("#", 1)[0].split(" | "):
+            words = part.split()
+            if words:
+                named.add(words[1] if words[0] == "aosp" else words[0])
+    assert set(_commands()) <= named, set(_commands()) - named
+
+
+def test_the_cli_doc_has_a_row_for_every_command() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    rows = [line for line in doc.splitlines() if line.startswith("| `")]
+    for command in _commands():
+        assert any(row.startswith(f"| `{command}") for row in rows), command
