@@ -170,7 +170,8 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "--retention",
         type=float,
         default=PlaneConfig().inbox_retention_seconds,
-        help="the idempotency window in seconds (default 86400); use the hosts' value",
+        help="the idempotency window in seconds, more than 0 and at most ten years (default "
+        "86400); use the hosts' value",
     )
     parser.add_argument(
         "--max-items",
