@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
-from persistence import fdb_errors
+from persistence import fdb_errors, metrics
 from persistence.errors import Contended, EngineError, RetryLimitReached
 from persistence.fdb_errors import is_retryable
 from persistence.futures import Blocking, Future, Gathered, drive
@@ -212,6 +212,11 @@ class Engine(ABC):
     small transactions and pauses between them (export's hot-key deletion:
     ``segments/export.py``), so that the foreground's commits wait for little."""
 
+    versions_per_second: float | None = None
+    """How fast commit versions advance with time, where they keep time (FoundationDB:
+    about a million a second); ``None`` where they count commits (SQLite, memory). Lets
+    a reader turn the versions between two commits into an age (``aosp status``)."""
+
     def alone(self) -> AbstractContextManager[object]:
         """A block in which no other writer commits, so that a transaction run inside it
         cannot conflict (SQLite: its writer queue held). Where writers do not serialize
@@ -281,9 +286,11 @@ class RetryStats:
         self.raised: Counter[int] = Counter()
 
     def count(self, code: int, *, retried: bool) -> None:
-        """Count one error ``code``, retried or raised."""
+        """Count one error ``code``, retried or raised (and as a metric:
+        :func:`persistence.metrics.engine_error`)."""
         with self._lock:
             (self.retried if retried else self.raised)[code] += 1
+        metrics.engine_error(code, retried=retried)
 
     def snapshot(self) -> dict[str, dict[int, int]]:
         """``{"retried": {code: n}, "raised": {code: n}}``."""

@@ -14,7 +14,8 @@ provider installed later is followed from its next call on. Without the package 
 costs one flag check.
 
 Independently, :func:`collect_stats` records count, errors and latencies per operation in
-this process (what ``aosp --stats`` prints).
+this process (what ``aosp --stats`` prints), and once a meter provider is installed each
+call is measured too (:mod:`persistence.metrics`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
+from persistence import metrics
 from persistence.errors import PersistError
 
 _otel_trace: types.ModuleType | None
@@ -135,6 +137,26 @@ def _result_rows(result: object) -> int | None:
     return count if isinstance(count, int) else None
 
 
+def _observed(
+    operation: str,
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    start: float,
+    error: str | None,
+    metering: bool,
+) -> None:
+    """Count a finished call: in the active stats recorders, and as metrics when
+    ``metering`` (its duration, error kind, and the bytes it was given to write)."""
+    elapsed = time.perf_counter() - start
+    for recorder in _recorders:
+        recorder.record(operation, elapsed, error is not None)
+    if metering:
+        attributes = _input_attributes(signature.bind_partial(*args, **kwargs).arguments)
+        written = attributes.get(SPAN_PREFIX + "bytes")
+        metrics.operation(SPAN_PREFIX + operation, elapsed, error, written)
+
+
 def _tracing() -> bool:
     """Whether the application has installed a tracer provider whose spans are not no-ops."""
     return _otel_trace is not None and not isinstance(
@@ -151,22 +173,23 @@ def traced(operation: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
 
         @functools.wraps(method)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-            tracing = _tracing()
-            if not tracing and not _recorders:
+            tracing, metering = _tracing(), metrics.metering()
+            if not tracing and not metering and not _recorders:
                 return method(*args, **kwargs)
             start = time.perf_counter()
-            failed = True
+            error: str | None = "internal"
             try:
                 if tracing:
                     result = _call_in_span(name, signature, method, args, kwargs)
                 else:
                     result = method(*args, **kwargs)
-                failed = False
+                error = None
                 return result
+            except PersistError as exc:
+                error = exc.kind
+                raise
             finally:
-                elapsed = time.perf_counter() - start
-                for recorder in _recorders:
-                    recorder.record(operation, elapsed, failed)
+                _observed(operation, signature, args, kwargs, start, error, metering)
 
         return wrapper
 
@@ -186,27 +209,28 @@ def traced_coroutine(
         signature = inspect.signature(method)
         name = SPAN_PREFIX + operation
 
-        async def observed(tracing: bool, args: Any, kwargs: Any) -> T:
+        async def observed(tracing: bool, metering: bool, args: Any, kwargs: Any) -> T:
             start = time.perf_counter()
-            failed = True
+            error: str | None = "internal"
             try:
                 if tracing:
                     result = await _await_in_span(name, signature, method, args, kwargs)
                 else:
                     result = await method(*args, **kwargs)
-                failed = False
+                error = None
                 return result
+            except PersistError as exc:
+                error = exc.kind
+                raise
             finally:
-                elapsed = time.perf_counter() - start
-                for recorder in _recorders:
-                    recorder.record(operation, elapsed, failed)
+                _observed(operation, signature, args, kwargs, start, error, metering)
 
         @functools.wraps(method)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
-            tracing = _tracing()
-            if not tracing and not _recorders:
+            tracing, metering = _tracing(), metrics.metering()
+            if not tracing and not metering and not _recorders:
                 return method(*args, **kwargs)
-            return observed(tracing, args, kwargs)
+            return observed(tracing, metering, args, kwargs)
 
         return wrapper
 

@@ -73,6 +73,7 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
         "cas_bodies": "orphaned CAS bodies' grace",
     },
     "aosp.cli.inspect": {"hot_state": "hot keys by family"},
+    "aosp.cli.status": {"status": "backlog, hot journal, exports, marks: snapshot reads"},
     "aosp.cli.store": {"worlds": "whether a store is new (no layout record) before it opens"},
     "aosp.benchmarks.cas": {"cas_bodies": "the body's object key, to plant an orphan"},
     "aosp.benchmarks.fdb": {"checksums": "the raw baseline stores entries as the plane does"},

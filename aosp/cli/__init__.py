@@ -3,12 +3,14 @@
 Every command takes ``--help``, ``--json`` (machine-readable output on stdout), ``--verbose``
 (tracebacks), ``--stats`` (per-operation counts and latencies on stderr) and ``--quiet`` (no
 progress). Commands that open a store take ``--data-dir`` (the embedded default) or
-``--kv URL --objects URL``.
+``--kv URL --objects URL``, not both. An option the command would ignore in the combination
+given is a usage error, before anything is opened.
 
 Exit codes: 0 success; 1 a check failed (verification, fsck, conformance, a benchmark
 target); 2 usage error or input the plane refused; 3 the store or a backend failed, the
 named thing does not exist, or a file the command was given cannot be read or written;
-4 a conflict (the store moved: retry); 5 an internal error (a bug in aosp). Errors print as
+4 a conflict (the store moved: retry); a promotion the fences refuse is 1 (``refused``: no
+retry changes it); 5 an internal error (a bug in aosp). Errors print as
 one line on stderr (``aosp: <kind> error: <what>``); ``--verbose`` adds the traceback. A
 closed stdout (``aosp ... | head``) ends the command quietly with 141, as SIGPIPE would.
 """
@@ -21,24 +23,32 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from aosp.cli import compact, data, drain, fsck, inspect, jobs, segments, spark
+from aosp.cli import compact, data, drain, fsck, inspect, jobs, segments, spark, status
 from aosp.cli.console import (
     EXIT_BACKEND,
+    EXIT_CHECK_FAILED,
     EXIT_CONFLICT,
     EXIT_INTERNAL,
     EXIT_SIGPIPE,
     EXIT_USAGE,
     OneLineParser,
+    Refused,
     UsageError,
     common_options,
     print_json,
     report_error,
 )
-from aosp.cli.store import check_kernel, command_options, named_for_cli, store_options
+from aosp.cli.store import (
+    check_kernel,
+    check_store_options,
+    command_options,
+    named_for_cli,
+    store_options,
+)
 from persistence import telemetry
-from persistence.errors import Conflict, PersistError, Validation
+from persistence.errors import Conflict, PersistError, ReceiptHorizonFence, Validation
 
-COMMAND_MODULES = (jobs, inspect, data, segments, compact, drain, fsck, spark)
+COMMAND_MODULES = (jobs, inspect, status, data, segments, compact, drain, fsck, spark)
 """Each registers its commands with ``register(subparsers, common, store)``."""
 
 
@@ -47,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="aosp",
         description="Operator tool of the AOS hosted persistence plane.",
-        epilog="Exit codes: 0 ok, 1 a check failed, 2 usage error, 3 store/backend error or "
-        "not found, 4 conflict, 5 internal error.",
+        epilog="Exit codes: 0 ok, 1 a check failed or a refusal no retry changes, 2 usage "
+        "error, 3 store/backend error or not found, 4 conflict (retry), 5 internal error.",
     )
     parser.add_argument("--version", action="version", version=f"aosp {_version()}")
     sub = parser.add_subparsers(
@@ -72,12 +82,17 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _exit_code(error: PersistError) -> int:
+def _kind_and_code(error: PersistError) -> tuple[str, int]:
+    """The kind the one-line error names and the exit code of ``error``. The receipt-horizon
+    fence is a ``Conflict`` to the library, but nothing a retry changes: the snapshot's
+    horizon is fixed when it is indexed, so it is a refusal (exit 1), not a retry (4)."""
+    if isinstance(error, ReceiptHorizonFence):
+        return "refused", EXIT_CHECK_FAILED
     if isinstance(error, Validation):
-        return EXIT_USAGE
+        return error.kind, EXIT_USAGE
     if isinstance(error, Conflict):
-        return EXIT_CONFLICT
-    return EXIT_BACKEND
+        return error.kind, EXIT_CONFLICT
+    return error.kind, EXIT_BACKEND
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with telemetry.collect_stats() as stats:
         try:
+            check_store_options(args)  # one store named, before anything is opened
             if getattr(args, "kernel", None) is not None:
                 check_kernel(args.kernel)  # a bad --kernel is a usage error before any work
             code: int = args.run(args)
@@ -93,12 +109,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except UsageError as exc:
             report_error("usage", str(exc))
             code = EXIT_USAGE
+        except Refused as exc:
+            report_error("refused", str(exc))
+            code = EXIT_CHECK_FAILED
         except PersistError as exc:
             if args.verbose:
                 traceback.print_exc()
             named = named_for_cli(exc, args, command_options(parser, args))
-            report_error(named.kind, str(named))
-            code = _exit_code(named)
+            kind, code = _kind_and_code(named)
+            report_error(kind, str(named))
         except BrokenPipeError:
             # The reader went away (``aosp ... | head``): stop quietly, as SIGPIPE would.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -13,6 +13,7 @@ from aosp.cli.console import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     Progress,
+    UsageError,
     counted,
     int_at_least,
     noun,
@@ -42,6 +43,11 @@ def _config(args: argparse.Namespace) -> PlaneConfig:
 
 def cmd_compact(args: argparse.Namespace) -> int:
     """Compact (or, with ``--dry-run``, preview) the inbox of every selected world."""
+    if args.grace is not None and not args.orphans:
+        raise UsageError(
+            "--grace needs --orphans: it is how long a CAS put's pin protects its upload "
+            "from the orphan collection, which only --orphans runs"
+        )
     config = _config(args)
     plane = open_store(args, config=config)
     worlds = selected_worlds(plane, args, worldless=args.orphans)  # CAS bodies of a universe
@@ -140,10 +146,11 @@ def _collect(
     universe (every universe, also those without worlds, when none is selected) and the
     orphaned segment objects and finished markers of the selected worlds."""
     cas = cas_collection.CasCollection()
+    grace = cas_bodies.DEFAULT_GRACE_SECONDS if args.grace is None else args.grace
     universes = [args.universe] if args.universe is not None else list(plane.universes())
     for universe in universes:
         cas += cas_collection.collect(
-            plane.engine, plane.objects, universe, plane.clock, args.grace, dry_run=args.dry_run
+            plane.engine, plane.objects, universe, plane.clock, grace, dry_run=args.dry_run
         )
     segments = SegmentCollection()
     for universe, world in worlds:
@@ -194,8 +201,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     parser.add_argument(
         "--grace",
         type=positive_seconds,
-        default=cas_bodies.DEFAULT_GRACE_SECONDS,
-        help="seconds a CAS put's pin protects its upload (default 3600): longer than any "
-        "upload takes",
+        help="with --orphans: seconds a CAS put's pin protects its upload (default "
+        f"{cas_bodies.DEFAULT_GRACE_SECONDS:g}): longer than any upload takes",
     )
     parser.set_defaults(run=cmd_compact)

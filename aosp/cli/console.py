@@ -17,7 +17,8 @@ from persistence.errors import elide
 EXIT_OK: Final = 0
 """The command did what was asked and every check passed."""
 EXIT_CHECK_FAILED: Final = 1
-"""A check failed: verification, integrity (fsck), conformance, a benchmark target."""
+"""A check failed: verification, integrity (fsck), conformance, a benchmark target; or the
+store refused what was asked for a reason no retry changes (:class:`Refused`)."""
 EXIT_USAGE: Final = 2
 """Bad arguments or input (argparse's own code), or a value the plane refused."""
 EXIT_BACKEND: Final = 3
@@ -36,6 +37,12 @@ CLEAR_LINE: Final = "\r\x1b[K"
 
 class UsageError(Exception):
     """A command was given arguments it cannot act on; the message says which."""
+
+
+class Refused(Exception):
+    """The store refuses what the command asks, for a reason that a retry does not change
+    (a promotion the fences refuse): ``aosp: refused error: ...``, exit
+    :data:`EXIT_CHECK_FAILED`. The message says what would be accepted."""
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:

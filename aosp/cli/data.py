@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import itertools
 import json
+import shlex
 import shutil
 import sys
 import time
@@ -15,6 +17,7 @@ from typing import Any, BinaryIO, Final
 from aosp.cli import ids
 from aosp.cli.console import (
     EXIT_OK,
+    Refused,
     UsageError,
     command_group,
     int_at_least,
@@ -34,7 +37,13 @@ from aosp.cli.store import (
     world_options,
 )
 from persistence import cbor
-from persistence.errors import Backend, NotFound, Validation
+from persistence.errors import (
+    Backend,
+    BaselineRegression,
+    NotFound,
+    ReceiptHorizonFence,
+    Validation,
+)
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.kernel import entry_kind
 from persistence.plane import Plane
@@ -45,6 +54,7 @@ from persistence.records import (
     InboxItem,
     IngressJournalRecord,
     ReceiptIngress,
+    SnapshotJournalRecord,
     SnapshotRecord,
     TimerFiredIngress,
     decode_inbox_item,
@@ -192,10 +202,34 @@ def _output(name: str | None) -> Path | None:
     return out
 
 
+MAX_JSON_BODY: Final = 16 * 1024 * 1024
+"""The largest body ``cas get --json`` prints in its JSON (larger ones go to ``--output``)."""
+
+
+def body_json(digest: Hash, body: bytes) -> dict[str, Any]:
+    """A body as ``cas get --json`` prints it: its hash, its size and the body itself, as
+    ``text`` when it is UTF-8, else as ``base64``."""
+    try:
+        return {"hash": str(digest), "size": len(body), "text": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        encoded = base64.b64encode(body).decode("ascii")
+        return {"hash": str(digest), "size": len(body), "base64": encoded}
+
+
 def cmd_cas_get(args: argparse.Namespace) -> int:
-    """Write a body, verified against its hash, to a file or stdout."""
+    """Write a body, verified against its hash, to a file or stdout; with ``--json``, print
+    it in a JSON object (:func:`body_json`), or, with ``--output``, what was written."""
     output = _output(args.output)
     plane = open_store(args)
+    if args.json and output is None:
+        size = plane.blob_meta(args.universe, args.hash).size
+        if size > MAX_JSON_BODY:
+            raise UsageError(
+                f"--json prints bodies up to {MAX_JSON_BODY:,} bytes, and this one is "
+                f"{size:,}: write it with --output FILE (--json then prints its hash and size)"
+            )
+        print_json(body_json(args.hash, plane.get(args.universe, args.hash)))
+        return EXIT_OK
     stream = plane.open_blob(args.universe, args.hash)
     with stream:
         if output is None:
@@ -210,6 +244,9 @@ def cmd_cas_get(args: argparse.Namespace) -> int:
                 partial.unlink(missing_ok=True)
                 raise
             partial.replace(output)  # only a verified body gets the name
+            if args.json:
+                size = output.stat().st_size
+                print_json({"hash": str(args.hash), "size": size, "output": str(output)})
     return EXIT_OK
 
 
@@ -251,6 +288,8 @@ def cmd_journal_read(args: argparse.Namespace) -> int:
     """Print entries from a height (stitched from segments and the hot tail)."""
     if args.raw and args.decode:
         raise UsageError("--raw writes the entries' bytes; --decode shows them decoded: not both")
+    if args.raw and args.json:
+        raise UsageError("--raw writes the entries' bytes; --json prints them as JSON: not both")
     plane = open_store(args)
     rows = plane.read_range(args.universe, args.world, args.start, args.limit)
     if args.raw:
@@ -346,9 +385,34 @@ def _need(args: argparse.Namespace, *names: str) -> None:
         raise UsageError(f"--kind {args.kind} needs {', '.join(missing)}")
 
 
+KIND_OPTIONS: Final = {
+    "domain_event": ("schema", "key"),
+    "receipt": ("intent_hash", "effect_kind", "adapter_id", "signature_hex"),
+    "inbox": ("inbox_name", "header"),
+    "timer_fired": ("timer_id",),
+    "control": ("cmd",),
+}
+"""The ``inbox enqueue`` options (``dest``) that give the fields of each ``--kind``."""
+
+
+def _refuse_other_kinds(args: argparse.Namespace) -> None:
+    """``UsageError`` naming the options given that belong to another ``--kind`` (the item
+    has no field for them: they would be dropped)."""
+    foreign = [
+        f"--{dest.replace('_', '-')} (of --kind {kind})"
+        for kind, dests in KIND_OPTIONS.items()
+        if kind != args.kind
+        for dest in dests
+        if getattr(args, dest) is not None
+    ]
+    if foreign:
+        raise UsageError(f"--kind {args.kind} does not take {', '.join(foreign)}")
+
+
 def build_item(args: argparse.Namespace) -> InboxItem:
     """The inbox item the ``inbox enqueue`` arguments describe (payloads are JSON, stored
-    as canonical CBOR)."""
+    as canonical CBOR); options of another kind are a ``UsageError``."""
+    _refuse_other_kinds(args)
     payload = _payload(args.payload)
     if args.kind == "domain_event":
         _need(args, "schema")
@@ -371,7 +435,9 @@ def build_item(args: argparse.Namespace) -> InboxItem:
 
 
 def cmd_inbox_enqueue(args: argparse.Namespace) -> int:
-    """Enqueue one item; print its sequence."""
+    """Enqueue one item; print its sequence. A repeat under the same idempotency key
+    prints the first item's sequence, like a new enqueue: ``Plane.enqueue`` returns only
+    the sequence, so whether this call stored the item is not known here."""
     item = build_item(args)
     plane = open_store(args)
     key = None if args.idempotency_key is None else args.idempotency_key.encode()
@@ -459,10 +525,70 @@ def _snapshot_at(plane: Plane, args: argparse.Namespace, height: int) -> Snapsho
     return found[0] if found else None
 
 
-def _baseline_summary(plane: Plane, args: argparse.Namespace, **fields: Any) -> int:
+def promote_command(args: argparse.Namespace, height: int) -> str:
+    """The ``aosp snapshot promote`` command line that promotes the snapshot at ``height``
+    of the command's world in the command's store (full ids, quoted for a shell)."""
+    store = (
+        ["--data-dir", str(args.data_dir)]
+        if args.kv is None
+        else ["--kv", str(args.kv), "--objects", str(args.objects)]
+    )
+    words = ["aosp", "snapshot", "promote", *store]
+    words += ["-u", str(args.universe), "-w", str(args.world), "--height", str(height)]
+    return shlex.join(words)
+
+
+def _snapshot_summary(
+    plane: Plane, args: argparse.Namespace, record: SnapshotRecord, indexed: bool
+) -> int:
+    """What ``snapshot commit`` did, and what comes next: the snapshot's height (the state
+    after that journal entry; the commit's own journal record is one above it, at the
+    head), whether the fences let it be promoted, and the command that promotes it."""
     baseline = plane.active_baseline(args.universe, args.world)
-    result = {**fields, "baseline": baseline.height, "head": plane.head(args.universe, args.world)}
-    print_json(result) if args.json else print_fields(result)
+    head = plane.head(args.universe, args.world)
+    fenced = record.receipt_horizon_height != record.height
+    promotable = not fenced and record.height > baseline.height
+    result = {
+        "height": record.height,
+        "snapshot_ref": str(record.snapshot_ref),
+        "receipt_horizon": record.receipt_horizon_height,
+        "indexed": indexed,
+        "baseline": baseline.height,
+        "head": head,
+        "promotable": promotable,
+    }
+    if args.json:
+        print_json(result)
+        return EXIT_OK
+    if baseline == record:
+        step = "none: it is the active baseline"
+    elif fenced:
+        step = (
+            "none: the receipt-horizon fence refuses it (its horizon is not its height); "
+            "commit a snapshot with --receipts-complete (and --promote) to make a baseline"
+        )
+    elif not promotable:
+        step = f"none: the active baseline is at height {baseline.height}, above it"
+    else:
+        step = promote_command(args, record.height)
+    state = "genesis" if record.height == 0 else f"the state after entry {record.height}"
+    print_fields(
+        {
+            "snapshot height": f"{record.height} ({state})",
+            "snapshot_ref": result["snapshot_ref"],
+            "receipt horizon": (
+                "none (committed without --receipts-complete)"
+                if record.receipt_horizon_height is None
+                else record.receipt_horizon_height
+            ),
+            "indexed": "yes" if indexed else "no (already indexed at this height)",
+            "baseline height": baseline.height,
+            "journal head": head
+            if head == record.height
+            else f"{head} (the commit's journal record is above the snapshot: not its height)",
+            "to promote": step,
+        }
+    )
     return EXIT_OK
 
 
@@ -483,7 +609,7 @@ def cmd_snapshot_commit(args: argparse.Namespace) -> int:
     if existing is not None:  # nothing journaled since: the index at this height is immutable
         record, indexed = existing, False
         if args.promote:
-            plane.promote_baseline(args.universe, args.world, record)
+            _promote(plane, args, record)
     else:
         record, outcome = plane.snapshot_commit(
             args.universe,
@@ -495,14 +621,64 @@ def cmd_snapshot_commit(args: argparse.Namespace) -> int:
             promote_baseline=args.promote,
         )
         indexed = outcome.indexed
-    return _baseline_summary(
-        plane,
-        args,
-        height=record.height,
-        snapshot_ref=str(record.snapshot_ref),
-        receipt_horizon=record.receipt_horizon_height,
-        indexed=indexed,
+    return _snapshot_summary(plane, args, record, indexed)
+
+
+def _promote(
+    plane: Plane, args: argparse.Namespace, record: SnapshotRecord, option: str = ""
+) -> None:
+    """Promote ``record``; the fence's refusal as :class:`Refused` saying what would pass
+    (``option``: the option that named the snapshot, which the message starts with)."""
+    try:
+        plane.promote_baseline(args.universe, args.world, record)
+    except ReceiptHorizonFence as exc:
+        horizon = exc.receipt_horizon_height
+        raise Refused(
+            f"{option}the receipt-horizon fence refuses the snapshot at height {exc.height}: its "
+            + (
+                "receipt horizon is none (it was committed without --receipts-complete)"
+                if horizon is None
+                else f"receipt horizon is {horizon}"
+            )
+            + f", and promotion needs it equal to the height ({exc.height}). The index is "
+            "immutable, so no retry changes this: commit a new snapshot with "
+            "`aosp snapshot commit --receipts-complete --promote`"
+        ) from None
+
+
+def _missing_snapshot(plane: Plane, args: argparse.Namespace, height: int) -> NotFound:
+    """``NotFound`` for ``--height`` naming no snapshot: the heights that have one (the
+    nearest, if there are many), and, if ``height`` holds the journal record of a snapshot
+    commit (the head just after ``snapshot commit``), the snapshot's own height."""
+    heights = [s.height for s in plane.list_snapshots(args.universe, args.world)]
+    below = [h for h in heights if h < height]
+    above = [h for h in heights if h > height]
+    if len(heights) <= MAX_LISTED_HEIGHTS:
+        where = f"snapshots are indexed at heights {', '.join(map(str, heights))}"
+    else:
+        near = [*below[-1:], *above[:1]]
+        where = (
+            f"{len(heights):,} snapshots are indexed; the nearest at heights "
+            f"{' and '.join(map(str, near))}"
+        )
+    hint = ""
+    head = plane.head(args.universe, args.world)
+    entry = plane.read_range(args.universe, args.world, height, 1) if 1 <= height <= head else []
+    if entry:
+        record = decode_journal_record(entry[0][1])
+        if isinstance(record, SnapshotJournalRecord):
+            hint = (
+                f"; height {height} is the journal record of the snapshot committed at height "
+                f"{record.height}: its --height is {record.height}"
+            )
+    return NotFound(
+        f"--height {height}: no snapshot is indexed at {height} in world {args.world} "
+        f"({where}; `aosp snapshot list` shows them){hint}"
     )
+
+
+MAX_LISTED_HEIGHTS: Final = 10
+"""The most snapshot heights a ``--height`` naming no snapshot lists (else the nearest)."""
 
 
 def cmd_snapshot_promote(args: argparse.Namespace) -> int:
@@ -510,9 +686,22 @@ def cmd_snapshot_promote(args: argparse.Namespace) -> int:
     plane = open_store(args)
     record = _snapshot_at(plane, args, args.height)
     if record is None:
-        raise NotFound(f"--height {args.height}: no snapshot indexed there in world {args.world}")
-    plane.promote_baseline(args.universe, args.world, record)
-    return _baseline_summary(plane, args, height=args.height)
+        raise _missing_snapshot(plane, args, args.height)
+    try:
+        _promote(plane, args, record, f"--height {args.height}: ")
+    except BaselineRegression as exc:  # the baseline never moves down: no retry helps
+        raise Refused(
+            f"--height {args.height}: below the active baseline at height {exc.current}, and "
+            "a baseline never moves down; promote a snapshot at or above it"
+        ) from None
+    baseline = plane.active_baseline(args.universe, args.world)
+    result = {
+        "height": args.height,
+        "baseline": baseline.height,
+        "head": plane.head(args.universe, args.world),
+    }
+    print_json(result) if args.json else print_fields(result)
+    return EXIT_OK
 
 
 # --------------------------------------------------------------------------- registration
@@ -585,14 +774,21 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     )
     put.set_defaults(run=cmd_cas_put, option_fields={"expected_hash": "--expect"})
     get = cas.add_parser(
-        "get", parents=[common, store, universe_only], help="write a verified body out"
+        "get",
+        parents=[common, store, universe_only],
+        help="write a verified body out",
+        description="Writes the body, verified against its hash, to --output or stdout. With "
+        "--json, stdout gets {hash, size, text} (a UTF-8 body) or {hash, size, base64} (any "
+        f"other) for bodies up to {MAX_JSON_BODY // 1024 // 1024} MiB, or, with --output, "
+        "{hash, size, output}.",
     )
     get.add_argument("hash", type=ids.hash_selector, metavar="HASH", help=HASH_HELP)
     get.add_argument(
         "--output",
         "-o",
         metavar="FILE",
-        help="file to write, named only once the body is verified (default: stdout)",
+        help="file to write, named only once the body is verified (default: stdout; with "
+        "--json, the JSON says hash, size and file)",
     )
     get.set_defaults(run=cmd_cas_get)
     stat = cas.add_parser("stat", parents=[common, store, universe_only], help="size and location")
@@ -639,7 +835,8 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     enqueue.add_argument(
         "--idempotency-key",
         metavar="KEY",
-        help="enqueue at most once per key (a retry with it gets the first sequence)",
+        help="enqueue at most once per key: a repeat of the item prints the first item's "
+        "sequence (the plane does not say whether this call stored it)",
     )
     fields = enqueue.add_argument_group(
         "item fields",
@@ -721,12 +918,14 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         parents=[common, store, one_world],
         help="make an indexed snapshot the active baseline",
         description="The receipt-horizon fence and non-regression are checked: a snapshot "
-        "without a complete receipt horizon, or below the baseline, is refused (exit 4).",
+        "without a complete receipt horizon, or below the baseline, is refused (exit 1: no "
+        "retry changes it).",
     )
     promote.add_argument(
         "--height",
         type=int_at_least(0),
         required=True,
-        help="the height of the indexed snapshot to promote (`snapshot list` shows them)",
+        help="height of the snapshot (its `snapshot height`, not the journal head after the "
+        "commit; `snapshot list` shows them)",
     )
     promote.set_defaults(run=cmd_snapshot_promote)

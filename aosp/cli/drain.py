@@ -10,12 +10,13 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from aosp.cli import ids
 from aosp.cli.console import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
+    UsageError,
     counted,
     int_at_least,
     positive_seconds,
@@ -35,9 +36,21 @@ from persistence.workers.drain_worker import (
     Shard,
 )
 
+DEFAULT_INTERVAL: Final = 0.05
+"""``--interval``: the wait of ``--follow`` after a pass that drained nothing."""
+DEFAULT_REPORT_EVERY: Final = 10.0
+"""``--report-every``: seconds between two lag reports of ``--follow``."""
+
 
 def cmd_drain(args: argparse.Namespace) -> int:
     """One pass of a drain worker, or passes until stopped (``--follow``)."""
+    pacing = {"--interval": args.interval, "--report-every": args.report_every}
+    given = [option for option, value in pacing.items() if value is not None]
+    if given and not args.follow:  # one pass neither waits nor reports: they would be ignored
+        raise UsageError(
+            f"{' and '.join(given)}: for --follow only (one pass neither waits nor reports "
+            "the lag): add --follow"
+        )
     plane = open_store(args)
     require_universe(plane, args.universe)  # not an empty pass, nor following nothing
     try:
@@ -61,7 +74,8 @@ def cmd_drain(args: argparse.Namespace) -> int:
         _print(args, {"pass": _pass(report), "lag": _lag(worker.lag())})
         return EXIT_CHECK_FAILED if report.failures else EXIT_OK
     stop = threading.Event()
-    every = args.report_every
+    every = DEFAULT_REPORT_EVERY if args.report_every is None else args.report_every
+    interval = DEFAULT_INTERVAL if args.interval is None else args.interval
     due = [worker.clock() + every]
 
     def on_pass(report: PassReport) -> None:
@@ -72,10 +86,10 @@ def cmd_drain(args: argparse.Namespace) -> int:
     with _stopped_by_signals(stop):
         while not stop.is_set():
             try:
-                worker.run(stop, idle_seconds=args.interval, on_pass=on_pass)
+                worker.run(stop, idle_seconds=interval, on_pass=on_pass)
             except Backend as exc:  # the store is unavailable for now: keep trying
-                report_error(exc.kind, f"{exc} (retrying in {args.interval:g} s)")
-                stop.wait(args.interval)
+                report_error(exc.kind, f"{exc} (retrying in {interval:g} s)")
+                stop.wait(interval)
     lag = worker.lag()
     _print(args, {"stopped": True, "lag": _lag(lag)})
     return EXIT_CHECK_FAILED if lag.failures else EXIT_OK
@@ -220,13 +234,12 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     parser.add_argument(
         "--interval",
         type=positive_seconds,
-        default=0.05,
-        help="--follow: seconds to wait after a pass that drained nothing (default 0.05)",
+        help="--follow: seconds to wait after a pass that drained nothing (default "
+        f"{DEFAULT_INTERVAL:g})",
     )
     parser.add_argument(
         "--report-every",
         type=positive_seconds,
-        default=10.0,
-        help="--follow: seconds between two lag reports (default 10)",
+        help=f"--follow: seconds between two lag reports (default {DEFAULT_REPORT_EVERY:g})",
     )
     parser.set_defaults(run=cmd_drain)

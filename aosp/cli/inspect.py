@@ -9,6 +9,7 @@ from typing import Any, Final
 from aosp.cli.console import (
     EXIT_OK,
     Progress,
+    UsageError,
     counted,
     int_at_least,
     print_fields,
@@ -20,6 +21,9 @@ from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.protocols.hot_state import measure
+
+DEFAULT_LIMIT: Final = 1_000
+"""The most worlds ``inspect`` shows without ``--limit``."""
 
 PENDING_CAP = 10_000
 """Pending inbox items are counted up to this many (an inbox holds any number)."""
@@ -66,8 +70,11 @@ def hot_summary(plane: Plane, universe: UniverseId, world: WorldId) -> dict[str,
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print a summary row per selected world (details when one world is named)."""
+    one_world = args.world is not None and args.universe is not None
+    if one_world and args.limit is not None:
+        raise UsageError("--limit caps the rows of several worlds; -u with -w shows one: not both")
     plane = open_store(args)
-    if args.world is not None and args.universe is not None:
+    if one_world:
         summary = world_summary(plane, args.universe, args.world)
         summary["created_ns"] = plane.world_meta(args.universe, args.world).created_ns
         summary.update(hot_summary(plane, args.universe, args.world))
@@ -95,7 +102,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                 size = counted(s["bytes"], "byte")
                 print(f"segment {s['start']}-{s['end']}  {size}  {s['object_key']}")
         return EXIT_OK
-    worlds = selected_worlds(plane, args)[: args.limit]
+    worlds = selected_worlds(plane, args)[: DEFAULT_LIMIT if args.limit is None else args.limit]
     rows = []
     with Progress("inspect", len(worlds), enabled=not args.quiet, unit="world") as progress:
         for universe, world in worlds:
@@ -137,8 +144,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     parser.add_argument(
         "--limit",
         type=int_at_least(1),
-        default=1_000,
-        help="show at most this many worlds (default 1000)",
+        help=f"show at most this many worlds (default {DEFAULT_LIMIT}; not with -w)",
     )
     parser.add_argument(
         "--hot",

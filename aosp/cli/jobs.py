@@ -286,6 +286,26 @@ def check_suites(suites: list[str], fdb: str | None) -> None:
         require(f"the {suite} suite", extra, *SUITE_NEEDS.get(suite, ()))
 
 
+STEADY_OPTIONS: Final = ("steady_seconds", "steady_worlds", "steady_rate", "plot")
+"""The ``bench`` options (``dest``) only the steady suite reads."""
+
+
+def check_suite_options(args: argparse.Namespace, suites: list[str]) -> None:
+    """``UsageError`` for options of a suite the run leaves out (they would be ignored):
+    the steady suite's, and ``--fdb`` (named suites without fdb; ``all`` takes it in)."""
+    given = [f"--{d.replace('_', '-')}" for d in STEADY_OPTIONS if getattr(args, d) is not None]
+    if given and "steady" not in suites:
+        raise UsageError(
+            f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for the steady suite, "
+            f"which this run leaves out (it runs {' '.join(suites)}): name steady too"
+        )
+    if args.fdb is not None and "fdb" not in suites:
+        raise UsageError(
+            f"--fdb is for the fdb suite, which this run leaves out (it runs "
+            f"{' '.join(suites)}): name fdb too, or all"
+        )
+
+
 def bench_suite(text: str) -> str:
     """argparse ``type=`` of ``SUITE``: a suite's name, or ``all``."""
     if text not in (*SUITES, "all"):
@@ -313,15 +333,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from aosp.benchmarks import eventsourcing as eventsourcing_suite
 
     # checked here, before any suite runs (SteadyConfig names its fields, not the options)
-    if args.steady_worlds < 1:
+    if args.steady_worlds is not None and args.steady_worlds < 1:
         raise UsageError(f"--steady-worlds must be at least 1, not {args.steady_worlds}")
-    if not 0 < args.steady_rate < float("inf"):
+    if args.steady_rate is not None and not 0 < args.steady_rate < float("inf"):
         raise UsageError(f"--steady-rate must be a positive number, not {args.steady_rate}")
+    steady_options = {
+        "worlds": args.steady_worlds,
+        "seconds": args.steady_seconds,
+        "rate": args.steady_rate,
+    }
     steady_config = steady.SteadyConfig(
-        worlds=args.steady_worlds, seconds=args.steady_seconds, rate=args.steady_rate
+        **{name: value for name, value in steady_options.items() if value is not None}
     )
 
     suites = chosen_suites(args.suites, args.fdb)
+    check_suite_options(args, suites)
     check_suites(suites, args.fdb)
     plot = args.plot or steady.default_plot_path()
     if "steady" in suites:
@@ -525,17 +551,13 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     bench.add_argument(
         "--steady-seconds",
         type=positive_seconds,
-        default=180.0,
         help="steady suite: length of each of its two runs (default 180; --seconds does "
         "not apply to it; at least 4 retention windows of 10 s)",
     )
-    bench.add_argument(
-        "--steady-worlds", type=int, default=100, help="steady suite: worlds (default 100)"
-    )
+    bench.add_argument("--steady-worlds", type=int, help="steady suite: worlds (default 100)")
     bench.add_argument(
         "--steady-rate",
         type=float,
-        default=100.0,
         help="steady suite: items enqueued per second over all worlds (default 100)",
     )
     bench.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from aosp.cli.console import (
     EXIT_CHECK_FAILED,
@@ -114,8 +114,17 @@ def cmd_replay_check(args: argparse.Namespace) -> int:
     return EXIT_OK if replay_passed(summary) else EXIT_CHECK_FAILED
 
 
+TRIGGER_SECONDS: Final = 1.0
+"""``replay-follow --trigger-seconds``: seconds between two micro-batches."""
+
+
 def cmd_replay_follow(args: argparse.Namespace) -> int:
     """The replay check, continuous: each world checked when it journals a new baseline."""
+    if args.once and args.trigger_seconds is not None:
+        raise UsageError(
+            "--trigger-seconds paces a continuous run's micro-batches; --once checks the "
+            "baselines there are and stops: not both"
+        )
     from spark_connectors.jobs import follow_replay_check
 
     store, _ = _store(args)
@@ -141,7 +150,8 @@ def cmd_replay_follow(args: argparse.Namespace) -> int:
     try:
         query = follow_replay_check(
             spark, store, output=args.output, checkpoint=args.checkpoint, kernel=args.kernel,
-            once=args.once, trigger_seconds=args.trigger_seconds, on_batch=report,
+            once=args.once, trigger_seconds=args.trigger_seconds or TRIGGER_SECONDS,
+            on_batch=report,
             **_selection(args),
         )  # fmt: skip
         try:
@@ -245,8 +255,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     follow.add_argument(
         "--trigger-seconds",
         type=positive_seconds,
-        default=1.0,
-        help="seconds between micro-batches (default 1; at most a year)",
+        help=f"seconds between micro-batches (default {TRIGGER_SECONDS:g}; not with --once)",
     )
     follow.set_defaults(run=cmd_replay_follow)
     stats = jobs.add_parser(

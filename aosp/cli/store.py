@@ -51,6 +51,21 @@ DB_FILE = "aos.db"
 OBJECTS_DIR = "objects"
 
 
+class _GivenDataDir(argparse.Action):
+    """``--data-dir``, noting that it was given (``data_dir_given``): the default, or
+    ``$AOSP_DATA_DIR``, does not conflict with ``--kv``/``--objects``; the option does."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.data_dir_given = True
+
+
 def store_options() -> argparse.ArgumentParser:
     """Options naming the store (a parent parser for every command that opens one)."""
     parser = argparse.ArgumentParser(add_help=False)
@@ -59,19 +74,37 @@ def store_options() -> argparse.ArgumentParser:
         "--data-dir",
         type=data_dir,
         default=DEFAULT_DATA_DIR,
-        help=f"embedded store directory (default: $AOSP_DATA_DIR or {DEFAULT_DATA_DIR})",
+        action=_GivenDataDir,
+        help=f"embedded store directory (default: $AOSP_DATA_DIR or {DEFAULT_DATA_DIR}); "
+        "not with --kv/--objects",
     )
     group.add_argument("--kv", metavar="URL", help="engine URL (memory://, sqlite:///…, fdb://…)")
     group.add_argument(
         "--objects", metavar="URL", help="object store URL (file:///…, s3://bucket/prefix?…)"
     )
+    parser.set_defaults(data_dir_given=False)
     return parser
 
 
-def store_urls(args: argparse.Namespace) -> tuple[str, str]:
-    """The engine and object-store URLs the arguments name."""
+def check_store_options(args: argparse.Namespace) -> None:
+    """``UsageError`` unless the options name one store: ``--kv`` and ``--objects``
+    together, or neither; ``--data-dir`` not with them (it would be ignored). Run before
+    the command does anything (commands without the store options pass)."""
+    if not hasattr(args, "data_dir_given"):
+        return
     if (args.kv is None) != (args.objects is None):
         raise UsageError("--kv and --objects go together (or neither, for --data-dir)")
+    if args.kv is not None and args.data_dir_given:
+        raise UsageError(
+            "--data-dir names the embedded store, --kv/--objects another: give one or the "
+            "other, not both"
+        )
+
+
+def store_urls(args: argparse.Namespace) -> tuple[str, str]:
+    """The engine and object-store URLs the arguments name (checked by
+    :func:`check_store_options`)."""
+    check_store_options(args)
     if args.kv is not None:
         return str(args.kv), str(args.objects)
     root = resolve_path(str(args.data_dir), "--data-dir")

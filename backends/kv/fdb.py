@@ -396,6 +396,8 @@ class FdbTransaction(kv.Transaction):
 class FdbEngine(kv.Engine):
     """A FoundationDB cluster, named by its cluster file."""
 
+    versions_per_second = 1_000_000.0
+
     def __init__(self, cluster_file: str | None = None, options: FdbOptions | None = None) -> None:
         self.cluster_file = cluster_file or os.environ.get("FDB_CLUSTER_FILE") or None
         self.options = options or FdbOptions()

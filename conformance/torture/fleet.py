@@ -61,6 +61,15 @@ class Fleet:
         self.processes.append(Process(role, ident, incarnation, proc))
         self.starts += 1
 
+    def started(self, process: Process) -> bool:
+        """Whether ``process`` is past its interpreter's start: it has opened its log file,
+        which a worker does first, before it opens the plane. A kill before that would
+        exercise Python's imports, not the store, and only lengthen the restart of a
+        process whose call's outcome is unknown (see
+        ``TortureSize.compaction_retention_seconds``)."""
+        name = log_name(process.role, process.ident, process.incarnation)
+        return (self.directory / name).exists()
+
     def kill(self, victim: Process) -> None:
         """SIGKILL ``victim``, wait for it, and start its next incarnation."""
         if self._kill(victim):

@@ -209,6 +209,7 @@ def run_torture(
         "starts": fleet.starts,
         **_kill_figures(fleet, killer),
         "final_kills": fleet.final_kills,
+        "kills_skipped_starting": killer.process_kills_skipped,
         **_evidence_figures(evidence),
         "items_journaled": None if tally is None else tally.items_journaled,
         "compaction_window_seconds": window,
@@ -332,9 +333,11 @@ def _orphan_figures(
 
 class Killer:
     """When and what to kill: a worker process every ``mean_kill_interval`` seconds on
-    average; with ``servers``, also a server every ``server_kill_interval`` seconds on
-    average, restarted after a uniform fraction of that interval. A server kill waits
-    until the cluster has healed from the last one (``ServerFaults.healthy``)."""
+    average, drawn among them all and skipped if it is still starting its interpreter
+    (``Fleet.started``: each process is then killed as often as before, or less); with
+    ``servers``, also a server every ``server_kill_interval`` seconds on average, restarted
+    after a uniform fraction of that interval. A server kill waits until the cluster has
+    healed from the last one (``ServerFaults.healthy``)."""
 
     def __init__(
         self,
@@ -354,6 +357,9 @@ class Killer:
         self.servers_killed: Counter[str] = Counter()
         self.server_kills_postponed = 0
         """Server kills put off because the cluster had not healed from the last one."""
+        self.process_kills_skipped = 0
+        """Process kills not done because the process drawn was still starting its
+        interpreter."""
 
     def next_event(self) -> float:
         """When the next kill or restart is due (``time.monotonic()``)."""
@@ -363,7 +369,11 @@ class Killer:
         """Do what is due at ``now``."""
         if now >= self.next_process_kill:
             self.fleet.reap()
-            self.fleet.kill(self.rng.choice(self.fleet.processes))
+            victim = self.rng.choice(self.fleet.processes)
+            if self.fleet.started(victim):
+                self.fleet.kill(victim)
+            else:  # not another victim: that would kill the started ones more often
+                self.process_kills_skipped += 1
             self.next_process_kill = now + self.rng.expovariate(1 / self.size.mean_kill_interval)
         if self.servers is not None and now >= self.next_server_event:
             interval = self.size.server_kill_interval

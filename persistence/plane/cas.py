@@ -29,7 +29,7 @@ import random
 import time
 from typing import BinaryIO, Final, cast
 
-from persistence import txsize
+from persistence import metrics, txsize
 from persistence.errors import CasBodyHashMismatch, CasBodyMissing, NotFound, Validation
 from persistence.futures import drive
 from persistence.ids import Hash, UniverseId, check_id
@@ -142,7 +142,7 @@ class CasOperations(Core):
         """Store ``data`` of ``hash`` unless present, inline or external."""
         if self._inline(keys, hash, len(data)):
             meta = CasMeta(size=len(data), inline_bytes=data)
-            await cas.put_meta(self.engine, keys, hash, meta)
+            metrics.cas_put(present=not await cas.put_meta(self.engine, keys, hash, meta))
         else:
             await self.blocking(lambda: self._put_external(keys, hash, data))
 
@@ -158,6 +158,7 @@ class CasOperations(Core):
             while True:
                 state = drive(cas.pin(self.engine, keys, hash, put_id, self.clock()))
                 if state == "present":
+                    metrics.cas_put(present=True)
                     return
                 if isinstance(state, CasDoom):
                     self._await_collection(keys, hash, key, state, waits)
@@ -179,6 +180,7 @@ class CasOperations(Core):
                 self.hooks.reached("cas.after_body")
                 meta = CasMeta(size=body.size, object_key=key)
                 if drive(cas.commit_meta(self.engine, keys, hash, put_id, meta)):
+                    metrics.cas_put(present=False)
                     return
 
     def _await_collection(

@@ -143,7 +143,7 @@ async def compact(
     if await meta is None:
         raise WorldNotFound(keys.universe, keys.world)
     cursor = read_cursor_record(await cursor_read)
-    marks = _decode_marks(keys, await marks_read)
+    marks = decode_marks(keys, await marks_read)
     # The clock is read after the cursor: that cursor was set before this time.
     now = check_int(now_ns(), "now_ns", 0, budget.LATEST_NS)
     marks, dropped = _drop_marks_ahead(tr, keys, marks, now, limits.retention_ns)
@@ -229,15 +229,16 @@ def preview(
 async def read_marks(tr: kv.Transaction, keys: WorldKeys) -> list[tuple[int, InboxSeq]]:
     """The world's consumed marks, oldest first: ``(at_ns, cursor)`` (snapshot reads, for
     inspection)."""
-    return _decode_marks(keys, await tr.get_range(*keys.inbox_consumed_marks(), snapshot=True))
+    return decode_marks(keys, await tr.get_range(*keys.inbox_consumed_marks(), snapshot=True))
 
 
 async def _read_marks(tr: kv.Transaction, keys: WorldKeys) -> list[tuple[int, InboxSeq]]:
     """The marks, read with a conflict: compactions of one world serialize on them."""
-    return _decode_marks(keys, await tr.get_range(*keys.inbox_consumed_marks()))
+    return decode_marks(keys, await tr.get_range(*keys.inbox_consumed_marks()))
 
 
-def _decode_marks(keys: WorldKeys, rows: list[tuple[bytes, bytes]]) -> list[tuple[int, InboxSeq]]:
+def decode_marks(keys: WorldKeys, rows: list[tuple[bytes, bytes]]) -> list[tuple[int, InboxSeq]]:
+    """The consumed marks stored as ``rows``: ``(at_ns, cursor)`` each, strictly decoded."""
     prefix = keys.inbox_consumed_prefix_len()
     marks = []
     for key, value in rows:

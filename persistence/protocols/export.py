@@ -26,10 +26,11 @@ class ExportPlan:
 
 
 async def _marker(tr: kv.Transaction, keys: WorldKeys) -> ExportMarker | None:
-    return _decode_marker(await tr.get(keys.export_marker()))
+    return decode_marker(await tr.get(keys.export_marker()))
 
 
-def _decode_marker(raw: bytes | None) -> ExportMarker | None:
+def decode_marker(raw: bytes | None) -> ExportMarker | None:
+    """The export marker stored as ``raw`` (``None``: no export in flight)."""
     return None if raw is None else decode_record(ExportMarker, raw, "export marker")
 
 
@@ -90,7 +91,7 @@ async def transition(
     marker = tr.get(keys.export_marker())
     if await calls.replayed(opening) is not None:
         return
-    current = _decode_marker(await marker)
+    current = decode_marker(await marker)
     if current == new:
         return
     if current != expected:

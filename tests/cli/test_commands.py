@@ -366,13 +366,13 @@ def test_snapshot_commit_and_promote_make_a_world_exportable(tmp_path: Path) -> 
     assert plain["height"] == 3 and plain["indexed"] and plain["receipt_horizon"] is None
     assert plain["baseline"] == 0  # indexed, not promoted
     fenced = aosp("snapshot", "promote", *world, "--height", "3")
-    assert fenced.code == 4 and "receipt horizon" in fenced.one_line_error()
+    assert fenced.code == 1 and "receipt horizon" in fenced.one_line_error()  # no retry helps
     promoted = aosp(
         "snapshot", "commit", *world, "--receipts-complete", "--promote", "--json"
     ).json()
     assert promoted["height"] == promoted["baseline"] == plain["height"] + 1  # + its record
     again = aosp("snapshot", "promote", *world, "--height", "0")
-    assert again.code == 4 and "may not regress" in again.one_line_error()
+    assert again.code == 1 and "never moves down" in again.one_line_error()
     exported = aosp("segments", "export", *world, "--json", "--quiet").json()
     assert [(s["start"], s["end"]) for s in exported["segments"]] == [(1, promoted["height"] - 1)]
 

@@ -1,0 +1,209 @@
+"""``aosp status`` through real subprocesses: the figures it shows are the store's (backlog,
+ready worlds, hot entries, exports in flight, compaction marks, CAS dooms), busiest worlds
+first, counts stopping at ``--cap`` say so, it never writes and never creates a store, and on
+a real FoundationDB cluster the oldest pending item has an age."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pty
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from aosp.cli.status import CLEAR_SCREEN
+from backends.kv.sqlite import SqliteEngine
+from backends.objects.local import LocalObjectStore
+from persistence import cbor, kv
+from persistence.ids import Hash, UniverseId, WorldId
+from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.records import (
+    CasDoom,
+    DomainEventIngress,
+    ExportMarker,
+    InboxConsumedMark,
+)
+from segments import open_plane
+from tests.cli.conftest import ROOT, Store, aosp
+from tests.fdb_cluster import FdbCluster, clear_keyspace
+
+
+def _enqueue(store: Store, world: WorldId, count: int) -> None:
+    plane = open_plane(
+        SqliteEngine(store.data_dir / "aos.db", create=False),
+        LocalObjectStore(store.data_dir / "objects", create=False),
+    )
+    try:
+        items = [DomainEventIngress("test/Cli@1", cbor.encode(n)) for n in range(count)]
+        plane.enqueue_batch(UniverseId.parse(store.universe), world, items)
+    finally:
+        plane.engine.close()
+
+
+def _files(data_dir: Path) -> dict[str, str]:
+    """Every file of the store and a hash of its bytes."""
+    return {
+        str(p.relative_to(data_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(data_dir.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_status_shows_the_backlog_busiest_world_first(store: Store) -> None:
+    world = WorldId.parse(store.world)
+    _enqueue(store, world, 3)
+    view = aosp("status", *store.args("--json")).json()
+    assert view["ok"] is True and view["layout"] == 3
+    (universe,) = view["universes"]
+    assert universe["universe"] == store.universe and universe["worlds"] == 3
+    assert (universe["ready_worlds"], universe["pending"], universe["pending_more"]) == (
+        1,
+        3,
+        False,
+    )
+    busiest = universe["busiest"][0]
+    assert busiest["world"] == store.world
+    assert (busiest["pending"], busiest["ready"]) == (3, True)
+    assert busiest["oldest_pending"] is not None
+    assert busiest["oldest_pending_age_seconds"] is None  # SQLite's versions count commits
+    for row in universe["busiest"]:
+        assert row["hot_entries"] == row["head"] - row["cold_through"]
+        assert row["head"] > 0 and row["baseline"] > 0
+    assert universe["hot_entries"] == sum(r["hot_entries"] for r in universe["busiest"])
+    assert [r["pending"] for r in universe["busiest"]] == [3, 0, 0]
+
+    text = aosp("status", *store.args("--top", "1"))
+    assert text.code == 0, text.err
+    assert f"universe {store.universe[:8]}" in text.text and "pending 3" in text.text
+    assert store.world[:8] in text.text
+    assert "(2 quieter worlds not shown: --top 3 shows them)" in text.text
+
+
+def test_a_count_at_the_cap_says_there_may_be_more(store: Store) -> None:
+    _enqueue(store, WorldId.parse(store.world), 5)
+    view = aosp("status", *store.world_args("--json", "--cap", "2")).json()
+    (universe,) = view["universes"]
+    (row,) = universe["busiest"]
+    assert (row["pending"], row["pending_more"]) == (2, True)
+    text = aosp("status", *store.world_args("--cap", "2")).text
+    assert "pending 2+" in text
+
+
+def test_status_shows_exports_marks_and_dooms(store: Store) -> None:
+    universe, world = UniverseId.parse(store.universe), WorldId.parse(store.world)
+    keys = WorldKeys(universe, world)
+    plane = open_plane(
+        SqliteEngine(store.data_dir / "aos.db", create=False),
+        LocalObjectStore(store.data_dir / "objects", create=False),
+    )
+    try:
+        cursor = plane.inbox_cursor(universe, world)
+        assert cursor is not None  # the demo drained every world
+        marker = ExportMarker("copy_started", 1, 4, "objects/key")
+        mark = InboxConsumedMark(cursor)
+        doom = CasDoom(5, b"token")
+
+        def plant(tr: kv.Transaction) -> None:
+            tr.set(keys.export_marker(), marker.to_cbor())
+            tr.set(keys.inbox_consumed_mark(123 * 10**9), mark.to_cbor())
+            tr.set(UniverseKeys(universe).cas_doom(Hash.of(b"gone")), doom.to_cbor())
+
+        kv.run_sync(plane.engine, plant)
+    finally:
+        plane.engine.close()
+    (u,) = aosp("status", *store.world_args("--json")).json()["universes"]
+    (row,) = u["busiest"]
+    assert row["export"] == "copy_started" and u["exports_in_flight"] == 1
+    assert row["compaction_marks"] >= 1 and u["compaction_marks"] == row["compaction_marks"]
+    assert row["oldest_mark"] == "1970-01-01T00:02:03Z"
+    assert u["cas_dooms"] == 1
+
+
+def test_status_never_writes(store: Store) -> None:
+    _enqueue(store, WorldId.parse(store.world), 2)
+    before = _files(store.data_dir)
+    for args in (["--json"], ["--once"], []):
+        assert aosp("status", *store.args(*args)).code == 0
+    assert _files(store.data_dir) == before
+
+
+def test_status_of_a_missing_store_creates_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    result = aosp("status", "--data-dir", str(missing), "--json")
+    assert result.code == 3, result.err
+    assert "--data-dir" in result.one_line_error()
+    assert not missing.exists()
+
+
+def test_a_world_without_its_universe_is_a_usage_error(store: Store) -> None:
+    result = aosp("status", *store.args("-w", store.world))
+    assert result.code == 2 and "--world needs --universe" in result.one_line_error()
+
+
+def test_status_on_a_real_cluster_ages_the_oldest_pending_item(
+    fdb_cluster: FdbCluster, tmp_path: Path
+) -> None:
+    engine = fdb_cluster.engine()
+    clear_keyspace(engine)
+    plane = open_plane(engine, LocalObjectStore(tmp_path / "objects"))
+    universe = UniverseId.new()
+    world, quiet = WorldId.new(), WorldId.new()
+    plane.create_world(universe, world, handle="busy")
+    plane.enqueue(universe, world, DomainEventIngress("test/Cli@1", cbor.encode(1)))
+    plane.create_world(universe, quiet)
+    view = aosp(
+        "status",
+        "--kv",
+        fdb_cluster.url,
+        "--objects",
+        plane.objects.url,
+        "-u",
+        str(universe),
+        "--json",
+    ).json()
+    (u,) = view["universes"]
+    assert [r["world"] for r in u["busiest"]] == [str(world), str(quiet)]
+    busy = u["busiest"][0]
+    assert (busy["handle"], busy["pending"], busy["ready"]) == ("busy", 1, True)
+    age = busy["oldest_pending_age_seconds"]
+    assert isinstance(age, float) and 0 <= age < 300
+    assert u["oldest_pending_age_seconds"] == age
+    assert u["busiest"][1]["oldest_pending_age_seconds"] is None
+
+
+def test_an_interval_without_the_live_view_is_a_usage_error(store: Store) -> None:
+    for mode in ("--once", "--json"):
+        result = aosp("status", *store.args(mode, "--interval", "5"))
+        assert result.code == 2, result.err
+        assert "--interval paces the live view" in result.one_line_error()
+
+
+def test_on_a_terminal_the_view_refreshes_until_interrupted(store: Store) -> None:
+    """Through a pseudo-terminal: the screen is redrawn with each reading (synchronised on
+    the output, never on a sleep), and Ctrl-C (SIGINT) ends it with exit 0."""
+    leader, follower = pty.openpty()
+    environment = {k: v for k, v in os.environ.items() if k != "AOSP_DATA_DIR"}
+    environment["PYTHONPATH"] = str(ROOT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "aosp", "status", *store.args("--interval", "0.05")],
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env=environment,
+    )
+    os.close(follower)
+    seen = b""
+    try:
+        while seen.count(CLEAR_SCREEN.encode()) < 3:
+            chunk = os.read(leader, 65536)
+            assert chunk, f"the view ended early: {seen[-500:]!r}"
+            seen += chunk
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0, process.stderr.read() if process.stderr else ""
+    finally:
+        process.kill()
+        process.wait()
+        os.close(leader)
+    text = seen.decode(errors="replace")
+    assert f"universe {store.universe[:8]}" in text and "Ctrl-C to stop" in text
