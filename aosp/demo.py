@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aosp.cli.console import counted, noun
 from persistence import cbor
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.plane import Plane
@@ -130,8 +131,8 @@ def run(config: DemoConfig, progress: Callable[[str], None]) -> DemoReport:
     for number, w in enumerate(world_ids, 1):
         plane.create_world(universe, w, handle=f"demo-{number}")  # unique in the universe
     progress(
-        f"{config.writers} writers x {config.items} items into {config.worlds} worlds "
-        f"of universe {universe} in {config.data_dir}"
+        f"{counted(config.writers, 'writer')} x {counted(config.items, 'item')} into "
+        f"{counted(config.worlds, 'world')} of universe {universe} in {config.data_dir}"
     )
     start = time.perf_counter()
     ctx = multiprocessing.get_context("spawn")
@@ -157,7 +158,7 @@ def run(config: DemoConfig, progress: Callable[[str], None]) -> DemoReport:
                     since_snapshot[w] = 0
             drained += moved
             if moved and time.perf_counter() - last_progress >= 1.0:
-                progress(f"drained {drained}/{report.items} items")
+                progress(f"drained {drained}/{report.items} {noun(report.items, 'item')}")
                 last_progress = time.perf_counter()
             if writers_done and not moved:
                 break
@@ -175,7 +176,7 @@ def run(config: DemoConfig, progress: Callable[[str], None]) -> DemoReport:
         # a little more history after the baseline, so restore replays a hot tail too
         plane.append_batch(universe, w, plane.head(universe, w), [b"host tail entry"])
         report.segments += len(exporter.export_all(universe, w))
-    progress(f"exported {report.segments} segments")
+    progress(f"exported {counted(report.segments, 'segment')}")
     progress("verifying every world")
     _verify(plane, universe, world_ids, config, report)
     progress("fsck of the universe")

@@ -347,7 +347,8 @@ class Fsck:
             for key, raw in rows:
                 self._check_blob(universe, key[prefix:], raw)
             begin = rows[-1][0] + b"\x00"
-            self._progress(f"cas of {universe}: {self.report.checked.get('cas bodies', 0)} bodies")
+            bodies = self.report.checked.get("cas bodies", 0)
+            self._progress(f"cas of {universe}: {bodies:,} {'body' if bodies == 1 else 'bodies'}")
         self._check_pins_and_dooms(universe, keys)
 
     def _check_handles(self, universe: UniverseId) -> None:

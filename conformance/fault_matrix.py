@@ -678,10 +678,11 @@ def _scripted(script: Callable[[FaultInjector], None]) -> Faults:
 
 
 def commit_faults_and_crash_points(ctx: Context) -> None:
-    """Faults 1: every commit failed with 1020, 1021 (applied and not) and 1007, a crash
-    at every crash point, and every commit's 1021 with another client committing before the
-    retry, then recovery by a new plane: exactly the fault-free state and, with the
-    interleaving, exactly the outcomes the fault-free twin reported."""
+    """Faults 1: every commit failed with 1020, 1021 (applied and not), 1007 and 1031
+    (applied, not applied and late), a crash at every crash point, and every commit's 1021
+    with another client committing before the retry, then recovery by a new plane: exactly
+    the fault-free state and, with the interleaving, exactly the outcomes the fault-free
+    twin reported."""
     base = _wrappable(ctx.plane.engine)
     observer = Plane(base, ctx.plane.objects, ctx.plane.config, ctx.plane.segments)  # no faults
 

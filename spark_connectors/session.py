@@ -10,6 +10,9 @@ and ``spark.rpc.lookupTimeout`` shorten each attempt, not the wait between them)
 fails with a Java stack trace, where a wrong address deserves one line at once. So a
 ``spark://`` host must accept a TCP connection and answer one request of Spark's RPC
 protocol as a Spark process does (a web UI, a REST port or any other server does not).
+
+Spark's own log lines below ERROR are not shown (:data:`QUIET_LOG4J2`): its startup WARN
+lines are about the machine, not the job, and would bury the job's own messages on stderr.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ from persistence.errors import Backend, MissingDependency, NotFound, Validation
 JAVA_17_GLOB = "/usr/lib/jvm/java-17-openjdk*"
 SPARK_MASTER_PORT = 7077
 """A standalone master's port when a ``spark://`` URL names none."""
+QUIET_LOG4J2 = Path(__file__).with_name("log4j2-quiet.properties")
+"""The log4j2 configuration a session's driver starts with (Spark's lines at ERROR and
+above, on stderr), unless the caller's configuration names one (:func:`quiet_logs`)."""
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 CONNECT_TIMEOUT = 5.0
 """Seconds to wait for a ``spark://`` master to accept a TCP connection, and again for its
 answer to the RPC probe."""
@@ -157,6 +164,21 @@ def _rpc_tls(conf: dict[str, str]) -> bool:
     return rpc.strip().lower() == "true"
 
 
+def quiet_logs(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with the driver started on :data:`QUIET_LOG4J2` (added to
+    ``spark.driver.extraJavaOptions``), unless a log4j2 configuration is already chosen:
+    in those options, or by a ``log4j2.properties`` in ``$SPARK_CONF_DIR``. It takes effect
+    when the session starts the JVM (the first session of the process)."""
+    options = conf.get(DRIVER_JAVA_OPTIONS, "")
+    if "log4j2.configurationFile" in options or "log4j.configurationFile" in options:
+        return conf
+    spark_conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if spark_conf_dir and Path(spark_conf_dir, "log4j2.properties").is_file():
+        return conf
+    quiet = f"-Dlog4j2.configurationFile={QUIET_LOG4J2.as_uri()}"
+    return {**conf, DRIVER_JAVA_OPTIONS: f"{quiet} {options}".strip()}
+
+
 def _java_17() -> str | None:
     current = os.environ.get("JAVA_HOME", "")
     if "17" in os.path.basename(current.rstrip("/")) and os.path.isdir(current):
@@ -185,7 +207,9 @@ def spark_session(
     **conf: str,
 ) -> Any:
     """Get or create a SparkSession (``local[*]`` unless ``master``), with the
-    ``aos_segments`` and ``aos_journal`` sources registered.
+    ``aos_segments`` and ``aos_journal`` sources registered. Spark logs at ERROR and above
+    from its start, unless ``conf`` or ``$SPARK_CONF_DIR`` chooses a log4j2 configuration
+    (:func:`quiet_logs`).
 
     ``py_files`` are shipped to the executors and put on their ``sys.path``: on a cluster
     whose Python environments do not have this package, pass its built wheel (shipped as a
@@ -209,7 +233,7 @@ def spark_session(
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.driver.memory", "2g")
     )
-    for key, value in conf.items():
+    for key, value in quiet_logs(conf).items():
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()

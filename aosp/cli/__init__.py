@@ -62,7 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
         "error, 3 store/backend error or not found, 4 conflict (retry), 5 internal error.",
     )
     parser.add_argument("--version", action="version", version=f"aosp {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="what to do (`aosp COMMAND --help` shows its options)",
+    )
     common, store = common_options(), store_options()
     for module in COMMAND_MODULES:
         module.register(sub, common, store)

@@ -14,8 +14,10 @@ from aosp.cli.console import (
     EXIT_OK,
     Progress,
     UsageError,
+    counted,
     human_size,
     int_at_least,
+    noun,
     positive_seconds,
     print_json,
     print_table,
@@ -57,7 +59,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
         raise Validation("--max-items", exc.problem) from None
     rows: list[dict[str, Any]] = []
     stopped = False
-    with Progress("compact", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
+    with Progress("compact", len(worlds), enabled=not args.quiet, unit="world") as progress:
         for universe, world in worlds:
             row: dict[str, Any] = {"universe": str(universe), "world": str(world)}
             try:
@@ -118,18 +120,20 @@ def cmd_compact(args: argparse.Namespace) -> int:
         verb = "removable" if args.dry_run else "removed"
         total = sum(r.get("items", 0) for r in rows)
         capped = any(r.get("more_than_counted") for r in rows)
-        print(f"{total}{'+' if capped else ''} consumed items {verb} from {len(worlds)} worlds")
+        items = f"{total:,}{'+' if capped else ''} consumed {noun(total, 'item')}"
+        print(f"{items} {verb} from {counted(len(worlds), 'world')}")
         if orphans is not None:
             cas, seg = orphans["cas"], orphans["segments"]
             verb = "collectable" if args.dry_run else "collected"
+            left_over = cas["dooms_resumed"] + cas["dooms_settled"]
             print(
-                f"orphans {verb}: {cas['collected']} CAS bodies "
-                f"({human_size(cas['collected_bytes'])}; {cas['pinned']} pinned by puts in "
-                f"flight, {cas['pins_expired']} "
-                f"expired pins, {cas['dooms_resumed'] + cas['dooms_settled']} left-over "
-                f"collections, {cas['abandoned']} left to their lease), {seg['collected']} "
-                f"segment objects ({human_size(seg['collected_bytes'])}; {seg['kept']} kept for "
-                f"an export in flight), {seg['markers_cleared']} finished export markers"
+                f"orphans {verb}: {counted(cas['collected'], 'CAS body', 'CAS bodies')} "
+                f"({human_size(cas['collected_bytes'])}; {cas['pinned']:,} pinned by "
+                f"puts in flight, {counted(cas['pins_expired'], 'expired pin')}, "
+                f"{counted(left_over, 'left-over collection')}, {cas['abandoned']:,} left to "
+                f"their lease), {counted(seg['collected'], 'segment object')} "
+                f"({human_size(seg['collected_bytes'])}; {seg['kept']:,} kept for an "
+                f"export in flight), {counted(seg['markers_cleared'], 'finished export marker')}"
             )
         if orphan_error is not None:
             print(f"orphan collection failed: {orphan_error}")
@@ -176,7 +180,8 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "--retention",
         type=float,
         default=PlaneConfig().inbox_retention_seconds,
-        help="the idempotency window in seconds (default 86400); use the hosts' value",
+        help="the idempotency window in seconds, more than 0 and at most ten years (default "
+        "86400); use the hosts' value",
     )
     parser.add_argument(
         "--max-items",

@@ -77,6 +77,18 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def counted(count: int, singular: str, plural: str | None = None) -> str:
+    """``count`` and its noun agreeing, the count with thousands separators: ``1 segment``,
+    ``0 segments``, ``1,024 bytes`` (``plural`` when it is not ``singular`` + s: ``1 CAS
+    body``, ``2 CAS bodies``)."""
+    return f"{count:,} {noun(count, singular, plural)}"
+
+
+def noun(count: int, singular: str, plural: str | None = None) -> str:
+    """The noun agreeing with ``count`` (``n/total`` figures agree with their total)."""
+    return singular if count == 1 else plural or f"{singular}s"
+
+
 def report_error(kind: str, what: str) -> None:
     """The one-line error on stderr: ``aosp: <kind> error: <what>`` (a message of several
     lines is joined into one, so that scripts can read the last line of stderr; a long one
@@ -92,6 +104,18 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         report_error("usage", f"{message} (see {self.prog} --help)")
         sys.exit(EXIT_USAGE)
+
+
+def command_group(sub: Any, name: str, help: str, metavar: str = "ACTION") -> Any:
+    """Add the command ``name`` whose subcommands (``aosp NAME ACTION``) are added to what
+    it returns; ``help`` says what the group is about."""
+    group = sub.add_parser(name, help=help, description=f"{help[:1].upper()}{help[1:]}.")
+    return group.add_subparsers(
+        dest="action",
+        required=True,
+        metavar=metavar,
+        help=f"what to do (`aosp {name} {metavar} --help` shows its options)",
+    )
 
 
 def common_options() -> argparse.ArgumentParser:
@@ -188,7 +212,8 @@ def short_seq(seq: str) -> str:
 
 class Progress:
     """Progress of long work on stderr: a redrawn bar on a terminal, a line at most every
-    ``interval`` seconds otherwise, nothing when disabled. Use as a context manager."""
+    ``interval`` seconds otherwise, nothing when disabled. ``unit`` is singular (``units``
+    its plural, when not ``unit`` + s). Use as a context manager."""
 
     def __init__(
         self,
@@ -197,6 +222,7 @@ class Progress:
         *,
         enabled: bool = True,
         unit: str = "",
+        units: str | None = None,
         interval: float = 1.0,
         stream: TextIO | None = None,
     ) -> None:
@@ -204,6 +230,7 @@ class Progress:
         self.total = total
         self.done = 0
         self.unit = unit
+        self.units = units
         self.enabled = enabled
         self.interval = interval
         self.stream = stream or sys.stderr
@@ -237,7 +264,8 @@ class Progress:
         if not self.enabled:
             return
         elapsed = time.perf_counter() - self._start
-        unit = f" {self.unit}" if self.unit else ""
+        count = self.total or self.done
+        unit = f" {noun(count, self.unit, self.units)}" if self.unit else ""
         if self.total:
             fraction = min(1.0, self.done / self.total)
             bar = "#" * int(fraction * 24)

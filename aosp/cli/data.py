@@ -20,6 +20,7 @@ from aosp.cli.console import (
     Refused,
     UsageError,
     clip,
+    command_group,
     human_size,
     int_at_least,
     iso_time,
@@ -334,18 +335,28 @@ def _record_text(entry: bytes) -> str:
 
 # --------------------------------------------------------------------------- inbox
 
-ITEM_KINDS = ("domain-event", "receipt", "inbox", "timer", "control")
+ITEM_KINDS: Final = ("domain_event", "receipt", "inbox", "timer_fired", "control")
+"""``inbox enqueue --kind``: the record kinds of inbox items (``kind`` in ``inbox read``)."""
+KIND_ALIASES: Final = {"domain-event": "domain_event", "timer": "timer_fired"}
+"""Earlier spellings of ``--kind`` that are still taken."""
+
+
+def item_kind(text: str) -> str:
+    """argparse ``type=`` of ``--kind``: a record kind, or an earlier spelling of one."""
+    return KIND_ALIASES.get(text, text)
+
+
 ITEM_OPTIONS: Final = {
     "schema": "--schema",
     "key": "--key",
-    "intent_hash": "--intent",
+    "intent_hash": "--intent-hash",
     "effect_kind": "--effect-kind",
-    "adapter_id": "--adapter",
+    "adapter_id": "--adapter-id",
     "signature": "--signature-hex",
-    "inbox_name": "--source",
+    "inbox_name": "--inbox-name",
     "headers": "--header",
     "timer_id": "--timer-id",
-    "cmd": "--command-name",
+    "cmd": "--cmd",
     "value_cbor": "--payload",
     "payload_cbor": "--payload",
 }
@@ -387,11 +398,11 @@ def _need(args: argparse.Namespace, *names: str) -> None:
 
 
 KIND_OPTIONS: Final = {
-    "domain-event": ("schema", "key"),
-    "receipt": ("intent", "effect_kind", "adapter", "signature_hex"),
-    "inbox": ("source", "header"),
-    "timer": ("timer_id",),
-    "control": ("command_name",),
+    "domain_event": ("schema", "key"),
+    "receipt": ("intent_hash", "effect_kind", "adapter_id", "signature_hex"),
+    "inbox": ("inbox_name", "header"),
+    "timer_fired": ("timer_id",),
+    "control": ("cmd",),
 }
 """The ``inbox enqueue`` options (``dest``) that give the fields of each ``--kind``."""
 
@@ -415,22 +426,24 @@ def build_item(args: argparse.Namespace) -> InboxItem:
     as canonical CBOR); options of another kind are a ``UsageError``."""
     _refuse_other_kinds(args)
     payload = _payload(args.payload)
-    if args.kind == "domain-event":
+    if args.kind == "domain_event":
         _need(args, "schema")
         key = None if args.key is None else args.key.encode()
         return DomainEventIngress(args.schema, payload, key=key)
     if args.kind == "receipt":
-        _need(args, "intent", "effect_kind", "adapter")
+        _need(args, "intent_hash", "effect_kind", "adapter_id")
         signature = _signature(args.signature_hex)
-        return ReceiptIngress(args.intent, args.effect_kind, args.adapter, payload, signature)
+        return ReceiptIngress(
+            args.intent_hash, args.effect_kind, args.adapter_id, payload, signature
+        )
     if args.kind == "inbox":
-        _need(args, "source")
-        return InboxIngress(args.source, payload, headers=_headers(args.header))
-    if args.kind == "timer":
+        _need(args, "inbox_name")
+        return InboxIngress(args.inbox_name, payload, headers=_headers(args.header))
+    if args.kind == "timer_fired":
         _need(args, "timer_id")
         return TimerFiredIngress(args.timer_id, payload)
-    _need(args, "command_name")
-    return ControlIngress(args.command_name, payload)
+    _need(args, "cmd")
+    return ControlIngress(args.cmd, payload)
 
 
 def cmd_inbox_enqueue(args: argparse.Namespace) -> int:
@@ -727,13 +740,15 @@ def cmd_snapshot_promote(args: argparse.Namespace) -> int:
 
 # --------------------------------------------------------------------------- registration
 
+HASH_HELP: Final = (
+    "the body's sha256 (64 hex digits), or a unique prefix of one in the universe's CAS"
+)
+
 
 def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
     """Add ``world``, ``cas``, ``journal``, ``inbox`` and ``snapshot``."""
     one_world = world_options(required=True)
-    group = sub.add_parser("world", help="create and list worlds").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    group = command_group(sub, "world", "create and list worlds")
     listing = group.add_parser(
         "list", parents=[common, store], help="worlds with their handles and heads"
     )
@@ -748,9 +763,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "--limit", type=int_at_least(1), default=100, help="worlds at most (default 100)"
     )
     listing.set_defaults(run=cmd_world_list)
-    universes = sub.add_parser("universe", help="list universes").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    universes = command_group(sub, "universe", "list universes")
     universe_listing = universes.add_parser(
         "list", parents=[common, store], help="universes with their worlds counted"
     )
@@ -771,8 +784,8 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     create.add_argument("--handle", help="a human-readable name stored with the world")
     create.set_defaults(run=cmd_world_create)
 
-    cas = sub.add_parser("cas", help="content-addressed store").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
+    cas = command_group(
+        sub, "cas", "a universe's content-addressed store: put, get and stat bodies"
     )
     universe_only = argparse.ArgumentParser(add_help=False)
     universe_only.add_argument(
@@ -780,13 +793,19 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "-u",
         type=ids.universe_selector,
         required=True,
-        help="universe: its id or a unique prefix of it",
+        help="the universe whose CAS holds the body: its id or a unique prefix of it (4 hex "
+        "digits or more)",
     )
     put = cas.add_parser(
         "put", parents=[common, store, universe_only], help="store a file or stdin; print hash"
     )
-    put.add_argument("file", help="file to store, or - for stdin")
-    put.add_argument("--expect", type=hash_id, help="refuse unless the body has this hash")
+    put.add_argument("file", metavar="FILE", help="file to store, or - for stdin")
+    put.add_argument(
+        "--expect",
+        type=hash_id,
+        metavar="HASH",
+        help="refuse the body unless its sha256 is this (64 hex digits)",
+    )
     put.set_defaults(run=cmd_cas_put, option_fields={"expected_hash": "--expect"})
     get = cas.add_parser(
         "get",
@@ -797,24 +816,26 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         f"other) for bodies up to {MAX_JSON_BODY // 1024 // 1024} MiB, or, with --output, "
         "{hash, size, output}.",
     )
-    get.add_argument("hash", type=ids.hash_selector, help="sha256, or a unique prefix of one")
+    get.add_argument("hash", type=ids.hash_selector, metavar="HASH", help=HASH_HELP)
     get.add_argument(
         "--output",
         "-o",
-        help="file to write (default: stdout; with --json, the JSON says hash, size and file)",
+        metavar="FILE",
+        help="file to write, named only once the body is verified (default: stdout; with "
+        "--json, the JSON says hash, size and file)",
     )
     get.set_defaults(run=cmd_cas_get)
     stat = cas.add_parser("stat", parents=[common, store, universe_only], help="size and location")
-    stat.add_argument("hash", type=ids.hash_selector, help="sha256, or a unique prefix of one")
+    stat.add_argument("hash", type=ids.hash_selector, metavar="HASH", help=HASH_HELP)
     stat.set_defaults(run=cmd_cas_stat)
 
-    journal = sub.add_parser("journal", help="world journals").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    journal = command_group(sub, "journal", "read a world's journal")
     read = journal.add_parser(
         "read", parents=[common, store, one_world], help="entries from a height (stitched)"
     )
-    read.add_argument("--from", dest="start", type=int, default=1, help="first height")
+    read.add_argument(
+        "--from", dest="start", type=int, default=1, help="the first height to read (default 1)"
+    )
     read.add_argument("--limit", type=int, default=100, help="entries at most (default 100)")
     read.add_argument(
         "--raw", action="store_true", help="write entries to stdout as u32 length + bytes"
@@ -826,34 +847,70 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     )
     read.set_defaults(run=cmd_journal_read, option_fields={"from_inclusive": "--from"})
 
-    inbox = sub.add_parser("inbox", help="world inboxes").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    inbox = command_group(sub, "inbox", "enqueue, read and drain a world's inbox")
     enqueue = inbox.add_parser(
         "enqueue", parents=[common, store, one_world], help="enqueue one item; print its seq"
     )
-    enqueue.add_argument("--kind", choices=ITEM_KINDS, required=True)
-    enqueue.add_argument("--payload", default="null", help="JSON payload (default null)")
+    enqueue.add_argument(
+        "--kind",
+        type=item_kind,
+        choices=ITEM_KINDS,
+        required=True,
+        help="the item's record kind, as `inbox read` shows it (domain-event and timer are "
+        "taken for domain_event and timer_fired)",
+    )
+    enqueue.add_argument(
+        "--payload",
+        default="null",
+        metavar="JSON",
+        help="the payload as JSON, stored as canonical CBOR: fills value_cbor of a "
+        "domain_event, payload_cbor of the other kinds (default null)",
+    )
     enqueue.add_argument(
         "--idempotency-key",
+        metavar="KEY",
         help="enqueue at most once per key: a repeat of the item prints the first item's "
         "sequence (the plane does not say whether this call stored it)",
     )
-    enqueue.add_argument("--schema", help="domain-event: schema name")
-    enqueue.add_argument("--key", help="domain-event: partition key")
-    enqueue.add_argument("--intent", type=hash_id, help="receipt: intent hash")
-    enqueue.add_argument("--effect-kind", help="receipt: effect kind")
-    enqueue.add_argument("--adapter", help="receipt: adapter id")
-    enqueue.add_argument("--signature-hex", help="receipt: signature bytes in hex")
-    enqueue.add_argument("--source", help="inbox: inbox name")
-    enqueue.add_argument("--header", action="append", help="inbox: header NAME=VALUE")
-    enqueue.add_argument("--timer-id", help="timer: timer id")
-    enqueue.add_argument("--command-name", help="control: command")
+    fields = enqueue.add_argument_group(
+        "item fields",
+        "Each option fills the record field it is named after (older spellings after it).",
+    )
+    fields.add_argument("--schema", help="domain_event: fills schema (the event's schema name)")
+    fields.add_argument("--key", help="domain_event: fills key (partition key, as UTF-8 bytes)")
+    fields.add_argument(
+        "--intent-hash",
+        "--intent",
+        type=hash_id,
+        metavar="HASH",
+        help="receipt: fills intent_hash (64 hex digits)",
+    )
+    fields.add_argument("--effect-kind", help="receipt: fills effect_kind")
+    fields.add_argument("--adapter-id", "--adapter", metavar="ID", help="receipt: fills adapter_id")
+    fields.add_argument(
+        "--signature-hex",
+        metavar="HEX",
+        help="receipt: fills signature, given in hex (default: empty)",
+    )
+    fields.add_argument("--inbox-name", "--source", metavar="NAME", help="inbox: fills inbox_name")
+    fields.add_argument(
+        "--header",
+        action="append",
+        metavar="NAME=VALUE",
+        help="inbox: one entry of headers (repeatable)",
+    )
+    fields.add_argument("--timer-id", metavar="ID", help="timer_fired: fills timer_id")
+    fields.add_argument("--cmd", "--command-name", metavar="CMD", help="control: fills cmd")
     enqueue.set_defaults(run=cmd_inbox_enqueue, option_fields=ITEM_OPTIONS)
     inbox_read = inbox.add_parser(
         "read", parents=[common, store, one_world], help="pending items after the cursor"
     )
-    inbox_read.add_argument("--after", type=inbox_seq, help="sequence to read after")
+    inbox_read.add_argument(
+        "--after",
+        type=inbox_seq,
+        metavar="SEQ",
+        help="read the items after this sequence (default: after the cursor, the pending ones)",
+    )
     inbox_read.add_argument("--limit", type=int, default=100, help="items at most (default 100)")
     inbox_read.add_argument(
         "--full",
@@ -865,12 +922,12 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     drain = inbox.add_parser(
         "drain", parents=[common, store, one_world], help="move pending items to the journal"
     )
-    drain.add_argument("--max-items", type=int, default=1_000, help="items at most")
+    drain.add_argument(
+        "--max-items", type=int, default=1_000, help="items drained at most (default 1000)"
+    )
     drain.set_defaults(run=cmd_inbox_drain)
 
-    snapshot = sub.add_parser("snapshot", help="snapshot index").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    snapshot = command_group(sub, "snapshot", "list, commit and promote a world's snapshots")
     listing = snapshot.add_parser(
         "list", parents=[common, store, one_world], help="the index; * marks the baseline"
     )

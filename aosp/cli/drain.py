@@ -17,6 +17,7 @@ from aosp.cli.console import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     UsageError,
+    counted,
     int_at_least,
     positive_seconds,
     print_fields,
@@ -66,7 +67,8 @@ def cmd_drain(args: argparse.Namespace) -> int:
     if args.backfill:
         marked = worker.backfill()
         if not args.quiet:
-            print(f"backfill: marked {marked:,} worlds with pending items", file=sys.stderr)
+            marked_worlds = counted(marked, "world")
+            print(f"backfill: marked {marked_worlds} with pending items", file=sys.stderr)
     if not args.follow:
         report = worker.run_pass()
         _print(args, {"pass": _pass(report), "lag": _lag(worker.lag())})
@@ -144,18 +146,19 @@ def _print(args: argparse.Namespace, out: dict[str, Any]) -> None:
         if "pass" in out:
             done = out["pass"]
             fields["pass"] = (
-                f"{done['turns']:,} ready worlds, {done['items']:,} items in "
-                f"{done['transactions']:,} transactions, {done['seconds']:.3f} s"
+                f"{counted(done['turns'], 'ready world')}, {counted(done['items'], 'item')} "
+                f"in {counted(done['transactions'], 'transaction')}, {done['seconds']:.3f} s"
             )
         wait = lag["oldest_wait_at_most"]
-        fields["lag"] = f"{lag['ready_worlds']:,} ready worlds at the last scan; oldest wait " + (
+        ready = counted(lag["ready_worlds"], "ready world")
+        fields["lag"] = f"{ready} at the last scan; oldest wait " + (
             f"at most {wait:.3f} s"
             if wait is not None
             else f"unknown ({lag['ready_since_start']:,} ready since the start)"
         )
         fields["drained"] = (
-            f"{lag['items']:,} items in {lag['passes']:,} passes, "
-            f"{lag['transactions']:,} transactions, {lag['seconds']:.1f} s"
+            f"{counted(lag['items'], 'item')} in {counted(lag['passes'], 'pass', 'passes')}, "
+            f"{counted(lag['transactions'], 'transaction')}, {lag['seconds']:.1f} s"
         )
         for failure in lag["failures"]:
             fields[f"failed {failure['world']}"] = failure["error"]

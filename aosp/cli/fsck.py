@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, Final
 
 from aosp.cli import ids
 from aosp.cli.console import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     Progress,
+    counted,
     human_size,
     print_json,
     short_id,
@@ -23,7 +24,7 @@ def cmd_fsck(args: argparse.Namespace) -> int:
 
     plane = open_store(args)
     require_universe(plane, args.universe)
-    with Progress("fsck", enabled=not args.quiet, unit="steps") as progress:
+    with Progress("fsck", enabled=not args.quiet, unit="step") as progress:
         report = Fsck(
             plane,
             lambda note: progress.advance(note=note),
@@ -41,16 +42,45 @@ def cmd_fsck(args: argparse.Namespace) -> int:
             print(f"checked {checked}")
         else:  # not a clean store: nothing was checked (exit 1)
             print(f"{report.reason}" + (f" ({checked})" if checked else ""))
-        print(f"{len(report.errors)} errors, {len(report.warnings)} warnings")
+        print(f"{counted(len(report.errors), 'error')}, {counted(len(report.warnings), 'warning')}")
     failed = not report.ok or (args.strict and report.warnings)
     return EXIT_CHECK_FAILED if failed else EXIT_OK
+
+
+CHECKED_SINGULAR: Final = {
+    "universes": "universe",
+    "engine storage checks": "engine storage check",
+    "handles": "handle",
+    "handles not indexed (worlds created before the index)": (
+        "handle not indexed (a world created before the index)"
+    ),
+    "cas pins": "cas pin",
+    "cas dooms": "cas doom",
+    "cas bodies": "cas body",
+    "worlds": "world",
+    "segments": "segment",
+    "journal entries": "journal entry",
+    "snapshots": "snapshot",
+    "inbox items": "inbox item",
+    "consumed marks": "consumed mark",
+    "objects": "object",
+}
+"""The singular of each tally ``Fsck`` keeps (``FsckReport.checked`` keys, plural)."""
+
+
+def checked_count(count: int, what: str) -> str:
+    """One tally of what fsck checked, its noun agreeing with the count (``1 universe``)."""
+    singular = CHECKED_SINGULAR.get(what)
+    if singular is None and what.startswith("journal entries without checksums"):
+        singular = what.replace("entries", "entry", 1)
+    return f"{count:,} {what if count != 1 or singular is None else singular}"
 
 
 def _tally(what: str, count: int) -> str:
     """One figure of what fsck checked, as text: ``3 worlds``, ``3.4 MiB read (cas)``."""
     if what.endswith(" bytes read"):
         return f"{human_size(count)} read ({what.removesuffix(' bytes read')})"
-    return f"{count} {what}"
+    return checked_count(count, what)
 
 
 def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:

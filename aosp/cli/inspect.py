@@ -96,7 +96,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return EXIT_OK
     worlds = selected_worlds(plane, args)[: DEFAULT_LIMIT if args.limit is None else args.limit]
     rows = []
-    with Progress("inspect", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
+    with Progress("inspect", len(worlds), enabled=not args.quiet, unit="world") as progress:
         for universe, world in worlds:
             row = world_summary(plane, universe, world)
             if args.hot:
@@ -124,7 +124,7 @@ def _print_world(summary: dict[str, Any]) -> None:
     fields["created"] = iso_time(summary["created_ns"])
     print_fields(fields)
     for name, figures in summary["hot"].items():
-        print(f"hot {name}: {figures['count']} ({human_size(figures['bytes'])})")
+        print(f"hot {name}: {figures['count']:,} ({human_size(figures['bytes'])})")
     for s in summary["segment_list"]:
         print(f"segment {s['start']}-{s['end']}  {human_size(s['bytes'])}  {s['object_key']}")
 

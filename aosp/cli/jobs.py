@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import re
+import shutil
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -17,15 +20,15 @@ from aosp.cli.console import (
     UsageError,
     positive_seconds,
     print_json,
-    print_table,
     report_error,
 )
-from aosp.cli.store import DEFAULT_DATA_DIR, data_dir, make_directory
+from aosp.cli.store import DEFAULT_DATA_DIR, data_dir, make_directory, store_urls
 from segments import open_plane
 
 if TYPE_CHECKING:
     from conformance.context import Profile
     from conformance.torture.servers import ServerFaults
+    from persistence.kv import Engine
 
 
 def _progress(args: argparse.Namespace) -> Callable[[str], None]:
@@ -82,14 +85,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"{name:<18}{value}")
         for name, ok in report.checks.items():
             print(f"{'ok  ' if ok else 'FAIL'} {name}")
-        verdict = f"all {report.worlds} worlds verified"
+        verdict = (
+            "1 world verified" if report.worlds == 1 else f"all {report.worlds} worlds verified"
+        )
         print(verdict if report.all_verified else "VERIFICATION FAILED")
     return EXIT_OK if report.all_verified else EXIT_CHECK_FAILED
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
     """Run the conformance suite against an engine and object store; write the reports."""
-    from backends.kv import open_engine
     from backends.objects import open_object_store
     from conformance.context import PROFILES
     from conformance.runner import run_suite, skipped_report
@@ -100,13 +104,15 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     profile = _sized(PROFILES[args.profile], args)
     progress = _progress(args)
     servers = _server_faults(args)
+    kv_url, objects_url = conformance_store(args)
     make_directory(args.report, "--report")  # before the run, not after it
     try:
-        plane = open_plane(open_engine(args.kv), open_object_store(args.objects))
+        engine = _conformance_engine(kv_url, embedded=args.data_dir is not None)
+        plane = open_plane(engine, open_object_store(objects_url))
     except (Backend, NotFound) as exc:
         # An unreachable backend: every case skipped, said plainly, and a failing exit.
         reason = f"backend unavailable: {exc}"
-        report = skipped_report(args.kv, args.objects, profile, reason, args.door)
+        report = skipped_report(kv_url, objects_url, profile, reason, args.door)
         report_error(exc.kind, f"backend unavailable, nothing ran: {exc}")
         available = False
     else:
@@ -114,8 +120,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         report = run_suite(
             plane,
             profile,
-            kv_url=args.kv,
-            objects_url=args.objects,
+            kv_url=kv_url,
+            objects_url=objects_url,
             cases=args.case or None,
             servers=servers,
             progress=progress,
@@ -139,6 +145,36 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_CHECK_FAILED
 
 
+def conformance_store(args: argparse.Namespace) -> tuple[str, str]:
+    """The engine and object-store URLs ``conformance`` runs on: ``--kv``/``--objects``
+    (each ``memory://`` unless given), or the embedded store in ``--data-dir`` as every
+    store command names it, its engine wrapped for fault injection (``faults+``) so that
+    the fault case runs too. Not ``$AOSP_DATA_DIR``, nor ``./aosp-data``: the cases leave
+    their test universes behind, so they write into a store only when it is named."""
+    if args.data_dir is None:
+        return args.kv or "memory://", args.objects or "memory://"
+    if args.kv is not None or args.objects is not None:
+        raise UsageError("--data-dir or --kv/--objects, not both")
+    make_directory(args.data_dir, "--data-dir")
+    kv_url, objects_url = store_urls(args)
+    return f"faults+{kv_url}", objects_url
+
+
+def _conformance_engine(url: str, *, embedded: bool) -> Engine:
+    """The engine the suite runs on. The ``--data-dir`` store is opened as the store
+    commands open theirs: an existing database file must be a store (an empty or foreign
+    one is refused and left untouched), and only a missing one is created."""
+    from backends.kv import open_engine
+    from persistence.errors import NotFound
+
+    if not embedded:
+        return open_engine(url)
+    try:
+        return open_engine(url, create=False)
+    except NotFound:
+        return open_engine(url, create=True)
+
+
 def _sized(profile: Profile, args: argparse.Namespace) -> Profile:
     """``profile`` with the crash cases' length and kill rates the options give."""
     changes = {
@@ -150,15 +186,32 @@ def _sized(profile: Profile, args: argparse.Namespace) -> Profile:
     return dataclasses.replace(profile, torture=dataclasses.replace(profile.torture, **given))
 
 
+def first_sentence(doc: str | None) -> str:
+    """The first sentence of a docstring, whole, on one line (reST's double backquotes as
+    single ones)."""
+    paragraph = (doc or "").strip().split("\n\n")[0]
+    text = " ".join(paragraph.split()).replace("``", "`")
+    end = re.search(r"[.!?](?=\s+[A-Z`(])", text)
+    return text if end is None else text[: end.end()]
+
+
 def _list_cases(args: argparse.Namespace) -> int:
-    """``conformance --list``: every case with the first line of its description."""
+    """``conformance --list``: every case with the first sentence of its description,
+    wrapped to the terminal's width (never cut)."""
     from conformance.suite import CASES
 
-    rows = [
-        {"case": name, "what": (case.__doc__ or "").strip().splitlines()[0]}
-        for name, case in CASES.items()
-    ]
-    print_json(rows) if args.json else print_table(rows, ["case", "what"])
+    rows = [{"case": name, "what": first_sentence(case.__doc__)} for name, case in CASES.items()]
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    name_width = max(len(row["case"]) for row in rows)
+    width = max(40, shutil.get_terminal_size((100, 24)).columns - name_width - 3)
+    print(f"{'case':<{name_width}}  what")
+    for row in rows:
+        lines = textwrap.wrap(row["what"], width, break_long_words=False, break_on_hyphens=False)
+        print(f"{row['case']:<{name_width}}  {lines[0]}")
+        for line in lines[1:]:
+            print(f"{'':<{name_width}}  {line}")
     return EXIT_OK
 
 
@@ -340,11 +393,31 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "then every world is restored and checked against full replay, and fsck runs.",
     )
     demo.add_argument(
-        "--data-dir", type=data_dir, default=DEFAULT_DATA_DIR, help="store directory (created)"
+        "--data-dir",
+        type=data_dir,
+        default=DEFAULT_DATA_DIR,
+        metavar="DIR",
+        help="the embedded store it writes (DIR/aos.db, DIR/objects/), created if missing "
+        "(default: $AOSP_DATA_DIR, else ./aosp-data)",
     )
-    demo.add_argument("--worlds", type=int, default=32, help="worlds to simulate (default 32)")
-    demo.add_argument("--writers", type=int, default=4, help="writer processes (default 4)")
-    demo.add_argument("--items", type=int, default=500, help="inbox items per writer (500)")
+    demo.add_argument(
+        "--worlds",
+        type=int,
+        default=32,
+        help=f"worlds to simulate (default 32, at most {DEMO_LIMITS['worlds']:,})",
+    )
+    demo.add_argument(
+        "--writers",
+        type=int,
+        default=4,
+        help=f"writer processes (default 4, at most {DEMO_LIMITS['writers']})",
+    )
+    demo.add_argument(
+        "--items",
+        type=int,
+        default=500,
+        help=f"inbox items per writer (default 500, at most {DEMO_LIMITS['items']:,})",
+    )
     demo.set_defaults(run=cmd_demo)
 
     conf = sub.add_parser(
@@ -354,19 +427,61 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         description="Runs the suite in fresh universes of the named backend and writes a "
         "JUnit XML report and a JSON summary.",
     )
-    conf.add_argument("--kv", default="memory://", help="engine URL (default: memory://)")
-    conf.add_argument("--objects", default="memory://", help="object store URL")
-    conf.add_argument("--profile", choices=["quick", "full"], default="quick")
+    store = conf.add_argument_group(
+        "store",
+        "The store the cases run on, in fresh universes they leave behind: memory:// unless "
+        "one is named (never $AOSP_DATA_DIR or ./aosp-data by default).",
+    )
+    store.add_argument(
+        "--data-dir",
+        type=data_dir,
+        metavar="DIR",
+        help="an embedded store (DIR/aos.db, DIR/objects/, created if missing), as the other "
+        "commands take it; its engine is wrapped for fault injection (faults+sqlite://) so "
+        "that the fault case runs too (default: none, memory://)",
+    )
+    store.add_argument(
+        "--kv",
+        metavar="URL",
+        help="engine URL: memory://, sqlite:///..., fdb://..., or faults+ before one for the "
+        "fault case (default: memory://)",
+    )
+    store.add_argument(
+        "--objects",
+        metavar="URL",
+        help="object store URL: memory://, file:///..., s3://... (default: memory://)",
+    )
+    conf.add_argument(
+        "--profile",
+        choices=["quick", "full"],
+        default="quick",
+        help="case sizes: quick (for CI, the default) or full (for nightly runs: ten times the "
+        "worlds, a 30 s torture, every competing writer and 24 seeded random runs in the "
+        "fault matrix)",
+    )
     conf.add_argument(
         "--door",
         choices=["blocking", "asyncio"],
         default="blocking",
-        help="call the plane blocking, or await every operation on its AsyncPlane from an "
-        "event loop (the crash torture's processes too)",
+        help="call the plane blocking (the default), or await every operation on its "
+        "AsyncPlane from an event loop (the crash torture's processes too)",
     )
-    conf.add_argument("--report", type=Path, default=Path("conformance-report"), help="report dir")
-    conf.add_argument("--case", action="append", help="run only this case (repeatable)")
-    conf.add_argument("--list", action="store_true", help="list the cases and exit")
+    conf.add_argument(
+        "--report",
+        type=Path,
+        default=Path("conformance-report"),
+        metavar="DIR",
+        help="where to write junit.xml and summary.json (default: ./conformance-report)",
+    )
+    conf.add_argument(
+        "--case",
+        action="append",
+        metavar="NAME",
+        help="run only this case (repeatable; --list names them)",
+    )
+    conf.add_argument(
+        "--list", action="store_true", help="list the cases with what each checks, and exit"
+    )
     conf.add_argument(
         "--fdb-local",
         type=Path,

@@ -9,7 +9,10 @@ from aosp.cli.console import (
     EXIT_CHECK_FAILED,
     EXIT_OK,
     Progress,
+    command_group,
+    counted,
     human_size,
+    noun,
     print_json,
     print_table,
     short_id,
@@ -77,7 +80,7 @@ def cmd_segments_export(args: argparse.Namespace) -> int:
     exporter = Exporter(plane, _export_config(args))
     worlds = selected_worlds(plane, args)
     exported: list[dict[str, Any]] = []
-    with Progress("export", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
+    with Progress("export", len(worlds), enabled=not args.quiet, unit="world") as progress:
         for universe, world in worlds:
             for record in exporter.export_all(universe, world, progress.message):
                 exported.append(
@@ -97,7 +100,10 @@ def cmd_segments_export(args: argparse.Namespace) -> int:
         columns = [c for c in SEGMENT_COLUMNS if c != "entries"]
         print_table([_segment_text(r) for r in exported], columns)
         total = sum(r["bytes"] for r in exported)
-        print(f"{len(exported)} segments ({human_size(total)}) from {len(worlds)} worlds")
+        print(
+            f"{counted(len(exported), 'segment')} ({human_size(total)}) from "
+            f"{counted(len(worlds), 'world')}"
+        )
     return EXIT_OK
 
 
@@ -143,7 +149,7 @@ def cmd_segments_verify(args: argparse.Namespace) -> int:
     plane = open_store(args)
     worlds = selected_worlds(plane, args)
     checked, failures = 0, []
-    with Progress("verify", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
+    with Progress("verify", len(worlds), enabled=not args.quiet, unit="world") as progress:
         for universe, world in worlds:
             for check in check_segments(plane, universe, world, plane.head(universe, world)):
                 checked += 1
@@ -178,7 +184,9 @@ def cmd_segments_verify(args: argparse.Namespace) -> int:
         for failure in failures:
             print(f"FAIL {failure['object_key']}: {failure['error']}")
         print(
-            f"{checked - len(failures)}/{checked} segments verified" if worlds else NOTHING_VERIFIED
+            f"{checked - len(failures)}/{checked} {noun(checked, 'segment')} verified"
+            if worlds
+            else NOTHING_VERIFIED
         )
     return EXIT_OK if ok else EXIT_CHECK_FAILED
 
@@ -192,6 +200,11 @@ def replay_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     differ."""
     differ = sum(1 for r in rows if not r["equal"])
     return {"worlds": len(rows), "equal": len(rows) - differ, "differ": differ}
+
+
+def replay_fraction(summary: dict[str, Any]) -> str:
+    """``equal/worlds world(s)`` of a replay check's summary."""
+    return f"{summary['equal']}/{summary['worlds']} {noun(summary['worlds'], 'world')}"
 
 
 def replay_passed(summary: dict[str, Any]) -> bool:
@@ -223,7 +236,7 @@ def cmd_restore_verify(args: argparse.Namespace) -> int:
     plane = open_store(args)
     worlds = selected_worlds(plane, args)
     rows = []
-    with Progress("restore", len(worlds), enabled=not args.quiet, unit="worlds") as progress:
+    with Progress("restore", len(worlds), enabled=not args.quiet, unit="world") as progress:
         for universe, world in worlds:
             rows.append(check_replay(plane, universe, world, lambda: load_kernel(args.kernel)))
             progress.advance()
@@ -248,9 +261,7 @@ def cmd_restore_verify(args: argparse.Namespace) -> int:
             if r["error"] is not None:
                 print(f"FAIL {r['world']}: {r['error']}")
         print(
-            f"{summary['equal']}/{summary['worlds']} worlds: restore equals full replay"
-            if rows
-            else NOTHING_VERIFIED
+            f"{replay_fraction(summary)}: restore equals full replay" if rows else NOTHING_VERIFIED
         )
     return EXIT_OK if replay_passed(summary) else EXIT_CHECK_FAILED
 
@@ -271,10 +282,31 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     some_worlds = world_options(required=False)
     export_options = argparse.ArgumentParser(add_help=False)
     group = export_options.add_argument_group("export")
-    group.add_argument("--margin", type=int, default=0, help="hot entries to keep below baseline")
-    group.add_argument("--target-entries", type=int, default=10_000, help="entries per segment")
-    group.add_argument("--target-bytes", type=int, default=64 << 20, help="bytes per segment")
-    group.add_argument("--min-entries", type=int, default=1, help="smallest segment to write")
+    group.add_argument(
+        "--margin",
+        type=int,
+        default=0,
+        help="entries below the baseline to keep hot, not exported (default 0)",
+    )
+    group.add_argument(
+        "--target-entries",
+        type=int,
+        default=10_000,
+        help="entries per segment at most (default 10000)",
+    )
+    group.add_argument(
+        "--target-bytes",
+        type=int,
+        default=64 << 20,
+        help=f"bytes of entries per segment at most, unless one entry alone is larger "
+        f"(default {64 << 20}: 64 MiB)",
+    )
+    group.add_argument(
+        "--min-entries",
+        type=int,
+        default=1,
+        help="the fewest entries a segment is written with (default 1)",
+    )
     group.add_argument(
         "--pause-ratio",
         type=float,
@@ -283,9 +315,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "so that foreground writers wait little (default 4; 0 in a quiet period: ~5x faster)",
     )
 
-    segments = sub.add_parser("segments", help="cold segments").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    segments = command_group(sub, "segments", "cold segments: plan, export, list and verify")
     plan = segments.add_parser(
         "plan",
         parents=[common, store, some_worlds, export_options],
@@ -311,9 +341,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     )
     verify.set_defaults(run=cmd_segments_verify)
 
-    restore = sub.add_parser("restore", help="restore checks").add_subparsers(
-        dest="action", required=True, metavar="ACTION"
-    )
+    restore = command_group(sub, "restore", "check that restore equals full replay")
     check = restore.add_parser(
         "verify",
         parents=[common, store, some_worlds, kernel_option()],

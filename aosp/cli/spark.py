@@ -12,6 +12,7 @@ from aosp.cli.console import (
     EXIT_OK,
     Progress,
     UsageError,
+    command_group,
     positive_seconds,
     print_json,
     print_table,
@@ -19,6 +20,7 @@ from aosp.cli.console import (
 from aosp.cli.segments import (
     NOTHING_VERIFIED,
     kernel_option,
+    replay_fraction,
     replay_passed,
     replay_summary,
     replay_verdict,
@@ -108,9 +110,7 @@ def cmd_replay_check(args: argparse.Namespace) -> int:
         print_table(table, ["world", "head", "baseline_height", "entries_replayed", "full",
                             "restored", "equal", "error"])  # fmt: skip
         print(
-            f"{summary['equal']}/{summary['worlds']} worlds: restore equals full replay"
-            if rows
-            else NOTHING_VERIFIED
+            f"{replay_fraction(summary)}: restore equals full replay" if rows else NOTHING_VERIFIED
         )
     return EXIT_OK if replay_passed(summary) else EXIT_CHECK_FAILED
 
@@ -141,8 +141,8 @@ def cmd_replay_follow(args: argparse.Namespace) -> int:
             rows.extend(batch)
         else:
             summary = replay_summary(batch)
-            print(f"batch {batch_id}: {summary['equal']}/{summary['worlds']} worlds: "
-                  "restore equals full replay", flush=True)  # fmt: skip
+            print(f"batch {batch_id}: {replay_fraction(summary)}: restore equals full replay",
+                  flush=True)  # fmt: skip
             for row in batch:
                 if not row["equal"]:
                     print(f"  differs: {row['universe']}/{row['world']}: {row['error'] or ''}",
@@ -224,8 +224,7 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "Python does not have it; repeatable)",
     )
     filters = world_options(required=False)
-    group_parser = sub.add_parser("spark", help="Spark jobs over cold segments")
-    jobs = group_parser.add_subparsers(dest="action", required=True, metavar="JOB")
+    jobs = command_group(sub, "spark", "Spark jobs: replay checks and analytics", metavar="JOB")
     check = jobs.add_parser(
         "replay-check",
         parents=[common, store, filters, spark_options, kernel_option()],
@@ -239,10 +238,17 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         "baseline (a streaming query; exit 1 if any check differs)",
     )
     follow.add_argument(
-        "--checkpoint", required=True, help="the query's checkpoint directory (where it resumes)"
+        "--checkpoint",
+        required=True,
+        metavar="DIR",
+        help="the query's checkpoint directory (where it resumes)",
     )
     follow.add_argument(
-        "--output", default="aosp-replay-follow", help="Parquet output: one directory per batch"
+        "--output",
+        default="aosp-replay-follow",
+        metavar="DIR",
+        help="Parquet output, one directory per batch: DIR/batch=ID (default: "
+        "./aosp-replay-follow)",
     )
     follow.add_argument(
         "--once", action="store_true", help="check the baselines there are now, then exit"
@@ -258,7 +264,24 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         parents=[common, store, filters, spark_options],
         help="per world and record kind: counts, bytes, heights, segments (Parquet)",
     )
-    stats.add_argument("--output", default="aosp-analytics", help="Parquet output directory")
-    stats.add_argument("--listing", choices=["index", "objects"], default="index")
-    stats.add_argument("--on-corrupt", choices=["fail", "skip"], default="fail")
+    stats.add_argument(
+        "--output",
+        default="aosp-analytics",
+        metavar="DIR",
+        help="Parquet output directory (default: ./aosp-analytics; overwritten)",
+    )
+    stats.add_argument(
+        "--listing",
+        choices=["index", "objects"],
+        default="index",
+        help="which segments to read: those the segment index names (the default), or those "
+        "a listing of the object store finds (each world's must tile its history)",
+    )
+    stats.add_argument(
+        "--on-corrupt",
+        choices=["fail", "skip"],
+        default="fail",
+        help="a segment that cannot be read fails the job naming it (the default), or is "
+        "left out of the figures (skip)",
+    )
     stats.set_defaults(run=cmd_analytics)

@@ -442,9 +442,9 @@ def orphan_collection_due(seconds: float, grace: float) -> bool:
 
 def crash_torture(ctx: Context, servers: ServerFaults | None = None) -> None:
     """Crash 1 (and 2, with ``servers``): SIGKILL torture of writer, appender, drainer,
-    exporter and compactor (and orphan collector) processes on the shared store (and of its
-    server processes), then every invariant against what they acknowledged (see the
-    module)."""
+    drain worker, exporter and compactor (and orphan collector) processes on the shared
+    store (and of its server processes), then every invariant against what they
+    acknowledged (see the module)."""
     kv_url, objects_url = ctx.store_urls()
     kv_url = kv_url.removeprefix("faults+")  # workers open the plain engine
     check_shared_urls(kv_url, objects_url)

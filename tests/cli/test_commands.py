@@ -284,7 +284,7 @@ def test_inbox_enqueue_every_kind_read_and_drain(store: Store) -> None:
 def test_inbox_enqueue_usage_errors(store: Store) -> None:
     missing = aosp("inbox", "enqueue", *store.world_args("--kind", "receipt"))
     assert missing.code == 2
-    assert "--intent, --effect-kind, --adapter" in missing.err
+    assert "--intent-hash, --effect-kind, --adapter-id" in missing.err
     bad_json = aosp(
         "inbox",
         "enqueue",

@@ -87,7 +87,7 @@ def test_one_pass_drains_every_ready_world(store: Store) -> None:
     assert out["lag"]["ready_since_start"] == 2 and out["lag"]["oldest_wait_at_most"] is None
     assert ready(store) == {worlds[0]}  # one item left there: quantum 2
     text = aosp("drain", *store.args())
-    assert text.code == 0 and "1 ready worlds" in text.text, text.text
+    assert text.code == 0 and "1 ready world, 1 item in 1 transaction," in text.text, text.text
     assert ready(store) == set()
     after = heads(store)
     assert {w: after[w] - before[w] for w in worlds} == {worlds[0]: 3, worlds[1]: 0, worlds[2]: 1}
@@ -201,7 +201,7 @@ def test_backfill_finds_items_enqueued_before_the_index(store: Store) -> None:
         kv.run_sync(plane.engine, lambda tr: tr.clear_range(*keys.ready_range()))
     assert aosp("drain", *store.args("--json")).json()["pass"]["items"] == 0
     result = aosp("drain", *store.args("--json", "--backfill"))
-    assert result.code == 0 and "marked 1 worlds" in result.err
+    assert result.code == 0 and "marked 1 world with pending items" in result.err
     assert result.json()["pass"]["items"] == 2 and ready(store) == set()
 
 

@@ -148,7 +148,11 @@ IGNORED = [
     ),
     (
         ["inbox", "enqueue", *WORLD_ARGS, "--kind", "timer", "--timer-id", "t", *TIMER_EXTRA],
-        ["--kind timer does not take", "--schema (of --kind domain-event)", "--header (of --kind"],
+        [
+            "--kind timer_fired does not take",
+            "--schema (of --kind domain_event)",
+            "--header (of --kind inbox)",
+        ],
     ),
     (
         ["inbox", "enqueue", *WORLD_ARGS, "--kind", "control", "--command-name", "c", *SIGNED],
