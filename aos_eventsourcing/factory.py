@@ -5,8 +5,10 @@ variable prefixed with the application's name in upper case, ``BANK_AOSP_KV_URL`
 over the plain one for that application):
 
 ``AOSP_KV_URL``
-    the engine: ``memory://`` (default), ``sqlite:///path/aos.db``, ``fdb:///etc/foundationdb/fdb.cluster``
-    (the forms :func:`backends.kv.open_engine` takes; the ``aosp`` CLI's ``--kv``).
+    the engine, required: ``sqlite:///path/aos.db``, ``fdb:///etc/foundationdb/fdb.cluster``,
+    or ``memory://`` for a store lost at exit (the forms :func:`backends.kv.open_engine`
+    takes; the ``aosp`` CLI's ``--kv``). Unset, the factory refuses (``OSError``), as
+    eventsourcing's SQLite module refuses a missing ``SQLITE_DBNAME``.
 ``AOSP_OBJECTS_URL``
     the object store: ``memory://`` (default), ``file:///dir``, ``s3://bucket/prefix?...``
     (:func:`backends.objects.open_object_store`; the CLI's ``--objects``).
@@ -44,7 +46,7 @@ from persistence.ids import UniverseId
 from persistence.plane import Plane
 from segments import open_plane
 
-DEFAULT_URL: Final = "memory://"
+MEMORY_URL: Final = "memory://"
 R = TypeVar("R")
 
 
@@ -59,9 +61,17 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
 
     def __init__(self, env: Environment | EnvType | None) -> None:
         super().__init__(env)
-        self.kv_url = self._setting(self.AOSP_KV_URL) or DEFAULT_URL
+        kv_url = self._setting(self.AOSP_KV_URL)
+        if kv_url is None:
+            keys = ", ".join(self.env.create_keys(self.AOSP_KV_URL))
+            raise OSError(
+                f"{self.AOSP_KV_URL} not set (looked for {keys}): set it to the store's URL "
+                "(sqlite:///path/aos.db, fdb:///etc/foundationdb/fdb.cluster), or to "
+                f"{MEMORY_URL} for an in-memory store that is lost at exit"
+            )
+        self.kv_url = kv_url
         """The engine's URL."""
-        self.objects_url = self._setting(self.AOSP_OBJECTS_URL) or DEFAULT_URL
+        self.objects_url = self._setting(self.AOSP_OBJECTS_URL) or MEMORY_URL
         """The object store's URL."""
         cold = self._setting(self.AOSP_COLD_AT_SNAPSHOTS) or "n"
         try:
@@ -76,14 +86,15 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
     def _setting(self, variable: str) -> str | None:
         """The value of ``variable`` (the application's prefixed one first), ``None`` if
         unset; an ``OSError`` naming the variable if it is set but empty or has blanks
-        around it -- set by mistake, it must not silently mean the default (``memory://``
-        for a store: everything written would be lost at exit)."""
+        around it -- set by mistake, it must not silently mean the default (or, for
+        ``AOSP_KV_URL``, be read as unset)."""
         for key in self.env.create_keys(variable):
             value = dict.get(self.env, key)  # this key only (``Environment.get`` prefixes)
             if value is None:
                 continue
             if not value.strip():
-                raise OSError(f"{key}={value!r}: empty (unset it for the default)")
+                hint = "" if variable == self.AOSP_KV_URL else " (unset it for the default)"
+                raise OSError(f"{key}={value!r}: empty{hint}")
             if value != value.strip():
                 raise OSError(f"{key}={value!r}: blanks around the value")
             return value

@@ -77,6 +77,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Counted]:
     second.close()
 
 
+MEMORY = {"AOSP_KV_URL": "memory://"}
+"""The environment of a factory on a memory store, chosen as a user must choose it."""
+
+
 def event(aggregate: uuid.UUID | str, version: int, topic: str = "topic") -> StoredEvent:
     return StoredEvent(aggregate, version, topic, f"{aggregate}@{version}".encode())
 
@@ -450,27 +454,28 @@ def test_wait_is_woken_by_another_writers_tracking_record(
 
 
 def test_the_universe_comes_from_the_application_name_or_the_environment() -> None:
-    factory = PlaneFactory(Environment("Bank", {}))
+    factory = PlaneFactory(Environment("Bank", MEMORY))
     named = UniverseId(uuid.uuid5(NAMESPACE, "Bank"))
     assert factory.universe() == named
     assert factory.universe("snapshots") == UniverseId(uuid.uuid5(named.uuid, "snapshots"))
     chosen = UniverseId.new()
     for env in ({"BANK_AOSP_UNIVERSE": str(chosen)}, {"AOSP_UNIVERSE": str(chosen)}):
-        assert PlaneFactory(Environment("Bank", env)).universe() == chosen
-    other = PlaneFactory(Environment("Bank", {"AOSP_UNIVERSE": "not-a-uuid"}))
+        assert PlaneFactory(Environment("Bank", {**MEMORY, **env})).universe() == chosen
+    other = PlaneFactory(Environment("Bank", {**MEMORY, "AOSP_UNIVERSE": "not-a-uuid"}))
     with pytest.raises(OSError, match="AOSP_UNIVERSE"):
         other.universe()
 
 
 def test_cold_at_snapshots_selects_the_snapshot_recorder() -> None:
     for value, cold in (("y", True), ("TRUE", True), ("0", False)):
-        factory = PlaneFactory(Environment("Bank", {"AOSP_COLD_AT_SNAPSHOTS": value}))
+        env = {**MEMORY, "AOSP_COLD_AT_SNAPSHOTS": value}
+        factory = PlaneFactory(Environment("Bank", env))
         snapshots = factory.aggregate_recorder("snapshots")
         assert isinstance(snapshots, PlaneSnapshotRecorder) is cold
         assert not isinstance(factory.aggregate_recorder(), PlaneSnapshotRecorder)
         factory.close()
     with pytest.raises(OSError, match="AOSP_COLD_AT_SNAPSHOTS='maybe'"):
-        PlaneFactory(Environment("Bank", {"AOSP_COLD_AT_SNAPSHOTS": "maybe"}))
+        PlaneFactory(Environment("Bank", {**MEMORY, "AOSP_COLD_AT_SNAPSHOTS": "maybe"}))
 
 
 def test_the_factory_opens_the_store_at_the_first_recorder_and_closes_it(tmp_path: Path) -> None:
@@ -491,6 +496,21 @@ def test_the_factory_opens_the_store_at_the_first_recorder_and_closes_it(tmp_pat
 
 
 # --------------------------------------------------------------------------- careless callers
+
+
+@pytest.mark.parametrize("env", [{}, {"AOSP_OBJECTS_URL": "memory://"}, {"OTHER_AOSP_KV_URL": "x"}])
+def test_a_missing_kv_url_is_refused_naming_it(env: dict[str, str]) -> None:
+    """Unset, ``AOSP_KV_URL`` once meant ``memory://``: an application that forgot it lost
+    everything at exit. As eventsourcing's SQLite module refuses a missing
+    ``SQLITE_DBNAME``, the factory refuses, naming the keys it read and how to ask for a
+    memory store deliberately."""
+    with pytest.raises(OSError, match=r"^AOSP_KV_URL not set \(looked for BANK_AOSP_KV_URL, "):
+        PlaneFactory(Environment("Bank", env))
+    with pytest.raises(OSError, match="or to memory:// for an in-memory store"):
+        PlaneFactory(Environment("Bank", env))
+    assert PlaneFactory(Environment("Bank", {"BANK_AOSP_KV_URL": "memory://"})).kv_url == (
+        "memory://"
+    )
 
 
 @pytest.mark.parametrize("prefix", ["BANK_", ""])
@@ -545,7 +565,7 @@ def test_mistyped_read_arguments_are_data_errors(store: Counted) -> None:
         recorder.insert_events([StoredEvent(lone, 1, "topic", b"")])
     with pytest.raises(DataError, match="originator_id"):
         recorder.select_events(lone)
-    factory = PlaneFactory(Environment("Bank", {}))
+    factory = PlaneFactory(Environment("Bank", MEMORY))
     with pytest.raises(DataError, match="purpose"):
         factory.aggregate_recorder("\udc80")
     factory.close()
