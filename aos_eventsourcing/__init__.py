@@ -23,6 +23,7 @@ from aos_eventsourcing.factory import PlaneFactory
 from aos_eventsourcing.recorders import (
     PlaneAggregateRecorder,
     PlaneApplicationRecorder,
+    PlaneClosedError,
     PlaneProcessRecorder,
     PlaneSnapshotRecorder,
     PlaneSubscription,
@@ -32,6 +33,7 @@ from aos_eventsourcing.recorders import (
 __all__ = [
     "PlaneAggregateRecorder",
     "PlaneApplicationRecorder",
+    "PlaneClosedError",
     "PlaneFactory",
     "PlaneProcessRecorder",
     "PlaneSnapshotRecorder",

@@ -30,13 +30,15 @@ import threading
 import uuid
 from typing import Final, TypeVar
 
-from eventsourcing.persistence import InfrastructureFactory, OperationalError
+from eventsourcing.persistence import InfrastructureFactory
 from eventsourcing.utils import Environment, EnvType, resolve_topic, strtobool
 
 from aos_eventsourcing import codec
 from aos_eventsourcing.recorders import (
+    CLOSED,
     PlaneAggregateRecorder,
     PlaneApplicationRecorder,
+    PlaneClosedError,
     PlaneProcessRecorder,
     PlaneSnapshotRecorder,
     PlaneTrackingRecorder,
@@ -81,7 +83,7 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
             raise OSError(f"{self.AOSP_COLD_AT_SNAPSHOTS}={cold!r}: not a yes or no") from None
         self._lock = threading.Lock()
         self._plane: Plane | None = None
-        self._closed = False
+        self._closed = threading.Event()  # shared with the recorders: set, they all fail
 
     def _setting(self, variable: str) -> str | None:
         """The value of ``variable`` (the application's prefixed one first), ``None`` if
@@ -103,11 +105,11 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
     @property
     def plane(self) -> Plane:
         """The plane (opened, creating the store if need be, on first use;
-        ``OperationalError`` once :meth:`close` closed it, as eventsourcing's own factories
-        refuse a closed datastore)."""
+        :class:`~aos_eventsourcing.recorders.PlaneClosedError` once :meth:`close` closed
+        it, as eventsourcing's own factories refuse a closed datastore)."""
         with self._lock:
-            if self._closed:
-                raise OperationalError("the infrastructure factory was closed")
+            if self._closed.is_set():
+                raise PlaneClosedError(CLOSED)
             if self._plane is None:
                 try:
                     self._plane = open_plane(self.kv_url, self.objects_url)
@@ -139,15 +141,16 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
     def aggregate_recorder(self, purpose: str = "events") -> PlaneAggregateRecorder:
         """A recorder of ``purpose`` records (eventsourcing asks for ``snapshots``; with
         ``AOSP_COLD_AT_SNAPSHOTS``, theirs lets the events they summarize go cold)."""
+        closed = self._closed
         if purpose == "snapshots" and self.cold_at_snapshots:
-            events = PlaneAggregateRecorder(self.plane, self.universe())
-            return PlaneSnapshotRecorder(self.plane, self.universe(purpose), events)
-        return PlaneAggregateRecorder(self.plane, self.universe(purpose))
+            events = PlaneAggregateRecorder(self.plane, self.universe(), closed=closed)
+            return PlaneSnapshotRecorder(self.plane, self.universe(purpose), events, closed=closed)
+        return PlaneAggregateRecorder(self.plane, self.universe(purpose), closed=closed)
 
     def application_recorder(self) -> PlaneApplicationRecorder:
         """The application's recorder (``APPLICATION_RECORDER_TOPIC`` names a subclass)."""
         cls = self._class(self.APPLICATION_RECORDER_TOPIC, PlaneApplicationRecorder)
-        return cls(self.plane, self.universe())
+        return cls(self.plane, self.universe(), closed=self._closed)
 
     def tracking_recorder(
         self, tracking_recorder_class: type[PlaneTrackingRecorder] | None = None
@@ -157,12 +160,12 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
         cls = tracking_recorder_class or self._class(
             self.TRACKING_RECORDER_TOPIC, PlaneTrackingRecorder
         )
-        return cls(self.plane, self.universe())
+        return cls(self.plane, self.universe(), closed=self._closed)
 
     def process_recorder(self) -> PlaneProcessRecorder:
         """A process application's recorder (``PROCESS_RECORDER_TOPIC`` names a subclass)."""
         cls = self._class(self.PROCESS_RECORDER_TOPIC, PlaneProcessRecorder)
-        return cls(self.plane, self.universe())
+        return cls(self.plane, self.universe(), closed=self._closed)
 
     def _class(self, variable: str, default: type[R]) -> type[R]:
         """The class the topic in ``variable`` names (a subclass of ``default``), else
@@ -176,10 +179,12 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
         return cls
 
     def close(self) -> None:
-        """Close the plane's engine and object store (if opened); the recorders fail after
-        it (``OperationalError``)."""
+        """Close the plane's engine and object store (if opened); every recorder of the
+        factory fails after it, on every engine (``PlaneClosedError``: eventsourcing's
+        ``ConnectionPoolClosedError``, and an ``OperationalError``)."""
         with self._lock:
-            plane, self._plane, self._closed = self._plane, None, True
+            self._closed.set()
+            plane, self._plane = self._plane, None
         if plane is not None:
             try:
                 plane.engine.close()

@@ -30,6 +30,7 @@ from uuid import UUID
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
+    ConnectionPoolClosedError,
     IntegrityError,
     Notification,
     OperationalError,
@@ -59,6 +60,7 @@ WATCH_SECONDS: Final = 1.0
 """The longest single wait of a subscription's watcher (``stop`` interrupts it)."""
 SUBSCRIPTION_PAGE: Final = 500
 """Notifications a subscription reads per query."""
+CLOSED: Final = "the infrastructure factory was closed (Application.close())"
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,21 +175,39 @@ class _Batch:
     """Where each event is in the caller's list."""
 
 
-class _PlaneRecorder:
-    """A recorder of one universe of a plane."""
+class PlaneClosedError(ConnectionPoolClosedError, OperationalError):
+    """A recorder (or factory) used after its factory was closed (``Application.close()``):
+    eventsourcing's ``ConnectionPoolClosedError``, as its SQLite and PostgreSQL recorders
+    raise, and an ``OperationalError``, as this module raised before."""
 
-    def __init__(self, plane: Plane, universe: UniverseId) -> None:
-        self.plane = plane
-        """The plane the recorder writes to."""
+
+class _PlaneRecorder:
+    """A recorder of one universe of a plane; once ``closed`` is set (by the factory's
+    ``close``), every call of it fails (:class:`PlaneClosedError`), whatever the engine."""
+
+    def __init__(
+        self, plane: Plane, universe: UniverseId, *, closed: threading.Event | None = None
+    ) -> None:
+        self._plane = plane
+        self._closed = closed
         self.universe = universe
         """The universe that holds the recorder's records."""
+
+    @property
+    def plane(self) -> Plane:
+        """The plane the recorder writes to (:class:`PlaneClosedError` once closed)."""
+        if self._closed is not None and self._closed.is_set():
+            raise PlaneClosedError(CLOSED)
+        return self._plane
 
 
 class _Journals(_PlaneRecorder):
     """Aggregates as worlds: inserts and reads of their events."""
 
-    def __init__(self, plane: Plane, universe: UniverseId) -> None:
-        super().__init__(plane, universe)
+    def __init__(
+        self, plane: Plane, universe: UniverseId, *, closed: threading.Event | None = None
+    ) -> None:
+        super().__init__(plane, universe, closed=closed)
         self._cache = _Cache()
 
     # ------------------------------------------------------------------ inserts
@@ -482,8 +502,15 @@ class PlaneSnapshotRecorder(PlaneAggregateRecorder):
     raised -- the snapshot is stored, and the insert's outcome is what the caller learns --
     and the aggregate's events stay hot until a later snapshot raises it."""
 
-    def __init__(self, plane: Plane, universe: UniverseId, events: PlaneAggregateRecorder) -> None:
-        super().__init__(plane, universe)
+    def __init__(
+        self,
+        plane: Plane,
+        universe: UniverseId,
+        events: PlaneAggregateRecorder,
+        *,
+        closed: threading.Event | None = None,
+    ) -> None:
+        super().__init__(plane, universe, closed=closed)
         self.events = events
         """The recorder of the events the snapshots summarize."""
 
@@ -638,7 +665,10 @@ class PlaneSubscription(Subscription[PlaneApplicationRecorder]):
                     self._changed.set()
         except Exception as exc:  # reported to the iterating thread, unless stopped
             if not self._has_been_stopped:
-                self._error = codec.translate(exc) if isinstance(exc, PersistError) else exc
+                error = codec.translate(exc) if isinstance(exc, PersistError) else exc
+                if recorder._closed is not None and recorder._closed.is_set():
+                    error = PlaneClosedError(CLOSED)  # the engine closed under the wait
+                self._error = error
                 self.stop()
 
 

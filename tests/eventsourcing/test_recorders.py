@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from eventsourcing.application import Application
+from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import (
+    ConnectionPoolClosedError,
     DataError,
     IntegrityError,
     Notification,
@@ -605,20 +608,63 @@ def test_a_text_id_and_the_uuid_it_hashes_to_do_not_share_a_journal(store: Count
     assert [n.originator_id for n in _all(recorder)] == [text, text]
 
 
-def test_recorders_fail_once_their_factory_is_closed(tmp_path: Path) -> None:
-    """As eventsourcing's own factories: a closed factory's recorders and the recorders it
-    is asked for afterwards fail (``OperationalError``) -- they once went on writing, through
-    connections the closed engine opened again, and a new recorder opened a new store."""
-    env = {"AOSP_KV_URL": f"sqlite://{tmp_path}/aos.db", "AOSP_OBJECTS_URL": f"file://{tmp_path}/o"}
+@pytest.mark.parametrize("engine", ["memory", "sqlite"])
+def test_recorders_fail_once_their_factory_is_closed(tmp_path: Path, engine: str) -> None:
+    """As eventsourcing's SQLite and PostgreSQL recorders after ``Application.close()``:
+    every recorder of a closed factory, and every recorder it is asked for afterwards,
+    fails with eventsourcing's ``ConnectionPoolClosedError`` (still an
+    ``OperationalError``, as before) -- on a memory store they once went on saving and
+    reading, on SQLite they failed with an ``OperationalError`` of the engine."""
+    kv = "memory://" if engine == "memory" else f"sqlite://{tmp_path}/aos.db"
+    env = {"AOSP_KV_URL": kv, "AOSP_OBJECTS_URL": f"file://{tmp_path}/o"}
     factory = PlaneFactory(Environment("Bank", env))
-    recorder = factory.application_recorder()
-    assert recorder.insert_events([event(uuid.uuid4(), 1)]) == [1]
+    application = factory.application_recorder()
+    process = factory.process_recorder()
+    tracking = factory.tracking_recorder()
+    snapshots = factory.aggregate_recorder("snapshots")
+    aggregate = uuid.uuid4()
+    assert application.insert_events([event(aggregate, 1)]) == [1]
+    subscription = application.subscribe(0)
     factory.close()
-    with pytest.raises(OperationalError, match="the engine is closed"):
-        recorder.insert_events([event(uuid.uuid4(), 1)])
-    with pytest.raises(OperationalError, match="the infrastructure factory was closed"):
-        factory.application_recorder()
+    calls = {
+        "insert_events": lambda: application.insert_events([event(uuid.uuid4(), 1)]),
+        "select_events": lambda: application.select_events(aggregate),
+        "select_notifications": lambda: application.select_notifications(1, 10),
+        "max_notification_id": application.max_notification_id,
+        "subscribe": lambda: application.subscribe(0),
+        "next(subscription)": lambda: next(subscription),
+        "process insert_events": lambda: process.insert_events([event(uuid.uuid4(), 1)]),
+        "insert_tracking": lambda: tracking.insert_tracking(Tracking("Up", 1)),
+        "max_tracking_id": lambda: tracking.max_tracking_id("Up"),
+        "wait": lambda: tracking.wait("Up", 1, timeout=0.1),
+        "snapshot insert_events": lambda: snapshots.insert_events([event(aggregate, 1)]),
+        "snapshot select_events": lambda: snapshots.select_events(aggregate),
+        "set_cold_version": lambda: application.set_cold_version(aggregate, 1),
+        "a new recorder": factory.application_recorder,
+    }
+    for name, call in calls.items():
+        with pytest.raises(ConnectionPoolClosedError, match="factory was closed") as caught:
+            call()
+        assert isinstance(caught.value, OperationalError), name
+    subscription.stop()
     factory.close()  # again: nothing to do
-    again = PlaneFactory(Environment("Bank", env))
-    assert again.application_recorder().max_notification_id() == 1
-    again.close()
+    if engine == "sqlite":
+        again = PlaneFactory(Environment("Bank", env))
+        assert again.application_recorder().max_notification_id() == 1
+        again.close()
+
+
+@pytest.mark.parametrize("engine", ["memory", "sqlite"])
+def test_a_closed_application_neither_saves_nor_reads(tmp_path: Path, engine: str) -> None:
+    """``Application.close()``, then ``save`` and a repository's ``get``: eventsourcing's
+    ``ConnectionPoolClosedError`` on every engine, as on eventsourcing's SQLite."""
+    kv = "memory://" if engine == "memory" else f"sqlite://{tmp_path}/aos.db"
+    env = {"PERSISTENCE_MODULE": "aos_eventsourcing", "AOSP_KV_URL": kv}
+    application = Application[uuid.UUID](env=env)
+    account = Aggregate()
+    application.save(account)
+    application.close()
+    with pytest.raises(ConnectionPoolClosedError):
+        application.save(Aggregate())
+    with pytest.raises(ConnectionPoolClosedError):
+        application.repository.get(account.id)
