@@ -6,6 +6,7 @@ the factory's configuration."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -28,6 +29,7 @@ from eventsourcing.persistence import (
     WaitInterruptedError,
 )
 from eventsourcing.popo import POPOAggregateRecorder
+from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteDatastore
 from eventsourcing.utils import Environment
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -206,6 +208,135 @@ def test_an_unknown_commit_result_is_exactly_once(store: Counted) -> None:
     ]
     assert recorder.max_tracking_id("up") == 9
     assert recorder.insert_events([event(mine, 3)]) == [5]  # the cache holds the right head
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+def test_a_snapshot_below_a_later_one_is_stored(store: Counted) -> None:
+    """A snapshot taken at version 3 after one at 7 was refused as "version 3 is taken"
+    (an untrue conflict a caller retries); eventsourcing's SQLite recorder stores it. Reads
+    then give versions in order, as SQLite's do, by a recorder that wrote them and by one
+    that knows nothing; a version that is taken is still ``IntegrityError``."""
+    universe = UniverseId.new()
+    recorder = PlaneAggregateRecorder(store.plane, universe)
+    datastore = SQLiteDatastore(":memory:")
+    reference = SQLiteAggregateRecorder(datastore, "stored_snapshots")
+    reference.create_table()
+    aggregate = uuid.uuid4()
+    for versions in ([4], [7], [3], [1, 2], [9], [5, 8]):
+        events = [event(aggregate, v) for v in versions]
+        for side in (recorder, reference):
+            side.insert_events(events)
+    for taken in ([7], [3], [5], [6, 8], [2]):
+        for side in (recorder, reference):
+            with pytest.raises(IntegrityError):
+                side.insert_events([event(aggregate, v) for v in taken])
+        with pytest.raises(IntegrityError, match=f"version {taken[-1]} is taken"):
+            PlaneAggregateRecorder(store.other, universe).insert_events(
+                [event(aggregate, v) for v in taken]
+            )
+    fresh = PlaneAggregateRecorder(store.other, universe)
+    fresh.insert_events([event(aggregate, 6)])
+    reference.insert_events([event(aggregate, 6)])
+    bounds = (None, 0, 2, 3, 6, 9, 10)
+    for gt, lte, desc, limit in itertools.product(bounds, bounds, (False, True), (None, 1, 3)):
+        expected = reference.select_events(aggregate, gt=gt, lte=lte, desc=desc, limit=limit)
+        for side in (recorder, fresh, PlaneAggregateRecorder(store.other, universe)):
+            got = side.select_events(aggregate, gt=gt, lte=lte, desc=desc, limit=limit)
+            assert got == expected, (gt, lte, desc, limit)
+    assert [e.originator_version for e in recorder.select_events(aggregate)] == list(range(1, 10))
+    # heights hold 4 7 3 1 2 9 5 8 6: the longest run from height 1 at or below 7 goes cold
+    assert recorder.set_cold_version(aggregate, 7) == 5
+    datastore.close()
+
+
+def test_events_below_the_aggregates_last_version_are_still_a_conflict(store: Counted) -> None:
+    """Only the aggregate recorder (snapshots) stores lower versions: an application
+    recorder's events are appended by eventsourcing in order, and one below the last is
+    another writer's conflict."""
+    recorder = PlaneApplicationRecorder(store.plane, UniverseId.new())
+    aggregate = uuid.uuid4()
+    recorder.insert_events([event(aggregate, 1), event(aggregate, 7)])
+    with pytest.raises(IntegrityError, match="version 3 is taken"):
+        recorder.insert_events([event(aggregate, 3)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=3), min_size=1, max_size=12),
+    st.data(),
+)
+def test_snapshots_in_any_order_read_as_a_sorted_store(
+    inserts: list[list[int]], data: st.DataObject
+) -> None:
+    """Inserts of any versions, in any order, by two writers in turn: each is stored unless
+    a version is taken (or repeats within the insert), and every read agrees with a sorted
+    model of what was stored."""
+    plane = open_plane("memory://", "memory://")
+    universe = UniverseId.new()
+    writers = [PlaneAggregateRecorder(plane, universe), PlaneAggregateRecorder(plane, universe)]
+    aggregate = uuid.uuid4()
+    stored: dict[int, StoredEvent] = {}
+    for turn, versions in enumerate(inserts):
+        events = [event(aggregate, v) for v in sorted(set(versions))]
+        writer = writers[turn % 2]
+        if any(e.originator_version in stored for e in events):
+            with pytest.raises(IntegrityError):
+                writer.insert_events(events)
+        else:
+            writer.insert_events(events)
+            stored.update((e.originator_version, e) for e in events)
+    readers = [*writers, PlaneAggregateRecorder(plane, universe)]
+    for _ in range(data.draw(st.integers(1, 8))):
+        gt, lte = (
+            data.draw(st.none() | st.integers(-1, 31)),
+            data.draw(st.none() | st.integers(-1, 31)),
+        )
+        desc, limit = data.draw(st.booleans()), data.draw(st.none() | st.integers(1, 4))
+        expected = [
+            stored[v]
+            for v in sorted(stored, reverse=desc)
+            if (gt is None or v > gt) and (lte is None or v <= lte)
+        ][:limit]
+        for reader in readers:
+            got = reader.select_events(aggregate, gt=gt, lte=lte, desc=desc, limit=limit)
+            assert got == expected, (gt, lte, desc, limit)
+
+
+@pytest.mark.parametrize("engine", ["memory", "sqlite", "fdb"])
+def test_an_application_takes_a_snapshot_below_a_later_one(
+    request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
+    """``take_snapshot(id, version=3)`` after one at 7: stored, and a read at version 5
+    starts from it."""
+    if engine == "fdb":
+        kv = request.getfixturevalue("fdb_cluster").url
+    else:
+        kv = "memory://" if engine == "memory" else f"sqlite://{tmp_path}/aos.db"
+    env = {
+        "PERSISTENCE_MODULE": "aos_eventsourcing",
+        "AOSP_KV_URL": kv,
+        "AOSP_UNIVERSE": str(UniverseId.new()),  # a universe of its own on a shared cluster
+        "IS_SNAPSHOTTING_ENABLED": "y",
+    }
+    application = Application[uuid.UUID](env=env)
+    account = Aggregate()
+    for _ in range(8):
+        account.trigger_event(Aggregate.Event)
+    application.save(account)
+    application.take_snapshot(account.id, version=7)
+    application.take_snapshot(account.id, version=3)
+    assert application.snapshots is not None
+    snapshots = application.snapshots.get(account.id)
+    assert [s.originator_version for s in snapshots] == [3, 7]
+    latest = application.snapshots.get(account.id, desc=True, limit=1)
+    assert [s.originator_version for s in latest] == [7]
+    assert application.repository.get(account.id, version=5).version == 5
+    assert application.repository.get(account.id).version == 9
+    with pytest.raises(IntegrityError, match="version 3 is taken"):
+        application.take_snapshot(account.id, version=3)
+    application.close()
 
 
 # --------------------------------------------------------------------------- reads
