@@ -16,17 +16,36 @@ over the plain one for that application):
     the application's universe id (default: derived from the application's name with
     :func:`uuid.uuid5`, so every process of an application finds the same one). Give it per
     application (``BANK_AOSP_UNIVERSE``): applications sharing a universe share one
-    notification log.
+    notification log. **Unset, the store follows the application's name -- its class name
+    unless it sets ``name``: renaming the class (or ``name``) starts an empty universe and
+    hides the application's history** (still stored, under the old name's universe). Pin
+    ``AOSP_UNIVERSE`` in production.
 ``AOSP_COLD_AT_SNAPSHOTS``
     ``y`` (eventsourcing's true values: ``y``, ``yes``, ``t``, ``true``, ``on``, ``1``): each
     snapshot the application takes lets its aggregate's events at or below the snapshot's
     version go cold (:class:`~aos_eventsourcing.recorders.PlaneSnapshotRecorder`), for
     segment export to move to the object store; default ``n``.
+
+eventsourcing's own settings of its SQLite and PostgreSQL modules:
+
+``CREATE_TABLE``
+    honoured: true (the default) creates the store on first use; false (``n``, ``no``,
+    ...) opens only an existing one and creates nothing: ``OSError`` naming it if the
+    SQLite file or object directory is missing (on FoundationDB, an empty keyspace refuses
+    the first write); refused with ``memory://`` (always new).
+``ORIGINATOR_ID_TYPE``
+    ``uuid`` or ``text`` (``OSError`` otherwise), as eventsourcing's SQLite module checks it;
+    either way this module stores both kinds of id and gives each back as it was stored.
+``SQLITE_LOCK_TIMEOUT``
+    seconds (an int, as eventsourcing reads it) an SQLite store waits for its write lock:
+    the ``busy_timeout`` of ``AOSP_KV_URL`` (an ``OSError`` if the URL gives another, or
+    if the store is not SQLite: it has no meaning there).
 """
 
 from __future__ import annotations
 
 import threading
+import urllib.parse
 import uuid
 from typing import Final, TypeVar
 
@@ -43,13 +62,22 @@ from aos_eventsourcing.recorders import (
     PlaneSnapshotRecorder,
     PlaneTrackingRecorder,
 )
-from persistence.errors import PersistError, Validation
+from persistence.errors import NotFound, PersistError, Validation
 from persistence.ids import UniverseId
 from persistence.plane import Plane
 from segments import open_plane
 
 MEMORY_URL: Final = "memory://"
 R = TypeVar("R")
+
+
+def _is_number(text: str) -> bool:
+    """Whether ``text`` is a decimal number of seconds (as a URL's ``busy_timeout``)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
@@ -60,6 +88,9 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
     AOSP_OBJECTS_URL: Final = "AOSP_OBJECTS_URL"
     AOSP_UNIVERSE: Final = "AOSP_UNIVERSE"
     AOSP_COLD_AT_SNAPSHOTS: Final = "AOSP_COLD_AT_SNAPSHOTS"
+    CREATE_TABLE: Final = "CREATE_TABLE"
+    ORIGINATOR_ID_TYPE: Final = "ORIGINATOR_ID_TYPE"
+    SQLITE_LOCK_TIMEOUT: Final = "SQLITE_LOCK_TIMEOUT"
 
     def __init__(self, env: Environment | EnvType | None) -> None:
         super().__init__(env)
@@ -71,8 +102,8 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
                 "(sqlite:///path/aos.db, fdb:///etc/foundationdb/fdb.cluster), or to "
                 f"{MEMORY_URL} for an in-memory store that is lost at exit"
             )
-        self.kv_url = kv_url
-        """The engine's URL."""
+        self.kv_url = self._lock_timeout(kv_url)
+        """The engine's URL (with ``SQLITE_LOCK_TIMEOUT`` as its ``busy_timeout``)."""
         self.objects_url = self._setting(self.AOSP_OBJECTS_URL) or MEMORY_URL
         """The object store's URL."""
         cold = self._setting(self.AOSP_COLD_AT_SNAPSHOTS) or "n"
@@ -81,6 +112,23 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
             """Whether snapshots let their aggregates' older events go cold."""
         except ValueError:
             raise OSError(f"{self.AOSP_COLD_AT_SNAPSHOTS}={cold!r}: not a yes or no") from None
+        create = self.env.get(self.CREATE_TABLE) or "y"
+        try:
+            self.create = bool(strtobool(create))
+            """Whether the store is created if missing (``CREATE_TABLE``)."""
+        except ValueError:
+            raise OSError(f"{self.CREATE_TABLE}={create!r}: not a yes or no") from None
+        if not self.create and self.kv_url == MEMORY_URL:
+            raise OSError(
+                f"{self.CREATE_TABLE}={create!r}: {self.AOSP_KV_URL}={self.kv_url!r} is a new, "
+                "empty store every time, never an existing one"
+            )
+        id_type = self.env.get(self.ORIGINATOR_ID_TYPE) or "uuid"
+        if id_type.lower() not in ("uuid", "text"):
+            raise OSError(
+                f"{self.ORIGINATOR_ID_TYPE}={id_type!r}: must be 'uuid' or 'text' (this "
+                "module stores either kind of id whatever it says)"
+            )
         self._lock = threading.Lock()
         self._plane: Plane | None = None
         self._closed = threading.Event()  # shared with the recorders: set, they all fail
@@ -102,6 +150,31 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
             return value
         return None
 
+    def _lock_timeout(self, kv_url: str) -> str:
+        """``kv_url`` with ``SQLITE_LOCK_TIMEOUT``, if set, as its ``busy_timeout``
+        (``OSError`` naming it if it is not a whole number of seconds, if the URL gives
+        another ``busy_timeout``, or if ``kv_url`` is not an SQLite store's)."""
+        text = (self.env.get(self.SQLITE_LOCK_TIMEOUT) or "").strip()
+        if not text:
+            return kv_url
+        setting = f"{self.SQLITE_LOCK_TIMEOUT}={text!r}"
+        if not (text.isascii() and text.isdigit()):
+            raise OSError(f"{setting}: not a whole number of seconds")
+        parts = urllib.parse.urlsplit(kv_url)
+        if parts.scheme != "sqlite":
+            raise OSError(
+                f"{setting}: applies to an SQLite store only, and {self.AOSP_KV_URL} is "
+                f"{kv_url!r} (unset it for this application)"
+            )
+        seconds = int(text)
+        given = urllib.parse.parse_qs(parts.query).get("busy_timeout")
+        if given is None:
+            query = f"{parts.query}&" if parts.query else ""
+            return urllib.parse.urlunsplit(parts._replace(query=f"{query}busy_timeout={seconds}"))
+        if not all(_is_number(value) and float(value) == seconds for value in given):
+            raise OSError(f"{setting}: {self.AOSP_KV_URL}={kv_url!r} gives another busy_timeout")
+        return kv_url
+
     @property
     def plane(self) -> Plane:
         """The plane (opened, creating the store if need be, on first use;
@@ -112,7 +185,14 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
                 raise PlaneClosedError(CLOSED)
             if self._plane is None:
                 try:
-                    self._plane = open_plane(self.kv_url, self.objects_url)
+                    self._plane = open_plane(self.kv_url, self.objects_url, create=self.create)
+                except NotFound as exc:
+                    if self.create:
+                        raise codec.translate(exc) from exc
+                    raise OSError(
+                        f"{self.CREATE_TABLE}=false: the store does not exist, and it is "
+                        f"created only when {self.CREATE_TABLE} is unset or true: {exc}"
+                    ) from None
                 except Validation as exc:
                     raise OSError(
                         f"{self.AOSP_KV_URL}={self.kv_url!r} or {self.AOSP_OBJECTS_URL}="

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -627,6 +628,73 @@ def test_the_factory_opens_the_store_at_the_first_recorder_and_closes_it(tmp_pat
     bad = PlaneFactory(Environment("Bank", {"AOSP_KV_URL": "nosuch://x"}))
     with pytest.raises(OSError, match="AOSP_KV_URL"):
         bad.application_recorder()
+
+
+def test_create_table_false_opens_only_an_existing_store(tmp_path: Path) -> None:
+    """eventsourcing's ``CREATE_TABLE`` was ignored: false now opens only an existing
+    store and creates nothing (an ``OSError`` naming it if the store is missing)."""
+    env = {"AOSP_KV_URL": f"sqlite://{tmp_path}/aos.db", "AOSP_OBJECTS_URL": f"file://{tmp_path}/o"}
+    for value in ("n", "false", "0"):
+        factory = PlaneFactory(Environment("Bank", {**env, "CREATE_TABLE": value}))
+        with pytest.raises(OSError, match=r"^CREATE_TABLE=false: the store does not exist"):
+            factory.application_recorder()
+        assert not (tmp_path / "aos.db").exists()
+        assert not (tmp_path / "o").exists()
+    created = PlaneFactory(Environment("Bank", {**env, "CREATE_TABLE": "y"}))
+    assert created.application_recorder().insert_events([event(uuid.uuid4(), 1)]) == [1]
+    created.close()
+    existing = PlaneFactory(Environment("Bank", {**env, "BANK_CREATE_TABLE": "no"}))
+    recorder = existing.application_recorder()
+    assert recorder.insert_events([event(uuid.uuid4(), 1)]) == [2]
+    existing.close()
+    with pytest.raises(OSError, match=r"^CREATE_TABLE='n': AOSP_KV_URL='memory://' is a new"):
+        PlaneFactory(Environment("Bank", {**MEMORY, "CREATE_TABLE": "n"}))
+    with pytest.raises(OSError, match=r"^CREATE_TABLE='maybe': not a yes or no"):
+        PlaneFactory(Environment("Bank", {**env, "CREATE_TABLE": "maybe"}))
+
+
+def test_originator_id_type_is_checked_and_both_kinds_of_id_work(tmp_path: Path) -> None:
+    """``ORIGINATOR_ID_TYPE`` was ignored, whatever its value: it is checked as
+    eventsourcing's SQLite module checks it; either way both kinds of id are stored."""
+    for value in ("uuid", "text", "TEXT", ""):
+        env = {**MEMORY, "ORIGINATOR_ID_TYPE": value}
+        recorder = PlaneFactory(Environment("Bank", env)).application_recorder()
+        recorder.insert_events([event("account-1", 1), event(uuid.uuid4(), 1)])
+        assert [e.originator_id for e in recorder.select_events("account-1")] == ["account-1"]
+    with pytest.raises(OSError, match=r"^ORIGINATOR_ID_TYPE='int': must be 'uuid' or 'text'"):
+        PlaneFactory(Environment("Bank", {**MEMORY, "ORIGINATOR_ID_TYPE": "int"}))
+
+
+def test_sqlite_lock_timeout_is_the_stores_busy_timeout(tmp_path: Path) -> None:
+    """``SQLITE_LOCK_TIMEOUT`` was ignored: on an SQLite store it is the engine's
+    ``busy_timeout``; anywhere else, or against the URL's own, it is refused naming it."""
+    url = f"sqlite://{tmp_path}/aos.db"
+    for kv, timeout in (
+        (url, "7"),
+        (f"{url}?synchronous=FULL", " 7 "),
+        (f"{url}?busy_timeout=7", "7"),
+    ):
+        env = {"AOSP_KV_URL": kv, "BANK_SQLITE_LOCK_TIMEOUT": timeout}
+        factory = PlaneFactory(Environment("Bank", env))
+        assert isinstance(factory.plane.engine, SqliteEngine)
+        assert factory.plane.engine.busy_timeout == 7.0
+        factory.close()
+    refusals = (
+        (url, "1.5", "not a whole number of seconds"),
+        (url, "-1", "not a whole number of seconds"),
+        (f"{url}?busy_timeout=60", "7", "gives another busy_timeout"),
+        ("memory://", "7", "applies to an SQLite store only, and AOSP_KV_URL is 'memory://'"),
+    )
+    for kv, timeout, problem in refusals:
+        env = {"AOSP_KV_URL": kv, "SQLITE_LOCK_TIMEOUT": timeout}
+        with pytest.raises(
+            OSError,
+            match=re.escape(f"SQLITE_LOCK_TIMEOUT={timeout!r}: ") + f".*{re.escape(problem)}",
+        ):
+            PlaneFactory(Environment("Bank", env))
+    assert PlaneFactory(Environment("Bank", {**MEMORY, "SQLITE_LOCK_TIMEOUT": ""})).kv_url == (
+        "memory://"
+    )
 
 
 # --------------------------------------------------------------------------- careless callers
