@@ -8,6 +8,11 @@ An eventsourcing application selects it, and names its store, with environment v
 
 Each application is a universe, each aggregate a world, each stored event a journal entry;
 notification ids are positions of the universe's log. See ``docs/eventsourcing.md``.
+
+**The universe follows the application's name** (its class name unless it sets ``name``)
+unless ``AOSP_UNIVERSE`` pins it: rename the class and the application opens an empty
+universe, its history hidden (not lost) under the old name's. Pin ``BANK_AOSP_UNIVERSE``
+in production.
 """
 
 from persistence.errors import MissingDependency
@@ -23,6 +28,7 @@ from aos_eventsourcing.factory import PlaneFactory
 from aos_eventsourcing.recorders import (
     PlaneAggregateRecorder,
     PlaneApplicationRecorder,
+    PlaneClosedError,
     PlaneProcessRecorder,
     PlaneSnapshotRecorder,
     PlaneSubscription,
@@ -32,6 +38,7 @@ from aos_eventsourcing.recorders import (
 __all__ = [
     "PlaneAggregateRecorder",
     "PlaneApplicationRecorder",
+    "PlaneClosedError",
     "PlaneFactory",
     "PlaneProcessRecorder",
     "PlaneSnapshotRecorder",

@@ -3,7 +3,10 @@ to journal entries, plane errors to eventsourcing's errors.
 
 A journal entry is the CBOR array ``[version, topic, state]``, or ``[version, topic, state,
 id]`` for an aggregate whose id is text (a UUID id *is* the world id, a text id is hashed
-into one with :func:`uuid.uuid5` and kept in every entry so that reads give it back)."""
+into one with :func:`uuid.uuid5` and kept in every entry so that reads give it back), or
+``[version, topic, state, id or null, true]`` once the journal's versions are out of order
+at or below it (a snapshot taken below a later one: every entry from the first version
+stored out of order on carries the mark)."""
 
 from __future__ import annotations
 
@@ -44,6 +47,8 @@ class Entry:
     topic: str
     state: bytes
     text_id: str | None
+    unsorted: bool = False
+    """The journal's versions are out of order at or below this entry."""
 
 
 def world_of(originator_id: object) -> tuple[WorldId, str | None]:
@@ -78,8 +83,11 @@ def check_int(value: object, name: str, *, optional: bool = False) -> None:
         raise DataError(f"{name} must be an int, not {type(value).__name__}")
 
 
-def encode(version: object, topic: object, state: object, text_id: str | None) -> bytes:
-    """The journal entry of one stored event (``DataError`` if a field has the wrong type)."""
+def encode(
+    version: object, topic: object, state: object, text_id: str | None, unsorted: bool = False
+) -> bytes:
+    """The journal entry of one stored event (``DataError`` if a field has the wrong type);
+    ``unsorted`` marks it (see the module docstring)."""
     if type(version) is not int:
         raise DataError(f"originator_version must be an int, not {type(version).__name__}")
     if not isinstance(topic, str):
@@ -87,6 +95,8 @@ def encode(version: object, topic: object, state: object, text_id: str | None) -
     if not isinstance(state, bytes):
         raise DataError(f"state must be bytes, not {type(state).__name__}")
     try:
+        if unsorted:
+            return cbor2.dumps([version, topic, state, text_id, True])
         if text_id is None:
             return cbor2.dumps([version, topic, state])
         return cbor2.dumps([version, topic, state, text_id])
@@ -102,14 +112,22 @@ def decode(entry: bytes, where: str) -> Entry:
         item = None
     if (
         type(item) is list
-        and len(item) in (3, 4)
+        and len(item) in (3, 4, 5)
         and type(item[0]) is int
         and type(item[1]) is str
         and type(item[2]) is bytes
-        and (len(item) == 3 or type(item[3]) is str)
+        and (len(item) == 3 or type(item[3]) is str or (len(item) == 5 and item[3] is None))
+        and (len(item) < 5 or item[4] is True)
     ):
-        return Entry(item[0], item[1], item[2], item[3] if len(item) == 4 else None)
+        return Entry(item[0], item[1], item[2], item[3] if len(item) > 3 else None, len(item) == 5)
     raise InternalError(f"{where} is not a stored event of this module")
+
+
+def mark_unsorted(entry: bytes) -> bytes:
+    """``entry`` (one this module encoded) marked as out of order (see the module
+    docstring)."""
+    item = decode(entry, "entry")
+    return encode(item.version, item.topic, item.state, item.text_id, unsorted=True)
 
 
 def translate(exc: PersistError) -> Exception:

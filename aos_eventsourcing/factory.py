@@ -5,8 +5,10 @@ variable prefixed with the application's name in upper case, ``BANK_AOSP_KV_URL`
 over the plain one for that application):
 
 ``AOSP_KV_URL``
-    the engine: ``memory://`` (default), ``sqlite:///path/aos.db``, ``fdb:///etc/foundationdb/fdb.cluster``
-    (the forms :func:`backends.kv.open_engine` takes; the ``aosp`` CLI's ``--kv``).
+    the engine, required: ``sqlite:///path/aos.db``, ``fdb:///etc/foundationdb/fdb.cluster``,
+    or ``memory://`` for a store lost at exit (the forms :func:`backends.kv.open_engine`
+    takes; the ``aosp`` CLI's ``--kv``). Unset, the factory refuses (``OSError``), as
+    eventsourcing's SQLite module refuses a missing ``SQLITE_DBNAME``.
 ``AOSP_OBJECTS_URL``
     the object store: ``memory://`` (default), ``file:///dir``, ``s3://bucket/prefix?...``
     (:func:`backends.objects.open_object_store`; the CLI's ``--objects``).
@@ -14,38 +16,68 @@ over the plain one for that application):
     the application's universe id (default: derived from the application's name with
     :func:`uuid.uuid5`, so every process of an application finds the same one). Give it per
     application (``BANK_AOSP_UNIVERSE``): applications sharing a universe share one
-    notification log.
+    notification log. **Unset, the store follows the application's name -- its class name
+    unless it sets ``name``: renaming the class (or ``name``) starts an empty universe and
+    hides the application's history** (still stored, under the old name's universe). Pin
+    ``AOSP_UNIVERSE`` in production.
 ``AOSP_COLD_AT_SNAPSHOTS``
     ``y`` (eventsourcing's true values: ``y``, ``yes``, ``t``, ``true``, ``on``, ``1``): each
     snapshot the application takes lets its aggregate's events at or below the snapshot's
     version go cold (:class:`~aos_eventsourcing.recorders.PlaneSnapshotRecorder`), for
     segment export to move to the object store; default ``n``.
+
+eventsourcing's own settings of its SQLite and PostgreSQL modules:
+
+``CREATE_TABLE``
+    honoured: true (the default) creates the store on first use; false (``n``, ``no``,
+    ...) opens only an existing one and creates nothing: ``OSError`` naming it if the
+    SQLite file or object directory is missing (on FoundationDB, an empty keyspace refuses
+    the first write); refused with ``memory://`` (always new).
+``ORIGINATOR_ID_TYPE``
+    ``uuid`` or ``text`` (``OSError`` otherwise), as eventsourcing's SQLite module checks it;
+    either way this module stores both kinds of id and gives each back as it was stored.
+``SQLITE_LOCK_TIMEOUT``
+    seconds (an int, as eventsourcing reads it) an SQLite store waits for its write lock:
+    the ``busy_timeout`` of ``AOSP_KV_URL`` (an ``OSError`` if the URL gives another, or
+    if the store is not SQLite: it has no meaning there).
 """
 
 from __future__ import annotations
 
 import threading
+import urllib.parse
 import uuid
 from typing import Final, TypeVar
 
-from eventsourcing.persistence import InfrastructureFactory, OperationalError
+from eventsourcing.persistence import InfrastructureFactory
 from eventsourcing.utils import Environment, EnvType, resolve_topic, strtobool
 
 from aos_eventsourcing import codec
 from aos_eventsourcing.recorders import (
+    CLOSED,
     PlaneAggregateRecorder,
     PlaneApplicationRecorder,
+    PlaneClosedError,
     PlaneProcessRecorder,
     PlaneSnapshotRecorder,
     PlaneTrackingRecorder,
 )
-from persistence.errors import PersistError, Validation
+from persistence.errors import NotFound, PersistError, Validation
 from persistence.ids import UniverseId
 from persistence.plane import Plane
 from segments import open_plane
 
-DEFAULT_URL: Final = "memory://"
+MEMORY_URL: Final = "memory://"
 R = TypeVar("R")
+
+
+def _is_number(text: str) -> bool:
+    """Whether ``text`` is a decimal number of seconds (as a URL's ``busy_timeout``)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
@@ -56,12 +88,23 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
     AOSP_OBJECTS_URL: Final = "AOSP_OBJECTS_URL"
     AOSP_UNIVERSE: Final = "AOSP_UNIVERSE"
     AOSP_COLD_AT_SNAPSHOTS: Final = "AOSP_COLD_AT_SNAPSHOTS"
+    CREATE_TABLE: Final = "CREATE_TABLE"
+    ORIGINATOR_ID_TYPE: Final = "ORIGINATOR_ID_TYPE"
+    SQLITE_LOCK_TIMEOUT: Final = "SQLITE_LOCK_TIMEOUT"
 
     def __init__(self, env: Environment | EnvType | None) -> None:
         super().__init__(env)
-        self.kv_url = self._setting(self.AOSP_KV_URL) or DEFAULT_URL
-        """The engine's URL."""
-        self.objects_url = self._setting(self.AOSP_OBJECTS_URL) or DEFAULT_URL
+        kv_url = self._setting(self.AOSP_KV_URL)
+        if kv_url is None:
+            keys = ", ".join(self.env.create_keys(self.AOSP_KV_URL))
+            raise OSError(
+                f"{self.AOSP_KV_URL} not set (looked for {keys}): set it to the store's URL "
+                "(sqlite:///path/aos.db, fdb:///etc/foundationdb/fdb.cluster), or to "
+                f"{MEMORY_URL} for an in-memory store that is lost at exit"
+            )
+        self.kv_url = self._lock_timeout(kv_url)
+        """The engine's URL (with ``SQLITE_LOCK_TIMEOUT`` as its ``busy_timeout``)."""
+        self.objects_url = self._setting(self.AOSP_OBJECTS_URL) or MEMORY_URL
         """The object store's URL."""
         cold = self._setting(self.AOSP_COLD_AT_SNAPSHOTS) or "n"
         try:
@@ -69,37 +112,87 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
             """Whether snapshots let their aggregates' older events go cold."""
         except ValueError:
             raise OSError(f"{self.AOSP_COLD_AT_SNAPSHOTS}={cold!r}: not a yes or no") from None
+        create = self.env.get(self.CREATE_TABLE) or "y"
+        try:
+            self.create = bool(strtobool(create))
+            """Whether the store is created if missing (``CREATE_TABLE``)."""
+        except ValueError:
+            raise OSError(f"{self.CREATE_TABLE}={create!r}: not a yes or no") from None
+        if not self.create and self.kv_url == MEMORY_URL:
+            raise OSError(
+                f"{self.CREATE_TABLE}={create!r}: {self.AOSP_KV_URL}={self.kv_url!r} is a new, "
+                "empty store every time, never an existing one"
+            )
+        id_type = self.env.get(self.ORIGINATOR_ID_TYPE) or "uuid"
+        if id_type.lower() not in ("uuid", "text"):
+            raise OSError(
+                f"{self.ORIGINATOR_ID_TYPE}={id_type!r}: must be 'uuid' or 'text' (this "
+                "module stores either kind of id whatever it says)"
+            )
         self._lock = threading.Lock()
         self._plane: Plane | None = None
-        self._closed = False
+        self._closed = threading.Event()  # shared with the recorders: set, they all fail
 
     def _setting(self, variable: str) -> str | None:
         """The value of ``variable`` (the application's prefixed one first), ``None`` if
         unset; an ``OSError`` naming the variable if it is set but empty or has blanks
-        around it -- set by mistake, it must not silently mean the default (``memory://``
-        for a store: everything written would be lost at exit)."""
+        around it -- set by mistake, it must not silently mean the default (or, for
+        ``AOSP_KV_URL``, be read as unset)."""
         for key in self.env.create_keys(variable):
             value = dict.get(self.env, key)  # this key only (``Environment.get`` prefixes)
             if value is None:
                 continue
             if not value.strip():
-                raise OSError(f"{key}={value!r}: empty (unset it for the default)")
+                hint = "" if variable == self.AOSP_KV_URL else " (unset it for the default)"
+                raise OSError(f"{key}={value!r}: empty{hint}")
             if value != value.strip():
                 raise OSError(f"{key}={value!r}: blanks around the value")
             return value
         return None
 
+    def _lock_timeout(self, kv_url: str) -> str:
+        """``kv_url`` with ``SQLITE_LOCK_TIMEOUT``, if set, as its ``busy_timeout``
+        (``OSError`` naming it if it is not a whole number of seconds, if the URL gives
+        another ``busy_timeout``, or if ``kv_url`` is not an SQLite store's)."""
+        text = (self.env.get(self.SQLITE_LOCK_TIMEOUT) or "").strip()
+        if not text:
+            return kv_url
+        setting = f"{self.SQLITE_LOCK_TIMEOUT}={text!r}"
+        if not (text.isascii() and text.isdigit()):
+            raise OSError(f"{setting}: not a whole number of seconds")
+        parts = urllib.parse.urlsplit(kv_url)
+        if parts.scheme != "sqlite":
+            raise OSError(
+                f"{setting}: applies to an SQLite store only, and {self.AOSP_KV_URL} is "
+                f"{kv_url!r} (unset it for this application)"
+            )
+        seconds = int(text)
+        given = urllib.parse.parse_qs(parts.query).get("busy_timeout")
+        if given is None:
+            query = f"{parts.query}&" if parts.query else ""
+            return urllib.parse.urlunsplit(parts._replace(query=f"{query}busy_timeout={seconds}"))
+        if not all(_is_number(value) and float(value) == seconds for value in given):
+            raise OSError(f"{setting}: {self.AOSP_KV_URL}={kv_url!r} gives another busy_timeout")
+        return kv_url
+
     @property
     def plane(self) -> Plane:
         """The plane (opened, creating the store if need be, on first use;
-        ``OperationalError`` once :meth:`close` closed it, as eventsourcing's own factories
-        refuse a closed datastore)."""
+        :class:`~aos_eventsourcing.recorders.PlaneClosedError` once :meth:`close` closed
+        it, as eventsourcing's own factories refuse a closed datastore)."""
         with self._lock:
-            if self._closed:
-                raise OperationalError("the infrastructure factory was closed")
+            if self._closed.is_set():
+                raise PlaneClosedError(CLOSED)
             if self._plane is None:
                 try:
-                    self._plane = open_plane(self.kv_url, self.objects_url)
+                    self._plane = open_plane(self.kv_url, self.objects_url, create=self.create)
+                except NotFound as exc:
+                    if self.create:
+                        raise codec.translate(exc) from exc
+                    raise OSError(
+                        f"{self.CREATE_TABLE}=false: the store does not exist, and it is "
+                        f"created only when {self.CREATE_TABLE} is unset or true: {exc}"
+                    ) from None
                 except Validation as exc:
                     raise OSError(
                         f"{self.AOSP_KV_URL}={self.kv_url!r} or {self.AOSP_OBJECTS_URL}="
@@ -128,15 +221,16 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
     def aggregate_recorder(self, purpose: str = "events") -> PlaneAggregateRecorder:
         """A recorder of ``purpose`` records (eventsourcing asks for ``snapshots``; with
         ``AOSP_COLD_AT_SNAPSHOTS``, theirs lets the events they summarize go cold)."""
+        closed = self._closed
         if purpose == "snapshots" and self.cold_at_snapshots:
-            events = PlaneAggregateRecorder(self.plane, self.universe())
-            return PlaneSnapshotRecorder(self.plane, self.universe(purpose), events)
-        return PlaneAggregateRecorder(self.plane, self.universe(purpose))
+            events = PlaneAggregateRecorder(self.plane, self.universe(), closed=closed)
+            return PlaneSnapshotRecorder(self.plane, self.universe(purpose), events, closed=closed)
+        return PlaneAggregateRecorder(self.plane, self.universe(purpose), closed=closed)
 
     def application_recorder(self) -> PlaneApplicationRecorder:
         """The application's recorder (``APPLICATION_RECORDER_TOPIC`` names a subclass)."""
         cls = self._class(self.APPLICATION_RECORDER_TOPIC, PlaneApplicationRecorder)
-        return cls(self.plane, self.universe())
+        return cls(self.plane, self.universe(), closed=self._closed)
 
     def tracking_recorder(
         self, tracking_recorder_class: type[PlaneTrackingRecorder] | None = None
@@ -146,12 +240,12 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
         cls = tracking_recorder_class or self._class(
             self.TRACKING_RECORDER_TOPIC, PlaneTrackingRecorder
         )
-        return cls(self.plane, self.universe())
+        return cls(self.plane, self.universe(), closed=self._closed)
 
     def process_recorder(self) -> PlaneProcessRecorder:
         """A process application's recorder (``PROCESS_RECORDER_TOPIC`` names a subclass)."""
         cls = self._class(self.PROCESS_RECORDER_TOPIC, PlaneProcessRecorder)
-        return cls(self.plane, self.universe())
+        return cls(self.plane, self.universe(), closed=self._closed)
 
     def _class(self, variable: str, default: type[R]) -> type[R]:
         """The class the topic in ``variable`` names (a subclass of ``default``), else
@@ -165,10 +259,12 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
         return cls
 
     def close(self) -> None:
-        """Close the plane's engine and object store (if opened); the recorders fail after
-        it (``OperationalError``)."""
+        """Close the plane's engine and object store (if opened); every recorder of the
+        factory fails after it, on every engine (``PlaneClosedError``: eventsourcing's
+        ``ConnectionPoolClosedError``, and an ``OperationalError``)."""
         with self._lock:
-            plane, self._plane, self._closed = self._plane, None, True
+            self._closed.set()
+            plane, self._plane = self._plane, None
         if plane is not None:
             try:
                 plane.engine.close()

@@ -10,9 +10,13 @@ one (expected head 0, created in the same transaction) are each one transaction.
 has moved, the recorder reads the version at the new head: a version already taken is
 eventsourcing's ``IntegrityError``, anything above it is appended at the new head.
 
-Versions of an aggregate must increase along its journal (heights), but need not be
-contiguous (snapshots' are not): reads map versions to heights from the first version when
-the recorder has seen them to be contiguous, and otherwise read and filter.
+Versions of an aggregate increase along its journal (heights), but need not be contiguous
+(snapshots' are not): reads map versions to heights from the first version when the recorder
+has seen them to be contiguous, and otherwise read and filter. An aggregate recorder (the
+snapshots') also stores a version below the aggregate's last one if it is not taken, as
+eventsourcing's SQL and in-memory recorders do: it reads the whole journal to check, and
+marks that entry and every later one as out of order (:func:`codec.mark_unsorted`); a read
+that meets a marked entry reads the whole journal and sorts it.
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 from uuid import UUID
 
 from eventsourcing.persistence import (
     AggregateRecorder,
     ApplicationRecorder,
+    ConnectionPoolClosedError,
     IntegrityError,
     Notification,
     OperationalError,
@@ -59,6 +64,7 @@ WATCH_SECONDS: Final = 1.0
 """The longest single wait of a subscription's watcher (``stop`` interrupts it)."""
 SUBSCRIPTION_PAGE: Final = 500
 """Notifications a subscription reads per query."""
+CLOSED: Final = "the infrastructure factory was closed (Application.close())"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +73,8 @@ class _Known:
     its head now) and ``last_version`` the version there (``None`` at height 0); heights 1 to
     ``contiguous`` hold ``first_version``, ``first_version + 1``, ... (entries never change,
     so that stays true); ``owner`` is the aggregate whose events the world holds, by the
-    text id its entries carry (``None``: a UUID id, the world's own).
+    text id its entries carry (``None``: a UUID id, the world's own); ``unsorted``: the
+    entry at ``height`` is marked out of order (``last_version`` is then not the highest).
 
     A text id and the UUID it hashes to (:data:`codec.TEXT_IDS`) share a world: whichever
     appends first owns it, and an insert of the other is refused (``IntegrityError``)."""
@@ -77,6 +84,11 @@ class _Known:
     first_version: int | None
     contiguous: int
     owner: str | None
+    unsorted: bool = False
+
+
+class _Unsorted(Exception):
+    """A read met an entry marked out of order: the journal must be read whole."""
 
 
 class _Cache:
@@ -98,10 +110,15 @@ class _Cache:
             self._known.pop(world, None)
 
     def seen(
-        self, world: WorldId, first_height: int, versions: Sequence[int], owner: str | None
+        self,
+        world: WorldId,
+        first_height: int,
+        versions: Sequence[int],
+        owner: str | None,
+        unsorted: bool = False,
     ) -> _Known:
         """Learn that heights ``first_height, ...`` hold ``versions`` of ``owner`` (read, or
-        appended)."""
+        appended), the last entry marked out of order if ``unsorted``."""
         with self._lock:
             old = self._known.get(world)
             first = None if old is None else old.first_version
@@ -109,7 +126,12 @@ class _Cache:
                 first = versions[0]
             contiguous = 0 if old is None else old.contiguous
             last_height = first_height + len(versions) - 1
-            if first is not None and first_height <= contiguous + 1 < last_height + 1:
+            # (out of order, the versions may not increase: nothing more is known contiguous)
+            if (
+                not unsorted
+                and first is not None
+                and first_height <= contiguous + 1 < last_height + 1
+            ):
                 if versions[-1] == first + last_height - 1:  # increasing: all between too
                     contiguous = last_height
                 else:
@@ -120,25 +142,31 @@ class _Cache:
                         height += 1
                     contiguous = height - 1
             if old is not None and old.height >= last_height:
-                known = _Known(old.height, old.last_version, first, contiguous, owner)
+                known = _Known(old.height, old.last_version, first, contiguous, owner, old.unsorted)
             else:
-                known = _Known(last_height, versions[-1], first, contiguous, owner)
+                known = _Known(last_height, versions[-1], first, contiguous, owner, unsorted)
             self._put(world, known)
             return known
 
     def refreshed(
-        self, world: WorldId, head: int, version: int | None, owner: str | None
+        self,
+        world: WorldId,
+        head: int,
+        version: int | None,
+        owner: str | None,
+        unsorted: bool = False,
     ) -> _Known:
-        """Learn that ``world``'s head is ``head``, holding ``version`` of ``owner``."""
+        """Learn that ``world``'s head is ``head``, holding ``version`` of ``owner`` (marked
+        out of order if ``unsorted``)."""
         with self._lock:
             old = self._known.get(world)
             first = None if old is None else old.first_version
             contiguous = 0 if old is None else min(old.contiguous, head)
             if head == 1:
                 first = version
-            if first is not None and version == first + head - 1:
+            if not unsorted and first is not None and version == first + head - 1:
                 contiguous = head
-            known = _Known(head, version, first, contiguous, owner)
+            known = _Known(head, version, first, contiguous, owner, unsorted)
             self._put(world, known)
             return known
 
@@ -171,23 +199,48 @@ class _Batch:
     topics: list[str]
     indexes: list[int]
     """Where each event is in the caller's list."""
+    unsorted: bool = False
+    """The entries are marked out of order."""
+
+
+class PlaneClosedError(ConnectionPoolClosedError, OperationalError):
+    """A recorder (or factory) used after its factory was closed (``Application.close()``):
+    eventsourcing's ``ConnectionPoolClosedError``, as its SQLite and PostgreSQL recorders
+    raise, and an ``OperationalError``, as this module raised before."""
 
 
 class _PlaneRecorder:
-    """A recorder of one universe of a plane."""
+    """A recorder of one universe of a plane; once ``closed`` is set (by the factory's
+    ``close``), every call of it fails (:class:`PlaneClosedError`), whatever the engine."""
 
-    def __init__(self, plane: Plane, universe: UniverseId) -> None:
-        self.plane = plane
-        """The plane the recorder writes to."""
+    def __init__(
+        self, plane: Plane, universe: UniverseId, *, closed: threading.Event | None = None
+    ) -> None:
+        self._plane = plane
+        self._closed = closed
         self.universe = universe
         """The universe that holds the recorder's records."""
+
+    @property
+    def plane(self) -> Plane:
+        """The plane the recorder writes to (:class:`PlaneClosedError` once closed)."""
+        if self._closed is not None and self._closed.is_set():
+            raise PlaneClosedError(CLOSED)
+        return self._plane
 
 
 class _Journals(_PlaneRecorder):
     """Aggregates as worlds: inserts and reads of their events."""
 
-    def __init__(self, plane: Plane, universe: UniverseId) -> None:
-        super().__init__(plane, universe)
+    STORES_LOWER_VERSIONS: ClassVar[bool] = False
+    """Whether a version below the aggregate's last one is stored if not taken (snapshots:
+    eventsourcing's SQL and in-memory recorders store them), or refused (events, whose
+    versions eventsourcing only ever appends: a lower one is a conflict)."""
+
+    def __init__(
+        self, plane: Plane, universe: UniverseId, *, closed: threading.Event | None = None
+    ) -> None:
+        super().__init__(plane, universe, closed=closed)
         self._cache = _Cache()
 
     # ------------------------------------------------------------------ inserts
@@ -226,7 +279,9 @@ class _Journals(_PlaneRecorder):
             except PersistError as exc:
                 raise codec.translate(exc) from exc
             for batch, head in zip(batches, heads, strict=True):
-                self._cache.seen(batch.world, head + 1, batch.versions, batch.text_id)
+                self._cache.seen(
+                    batch.world, head + 1, batch.versions, batch.text_id, batch.unsorted
+                )
             if first_position is None:
                 return []
             ids = [0] * len(stored_events)
@@ -278,18 +333,42 @@ class _Journals(_PlaneRecorder):
 
     def _expected_head(self, batch: _Batch) -> int:
         """The head ``batch`` is appended at: where the recorder last saw it (0 if never);
-        ``IntegrityError`` if the aggregate had a version at or above the batch's first."""
+        ``IntegrityError`` if the aggregate had a version at or above the batch's first
+        (unless :attr:`STORES_LOWER_VERSIONS`: then only if one of its versions is taken)."""
         known = self._cache.get(batch.world)
         if known is None:
             return 0
         if known.height and known.owner != batch.text_id:
             raise _shared_world(batch.origin, batch.world, known.owner)
-        if known.last_version is not None and batch.versions[0] <= known.last_version:
+        lower = known.last_version is not None and batch.versions[0] <= known.last_version
+        if known.unsorted or (lower and self.STORES_LOWER_VERSIONS):
+            return self._head_below(batch)
+        if lower:
             raise IntegrityError(
                 f"aggregate {batch.origin}: version {batch.versions[0]} is taken (the "
                 f"aggregate is at version {known.last_version} or above)"
             )
         return known.height
+
+    def _head_below(self, batch: _Batch) -> int:
+        """The head ``batch`` is appended at when its versions are not all above the
+        journal's last one (or the journal is out of order): the whole journal is read;
+        ``IntegrityError`` if one of its versions is taken; its entries are marked out of
+        order unless they all come after every stored version of a journal in order."""
+        rows = self._read_whole(batch.world)
+        if rows and rows[-1][1].text_id != batch.text_id:
+            raise _shared_world(batch.origin, batch.world, rows[-1][1].text_id)
+        stored = {entry.version for _, entry in rows}
+        for version in batch.versions:
+            if version in stored:
+                raise IntegrityError(f"aggregate {batch.origin}: version {version} is taken")
+        in_order = not rows or (
+            not rows[-1][1].unsorted and batch.versions[0] > rows[-1][1].version
+        )
+        if not in_order and not batch.unsorted:
+            batch.entries = [codec.mark_unsorted(entry) for entry in batch.entries]
+            batch.unsorted = True
+        return len(rows)
 
     def _moved(self, batches: list[_Batch], world: object, head: int | None) -> None:
         """An append found the head of ``world`` at ``head`` (``None``: no such world):
@@ -312,7 +391,7 @@ class _Journals(_PlaneRecorder):
         except PersistError as exc:
             raise codec.translate(exc) from exc
         entry = codec.decode(rows[0][1], "entry")
-        return self._cache.refreshed(world, head, entry.version, entry.text_id)
+        return self._cache.refreshed(world, head, entry.version, entry.text_id, entry.unsorted)
 
     # ------------------------------------------------------------------ reads
 
@@ -335,10 +414,20 @@ class _Journals(_PlaneRecorder):
         if limit is not None and limit < 1:
             return []
         try:
-            if desc:
-                entries = self._descending(world, gt, lte, limit)
-            else:
-                entries = self._ascending(world, gt, lte, limit)
+            try:
+                if (
+                    self.STORES_LOWER_VERSIONS
+                    and not (desc and lte is None)  # reads the head entry first
+                    and not (gt is None and lte is None and limit is None)  # reads to it
+                    and self._refresh(world, self._head(world)).unsorted
+                ):
+                    raise _Unsorted
+                if desc:
+                    entries = self._descending(world, gt, lte, limit)
+                else:
+                    entries = self._ascending(world, gt, lte, limit)
+            except _Unsorted:
+                entries = self._sorted(world, gt, lte, desc, limit)
         except WorldNotFound:
             return []
         except PersistError as exc:
@@ -353,7 +442,8 @@ class _Journals(_PlaneRecorder):
         """Let segment export (``aosp segments export``, ``segments.export.Exporter``) move
         the aggregate's events at or below ``version`` to cold segments in the object store
         (reads stitch them back); return the height of the world's cold horizon. The horizon
-        only rises: a lower version leaves it."""
+        only rises: a lower version leaves it. In a journal out of order (snapshots taken
+        below later ones), the events that go are those before the first above ``version``."""
         try:
             return self._let_go_cold(originator_id, version)
         except PersistError as exc:
@@ -363,11 +453,37 @@ class _Journals(_PlaneRecorder):
         """:meth:`set_cold_version`, its plane errors untranslated."""
         world, text_id = codec.world_of(originator_id)
         codec.check_int(version, "version")
-        found = self._descending(world, None, version, 1)
+        try:
+            found = self._descending(world, None, version, 1)
+        except _Unsorted:  # the longest run from height 1 of versions at most ``version``
+            rows = self._read_whole(world)
+            end = next((i for i, (_, e) in enumerate(rows) if e.version > version), len(rows))
+            found = rows[end - 1 : end] if end else []
         if found and found[0][1].text_id != text_id:  # another aggregate's world
             raise WorldNotFound(self.universe, world)
         height = found[0][0] if found else 0
         return self.plane.set_cold_horizon(self.universe, world, height)
+
+    def _read_whole(self, world: WorldId) -> list[tuple[int, codec.Entry]]:
+        """Every entry of the journal, in height order (marked ones too)."""
+        rows: list[tuple[int, codec.Entry]] = []
+        while True:
+            page = self._read(world, len(rows) + 1, ALL, any_order=True)
+            rows += page
+            if len(page) < ALL:
+                return rows
+
+    def _sorted(
+        self, world: WorldId, gt: int | None, lte: int | None, desc: bool, limit: int | None
+    ) -> list[tuple[int, codec.Entry]]:
+        """:meth:`select_events`' rows of a journal out of order: all read, then sorted."""
+        rows = [
+            row
+            for row in self._read_whole(world)
+            if (gt is None or row[1].version > gt) and (lte is None or row[1].version <= lte)
+        ]
+        rows.sort(key=lambda row: row[1].version, reverse=desc)
+        return rows if limit is None else rows[:limit]
 
     def _ascending(
         self, world: WorldId, gt: int | None, lte: int | None, limit: int | None
@@ -412,6 +528,8 @@ class _Journals(_PlaneRecorder):
         if known is not None and guess - 1 <= known.contiguous:
             return guess
         known = self._refresh(world, self._head(world))
+        if known.unsorted:
+            raise _Unsorted
         if known.last_version is None or known.last_version <= gt:
             return None
         # version(h) <= last_version - (height - h): below this, all are at most gt
@@ -451,21 +569,33 @@ class _Journals(_PlaneRecorder):
         rows = self._read(world, 1, 1)
         return rows[0][1].version if rows else None
 
-    def _read(self, world: WorldId, first: int, limit: int) -> list[tuple[int, codec.Entry]]:
-        """Entries ``first, ...`` (up to ``limit``, to the head), decoded; learned."""
+    def _read(
+        self, world: WorldId, first: int, limit: int, *, any_order: bool = False
+    ) -> list[tuple[int, codec.Entry]]:
+        """Entries ``first, ...`` (up to ``limit``, to the head), decoded; learned.
+        ``_Unsorted`` if one is marked out of order (then the last is), unless
+        ``any_order``."""
         rows = [
             (height, codec.decode(entry, f"entry {height} of world {world}"))
             for height, entry in self.plane.read_range(self.universe, world, first, limit)
         ]
         if rows:
             owner = rows[0][1].text_id
-            self._cache.seen(world, first, [entry.version for _, entry in rows], owner)
+            unsorted = rows[-1][1].unsorted
+            self._cache.seen(world, first, [entry.version for _, entry in rows], owner, unsorted)
+            if unsorted and not any_order:
+                raise _Unsorted
         return rows
 
 
 class PlaneAggregateRecorder(_Journals, AggregateRecorder):
     """eventsourcing's ``AggregateRecorder`` (snapshots, for one): each insert is one group
-    append (``Plane.append_batches``), without notification ids."""
+    append (``Plane.append_batches``), without notification ids. A version below the
+    aggregate's last one is stored if not taken (a snapshot taken at an earlier version),
+    at the cost of reading the aggregate's whole journal for that insert and for every
+    insert and bounded read of it afterwards."""
+
+    STORES_LOWER_VERSIONS = True
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
         """Record ``stored_events`` atomically (``IntegrityError`` if a version is taken)."""
@@ -482,8 +612,15 @@ class PlaneSnapshotRecorder(PlaneAggregateRecorder):
     raised -- the snapshot is stored, and the insert's outcome is what the caller learns --
     and the aggregate's events stay hot until a later snapshot raises it."""
 
-    def __init__(self, plane: Plane, universe: UniverseId, events: PlaneAggregateRecorder) -> None:
-        super().__init__(plane, universe)
+    def __init__(
+        self,
+        plane: Plane,
+        universe: UniverseId,
+        events: PlaneAggregateRecorder,
+        *,
+        closed: threading.Event | None = None,
+    ) -> None:
+        super().__init__(plane, universe, closed=closed)
         self.events = events
         """The recorder of the events the snapshots summarize."""
 
@@ -638,7 +775,10 @@ class PlaneSubscription(Subscription[PlaneApplicationRecorder]):
                     self._changed.set()
         except Exception as exc:  # reported to the iterating thread, unless stopped
             if not self._has_been_stopped:
-                self._error = codec.translate(exc) if isinstance(exc, PersistError) else exc
+                error = codec.translate(exc) if isinstance(exc, PersistError) else exc
+                if recorder._closed is not None and recorder._closed.is_set():
+                    error = PlaneClosedError(CLOSED)  # the engine closed under the wait
+                self._error = error
                 self.stop()
 
 

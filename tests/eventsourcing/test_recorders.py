@@ -6,8 +6,10 @@ the factory's configuration."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -15,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from eventsourcing.application import Application
+from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import (
+    ConnectionPoolClosedError,
     DataError,
     IntegrityError,
     Notification,
@@ -25,6 +30,7 @@ from eventsourcing.persistence import (
     WaitInterruptedError,
 )
 from eventsourcing.popo import POPOAggregateRecorder
+from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteDatastore
 from eventsourcing.utils import Environment
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -75,6 +81,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Counted]:
     )
     inner.close()
     second.close()
+
+
+MEMORY = {"AOSP_KV_URL": "memory://"}
+"""The environment of a factory on a memory store, chosen as a user must choose it."""
 
 
 def event(aggregate: uuid.UUID | str, version: int, topic: str = "topic") -> StoredEvent:
@@ -199,6 +209,135 @@ def test_an_unknown_commit_result_is_exactly_once(store: Counted) -> None:
     ]
     assert recorder.max_tracking_id("up") == 9
     assert recorder.insert_events([event(mine, 3)]) == [5]  # the cache holds the right head
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+def test_a_snapshot_below_a_later_one_is_stored(store: Counted) -> None:
+    """A snapshot taken at version 3 after one at 7 was refused as "version 3 is taken"
+    (an untrue conflict a caller retries); eventsourcing's SQLite recorder stores it. Reads
+    then give versions in order, as SQLite's do, by a recorder that wrote them and by one
+    that knows nothing; a version that is taken is still ``IntegrityError``."""
+    universe = UniverseId.new()
+    recorder = PlaneAggregateRecorder(store.plane, universe)
+    datastore = SQLiteDatastore(":memory:")
+    reference = SQLiteAggregateRecorder(datastore, "stored_snapshots")
+    reference.create_table()
+    aggregate = uuid.uuid4()
+    for versions in ([4], [7], [3], [1, 2], [9], [5, 8]):
+        events = [event(aggregate, v) for v in versions]
+        for side in (recorder, reference):
+            side.insert_events(events)
+    for taken in ([7], [3], [5], [6, 8], [2]):
+        for side in (recorder, reference):
+            with pytest.raises(IntegrityError):
+                side.insert_events([event(aggregate, v) for v in taken])
+        with pytest.raises(IntegrityError, match=f"version {taken[-1]} is taken"):
+            PlaneAggregateRecorder(store.other, universe).insert_events(
+                [event(aggregate, v) for v in taken]
+            )
+    fresh = PlaneAggregateRecorder(store.other, universe)
+    fresh.insert_events([event(aggregate, 6)])
+    reference.insert_events([event(aggregate, 6)])
+    bounds = (None, 0, 2, 3, 6, 9, 10)
+    for gt, lte, desc, limit in itertools.product(bounds, bounds, (False, True), (None, 1, 3)):
+        expected = reference.select_events(aggregate, gt=gt, lte=lte, desc=desc, limit=limit)
+        for side in (recorder, fresh, PlaneAggregateRecorder(store.other, universe)):
+            got = side.select_events(aggregate, gt=gt, lte=lte, desc=desc, limit=limit)
+            assert got == expected, (gt, lte, desc, limit)
+    assert [e.originator_version for e in recorder.select_events(aggregate)] == list(range(1, 10))
+    # heights hold 4 7 3 1 2 9 5 8 6: the longest run from height 1 at or below 7 goes cold
+    assert recorder.set_cold_version(aggregate, 7) == 5
+    datastore.close()
+
+
+def test_events_below_the_aggregates_last_version_are_still_a_conflict(store: Counted) -> None:
+    """Only the aggregate recorder (snapshots) stores lower versions: an application
+    recorder's events are appended by eventsourcing in order, and one below the last is
+    another writer's conflict."""
+    recorder = PlaneApplicationRecorder(store.plane, UniverseId.new())
+    aggregate = uuid.uuid4()
+    recorder.insert_events([event(aggregate, 1), event(aggregate, 7)])
+    with pytest.raises(IntegrityError, match="version 3 is taken"):
+        recorder.insert_events([event(aggregate, 3)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 30), min_size=1, max_size=3), min_size=1, max_size=12),
+    st.data(),
+)
+def test_snapshots_in_any_order_read_as_a_sorted_store(
+    inserts: list[list[int]], data: st.DataObject
+) -> None:
+    """Inserts of any versions, in any order, by two writers in turn: each is stored unless
+    a version is taken (or repeats within the insert), and every read agrees with a sorted
+    model of what was stored."""
+    plane = open_plane("memory://", "memory://")
+    universe = UniverseId.new()
+    writers = [PlaneAggregateRecorder(plane, universe), PlaneAggregateRecorder(plane, universe)]
+    aggregate = uuid.uuid4()
+    stored: dict[int, StoredEvent] = {}
+    for turn, versions in enumerate(inserts):
+        events = [event(aggregate, v) for v in sorted(set(versions))]
+        writer = writers[turn % 2]
+        if any(e.originator_version in stored for e in events):
+            with pytest.raises(IntegrityError):
+                writer.insert_events(events)
+        else:
+            writer.insert_events(events)
+            stored.update((e.originator_version, e) for e in events)
+    readers = [*writers, PlaneAggregateRecorder(plane, universe)]
+    for _ in range(data.draw(st.integers(1, 8))):
+        gt, lte = (
+            data.draw(st.none() | st.integers(-1, 31)),
+            data.draw(st.none() | st.integers(-1, 31)),
+        )
+        desc, limit = data.draw(st.booleans()), data.draw(st.none() | st.integers(1, 4))
+        expected = [
+            stored[v]
+            for v in sorted(stored, reverse=desc)
+            if (gt is None or v > gt) and (lte is None or v <= lte)
+        ][:limit]
+        for reader in readers:
+            got = reader.select_events(aggregate, gt=gt, lte=lte, desc=desc, limit=limit)
+            assert got == expected, (gt, lte, desc, limit)
+
+
+@pytest.mark.parametrize("engine", ["memory", "sqlite", "fdb"])
+def test_an_application_takes_a_snapshot_below_a_later_one(
+    request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
+    """``take_snapshot(id, version=3)`` after one at 7: stored, and a read at version 5
+    starts from it."""
+    if engine == "fdb":
+        kv = request.getfixturevalue("fdb_cluster").url
+    else:
+        kv = "memory://" if engine == "memory" else f"sqlite://{tmp_path}/aos.db"
+    env = {
+        "PERSISTENCE_MODULE": "aos_eventsourcing",
+        "AOSP_KV_URL": kv,
+        "AOSP_UNIVERSE": str(UniverseId.new()),  # a universe of its own on a shared cluster
+        "IS_SNAPSHOTTING_ENABLED": "y",
+    }
+    application = Application[uuid.UUID](env=env)
+    account = Aggregate()
+    for _ in range(8):
+        account.trigger_event(Aggregate.Event)
+    application.save(account)
+    application.take_snapshot(account.id, version=7)
+    application.take_snapshot(account.id, version=3)
+    assert application.snapshots is not None
+    snapshots = application.snapshots.get(account.id)
+    assert [s.originator_version for s in snapshots] == [3, 7]
+    latest = application.snapshots.get(account.id, desc=True, limit=1)
+    assert [s.originator_version for s in latest] == [7]
+    assert application.repository.get(account.id, version=5).version == 5
+    assert application.repository.get(account.id).version == 9
+    with pytest.raises(IntegrityError, match="version 3 is taken"):
+        application.take_snapshot(account.id, version=3)
+    application.close()
 
 
 # --------------------------------------------------------------------------- reads
@@ -450,27 +589,28 @@ def test_wait_is_woken_by_another_writers_tracking_record(
 
 
 def test_the_universe_comes_from_the_application_name_or_the_environment() -> None:
-    factory = PlaneFactory(Environment("Bank", {}))
+    factory = PlaneFactory(Environment("Bank", MEMORY))
     named = UniverseId(uuid.uuid5(NAMESPACE, "Bank"))
     assert factory.universe() == named
     assert factory.universe("snapshots") == UniverseId(uuid.uuid5(named.uuid, "snapshots"))
     chosen = UniverseId.new()
     for env in ({"BANK_AOSP_UNIVERSE": str(chosen)}, {"AOSP_UNIVERSE": str(chosen)}):
-        assert PlaneFactory(Environment("Bank", env)).universe() == chosen
-    other = PlaneFactory(Environment("Bank", {"AOSP_UNIVERSE": "not-a-uuid"}))
+        assert PlaneFactory(Environment("Bank", {**MEMORY, **env})).universe() == chosen
+    other = PlaneFactory(Environment("Bank", {**MEMORY, "AOSP_UNIVERSE": "not-a-uuid"}))
     with pytest.raises(OSError, match="AOSP_UNIVERSE"):
         other.universe()
 
 
 def test_cold_at_snapshots_selects_the_snapshot_recorder() -> None:
     for value, cold in (("y", True), ("TRUE", True), ("0", False)):
-        factory = PlaneFactory(Environment("Bank", {"AOSP_COLD_AT_SNAPSHOTS": value}))
+        env = {**MEMORY, "AOSP_COLD_AT_SNAPSHOTS": value}
+        factory = PlaneFactory(Environment("Bank", env))
         snapshots = factory.aggregate_recorder("snapshots")
         assert isinstance(snapshots, PlaneSnapshotRecorder) is cold
         assert not isinstance(factory.aggregate_recorder(), PlaneSnapshotRecorder)
         factory.close()
     with pytest.raises(OSError, match="AOSP_COLD_AT_SNAPSHOTS='maybe'"):
-        PlaneFactory(Environment("Bank", {"AOSP_COLD_AT_SNAPSHOTS": "maybe"}))
+        PlaneFactory(Environment("Bank", {**MEMORY, "AOSP_COLD_AT_SNAPSHOTS": "maybe"}))
 
 
 def test_the_factory_opens_the_store_at_the_first_recorder_and_closes_it(tmp_path: Path) -> None:
@@ -490,7 +630,89 @@ def test_the_factory_opens_the_store_at_the_first_recorder_and_closes_it(tmp_pat
         bad.application_recorder()
 
 
+def test_create_table_false_opens_only_an_existing_store(tmp_path: Path) -> None:
+    """eventsourcing's ``CREATE_TABLE`` was ignored: false now opens only an existing
+    store and creates nothing (an ``OSError`` naming it if the store is missing)."""
+    env = {"AOSP_KV_URL": f"sqlite://{tmp_path}/aos.db", "AOSP_OBJECTS_URL": f"file://{tmp_path}/o"}
+    for value in ("n", "false", "0"):
+        factory = PlaneFactory(Environment("Bank", {**env, "CREATE_TABLE": value}))
+        with pytest.raises(OSError, match=r"^CREATE_TABLE=false: the store does not exist"):
+            factory.application_recorder()
+        assert not (tmp_path / "aos.db").exists()
+        assert not (tmp_path / "o").exists()
+    created = PlaneFactory(Environment("Bank", {**env, "CREATE_TABLE": "y"}))
+    assert created.application_recorder().insert_events([event(uuid.uuid4(), 1)]) == [1]
+    created.close()
+    existing = PlaneFactory(Environment("Bank", {**env, "BANK_CREATE_TABLE": "no"}))
+    recorder = existing.application_recorder()
+    assert recorder.insert_events([event(uuid.uuid4(), 1)]) == [2]
+    existing.close()
+    with pytest.raises(OSError, match=r"^CREATE_TABLE='n': AOSP_KV_URL='memory://' is a new"):
+        PlaneFactory(Environment("Bank", {**MEMORY, "CREATE_TABLE": "n"}))
+    with pytest.raises(OSError, match=r"^CREATE_TABLE='maybe': not a yes or no"):
+        PlaneFactory(Environment("Bank", {**env, "CREATE_TABLE": "maybe"}))
+
+
+def test_originator_id_type_is_checked_and_both_kinds_of_id_work(tmp_path: Path) -> None:
+    """``ORIGINATOR_ID_TYPE`` was ignored, whatever its value: it is checked as
+    eventsourcing's SQLite module checks it; either way both kinds of id are stored."""
+    for value in ("uuid", "text", "TEXT", ""):
+        env = {**MEMORY, "ORIGINATOR_ID_TYPE": value}
+        recorder = PlaneFactory(Environment("Bank", env)).application_recorder()
+        recorder.insert_events([event("account-1", 1), event(uuid.uuid4(), 1)])
+        assert [e.originator_id for e in recorder.select_events("account-1")] == ["account-1"]
+    with pytest.raises(OSError, match=r"^ORIGINATOR_ID_TYPE='int': must be 'uuid' or 'text'"):
+        PlaneFactory(Environment("Bank", {**MEMORY, "ORIGINATOR_ID_TYPE": "int"}))
+
+
+def test_sqlite_lock_timeout_is_the_stores_busy_timeout(tmp_path: Path) -> None:
+    """``SQLITE_LOCK_TIMEOUT`` was ignored: on an SQLite store it is the engine's
+    ``busy_timeout``; anywhere else, or against the URL's own, it is refused naming it."""
+    url = f"sqlite://{tmp_path}/aos.db"
+    for kv, timeout in (
+        (url, "7"),
+        (f"{url}?synchronous=FULL", " 7 "),
+        (f"{url}?busy_timeout=7", "7"),
+    ):
+        env = {"AOSP_KV_URL": kv, "BANK_SQLITE_LOCK_TIMEOUT": timeout}
+        factory = PlaneFactory(Environment("Bank", env))
+        assert isinstance(factory.plane.engine, SqliteEngine)
+        assert factory.plane.engine.busy_timeout == 7.0
+        factory.close()
+    refusals = (
+        (url, "1.5", "not a whole number of seconds"),
+        (url, "-1", "not a whole number of seconds"),
+        (f"{url}?busy_timeout=60", "7", "gives another busy_timeout"),
+        ("memory://", "7", "applies to an SQLite store only, and AOSP_KV_URL is 'memory://'"),
+    )
+    for kv, timeout, problem in refusals:
+        env = {"AOSP_KV_URL": kv, "SQLITE_LOCK_TIMEOUT": timeout}
+        with pytest.raises(
+            OSError,
+            match=re.escape(f"SQLITE_LOCK_TIMEOUT={timeout!r}: ") + f".*{re.escape(problem)}",
+        ):
+            PlaneFactory(Environment("Bank", env))
+    assert PlaneFactory(Environment("Bank", {**MEMORY, "SQLITE_LOCK_TIMEOUT": ""})).kv_url == (
+        "memory://"
+    )
+
+
 # --------------------------------------------------------------------------- careless callers
+
+
+@pytest.mark.parametrize("env", [{}, {"AOSP_OBJECTS_URL": "memory://"}, {"OTHER_AOSP_KV_URL": "x"}])
+def test_a_missing_kv_url_is_refused_naming_it(env: dict[str, str]) -> None:
+    """Unset, ``AOSP_KV_URL`` once meant ``memory://``: an application that forgot it lost
+    everything at exit. As eventsourcing's SQLite module refuses a missing
+    ``SQLITE_DBNAME``, the factory refuses, naming the keys it read and how to ask for a
+    memory store deliberately."""
+    with pytest.raises(OSError, match=r"^AOSP_KV_URL not set \(looked for BANK_AOSP_KV_URL, "):
+        PlaneFactory(Environment("Bank", env))
+    with pytest.raises(OSError, match="or to memory:// for an in-memory store"):
+        PlaneFactory(Environment("Bank", env))
+    assert PlaneFactory(Environment("Bank", {"BANK_AOSP_KV_URL": "memory://"})).kv_url == (
+        "memory://"
+    )
 
 
 @pytest.mark.parametrize("prefix", ["BANK_", ""])
@@ -545,7 +767,7 @@ def test_mistyped_read_arguments_are_data_errors(store: Counted) -> None:
         recorder.insert_events([StoredEvent(lone, 1, "topic", b"")])
     with pytest.raises(DataError, match="originator_id"):
         recorder.select_events(lone)
-    factory = PlaneFactory(Environment("Bank", {}))
+    factory = PlaneFactory(Environment("Bank", MEMORY))
     with pytest.raises(DataError, match="purpose"):
         factory.aggregate_recorder("\udc80")
     factory.close()
@@ -585,20 +807,63 @@ def test_a_text_id_and_the_uuid_it_hashes_to_do_not_share_a_journal(store: Count
     assert [n.originator_id for n in _all(recorder)] == [text, text]
 
 
-def test_recorders_fail_once_their_factory_is_closed(tmp_path: Path) -> None:
-    """As eventsourcing's own factories: a closed factory's recorders and the recorders it
-    is asked for afterwards fail (``OperationalError``) -- they once went on writing, through
-    connections the closed engine opened again, and a new recorder opened a new store."""
-    env = {"AOSP_KV_URL": f"sqlite://{tmp_path}/aos.db", "AOSP_OBJECTS_URL": f"file://{tmp_path}/o"}
+@pytest.mark.parametrize("engine", ["memory", "sqlite"])
+def test_recorders_fail_once_their_factory_is_closed(tmp_path: Path, engine: str) -> None:
+    """As eventsourcing's SQLite and PostgreSQL recorders after ``Application.close()``:
+    every recorder of a closed factory, and every recorder it is asked for afterwards,
+    fails with eventsourcing's ``ConnectionPoolClosedError`` (still an
+    ``OperationalError``, as before) -- on a memory store they once went on saving and
+    reading, on SQLite they failed with an ``OperationalError`` of the engine."""
+    kv = "memory://" if engine == "memory" else f"sqlite://{tmp_path}/aos.db"
+    env = {"AOSP_KV_URL": kv, "AOSP_OBJECTS_URL": f"file://{tmp_path}/o"}
     factory = PlaneFactory(Environment("Bank", env))
-    recorder = factory.application_recorder()
-    assert recorder.insert_events([event(uuid.uuid4(), 1)]) == [1]
+    application = factory.application_recorder()
+    process = factory.process_recorder()
+    tracking = factory.tracking_recorder()
+    snapshots = factory.aggregate_recorder("snapshots")
+    aggregate = uuid.uuid4()
+    assert application.insert_events([event(aggregate, 1)]) == [1]
+    subscription = application.subscribe(0)
     factory.close()
-    with pytest.raises(OperationalError, match="the engine is closed"):
-        recorder.insert_events([event(uuid.uuid4(), 1)])
-    with pytest.raises(OperationalError, match="the infrastructure factory was closed"):
-        factory.application_recorder()
+    calls = {
+        "insert_events": lambda: application.insert_events([event(uuid.uuid4(), 1)]),
+        "select_events": lambda: application.select_events(aggregate),
+        "select_notifications": lambda: application.select_notifications(1, 10),
+        "max_notification_id": application.max_notification_id,
+        "subscribe": lambda: application.subscribe(0),
+        "next(subscription)": lambda: next(subscription),
+        "process insert_events": lambda: process.insert_events([event(uuid.uuid4(), 1)]),
+        "insert_tracking": lambda: tracking.insert_tracking(Tracking("Up", 1)),
+        "max_tracking_id": lambda: tracking.max_tracking_id("Up"),
+        "wait": lambda: tracking.wait("Up", 1, timeout=0.1),
+        "snapshot insert_events": lambda: snapshots.insert_events([event(aggregate, 1)]),
+        "snapshot select_events": lambda: snapshots.select_events(aggregate),
+        "set_cold_version": lambda: application.set_cold_version(aggregate, 1),
+        "a new recorder": factory.application_recorder,
+    }
+    for name, call in calls.items():
+        with pytest.raises(ConnectionPoolClosedError, match="factory was closed") as caught:
+            call()
+        assert isinstance(caught.value, OperationalError), name
+    subscription.stop()
     factory.close()  # again: nothing to do
-    again = PlaneFactory(Environment("Bank", env))
-    assert again.application_recorder().max_notification_id() == 1
-    again.close()
+    if engine == "sqlite":
+        again = PlaneFactory(Environment("Bank", env))
+        assert again.application_recorder().max_notification_id() == 1
+        again.close()
+
+
+@pytest.mark.parametrize("engine", ["memory", "sqlite"])
+def test_a_closed_application_neither_saves_nor_reads(tmp_path: Path, engine: str) -> None:
+    """``Application.close()``, then ``save`` and a repository's ``get``: eventsourcing's
+    ``ConnectionPoolClosedError`` on every engine, as on eventsourcing's SQLite."""
+    kv = "memory://" if engine == "memory" else f"sqlite://{tmp_path}/aos.db"
+    env = {"PERSISTENCE_MODULE": "aos_eventsourcing", "AOSP_KV_URL": kv}
+    application = Application[uuid.UUID](env=env)
+    account = Aggregate()
+    application.save(account)
+    application.close()
+    with pytest.raises(ConnectionPoolClosedError):
+        application.save(Aggregate())
+    with pytest.raises(ConnectionPoolClosedError):
+        application.repository.get(account.id)
