@@ -8,9 +8,11 @@ from __future__ import annotations
 import hashlib
 import os
 import pty
+import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from aosp.cli.status import CLEAR_SCREEN
@@ -180,27 +182,35 @@ def test_an_interval_without_the_live_view_is_a_usage_error(store: Store) -> Non
         assert "--interval paces the live view" in result.one_line_error()
 
 
-def test_on_a_terminal_the_view_refreshes_until_interrupted(store: Store) -> None:
+def test_on_a_terminal_the_view_refreshes_until_interrupted(store: Store, tmp_path: Path) -> None:
     """Through a pseudo-terminal: the screen is redrawn with each reading (synchronised on
     the output, never on a sleep), and Ctrl-C (SIGINT) ends it with exit 0."""
     leader, follower = pty.openpty()
     environment = {k: v for k, v in os.environ.items() if k != "AOSP_DATA_DIR"}
     environment["PYTHONPATH"] = str(ROOT)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "aosp", "status", *store.args("--interval", "0.05")],
-        stdout=follower,
-        stderr=subprocess.PIPE,
-        env=environment,
-    )
+    errors = tmp_path / "stderr"
+    with open(errors, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "aosp", "status", *store.args("--interval", "0.05")],
+            stdout=follower,
+            stderr=stderr,
+            env=environment,
+        )
     os.close(follower)
     seen = b""
+    deadline = time.monotonic() + 120
     try:
         while seen.count(CLEAR_SCREEN.encode()) < 3:
-            chunk = os.read(leader, 65536)
-            assert chunk, f"the view ended early: {seen[-500:]!r}"
+            ready, _, _ = select.select([leader], [], [], max(0.0, deadline - time.monotonic()))
+            try:
+                chunk = os.read(leader, 65536) if ready else b""
+            except OSError:  # the terminal's other side closed: the view ended
+                chunk = b""
+            assert chunk, f"the view ended early: {seen[-500:]!r} {errors.read_text()!r}"
             seen += chunk
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) == 0, process.stderr.read() if process.stderr else ""
+        code = process.wait(timeout=120)
+        assert code == 0, f"exit {code}: {errors.read_text()!r}"
     finally:
         process.kill()
         process.wait()
