@@ -20,6 +20,8 @@ call is measured too (:mod:`persistence.metrics`).
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import functools
 import inspect
 import threading
@@ -124,7 +126,7 @@ def _input_attributes(arguments: dict[str, Any]) -> dict[str, Any]:
     if isinstance(entries, Sequence):
         attributes[SPAN_PREFIX + "entries"] = len(entries)
         attributes[SPAN_PREFIX + "bytes"] = sum(len(e) for e in entries)
-    data = arguments.get("data", arguments.get("state"))
+    data = arguments.get("data", arguments.get("state", arguments.get("snapshot_bytes")))
     if isinstance(data, bytes):
         attributes[SPAN_PREFIX + "bytes"] = len(data)
     return attributes
@@ -135,6 +137,20 @@ def _result_rows(result: object) -> int | None:
         return len(result)
     count = getattr(result, "count", None)
     return count if isinstance(count, int) else None
+
+
+_measuring: contextvars.ContextVar[bool] = contextvars.ContextVar("aos_measuring", default=False)
+"""Set while an operation is measured as a metric: an operation inside it is part of it."""
+
+
+def _error_type(exc: BaseException) -> str:
+    """``error.type`` of a call that raised ``exc``: the plane's kind, ``cancelled`` for a
+    cancelled task or an interrupt, else ``internal``."""
+    if isinstance(exc, PersistError):
+        return exc.kind
+    if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
+        return "cancelled"
+    return "internal"
 
 
 def _observed(
@@ -152,7 +168,10 @@ def _observed(
     for recorder in _recorders:
         recorder.record(operation, elapsed, error is not None)
     if metering:
-        attributes = _input_attributes(signature.bind_partial(*args, **kwargs).arguments)
+        try:
+            attributes = _input_attributes(signature.bind_partial(*args, **kwargs).arguments)
+        except (TypeError, ValueError):  # arguments the call refused: no sizes to report
+            attributes = {}
         written = attributes.get(SPAN_PREFIX + "bytes")
         metrics.operation(SPAN_PREFIX + operation, elapsed, error, written)
 
@@ -173,11 +192,12 @@ def traced(operation: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
 
         @functools.wraps(method)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-            tracing, metering = _tracing(), metrics.metering()
+            tracing, metering = _tracing(), metrics.metering() and not _measuring.get()
             if not tracing and not metering and not _recorders:
                 return method(*args, **kwargs)
             start = time.perf_counter()
             error: str | None = "internal"
+            outermost = _measuring.set(True) if metering else None
             try:
                 if tracing:
                     result = _call_in_span(name, signature, method, args, kwargs)
@@ -185,10 +205,12 @@ def traced(operation: str) -> Callable[[Callable[P, T]], Callable[P, T]]:
                     result = method(*args, **kwargs)
                 error = None
                 return result
-            except PersistError as exc:
-                error = exc.kind
+            except BaseException as exc:
+                error = _error_type(exc)
                 raise
             finally:
+                if outermost is not None:
+                    _measuring.reset(outermost)
                 _observed(operation, signature, args, kwargs, start, error, metering)
 
         return wrapper
@@ -212,6 +234,7 @@ def traced_coroutine(
         async def observed(tracing: bool, metering: bool, args: Any, kwargs: Any) -> T:
             start = time.perf_counter()
             error: str | None = "internal"
+            outermost = _measuring.set(True) if metering else None
             try:
                 if tracing:
                     result = await _await_in_span(name, signature, method, args, kwargs)
@@ -219,15 +242,17 @@ def traced_coroutine(
                     result = await method(*args, **kwargs)
                 error = None
                 return result
-            except PersistError as exc:
-                error = exc.kind
+            except BaseException as exc:
+                error = _error_type(exc)
                 raise
             finally:
+                if outermost is not None:
+                    _measuring.reset(outermost)
                 _observed(operation, signature, args, kwargs, start, error, metering)
 
         @functools.wraps(method)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
-            tracing, metering = _tracing(), metrics.metering()
+            tracing, metering = _tracing(), metrics.metering() and not _measuring.get()
             if not tracing and not metering and not _recorders:
                 return method(*args, **kwargs)
             return observed(tracing, metering, args, kwargs)

@@ -23,15 +23,25 @@ from aosp.cli.console import (
     short_id,
 )
 from aosp.cli.store import open_store, require_universe, world_options
+from persistence.errors import Backend
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import Plane
-from persistence.protocols.status import Count, UniverseStatus, WorldStatus, universe_status
+from persistence.protocols.status import (
+    Count,
+    UniverseStatus,
+    WorldStatus,
+    ready_worlds,
+    universe_status,
+)
 from persistence.protocols.status import world_status as read_world_status
 
 CLEAR_SCREEN: Final = "\x1b[H\x1b[2J"
 """Cursor home and erase display: each refresh of the live view redraws the screen."""
+
+DEFAULT_CAP: Final = 1_000
+"""``--cap``: items counted per world (read, values too: the cost of a reading)."""
 
 DEFAULT_INTERVAL: Final = 2.0
 """``--interval``: seconds between two readings of the live view."""
@@ -93,6 +103,7 @@ def _world_row(
         "cold_through": status.cold_through,
         "export": None if status.export is None else status.export.state,
         "compaction_marks": status.consumed_marks.value,
+        "compaction_marks_more": status.consumed_marks.capped,
         "oldest_mark": None if status.oldest_mark_ns is None else iso_time(status.oldest_mark_ns),
     }
 
@@ -103,9 +114,11 @@ def _busiest(row: dict[str, Any]) -> tuple[int, int, str]:
 
 
 def universe_report(
-    plane: Plane, universe: UniverseId, worlds: list[WorldId], more: bool, cap: int
+    plane: Plane, universe: UniverseId, worlds: list[WorldId], counted: Count, cap: int
 ) -> dict[str, Any]:
-    """The figures of ``universe`` and of each of ``worlds`` (busiest first)."""
+    """The figures of ``universe`` (``counted``: its worlds, up to the limit) and of each of
+    ``worlds`` (busiest first). With more worlds than the limit, the totals are those of
+    ``worlds`` (``worlds_more`` says so)."""
     versions_per_second = plane.engine.versions_per_second
     rows = []
     for world in worlds:
@@ -113,11 +126,13 @@ def universe_report(
         rows.append(_world_row(world, status, versions_per_second))
     rows.sort(key=_busiest)
     totals: UniverseStatus = drive(universe_status(plane.engine, UniverseKeys(universe), cap))
-    ages = [r["oldest_pending_age_seconds"] for r in rows if r["oldest_pending_age_seconds"]]
+    ages = [
+        r["oldest_pending_age_seconds"] for r in rows if r["oldest_pending_age_seconds"] is not None
+    ]
     return {
         "universe": str(universe),
-        "worlds": len(worlds),
-        "worlds_more": more,
+        "worlds": counted.value,
+        "worlds_more": counted.capped,
         "ready_worlds": totals.ready_worlds.value,
         "ready_worlds_more": totals.ready_worlds.capped,
         "pending": sum(r["pending"] for r in rows),
@@ -126,6 +141,7 @@ def universe_report(
         "hot_entries": sum(r["hot_entries"] for r in rows),
         "exports_in_flight": sum(r["export"] is not None for r in rows),
         "compaction_marks": sum(r["compaction_marks"] for r in rows),
+        "compaction_marks_more": any(r["compaction_marks_more"] for r in rows),
         "cas_dooms": totals.dooms.value,
         "cas_dooms_more": totals.dooms.capped,
         "cas_pins": totals.pins.value,
@@ -146,11 +162,15 @@ def snapshot(plane: Plane, args: argparse.Namespace) -> dict[str, Any]:
     reports = []
     for universe in universes:
         if args.world is not None:
-            worlds, more = [args.world], False
+            worlds, counted = [args.world], Count(1, False)
         else:
             listed = list(itertools.islice(plane.worlds(universe), args.limit + 1))
-            worlds, more = listed[: args.limit], len(listed) > args.limit
-        reports.append(universe_report(plane, universe, worlds, more, args.cap))
+            counted = Count.of(len(listed), args.limit)
+            # The worlds with pending work first, wherever their ids fall: the busiest
+            # are among them, even in a universe of more than --limit worlds.
+            ready = drive(ready_worlds(plane.engine, UniverseKeys(universe), args.limit))
+            worlds = list(dict.fromkeys([*ready, *listed[: args.limit]]))[: args.limit]
+        reports.append(universe_report(plane, universe, worlds, counted, args.cap))
     return {
         "ok": True,
         "read_at": iso_time(time.time_ns()),
@@ -180,7 +200,7 @@ def print_view(view: dict[str, Any], top: int) -> None:
             f"oldest {_duration(u['oldest_pending_age_seconds'])}  "
             f"hot entries {u['hot_entries']:,}  "
             f"exports {u['exports_in_flight']}  "
-            f"marks {u['compaction_marks']:,}  "
+            f"marks {_count(u['compaction_marks'], u['compaction_marks_more'])}  "
             f"cas dooms {_count(u['cas_dooms'], u['cas_dooms_more'])}  "
             f"pins {_count(u['cas_pins'], u['cas_pins_more'])}"
         )
@@ -197,11 +217,16 @@ def print_view(view: dict[str, Any], top: int) -> None:
                 "baseline": f"{r['baseline']:,}",
                 "cold_through": f"{r['cold_through']:,}",
                 "export": r["export"] or "-",
-                "marks": r["compaction_marks"],
+                "marks": _count(r["compaction_marks"], r["compaction_marks_more"]),
             }
             for r in u["busiest"][:top]
         ]
         print_table(rows, WORLD_COLUMNS)
+        if u["worlds_more"]:
+            print(
+                f"(figures of {len(u['busiest']):,} worlds: those with pending work, then the "
+                "first by id; --limit reads more)"
+            )
         hidden = len(u["busiest"]) - len(rows)
         if hidden > 0:
             print(f"({hidden} quieter worlds not shown: --top {len(u['busiest'])} shows them)")
@@ -209,7 +234,8 @@ def print_view(view: dict[str, Any], top: int) -> None:
 
 def cmd_status(args: argparse.Namespace) -> int:
     """Print the view once (``--once``, ``--json`` or not a terminal), else redraw it every
-    ``--interval`` seconds until interrupted."""
+    ``--interval`` seconds until interrupted (a reading the store fails is shown as its
+    error, and the next one tried)."""
     if args.interval is not None and (args.once or args.json):
         raise UsageError("--interval paces the live view: not with --once or --json")
     interval = DEFAULT_INTERVAL if args.interval is None else args.interval
@@ -222,9 +248,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     try:
         while True:
-            view = snapshot(plane, args)
-            print(CLEAR_SCREEN, end="")
-            print_view(view, args.top)
+            try:
+                view = snapshot(plane, args)
+            except Backend as exc:  # the store failed this reading: say so, read again
+                print(CLEAR_SCREEN, end="")
+                print(f"aosp: {exc.kind} error: {exc}")
+            else:
+                print(CLEAR_SCREEN, end="")
+                print_view(view, args.top)
             print(f"\n(every {interval:g} s; Ctrl-C to stop)", flush=True)
             time.sleep(interval)
     except KeyboardInterrupt:  # the way out of the live view
@@ -264,8 +295,9 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     parser.add_argument(
         "--cap",
         type=int_at_least(1),
-        default=10_000,
+        default=DEFAULT_CAP,
         help="pending items, marks, dooms and pins counted at most per world or universe "
-        "(default 10000; a count at the cap shows as '10,000+')",
+        f"(default {DEFAULT_CAP}; more shows as '{DEFAULT_CAP:,}+'). Pending items are "
+        "counted by reading them: the cap bounds what a reading costs",
     )
     parser.set_defaults(run=cmd_status)

@@ -6,7 +6,8 @@ deletion.
 Every read is a snapshot read in a read-only transaction, so a status read never aborts a
 writer and never writes. One world's figures are one consistent snapshot, read in two
 waves (everything at once, then the pending items after the cursor just read); counts stop
-at the caller's cap and say so.
+at the caller's cap and say so. Pending items are counted by reading them (values too: the
+KV interface has no key-only or counting read), so the cap bounds what a reading costs.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from dataclasses import dataclass
 
 from persistence import kv
 from persistence.errors import WorldNotFound
-from persistence.ids import InboxSeq
+from persistence.ids import InboxSeq, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.protocols.compaction import decode_marks
 from persistence.protocols.export import decode_marker
-from persistence.protocols.inbox import read_cursor_record, seq_of
+from persistence.protocols.inbox import read_cursor_record, read_ready, seq_of
 from persistence.protocols.journal import decode_head
 from persistence.protocols.segment_index import decode
 from persistence.records import ExportMarker, SnapshotRecord, WorldMeta, decode_record
@@ -27,15 +28,15 @@ from persistence.records import ExportMarker, SnapshotRecord, WorldMeta, decode_
 
 @dataclass(frozen=True, slots=True)
 class Count:
-    """A count that stopped at a cap: ``value`` items, and whether more may exist."""
+    """A count that stopped at a cap: ``value`` items, and whether there are more."""
 
     value: int
     capped: bool
 
     @classmethod
     def of(cls, rows: int, cap: int) -> Count:
-        """``rows`` read with limit ``cap``."""
-        return cls(rows, rows >= cap)
+        """``rows`` read with limit ``cap + 1``: at most ``cap`` counted, more said so."""
+        return cls(min(rows, cap), rows > cap)
 
     def __str__(self) -> str:
         return f"{self.value:,}+" if self.capped else f"{self.value:,}"
@@ -97,7 +98,7 @@ async def world_status(tr: kv.Transaction, keys: WorldKeys, cap: int) -> WorldSt
     last_segment = tr.get_range(
         *universe.segment_range(keys.world), limit=1, reverse=True, snapshot=True
     )
-    marks = tr.get_range(*keys.inbox_consumed_marks(), limit=cap, snapshot=True)
+    marks = tr.get_range(*keys.inbox_consumed_marks(), limit=cap + 1, snapshot=True)
     head_raw, cursor_raw, ready_raw, baseline_raw, marker_raw, meta_raw = await values
     head_record = decode_head(keys, head_raw)
     if meta_raw is None:
@@ -105,7 +106,7 @@ async def world_status(tr: kv.Transaction, keys: WorldKeys, cap: int) -> WorldSt
     meta = decode_record(WorldMeta, meta_raw, f"meta of world {keys.world}")
     cursor = read_cursor_record(cursor_raw)
     after = None if cursor is None else cursor.seq
-    pending = await tr.get_range(*keys.inbox_after(after), limit=cap, snapshot=True)
+    pending = await tr.get_range(*keys.inbox_after(after), limit=cap + 1, snapshot=True)
     segment = await last_segment
     mark_rows = await marks
     baseline = (
@@ -144,11 +145,19 @@ class UniverseStatus:
 @kv.transactional
 async def universe_status(tr: kv.Transaction, keys: UniverseKeys, cap: int) -> UniverseStatus:
     """The figures of the universe of ``keys``, counts up to ``cap``."""
-    ready = tr.get_range(*keys.ready_range(), limit=cap, snapshot=True)
-    dooms = tr.get_range(*keys.cas_dooms(), limit=cap, snapshot=True)
-    pins = tr.get_range(*keys.cas_pins(), limit=cap, snapshot=True)
+    ready = tr.get_range(*keys.ready_range(), limit=cap + 1, snapshot=True)
+    dooms = tr.get_range(*keys.cas_dooms(), limit=cap + 1, snapshot=True)
+    pins = tr.get_range(*keys.cas_pins(), limit=cap + 1, snapshot=True)
     return UniverseStatus(
         ready_worlds=Count.of(len(await ready), cap),
         dooms=Count.of(len(await dooms), cap),
         pins=Count.of(len(await pins), cap),
     )
+
+
+@kv.transactional
+async def ready_worlds(tr: kv.Transaction, keys: UniverseKeys, limit: int) -> list[WorldId]:
+    """Up to ``limit`` worlds of the universe with a ready mark (pending work: the busiest
+    candidates), in mark order (snapshot reads, one page of the index)."""
+    worlds, _ = await read_ready(tr, keys, *keys.ready_range())
+    return worlds[:limit]

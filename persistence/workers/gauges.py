@@ -1,12 +1,14 @@
 """OpenTelemetry observable gauges of what ``aosp status`` shows, for a host or worker to
 export beside the plane's other metrics (:mod:`persistence.metrics`).
 
-:func:`observe` registers them for the worlds a host names (its own, typically). At each
-collection the first gauge read reads every world's status (one snapshot-read transaction
-per world: :mod:`persistence.protocols.status`, never a write or a conflict) and the other
-gauges of that collection reuse it. Per world (``aos.universe``, ``aos.world``):
+:func:`observe` registers them for the worlds a host names (its own, typically; call it
+once per universe). At each collection the first gauge read reads every world's status (one
+snapshot-read transaction per world: :mod:`persistence.protocols.status`, never a write or
+a conflict) and the other gauges of that collection reuse it. Per world (``aos.universe``,
+``aos.world``):
 
-* ``aos.inbox.backlog`` (``{item}``): items after the cursor, counted up to the cap;
+* ``aos.inbox.backlog`` (``{item}``): items after the cursor, counted up to the cap (1,000 by
+  default: the gauge flattens there);
 * ``aos.inbox.oldest_pending_age`` (``s``): how long the oldest of them has waited, where
   commit versions keep time (FoundationDB); not observed elsewhere;
 * ``aos.journal.hot_entries`` (``{entry}``): journal entries above the last segment;
@@ -62,7 +64,7 @@ class Reading:
 
 
 class Gauges:
-    """The registered gauges of one universe's watched worlds."""
+    """The watched worlds of one universe, read for the gauges."""
 
     def __init__(
         self,
@@ -74,20 +76,30 @@ class Gauges:
         self.plane, self.universe, self.worlds, self.cap = plane, universe, worlds, cap
         self._lock = threading.Lock()
         self._reading: Reading | None = None
+        self._failure: tuple[float, Exception] | None = None
 
     def reading(self) -> Reading:
-        """The store's figures, read again once the last reading is older than
-        :data:`REUSE_SECONDS`."""
+        """The store's figures: read again once the last reading (or failure to read) is
+        older than :data:`REUSE_SECONDS`, so that the gauges of one collection share one
+        reading however long it takes; a failure is raised to each of them."""
         with self._lock:
             now = time.monotonic()
-            if self._reading is None or now - self._reading.at > REUSE_SECONDS:
-                engine = self.plane.engine
+            if self._failure is not None and now - self._failure[0] <= REUSE_SECONDS:
+                raise self._failure[1]
+            if self._reading is not None and now - self._reading.at <= REUSE_SECONDS:
+                return self._reading
+            engine = self.plane.engine
+            try:
                 statuses = {
                     w: drive(world_status(engine, WorldKeys(self.universe, w), self.cap))
                     for w in self.worlds()
                 }
                 totals = drive(universe_status(engine, UniverseKeys(self.universe), self.cap))
-                self._reading = Reading(now, statuses, totals)
+            except Exception as exc:
+                self._failure = (time.monotonic(), exc)
+                raise
+            self._failure = None
+            self._reading = Reading(time.monotonic(), statuses, totals)
             return self._reading
 
     def world_values(self, name: str) -> Iterator[tuple[float, dict[str, str]]]:
@@ -115,38 +127,55 @@ class Gauges:
         yield count.value, {"aos.universe": str(self.universe)}
 
 
+_watched: dict[int, list[Gauges]] = {}
+"""The watched universes of each meter provider (by ``id``): its gauges are registered
+once, and each observes every universe watched through it."""
+_watched_lock = threading.Lock()
+
+
 def observe(
     plane: Plane,
     universe: UniverseId,
     worlds: Callable[[], Iterable[WorldId]],
     *,
-    cap: int = 10_000,
+    cap: int = 1_000,
     meter_provider: Any = None,
 ) -> Gauges:
-    """Register the gauges of ``universe`` and of the worlds ``worlds()`` names at each
-    collection (``meter_provider``: the global one by default). Needs
+    """Watch ``universe`` and the worlds ``worlds()`` names at each collection, through
+    ``meter_provider`` (the global one by default): the first call for a provider registers
+    the gauges, later calls add their universe to them. Counts stop at ``cap`` (pending
+    items are read to be counted: the cap bounds a collection's cost). Needs
     ``opentelemetry-api`` (the ``otel`` extra)."""
     from opentelemetry import metrics
     from opentelemetry.metrics import CallbackOptions, Observation
 
-    meter = (meter_provider or metrics.get_meter_provider()).get_meter(METER_NAME)
+    chosen = meter_provider or metrics.get_meter_provider()
     gauges = Gauges(plane, universe, worlds, cap)
+    with _watched_lock:
+        watched = _watched.get(id(chosen))
+        if watched is not None:
+            watched.append(gauges)
+            return gauges
+        watched = _watched[id(chosen)] = [gauges]
+    meter = chosen.get_meter(METER_NAME)
 
     def callback(
-        values: Callable[[str], Iterator[tuple[float, dict[str, str]]]], name: str
+        values: Callable[[Gauges, str], Iterator[tuple[float, dict[str, str]]]], name: str
     ) -> Callable[[CallbackOptions], Iterable[Observation]]:
-        def observe_one(options: CallbackOptions) -> Iterable[Observation]:
+        def observe_all(options: CallbackOptions) -> Iterable[Observation]:
             del options
-            return [Observation(value, attributes) for value, attributes in values(name)]
+            with _watched_lock:
+                every = list(watched)
+            return [Observation(v, a) for g in every for v, a in values(g, name)]
 
-        return observe_one
+        return observe_all
 
     for name, (unit, description) in WORLD_GAUGES.items():
         meter.create_observable_gauge(
-            name, [callback(gauges.world_values, name)], unit=unit, description=description
+            name, [callback(Gauges.world_values, name)], unit=unit, description=description
         )
     for name, (unit, description) in UNIVERSE_GAUGES.items():
         meter.create_observable_gauge(
-            name, [callback(gauges.universe_values, name)], unit=unit, description=description
+            name, [callback(Gauges.universe_values, name)], unit=unit, description=description
         )
     return gauges

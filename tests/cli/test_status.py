@@ -91,6 +91,31 @@ def test_a_count_at_the_cap_says_there_may_be_more(store: Store) -> None:
     assert (row["pending"], row["pending_more"]) == (2, True)
     text = aosp("status", *store.world_args("--cap", "2")).text
     assert "pending 2+" in text
+    exact = aosp("status", *store.world_args("--json", "--cap", "5")).json()
+    (row,) = exact["universes"][0]["busiest"]
+    assert (row["pending"], row["pending_more"]) == (5, False)  # all of them: no "+"
+
+
+def test_a_world_with_pending_work_is_shown_beyond_the_limit(store: Store) -> None:
+    """With more worlds than --limit, the worlds with pending work (the ready index) are
+    read first, wherever their ids fall; the universe line says its figures are partial."""
+    universe = UniverseId.parse(store.universe)
+    plane = open_plane(
+        SqliteEngine(store.data_dir / "aos.db", create=False),
+        LocalObjectStore(store.data_dir / "objects", create=False),
+    )
+    try:
+        last = list(plane.worlds(universe))[-1]  # the highest id: beyond --limit 1
+    finally:
+        plane.engine.close()
+    _enqueue(store, last, 2)
+    view = aosp("status", *store.args("--json", "--limit", "1")).json()
+    (u,) = view["universes"]
+    assert (u["worlds"], u["worlds_more"]) == (1, True)
+    assert [r["world"] for r in u["busiest"]] == [str(last)]
+    assert u["busiest"][0]["pending"] == 2
+    text = aosp("status", *store.args("--limit", "1")).text
+    assert "(figures of 1 worlds: those with pending work, then the first by id" in text
 
 
 def test_status_shows_exports_marks_and_dooms(store: Store) -> None:

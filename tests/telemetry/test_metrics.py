@@ -4,6 +4,7 @@ attributes emitted, and that nothing is measured until a meter provider is insta
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import pytest
 
 from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
-from persistence import metrics
+from persistence import metrics, telemetry
+from persistence.errors import HeadAdvanced
 from persistence.ids import UniverseId, WorldId
 from segments import open_plane
 
@@ -22,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def points() -> list[dict[str, Any]]:
+def run() -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-m", "tests.telemetry.metric_worker"],
         capture_output=True,
@@ -31,7 +33,13 @@ def points() -> list[dict[str, Any]]:
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
-    result: list[dict[str, Any]] = json.loads(done.stdout)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+@pytest.fixture
+def points(run: dict[str, Any]) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = run["points"]
     return result
 
 
@@ -41,8 +49,8 @@ def _named(points: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
 
 def test_the_emitted_metric_names_and_units(points: list[dict[str, Any]]) -> None:
     assert {(p["name"], p["unit"]) for p in points} == {
-        ("db.client.operation.duration", "s"),
-        ("aos.client.bytes_written", "By"),
+        ("aos.client.operation.duration", "s"),
+        ("aos.client.written", "By"),
         ("aos.transaction.errors", "{error}"),
         ("aos.cas.puts", "{put}"),
         ("aos.inbox.backlog", "{item}"),
@@ -58,38 +66,33 @@ def test_the_emitted_metric_names_and_units(points: list[dict[str, Any]]) -> Non
 def test_operations_are_timed_with_their_error_kind(points: list[dict[str, Any]]) -> None:
     appends = [
         p
-        for p in _named(points, "db.client.operation.duration")
-        if p["attributes"]["db.operation.name"] == "aos.journal.append"
+        for p in _named(points, "aos.client.operation.duration")
+        if p["attributes"]["aos.operation"] == "aos.journal.append"
     ]
     by_error = {p["attributes"].get("error.type"): p["value"]["count"] for p in appends}
     assert by_error == {None: 1, "conflict": 1}
     assert {tuple(p["value"]["bounds"]) for p in appends} == {metrics.DURATION_BUCKETS}
     written = {
-        p["attributes"]["db.operation.name"]: p["value"]
-        for p in _named(points, "aos.client.bytes_written")
+        p["attributes"]["aos.operation"]: p["value"] for p in _named(points, "aos.client.written")
     }
-    assert written["aos.journal.append"] == 30 + 4  # the refused append was given its bytes too
+    assert written["aos.journal.append"] == 30  # the refused append stored nothing
     assert written["aos.cas.put"] >= 2 * len(b"body")  # and the genesis state of the world
+    assert written["aos.snapshot.commit"] == 50  # its CAS put is part of it, not counted again
 
 
-def test_retries_cas_hits_and_gauges(points: list[dict[str, Any]]) -> None:
+def test_retries_cas_hits_and_gauges(run: dict[str, Any], points: list[dict[str, Any]]) -> None:
     (retried,) = _named(points, "aos.transaction.errors")
     assert retried["attributes"] == {"db.response.status_code": "1020", "aos.retried": True}
     assert retried["value"] == 1
-    cas = {p["attributes"]["aos.cas.outcome"]: p["value"] for p in _named(points, "aos.cas.puts")}
-    puts = [
-        p["value"]["count"]
-        for p in _named(points, "db.client.operation.duration")
-        if p["attributes"]["db.operation.name"] == "aos.cas.put"
-    ]
-    assert cas["present"] == 1  # the second put of the body
-    assert cas["present"] + cas["stored"] == sum(puts)  # every put is one or the other
-    (backlog,) = _named(points, "aos.inbox.backlog")
-    assert backlog["value"] == 2 and set(backlog["attributes"]) == {"aos.universe", "aos.world"}
-    (hot,) = _named(points, "aos.journal.hot_entries")
-    assert hot["value"] >= 2
-    (ready,) = _named(points, "aos.inbox.ready_worlds")
-    assert ready["value"] == 1 and set(ready["attributes"]) == {"aos.universe"}
+    assert run["body_put_twice"] == {"stored": 1, "present": 1}  # the second put: a hit
+    backlogs = sorted(p["value"] for p in _named(points, "aos.inbox.backlog"))
+    assert backlogs == [1, 2]  # both universes' worlds, observed through one set of gauges
+    for p in _named(points, "aos.inbox.backlog"):
+        assert set(p["attributes"]) == {"aos.universe", "aos.world"}
+    hot = max(p["value"] for p in _named(points, "aos.journal.hot_entries"))
+    assert hot >= 2
+    ready = _named(points, "aos.inbox.ready_worlds")
+    assert [p["value"] for p in ready] == [1, 1] and set(ready[0]["attributes"]) == {"aos.universe"}
 
 
 def test_nothing_is_measured_without_a_provider(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,3 +105,10 @@ def test_nothing_is_measured_without_a_provider(monkeypatch: pytest.MonkeyPatch)
     plane.append_batch(u, w, 0, [b"a"])
     plane.put_verified(u, b"body")
     assert calls == []
+
+
+def test_error_types_name_the_plane_kind_a_cancellation_or_internal() -> None:
+    assert telemetry._error_type(HeadAdvanced(3, 4)) == "conflict"
+    assert telemetry._error_type(asyncio.CancelledError()) == "cancelled"
+    assert telemetry._error_type(KeyboardInterrupt()) == "cancelled"
+    assert telemetry._error_type(ValueError("bug")) == "internal"
