@@ -21,9 +21,11 @@ def aosp(
     stdin: bytes | None = None,
     cwd: Path | None = None,
     env: dict[str, str | None] | None = None,
+    timeout: float = 300,
 ) -> Result:
     """Run ``python -m aosp ARGS`` and capture everything (``env``: variables to set, or
-    with ``None`` to remove, in the inherited environment)."""
+    with ``None`` to remove, in the inherited environment; ``timeout``: seconds before the
+    run counts as hung)."""
     changes = env or {}
     environment = {k: v for k, v in os.environ.items() if k != "AOSP_DATA_DIR" and k not in changes}
     environment.update({k: v for k, v in changes.items() if v is not None})
@@ -32,7 +34,7 @@ def aosp(
         [sys.executable, "-m", "aosp", *args],
         input=stdin,
         capture_output=True,
-        timeout=300,
+        timeout=timeout,
         env=environment,
         cwd=cwd or ROOT,
     )

@@ -89,8 +89,18 @@ def test_bench_fdb_on_a_real_cluster(fdb_cluster: FdbCluster) -> None:
     round, median and spread; the single calls name their round trips; the exit status
     says whether a target was missed. (Small rounds: what this checks is the figures'
     shape, not their values.)"""
+    # 16 figures of 6 rounds, each side set up afresh: 2.5 min beside one test suite,
+    # more than 5 beside two (a hang guard, not a speed floor).
     result = aosp(
-        "bench", "fdb", "--fdb", fdb_cluster.url, "--seconds", "0.05", "--json", "--quiet"
+        "bench",
+        "fdb",
+        "--fdb",
+        fdb_cluster.url,
+        "--seconds",
+        "0.05",
+        "--json",
+        "--quiet",
+        timeout=1_800,
     )
     assert result.code in (0, 1), result.err
     figures = result.json()
