@@ -53,6 +53,7 @@ from persistence.kv import Engine
 from persistence.plane import Plane
 from segments import open_plane
 from segments.export import ExportConfig, Exporter
+from tests.fdb_cluster import FdbCluster, clear_keyspace
 
 
 @dataclass
@@ -312,7 +313,9 @@ def test_an_application_takes_a_snapshot_below_a_later_one(
     """``take_snapshot(id, version=3)`` after one at 7: stored, and a read at version 5
     starts from it."""
     if engine == "fdb":
-        kv = request.getfixturevalue("fdb_cluster").url
+        cluster: FdbCluster = request.getfixturevalue("fdb_cluster")
+        clear_keyspace(cluster.engine())  # the session's cluster, as earlier tests left it
+        kv = cluster.url
     else:
         kv = "memory://" if engine == "memory" else f"sqlite://{tmp_path}/aos.db"
     env = {
