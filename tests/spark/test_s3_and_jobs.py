@@ -118,7 +118,7 @@ def test_cli_replay_check_and_analytics(tmp_path: Path) -> None:
     one = aosp(
         "spark", "replay-check", *data, "-u", str(store.universe), "-w", str(store.worlds[0])
     )
-    assert one.code == 0 and "1/1 worlds" in one.text
+    assert one.code == 0 and "1/1 world" in one.text
     out = tmp_path / "analytics"
     stats = aosp("spark", "analytics", *data, "--output", str(out), "--json")
     assert stats.code == 0, stats.err
