@@ -67,6 +67,36 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     eng.close()
 
 
+# ------------------------------------------------ the quick profile: -m "not slow"
+
+SLOW_PATHS = (
+    "tests/spark/",  # every test drives a SparkSession (~6 s to start, then jobs)
+    "tests/packaging/",  # builds the wheel and installs it into fresh environments
+    "tests/conformance/test_torture.py",  # 24 s SIGKILL tortures
+    "tests/conformance/test_server_kills.py",  # kills and restarts fdbserver processes
+)
+"""Files and folders whose every test is ``slow``; single slow tests carry the mark."""
+
+SLOW_UNMARKED_SECONDS = 15.0
+"""A test not marked ``slow`` whose call takes longer is named in the summary: the quick
+profile stays quick only if such tests are marked. (Setup is not counted: the first test on
+a session's FoundationDB cluster pays for starting it.)"""
+
+_slow_unmarked: dict[str, float] = {}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        if item.path.relative_to(root).as_posix().startswith(SLOW_PATHS):
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and "slow" not in report.keywords:
+        _slow_unmarked[report.nodeid] = _slow_unmarked.get(report.nodeid, 0.0) + report.duration
+
+
 # ------------------------------------------------ how many tests ran on a real FoundationDB
 
 CLUSTER_FIXTURES = frozenset({"fdb_cluster", "cluster3"})
@@ -92,7 +122,11 @@ def pytest_runtest_makereport(
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """One line: how many tests ran on a real FoundationDB cluster, and how they ended."""
+    """How many tests ran on a real FoundationDB cluster, and how they ended; and the tests
+    that took long without the ``slow`` mark."""
+    for nodeid, seconds in sorted(_slow_unmarked.items(), key=lambda kv: -kv[1]):
+        if seconds > SLOW_UNMARKED_SECONDS:
+            terminalreporter.write_line(f"not marked slow but took {seconds:.1f} s: {nodeid}")
     if _on_a_cluster:
         counts = Counter(_on_a_cluster.values())
         terminalreporter.write_line(

@@ -77,6 +77,7 @@ def tamper(objects: ObjectStore, key: str, data: bytes) -> None:
         objects.put(key, data)
 
 
+@pytest.mark.slow
 def test_put_get_bytes_and_streams(plane: Plane) -> None:
     u = UniverseId.new()
     h = plane.put_stream(u, io.BytesIO(BIG))

@@ -84,6 +84,7 @@ def test_bench_json_lists_figures_with_their_peers(tmp_path: Path) -> None:
         assert figure["ratio"] == round(figure["value"] / figure["baseline_value"], 4)
 
 
+@pytest.mark.slow
 def test_bench_fdb_on_a_real_cluster(fdb_cluster: FdbCluster) -> None:
     """The fdb suite's figures (issue #34): the plane against the raw bindings, round by
     round, median and spread; the single calls name their round trips; the exit status

@@ -545,6 +545,7 @@ def test_a_port_that_is_not_a_spark_master_fails_fast(
     assert seconds < 20 and listing(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_port_that_never_answers_fails_within_the_probe_timeout(
     made: Made, silent_port: int, tmp_path: Path
 ) -> None:
@@ -570,6 +571,7 @@ def test_a_master_this_machine_cannot_use_is_refused_before_spark_starts(
     assert seconds < 20 and listing(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_the_master_probe_accepts_a_real_standalone_master(tmp_path: Path) -> None:
     """The control: a standalone Master (pyspark's own ``spark-class``) passes the probe,
     which costs it one disassociation in its log and no error."""

@@ -64,6 +64,7 @@ def test_plan_export_list_verify(grown: tuple[Store, int]) -> None:
     assert restored["summary"] == {"worlds": 3, "equal": 3, "differ": 0}
 
 
+@pytest.mark.slow
 def test_restore_verify_and_spark_replay_check_share_one_schema(grown: tuple[Store, int]) -> None:
     """``restore verify --json`` and ``spark replay-check --json`` print the same document:
     ``ok``, ``reason``, a summary and one row per world whose keys are

@@ -79,6 +79,7 @@ PLANE_CLASS = {"blocking": "Plane", "asyncio": "AsyncioDriven"}
 """The class of the planes each door's fault matrix runs (``conformance/doors.py``)."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("door", DOORS)
 def test_quick_profile_memory_memory(door: str) -> None:
     notes = assert_all_pass(
@@ -90,6 +91,7 @@ def test_quick_profile_memory_memory(door: str) -> None:
     assert notes[FAULT_CASE]["fault_matrix_plane_class"] == PLANE_CLASS[door]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("door", DOORS)
 def test_quick_profile_sqlite_local(door: str, tmp_path: Path) -> None:
     plane = open_plane(SqliteEngine(tmp_path / "aos.db"), LocalObjectStore(tmp_path / "objects"))
@@ -98,6 +100,7 @@ def test_quick_profile_sqlite_local(door: str, tmp_path: Path) -> None:
     assert notes[TORTURE_CASE]["torture_door"] == door  # the torture's processes used it
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("server_name", ["moto", "seaweedfs"])
 def test_quick_profile_sqlite_s3(
     server_name: str,
@@ -126,6 +129,7 @@ def test_quick_profile_sqlite_s3(
         server.remove_bucket(bucket, client)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("door", DOORS)
 def test_quick_profile_foundationdb_local(
     door: str, fdb_cluster: FdbCluster, tmp_path: Path
@@ -151,6 +155,7 @@ def test_quick_profile_foundationdb_local(
     assert notes[TORTURE_CASE]["torture_door"] == door
 
 
+@pytest.mark.slow
 def test_the_fault_matrix_runs_on_an_engine_wrapped_for_faults() -> None:
     """A ``FaultyEngine`` under test: the case wraps its inner engine with its own faults."""
     engine = FaultyEngine(MemoryEngine(), FaultInjector(seed=1, commit_fault_rate=0.5))
@@ -312,6 +317,7 @@ class ForgetfulAppendPlane(Plane):
         return kv.run_sync(self.engine, attempt)
 
 
+@pytest.mark.slow
 def test_the_interleaving_mode_fails_an_append_that_forgets_its_call() -> None:
     report = run_suite(
         mutant(ForgetfulAppendPlane),

@@ -199,6 +199,7 @@ def fdb_engine(fdb_cluster: FdbCluster) -> kv.Engine:
     return engine
 
 
+@pytest.mark.slow
 @settings(
     max_examples=int(os.environ.get("AOS_DIFF_EXAMPLES", "300")),
     deadline=None,

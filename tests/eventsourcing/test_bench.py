@@ -125,6 +125,7 @@ def test_the_replay_figures_compare_each_kind_of_insert_twice(
     recorder.datastore.close()
 
 
+@pytest.mark.slow
 def test_the_read_and_checksum_figures_run_and_report_their_fields(tmp_path: Path) -> None:
     """Figures 3-4 and 6 of ``aosp bench plane`` on a very short clock: each checks the rows
     it reads (the raw SELECT's rows carry their checksums) and reports both sides and its

@@ -237,6 +237,7 @@ def kill(proc: subprocess.Popen[str]) -> None:
     assert proc.returncode == -signal.SIGKILL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("round", range(2))
 def test_drainer_sigkilled_at_random_moments(store: Store, round: int) -> None:
     seed = random.randrange(2**32)

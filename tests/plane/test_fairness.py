@@ -151,6 +151,7 @@ def test_skewed_ingress_drains_fairly_within_the_bound(kind: str, tmp_path: Path
     engine.close()
 
 
+@pytest.mark.slow
 def test_the_benchmark_measures_checks_and_plots_a_small_run(tmp_path: Path) -> None:
     """``aosp bench fairness`` at a tiny size: an ingress process and the worker, every item
     checked, the figures with their targets, the plot."""

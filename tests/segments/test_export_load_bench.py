@@ -5,9 +5,12 @@ window of the default 100 appends can outlast its export, which the figures then
 
 from __future__ import annotations
 
+import pytest
+
 from aosp.benchmarks import export_load
 
 
+@pytest.mark.slow
 def test_the_export_load_benchmark_gives_both_figures_per_round() -> None:
     figures = export_load.run(seconds=0.1, min_appends=2)  # MIN_ENTRIES per export world
     assert [f.unit for f in figures] == ["ms", "appends/s"]
