@@ -448,13 +448,21 @@ def build_item(args: argparse.Namespace) -> InboxItem:
 
 def cmd_inbox_enqueue(args: argparse.Namespace) -> int:
     """Enqueue one item; print its sequence. A repeat under the same idempotency key
-    prints the first item's sequence, like a new enqueue: ``Plane.enqueue`` returns only
-    the sequence, so whether this call stored the item is not known here."""
+    prints the first item's sequence and says, on stderr, that nothing was stored."""
     item = build_item(args)
     plane = open_store(args)
-    key = None if args.idempotency_key is None else args.idempotency_key.encode()
-    seq = plane.enqueue(args.universe, args.world, item, idempotency_key=key)
-    print_json({"seq": str(seq)}) if args.json else print(seq)
+    keys = None if args.idempotency_key is None else [args.idempotency_key.encode()]
+    (out,) = plane.enqueue_outcomes(args.universe, args.world, [item], idempotency_keys=keys)
+    if args.json:
+        print_json({"seq": str(out.seq), "repeat": out.repeat})
+        return EXIT_OK
+    print(out.seq)
+    if out.repeat:
+        print(
+            f"a repeat: idempotency key {args.idempotency_key!r} already held this item "
+            "(the sequence is the first enqueue's); nothing was stored",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 

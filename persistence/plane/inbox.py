@@ -18,6 +18,7 @@ from persistence.plane.journal import JournalOperations
 from persistence.protocols import budget, compaction, drain, inbox, journal
 from persistence.protocols.compaction import InboxCompaction
 from persistence.protocols.drain import DrainResult, Normalizer
+from persistence.protocols.inbox import Enqueued
 from persistence.records import (
     InboxCursor,
     InboxItem,
@@ -64,7 +65,7 @@ class InboxOperations(JournalOperations):
         else:
             check_bytes(idempotency_key, "idempotency_key", low=1, high=MAX_IDEMPOTENCY_KEY_BYTES)
         keys = world_keys(universe, world)
-        return (await self._enqueue(keys, [encoded], [idempotency_key], drawn))[0]
+        return (await self._enqueue(keys, [encoded], [idempotency_key], drawn))[0].seq
 
     @operation("inbox.enqueue_batch")
     async def enqueue_batch(
@@ -83,6 +84,32 @@ class InboxOperations(JournalOperations):
         removes the item: at least ``config.inbox_retention_seconds`` after it was drained
         (then a repeat makes a new item). A caller key held for another item is
         ``IdempotencyKeyReused``, and the batch stores nothing."""
+        return [
+            out.seq for out in await self._enqueue_batch(universe, world, items, idempotency_keys)
+        ]
+
+    @operation("inbox.enqueue_outcomes")
+    async def enqueue_outcomes(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        items: Sequence[InboxItem],
+        *,
+        idempotency_keys: Sequence[bytes] | None = None,
+    ) -> list[Enqueued]:
+        """:meth:`enqueue_batch`, saying of each item whether it was a repeat: its key
+        already held the item when the call first looked, so nothing was stored for it
+        (``protocols.inbox.Enqueued``)."""
+        return await self._enqueue_batch(universe, world, items, idempotency_keys)
+
+    async def _enqueue_batch(
+        self,
+        universe: UniverseId,
+        world: WorldId,
+        items: Sequence[InboxItem],
+        idempotency_keys: Sequence[bytes] | None,
+    ) -> list[Enqueued]:
+        """:meth:`enqueue_batch`'s checks, then :meth:`_enqueue`."""
         keys = world_keys(universe, world)
         # user versions are two bytes: at most 65,536 items per transaction
         check_sequence(items, "items", 1, min(self.config.max_batch_entries, 65_536))
@@ -109,7 +136,7 @@ class InboxOperations(JournalOperations):
 
     async def _enqueue(
         self, keys: WorldKeys, encoded: list[bytes], idem: list[bytes | None], drawn: bool
-    ) -> list[InboxSeq]:
+    ) -> list[Enqueued]:
         """Protocol C for checked items (their stored bytes) and distinct idempotency keys
         (``None``: no idempotency entry; ``drawn``: the keys are the plane's own). Limits
         are checked as FoundationDB stores the items: a keyless one counts the key it gets
@@ -144,10 +171,12 @@ class InboxOperations(JournalOperations):
         own = frozenset(range(len(idem))) if drawn else frozenset()
         envelopes_ = list(zip(idem, envelopes, strict=True))
         known = keys in self.known_worlds
-        pending = await inbox.enqueue(self.engine, keys, envelopes_, call, own, known)
+        repeats: set[int] = set()
+        pending = await inbox.enqueue(self.engine, keys, envelopes_, call, own, known, repeats)
         self.known_worlds.add(keys)  # it exists: the enqueue found its meta, or knew it
         self.hooks.reached("inbox.after_enqueue")
-        return await pending.seqs(len(envelopes))
+        seqs = await pending.seqs(len(envelopes))
+        return [Enqueued(seq, index in repeats) for index, seq in enumerate(seqs)]
 
     @operation("inbox.read_after")
     async def read_after(

@@ -56,6 +56,27 @@ def test_enqueue_retried_after_applied_unknown_result_is_not_duplicated(
     assert [s for s, _ in plane.read_after(universe, world, None, 10)] == [seq]
 
 
+def test_enqueue_outcomes_say_which_items_the_key_already_held(
+    faulty: FaultyEngine, plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    """A key that held the item when the call first looked is a repeat (nothing stored);
+    one stored by the call's own applied attempt, found by its retry, is not."""
+    first = plane.enqueue_outcomes(universe, world, [event(1)], idempotency_keys=[b"a"])
+    assert [o.repeat for o in first] == [False]
+    faulty.injector.fail_commit(1, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=True)
+    again = plane.enqueue_outcomes(
+        universe, world, [event(1), event(2)], idempotency_keys=[b"a", b"b"]
+    )
+    assert fired(faulty)  # the retry found both keys held: "a" before the call, "b" by it
+    assert [o.repeat for o in again] == [True, False]
+    assert again[0].seq == first[0].seq
+    stored = [s for s, _ in plane.read_after(universe, world, None, 10)]
+    assert stored == [first[0].seq, again[1].seq]
+    assert plane.enqueue_batch(universe, world, [event(2)], idempotency_keys=[b"b"]) == [
+        again[1].seq
+    ]
+
+
 def test_drain_retried_after_applied_unknown_result_returns_first_result(
     faulty: FaultyEngine, plane: Plane, universe: UniverseId, world: WorldId
 ) -> None:
