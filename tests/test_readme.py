@@ -11,8 +11,11 @@ README = (ROOT / "README.md").read_text()
 
 def test_ci_runs_the_readme_test_command() -> None:
     lines = README.splitlines()
-    test_cmd = lines[lines.index("# tests: the whole suite") + 1]
-    assert "pytest" in test_cmd
+    (comment,) = [n for n, line in enumerate(lines) if line.startswith("# tests:")]
+    assert "the whole suite" in lines[comment]
+    test_cmd = lines[comment + 1]
+    assert test_cmd.endswith("python -m pytest")  # everything: no -m, no -k, no path
+    assert '.venv/bin/python -m pytest -m "not slow"' in README  # and the quick profile
     ci = (ROOT / ".ci" / "run").read_text()
     assert "grep -A1 '^# tests:' README.md" in ci  # CI runs exactly that line
 
