@@ -121,8 +121,13 @@ def _writer(data_dir: str, universe: str, worlds: list[str], writer: int, items:
     return blob_bytes
 
 
-def run(config: DemoConfig, progress: Callable[[str], None]) -> DemoReport:
-    """Run the simulation and verify it."""
+def run(
+    config: DemoConfig,
+    progress: Callable[[str], None],
+    tally: Callable[[int, int], None] = lambda done, total: None,
+) -> DemoReport:
+    """Run the simulation and verify it (``progress``: a line per step; ``tally``: items
+    drained of all)."""
     report = DemoReport(worlds=config.worlds, items=config.writers * config.items)
     plane = open_store(config.data_dir)
     universe = UniverseId.new()
@@ -157,6 +162,7 @@ def run(config: DemoConfig, progress: Callable[[str], None]) -> DemoReport:
                     report.snapshots += 1
                     since_snapshot[w] = 0
             drained += moved
+            tally(drained, report.items)
             if moved and time.perf_counter() - last_progress >= 1.0:
                 progress(f"drained {drained}/{report.items} {noun(report.items, 'item')}")
                 last_progress = time.perf_counter()

@@ -153,6 +153,7 @@ def run_suite(
     servers: ServerFaults | None = None,
     progress: Callable[[str], None] = lambda _: None,
     door: str = "blocking",
+    tally: Callable[[int, int], None] = lambda done, total: None,
 ) -> RunReport:
     """Run ``cases`` (default: all) against ``plane`` and return the report.
 
@@ -161,7 +162,8 @@ def run_suite(
     when they name a store that lives inside this process, such as ``memory://``).
     ``servers`` kills and restarts the store's server processes (crash 2; skipped without).
     ``door`` is how every case reaches the plane (:data:`conformance.doors.DOORS`):
-    ``"asyncio"`` runs each operation on ``plane``'s :class:`~persistence.plane.AsyncPlane`."""
+    ``"asyncio"`` runs each operation on ``plane``'s :class:`~persistence.plane.AsyncPlane`.
+    ``progress`` gets a line as each case starts and ends, ``tally`` the cases done of all."""
     plane = through(door, plane)
     report = RunReport(kv_url, objects_url, profile.name, door)
     names = list(cases) if cases is not None else list(CASES)
@@ -169,10 +171,12 @@ def run_suite(
         plane, profile, progress, kv_url=kv_url, objects_url=objects_url, servers=servers, door=door
     )
     for index, name in enumerate(names, 1):
+        tally(index - 1, len(names))
         progress(f"[{index}/{len(names)}] {name}")
         result = run_case(name, ctx)
         report.results.append(result)
         progress(f"[{index}/{len(names)}] {name}: {result.outcome} ({result.seconds:.1f}s)")
+    tally(len(names), len(names))
     return report
 
 

@@ -31,10 +31,6 @@ EXIT_SIGPIPE: Final = 128 + 13
 """stdout was closed by its reader (``aosp ... | head``): the shell's code for SIGPIPE."""
 
 
-CLEAR_LINE: Final = "\r\x1b[K"
-"""Carriage return and erase-line: redraws a progress bar in place on a terminal."""
-
-
 class UsageError(Exception):
     """A command was given arguments it cannot act on; the message says which."""
 
@@ -141,16 +137,59 @@ def cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
+def terminal(stream: TextIO) -> Any:
+    """A ``rich`` console on ``stream``, a terminal: it knows the terminal's width (no
+    markup or highlighting: cells are shown as they are)."""
+    from rich.console import Console
+
+    return Console(file=stream, markup=False, highlight=False, emoji=False)
+
+
+SHORT_CELL: Final = 12
+"""On a terminal, a column this wide or narrower is never cut; a wider one gives way to fit
+the terminal's width, down to this many characters (its cells end in ``…``)."""
+
+
+def fitted(columns: Sequence[str], cells: Sequence[Sequence[str]], width: int) -> list[int]:
+    """Column widths for a table in ``width`` characters (two between columns): first
+    cells over :data:`SHORT_CELL` give way (down to it, or to their header), then headers
+    wider than their cells, the widest first; a cut ends in ``…``."""
+    content = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    widths = [max(len(c), w) for c, w in zip(columns, content, strict=True)]
+    short = [max(1, min(w, SHORT_CELL)) for w in content]
+    floors = ([max(len(c), w) for c, w in zip(columns, short, strict=True)], short)
+    for floor in floors:
+        while sum(widths) + 2 * (len(widths) - 1) > width:
+            over = [w - f for w, f in zip(widths, floor, strict=True)]
+            widest = max(range(len(widths)), key=lambda i: over[i])
+            if over[widest] <= 0:
+                break
+            widths[widest] -= 1
+    return widths
+
+
 def print_table(
     rows: Sequence[dict[str, Any]], columns: Sequence[str], out: TextIO | None = None
 ) -> None:
     """Rows as an aligned text table (columns in the order given; ``None`` shows ``-``), on
-    stdout or ``out``."""
+    stdout or ``out``. On a terminal the table fits its width (``rich``: the widest cells
+    end in ``…``); elsewhere every cell is whole, for scripts and pipes."""
     stream = out or sys.stdout
     if not rows:
         print("(none)", file=stream)
         return
     cells = [[cell(row.get(c)) for c in columns] for row in rows]
+    if stream.isatty():
+        from rich.table import Table
+
+        console = terminal(stream)
+        table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
+        for column, width in zip(columns, fitted(columns, cells, console.width), strict=True):
+            table.add_column(column, width=width, overflow="ellipsis", no_wrap=True)
+        for line in cells:
+            table.add_row(*line)
+        console.print(table, crop=False)
+        return
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     for line in [list(columns), *cells]:
         print(
@@ -211,9 +250,11 @@ def short_seq(seq: str) -> str:
 
 
 class Progress:
-    """Progress of long work on stderr: a redrawn bar on a terminal, a line at most every
-    ``interval`` seconds otherwise, nothing when disabled. ``unit`` is singular (``units``
-    its plural, when not ``unit`` + s). Use as a context manager."""
+    """Progress of long work on stderr: on a terminal a live ``rich`` bar (count, total,
+    elapsed time; messages print above it), elsewhere a line at most every ``interval``
+    seconds and one at the end (none with ``summary=False``: work that prints its own
+    lines), nothing when disabled. ``unit`` is singular (``units`` its plural, when not
+    ``unit`` + s). Use as a context manager."""
 
     def __init__(
         self,
@@ -225,6 +266,7 @@ class Progress:
         units: str | None = None,
         interval: float = 1.0,
         stream: TextIO | None = None,
+        summary: bool = True,
     ) -> None:
         self.label = label
         self.total = total
@@ -233,39 +275,89 @@ class Progress:
         self.units = units
         self.enabled = enabled
         self.interval = interval
+        self.summary = summary
         self.stream = stream or sys.stderr
         self._tty = self.stream.isatty()
         self._start = time.perf_counter()
         self._shown = self._start
+        self._bar: Any = None
+        """The ``rich`` progress display, while it is live (on a terminal)."""
 
     def __enter__(self) -> Progress:
+        if self.enabled and self._tty:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+            from rich.progress import Progress as Bar
+
+            self._bar = Bar(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[unit]}"),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[note]}"),
+                console=terminal(self.stream),
+            )
+            self._bar.add_task(self.label, total=self.total, unit=self._unit(), note="")
+            self._bar.start()
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._draw(final=True)
+        if self._bar is not None:
+            self._update("")
+            self._bar.stop()
+            self._bar = None
+        elif self.summary:
+            self._draw()
 
     def advance(self, amount: int = 1, note: str = "") -> None:
         """Count ``amount`` more units done; redraw if due."""
         self.done += amount
-        now = time.perf_counter()
-        if now - self._shown >= (0.1 if self._tty else self.interval):
-            self._shown = now
-            self._draw(note=note)
+        self._due(note)
+
+    def count(self, done: int, total: int | None) -> None:
+        """``done`` of ``total`` units are done (work that counts for itself)."""
+        self.done, self.total = done, total
+        self._due("")
 
     def message(self, text: str) -> None:
-        """A free-form progress line."""
-        if self.enabled:
-            clear = CLEAR_LINE if self._tty else ""
-            print(f"{clear}... {text}", file=self.stream, flush=True)
+        """A free-form progress line (above the bar on a terminal)."""
+        if not self.enabled:
+            return
+        if self._bar is not None:
+            self._bar.console.print(f"... {text}")
+        else:
+            print(f"... {text}", file=self.stream, flush=True)
 
-    def _draw(self, final: bool = False, note: str = "") -> None:
+    def _unit(self) -> str:
+        count = self.total or self.done
+        return noun(count, self.unit, self.units) if self.unit else ""
+
+    def _due(self, note: str) -> None:
+        if self._bar is not None:
+            self._update(note)  # rich redraws at its own pace
+            return
+        now = time.perf_counter()
+        if self.summary and now - self._shown >= self.interval:
+            self._shown = now
+            self._draw(note)
+
+    def _update(self, note: str) -> None:
+        (task,) = self._bar.task_ids
+        self._bar.update(task, completed=self.done, total=self.total, unit=self._unit(), note=note)
+
+    def _draw(self, note: str = "") -> None:
+        """The line of a run off a terminal: ``... label [###   ] done/total unit 1.2s``."""
         if not self.enabled:
             return
         elapsed = time.perf_counter() - self._start
-        count = self.total or self.done
-        unit = f" {noun(count, self.unit, self.units)}" if self.unit else ""
+        unit = f" {self._unit()}" if self.unit else ""
         if self.total:
             fraction = min(1.0, self.done / self.total)
             bar = "#" * int(fraction * 24)
@@ -273,7 +365,4 @@ class Progress:
         else:
             text = f"{self.label} {self.done}{unit}"
         text += f" {elapsed:.1f}s" + (f" {note}" if note else "")
-        if self._tty:
-            print(f"{CLEAR_LINE}{text}", end="\n" if final else "", file=self.stream, flush=True)
-        else:
-            print(f"... {text}", file=self.stream, flush=True)
+        print(f"... {text}", file=self.stream, flush=True)

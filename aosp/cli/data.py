@@ -909,7 +909,10 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
     )
     fields.add_argument("--timer-id", metavar="ID", help="timer_fired: fills timer_id")
     fields.add_argument("--cmd", "--command-name", metavar="CMD", help="control: fills cmd")
-    enqueue.set_defaults(run=cmd_inbox_enqueue, option_fields=ITEM_OPTIONS)
+    enqueue.set_defaults(
+        run=cmd_inbox_enqueue,
+        option_fields={**ITEM_OPTIONS, "idempotency_keys[0]": "--idempotency-key"},
+    )
     inbox_read = inbox.add_parser(
         "read", parents=[common, store, one_world], help="pending items after the cursor"
     )

@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     from persistence.kv import Engine
 
 
-def _progress(args: argparse.Namespace) -> Callable[[str], None]:
-    return Progress("", enabled=not (args.quiet or args.json)).message
+def _progress(args: argparse.Namespace, label: str, unit: str) -> Progress:
+    """The progress of a job that prints a line per step: a bar too on a terminal."""
+    return Progress(label, enabled=not (args.quiet or args.json), unit=unit, summary=False)
 
 
 DEMO_LIMITS: Final = {"worlds": 10_000, "writers": 64, "items": 1_000_000}
@@ -50,7 +51,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     config = demo.DemoConfig(
         data_dir=args.data_dir, worlds=args.worlds, writers=args.writers, items=args.items
     )
-    report = demo.run(config, _progress(args))
+    with _progress(args, "demo", "item") as progress:
+        report = demo.run(config, progress.message, progress.count)
     summary = {
         "store": str(args.data_dir),
         "universe": report.universe,
@@ -102,7 +104,6 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     if args.list:
         return _list_cases(args)
     profile = _sized(PROFILES[args.profile], args)
-    progress = _progress(args)
     servers = _server_faults(args)
     kv_url, objects_url = conformance_store(args)
     make_directory(args.report, "--report")  # before the run, not after it
@@ -117,16 +118,18 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         available = False
     else:
         available = True
-        report = run_suite(
-            plane,
-            profile,
-            kv_url=kv_url,
-            objects_url=objects_url,
-            cases=args.case or None,
-            servers=servers,
-            progress=progress,
-            door=args.door,
-        )
+        with _progress(args, "conformance", "case") as progress:
+            report = run_suite(
+                plane,
+                profile,
+                kv_url=kv_url,
+                objects_url=objects_url,
+                cases=args.case or None,
+                servers=servers,
+                progress=progress.message,
+                door=args.door,
+                tally=progress.count,
+            )
         plane.engine.close()
     junit, summary_path = report.write(args.report)
     summary = report.summary()
@@ -367,8 +370,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "eventsourcing": eventsourcing_suite.run,
     }
     figures: list[Figure] = []
-    for suite in suites:
-        figures.extend(runners[suite](seconds=args.seconds, progress=_progress(args)))
+    with _progress(args, "bench", "suite") as progress:
+        for done, suite in enumerate(suites):
+            progress.count(done, len(suites))
+            figures.extend(runners[suite](seconds=args.seconds, progress=progress.message))
+        progress.count(len(suites), len(suites))
     if args.json:
         print_json([f.to_json() for f in figures])
     else:

@@ -245,31 +245,14 @@ def test_inbox_enqueue_every_kind_read_and_drain(store: Store) -> None:
         assert result.code == 0, result.err
         assert result.json()["repeat"] is False
         seqs.append(result.json()["seq"])
-    again = aosp(
-        "inbox",
-        "enqueue",
-        *store.world_args("--kind", "timer", "--payload", '{"n": 3}'),
-        "--timer-id",
-        "t1",
-        "--idempotency-key",
-        "key-3",
-        "--json",
+    repeat = ("--kind", "timer", "--payload", '{"n": 3}', "--timer-id", "t1")
+    again = aosp("inbox", "enqueue", *store.world_args(*repeat, "--idempotency-key", "key-3"))
+    as_json = aosp(
+        "inbox", "enqueue", *store.world_args(*repeat, "--idempotency-key", "key-3", "--json")
     )
-    assert again.json() == {"seq": seqs[3], "repeat": True}  # the first item's sequence
-    text = aosp(
-        "inbox",
-        "enqueue",
-        *store.world_args("--kind", "timer", "--payload", '{"n": 3}'),
-        "--timer-id",
-        "t1",
-        "--idempotency-key",
-        "key-3",
-    )
-    assert (
-        text.out.decode().strip() == seqs[3]
-        and "a repeat" in text.err
-        and "nothing was stored" in text.err
-    )
+    assert as_json.json() == {"seq": seqs[3], "repeat": True}  # the first item's sequence
+    assert again.out.decode().strip() == seqs[3]
+    assert "a repeat" in again.err and "nothing was stored" in again.err
     pending = aosp("inbox", "read", *store.world_args("--json")).json()["items"]
     assert [p["seq"] for p in pending] == seqs
     assert [p["kind"] for p in pending] == [
