@@ -10,8 +10,10 @@ over the plain one for that application):
     takes; the ``aosp`` CLI's ``--kv``). Unset, the factory refuses (``OSError``), as
     eventsourcing's SQLite module refuses a missing ``SQLITE_DBNAME``.
 ``AOSP_OBJECTS_URL``
-    the object store: ``memory://`` (default), ``file:///dir``, ``s3://bucket/prefix?...``
-    (:func:`backends.objects.open_object_store`; the CLI's ``--objects``).
+    the object store: ``file:///dir``, ``s3://bucket/prefix?...``, ``memory://``
+    (:func:`backends.objects.open_object_store`; the CLI's ``--objects``). Unset, it is
+    ``memory://`` beside a ``memory://`` engine and refused (``OSError``) beside a durable
+    one: large bodies and cold segments would be lost at exit.
 ``AOSP_UNIVERSE``
     the application's universe id (default: derived from the application's name with
     :func:`uuid.uuid5`, so every process of an application finds the same one). Give it per
@@ -104,8 +106,18 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
             )
         self.kv_url = self._lock_timeout(kv_url)
         """The engine's URL (with ``SQLITE_LOCK_TIMEOUT`` as its ``busy_timeout``)."""
-        self.objects_url = self._setting(self.AOSP_OBJECTS_URL) or MEMORY_URL
-        """The object store's URL."""
+        objects_url = self._setting(self.AOSP_OBJECTS_URL)
+        if objects_url is None and urllib.parse.urlsplit(kv_url).scheme != "memory":
+            keys = ", ".join(self.env.create_keys(self.AOSP_OBJECTS_URL))
+            raise OSError(
+                f"{self.AOSP_OBJECTS_URL} not set (looked for {keys}) beside the durable "
+                f"{self.AOSP_KV_URL}={kv_url!r}: set it to a durable object store "
+                "(file:///var/lib/app/objects, s3://bucket/prefix?...); large bodies and "
+                f"cold segments in {MEMORY_URL} would be lost at exit"
+            )
+        self.objects_url = objects_url or MEMORY_URL
+        """The object store's URL (``memory://`` only beside a ``memory://`` engine, unless
+        set)."""
         cold = self._setting(self.AOSP_COLD_AT_SNAPSHOTS) or "n"
         try:
             self.cold_at_snapshots = bool(strtobool(cold))

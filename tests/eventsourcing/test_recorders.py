@@ -321,6 +321,7 @@ def test_an_application_takes_a_snapshot_below_a_later_one(
     env = {
         "PERSISTENCE_MODULE": "aos_eventsourcing",
         "AOSP_KV_URL": kv,
+        "AOSP_OBJECTS_URL": f"file://{tmp_path}/objects",
         "AOSP_UNIVERSE": str(UniverseId.new()),  # a universe of its own on a shared cluster
         "IS_SNAPSHOTTING_ENABLED": "y",
     }
@@ -628,7 +629,9 @@ def test_the_factory_opens_the_store_at_the_first_recorder_and_closes_it(tmp_pat
     again = PlaneFactory(Environment("Bank", env))
     assert again.application_recorder().max_notification_id() == 1
     again.close()
-    bad = PlaneFactory(Environment("Bank", {"AOSP_KV_URL": "nosuch://x"}))
+    bad = PlaneFactory(
+        Environment("Bank", {"AOSP_KV_URL": "nosuch://x", "AOSP_OBJECTS_URL": "memory://"})
+    )
     with pytest.raises(OSError, match="AOSP_KV_URL"):
         bad.application_recorder()
 
@@ -677,7 +680,11 @@ def test_sqlite_lock_timeout_is_the_stores_busy_timeout(tmp_path: Path) -> None:
         (f"{url}?synchronous=FULL", " 7 "),
         (f"{url}?busy_timeout=7", "7"),
     ):
-        env = {"AOSP_KV_URL": kv, "BANK_SQLITE_LOCK_TIMEOUT": timeout}
+        env = {
+            "AOSP_KV_URL": kv,
+            "AOSP_OBJECTS_URL": "memory://",
+            "BANK_SQLITE_LOCK_TIMEOUT": timeout,
+        }
         factory = PlaneFactory(Environment("Bank", env))
         assert isinstance(factory.plane.engine, SqliteEngine)
         assert factory.plane.engine.busy_timeout == 7.0
@@ -689,7 +696,7 @@ def test_sqlite_lock_timeout_is_the_stores_busy_timeout(tmp_path: Path) -> None:
         ("memory://", "7", "applies to an SQLite store only, and AOSP_KV_URL is 'memory://'"),
     )
     for kv, timeout, problem in refusals:
-        env = {"AOSP_KV_URL": kv, "SQLITE_LOCK_TIMEOUT": timeout}
+        env = {"AOSP_KV_URL": kv, "AOSP_OBJECTS_URL": "memory://", "SQLITE_LOCK_TIMEOUT": timeout}
         with pytest.raises(
             OSError,
             match=re.escape(f"SQLITE_LOCK_TIMEOUT={timeout!r}: ") + f".*{re.escape(problem)}",
@@ -716,6 +723,20 @@ def test_a_missing_kv_url_is_refused_naming_it(env: dict[str, str]) -> None:
     assert PlaneFactory(Environment("Bank", {"BANK_AOSP_KV_URL": "memory://"})).kv_url == (
         "memory://"
     )
+
+
+def test_a_durable_engine_without_an_object_store_is_refused(tmp_path: Path) -> None:
+    """Beside a durable engine an unset ``AOSP_OBJECTS_URL`` once meant ``memory://``: the
+    large bodies and cold segments of a SQLite store were lost at exit. Now it is refused,
+    naming it; beside a memory engine the memory store is still the default."""
+    durable = {"AOSP_KV_URL": f"sqlite://{tmp_path}/aos.db"}
+    with pytest.raises(OSError, match=r"^AOSP_OBJECTS_URL not set \(looked for BANK_AOSP_"):
+        PlaneFactory(Environment("Bank", durable))
+    assert not (tmp_path / "aos.db").exists()  # refused before anything was created
+    memory = PlaneFactory(Environment("Bank", {"AOSP_KV_URL": "memory://"}))
+    assert memory.objects_url == "memory://"
+    given = {**durable, "BANK_AOSP_OBJECTS_URL": f"file://{tmp_path}/objects"}
+    assert PlaneFactory(Environment("Bank", given)).objects_url == f"file://{tmp_path}/objects"
 
 
 @pytest.mark.parametrize("prefix", ["BANK_", ""])
@@ -861,7 +882,11 @@ def test_a_closed_application_neither_saves_nor_reads(tmp_path: Path, engine: st
     """``Application.close()``, then ``save`` and a repository's ``get``: eventsourcing's
     ``ConnectionPoolClosedError`` on every engine, as on eventsourcing's SQLite."""
     kv = "memory://" if engine == "memory" else f"sqlite://{tmp_path}/aos.db"
-    env = {"PERSISTENCE_MODULE": "aos_eventsourcing", "AOSP_KV_URL": kv}
+    env = {
+        "PERSISTENCE_MODULE": "aos_eventsourcing",
+        "AOSP_KV_URL": kv,
+        "AOSP_OBJECTS_URL": f"file://{tmp_path}/objects",
+    }
     application = Application[uuid.UUID](env=env)
     account = Aggregate()
     application.save(account)
