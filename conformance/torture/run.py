@@ -34,9 +34,12 @@ from conformance.torture.workload import (
     TortureConfig,
     check_shared_urls,
 )
+from persistence import kv
 from persistence.errors import Backend, PersistError, Validation
 from persistence.fdb_errors import ERROR_DESCRIPTIONS
+from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
+from persistence.kv import Engine
 from persistence.plane import Plane
 from persistence.protocols.compaction import MARKS_PER_WINDOW
 from persistence.workers.drain_worker import Shard
@@ -174,6 +177,7 @@ def run_torture(
     run_seconds = time.monotonic() - began
     if servers is not None:
         failures += _wait_available(plane, universe, worlds[0])
+    failures += _await_commits_in_flight(plane.engine)
     evidence = read_evidence(directory)
     violations = failures + fleet.failures + monitor.violations + evidence.errors
     violations += check_pending(plane, universe, worlds, evidence)
@@ -406,6 +410,39 @@ def _wait_available(plane: Plane, universe: UniverseId, world: WorldId) -> list[
                     f"servers: the store did not answer {AVAILABLE_WITHIN_SECONDS} s after the "
                     f"last server restart: {exc!r}"
                 ]
+
+
+@kv.transactional
+async def _read_version(tr: kv.Transaction) -> int:
+    return await tr.get_read_version()
+
+
+def _await_commits_in_flight(engine: Engine) -> list[str]:
+    """Wait until no commit of a killed process can still land; a violation if the store's
+    version does not get there within :data:`AVAILABLE_WITHIN_SECONDS`.
+
+    A process killed right after it sent a commit dies before the answer, and the cluster
+    may apply the commit later (FoundationDB: after a recovery of a second, say). The
+    checks read the journal and the inbox in separate transactions, so such a commit
+    landing between them (a drain: entries and cursor) would look like an item gone from
+    both. Its read version is older than the last kill, and a commit whose read version
+    is :data:`kv.MAX_TRANSACTION_SECONDS` of versions behind is refused
+    (``transaction_too_old``): once the store's version is that far past the kill,
+    nothing more lands. An engine whose versions do not keep time commits in the process
+    that asks (SQLite; nothing is in flight after a kill)."""
+    per_second = engine.versions_per_second
+    if per_second is None or not engine.commit_may_be_unknown:
+        return []
+    settled = drive(_read_version(engine)) + math.ceil(kv.MAX_TRANSACTION_SECONDS * per_second)
+    deadline = time.monotonic() + AVAILABLE_WITHIN_SECONDS
+    while (now := drive(_read_version(engine))) <= settled:
+        if time.monotonic() > deadline:
+            return [
+                f"servers: the store's version stood at {now} for {AVAILABLE_WITHIN_SECONDS} "
+                f"s, short of {settled}: commits of killed processes may still land"
+            ]
+        time.sleep(0.1)  # a poll of the store's version, not a guess at how long it takes
+    return []
 
 
 def _by_code(counts: Counter[int]) -> dict[str, int]:

@@ -50,6 +50,7 @@ from conformance.torture.fleet import Fleet, Process
 from conformance.torture.monitor import Monitor
 from conformance.torture.run import (
     Killer,
+    _await_commits_in_flight,
     compaction_due,
     orphan_collection_due,
     run_torture,
@@ -168,6 +169,22 @@ def test_seeded_torture_with_local_objects(
     # (What was collected depends on where the kills landed: figures, not floors.)
     assert figures["orphan_collection_due"] and figures["orphan_grace_seconds"] == 1.0
     assert figures["attachment_puts"] >= figures["attachments_acknowledged"]
+
+
+def test_the_checks_wait_until_no_commit_of_a_killed_process_can_land(
+    fdb_cluster: FdbCluster, tmp_path: Path
+) -> None:
+    """A killed process's commit may land after its death; the checks read the store only
+    once the cluster's version is a whole MVCC window past the kill (on SQLite a commit
+    lands in the process that asks: no wait)."""
+    engine = fdb_cluster.engine()
+    before = kv.run_sync(engine, lambda tr: tr.get_read_version().wait())
+    assert _await_commits_in_flight(engine) == []
+    after = kv.run_sync(engine, lambda tr: tr.get_read_version().wait())
+    assert after - before > kv.MAX_TRANSACTION_SECONDS * 1_000_000  # 1007 for any older
+    sqlite = SqliteEngine(tmp_path / "kv.db")
+    started = time.monotonic()
+    assert _await_commits_in_flight(sqlite) == [] and time.monotonic() - started < 1
 
 
 @pytest.mark.parametrize(
