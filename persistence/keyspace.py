@@ -48,7 +48,7 @@ import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Generic, Protocol, TypeVar
 
 from persistence.errors import CorruptRecord
 from persistence.fdbtuple import (
@@ -177,22 +177,39 @@ _LOG_HEAD_SUFFIX: Final = pack(("log", "head"))
 _LOG_AT_SUFFIX: Final = pack(("log", "at"))
 
 
-@dataclass(frozen=True, slots=True)
-class UniverseKeys:
-    """Keys of one universe."""
-
-    universe: UniverseId
-    _prefixes: _UniversePrefixes | None = field(default=None, init=False, repr=False, compare=False)
-    """:func:`_universe_prefixes`, looked up on first use (as ``WorldKeys._prefixes``)."""
+class _Prefixes(Protocol):
+    """What every scope's packed prefixes hold."""
 
     @property
-    def _p(self) -> tuple[Element, ...]:
-        return ("u", self.universe.uuid)
+    def base(self) -> bytes:
+        """Every key of the scope."""
+        ...
 
-    def _hot(self) -> _UniversePrefixes:
+    @property
+    def calls(self) -> bytes:
+        """The scope's call records."""
+        ...
+
+
+P = TypeVar("P", bound=_Prefixes)
+
+
+class _Scope(Generic[P]):
+    """What the keys of a universe and of a world share: their prefixes, packed once and
+    looked up on first use (then attribute reads, not a cache lookup that hashes the ids
+    per key); keys under them; the scope's call records (``protocols/calls.py``)."""
+
+    __slots__ = ()
+    _prefixes: P | None
+
+    def _load(self) -> P:
+        """The scope's prefixes, from their per-scope cache."""
+        raise NotImplementedError
+
+    def _hot(self) -> P:
         prefixes = self._prefixes
         if prefixes is None:
-            prefixes = _universe_prefixes(self.universe)
+            prefixes = self._load()
             object.__setattr__(self, "_prefixes", prefixes)
         return prefixes
 
@@ -204,17 +221,34 @@ class UniverseKeys:
         """The key ``(*prefix, *suffix)`` for a constant suffix, both packed once."""
         return self._hot().base + _packed(suffix)
 
-    def info(self) -> bytes:
-        """Marker written when the universe gets its first world."""
-        return self._const("info")
-
     def call(self, call_id: bytes) -> bytes:
-        """The record of a universe-level write call (effects, group appends)."""
+        """The record of a write call of this scope (a world's; a universe's: effects,
+        group appends and drains)."""
         return self._hot().calls + pack((call_id,))
 
     def calls(self) -> tuple[bytes, bytes]:
-        """Every universe-level call record, oldest first."""
+        """Every call record of the scope, oldest first."""
         return range_of(self._hot().calls)
+
+
+@dataclass(frozen=True, slots=True)
+class UniverseKeys(_Scope[_UniversePrefixes]):
+    """Keys of one universe."""
+
+    universe: UniverseId
+    _prefixes: _UniversePrefixes | None = field(default=None, init=False, repr=False, compare=False)
+    """:func:`_universe_prefixes`, looked up on first use."""
+
+    @property
+    def _p(self) -> tuple[Element, ...]:
+        return ("u", self.universe.uuid)
+
+    def _load(self) -> _UniversePrefixes:
+        return _universe_prefixes(self.universe)
+
+    def info(self) -> bytes:
+        """Marker written when the universe gets its first world."""
+        return self._const("info")
 
     def log_head(self) -> bytes:
         """The universe log's last position."""
@@ -369,45 +403,24 @@ def universes_range() -> tuple[bytes, bytes]:
 
 
 @dataclass(frozen=True, slots=True)
-class WorldKeys:
+class WorldKeys(_Scope[_WorldPrefixes]):
     """Keys of one world."""
 
     universe: UniverseId
     world: WorldId
     _prefixes: _WorldPrefixes | None = field(default=None, init=False, repr=False, compare=False)
-    """:func:`_world_prefixes`, looked up on first use: the keys' prefixes are then
-    attribute reads, not a cache lookup that hashes both ids per key."""
+    """:func:`_world_prefixes`, looked up on first use."""
 
     @property
     def _p(self) -> tuple[Element, ...]:
         return ("u", self.universe.uuid, "w", self.world.uuid)
 
-    def _hot(self) -> _WorldPrefixes:
-        prefixes = self._prefixes
-        if prefixes is None:
-            prefixes = _world_prefixes(self.universe, self.world)
-            object.__setattr__(self, "_prefixes", prefixes)
-        return prefixes
-
-    def _key(self, *suffix: Element) -> bytes:
-        """The key ``(*prefix, *suffix)``, its prefix packed once."""
-        return self._hot().base + pack(suffix)
-
-    def _const(self, *suffix: str) -> bytes:
-        """The key ``(*prefix, *suffix)`` for a constant suffix, both packed once."""
-        return self._hot().base + _packed(suffix)
+    def _load(self) -> _WorldPrefixes:
+        return _world_prefixes(self.universe, self.world)
 
     def meta(self) -> bytes:
         """The world's ``WorldMeta``."""
         return self._const("meta")
-
-    def call(self, call_id: bytes) -> bytes:
-        """The record of a write call on this world."""
-        return self._hot().calls + pack((call_id,))
-
-    def calls(self) -> tuple[bytes, bytes]:
-        """Every call record of the world, oldest first."""
-        return range_of(self._hot().calls)
 
     def all(self) -> tuple[bytes, bytes]:
         """Every key of the world."""

@@ -597,24 +597,23 @@ bad_args("enqueue", ENQUEUE, "item", ITEMS)
 bad_args("enqueue", ENQUEUE, "idempotency_key", [b"", b"k" * 257, "key", 5, bytearray(b"k")])
 
 BATCH = world_args(lambda s: {"items": [ITEM], "idempotency_keys": [b"never-enqueued"]})
-ids_of("enqueue_batch", BATCH)
-unknown_world("enqueue_batch", BATCH)
-bad_args("enqueue_batch", BATCH, "items", [None, [], ITEM, "items", [ITEM] * 10_001])
-bad_args(
-    "enqueue_batch", BATCH, "items", [[ITEM, None], [b"\xa0"], [ITEM, LOOSE_ITEM]], names="items["
-)
-bad_args(
-    "enqueue_batch",
-    BATCH,
-    "idempotency_keys",
-    [[], [b"a", b"b"], [None], [b""], ["k"], b"k", "k", [b"k" * 257]],
-)
-bad_args(
-    "enqueue_batch",
-    lambda s: {"universe": U, "world": W, "items": [ITEM, ITEM]},
-    "idempotency_keys",
-    [[b"same", b"same"]],
-)
+for batch in ("enqueue_batch", "enqueue_outcomes"):  # one checked path: the same refusals
+    ids_of(batch, BATCH)
+    unknown_world(batch, BATCH)
+    bad_args(batch, BATCH, "items", [None, [], ITEM, "items", [ITEM] * 10_001])
+    bad_args(batch, BATCH, "items", [[ITEM, None], [b"\xa0"], [ITEM, LOOSE_ITEM]], names="items[")
+    bad_args(
+        batch,
+        BATCH,
+        "idempotency_keys",
+        [[], [b"a", b"b"], [None], [b""], ["k"], b"k", "k", [b"k" * 257]],
+    )
+    bad_args(
+        batch,
+        lambda s: {"universe": U, "world": W, "items": [ITEM, ITEM]},
+        "idempotency_keys",
+        [[b"same", b"same"]],
+    )
 
 AFTER = world_args(lambda s: {"after_exclusive": None, "limit": 10})
 ids_of("read_after", AFTER)
