@@ -294,13 +294,16 @@ class Progress:
             from rich.progress import Progress as Bar
 
             self._bar = Bar(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("{task.fields[unit]}"),
+                TextColumn("{task.fields[unit]}", markup=False),
                 TimeElapsedColumn(),
-                TextColumn("{task.fields[note]}"),
+                TextColumn("{task.fields[note]}", markup=False),
                 console=terminal(self.stream),
+                # what the work prints goes where it was sent (stdout may be a pipe)
+                redirect_stdout=False,
+                redirect_stderr=False,
             )
             self._bar.add_task(self.label, total=self.total, unit=self._unit(), note="")
             self._bar.start()

@@ -374,6 +374,7 @@ class FaultyEngine(kv.Engine):
         self.commit_may_be_unknown = True  # it injects 1021 whatever the inner engine does
         self.writers_serialize = inner.writers_serialize
         self.blocking = inner.blocking
+        self.versions_per_second = inner.versions_per_second
 
     def create_transaction(self) -> FaultyTransaction:
         return FaultyTransaction(self.inner.create_transaction(), self.injector, self.inner)

@@ -208,6 +208,7 @@ class CountingEngine(kv.Engine):
         self.commit_may_be_unknown = inner.commit_may_be_unknown
         self.writers_serialize = inner.writers_serialize
         self.blocking = inner.blocking
+        self.versions_per_second = inner.versions_per_second
 
     def create_transaction(self) -> CountingTransaction:
         return CountingTransaction(self.inner.create_transaction(), self.tally)

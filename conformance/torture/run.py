@@ -425,23 +425,32 @@ def _await_commits_in_flight(engine: Engine) -> list[str]:
     may apply the commit later (FoundationDB: after a recovery of a second, say). The
     checks read the journal and the inbox in separate transactions, so such a commit
     landing between them (a drain: entries and cursor) would look like an item gone from
-    both. Its read version is older than the last kill, and a commit whose read version
-    is :data:`kv.MAX_TRANSACTION_SECONDS` of versions behind is refused
-    (``transaction_too_old``): once the store's version is that far past the kill,
-    nothing more lands. An engine whose versions do not keep time commits in the process
-    that asks (SQLite; nothing is in flight after a kill)."""
+    both. Its read version is older than the last kill, and FoundationDB's resolvers
+    refuse a commit with read conflicts whose read version is more than
+    :data:`kv.MAX_TRANSACTION_SECONDS` of versions (its default
+    ``MAX_WRITE_TRANSACTION_LIFE_VERSIONS``) behind (``transaction_too_old``): once the
+    store's version is that far past the kill, none of those lands. A blind write (no
+    read conflict) is never too old; every write of the torture reads with a conflict
+    (writers enqueue under their own keys, drains, appends and compaction read what they
+    change). An engine whose versions do not keep time commits in the process that asks
+    (SQLite; nothing is in flight after a kill)."""
     per_second = engine.versions_per_second
     if per_second is None or not engine.commit_may_be_unknown:
         return []
-    settled = drive(_read_version(engine)) + math.ceil(kv.MAX_TRANSACTION_SECONDS * per_second)
+    window = math.ceil(kv.MAX_TRANSACTION_SECONDS * per_second)
     deadline = time.monotonic() + AVAILABLE_WITHIN_SECONDS
-    while (now := drive(_read_version(engine))) <= settled:
-        if time.monotonic() > deadline:
-            return [
-                f"servers: the store's version stood at {now} for {AVAILABLE_WITHIN_SECONDS} "
-                f"s, short of {settled}: commits of killed processes may still land"
-            ]
-        time.sleep(0.1)  # a poll of the store's version, not a guess at how long it takes
+    try:
+        settled = drive(_read_version(engine)) + window
+        while (now := drive(_read_version(engine))) <= settled:
+            if time.monotonic() > deadline:
+                return [
+                    f"servers: the store's version stood at {now} for "
+                    f"{AVAILABLE_WITHIN_SECONDS} s, short of {settled}: commits of killed "
+                    "processes may still land"
+                ]
+            time.sleep(0.1)  # a poll of the store's version, not a guess at how long it takes
+    except PersistError as exc:
+        return [f"servers: the store's version could not be read after the last kill: {exc!r}"]
     return []
 
 

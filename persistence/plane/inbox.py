@@ -97,8 +97,8 @@ class InboxOperations(JournalOperations):
         *,
         idempotency_keys: Sequence[bytes] | None = None,
     ) -> list[Enqueued]:
-        """:meth:`enqueue_batch`, saying of each item whether it was a repeat: its key
-        already held the item when the call first looked, so nothing was stored for it
+        """:meth:`enqueue_batch`, saying of each item whether it was a repeat: its key held
+        the item and no attempt of the call wrote it, so nothing was stored for it
         (``protocols.inbox.Enqueued``)."""
         return await self._enqueue_batch(universe, world, items, idempotency_keys)
 
@@ -171,12 +171,12 @@ class InboxOperations(JournalOperations):
         own = frozenset(range(len(idem))) if drawn else frozenset()
         envelopes_ = list(zip(idem, envelopes, strict=True))
         known = keys in self.known_worlds
-        repeats: set[int] = set()
-        pending = await inbox.enqueue(self.engine, keys, envelopes_, call, own, known, repeats)
+        wrote: set[int] = set()
+        pending = await inbox.enqueue(self.engine, keys, envelopes_, call, own, known, wrote)
         self.known_worlds.add(keys)  # it exists: the enqueue found its meta, or knew it
         self.hooks.reached("inbox.after_enqueue")
         seqs = await pending.seqs(len(envelopes))
-        return [Enqueued(seq, index in repeats) for index, seq in enumerate(seqs)]
+        return [Enqueued(seq, index not in wrote) for index, seq in enumerate(seqs)]
 
     @operation("inbox.read_after")
     async def read_after(

@@ -51,8 +51,10 @@ READY_VALUE: Final = bytes(10) + (0).to_bytes(4, "little")
 @dataclass(frozen=True, slots=True)
 class Enqueued:
     """One item's outcome of an enqueue: its sequence, and whether it was a ``repeat`` --
-    its idempotency key already held this item when the call first looked, so the call
-    stored nothing for it."""
+    its idempotency key held this item and no attempt of the call wrote it, so the call
+    stored nothing for it. Not a repeat: an attempt of the call wrote the item, and it is
+    stored once (by that attempt, or -- if that attempt did not commit -- by a concurrent
+    call with the same key and item: one request either way)."""
 
     seq: InboxSeq
     repeat: bool
@@ -87,7 +89,7 @@ async def enqueue(
     call: Call | None = None,
     drawn: frozenset[int] = frozenset(),
     world_known: bool = False,
-    repeats: set[int] | None = None,
+    wrote: set[int] | None = None,
 ) -> PendingEnqueue:
     """Protocol C for a batch of ``(idempotency key or None, stored InboxEnvelope)``:
     versionstamped item keys (user version = position), an idempotency index entry per item
@@ -99,11 +101,9 @@ async def enqueue(
     entry (a retry does: an earlier attempt may have committed). One wave of reads: the
     world's meta and the idempotency entries. Without ``call`` every attempt reads every
     entry. ``world_known``: the caller has seen the world exist (worlds are never deleted),
-    so its meta is not read -- a keyless enqueue then reads nothing at all. ``repeats``: the
-    call's first attempt adds the positions whose key already held the item (this call
-    stores nothing for them; a position found only by a retry was absent when the call
-    first looked, and is stored once, by an earlier attempt or by a concurrent call with
-    the same key -- one request either way)."""
+    so its meta is not read -- a keyless enqueue then reads nothing at all. ``wrote``: every
+    attempt adds the positions it writes an item for (a position the committed attempt
+    found held and that no attempt wrote is a repeat: the call stored nothing for it)."""
     first = call is not None and calls.next_attempt(call)
     # The world must exist. Its meta never changes, so a snapshot read suffices -- and
     # unlike the head (rewritten by every drain) it cannot make enqueues conflict with drains.
@@ -130,10 +130,10 @@ async def enqueue(
                 if kept is not None and kept != fingerprint:
                     raise IdempotencyKeyReused(keys.world, idempotency_key, str(seq))
                 known[index] = seq
-                if first and repeats is not None:
-                    repeats.add(index)
                 continue
         tr.set_versionstamped_key(keys.inbox_item_with_versionstamp(index), envelope)
+        if wrote is not None:
+            wrote.add(index)
         if idem_key is not None:
             # the versionstamp fills the first ten bytes; the user version and the
             # fingerprint follow (records.IDEMPOTENCY_ENTRY_BYTES in all)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from backends.kv.faults import FaultInjector, SimulatedCrash
+from backends.kv.faults import FaultInjector, FaultyEngine, SimulatedCrash
 from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
@@ -182,6 +182,11 @@ def test_the_checks_wait_until_no_commit_of_a_killed_process_can_land(
     assert _await_commits_in_flight(engine) == []
     after = kv.run_sync(engine, lambda tr: tr.get_read_version().wait())
     assert after - before > kv.MAX_TRANSACTION_SECONDS * 1_000_000  # 1007 for any older
+    wrapped = FaultyEngine(engine, FaultInjector(seed=1))  # as the conformance suite runs it
+    before = kv.run_sync(engine, lambda tr: tr.get_read_version().wait())
+    assert _await_commits_in_flight(wrapped) == []
+    after = kv.run_sync(engine, lambda tr: tr.get_read_version().wait())
+    assert after - before > kv.MAX_TRANSACTION_SECONDS * 1_000_000
     sqlite = SqliteEngine(tmp_path / "kv.db")
     started = time.monotonic()
     assert _await_commits_in_flight(sqlite) == [] and time.monotonic() - started < 1

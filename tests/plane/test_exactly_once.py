@@ -7,8 +7,9 @@ import pytest
 
 from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
-from persistence import cbor, fdb_errors
+from persistence import cbor, fdb_errors, kv
 from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.protocols.snapshots import SnapshotOutcome
 from persistence.records import DomainEventIngress
@@ -75,6 +76,43 @@ def test_enqueue_outcomes_say_which_items_the_key_already_held(
     assert plane.enqueue_batch(universe, world, [event(2)], idempotency_keys=[b"b"]) == [
         again[1].seq
     ]
+
+
+def test_a_key_found_only_before_a_failed_attempt_is_not_a_repeat(
+    faulty: FaultyEngine, plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    """The first attempt finds key "a" held; its commit fails (not applied) while the item
+    and its entry are removed (as compaction does); the retry stores "a" anew: stored by
+    this call, so not a repeat."""
+    (held,) = plane.enqueue_batch(universe, world, [event(1)], idempotency_keys=[b"a"])
+    keys = WorldKeys(universe, world)
+
+    def compacted() -> None:
+        def clear(tr: kv.Transaction) -> None:
+            tr.clear(keys.inbox_item(held))
+            tr.clear(keys.inbox_idempotency(b"a"))
+
+        kv.run_sync(faulty.inner, clear)
+
+    faulty.injector.fail_commit(1, fdb_errors.NOT_COMMITTED, interleave=compacted)
+    out = plane.enqueue_outcomes(
+        universe, world, [event(1), event(2)], idempotency_keys=[b"a", b"b"]
+    )
+    assert [o.repeat for o in out] == [False, False] and out[0].seq != held
+    assert [s for s, _ in plane.read_after(universe, world, None, 10)] == [o.seq for o in out]
+
+
+def test_a_repeat_whose_first_read_failed_is_still_a_repeat(
+    faulty: FaultyEngine, plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    """The first attempt fails at its read (1037), before it sees anything; the retry finds
+    the key held: no attempt wrote the item, so it is a repeat."""
+    (held,) = plane.enqueue_batch(universe, world, [event(1)], idempotency_keys=[b"a"])
+    faulty.injector.fail_read(1, fdb_errors.PROCESS_BEHIND)
+    (out,) = plane.enqueue_outcomes(universe, world, [event(1)], idempotency_keys=[b"a"])
+    failed = [info for kind, info in faulty.injector.log if kind == "read"]
+    assert [info[1] for info in failed] == [fdb_errors.PROCESS_BEHIND]  # type: ignore[index]
+    assert out.repeat and out.seq == held
 
 
 def test_drain_retried_after_applied_unknown_result_returns_first_result(
