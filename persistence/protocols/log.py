@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from persistence import kv
 from persistence.errors import CorruptRecord, TrackingConflict
 from persistence.ids import WorldId
-from persistence.keyspace import UniverseKeys, height_keys
+from persistence.keyspace import UniverseKeys, WorldKeys, height_keys
 from persistence.protocols import checksums
 from persistence.records import LOG_HEAD, TRACKING, LogRecord, decode_record, log_records
 
@@ -85,15 +85,23 @@ async def read_log(
     position, the entries of the ``wanted`` ones that are stored whole in hot keys (entries
     never change, so a snapshot read of them is as good as any; cold or chunked ones are
     left to the caller), checked against their checksums with ``checksummed`` (the store's
-    layout seals entries: ``checksums.opened``)."""
-    head = await read_log_head(tr, universe, snapshot=True)
+    layout seals entries: ``checksums.opened``). Two waves of reads: the head with the
+    records, then the entries."""
+    upto = first + limit - 1 if last is None else min(last, first + limit - 1)
+    if first > upto:
+        return LogPage([], {}, None)
+    # the head and the records in one wave: nothing is logged above the head
+    head_read = tr.get(universe.log_head(), snapshot=True)
+    rows_read = tr.get_range(*universe.log_range(first, upto), snapshot=True)
+    head = log_position(await head_read)
     stop = head if last is None else min(head, last)
+    all_rows = await rows_read
     if first > stop:
         return LogPage([], {}, None)
-    end = min(stop, first + limit - 1)
-    rows = await tr.get_range(*universe.log_range(first, end), snapshot=True)
+    end = min(stop, upto)
+    rows = all_rows[: end - first + 1]
     records: list[tuple[int, LogRecord]] = []
-    entries: dict[int, bytes] = {}
+    asked: list[tuple[int, WorldKeys, int, bytes]] = []  # position, world, height, key
     for expected, (key, value) in enumerate(rows, start=first):
         if key != universe.log_entry(expected):
             break
@@ -101,15 +109,18 @@ async def read_log(
         records.append((expected, record))
         if wanted(record):
             world = universe.world(record.world)
-            whole = world.whole_entry_key()(record.height)
-            entry = await tr.get(whole, snapshot=True)
-            if entry is not None:
-                if checksummed:
-                    entry = checksums.opened(world, record.height, whole, entry)
-                entries[expected] = entry
+            asked.append((expected, world, record.height, world.whole_entry_key()(record.height)))
     if len(records) != end - first + 1:
         missing = first + len(records)
         raise CorruptRecord("universe log", f"position {missing} is missing below head {head}")
+    # the entries in one wave: one round trip, not one per entry
+    found = await tr.get_many([whole for _, _, _, whole in asked], snapshot=True)
+    entries: dict[int, bytes] = {}
+    for (position, world, height, whole), entry in zip(asked, found, strict=True):
+        if entry is not None:
+            if checksummed:
+                entry = checksums.opened(world, height, whole, entry)
+            entries[position] = entry
     return LogPage(records, entries, None if end >= stop else end + 1)
 
 

@@ -111,3 +111,23 @@ def test_the_count_of_a_blind_write_and_of_an_empty_read(engine: Engine) -> None
     assert rounds(counting) == 2
     kv.run(counting, lambda tr: tr.get_many([]))
     assert rounds(counting) == 0
+
+
+def test_a_page_of_the_universe_log_takes_three_round_trips(
+    counted: tuple[Plane, CountingEngine],
+) -> None:
+    """Read version; the log head with the page of records; the entries of the page in one
+    wave -- however many entries the page holds (they were read one by one: a round trip
+    each on FoundationDB)."""
+    plane, counting = counted
+    u = UniverseId.new()
+    worlds = [WorldId.new() for _ in range(3)]
+    for world in worlds:
+        plane.create_world(u, world)
+    batches = [(world, 0, [b"e%d" % n for n in range(20)]) for world in worlds]
+    plane.append_sequenced(u, batches, [["t"] * 20] * 3)
+    counting.tally.take()
+    page = plane.read_log(u, 1, 60)
+    assert [e.entry for e in page[:2]] == [b"e0", b"e1"] and len(page) == 60
+    assert rounds(counting) == 3
+    assert plane.read_log(u, 61, 10) == [] and rounds(counting) == 2  # past the head
