@@ -12,7 +12,7 @@ from persistence.errors import CorruptRecord, TrackingConflict
 from persistence.ids import WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys, height_keys
 from persistence.protocols import checksums
-from persistence.records import LOG_HEAD, TRACKING, LogRecord, decode_record, log_records
+from persistence.records import LOG_HEAD, TRACKING, LogRecord, decode_log_record, log_records
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +102,16 @@ async def read_log(
     rows = all_rows[: end - first + 1]
     records: list[tuple[int, LogRecord]] = []
     asked: list[tuple[int, WorldKeys, int, bytes]] = []  # position, world, height, key
+    worlds: dict[WorldId, WorldKeys] = {}  # an aggregate's events are often near each other
     for expected, (key, value) in enumerate(rows, start=first):
         if key != universe.log_entry(expected):
             break
-        record = decode_record(LogRecord, value, f"universe log at {expected}")
+        record = decode_log_record(value, f"universe log at {expected}")
         records.append((expected, record))
         if wanted(record):
-            world = universe.world(record.world)
+            world = worlds.get(record.world)
+            if world is None:
+                world = worlds[record.world] = universe.world(record.world)
             asked.append((expected, world, record.height, world.whole_entry_key()(record.height)))
     if len(records) != end - first + 1:
         missing = first + len(records)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import cbor2
 import pytest
 
 from persistence import cbor
@@ -26,6 +27,7 @@ from persistence.records import (
     WorldMeta,
     decode_inbox_item,
     decode_journal_record,
+    decode_log_record,
     decode_record,
     encode_inbox_item,
     envelope_bytes,
@@ -190,6 +192,39 @@ def test_log_records_are_the_records_encoded_one_by_one(first: int) -> None:
     ]
     with pytest.raises(Validation, match=r"LogRecord\.tag"):  # validated as the record is
         log_records(world, first, ["t", ""])
+
+
+@pytest.mark.parametrize("first", EDGES)
+def test_a_log_record_read_at_its_places_is_the_strict_decoders(first: int) -> None:
+    world = WorldId.new()
+    tags = ["t", "é" * 30, "x" * 300, "Dog.TrickAdded"][: 2**64 - first]
+    for raw, tag in zip(log_records(world, first, tags), tags, strict=False):
+        assert decode_log_record(raw, "log") == decode_record(LogRecord, raw, "log")
+        assert decode_log_record(raw, "log").tag == tag
+
+
+def test_a_log_record_not_as_written_goes_to_the_strict_decoder() -> None:
+    """Every byte changed, cut or added, and the same fields encoded otherwise (a longer
+    integer head, a longer text head, keys in another order): decoded as the strict
+    decoder decodes it, or its ``CorruptRecord``."""
+    world = WorldId.new()
+    (raw,) = log_records(world, 300, ["topic"])
+    variants = [raw[:cut] for cut in range(len(raw))] + [raw + b"\x00"]
+    variants += [
+        raw[:i] + bytes([raw[i] ^ bit]) + raw[i + 1 :] for i in range(len(raw)) for bit in (1, 0x80)
+    ]
+    variants.append(raw[:-3] + b"\x1a\x00\x00\x01\x2c")  # 300 with a 4-byte head
+    variants.append(raw.replace(b"\x65topic", b"\x78\x05topic"))  # a 1-byte length for 5
+    variants.append(cbor2.dumps({"world": world.uuid.bytes, "tag": "topic", "height": 300}))
+    for variant in variants:
+        try:
+            strict: object = decode_record(LogRecord, variant, "log")
+        except CorruptRecord as exc:
+            with pytest.raises(CorruptRecord) as raised:
+                decode_log_record(variant, "log")
+            assert str(raised.value) == str(exc)
+        else:
+            assert decode_log_record(variant, "log") == strict
 
 
 def test_unsigned_is_cbors_shortest_head() -> None:
