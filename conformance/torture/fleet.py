@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,23 @@ class Fleet:
         ``TortureSize.compaction_retention_seconds``)."""
         name = log_name(process.role, process.ident, process.incarnation)
         return (self.directory / name).exists()
+
+    def await_started(self, seconds: float) -> list[str]:
+        """Wait until every process has started (:meth:`started`), so that a run's time
+        and its kills count from a running workload, however long a loaded machine takes
+        to import Python; a failure naming the processes that did not start within
+        ``seconds``, or that exited first."""
+        deadline = time.monotonic() + seconds
+        while waiting := [p for p in self.processes if not self.started(p)]:
+            gone = [p for p in waiting if p.proc.poll() is not None]
+            if gone or time.monotonic() > deadline:
+                names = ", ".join(
+                    f"{p.role}-{p.ident}" + ("" if p.proc.returncode is None else " (exited)")
+                    for p in gone or waiting
+                )
+                return [f"fleet: {names} did not start within {seconds:g} s"]
+            time.sleep(0.05)  # a poll of the logs' files, not a guess at how long it takes
+        return []
 
     def kill(self, victim: Process) -> None:
         """SIGKILL ``victim``, wait for it, and start its next incarnation."""

@@ -53,6 +53,9 @@ reached."""
 POSTPONE_SECONDS: Final = 0.5
 """How long a server kill waits for the cluster to heal from the last one before asking
 again (killing faster than it heals exceeds its fault tolerance)."""
+STARTED_WITHIN_SECONDS: Final = 300.0
+"""The longest the workers may take to start (a loaded machine's imports): the run's time
+and kills count from then (``Fleet.await_started``)."""
 AVAILABLE_WITHIN_SECONDS: Final = 60.0
 """How soon the store must answer again after the last server restart."""
 COMPACTION_SLACK_SECONDS: Final = 5.0
@@ -132,11 +135,11 @@ def run_torture(
         raise Validation("TortureSize.floors", f"{unknown} are not figures known during a run")
     for role, ident in roles:
         fleet.start(role, ident)
+    failures = fleet.await_started(STARTED_WITHIN_SECONDS)  # the run counts from here
     monitor = Monitor(plane, universe, worlds, tolerate_backend=servers is not None)
     monitor.start()
     began, began_wall = time.monotonic(), time.time()
     killer = Killer(fleet, servers, size, rng, began)
-    failures: list[str] = []
 
     def unmet() -> list[str]:
         """The floors the run has not reached yet (figures it knows while running)."""
