@@ -234,6 +234,17 @@ def test_on_a_terminal_the_view_refreshes_until_interrupted(store: Store, tmp_pa
             assert chunk, f"the view ended early: {seen[-500:]!r} {errors.read_text()!r}"
             seen += chunk
         process.send_signal(signal.SIGINT)
+        # A terminal keeps reading: the view's last output (and its exit's flush) must not
+        # block on a full pseudo-terminal, which it did on a loaded machine.
+        while time.monotonic() < deadline + 120:
+            ready, _, _ = select.select([leader], [], [], 1.0)
+            try:
+                chunk = os.read(leader, 65536) if ready else b""
+            except OSError:  # closed: the view ended
+                break
+            seen += chunk
+            if not chunk and process.poll() is not None:
+                break
         code = process.wait(timeout=120)
         assert code == 0, f"exit {code}: {errors.read_text()!r}"
     finally:
