@@ -617,14 +617,8 @@ def _log_record_at_places(raw: bytes) -> LogRecord | None:
     height_at = world_at + 16 + len(_LOG_HEIGHT)
     if raw[at + size : world_at] != _LOG_WORLD or raw[world_at + 16 : height_at] != _LOG_HEIGHT:
         return None
-    if height_at >= len(raw):
-        return None
-    lead = raw[height_at]
-    if lead < 24:
-        height = lead
-    elif _UINT_WIDTHS.get(lead) == len(raw) - height_at - 1:
-        height = int.from_bytes(raw[height_at + 1 :], "big")
-    else:
+    height = _unsigned_at(raw, height_at)
+    if height < 0:
         return None
     try:
         tag = raw[at : at + size].decode("utf-8")
@@ -660,6 +654,19 @@ _UINT_WIDTHS: Final = {0x18: 1, 0x19: 2, 0x1A: 4, 0x1B: 8}
 """CBOR heads of unsigned integers of 24 and above, by the bytes that follow them."""
 
 
+def _unsigned_at(raw: bytes, start: int) -> int:
+    """The unsigned integer whose CBOR encoding is all of ``raw`` from ``start``, or -1 if
+    those bytes are not one (the caller re-encodes it to refuse a longer head than needed)."""
+    if start >= len(raw):
+        return -1
+    lead = raw[start]
+    if lead < 24:
+        return lead if len(raw) == start + 1 else -1
+    if _UINT_WIDTHS.get(lead) == len(raw) - start - 1:
+        return int.from_bytes(raw[start + 1 :], "big")
+    return -1
+
+
 class CounterCodec:
     """Stored bytes of a record whose one field is an unsigned integer (a head, a position),
     both ways, without building the record: canonical CBOR has one encoding per record, and
@@ -688,14 +695,8 @@ class CounterCodec:
         """The integer held by the stored bytes ``raw`` (``CorruptRecord`` unless they are
         exactly such a record's)."""
         start = self._start
-        if raw[:start] == self._prefix and len(raw) > start:
-            lead = raw[start]
-            if lead < 24:
-                value = lead
-            elif _UINT_WIDTHS.get(lead) == len(raw) - start - 1:
-                value = int.from_bytes(raw[start + 1 :], "big")
-            else:
-                value = -1
+        if raw[:start] == self._prefix:
+            value = _unsigned_at(raw, start)
             if value >= 0 and self.encode(value) == raw:  # the shortest head only
                 return value
         # Not such a record's bytes: the strict decoder names what is wrong with them.

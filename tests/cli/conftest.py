@@ -84,7 +84,11 @@ class Store:
 @pytest.fixture(scope="session")
 def demo_template(tmp_path_factory: pytest.TempPathFactory) -> Store:
     """One small demo run per test session."""
-    data = tmp_path_factory.mktemp("demo") / "data"
+    return make_demo_store(tmp_path_factory.mktemp("demo") / "data")
+
+
+def make_demo_store(data: Path) -> Store:
+    """A small demo run's store in ``data``, with the first of its worlds."""
     result = aosp(
         "demo",
         "--data-dir",

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.cli.conftest import ROOT, Store, aosp
+from tests.cli.conftest import ROOT, Store, aosp, make_demo_store
 
 DOC = ROOT / "docs" / "cli.md"
 TABLE = re.compile(
@@ -133,20 +133,4 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         sys.exit(__doc__)
     with tempfile.TemporaryDirectory() as directory:
-        data = Path(directory) / "data"
-        made = aosp(
-            "demo",
-            "--data-dir",
-            str(data),
-            "--worlds",
-            "3",
-            "--writers",
-            "2",
-            "--items",
-            "20",
-            "--quiet",
-            "--json",
-        )
-        assert made.code == 0, made.err
-        first = aosp("inspect", "--data-dir", str(data), "--json", "--quiet").json()["worlds"][0]
-        write(Store(data, first["universe"], first["world"]))
+        write(make_demo_store(Path(directory) / "data"))
