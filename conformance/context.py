@@ -54,17 +54,18 @@ class TortureSize:
     from the first attempt's start (the item was consumed after that attempt committed, and
     is removed at least the window after it was consumed): the first attempt (milliseconds
     on SQLite; on FoundationDB up to its 10 s transaction timeout plus the runner's 1 s when
-    it meets a recovery) + the kill and restart (the fleet restarts at once; interpreter,
-    imports and open take 0.2-1 s, seconds on a loaded machine) + the kills of that writer
-    while it opens the plane again (each process is killed every ``mean_kill_interval``
-    times the processes seconds on average; the killer spares a process still starting its
-    interpreter, ``Fleet.started``, which would test nothing of the store: without that, a
-    CI run on a loaded machine saw one writer killed seven times in its imports, and redo
-    8.9 s after its first attempt) + the redo (again up to a timeout, and redone after
-    ``Backend`` once the cluster has recovered).
-    Without server kills: about 1 + 3 x 1 + 1 s on either engine on an idle machine; on a
-    2-core machine also running a second test suite and a CPU burner, a run saw 11.4 s
-    (every process starved). 16 s leaves room for that (with server kills see
+    it meets a recovery) + the kill and restart (the fleet restarts at once, forking from a
+    server that imported the worker: milliseconds, then opening the plane) + the kills of
+    that writer while it opens the plane again (each process is killed every
+    ``mean_kill_interval`` times the processes seconds on average; the killer spares a
+    process that has not opened its log yet, ``Fleet.started``, which would test nothing of
+    the store) + the redo (again up to a timeout, and redone after ``Backend`` once the
+    cluster has recovered).
+    Without server kills, on a 2-core machine at a load of 9 (six CPU burners), the slowest
+    redo took 1.0-1.3 s on either engine and door. When each restart started a new
+    interpreter (2-3 s of imports at that load), runs beside two other test suites saw
+    16.3 s and 19.1 s: a writer killed twice while it redid one call. 16 s leaves room for
+    a loaded machine (with server kills see
     ``server_kills_retention_seconds``); a run compacts after the window, so a test that
     wants compaction runs longer than it (``compaction_due``). Every run measures it
     (``slowest_redo_seconds``) and reports a redo later than the window as a ``window``
@@ -73,8 +74,9 @@ class TortureSize:
     server_kills_retention_seconds: float = 20.0
     """The window instead of ``compaction_retention_seconds`` while server processes are
     killed too: a first attempt can meet a recovery and time out (11 s), then the restarts
-    (3 x 1 s) and the redo (seconds: a server is killed only once the cluster has healed
-    from the last kill, so the redo does not wait out a second timeout), about 15 s."""
+    (forks: milliseconds, then opening the plane) and the redo (seconds: a server is killed
+    only once the cluster has healed from the last kill, so the redo does not wait out a
+    second timeout), about 13 s."""
     compactors: int = 1
     """Compactor processes (more than one run concurrent passes over the same worlds)."""
     floors: tuple[tuple[str, int], ...] = ()

@@ -1,6 +1,6 @@
 """SIGKILL crash torture: OS processes write, drain, export, compact and collect orphans on
-one shared store while the torture kills them at random moments (once past their
-interpreter's start) and restarts them (and,
+one shared store while the torture kills them at random moments (once they have opened
+their logs) and restarts them, forked from a server that imported the worker once (and,
 given server faults, kills and restarts the store's own server processes); then every
 invariant is checked against what the processes durably acknowledged and what each call
 reported.

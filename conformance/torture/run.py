@@ -54,8 +54,8 @@ POSTPONE_SECONDS: Final = 0.5
 """How long a server kill waits for the cluster to heal from the last one before asking
 again (killing faster than it heals exceeds its fault tolerance)."""
 STARTED_WITHIN_SECONDS: Final = 300.0
-"""The longest the workers may take to start (a loaded machine's imports): the run's time
-and kills count from then (``Fleet.await_started``)."""
+"""The longest the workers may take to start (the fork server's imports on a loaded machine):
+the run's time and kills count from then (``Fleet.await_started``)."""
 AVAILABLE_WITHIN_SECONDS: Final = 60.0
 """How soon the store must answer again after the last server restart."""
 COMPACTION_SLACK_SECONDS: Final = 5.0
@@ -340,7 +340,7 @@ def _orphan_figures(
 
 class Killer:
     """When and what to kill: a worker process every ``mean_kill_interval`` seconds on
-    average, drawn among them all and skipped if it is still starting its interpreter
+    average, drawn among them all and skipped if it has not opened its log yet
     (``Fleet.started``: each process is then killed as often as before, or less); with
     ``servers``, also a server every ``server_kill_interval`` seconds on average, restarted
     after a uniform fraction of that interval. A server kill waits until the cluster has
@@ -365,8 +365,7 @@ class Killer:
         self.server_kills_postponed = 0
         """Server kills put off because the cluster had not healed from the last one."""
         self.process_kills_skipped = 0
-        """Process kills not done because the process drawn was still starting its
-        interpreter."""
+        """Process kills not done because the process drawn had not opened its log yet."""
 
     def next_event(self) -> float:
         """When the next kill or restart is due (``time.monotonic()``)."""

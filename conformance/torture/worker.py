@@ -25,6 +25,7 @@ those counts and its slowest call (``{"retries": ...}``). Any other error is log
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import time
@@ -662,6 +663,17 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return 1
     return 0
+
+
+def forked(config: str, role: str, ident: int, incarnation: int, stderr: str) -> None:
+    """:func:`main` in a process forked by the torture's fork server
+    (``conformance.torture.fleet``): its standard error goes to ``stderr``, its standard
+    input and output to ``/dev/null``, as the command line's would."""
+    with open(stderr, "wb") as err, open(os.devnull, "r+b") as null:
+        os.dup2(null.fileno(), 0)
+        os.dup2(null.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+    sys.exit(main([config, role, str(ident), str(incarnation)]))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,6 @@ violation, and its checks must catch violations planted in an otherwise clean st
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -46,7 +44,7 @@ from conformance.torture.evidence import (
     state_at,
     writer_history,
 )
-from conformance.torture.fleet import Fleet, Process
+from conformance.torture.fleet import FORKS, Fleet, Process
 from conformance.torture.monitor import Monitor
 from conformance.torture.run import (
     Killer,
@@ -779,18 +777,18 @@ def test_a_stalled_attachment_put_starts_over_after_a_collector_took_its_body(
 
 
 class _SleepersFleet(Fleet):
-    """A fleet whose processes are real children that wait on stdin (never a worker)."""
+    """A fleet whose processes are real children, forked as the workers are, that sleep
+    (never a worker)."""
 
     def start(self, role: str, ident: int, incarnation: int = 0) -> None:
-        child = subprocess.Popen(
-            [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
-        )
+        child = FORKS.Process(target=time.sleep, args=(600,))
+        child.start()
         self.processes.append(Process(role, ident, incarnation, child))
 
 
-def test_the_killer_spares_processes_still_starting_their_interpreter(tmp_path: Path) -> None:
+def test_the_killer_spares_processes_that_have_not_opened_their_logs(tmp_path: Path) -> None:
     """A kill draws among every process, and falls only on one that has opened its log
-    (past its imports, before it opens the plane); a draw of one still starting is skipped
+    (past its start, before it opens the plane); a draw of one still starting is skipped
     and counted, never moved to another (the started ones are not killed more often)."""
     fleet = _SleepersFleet(tmp_path / "no-config.json", tmp_path)
     fleet.start("writer", 0)
@@ -802,10 +800,10 @@ def test_the_killer_spares_processes_still_starting_their_interpreter(tmp_path: 
         starting = fleet.processes[0]
         for _ in range(draws):
             writer_1 = next(p for p in fleet.processes if p.ident == 1)
-            (tmp_path / log_name("writer", 1, writer_1.incarnation)).touch()  # past imports
+            (tmp_path / log_name("writer", 1, writer_1.incarnation)).touch()  # started
             assert [fleet.started(p) for p in fleet.processes] == [False, True]
             killer.act(killer.next_process_kill)
-        assert starting in fleet.processes and starting.proc.poll() is None  # never killed
+        assert starting in fleet.processes and starting.proc.exitcode is None  # never killed
         assert fleet.kills["writer"] + killer.process_kills_skipped == draws
         assert fleet.kills["writer"] > 0 and killer.process_kills_skipped > 0
         writer_1 = next(p for p in fleet.processes if p.ident == 1)
