@@ -1,19 +1,72 @@
 """Layer 1: engines (:mod:`backends.kv`) and object stores (:mod:`backends.objects`), opened
 by URL.
 
-The URL checks both openers share: a malformed URL, path or option is ``Validation`` naming
-the URL (``kv url`` or ``objects url``) and the option, before anything is opened or created.
+Both openers dispatch on the URL's scheme through a :class:`Schemes` registry and share the
+URL checks: a malformed URL, path or option is ``Validation`` naming the URL (``kv url`` or
+``objects url``) and the option, before anything is opened or created.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import Generic, TypeVar
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
-from persistence.errors import Validation
+from persistence.errors import NotFound, Validation
+
+Maker = TypeVar("Maker", bound=Callable[..., object])
+Opened = TypeVar("Opened")
+
+
+class Schemes(Generic[Maker]):
+    """The URL schemes of one kind of store and each one's *maker*: the function that
+    checks a URL of its scheme and returns the call that opens the store (importing its
+    backend only then, so that a missing extra is named when its scheme is used)."""
+
+    def __init__(self, field: str, kind: str) -> None:
+        self.field = field
+        """What a mistake names: ``kv url`` or ``objects url``."""
+        self.kind = kind
+        """What the stores are, for the unknown-scheme message."""
+        self._makers: dict[str, Maker] = {}
+
+    def add(self, scheme: str) -> Callable[[Maker], Maker]:
+        """Register the decorated function as the maker of ``scheme``."""
+
+        def register(maker: Maker) -> Maker:
+            if scheme in self._makers:
+                raise ValueError(f"scheme {scheme!r} registered twice")
+            self._makers[scheme] = maker
+            return maker
+
+        return register
+
+    def maker(self, parts: SplitResult, url: str) -> Maker:
+        """The maker of ``url``'s scheme; ``Validation`` naming the known ones if none."""
+        maker = self._makers.get(parts.scheme)
+        if maker is None:
+            known = ", ".join(f"{scheme}://" for scheme in self._makers)
+            raise Validation(
+                self.field,
+                f"unknown {self.kind} scheme {parts.scheme!r} in {url!r} (known: {known})",
+            )
+        return maker
+
+
+def in_memory(
+    parts: SplitResult, url: str, field: str, create: bool, store: Callable[[], Opened]
+) -> Callable[[], Opened]:
+    """The opener of a ``memory://`` URL: ``store``, a new and empty store, so only with
+    ``create`` (``NotFound`` without: there is no existing one to open); no path or
+    options."""
+    if parts.netloc or parts.path or parts.query:
+        raise Validation(field, f"memory:// takes no path or options: {url!r}")
+    if not create:
+        raise NotFound(f"{url!r} names a new, empty store: there is no existing one to open")
+    return store
 
 
 def split_url(url: object, field: str) -> SplitResult:

@@ -38,15 +38,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Final
 from urllib.parse import SplitResult
 
-from backends import split_url, url_options, url_path
-from persistence.errors import NotFound, Validation
+from backends import Schemes, in_memory, split_url, url_options, url_path
+from persistence.errors import Validation
 from persistence.kv import Engine
 from persistence.sizes import check_bool
 
 _SECONDS = re.compile(r"[0-9]+(\.[0-9]+)?", re.ASCII)
 """``busy_timeout``: a decimal number of seconds."""
+FAULTS: Final = "faults+"
+"""The prefix that wraps any engine URL's engine in a ``FaultyEngine``."""
+
+EngineMaker = Callable[[SplitResult, str, bool], Callable[[], Engine]]
+"""A scheme's maker: the URL's parts, the URL, ``create``; the call that opens it."""
+SCHEMES: Final[Schemes[EngineMaker]] = Schemes("kv url", "engine")
+"""The engine schemes (each ``faults+`` too)."""
 
 
 def open_engine(url: str, *, create: bool = True) -> Engine:
@@ -61,26 +69,22 @@ def engine_opener(url: str, *, create: bool = True) -> Callable[[], Engine]:
     or created (so that a caller opening several stores can check them all first)."""
     parts = split_url(url, "kv url")
     check_bool(create, "create")
-    if parts.scheme.startswith("faults+"):
+    if parts.scheme.startswith(FAULTS):
         from backends.kv.faults import FaultInjector, FaultyEngine
 
-        inner = engine_opener(url[len("faults+") :], create=create)
+        inner = engine_opener(url[len(FAULTS) :], create=create)
         return lambda: FaultyEngine(inner(), FaultInjector())
-    if parts.scheme == "memory":
-        from backends.kv.memory import MemoryEngine
-
-        if parts.netloc or parts.path or parts.query:
-            raise Validation("kv url", f"memory:// takes no path or options: {url!r}")
-        if not create:
-            raise NotFound(f"{url!r} names a new, empty store: there is no existing one to open")
-        return MemoryEngine
-    if parts.scheme == "sqlite":
-        return _sqlite_opener(parts, url, create)
-    if parts.scheme == "fdb":
-        return _fdb_opener(parts)
-    raise Validation("kv url", f"unknown engine scheme {parts.scheme!r} in {url!r}")
+    return SCHEMES.maker(parts, url)(parts, url, create)
 
 
+@SCHEMES.add("memory")
+def _memory_opener(parts: SplitResult, url: str, create: bool) -> Callable[[], Engine]:
+    from backends.kv.memory import MemoryEngine
+
+    return in_memory(parts, url, "kv url", create, MemoryEngine)
+
+
+@SCHEMES.add("sqlite")
 def _sqlite_opener(parts: SplitResult, url: str, create: bool) -> Callable[[], Engine]:
     from backends.kv.sqlite import MAX_BUSY_TIMEOUT, SYNCHRONOUS_MODES, SqliteEngine
 
@@ -112,7 +116,9 @@ def _sqlite_opener(parts: SplitResult, url: str, create: bool) -> Callable[[], E
     return open_sqlite
 
 
-def _fdb_opener(parts: SplitResult) -> Callable[[], Engine]:
+@SCHEMES.add("fdb")
+def _fdb_opener(parts: SplitResult, url: str, create: bool) -> Callable[[], Engine]:
+    """``fdb://``: connecting creates nothing, so ``create`` changes nothing."""
     from backends.kv.fdb import FdbEngine, FdbOptions
 
     integers = {"api_version", "timeout_ms", "retry_limit", "size_limit"}

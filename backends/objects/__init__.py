@@ -30,12 +30,20 @@ malformed one is ``Validation`` naming ``objects url`` and the option.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Final
 from urllib.parse import SplitResult, unquote
 
-from backends import split_url, url_flag, url_options
-from persistence.errors import NotFound, Validation
+from backends import Schemes, in_memory, split_url, url_flag, url_options
+from persistence.errors import Validation
 from persistence.objects import ObjectStore
 from persistence.sizes import check_bool
+
+Credentials = Mapping[str, str] | None
+StoreMaker = Callable[[SplitResult, str, bool, Credentials], Callable[[], ObjectStore]]
+"""A scheme's maker: the URL's parts, the URL, ``create``, the credentials; the call that
+opens it."""
+SCHEMES: Final[Schemes[StoreMaker]] = Schemes("objects url", "object store")
+"""The object store schemes."""
 
 
 def open_object_store(
@@ -61,27 +69,33 @@ def object_store_opener(
     check_bool(create, "create")
     if credentials is not None and not isinstance(credentials, Mapping):
         raise Validation("credentials", f"expected a mapping, got {type(credentials).__name__}")
-    if parts.scheme == "memory":
-        from backends.objects.memory import MemoryObjectStore
-
-        if parts.netloc or parts.path or parts.query:
-            raise Validation("objects url", f"memory:// takes no path or options: {url!r}")
-        if not create:
-            raise NotFound(f"{url!r} names a new, empty store: there is no existing one to open")
-        return MemoryObjectStore
-    if parts.scheme == "file":
-        from backends.objects.local import LocalObjectStore, parse_file_url
-
-        root, fsync = parse_file_url(url)
-        return lambda: LocalObjectStore(root, fsync=fsync, create=create)
-    if parts.scheme == "s3":
-        return _s3_opener(parts, url, credentials)
-    raise Validation("objects url", f"unknown object store scheme {parts.scheme!r} in {url!r}")
+    return SCHEMES.maker(parts, url)(parts, url, create, credentials)
 
 
-def _s3_opener(
-    parts: SplitResult, url: str, credentials: Mapping[str, str] | None
+@SCHEMES.add("memory")
+def _memory_opener(
+    parts: SplitResult, url: str, create: bool, credentials: Credentials
 ) -> Callable[[], ObjectStore]:
+    from backends.objects.memory import MemoryObjectStore
+
+    return in_memory(parts, url, "objects url", create, MemoryObjectStore)
+
+
+@SCHEMES.add("file")
+def _file_opener(
+    parts: SplitResult, url: str, create: bool, credentials: Credentials
+) -> Callable[[], ObjectStore]:
+    from backends.objects.local import LocalObjectStore, parse_file_url
+
+    root, fsync = parse_file_url(url)
+    return lambda: LocalObjectStore(root, fsync=fsync, create=create)
+
+
+@SCHEMES.add("s3")
+def _s3_opener(
+    parts: SplitResult, url: str, create: bool, credentials: Credentials
+) -> Callable[[], ObjectStore]:
+    """``s3://``: a bucket is never created, so ``create`` changes nothing."""
     from backends.objects.s3 import S3ObjectStore, check_endpoint, check_region
 
     options = url_options(parts, "objects url", {"endpoint_url", "region", "multipart"})
