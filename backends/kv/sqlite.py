@@ -50,7 +50,7 @@ and retries after repeated conflicts) on concurrent threads of one engine (the m
 excepted) are committed together: the first leads, runs the waiting attempts' bodies in
 arrival order on one connection under the writer queue and commits them with one
 ``COMMIT`` -- one sync for the group; each attempt still gets its own outcome
-(:class:`_GroupCommit`).
+(:class:`~backends.kv.sqlite_group.GroupCommit`).
 
 Opening with ``create=False`` (what reading tools use) never creates anything (a first
 commit creates the queue's lock file): the file must already be a store of ours. A missing
@@ -74,6 +74,8 @@ from typing import Final, TypeVar, cast
 
 from backends import check_path, resolve_path
 from backends.kv.buffered import BufferedTransaction
+from backends.kv.sqlite_errors import is_busy, sqlite_error
+from backends.kv.sqlite_group import GROUP_BODY, GroupCommit
 from backends.kv.sqlite_writers import MAX_WRITE_POLL, WRITE_POLL, Turn, WriterQueue
 from persistence import fdb_errors, kv
 from persistence.errors import (
@@ -165,7 +167,7 @@ class SqliteEngine(kv.Engine):
         """The database file's device and inode: every commit checks that the file at the
         path is still this one (:meth:`check_same_file`)."""
         self._open = True  # counted among the queue's engines until closed
-        self._group = _GroupCommit(self)
+        self._group = GroupCommit(self)
 
     # ------------------------------------------------------------ opening
 
@@ -327,11 +329,11 @@ class SqliteEngine(kv.Engine):
     def run_alone(self, tr: kv.Transaction, body: Callable[[kv.Transaction], T]) -> T:
         """Group commit: the attempt joins the transactions of this engine that other
         threads run alone meanwhile, and one thread commits them all in one SQLite
-        transaction -- one sync (:class:`_GroupCommit`). The main thread runs its attempts
-        as :meth:`Engine.run_alone` does: Python runs signal handlers (Ctrl-C's
-        ``KeyboardInterrupt``) in it, between any two steps, and a group's bookkeeping must
-        not be cut short. So do a thread that already holds the writer queue and a
-        transaction already used."""
+        transaction -- one sync (:class:`~backends.kv.sqlite_group.GroupCommit`). The main
+        thread runs its attempts as :meth:`Engine.run_alone` does: Python runs signal
+        handlers (Ctrl-C's ``KeyboardInterrupt``) in it, between any two steps, and a
+        group's bookkeeping must not be cut short. So do a thread that already holds the
+        writer queue and a transaction already used."""
         if (
             type(tr) is not SqliteTransaction
             or tr._engine is not self
@@ -380,8 +382,8 @@ class SqliteEngine(kv.Engine):
         try:
             rows = conn.execute(f"PRAGMA {check}").fetchall()
         except sqlite3.Error as exc:
-            if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
-                raise _sqlite_error(exc, "integrity_check") from None
+            if isinstance(exc, sqlite3.OperationalError) and is_busy(exc):
+                raise sqlite_error(exc, "integrity_check") from None
             raise StoreFormatError(f"{self.path}: {check} cannot run: {exc}") from None
         finally:
             self._release(conn)
@@ -390,21 +392,6 @@ class SqliteEngine(kv.Engine):
 
 T = TypeVar("T")
 _COUNTER: Final = "SELECT value FROM meta WHERE name = 'commit_version'"
-_BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    """SQLITE_BUSY / SQLITE_LOCKED and their extended codes (BUSY_SNAPSHOT, ...)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    return (code is not None and code & 0xFF in _BUSY_CODES) or "locked" in str(exc)
-
-
-def _sqlite_error(exc: sqlite3.Error, during: str) -> EngineError:
-    message = str(exc)
-    if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
-        # The write lock was not granted within busy_timeout: nothing was applied.
-        return fdb_errors.engine_error(fdb_errors.NOT_COMMITTED, f"{during}: {message}")
-    return fdb_errors.engine_error(fdb_errors.IO_ERROR, f"{during}: {message}")
 
 
 class SqliteTransaction(BufferedTransaction):
@@ -422,7 +409,7 @@ class SqliteTransaction(BufferedTransaction):
         self._relaxed = False  # commit without its own sync (relax_durability)
         self._conflicts = 0  # read conflicts of the attempts before this one, in a row
         self._next_conflicts = 0  # the next attempt's (on_error)
-        self._grouped = False  # run by a group commit, on its connection (_GroupCommit)
+        self._grouped = False  # run by a group commit, on its connection (GroupCommit)
 
     # ------------------------------------------------------------ read snapshot
 
@@ -439,7 +426,7 @@ class SqliteTransaction(BufferedTransaction):
             try:
                 conn.execute("BEGIN")
             except sqlite3.Error as exc:
-                raise _sqlite_error(exc, "begin read") from None
+                raise sqlite_error(exc, "begin read") from None
             self._reading = True
         return conn
 
@@ -463,7 +450,7 @@ class SqliteTransaction(BufferedTransaction):
             try:
                 row = self._snapshot().execute(_COUNTER).fetchone()
             except sqlite3.Error as exc:
-                raise _sqlite_error(exc, "read version") from None
+                raise sqlite_error(exc, "read version") from None
             self._read_version = int(row[0])
         return self._read_version
 
@@ -472,7 +459,7 @@ class SqliteTransaction(BufferedTransaction):
             row = self._snapshot().execute("SELECT value FROM kv WHERE key = ?", (key,))
             row = row.fetchone()
         except sqlite3.Error as exc:
-            raise _sqlite_error(exc, "get") from None
+            raise sqlite_error(exc, "get") from None
         return None if row is None else _blob(key, row[0])
 
     def _base_get_many(self, keys: Sequence[bytes]) -> dict[bytes, bytes | None]:
@@ -486,7 +473,7 @@ class SqliteTransaction(BufferedTransaction):
                 rows = conn.execute(f"SELECT key, value FROM kv WHERE key IN ({marks})", part)
                 found.update((bytes(k), _blob(k, v)) for k, v in rows)
         except sqlite3.Error as exc:
-            raise _sqlite_error(exc, "get") from None
+            raise sqlite_error(exc, "get") from None
         return found
 
     def read_range(
@@ -531,7 +518,7 @@ class SqliteTransaction(BufferedTransaction):
 
     def _write(self, conn: sqlite3.Connection) -> bytes | None:
         queue = self._engine._writers
-        if getattr(_GROUP_BODY, "locked", None) is queue:
+        if getattr(GROUP_BODY, "locked", None) is queue:
             # This thread runs a body for a group commit whose connection holds the store's
             # write lock: this commit would wait for it until busy_timeout, every attempt.
             raise fdb_errors.engine_error(
@@ -552,8 +539,8 @@ class SqliteTransaction(BufferedTransaction):
                     try:
                         return self._apply(conn)
                     except sqlite3.OperationalError as exc:
-                        if not _is_busy(exc):
-                            raise _sqlite_error(exc, "commit") from None
+                        if not is_busy(exc):
+                            raise sqlite_error(exc, "commit") from None
                     _rollback(conn)
                     return self._validated(conn, deadline)
         _rollback(conn)  # wait without a snapshot (see the module docstring)
@@ -566,7 +553,7 @@ class SqliteTransaction(BufferedTransaction):
         try:
             self._begin_write(conn, deadline)
         except sqlite3.Error as exc:
-            raise _sqlite_error(exc, "begin write") from None
+            raise sqlite_error(exc, "begin write") from None
         try:
             for begin, end, seen in self._reads:
                 if list(_scan(conn, begin, end, False)) != seen:
@@ -577,7 +564,7 @@ class SqliteTransaction(BufferedTransaction):
                     )
             return self._apply(conn)
         except sqlite3.Error as exc:
-            raise _sqlite_error(exc, "commit") from None
+            raise sqlite_error(exc, "commit") from None
 
     def _begin_write(self, conn: sqlite3.Connection, deadline: float) -> None:
         """``BEGIN IMMEDIATE``, polling the write lock every ``WRITE_POLL`` seconds at first
@@ -594,7 +581,7 @@ class SqliteTransaction(BufferedTransaction):
                     return
                 except sqlite3.OperationalError as exc:
                     left = deadline - time.monotonic()
-                    if not _is_busy(exc) or left <= 0:
+                    if not is_busy(exc) or left <= 0:
                         raise
                 time.sleep(min(pause, left))
                 pause = min(2 * pause, MAX_WRITE_POLL)
@@ -639,7 +626,7 @@ class SqliteTransaction(BufferedTransaction):
             conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", upserts)
         return stamp
 
-    def _run_in_group(
+    def run_in_group(
         self, conn: sqlite3.Connection, body: Callable[[kv.Transaction], object], locked: bool
     ) -> tuple[object, bytes | None]:
         """For a group commit: run ``body`` on ``conn`` (the group's connection, held under
@@ -649,11 +636,11 @@ class SqliteTransaction(BufferedTransaction):
         needed)."""
         self._conn, self._reading, self._grouped = conn, conn.in_transaction, True
         try:
-            _GROUP_BODY.locked = self._engine._writers if locked else None
+            GROUP_BODY.locked = self._engine._writers if locked else None
             try:
                 result = body(self)
             finally:
-                _GROUP_BODY.locked = None
+                GROUP_BODY.locked = None
             self._begin_commit()
             try:
                 stamp = None
@@ -662,7 +649,7 @@ class SqliteTransaction(BufferedTransaction):
                         conn.execute("BEGIN")
                     stamp = self._write_buffer(conn)
             except sqlite3.Error as exc:
-                error = _sqlite_error(exc, "commit")
+                error = sqlite_error(exc, "commit")
                 self._fail(error)
                 raise error from None
             return result, stamp
@@ -719,198 +706,6 @@ class SqliteTransaction(BufferedTransaction):
             self._close()
 
 
-GROUP_LIMIT: Final = 64
-"""The most transactions one group commit carries."""
-_GROUP_BODY = threading.local()
-"""``locked``: the writer queue of the store whose group commit this thread runs a body for
-while the group's connection holds the write lock (else ``None``)."""
-
-
-def _own(error: Exception) -> Exception:
-    """An engine error for one attempt of a group that failed with ``error`` (an exception
-    raised in several threads at once would share its traceback); other errors as they are."""
-    if isinstance(error, EngineError):
-        return EngineError(error.code, error.description, read_conflict=error.read_conflict)
-    return error
-
-
-class _Member:
-    """An attempt in a :class:`_GroupCommit`: its transaction, body and outcome."""
-
-    __slots__ = ("body", "error", "lead", "result", "settled", "tr", "wake")
-
-    def __init__(self, tr: SqliteTransaction, body: Callable[[kv.Transaction], object]) -> None:
-        self.tr = tr
-        self.body = body
-        self.result: object = None
-        self.error: BaseException | None = None
-        self.settled = False
-        self.lead = False  # asked to commit the next group
-        self.wake: threading.Lock | None = None
-        """Held while the attempt waits; released to wake it (settled, or asked to lead)."""
-
-
-class _GroupCommit:
-    """Group commit of the transactions that run alone on one engine.
-
-    A thread whose attempt arrives while no group is being committed leads: it takes the
-    writer queue and one connection, runs the waiting attempts' bodies in arrival order on
-    that connection -- each sees the writes of those before it, as if they had committed
-    one after the other alone -- and commits them all with one ``COMMIT``: one sync of the
-    log for the group. Attempts that arrive meanwhile wait for the next group, which the
-    first of them leads. Each attempt's outcome is its own: a body that raises (anything,
-    ``KeyboardInterrupt`` included: it is given to the attempt's own thread) has its writes
-    rolled back to a savepoint and gets its error; the others commit. If the group cannot
-    commit (the queue or the write lock not granted in time, an I/O error), every attempt
-    staged in it gets that error and nothing of it is applied. Other readers see a group's
-    writes only after its ``COMMIT``, i.e. after its sync, as with any commit. An attempt
-    not taken by a group within ``busy_timeout`` gets 1020."""
-
-    def __init__(self, engine: SqliteEngine) -> None:
-        self._engine = engine
-        self._lock = threading.Lock()
-        self._pending: list[_Member] = []  # under _lock, as _leading
-        self._leading = False
-
-    def waiting(self) -> int:
-        """Attempts waiting for a group (not yet taken by one)."""
-        with self._lock:
-            return len(self._pending)
-
-    def run(self, tr: SqliteTransaction, body: Callable[[kv.Transaction], object]) -> object:
-        """Run ``body`` in ``tr`` and commit it in a group; what it returned, or its error."""
-        member = _Member(tr, body)
-        with self._lock:
-            self._pending.append(member)
-            if self._leading:
-                member.wake = threading.Lock()
-                member.wake.acquire()
-            else:
-                self._leading = True
-        if member.wake is not None:
-            self._wait(member)
-        if not member.settled:  # released unsettled only to lead
-            self._lead(member)
-        if member.error is not None:
-            raise member.error
-        return member.result
-
-    def _wait(self, member: _Member) -> None:
-        """Wait until a leader settles ``member`` or asks it to lead. Not taken by a group
-        within ``busy_timeout``: it leaves the queue with 1020."""
-        assert member.wake is not None
-        if member.wake.acquire(timeout=self._engine.busy_timeout):
-            return
-        with self._lock:
-            if member in self._pending and not member.lead:
-                self._pending.remove(member)
-                raise fdb_errors.engine_error(
-                    fdb_errors.NOT_COMMITTED,
-                    "group commit: not taken by a group within busy_timeout "
-                    f"({self._engine.busy_timeout} s)",
-                )
-        member.wake.acquire()  # taken by a group, or asked to lead: it is released then
-
-    def _hand_on(self) -> None:
-        """(Holding ``_lock``.) Ask the first waiting attempt to lead, or stop leading."""
-        if self._pending:
-            first = self._pending[0]
-            first.lead = True
-            if first.wake is not None:
-                first.wake.release()
-        else:
-            self._leading = False
-
-    def _lead(self, member: _Member) -> None:
-        """Commit groups until ``member``'s is committed; then hand the lead on."""
-        try:
-            while not member.settled:
-                with self._lock:
-                    group = self._pending[:GROUP_LIMIT]
-                    del self._pending[: len(group)]
-                try:
-                    self._commit(group)
-                finally:
-                    for each in group:
-                        if each is not member and each.wake is not None:
-                            each.wake.release()
-        finally:
-            with self._lock:
-                self._hand_on()
-
-    def _commit(self, group: list[_Member]) -> None:
-        """Run and commit ``group``; every member leaves settled, with its result or its
-        error (the group's, if the group did not commit: then nothing of it is applied)."""
-        engine = self._engine
-        timeout = engine.busy_timeout
-        staged: list[tuple[_Member, bytes | None]] = []
-        committed = False
-        error: Exception = fdb_errors.engine_error(fdb_errors.NOT_COMMITTED, "group commit failed")
-        try:
-            with engine._writers.turn(
-                time.monotonic() + timeout, refused="group commit", timeout=timeout
-            ):
-                conn = engine._acquire()
-                try:
-                    wrote = False  # some staged attempt holds the write lock for the group
-                    for member in group:
-                        wrote = self._stage(conn, member, staged, wrote) or wrote
-                    if staged and conn.in_transaction:
-                        engine.check_same_file()
-                        conn.execute("COMMIT")
-                    committed = True
-                except sqlite3.Error as exc:
-                    raise _sqlite_error(exc, "commit") from None
-                finally:
-                    engine._release(conn)  # rolls back whatever was not committed
-        except Exception as exc:
-            error = exc
-        finally:
-            if not committed:
-                for each, _ in staged:
-                    each.error, each.result = _own(error), None
-                    each.tr._fail(each.error)
-                staged = []
-                for each in group:
-                    if each.error is None:  # not run: the group failed before it
-                        each.error = _own(error)
-            for each, stamp in staged:
-                each.tr._settle(stamp)
-            for each in group:
-                each.settled = True
-
-    @staticmethod
-    def _stage(
-        conn: sqlite3.Connection,
-        member: _Member,
-        staged: list[tuple[_Member, bytes | None]],
-        wrote: bool,
-    ) -> bool:
-        """Run ``member`` in the group's transaction (``wrote``: an attempt staged before it
-        wrote); on success add it to ``staged`` and say whether it wrote; if its body or its
-        writes fail, undo them (to a savepoint when others are staged) and give it the
-        error."""
-        savepoint = bool(staged)
-        if savepoint:
-            if not conn.in_transaction:
-                conn.execute("BEGIN")
-            conn.execute("SAVEPOINT member")
-        try:
-            member.result, stamp = member.tr._run_in_group(conn, member.body, wrote)
-        except BaseException as exc:  # the attempt's own outcome, whatever it is
-            member.error, member.result = exc, None
-            if savepoint:
-                conn.execute("ROLLBACK TO member")
-                conn.execute("RELEASE member")
-            elif conn.in_transaction:
-                conn.execute("ROLLBACK")
-            return False
-        if savepoint:
-            conn.execute("RELEASE member")
-        staged.append((member, stamp))
-        return member.tr.buffer.has_writes()
-
-
 _ENGINES: Final[weakref.WeakSet[SqliteEngine]] = weakref.WeakSet()
 _PID = os.getpid()
 """This process's id, kept by :func:`_after_fork` (the pool checks it per transaction)."""
@@ -924,7 +719,7 @@ def _after_fork() -> None:
     _PID = os.getpid()
     for engine in list(_ENGINES):
         engine._lock = threading.Lock()
-        engine._group = _GroupCommit(engine)  # a parent's leader or waiters are not here
+        engine._group = GroupCommit(engine)  # a parent's leader or waiters are not here
 
 
 os.register_at_fork(after_in_child=_after_fork)
@@ -942,7 +737,7 @@ def _rollback(conn: sqlite3.Connection) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
     except sqlite3.Error as exc:
-        raise _sqlite_error(exc, "commit") from None
+        raise sqlite_error(exc, "commit") from None
 
 
 def _blob(key: bytes, value: object) -> bytes:
@@ -980,7 +775,7 @@ def _pages(
         try:
             rows: list[tuple[bytes, bytes]] = conn.execute(sql, (lo, hi, page)).fetchall()
         except sqlite3.Error as exc:
-            raise _sqlite_error(exc, "range read") from None
+            raise sqlite_error(exc, "range read") from None
         if not all(type(value) is bytes for _, value in rows):
             for key, value in rows:
                 _blob(key, value)
