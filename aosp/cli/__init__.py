@@ -23,7 +23,19 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from aosp.cli import compact, data, drain, fsck, inspect, jobs, segments, spark, status
+from aosp.cli import (
+    compact,
+    data,
+    drain,
+    fsck,
+    inbox,
+    inspect,
+    jobs,
+    segments,
+    snapshots,
+    spark,
+    status,
+)
 from aosp.cli.console import (
     EXIT_BACKEND,
     EXIT_CHECK_FAILED,
@@ -49,7 +61,19 @@ from aosp.cli.store import (
 from persistence import telemetry
 from persistence.errors import Conflict, PersistError, ReceiptHorizonFence, Validation
 
-COMMAND_MODULES = (jobs, inspect, status, data, segments, compact, drain, fsck, spark)
+COMMAND_MODULES = (
+    jobs,
+    inspect,
+    status,
+    data,
+    inbox,
+    snapshots,
+    segments,
+    compact,
+    drain,
+    fsck,
+    spark,
+)
 """Each registers its commands with ``register(subparsers, common, store)``."""
 
 

@@ -1,5 +1,6 @@
-"""Commands over single records: ``world create``, ``cas put|get|stat``, ``journal read``,
-``inbox enqueue|read|drain`` and ``snapshot list|commit|promote``."""
+"""Commands over single records: ``world create|list``, ``universe list``,
+``cas put|get|stat`` and ``journal read`` (the inbox's are in :mod:`aosp.cli.inbox`, the
+snapshots' in :mod:`aosp.cli.snapshots`)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,15 @@ import argparse
 import base64
 import itertools
 import json
-import shlex
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
 from aosp.cli import ids
 from aosp.cli.console import (
     EXIT_OK,
-    Refused,
     UsageError,
-    clip,
     command_group,
     human_size,
     int_at_least,
@@ -30,9 +27,7 @@ from aosp.cli.console import (
     short_id,
 )
 from aosp.cli.store import (
-    check_kernel,
     hash_id,
-    inbox_seq,
     open_store,
     require_universe,
     world_id,
@@ -41,24 +36,13 @@ from aosp.cli.store import (
 from persistence import cbor
 from persistence.errors import (
     Backend,
-    BaselineRegression,
     NotFound,
-    ReceiptHorizonFence,
     Validation,
 )
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.kernel import entry_kind
-from persistence.plane import Plane
 from persistence.records import (
-    ControlIngress,
-    DomainEventIngress,
-    InboxIngress,
-    InboxItem,
     IngressJournalRecord,
-    ReceiptIngress,
-    SnapshotJournalRecord,
-    SnapshotRecord,
-    TimerFiredIngress,
     decode_inbox_item,
     decode_journal_record,
 )
@@ -272,6 +256,21 @@ def cmd_cas_stat(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- journal
 
 
+def plain_json(value: Any) -> Any:
+    """A record map made JSON-safe: CBOR payloads decoded, other bytes and hashes as hex."""
+    if isinstance(value, dict):
+        return {
+            k: plain_json(cbor.decode(v) if k.endswith("_cbor") else v) for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [plain_json(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, Hash):
+        return str(value)
+    return value
+
+
 def _preview(data: bytes, width: int = 48) -> str:
     text = data[:width].hex()
     return text + ("…" if len(data) > width else "")
@@ -283,9 +282,9 @@ def decoded_entry(entry: bytes) -> dict[str, Any] | None:
     record = decode_journal_record(entry)
     if record is None:
         return None
-    out: dict[str, Any] = _plain(record.to_map())
+    out: dict[str, Any] = plain_json(record.to_map())
     if isinstance(record, IngressJournalRecord):
-        out["item"] = _plain(decode_inbox_item(record.item).to_map())
+        out["item"] = plain_json(decode_inbox_item(record.item).to_map())
     return out
 
 
@@ -333,419 +332,6 @@ def _record_text(entry: bytes) -> str:
     return _preview(entry) if record is None else json.dumps(record, sort_keys=True)
 
 
-# --------------------------------------------------------------------------- inbox
-
-ITEM_KINDS: Final = ("domain_event", "receipt", "inbox", "timer_fired", "control")
-"""``inbox enqueue --kind``: the record kinds of inbox items (``kind`` in ``inbox read``)."""
-KIND_ALIASES: Final = {"domain-event": "domain_event", "timer": "timer_fired"}
-"""Earlier spellings of ``--kind`` that are still taken."""
-
-
-def item_kind(text: str) -> str:
-    """argparse ``type=`` of ``--kind``: a record kind, or an earlier spelling of one."""
-    return KIND_ALIASES.get(text, text)
-
-
-ITEM_OPTIONS: Final = {
-    "schema": "--schema",
-    "key": "--key",
-    "intent_hash": "--intent-hash",
-    "effect_kind": "--effect-kind",
-    "adapter_id": "--adapter-id",
-    "signature": "--signature-hex",
-    "inbox_name": "--inbox-name",
-    "headers": "--header",
-    "timer_id": "--timer-id",
-    "cmd": "--cmd",
-    "value_cbor": "--payload",
-    "payload_cbor": "--payload",
-}
-"""The option of ``inbox enqueue`` that gives each field of the inbox item records."""
-
-
-def _payload(text: str) -> bytes:
-    try:
-        return cbor.encode(json.loads(text))
-    except RecursionError:
-        raise UsageError("--payload nests too deeply to decode") from None
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"--payload is not JSON a CBOR payload can hold: {exc}") from None
-
-
-def _headers(pairs: list[str] | None) -> dict[str, str] | None:
-    if not pairs:
-        return None
-    headers = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise UsageError(f"--header takes NAME=VALUE, not {pair!r}")
-        headers[name] = value
-    return headers
-
-
-def _signature(text: str | None) -> bytes:
-    try:
-        return bytes.fromhex(text or "")
-    except ValueError:
-        raise UsageError(f"--signature-hex is not hexadecimal bytes: {text!r}") from None
-
-
-def _need(args: argparse.Namespace, *names: str) -> None:
-    missing = [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) is None]
-    if missing:
-        raise UsageError(f"--kind {args.kind} needs {', '.join(missing)}")
-
-
-KIND_OPTIONS: Final = {
-    "domain_event": ("schema", "key"),
-    "receipt": ("intent_hash", "effect_kind", "adapter_id", "signature_hex"),
-    "inbox": ("inbox_name", "header"),
-    "timer_fired": ("timer_id",),
-    "control": ("cmd",),
-}
-"""The ``inbox enqueue`` options (``dest``) that give the fields of each ``--kind``."""
-
-
-def _refuse_other_kinds(args: argparse.Namespace) -> None:
-    """``UsageError`` naming the options given that belong to another ``--kind`` (the item
-    has no field for them: they would be dropped)."""
-    foreign = [
-        f"--{dest.replace('_', '-')} (of --kind {kind})"
-        for kind, dests in KIND_OPTIONS.items()
-        if kind != args.kind
-        for dest in dests
-        if getattr(args, dest) is not None
-    ]
-    if foreign:
-        raise UsageError(f"--kind {args.kind} does not take {', '.join(foreign)}")
-
-
-def build_item(args: argparse.Namespace) -> InboxItem:
-    """The inbox item the ``inbox enqueue`` arguments describe (payloads are JSON, stored
-    as canonical CBOR); options of another kind are a ``UsageError``."""
-    _refuse_other_kinds(args)
-    payload = _payload(args.payload)
-    if args.kind == "domain_event":
-        _need(args, "schema")
-        key = None if args.key is None else args.key.encode()
-        return DomainEventIngress(args.schema, payload, key=key)
-    if args.kind == "receipt":
-        _need(args, "intent_hash", "effect_kind", "adapter_id")
-        signature = _signature(args.signature_hex)
-        return ReceiptIngress(
-            args.intent_hash, args.effect_kind, args.adapter_id, payload, signature
-        )
-    if args.kind == "inbox":
-        _need(args, "inbox_name")
-        return InboxIngress(args.inbox_name, payload, headers=_headers(args.header))
-    if args.kind == "timer_fired":
-        _need(args, "timer_id")
-        return TimerFiredIngress(args.timer_id, payload)
-    _need(args, "cmd")
-    return ControlIngress(args.cmd, payload)
-
-
-def cmd_inbox_enqueue(args: argparse.Namespace) -> int:
-    """Enqueue one item; print its sequence. A repeat under the same idempotency key
-    prints the first item's sequence and says, on stderr, that nothing was stored."""
-    item = build_item(args)
-    plane = open_store(args)
-    keys = None if args.idempotency_key is None else [args.idempotency_key.encode()]
-    (out,) = plane.enqueue_outcomes(args.universe, args.world, [item], idempotency_keys=keys)
-    if args.json:
-        print_json({"seq": str(out.seq), "repeat": out.repeat})
-        return EXIT_OK
-    print(out.seq)
-    if out.repeat:
-        print(
-            f"a repeat: idempotency key {args.idempotency_key!r} already held this item "
-            "(the sequence is the first enqueue's); nothing was stored",
-            file=sys.stderr,
-        )
-    return EXIT_OK
-
-
-def _plain(value: Any) -> Any:
-    """A record map made JSON-safe: CBOR payloads decoded, other bytes and hashes as hex."""
-    if isinstance(value, dict):
-        return {k: _plain(cbor.decode(v) if k.endswith("_cbor") else v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, bytes):
-        return value.hex()
-    if isinstance(value, Hash):
-        return str(value)
-    return value
-
-
-ITEM_WIDTH: Final = 80
-"""The widest item cell of ``inbox read`` without ``--full`` (a longer one ends in ``…``)."""
-
-
-def cmd_inbox_read(args: argparse.Namespace) -> int:
-    """Print pending items (after the cursor, or after ``--after``); say when there are
-    more than ``--limit``."""
-    plane = open_store(args)
-    after = args.after if args.after is not None else plane.inbox_cursor(args.universe, args.world)
-    items = plane.read_after(args.universe, args.world, after, args.limit)
-    last = items[-1][0] if items else after
-    more = len(items) == args.limit and bool(plane.read_after(args.universe, args.world, last, 1))
-    rows = [
-        {"seq": str(seq), "kind": type(item).KIND, "item": _plain(item.to_map())}
-        for seq, item in items
-    ]
-    if args.json:
-        print_json(
-            {
-                "after": None if after is None else str(after),
-                "items": rows,
-                "more": more,
-                "next_after": str(last) if more and last is not None else None,
-            }
-        )
-        return EXIT_OK
-    width = None if args.full else ITEM_WIDTH
-    table = [{**r, "item": _item_text(r["item"], width)} for r in rows]
-    print_table(table, ["seq", "kind", "item"])
-    if more:
-        sys.stdout.flush()  # the hint follows the items on a terminal
-        where = (
-            ": raise --limit" if last is None else f" after seq {last}: --after {last} shows them"
-        )
-        print(f"(more items{where})", file=sys.stderr)
-    return EXIT_OK
-
-
-def _item_text(item: dict[str, Any], width: int | None) -> str:
-    """An item's JSON in one cell: whole, or clipped to ``width`` with an ellipsis."""
-    text = json.dumps(item)
-    return text if width is None else clip(text, width)
-
-
-def cmd_inbox_drain(args: argparse.Namespace) -> int:
-    """Move up to ``--max-items`` pending items into the journal (exactly once)."""
-    plane = open_store(args)
-    result = plane.drain_inbox_to_journal(args.universe, args.world, max_items=args.max_items)
-    out = {
-        "drained": result.count,
-        "first_height": result.first_height if result.count else None,
-        "cursor": None if result.cursor is None else str(result.cursor),
-    }
-    print_json(out) if args.json else print_fields(out)
-    return EXIT_OK
-
-
-# --------------------------------------------------------------------------- snapshots
-
-
-def cmd_snapshot_list(args: argparse.Namespace) -> int:
-    """List the snapshot index, marking the active baseline."""
-    plane = open_store(args)
-    baseline = plane.active_baseline(args.universe, args.world)
-    rows: list[dict[str, Any]] = [
-        {
-            "height": s.height,
-            "baseline": s == baseline,
-            "snapshot_ref": str(s.snapshot_ref),
-            "logical_time_ns": s.logical_time_ns,
-            "receipt_horizon": s.receipt_horizon_height,
-        }
-        for s in plane.list_snapshots(args.universe, args.world)
-    ]
-    if args.json:
-        print_json(rows)
-    else:
-        for r in rows:
-            r["baseline"] = "*" if r["baseline"] else ""
-        print_table(rows, ["height", "baseline", "snapshot_ref", "receipt_horizon"])
-    return EXIT_OK
-
-
-def _snapshot_at(plane: Plane, args: argparse.Namespace, height: int) -> SnapshotRecord | None:
-    found = [s for s in plane.list_snapshots(args.universe, args.world) if s.height == height]
-    return found[0] if found else None
-
-
-def promote_command(args: argparse.Namespace, height: int) -> str:
-    """The ``aosp snapshot promote`` command line that promotes the snapshot at ``height``
-    of the command's world in the command's store (full ids, quoted for a shell)."""
-    store = (
-        ["--data-dir", str(args.data_dir)]
-        if args.kv is None
-        else ["--kv", str(args.kv), "--objects", str(args.objects)]
-    )
-    words = ["aosp", "snapshot", "promote", *store]
-    words += ["-u", str(args.universe), "-w", str(args.world), "--height", str(height)]
-    return shlex.join(words)
-
-
-def _snapshot_summary(
-    plane: Plane, args: argparse.Namespace, record: SnapshotRecord, indexed: bool
-) -> int:
-    """What ``snapshot commit`` did, and what comes next: the snapshot's height (the state
-    after that journal entry; the commit's own journal record is one above it, at the
-    head), whether the fences let it be promoted, and the command that promotes it."""
-    baseline = plane.active_baseline(args.universe, args.world)
-    head = plane.head(args.universe, args.world)
-    fenced = record.receipt_horizon_height != record.height
-    promotable = not fenced and record.height > baseline.height
-    result = {
-        "height": record.height,
-        "snapshot_ref": str(record.snapshot_ref),
-        "receipt_horizon": record.receipt_horizon_height,
-        "indexed": indexed,
-        "baseline": baseline.height,
-        "head": head,
-        "promotable": promotable,
-    }
-    if args.json:
-        print_json(result)
-        return EXIT_OK
-    if baseline == record:
-        step = "none: it is the active baseline"
-    elif fenced:
-        step = (
-            "none: the receipt-horizon fence refuses it (its horizon is not its height); "
-            "commit a snapshot with --receipts-complete (and --promote) to make a baseline"
-        )
-    elif not promotable:
-        step = f"none: the active baseline is at height {baseline.height}, above it"
-    else:
-        step = promote_command(args, record.height)
-    state = "genesis" if record.height == 0 else f"the state after entry {record.height}"
-    print_fields(
-        {
-            "snapshot height": f"{record.height} ({state})",
-            "snapshot_ref": result["snapshot_ref"],
-            "receipt horizon": (
-                "none (committed without --receipts-complete)"
-                if record.receipt_horizon_height is None
-                else record.receipt_horizon_height
-            ),
-            "indexed": "yes" if indexed else "no (already indexed at this height)",
-            "baseline height": baseline.height,
-            "journal head": head
-            if head == record.height
-            else f"{head} (the commit's journal record is above the snapshot: not its height)",
-            "to promote": step,
-        }
-    )
-    return EXIT_OK
-
-
-def cmd_snapshot_commit(args: argparse.Namespace) -> int:
-    """Snapshot the kernel's state at the head (Protocol E); optionally promote it to the
-    baseline, which lets ``segments export`` move the history below it."""
-    from segments.restore import restore
-
-    if args.promote and not args.receipts_complete:
-        raise UsageError(
-            "--promote needs --receipts-complete: the receipt-horizon fence promotes only a "
-            "snapshot whose receipt horizon is its height"
-        )
-    kernel = check_kernel(args.kernel)
-    plane = open_store(args)
-    state = restore(plane, args.universe, args.world, kernel)
-    existing = _snapshot_at(plane, args, state.head)
-    if existing is not None:  # nothing journaled since: the index at this height is immutable
-        record, indexed = existing, False
-        if args.promote:
-            _promote(plane, args, record)
-    else:
-        record, outcome = plane.snapshot_commit(
-            args.universe,
-            args.world,
-            state.state,
-            height=state.head,
-            logical_time_ns=time.time_ns(),
-            receipt_horizon_height=state.head if args.receipts_complete else None,
-            promote_baseline=args.promote,
-        )
-        indexed = outcome.indexed
-    return _snapshot_summary(plane, args, record, indexed)
-
-
-def _promote(
-    plane: Plane, args: argparse.Namespace, record: SnapshotRecord, option: str = ""
-) -> None:
-    """Promote ``record``; the fence's refusal as :class:`Refused` saying what would pass
-    (``option``: the option that named the snapshot, which the message starts with)."""
-    try:
-        plane.promote_baseline(args.universe, args.world, record)
-    except ReceiptHorizonFence as exc:
-        horizon = exc.receipt_horizon_height
-        raise Refused(
-            f"{option}the receipt-horizon fence refuses the snapshot at height {exc.height}: its "
-            + (
-                "receipt horizon is none (it was committed without --receipts-complete)"
-                if horizon is None
-                else f"receipt horizon is {horizon}"
-            )
-            + f", and promotion needs it equal to the height ({exc.height}). The index is "
-            "immutable, so no retry changes this: commit a new snapshot with "
-            "`aosp snapshot commit --receipts-complete --promote`"
-        ) from None
-
-
-def _missing_snapshot(plane: Plane, args: argparse.Namespace, height: int) -> NotFound:
-    """``NotFound`` for ``--height`` naming no snapshot: the heights that have one (the
-    nearest, if there are many), and, if ``height`` holds the journal record of a snapshot
-    commit (the head just after ``snapshot commit``), the snapshot's own height."""
-    heights = [s.height for s in plane.list_snapshots(args.universe, args.world)]
-    below = [h for h in heights if h < height]
-    above = [h for h in heights if h > height]
-    if len(heights) <= MAX_LISTED_HEIGHTS:
-        where = f"snapshots are indexed at heights {', '.join(map(str, heights))}"
-    else:
-        near = [*below[-1:], *above[:1]]
-        where = (
-            f"{len(heights):,} snapshots are indexed; the nearest at heights "
-            f"{' and '.join(map(str, near))}"
-        )
-    hint = ""
-    head = plane.head(args.universe, args.world)
-    entry = plane.read_range(args.universe, args.world, height, 1) if 1 <= height <= head else []
-    if entry:
-        record = decode_journal_record(entry[0][1])
-        if isinstance(record, SnapshotJournalRecord):
-            hint = (
-                f"; height {height} is the journal record of the snapshot committed at height "
-                f"{record.height}: its --height is {record.height}"
-            )
-    return NotFound(
-        f"--height {height}: no snapshot is indexed at {height} in world {args.world} "
-        f"({where}; `aosp snapshot list` shows them){hint}"
-    )
-
-
-MAX_LISTED_HEIGHTS: Final = 10
-"""The most snapshot heights a ``--height`` naming no snapshot lists (else the nearest)."""
-
-
-def cmd_snapshot_promote(args: argparse.Namespace) -> int:
-    """Promote the snapshot indexed at ``--height`` to the active baseline."""
-    plane = open_store(args)
-    record = _snapshot_at(plane, args, args.height)
-    if record is None:
-        raise _missing_snapshot(plane, args, args.height)
-    try:
-        _promote(plane, args, record, f"--height {args.height}: ")
-    except BaselineRegression as exc:  # the baseline never moves down: no retry helps
-        raise Refused(
-            f"--height {args.height}: below the active baseline at height {exc.current}, and "
-            "a baseline never moves down; promote a snapshot at or above it"
-        ) from None
-    baseline = plane.active_baseline(args.universe, args.world)
-    result = {
-        "height": args.height,
-        "baseline": baseline.height,
-        "head": plane.head(args.universe, args.world),
-    }
-    print_json(result) if args.json else print_fields(result)
-    return EXIT_OK
-
-
 # --------------------------------------------------------------------------- registration
 
 HASH_HELP: Final = (
@@ -754,7 +340,7 @@ HASH_HELP: Final = (
 
 
 def register(sub: Any, common: argparse.ArgumentParser, store: argparse.ArgumentParser) -> None:
-    """Add ``world``, ``cas``, ``journal``, ``inbox`` and ``snapshot``."""
+    """Add ``world``, ``universe``, ``cas`` and ``journal``."""
     one_world = world_options(required=True)
     group = command_group(sub, "world", "create and list worlds")
     listing = group.add_parser(
@@ -854,129 +440,3 @@ def register(sub: Any, common: argparse.ArgumentParser, store: argparse.Argument
         help="show the plane's records decoded (drained items with their payloads)",
     )
     read.set_defaults(run=cmd_journal_read, option_fields={"from_inclusive": "--from"})
-
-    inbox = command_group(sub, "inbox", "enqueue, read and drain a world's inbox")
-    enqueue = inbox.add_parser(
-        "enqueue", parents=[common, store, one_world], help="enqueue one item; print its seq"
-    )
-    enqueue.add_argument(
-        "--kind",
-        type=item_kind,
-        choices=ITEM_KINDS,
-        required=True,
-        help="the item's record kind, as `inbox read` shows it (domain-event and timer are "
-        "taken for domain_event and timer_fired)",
-    )
-    enqueue.add_argument(
-        "--payload",
-        default="null",
-        metavar="JSON",
-        help="the payload as JSON, stored as canonical CBOR: fills value_cbor of a "
-        "domain_event, payload_cbor of the other kinds (default null)",
-    )
-    enqueue.add_argument(
-        "--idempotency-key",
-        metavar="KEY",
-        help="enqueue at most once per key: a repeat of the item prints the first item's "
-        "sequence (the plane does not say whether this call stored it)",
-    )
-    fields = enqueue.add_argument_group(
-        "item fields",
-        "Each option fills the record field it is named after (older spellings after it).",
-    )
-    fields.add_argument("--schema", help="domain_event: fills schema (the event's schema name)")
-    fields.add_argument("--key", help="domain_event: fills key (partition key, as UTF-8 bytes)")
-    fields.add_argument(
-        "--intent-hash",
-        "--intent",
-        type=hash_id,
-        metavar="HASH",
-        help="receipt: fills intent_hash (64 hex digits)",
-    )
-    fields.add_argument("--effect-kind", help="receipt: fills effect_kind")
-    fields.add_argument("--adapter-id", "--adapter", metavar="ID", help="receipt: fills adapter_id")
-    fields.add_argument(
-        "--signature-hex",
-        metavar="HEX",
-        help="receipt: fills signature, given in hex (default: empty)",
-    )
-    fields.add_argument("--inbox-name", "--source", metavar="NAME", help="inbox: fills inbox_name")
-    fields.add_argument(
-        "--header",
-        action="append",
-        metavar="NAME=VALUE",
-        help="inbox: one entry of headers (repeatable)",
-    )
-    fields.add_argument("--timer-id", metavar="ID", help="timer_fired: fills timer_id")
-    fields.add_argument("--cmd", "--command-name", metavar="CMD", help="control: fills cmd")
-    enqueue.set_defaults(
-        run=cmd_inbox_enqueue,
-        option_fields={**ITEM_OPTIONS, "idempotency_keys[0]": "--idempotency-key"},
-    )
-    inbox_read = inbox.add_parser(
-        "read", parents=[common, store, one_world], help="pending items after the cursor"
-    )
-    inbox_read.add_argument(
-        "--after",
-        type=inbox_seq,
-        metavar="SEQ",
-        help="read the items after this sequence (default: after the cursor, the pending ones)",
-    )
-    inbox_read.add_argument("--limit", type=int, default=100, help="items at most (default 100)")
-    inbox_read.add_argument(
-        "--full",
-        action="store_true",
-        help=f"print whole items (default: an item longer than {ITEM_WIDTH} characters is "
-        "cut, ending in …)",
-    )
-    inbox_read.set_defaults(run=cmd_inbox_read, option_fields={"after_exclusive": "--after"})
-    drain = inbox.add_parser(
-        "drain", parents=[common, store, one_world], help="move pending items to the journal"
-    )
-    drain.add_argument(
-        "--max-items", type=int, default=1_000, help="items drained at most (default 1000)"
-    )
-    drain.set_defaults(run=cmd_inbox_drain)
-
-    snapshot = command_group(sub, "snapshot", "list, commit and promote a world's snapshots")
-    listing = snapshot.add_parser(
-        "list", parents=[common, store, one_world], help="the index; * marks the baseline"
-    )
-    listing.set_defaults(run=cmd_snapshot_list)
-    commit = snapshot.add_parser(
-        "commit",
-        parents=[common, store, one_world],
-        help="snapshot the kernel's state at the head (optionally promote it)",
-        description="Restores the world through --kernel, stores the state as a snapshot at "
-        "the head and indexes it; with --promote it becomes the active baseline, below "
-        "which `segments export` moves history to cold segments.",
-    )
-    commit.add_argument(
-        "--kernel",
-        default="persistence.kernel:ReferenceKernel",
-        help="kernel as module:Class (default: the reference kernel)",
-    )
-    commit.add_argument(
-        "--receipts-complete",
-        action="store_true",
-        help="assert that every receipt of effects up to the head is journaled: records the "
-        "receipt horizon at the snapshot's height (promotion needs it)",
-    )
-    commit.add_argument("--promote", action="store_true", help="make it the active baseline")
-    commit.set_defaults(run=cmd_snapshot_commit)
-    promote = snapshot.add_parser(
-        "promote",
-        parents=[common, store, one_world],
-        help="make an indexed snapshot the active baseline",
-        description="The receipt-horizon fence and non-regression are checked: a snapshot "
-        "without a complete receipt horizon, or below the baseline, is refused (exit 1: no "
-        "retry changes it).",
-    )
-    promote.add_argument(
-        "--height",
-        type=int_at_least(0),
-        required=True,
-        help="height of the snapshot (its `snapshot height`, not the journal head after the "
-        "commit; `snapshot list` shows them)",
-    )
-    promote.set_defaults(run=cmd_snapshot_promote)

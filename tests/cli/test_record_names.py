@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from aosp.cli import build_parser
-from aosp.cli.data import ITEM_KINDS, build_item
+from aosp.cli.inbox import ITEM_KINDS, build_item
 from persistence.records import INBOX_ITEM_TYPES
 from tests.cli.conftest import aosp
 
