@@ -4,11 +4,13 @@ and the one-line error convention."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
+import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Final, NoReturn, TextIO
 
@@ -369,3 +371,15 @@ class Progress:
             text = f"{self.label} {self.done}{unit}"
         text += f" {elapsed:.1f}s" + (f" {note}" if note else "")
         print(f"... {text}", file=self.stream, flush=True)
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Inside, Ctrl-C (SIGINT) raises ``KeyboardInterrupt``: the way out of a command that
+    runs until it -- even in a process started with SIGINT ignored (as a non-interactive
+    shell starts its background jobs), where Python installs no handler of its own."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -13,6 +13,7 @@ from aosp.cli.console import (
     Progress,
     UsageError,
     command_group,
+    interruptible,
     positive_seconds,
     print_json,
     print_table,
@@ -156,7 +157,8 @@ def cmd_replay_follow(args: argparse.Namespace) -> int:
             **_selection(args),
         )  # fmt: skip
         try:
-            query.awaitTermination()
+            with interruptible():
+                query.awaitTermination()
         except KeyboardInterrupt:
             query.stop()
     finally:

@@ -16,6 +16,7 @@ from aosp.cli.console import (
     EXIT_OK,
     UsageError,
     int_at_least,
+    interruptible,
     iso_time,
     positive_seconds,
     print_json,
@@ -247,17 +248,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_view(snapshot(plane, args), args.top)
         return EXIT_OK
     try:
-        while True:
-            try:
-                view = snapshot(plane, args)
-            except Backend as exc:  # the store failed this reading: say so, read again
-                print(CLEAR_SCREEN, end="")
-                print(f"aosp: {exc.kind} error: {exc}")
-            else:
-                print(CLEAR_SCREEN, end="")
-                print_view(view, args.top)
-            print(f"\n(every {interval:g} s; Ctrl-C to stop)", flush=True)
-            time.sleep(interval)
+        with interruptible():  # Ctrl-C is the way out, however the view was started
+            while True:
+                try:
+                    view = snapshot(plane, args)
+                except Backend as exc:  # the store failed this reading: say so, read again
+                    print(CLEAR_SCREEN, end="")
+                    print(f"aosp: {exc.kind} error: {exc}")
+                else:
+                    print(CLEAR_SCREEN, end="")
+                    print_view(view, args.top)
+                print(f"\n(every {interval:g} s; Ctrl-C to stop)", flush=True)
+                time.sleep(interval)
     except KeyboardInterrupt:  # the way out of the live view
         return EXIT_OK
 
