@@ -9,6 +9,7 @@ import datetime
 import json
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
@@ -375,9 +376,15 @@ class Progress:
 
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
-    """Inside, Ctrl-C (SIGINT) raises ``KeyboardInterrupt``: the way out of a command that
-    runs until it -- even in a process started with SIGINT ignored (as a non-interactive
-    shell starts its background jobs), where Python installs no handler of its own."""
+    """Inside, Ctrl-C (SIGINT) raises ``KeyboardInterrupt``, the way out of a command that
+    runs until it: also in a process started with SIGINT ignored (as a non-interactive
+    shell starts its background jobs), where Python installs no handler of its own. A
+    handler someone installed is left as it is; off the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(
+        signal.SIGINT
+    ) not in (signal.SIG_IGN, signal.SIG_DFL):
+        yield
+        return
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield

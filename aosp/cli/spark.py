@@ -13,7 +13,6 @@ from aosp.cli.console import (
     Progress,
     UsageError,
     command_group,
-    interruptible,
     positive_seconds,
     print_json,
     print_table,
@@ -157,8 +156,7 @@ def cmd_replay_follow(args: argparse.Namespace) -> int:
             **_selection(args),
         )  # fmt: skip
         try:
-            with interruptible():
-                query.awaitTermination()
+            query.awaitTermination()
         except KeyboardInterrupt:
             query.stop()
     finally:

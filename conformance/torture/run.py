@@ -133,11 +133,15 @@ def run_torture(
     live |= {*_evidence_figures(Evidence()), *_orphan_figures(Evidence(), None, 0.0, 0.0)}
     if unknown := [name for name, _ in size.floors if name not in live]:
         raise Validation("TortureSize.floors", f"{unknown} are not figures known during a run")
-    for role, ident in roles:
-        fleet.start(role, ident)
-    failures = fleet.await_started(STARTED_WITHIN_SECONDS)  # the run counts from here
-    monitor = Monitor(plane, universe, worlds, tolerate_backend=servers is not None)
-    monitor.start()
+    try:
+        for role, ident in roles:
+            fleet.start(role, ident)
+        failures = fleet.await_started(STARTED_WITHIN_SECONDS)  # the run counts from here
+        monitor = Monitor(plane, universe, worlds, tolerate_backend=servers is not None)
+        monitor.start()
+    except BaseException:
+        fleet.kill_all()  # no process outlives a run that could not begin
+        raise
     began, began_wall = time.monotonic(), time.time()
     killer = Killer(fleet, servers, size, rng, began)
 

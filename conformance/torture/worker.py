@@ -1,6 +1,7 @@
 """One process of the SIGKILL crash torture (:mod:`conformance.torture`).
 
-Usage: ``python -m conformance.torture.worker CONFIG ROLE ID INCARNATION``
+Usage: ``python -m conformance.torture.worker CONFIG ROLE ID INCARNATION`` (the torture
+itself forks its processes from a server that imported this module: :func:`forked`)
 
 ``CONFIG`` is the run's ``config.json``; ``ROLE`` is ``writer``, ``appender``, ``drainer``,
 ``drainworker``, ``exporter`` or ``compactor``. The process opens the shared store with the
@@ -74,6 +75,8 @@ from segments import open_plane
 from segments.collect import SegmentCollection, collect_world
 from segments.export import ExportConfig, Exporter
 
+IMPORTED_BY: Final = os.getpid()
+"""The process that imported this module: the fork server, if it preloaded it."""
 STATS_EVERY: Final = 50
 """Calls between two logs of the counts when the retry counts did not change."""
 REDO_EVERY: Final = 8
@@ -665,14 +668,28 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def forked(config: str, role: str, ident: int, incarnation: int, stderr: str) -> None:
+def forked(
+    config: str,
+    role: str,
+    ident: int,
+    incarnation: int,
+    stderr: str,
+    environment: dict[str, str],
+) -> None:
     """:func:`main` in a process forked by the torture's fork server
-    (``conformance.torture.fleet``): its standard error goes to ``stderr``, its standard
-    input and output to ``/dev/null``, as the command line's would."""
-    with open(stderr, "wb") as err, open(os.devnull, "r+b") as null:
+    (``conformance.torture.fleet``), set up as a new process would be: its standard error
+    goes to ``stderr``, its standard input and output to ``/dev/null``, and its environment
+    is ``environment`` (the parent's at the start, not the server's). If the server could
+    not preload this module (its import failed there), the child imported it and says so
+    on standard error: every restart then costs the imports."""
+    with open(stderr, "ab") as err, open(os.devnull, "r+b") as null:
         os.dup2(null.fileno(), 0)
         os.dup2(null.fileno(), 1)
         os.dup2(err.fileno(), 2)
+    os.environ.clear()
+    os.environ.update(environment)
+    if os.getpid() == IMPORTED_BY:
+        print("torture worker: not preloaded by the fork server; imported it", file=sys.stderr)
     sys.exit(main([config, role, str(ident), str(incarnation)]))
 
 
