@@ -44,11 +44,16 @@ class Schemes(Generic[Maker]):
 
         return register
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The registered schemes, in the order they were registered."""
+        return tuple(self._makers)
+
     def maker(self, parts: SplitResult, url: str) -> Maker:
         """The maker of ``url``'s scheme; ``Validation`` naming the known ones if none."""
         maker = self._makers.get(parts.scheme)
         if maker is None:
-            known = ", ".join(f"{scheme}://" for scheme in self._makers)
+            known = ", ".join(f"{scheme}://" for scheme in self.names)
             raise Validation(
                 self.field,
                 f"unknown {self.kind} scheme {parts.scheme!r} in {url!r} (known: {known})",
