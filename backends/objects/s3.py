@@ -50,7 +50,6 @@ Server behaviour, tested (moto 5.2.5, SeaweedFS 4.48; ``tests/objects``):
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import logging
@@ -64,8 +63,26 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, cast
 from urllib.parse import quote, urlsplit
 
-from backends.objects.checks import check_body, check_listing, check_put, check_window, read_bytes
-from persistence.errors import Backend, MissingDependency, NotFound, Validation
+from backends.objects.checks import (
+    check_body,
+    check_listing,
+    check_put,
+    check_window,
+    read_bytes,
+)
+from backends.objects.s3_calls import (
+    BodyReader,
+    b64,
+    cut_parts,
+    error_code,
+    http_status,
+    import_boto3,
+    is_not_found,
+    is_precondition_failed,
+    is_retryable,
+    read_up_to,
+)
+from persistence.errors import Backend, NotFound, Validation
 from persistence.objects import (
     COPY_CHUNK,
     ObjectInfo,
@@ -77,7 +94,7 @@ from persistence.objects import (
 from persistence.sizes import MiB, check_bool, check_int, check_number
 
 if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -96,32 +113,6 @@ DEFAULT_LIST_PAGE_SIZE = 1000
 """Keys per ``ListObjectsV2`` request (S3's maximum)."""
 DEFAULT_MAX_ATTEMPTS = 5
 
-THROTTLING_CODES = frozenset(
-    {
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "RequestLimitExceeded",
-        "TooManyRequestsException",
-        "BandwidthLimitExceeded",
-        "ProvisionedThroughputExceededException",
-    }
-)
-"""Error codes that ask the client to slow down; retried with backoff."""
-TRANSIENT_CODES = frozenset(
-    {
-        "ConditionalRequestConflict",  # 409: a concurrent conditional write is in flight
-        "InternalError",
-        "ServiceUnavailable",
-        "RequestTimeout",
-    }
-)
-"""Other error codes retried with backoff (any HTTP 5xx is retried too)."""
-_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
-
 
 @dataclass(frozen=True, slots=True)
 class S3Capabilities:
@@ -135,117 +126,6 @@ class S3Capabilities:
     """``PutObject`` with a wrong ``ChecksumSHA256`` is refused (``BadDigest``), not stored."""
     lists_in_key_order: bool
     """``ListObjectsV2`` lists ``a!`` before ``a/1`` (UTF-8 byte order, as S3 does)."""
-
-
-def _import_boto3() -> tuple[Any, Any, Any]:
-    """``boto3``, ``botocore.config.Config`` and ``botocore.exceptions``, imported lazily."""
-    try:
-        import boto3
-        import botocore.exceptions
-        from botocore.config import Config
-    except ImportError as exc:
-        raise MissingDependency(
-            f"the S3 object store needs boto3: pip install 'aos-persistence[s3]' ({exc})"
-        ) from None
-    return boto3, Config, botocore.exceptions
-
-
-def _b64(digest: bytes) -> str:
-    return base64.b64encode(digest).decode("ascii")
-
-
-def _error_code(exc: Any) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _http_status(exc: Any) -> int:
-    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return int(status) if status is not None else 0
-
-
-def _is_retryable(exc: Any) -> bool:
-    """Whether a ``ClientError`` is worth another attempt."""
-    code = _error_code(exc)
-    status = _http_status(exc)
-    return code in THROTTLING_CODES or code in TRANSIENT_CODES or status >= 500 or status == 429
-
-
-def _is_precondition_failed(exc: Any) -> bool:
-    return _error_code(exc) == "PreconditionFailed" or _http_status(exc) == 412
-
-
-def _is_not_found(exc: Any) -> bool:
-    return _error_code(exc) in _NOT_FOUND_CODES
-
-
-def _read_up_to(stream: BinaryIO, n: int) -> bytes:
-    """Read ``n`` bytes, fewer only at end of stream (``read`` may return short counts)."""
-    chunks: list[bytes] = []
-    remaining = n
-    while remaining > 0:
-        chunk = read_bytes(stream, remaining)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
-
-
-def _parts(first: bytes, rest: BinaryIO | None, part_size: int) -> Iterator[bytes]:
-    """``first`` followed by ``rest`` (if any), cut into ``part_size`` pieces (the last may be
-    shorter, never empty). Reads at most one part ahead."""
-    pending = first
-    eof = rest is None
-    while True:
-        if len(pending) < part_size and not eof:
-            assert rest is not None
-            wanted = part_size - len(pending)
-            more = _read_up_to(rest, wanted)
-            eof = len(more) < wanted
-            pending += more
-        if len(pending) >= part_size:
-            yield pending[:part_size]
-            pending = pending[part_size:]
-        elif pending:
-            yield pending
-            return
-        else:
-            return
-
-
-class _BodyReader(io.RawIOBase):
-    """A ``GetObject`` body as a raw stream; read failures surface as ``Backend``."""
-
-    def __init__(self, body: Any, what: str, botocore_error: type[Exception]) -> None:
-        self._body = body
-        self._what = what
-        self._botocore_error = botocore_error
-
-    def readable(self) -> bool:
-        return True
-
-    def _read(self, n: int) -> bytes:
-        try:
-            return cast(bytes, self._body.read(n))
-        except (self._botocore_error, OSError) as exc:
-            raise Backend(f"{self._what}: read failed: {type(exc).__name__}: {exc}") from None
-
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        view = memoryview(buffer).cast("B")
-        data = self._read(len(view))
-        view[: len(data)] = data
-        return len(data)
-
-    def readall(self) -> bytes:
-        chunks = []
-        while chunk := self._read(COPY_CHUNK):
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._body.close()
-        super().close()
 
 
 class _Staged(StagedBody):
@@ -349,7 +229,7 @@ class S3ObjectStore(ObjectStore):
         for name, value in (credentials or {}).items():
             if not isinstance(value, str) or not value.isprintable():
                 raise Validation("s3 credentials", f"{name} is not printable text")
-        boto3, config_cls, exceptions = _import_boto3()
+        boto3, config_cls, exceptions = import_boto3()
         self.bucket = bucket
         self.prefix = prefix
         self._key_prefix = f"{prefix}/" if prefix else ""
@@ -433,7 +313,7 @@ class S3ObjectStore(ObjectStore):
 
     def _backend(self, op: str, full_key: str, exc: Exception) -> Backend:
         if isinstance(exc, self._client_error):
-            detail = f"{_error_code(exc) or 'error'} (HTTP {_http_status(exc)})"
+            detail = f"{error_code(exc) or 'error'} (HTTP {http_status(exc)})"
         else:
             detail = f"{type(exc).__name__}: {exc}"
         return Backend(f"{op} {self._where(full_key)}: {detail}")
@@ -448,9 +328,9 @@ class S3ObjectStore(ObjectStore):
             try:
                 return method(**params)
             except self._client_error as exc:
-                if attempt >= self.max_attempts or not _is_retryable(exc):
+                if attempt >= self.max_attempts or not is_retryable(exc):
                     raise
-                log.debug("%s %s: %s, retrying", op, self._where(full_key), _error_code(exc))
+                log.debug("%s %s: %s, retrying", op, self._where(full_key), error_code(exc))
             except self._transport_errors as exc:
                 if attempt >= self.max_attempts:
                     raise self._backend(op, full_key, exc) from None
@@ -462,7 +342,7 @@ class S3ObjectStore(ObjectStore):
             attempt += 1
 
     def _bad_digest(self, key: str, exc: Exception, what: str) -> Validation | None:
-        if _error_code(exc) in ("BadDigest", "XAmzContentSHA256Mismatch"):
+        if error_code(exc) in ("BadDigest", "XAmzContentSHA256Mismatch"):
             return Validation("sha256", f"{what} of {key!r} does not match its sha256 (BadDigest)")
         return None
 
@@ -475,15 +355,15 @@ class S3ObjectStore(ObjectStore):
             body = data
             if len(body) <= self.multipart_threshold or not self.multipart:
                 return self._put_single(key, full_key, body, sha256)
-            return self._put_multipart(key, full_key, _parts(body, None, self.part_size), sha256)
-        head = _read_up_to(data, self.multipart_threshold + 1)
+            return self._put_multipart(key, full_key, cut_parts(body, None, self.part_size), sha256)
+        head = read_up_to(data, self.multipart_threshold + 1)
         if len(head) <= self.multipart_threshold:
             return self._put_single(key, full_key, head, sha256)
         if not self.multipart:
             with self._spool(head, data, None) as staged:
                 check_sha256(key, sha256, staged.sha256)
                 return staged.publish(key)
-        return self._put_multipart(key, full_key, _parts(head, data, self.part_size), sha256)
+        return self._put_multipart(key, full_key, cut_parts(head, data, self.part_size), sha256)
 
     def stage(self, data: bytes | BinaryIO, *, known_sha256: bytes | None = None) -> StagedBody:
         """Bodies up to the multipart threshold are kept in memory, larger streams spooled to
@@ -493,7 +373,7 @@ class S3ObjectStore(ObjectStore):
         if isinstance(data, bytes):
             body = data
         else:
-            body = _read_up_to(data, self.multipart_threshold + 1)
+            body = read_up_to(data, self.multipart_threshold + 1)
             if len(body) > self.multipart_threshold:
                 return self._spool(body, data, known_sha256)
         return _Staged(self, body, known_sha256 or hashlib.sha256(body).digest(), len(body))
@@ -537,10 +417,10 @@ class S3ObjectStore(ObjectStore):
                 return self._put_single(key, full_key, body, sha256, hashed=True)
             return self._send_put(key, full_key, body, size, sha256)
         if isinstance(body, bytes):
-            parts = _parts(body, None, self.part_size)
+            parts = cut_parts(body, None, self.part_size)
         else:
             body.seek(0)
-            parts = _parts(b"", body, self.part_size)
+            parts = cut_parts(b"", body, self.part_size)
         return self._put_multipart(key, full_key, parts, sha256, hashed=True)
 
     def _put_single(
@@ -575,10 +455,10 @@ class S3ObjectStore(ObjectStore):
                 ContentLength=size,
                 IfNoneMatch="*",
                 ChecksumAlgorithm="SHA256",
-                ChecksumSHA256=_b64(sha256),
+                ChecksumSHA256=b64(sha256),
             )
         except self._client_error as exc:
-            if _is_precondition_failed(exc):
+            if is_precondition_failed(exc):
                 return False
             raise self._bad_digest(key, exc, "body") or self._backend(
                 "PutObject", full_key, exc
@@ -621,7 +501,7 @@ class S3ObjectStore(ObjectStore):
                     )
                 if not hashed:
                     digest.update(part)
-                checksum = _b64(hashlib.sha256(part).digest())
+                checksum = b64(hashlib.sha256(part).digest())
                 uploaded = self._call(
                     self._client.upload_part,
                     op,
@@ -652,7 +532,7 @@ class S3ObjectStore(ObjectStore):
             )
         except self._client_error as exc:
             self._abort(full_key, upload_id)
-            if op == "CompleteMultipartUpload" and _is_precondition_failed(exc):
+            if op == "CompleteMultipartUpload" and is_precondition_failed(exc):
                 return False
             raise self._bad_digest(key, exc, "a part") or self._backend(op, full_key, exc) from None
         except BaseException:
@@ -673,7 +553,7 @@ class S3ObjectStore(ObjectStore):
                 UploadId=upload_id,
             )
         except (self._client_error, Backend) as exc:
-            if not (isinstance(exc, self._client_error) and _error_code(exc) == "NoSuchUpload"):
+            if not (isinstance(exc, self._client_error) and error_code(exc) == "NoSuchUpload"):
                 log.warning("could not abort multipart upload of %s: %s", full_key, exc)
 
     def open(self, key: str, start: int = 0, length: int | None = None) -> BinaryIO:
@@ -690,14 +570,14 @@ class S3ObjectStore(ObjectStore):
         try:
             response = self._call(self._client.get_object, "GetObject", full_key, **params)
         except self._client_error as exc:
-            if _is_not_found(exc):
+            if is_not_found(exc):
                 raise NotFound(
                     f"object {key!r} not found in {self._where(self._key_prefix)}"
                 ) from None
-            if _error_code(exc) == "InvalidRange" or _http_status(exc) == 416:
+            if error_code(exc) == "InvalidRange" or http_status(exc) == 416:
                 return io.BytesIO(b"")  # the range starts at or after the end
             raise self._backend("GetObject", full_key, exc) from None
-        reader = _BodyReader(response["Body"], self._where(full_key), self._botocore_error)
+        reader = BodyReader(response["Body"], self._where(full_key), self._botocore_error)
         return cast(BinaryIO, io.BufferedReader(reader, buffer_size=256 * 1024))
 
     def stat(self, key: str) -> ObjectInfo | None:
@@ -711,7 +591,7 @@ class S3ObjectStore(ObjectStore):
                 Key=full_key,
             )
         except self._client_error as exc:
-            if _is_not_found(exc):
+            if is_not_found(exc):
                 return None
             raise self._backend("HeadObject", full_key, exc) from None
         return ObjectInfo(key, int(response["ContentLength"]))
@@ -775,7 +655,7 @@ class S3ObjectStore(ObjectStore):
                 Key=full_key,
             )
         except self._client_error as exc:
-            if not _is_not_found(exc):
+            if not is_not_found(exc):
                 raise self._backend("DeleteObject", full_key, exc) from None
 
     def close(self) -> None:
@@ -800,7 +680,7 @@ class S3ObjectStore(ObjectStore):
             try:
                 self._call(method, op, full_key, Bucket=self.bucket, Key=full_key, **params)
             except self._client_error as exc:
-                return "PreconditionFailed" if _is_precondition_failed(exc) else _error_code(exc)
+                return "PreconditionFailed" if is_precondition_failed(exc) else error_code(exc)
             return ""
 
         def put(full_key: str, body: bytes, checksum: bytes) -> str:
@@ -811,7 +691,7 @@ class S3ObjectStore(ObjectStore):
                 Body=body,
                 IfNoneMatch="*",
                 ChecksumAlgorithm="SHA256",
-                ChecksumSHA256=_b64(checksum),
+                ChecksumSHA256=b64(checksum),
             )
 
         try:
@@ -827,7 +707,7 @@ class S3ObjectStore(ObjectStore):
                 ChecksumAlgorithm="SHA256",
             )
             upload_id = str(upload["UploadId"])
-            checksum = _b64(hashlib.sha256(b"3").digest())
+            checksum = b64(hashlib.sha256(b"3").digest())
             try:
                 part = self._call(
                     self._client.upload_part,
