@@ -32,9 +32,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from dataclasses import dataclass
+from typing import Final
 
+from aosp.fsck_reads import (
+    cas_page,
+    first_key,
+    inbox_page,
+    pending_unmarked,
+    range_page,
+    universe_exists,
+    world_records,
+)
+from aosp.fsck_report import Finding, FsckReport, Severity
 from persistence import fdbtuple, kv
 from persistence.errors import (
     Backend,
@@ -71,115 +81,10 @@ from persistence.records import (
 )
 from persistence.sizes import check_bool
 
-Severity = Literal["error", "warning"]
 READ_CHUNK = 1024 * 1024
 MAX_FINDINGS_PER_WORLD = 100
 """Past this many runs of missing journal heights in one world, fsck stops listing them
 (the count says so)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One problem: how bad, where (area, universe, world, subject) and what."""
-
-    severity: Severity
-    area: str
-    universe: str
-    world: str | None
-    subject: str
-    message: str
-
-    def to_json(self) -> dict[str, Any]:
-        """A plain dict for reports."""
-        return {
-            "severity": self.severity,
-            "area": self.area,
-            "universe": self.universe,
-            "world": self.world,
-            "subject": self.subject,
-            "message": self.message,
-        }
-
-
-@dataclass
-class FsckReport:
-    """Everything fsck looked at and found."""
-
-    findings: list[Finding] = field(default_factory=list)
-    checked: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def errors(self) -> list[Finding]:
-        """Findings of severity ``error``."""
-        return [f for f in self.findings if f.severity == "error"]
-
-    @property
-    def warnings(self) -> list[Finding]:
-        """Findings of severity ``warning``."""
-        return [f for f in self.findings if f.severity == "warning"]
-
-    def count(self, what: str, amount: int = 1) -> None:
-        """Add ``amount`` to the tally of checked ``what``."""
-        self.checked[what] = self.checked.get(what, 0) + amount
-
-    @property
-    def ok(self) -> bool:
-        """No error finding, and something was checked: a run over a store without any
-        universe checked nothing, and a check that checked nothing does not pass."""
-        return not self.errors and self.checked.get("universes", 0) > 0
-
-    @property
-    def reason(self) -> str | None:
-        """Why the check did not pass (``None`` when it did)."""
-        if self.errors:
-            return f"{len(self.errors)} error findings: damage or loss (see findings)"
-        if not self.ok:
-            return "the store has no universes: nothing was checked"
-        return None
-
-    def to_json(self) -> dict[str, Any]:
-        """Counts and findings; ``reason`` says why when not ``ok``."""
-        return {
-            "ok": self.ok,
-            "reason": self.reason,
-            "errors": len(self.errors),
-            "warnings": len(self.warnings),
-            "checked": dict(sorted(self.checked.items())),
-            "findings": [f.to_json() for f in self.findings],
-        }
-
-
-@kv.transactional
-async def _range_page(
-    tr: kv.Transaction, begin: bytes, end: bytes, limit: int
-) -> list[tuple[bytes, bytes]]:
-    return await tr.get_range(begin, end, limit=limit, snapshot=True)
-
-
-@kv.transactional
-async def _cas_page(
-    tr: kv.Transaction, keys: UniverseKeys, begin: bytes, limit: int
-) -> list[tuple[bytes, bytes]]:
-    _, end = keys.cas_meta_range()
-    return await tr.get_range(begin, end, limit=limit, snapshot=True)
-
-
-@kv.transactional
-async def _world_records(
-    tr: kv.Transaction, keys: WorldKeys
-) -> tuple[list[tuple[bytes, bytes]], bytes | None, bytes | None]:
-    """The snapshot index, export marker and inbox cursor of a world (one snapshot read)."""
-    return (
-        await tr.get_range(*keys.snapshots(), snapshot=True),
-        await tr.get(keys.export_marker(), snapshot=True),
-        await tr.get(keys.inbox_cursor(), snapshot=True),
-    )
-
-
-@kv.transactional
-async def _first_key(tr: kv.Transaction, begin: bytes, end: bytes) -> bytes | None:
-    rows = await tr.get_range(begin, end, limit=1, snapshot=True)
-    return rows[0][0] if rows else None
 
 
 @dataclass
@@ -202,34 +107,9 @@ def _add_run(runs: list[_Run], first: int, last: int, problem: Corruption) -> No
         runs.append(_Run(first, last, str(problem), type(problem)))
 
 
-def universe_exists(plane: Plane, universe: UniverseId) -> bool:
-    """Whether the store holds anything of ``universe`` (a world, a CAS body, a pin): what
-    ``Plane.universes`` lists."""
-    return drive(_first_key(plane.engine, *UniverseKeys(universe).all())) is not None
-
-
 FUTURE_MARK_NS: Final = 60 * 10**9
 """A consumed mark dated this far after fsck's clock is reported (a compactor's clock ran
 ahead)."""
-
-
-@kv.transactional
-async def _pending_unmarked(tr: kv.Transaction, keys: WorldKeys) -> bool:
-    """Whether the world has an item after its cursor but no ready mark, read in one
-    snapshot: an enqueue writes its item and the mark together, and a drain clears the mark
-    only when no item follows its new cursor, so the two always agree in one snapshot."""
-    raw = await tr.get(keys.inbox_cursor(), snapshot=True)
-    cursor = None if raw is None else decode_record(InboxCursor, raw, "inbox cursor").seq
-    pending = await tr.get_range(*keys.inbox_after(cursor), limit=1, snapshot=True)
-    return bool(pending) and await tr.get(keys.ready(), snapshot=True) is None
-
-
-@kv.transactional
-async def _inbox_page(
-    tr: kv.Transaction, keys: WorldKeys, begin: bytes, limit: int
-) -> list[tuple[bytes, bytes]]:
-    _, end = keys.inbox_after(None)
-    return await tr.get_range(begin, end, limit=limit, snapshot=True)
 
 
 class Fsck:
@@ -343,7 +223,7 @@ class Fsck:
         keys = UniverseKeys(universe)
         prefix = len(keys.cas_meta_range()[0]) - 1
         begin = keys.cas_meta_range()[0]
-        while rows := drive(_cas_page(self.plane.engine, keys, begin, 1_000)):
+        while rows := drive(cas_page(self.plane.engine, keys, begin, 1_000)):
             for key, raw in rows:
                 self._check_blob(universe, key[prefix:], raw)
             begin = rows[-1][0] + b"\x00"
@@ -357,7 +237,7 @@ class Fsck:
         and a creation with the handle be refused for a world that does not hold it)."""
         begin, end = UniverseKeys(universe).handles()
         prefix = len(begin) - 1
-        while rows := drive(_range_page(self.plane.engine, begin, end, 1_000)):
+        while rows := drive(range_page(self.plane.engine, begin, end, 1_000)):
             for key, raw in rows:
                 self.report.count("handles")
                 try:
@@ -414,7 +294,7 @@ class Fsck:
         now = self.plane.clock()
         for name, (begin, end) in (("pin", keys.cas_pins()), ("doom", keys.cas_dooms())):
             prefix = len(begin) - 1
-            while rows := drive(_range_page(self.plane.engine, begin, end, 1_000)):
+            while rows := drive(range_page(self.plane.engine, begin, end, 1_000)):
                 for key, raw in rows:
                     self.report.count(f"cas {name}s")
                     try:
@@ -520,7 +400,7 @@ class Fsck:
             if meta.handle is not None:
                 self._check_handle_indexed(universe, world, meta.handle)
         try:
-            snapshot_rows, marker_raw, cursor_raw = drive(_world_records(self.plane.engine, keys))
+            snapshot_rows, marker_raw, cursor_raw = drive(world_records(self.plane.engine, keys))
             marker = (
                 None
                 if marker_raw is None
@@ -565,7 +445,7 @@ class Fsck:
         self, keys: WorldKeys, covered: int, head: int, marker: ExportMarker | None
     ) -> None:
         universe, world = keys.universe, keys.world
-        if covered and drive(_first_key(self.plane.engine, *keys.entries_between(1, covered))):
+        if covered and drive(first_key(self.plane.engine, *keys.entries_between(1, covered))):
             deleting = marker is not None and marker.state == "delete_started"
             if not deleting:
                 self._add(
@@ -701,7 +581,7 @@ class Fsck:
             if cursor_raw is not None:
                 cursor = decode_record(InboxCursor, cursor_raw, "inbox cursor").seq
             self._check_marks(keys, cursor)
-            if drive(_pending_unmarked(self.plane.engine, keys)):
+            if drive(pending_unmarked(self.plane.engine, keys)):
                 self._add(
                     "error",
                     "inbox",
@@ -712,7 +592,7 @@ class Fsck:
                     "worker will find them (aosp drain --backfill marks them)",
                 )
             begin = keys.inbox_after(None)[0]
-            while rows := drive(_inbox_page(self.plane.engine, keys, begin, 1_000)):
+            while rows := drive(inbox_page(self.plane.engine, keys, begin, 1_000)):
                 self._check_idempotency(keys, rows)
                 self.report.count("inbox items", len(rows))
                 begin = rows[-1][0] + b"\x00"

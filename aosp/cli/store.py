@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from aosp.cli import ids
 from aosp.cli.console import UsageError
-from aosp.fsck import universe_exists
+from aosp.fsck_reads import universe_exists
 from backends import resolve_path
 from persistence.errors import Backend, NotFound, PersistError, Validation, WorldNotFound
 from persistence.futures import drive

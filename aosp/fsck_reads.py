@@ -1,0 +1,69 @@
+"""The reads :mod:`aosp.fsck` makes: pages of keys, each in one snapshot read (fsck never
+writes and never conflicts)."""
+
+from __future__ import annotations
+
+from persistence import kv
+from persistence.futures import drive
+from persistence.ids import UniverseId
+from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.plane import Plane
+from persistence.records import InboxCursor, decode_record
+
+
+@kv.transactional
+async def range_page(
+    tr: kv.Transaction, begin: bytes, end: bytes, limit: int
+) -> list[tuple[bytes, bytes]]:
+    return await tr.get_range(begin, end, limit=limit, snapshot=True)
+
+
+@kv.transactional
+async def cas_page(
+    tr: kv.Transaction, keys: UniverseKeys, begin: bytes, limit: int
+) -> list[tuple[bytes, bytes]]:
+    _, end = keys.cas_meta_range()
+    return await tr.get_range(begin, end, limit=limit, snapshot=True)
+
+
+@kv.transactional
+async def world_records(
+    tr: kv.Transaction, keys: WorldKeys
+) -> tuple[list[tuple[bytes, bytes]], bytes | None, bytes | None]:
+    """The snapshot index, export marker and inbox cursor of a world (one snapshot read)."""
+    return (
+        await tr.get_range(*keys.snapshots(), snapshot=True),
+        await tr.get(keys.export_marker(), snapshot=True),
+        await tr.get(keys.inbox_cursor(), snapshot=True),
+    )
+
+
+@kv.transactional
+async def first_key(tr: kv.Transaction, begin: bytes, end: bytes) -> bytes | None:
+    rows = await tr.get_range(begin, end, limit=1, snapshot=True)
+    return rows[0][0] if rows else None
+
+
+def universe_exists(plane: Plane, universe: UniverseId) -> bool:
+    """Whether the store holds anything of ``universe`` (a world, a CAS body, a pin): what
+    ``Plane.universes`` lists."""
+    return drive(first_key(plane.engine, *UniverseKeys(universe).all())) is not None
+
+
+@kv.transactional
+async def pending_unmarked(tr: kv.Transaction, keys: WorldKeys) -> bool:
+    """Whether the world has an item after its cursor but no ready mark, read in one
+    snapshot: an enqueue writes its item and the mark together, and a drain clears the mark
+    only when no item follows its new cursor, so the two always agree in one snapshot."""
+    raw = await tr.get(keys.inbox_cursor(), snapshot=True)
+    cursor = None if raw is None else decode_record(InboxCursor, raw, "inbox cursor").seq
+    pending = await tr.get_range(*keys.inbox_after(cursor), limit=1, snapshot=True)
+    return bool(pending) and await tr.get(keys.ready(), snapshot=True) is None
+
+
+@kv.transactional
+async def inbox_page(
+    tr: kv.Transaction, keys: WorldKeys, begin: bytes, limit: int
+) -> list[tuple[bytes, bytes]]:
+    _, end = keys.inbox_after(None)
+    return await tr.get_range(begin, end, limit=limit, snapshot=True)
