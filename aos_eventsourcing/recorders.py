@@ -47,14 +47,13 @@ from eventsourcing.persistence import (
 )
 
 from aos_eventsourcing import codec
+from aos_eventsourcing.cache import Known, WorldCache
 from persistence.errors import HeadAdvanced, PersistError, Validation, WorldNotFound
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import MAX_WAIT_SECONDS, Plane
 from persistence.sizes import MAX_ROW_LIMIT
 
 log = logging.getLogger(__name__)
-CACHE_SIZE: Final = 100_000
-"""Aggregates a recorder remembers (least recently used forgotten first)."""
 MAX_ATTEMPTS: Final = 100
 """Appends one insert tries before giving up (``OperationalError``) while the heads of its
 aggregates keep moving without taking its versions."""
@@ -67,114 +66,8 @@ SUBSCRIPTION_PAGE: Final = 500
 CLOSED: Final = "the infrastructure factory was closed (Application.close())"
 
 
-@dataclass(frozen=True, slots=True)
-class _Known:
-    """What a recorder saw of an aggregate's world: ``height`` is a head it had (never above
-    its head now) and ``last_version`` the version there (``None`` at height 0); heights 1 to
-    ``contiguous`` hold ``first_version``, ``first_version + 1``, ... (entries never change,
-    so that stays true); ``owner`` is the aggregate whose events the world holds, by the
-    text id its entries carry (``None``: a UUID id, the world's own); ``unsorted``: the
-    entry at ``height`` is marked out of order (``last_version`` is then not the highest).
-
-    A text id and the UUID it hashes to (:data:`codec.TEXT_IDS`) share a world: whichever
-    appends first owns it, and an insert of the other is refused (``IntegrityError``)."""
-
-    height: int
-    last_version: int | None
-    first_version: int | None
-    contiguous: int
-    owner: str | None
-    unsorted: bool = False
-
-
 class _Unsorted(Exception):
     """A read met an entry marked out of order: the journal must be read whole."""
-
-
-class _Cache:
-    """Per world, what the recorder knows (:class:`_Known`); thread-safe, bounded."""
-
-    def __init__(self, size: int = CACHE_SIZE) -> None:
-        self._lock = threading.Lock()
-        self._known: dict[WorldId, _Known] = {}
-        self._size = size
-
-    def get(self, world: WorldId) -> _Known | None:
-        """What is known of ``world``."""
-        with self._lock:
-            return self._known.get(world)
-
-    def forget(self, world: WorldId) -> None:
-        """Forget ``world`` (it does not exist)."""
-        with self._lock:
-            self._known.pop(world, None)
-
-    def seen(
-        self,
-        world: WorldId,
-        first_height: int,
-        versions: Sequence[int],
-        owner: str | None,
-        unsorted: bool = False,
-    ) -> _Known:
-        """Learn that heights ``first_height, ...`` hold ``versions`` of ``owner`` (read, or
-        appended), the last entry marked out of order if ``unsorted``."""
-        with self._lock:
-            old = self._known.get(world)
-            first = None if old is None else old.first_version
-            if first is None and first_height == 1:
-                first = versions[0]
-            contiguous = 0 if old is None else old.contiguous
-            last_height = first_height + len(versions) - 1
-            # (out of order, the versions may not increase: nothing more is known contiguous)
-            if (
-                not unsorted
-                and first is not None
-                and first_height <= contiguous + 1 < last_height + 1
-            ):
-                if versions[-1] == first + last_height - 1:  # increasing: all between too
-                    contiguous = last_height
-                else:
-                    height = contiguous + 1
-                    while height <= last_height and versions[height - first_height] == (
-                        first + height - 1
-                    ):
-                        height += 1
-                    contiguous = height - 1
-            if old is not None and old.height >= last_height:
-                known = _Known(old.height, old.last_version, first, contiguous, owner, old.unsorted)
-            else:
-                known = _Known(last_height, versions[-1], first, contiguous, owner, unsorted)
-            self._put(world, known)
-            return known
-
-    def refreshed(
-        self,
-        world: WorldId,
-        head: int,
-        version: int | None,
-        owner: str | None,
-        unsorted: bool = False,
-    ) -> _Known:
-        """Learn that ``world``'s head is ``head``, holding ``version`` of ``owner`` (marked
-        out of order if ``unsorted``)."""
-        with self._lock:
-            old = self._known.get(world)
-            first = None if old is None else old.first_version
-            contiguous = 0 if old is None else min(old.contiguous, head)
-            if head == 1:
-                first = version
-            if not unsorted and first is not None and version == first + head - 1:
-                contiguous = head
-            known = _Known(head, version, first, contiguous, owner, unsorted)
-            self._put(world, known)
-            return known
-
-    def _put(self, world: WorldId, known: _Known) -> None:
-        self._known.pop(world, None)
-        self._known[world] = known
-        if len(self._known) > self._size:
-            del self._known[next(iter(self._known))]
 
 
 def _shared_world(origin: object, world: WorldId, owner: str | None) -> IntegrityError:
@@ -241,7 +134,7 @@ class _Journals(_PlaneRecorder):
         self, plane: Plane, universe: UniverseId, *, closed: threading.Event | None = None
     ) -> None:
         super().__init__(plane, universe, closed=closed)
-        self._cache = _Cache()
+        self._cache = WorldCache()
 
     # ------------------------------------------------------------------ inserts
 
@@ -382,7 +275,7 @@ class _Journals(_PlaneRecorder):
         self._refresh(batch.world, head)
         self._expected_head(batch)
 
-    def _refresh(self, world: WorldId, head: int) -> _Known:
+    def _refresh(self, world: WorldId, head: int) -> Known:
         """Learn the version at ``head`` (``head`` must be a height the world had)."""
         if head == 0:
             return self._cache.refreshed(world, 0, None, None)
@@ -406,7 +299,7 @@ class _Journals(_PlaneRecorder):
     ) -> Sequence[StoredEvent]:
         """The aggregate's events with versions above ``gt`` and at most ``lte``, in version
         order (``desc``: newest first), at most ``limit`` of them (none if its world holds
-        another aggregate's: see :class:`_Known`)."""
+        another aggregate's: see :class:`Known`)."""
         world, text_id = codec.world_of(originator_id)
         codec.check_int(gt, "gt", optional=True)
         codec.check_int(lte, "lte", optional=True)
