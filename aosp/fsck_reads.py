@@ -1,5 +1,6 @@
-"""The reads :mod:`aosp.fsck` makes: pages of keys, each in one snapshot read (fsck never
-writes and never conflicts)."""
+"""The snapshot reads of :mod:`aosp.fsck` (pages of keys, a world's records, the first key
+of a range: each one snapshot read, so fsck never writes and never conflicts), and whether
+a universe exists."""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO, Final, cast
+from typing import Any, BinaryIO, Final, cast
 from urllib.parse import quote, urlsplit
 
 from backends.objects.checks import (
@@ -92,9 +92,6 @@ from persistence.objects import (
     check_sha256,
 )
 from persistence.sizes import MiB, check_bool, check_int, check_number
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
