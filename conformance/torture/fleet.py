@@ -18,6 +18,7 @@ them (an error between two starts) takes them with it."""
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import time
 from collections import Counter
@@ -31,6 +32,15 @@ from conformance.torture.evidence import log_name
 
 FORKS: Final = multiprocessing.get_context("forkserver")
 """Where the worker processes come from (see the module documentation)."""
+
+
+def start_fork_server() -> None:
+    """Start the fork server, preloading the worker, unless it runs. (The server is one per
+    process: one started before, by another use of ``multiprocessing``'s ``forkserver``
+    without this preload, stays as it is, and each worker then imports its module and says
+    so on its standard error.)"""
+    FORKS.set_forkserver_preload([worker.__name__])
+    multiprocessing.forkserver.ensure_running()
 
 
 @dataclass
@@ -52,7 +62,7 @@ class Fleet:
         self.final_kills = 0
         self.starts = 0
         self.failures: list[str] = []
-        FORKS.set_forkserver_preload([worker.__name__])
+        start_fork_server()
 
     def start(self, role: str, ident: int, incarnation: int = 0) -> None:
         """Start incarnation ``incarnation`` of process ``role``-``ident``."""
