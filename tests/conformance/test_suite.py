@@ -45,11 +45,15 @@ QUICK = PROFILES["quick"]
 REACHING_THE_BUCKET = dataclasses.replace(
     QUICK,
     torture=dataclasses.replace(
-        QUICK.torture, floors=(("attachments_acknowledged", 1),), max_seconds=120.0
+        QUICK.torture,
+        floors=(("attachments_acknowledged", 1), ("orphan_passes", 1)),
+        max_seconds=120.0,
     ),
 )
 """The quick profile, its torture going on (up to 120 s) until a worker's attachment put to
-the object store was acknowledged, however slow the machine."""
+the object store was acknowledged, however slow the machine -- and an orphan collection
+pass: a run past 6 s must have one (``orphan_collection_due``), and under three suites a
+compactor was killed four times in 7 s before its first."""
 
 
 FAULT_CASE = "faults1_commit_faults_and_crash_points"
