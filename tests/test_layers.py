@@ -3,6 +3,7 @@
 Rooms, lowest first; a module imports modules of its own room and of the rooms below it,
 never above or beside it::
 
+    aos_bench                  (the benchmarks: a distribution of their own, benchmarks/)
     aosp, aos_eventsourcing
     conformance | spark_connectors
     segments
@@ -37,7 +38,9 @@ PACKAGES: Final = (
     "spark_connectors",
     "aosp",
     "aos_eventsourcing",
+    "benchmarks/aos_bench",
 )
+"""Each package's folder, from the checkout's root."""
 ROOMS: Final[tuple[tuple[str, ...], ...]] = (
     ("persistence",),  # the vocabulary: every persistence module not in a room above
     ("persistence.protocols",),
@@ -48,6 +51,7 @@ ROOMS: Final[tuple[tuple[str, ...], ...]] = (
     ("segments",),
     ("conformance", "spark_connectors"),
     ("aosp", "aos_eventsourcing"),
+    ("aos_bench",),
 )
 """Module-name prefixes of each room, lowest first (the longest matching prefix decides)."""
 
@@ -75,9 +79,9 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
     "aosp.cli.inspect": {"hot_state": "hot keys by family"},
     "aosp.cli.status": {"status": "backlog, hot journal, exports, marks: snapshot reads"},
     "aosp.cli.store": {"worlds": "whether a store is new (no layout record) before it opens"},
-    "aosp.benchmarks.cas": {"cas_bodies": "the body's object key, to plant an orphan"},
-    "aosp.benchmarks.fdb": {"checksums": "the raw baseline stores entries as the plane does"},
-    "aosp.benchmarks.steady": {
+    "aos_bench.cas": {"cas_bodies": "the body's object key, to plant an orphan"},
+    "aos_bench.fdb": {"checksums": "the raw baseline stores entries as the plane does"},
+    "aos_bench.steady": {
         "hot_state": "hot keys by family, the figure it plots",
         "compaction": "the mark spacing its window is derived from",
     },
@@ -115,8 +119,9 @@ def modules(root: Path) -> dict[str, Path]:
     """Every module of the packages, by dotted name."""
     found = {}
     for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            parts = path.relative_to(root).with_suffix("").parts
+        top = root / package
+        for path in sorted(top.rglob("*.py")):
+            parts = path.relative_to(top.parent).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             found[name] = path
     return found

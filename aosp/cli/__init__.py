@@ -18,10 +18,13 @@ closed stdout (``aosp ... | head``) ends the command quietly with 141, as SIGPIP
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import traceback
 from collections.abc import Sequence
+from importlib.metadata import entry_points
+from typing import Any
 
 from aosp.cli import (
     compact,
@@ -59,7 +62,13 @@ from aosp.cli.store import (
     store_options,
 )
 from persistence import telemetry
-from persistence.errors import Conflict, PersistError, ReceiptHorizonFence, Validation
+from persistence.errors import (
+    Conflict,
+    MissingDependency,
+    PersistError,
+    ReceiptHorizonFence,
+    Validation,
+)
 
 COMMAND_MODULES = (
     jobs,
@@ -75,6 +84,20 @@ COMMAND_MODULES = (
     spark,
 )
 """Each registers its commands with ``register(subparsers, common, store)``."""
+
+PLUGIN_GROUP = "aosp.commands"
+"""The entry-point group of commands other distributions add, each a ``register`` like a
+command module's: the benchmarks' ``bench`` (distribution ``aos-persistence-bench``)."""
+
+PLUGINS = {
+    "bench": (
+        "run benchmarks and print ratios against their peers",
+        "pip install -c constraints.txt -e ./benchmarks (the distribution aos-persistence-bench, "
+        "in a source checkout)",
+    ),
+}
+"""Commands a known distribution adds: what each does and how to install it. Without the
+distribution, the command is still listed and says how, instead of being an unknown choice."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,7 +118,29 @@ def build_parser() -> argparse.ArgumentParser:
     common, store = common_options(), store_options()
     for module in COMMAND_MODULES:
         module.register(sub, common, store)
+    for plugin in entry_points(group=PLUGIN_GROUP):
+        plugin.load()(sub, common, store)
+    for name, (help_, install) in PLUGINS.items():
+        if name not in sub.choices:
+            _add_missing(sub, common, name, help_, install)
     return parser
+
+
+def _add_missing(
+    sub: Any, common: argparse.ArgumentParser, name: str, help_: str, install: str
+) -> None:
+    """List the plugin command ``name`` whose distribution is not installed: whatever its
+    arguments, it fails saying how to install it."""
+    missing = sub.add_parser(
+        name, parents=[common], help=f"{help_} (not installed)", description=install
+    )
+    missing.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    missing.set_defaults(run=functools.partial(_not_installed, name, install))
+
+
+def _not_installed(name: str, install: str, args: argparse.Namespace) -> int:
+    """The run of a plugin command whose distribution is not installed: say how to get it."""
+    raise MissingDependency(f"aosp {name} is not installed: {install}")
 
 
 def _version() -> str:

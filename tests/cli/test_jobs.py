@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from aosp.benchmarks import steady
-from aosp.cli.jobs import SUITES, chosen_suites
+from aos_bench import require, steady
+from aos_bench.command import SUITES, chosen_suites
+from persistence.errors import MissingDependency
 from tests.cli.conftest import aosp
 from tests.fdb_cluster import FdbCluster
 
@@ -156,6 +157,14 @@ def test_bench_without_a_suite_runs_the_quick_ones_and_all_runs_every_one() -> N
     assert chosen_suites(["all"], "fdb:///c") == list(SUITES)
     help_text = aosp("bench", "--help").text
     assert "SUITE" in help_text and "engine plane cas" in help_text.replace("\n", " ")
+
+
+def test_a_suite_missing_a_package_names_its_install_line() -> None:
+    with pytest.raises(MissingDependency, match=r"aos-persistence\[spark\]'$"):
+        require("the spark suite", "spark", "no_such_module_for_a_suite")
+    with pytest.raises(MissingDependency, match=r"for the plot\): pip install .* -e \./benchmarks"):
+        require("the plot", "bench", "no_such_module_for_a_suite")
+    require("the plane suite", "bench", "eventsourcing")  # installed: no error
 
 
 def test_bench_durations_are_bounded_and_plots_stay_out_of_the_checkout() -> None:

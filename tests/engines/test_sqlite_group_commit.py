@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from aosp.benchmarks.eventsourcing import wal_count
+from aos_bench.eventsourcing import wal_count
 from backends.kv.sqlite import SqliteEngine
 from backends.kv.sqlite_writers import WriterQueue
 from persistence import fdb_errors, fdbtuple, kv

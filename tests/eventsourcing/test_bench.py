@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from aosp.benchmarks import eventsourcing as suite
-from aosp.benchmarks import plane
+from aos_bench import eventsourcing as suite
+from aos_bench import plane
 
 
 def test_an_insert_is_one_durable_commit_as_in_eventsourcing(tmp_path: Path) -> None:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from aosp.benchmarks import fairness
-from aosp.benchmarks.fairness import FairnessConfig
+from aos_bench import fairness
+from aos_bench.fairness import FairnessConfig
 from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.memory import MemoryObjectStore

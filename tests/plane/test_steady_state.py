@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from aosp.benchmarks import steady
+from aos_bench import steady
 from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from segments import open_plane

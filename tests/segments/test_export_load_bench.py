@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from aosp.benchmarks import export_load
+from aos_bench import export_load
 
 
 @pytest.mark.slow

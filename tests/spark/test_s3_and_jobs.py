@@ -173,11 +173,11 @@ def test_the_scan_benchmark_checks_and_reports_both_readers(tmp_path: Path) -> N
     import subprocess
     import sys
 
-    from aosp.benchmarks.spark import LOCAL_1_ROUNDS, ROUNDS
+    from aos_bench.spark import LOCAL_1_ROUNDS, ROUNDS
     from tests.cli.conftest import ROOT
 
     code = (
-        "import json; from aosp.benchmarks import spark; "
+        "import json; from aos_bench import spark; "
         "print(json.dumps([f.to_json() for f in spark.run(entries=16_000)]))"
     )
     done = subprocess.run(
@@ -201,11 +201,11 @@ def test_the_journal_benchmark_checks_and_reports_its_three_figures() -> None:
     import subprocess
     import sys
 
-    from aosp.benchmarks.spark_journal import ROUNDS
+    from aos_bench.spark_journal import ROUNDS
     from tests.cli.conftest import ROOT
 
     code = (
-        "import json; from aosp.benchmarks import spark_journal; print(json.dumps("
+        "import json; from aos_bench import spark_journal; print(json.dumps("
         "[f.to_json() for f in spark_journal.run(entries=16_000, latency_seconds=3)]))"
     )
     done = subprocess.run(

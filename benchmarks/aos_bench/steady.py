@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
-from aosp.benchmarks import Figure, require
+from aos_bench import Figure, require
 from aosp.demo import demo_item, item_payload
 from persistence import cbor
 from persistence.errors import Corruption, Validation

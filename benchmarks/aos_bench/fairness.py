@@ -45,7 +45,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from aosp.benchmarks import Figure, require
+from aos_bench import Figure, require
 from persistence import cbor
 from persistence.errors import Corruption, Validation
 from persistence.ids import UniverseId, WorldId

@@ -38,8 +38,8 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any, Final
 
-from aosp.benchmarks import Figure
-from aosp.benchmarks.segments import EXPORT_CONFIG, promote_at
+from aos_bench import Figure
+from aos_bench.segments import EXPORT_CONFIG, promote_at
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence.ids import UniverseId, WorldId

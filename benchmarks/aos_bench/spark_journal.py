@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from aosp.benchmarks import Figure, require
+from aos_bench import Figure, require
 from persistence.ids import UniverseId, WorldId
 
 ENTRIES: Final = 1_048_576

@@ -46,7 +46,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Final, Literal
 
-from aosp.benchmarks import Figure
+from aos_bench import Figure
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore, fsync_dir
 from persistence.errors import Validation

@@ -1,24 +1,33 @@
 """Benchmarks run by ``aosp bench``: each figure is measured next to its peer or limit in the
-same run and reported as a ratio (see :class:`Figure`)."""
+same run and reported as a ratio (see :class:`Figure`).
+
+They are their own distribution (``aos-persistence-bench``, the ``benchmarks/`` folder of a
+source checkout), not part of the runtime package; :mod:`aos_bench.command` plugs the
+command into ``aosp``."""
 
 from __future__ import annotations
 
 import importlib.util
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from persistence.errors import MissingDependency
+
+INSTALL: Final = {
+    "spark": "pip install 'aos-persistence[spark]'",
+    "bench": "pip install -c constraints.txt -e ./benchmarks (in a source checkout)",
+}
+"""The install line of what brings a suite's packages: the ``spark`` extra, or this
+distribution's own dependencies (``bench``)."""
 
 
 def require(what: str, extra: str, *modules: str) -> None:
     """``MissingDependency`` naming the first of ``modules`` that is not installed, what
-    it is for, and the pip extra that brings it."""
+    it is for, and the install line that brings it (:data:`INSTALL` of ``extra``)."""
     for name in modules:
         if importlib.util.find_spec(name) is None:
-            raise MissingDependency(
-                f"{name} is not installed (for {what}): pip install 'aos-persistence[{extra}]'"
-            )
+            raise MissingDependency(f"{name} is not installed (for {what}): {INSTALL[extra]}")
 
 
 @dataclass(frozen=True, slots=True)

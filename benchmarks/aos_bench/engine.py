@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from aosp.benchmarks import Figure
+from aos_bench import Figure
 from backends.kv.sqlite import PAGE_SIZE, SqliteEngine
 from persistence import fdbtuple, kv
 

@@ -79,7 +79,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Final
 
-from aosp.benchmarks import Figure, require
+from aos_bench import Figure, require
 from persistence import cbor, kv
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import LAYOUT_KEY, WorldKeys

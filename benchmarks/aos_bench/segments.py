@@ -23,7 +23,7 @@ Figures:
    the export *unthrottled* (:data:`UNTHROTTLED`: hot-key clears of ``delete_chunk_entries``,
    no pauses between them -- what an operator gets with ``pause_ratio=0`` in a quiet
    period) against the same floor. The defaults bound what export costs foreground writers
-   (:mod:`aosp.benchmarks.export_load`); the unthrottled figure is export's own speed.
+   (:mod:`aos_bench.export_load`); the unthrottled figure is export's own speed.
 2. **Peak RSS growth during export of a 1 GiB history** (1,048,576 entries of 1 KiB), in
    processes started with the ``spawn`` method, so the parent's memory never counts. One
    process builds the history in batches of 2,000 entries with ``synchronous="OFF"`` (the
@@ -67,7 +67,7 @@ from multiprocessing.queues import Queue
 from pathlib import Path
 from typing import Any, Final
 
-from aosp.benchmarks import Figure
+from aos_bench import Figure
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore, fsync_dir
 from persistence import cbor

@@ -46,7 +46,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final
 
-from aosp.benchmarks import Figure
+from aos_bench import Figure
 from backends.kv.fdb import FdbEngine
 from backends.kv.roundtrips import CountingEngine
 from backends.objects.memory import MemoryObjectStore

@@ -54,8 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, cast
 
-from aosp.benchmarks import Figure
-from aosp.benchmarks.plane import (
+from aos_bench import Figure
+from aos_bench.plane import (
     BASELINE,
     ROUNDS,
     _alternate,
