@@ -80,7 +80,7 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
     "aosp.cli.status": {"status": "backlog, hot journal, exports, marks: snapshot reads"},
     "aosp.cli.store": {"worlds": "whether a store is new (no layout record) before it opens"},
     "aos_bench.cas": {"cas_bodies": "the body's object key, to plant an orphan"},
-    "aos_bench.fdb": {"checksums": "the raw baseline stores entries as the plane does"},
+    "aos_bench.fdb_raw": {"checksums": "the raw baseline stores entries as the plane does"},
     "aos_bench.steady": {
         "hot_state": "hot keys by family, the figure it plots",
         "compaction": "the mark spacing its window is derived from",

@@ -47,23 +47,18 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from aos_bench import Figure
+from aos_bench.fdb_raw import Raw
 from backends.kv.fdb import FdbEngine
 from backends.kv.roundtrips import CountingEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence.errors import HeadAdvanced, PersistError, Validation
 from persistence.ids import UniverseId, WorldId
-from persistence.keyspace import WorldKeys, height_keys, seq_in_key
+from persistence.keyspace import WorldKeys
 from persistence.plane import AsyncPlane, Plane
-from persistence.protocols.checksums import seal
 from persistence.records import (
-    JOURNAL_HEAD,
     DomainEventIngress,
-    InboxCursor,
-    InboxEnvelope,
-    decode_record,
     encode_inbox_item,
     envelope_bytes,
-    ingress_bytes,
 )
 
 ROUNDS: Final = 5
@@ -76,144 +71,6 @@ GROUP_ITEMS: Final = 20
 GROUP_RATE: Final = 25_000
 """Items/s a group drain on loopback stays below: the inboxes are filled for a round of
 this rate, so that they do not run dry before its end."""
-NOTIFY: Final = (1).to_bytes(8, "little")
-READY: Final = bytes(10) + (0).to_bytes(4, "little")
-
-
-def _raw_key(keys: WorldKeys, index: int) -> bytes:
-    return keys.inbox_item_with_versionstamp(index)
-
-
-class Raw:
-    """The minimal transactions, with the bindings alone (retried through ``on_error``)."""
-
-    def __init__(self, engine: FdbEngine) -> None:
-        self.fdb = engine._fdb
-        self.db = engine._db
-
-    def _run(self, body: Callable[[Any], None]) -> None:
-        tr = self.db.create_transaction()
-        while True:
-            try:
-                body(tr)
-                tr.commit().wait()
-                return
-            except self.fdb.FDBError as exc:
-                tr.on_error(exc).wait()
-
-    def append(self, keys: WorldKeys, entries: list[bytes]) -> None:
-        def body(tr: Any) -> None:
-            head = JOURNAL_HEAD.decode(bytes(tr[keys.head()]), "head")
-            whole = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, 1)[0]
-            if len(entries) == 1:
-                tr[whole] = seal(whole, entries[0])
-            else:
-                for key, entry in zip(
-                    height_keys(
-                        keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, len(entries)
-                    ),
-                    entries,
-                    strict=True,
-                ):
-                    tr[key] = seal(key, entry)
-            tr[keys.head()] = JOURNAL_HEAD.encode(head + len(entries))
-
-        self._run(body)
-
-    def enqueue(self, keys: WorldKeys, envelope: bytes) -> None:
-        def body(tr: Any) -> None:
-            tr.set_versionstamped_key(_raw_key(keys, 0), envelope)
-            tr.add(keys.notify_counter(), NOTIFY)
-            tr.set_versionstamped_value(keys.ready(), READY)
-
-        self._run(body)
-
-    def drain(self, keys: WorldKeys, max_items: int) -> int:
-        taken = [0]
-
-        def body(tr: Any) -> None:
-            cursor_read, head_read = tr.snapshot[keys.inbox_cursor()], tr.snapshot[keys.head()]
-            ready = tr.snapshot[keys.ready()]
-            raw_cursor = cursor_read.value
-            after = None if raw_cursor is None else decode_record(InboxCursor, raw_cursor, "c").seq
-            head = JOURNAL_HEAD.decode(bytes(head_read), "head")
-            rows = list(
-                tr.snapshot.get_range(
-                    *keys.inbox_after(after),
-                    limit=max_items + 1,
-                    streaming_mode=self.fdb.StreamingMode.exact,
-                )
-            )
-            items = rows[:max_items]
-            taken[0] = len(items)
-            if not items:
-                return
-            prefix = keys.inbox_prefix_len()
-            seqs = [seq_in_key(row.key, prefix, "item") for row in items]
-            entries = [
-                ingress_bytes(seq, decode_record(InboxEnvelope, row.value, "item").item)
-                for seq, row in zip(seqs, items, strict=True)
-            ]
-            tr.add_read_conflict_key(keys.inbox_cursor())
-            tr.add_read_conflict_key(keys.head())
-            for key, entry in zip(
-                height_keys(
-                    keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, len(entries)
-                ),
-                entries,
-                strict=True,
-            ):
-                tr[key] = seal(key, entry)
-            tr[keys.head()] = JOURNAL_HEAD.encode(head + len(entries))
-            tr[keys.inbox_cursor()] = InboxCursor(seqs[-1]).to_cbor()
-            if len(rows) <= max_items and ready.present():
-                tr.compare_and_clear(keys.ready(), bytes(ready))
-
-        self._run(body)
-        return taken[0]
-
-    def read(self, keys: WorldKeys, count: int) -> int:
-        tr = self.db.create_transaction()
-        rows = tr.snapshot.get_range(
-            *keys.entries_between(1, count), streaming_mode=self.fdb.StreamingMode.want_all
-        )
-        return sum(1 for _ in rows)
-
-    async def append_async(self, keys: WorldKeys, entry: bytes) -> None:
-        """The raw append, its futures awaited from the event loop."""
-        loop = asyncio.get_running_loop()
-
-        def waiter(future: Any) -> asyncio.Future[None]:
-            done: asyncio.Future[None] = loop.create_future()
-
-            def wake(_: Any) -> None:
-                loop.call_soon_threadsafe(_settle, done)
-
-            future.on_ready(wake)
-            return done
-
-        tr = self.db.create_transaction()
-        while True:
-            try:
-                value = tr[keys.head()]
-                await waiter(value)
-                head = JOURNAL_HEAD.decode(bytes(value), "head")
-                key = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, 1)[0]
-                tr[key] = seal(key, entry)
-                tr[keys.head()] = JOURNAL_HEAD.encode(head + 1)
-                commit = tr.commit()
-                await waiter(commit)
-                commit.wait()
-                return
-            except self.fdb.FDBError as exc:
-                retry = tr.on_error(exc)
-                await waiter(retry)
-                retry.wait()
-
-
-def _settle(done: asyncio.Future[None]) -> None:
-    if not done.done():
-        done.set_result(None)
 
 
 @dataclass(slots=True)
@@ -367,6 +224,11 @@ class Bench:
         return counting.tally.take().round_trips
 
     def singles(self) -> list[Figure]:
+        """The single-call figures: appends, an enqueue, drains, a long read."""
+        return [*self._writes(), *self._drains(), self._read()]
+
+    def _writes(self) -> list[Figure]:
+        """A 1-entry and a 100-entry append, a 1-item enqueue."""
         u, plane, raw = self.universe, self.plane, self.raw
         envelope = envelope_bytes(encode_inbox_item(ITEM), None)
         heads: dict[WorldId, int] = {}
@@ -386,28 +248,9 @@ class Bench:
         def raw_appending(count: int) -> Callable[[WorldKeys], Callable[[], object]]:
             return lambda keys: lambda: raw.append(keys, [ENTRY] * count)
 
-        def fill(world: WorldId, items: int) -> None:
-            for start in range(0, items, 5_000):
-                plane.enqueue_batch(u, world, [ITEM] * min(5_000, items - start))
-
-        def draining(count: int, calls: int) -> Callable[[WorldId], Callable[[], object]]:
-            def make(world: WorldId) -> Callable[[], object]:
-                fill(world, count * calls)
-                return lambda: plane.drain_inbox_to_journal(u, world, max_items=count)
-
-            return make
-
-        def raw_draining(count: int, calls: int) -> Callable[[WorldKeys], Callable[[], object]]:
-            def make(keys: WorldKeys) -> Callable[[], object]:
-                fill(keys.world, count * calls)
-                return lambda: raw.drain(keys, count)
-
-            return make
-
         calls = self.calls_per_round(300)
         batches = self.calls_per_round(60)
-        drains = max(5, batches // 2)
-        figures = [
+        return [
             self.single(
                 "1-entry append",
                 "appends/s",
@@ -439,8 +282,32 @@ class Bench:
                 0.9,
             ),
         ]
+
+    def _drains(self) -> list[Figure]:
+        """A drain of 1 and of 100 items, each from an inbox filled for the whole round."""
+        u, plane, raw = self.universe, self.plane, self.raw
+
+        def fill(world: WorldId, items: int) -> None:
+            for start in range(0, items, 5_000):
+                plane.enqueue_batch(u, world, [ITEM] * min(5_000, items - start))
+
+        def draining(count: int, calls: int) -> Callable[[WorldId], Callable[[], object]]:
+            def make(world: WorldId) -> Callable[[], object]:
+                fill(world, count * calls)
+                return lambda: plane.drain_inbox_to_journal(u, world, max_items=count)
+
+            return make
+
+        def raw_draining(count: int, calls: int) -> Callable[[WorldKeys], Callable[[], object]]:
+            def make(keys: WorldKeys) -> Callable[[], object]:
+                fill(keys.world, count * calls)
+                return lambda: raw.drain(keys, count)
+
+            return make
+
+        drains = max(5, self.calls_per_round(60) // 2)
         calls = self.calls_per_round(200)
-        figures.append(
+        return [
             self.single(
                 "drain, 1 item",
                 "items/s",
@@ -450,9 +317,7 @@ class Bench:
                 1,
                 (self.round_trips(lambda p, w: p.drain_inbox_to_journal(u, w, 1), 2), 4),
                 0.85,
-            )
-        )
-        figures.append(
+            ),
             self.single(
                 "drain, 100 items",
                 "items/s",
@@ -462,25 +327,26 @@ class Bench:
                 100,
                 (self.round_trips(lambda p, w: p.drain_inbox_to_journal(u, w, 100), 101), 4),
                 0.85,
-            )
-        )
+            ),
+        ]
+
+    def _read(self) -> Figure:
+        """A 20,000-entry read of one world's journal."""
+        u, plane, raw = self.universe, self.plane, self.raw
         self.progress("fdb: read_range 20k")
         reader, keys = self.world(keep=True)
         for start in range(0, READ_ENTRIES, 1_000):
             plane.append_batch(u, reader, start, [ENTRY] * 1_000)
-        figures.append(
-            self.single(
-                "read_range 20k",
-                "entries/s",
-                lambda _: lambda: plane.read_range(u, reader, 1, READ_ENTRIES),
-                lambda _: lambda: raw.read(keys, READ_ENTRIES),
-                2,
-                READ_ENTRIES,
-                (0, 0),
-                None,
-            )
+        return self.single(
+            "read_range 20k",
+            "entries/s",
+            lambda _: lambda: plane.read_range(u, reader, 1, READ_ENTRIES),
+            lambda _: lambda: raw.read(keys, READ_ENTRIES),
+            2,
+            READ_ENTRIES,
+            (0, 0),
+            None,
         )
-        return figures
 
     # ------------------------------------------------------------------ concurrency
 

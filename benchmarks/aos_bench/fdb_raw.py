@@ -1,0 +1,159 @@
+"""The floor of the fdb suite: each plane call's minimal transaction, written with the
+``fdb`` bindings alone on keys of the plane's layout (entries sealed with their checksums
+as the plane stores them)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Final
+
+from backends.kv.fdb import FdbEngine
+from persistence.keyspace import WorldKeys, height_keys, seq_in_key
+from persistence.protocols.checksums import seal
+from persistence.records import (
+    JOURNAL_HEAD,
+    InboxCursor,
+    InboxEnvelope,
+    decode_record,
+    ingress_bytes,
+)
+
+NOTIFY: Final = (1).to_bytes(8, "little")
+READY: Final = bytes(10) + (0).to_bytes(4, "little")
+
+
+def _raw_key(keys: WorldKeys, index: int) -> bytes:
+    return keys.inbox_item_with_versionstamp(index)
+
+
+class Raw:
+    """The minimal transactions, with the bindings alone (retried through ``on_error``)."""
+
+    def __init__(self, engine: FdbEngine) -> None:
+        self.fdb = engine._fdb
+        self.db = engine._db
+
+    def _run(self, body: Callable[[Any], None]) -> None:
+        tr = self.db.create_transaction()
+        while True:
+            try:
+                body(tr)
+                tr.commit().wait()
+                return
+            except self.fdb.FDBError as exc:
+                tr.on_error(exc).wait()
+
+    def append(self, keys: WorldKeys, entries: list[bytes]) -> None:
+        def body(tr: Any) -> None:
+            head = JOURNAL_HEAD.decode(bytes(tr[keys.head()]), "head")
+            whole = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, 1)[0]
+            if len(entries) == 1:
+                tr[whole] = seal(whole, entries[0])
+            else:
+                for key, entry in zip(
+                    height_keys(
+                        keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, len(entries)
+                    ),
+                    entries,
+                    strict=True,
+                ):
+                    tr[key] = seal(key, entry)
+            tr[keys.head()] = JOURNAL_HEAD.encode(head + len(entries))
+
+        self._run(body)
+
+    def enqueue(self, keys: WorldKeys, envelope: bytes) -> None:
+        def body(tr: Any) -> None:
+            tr.set_versionstamped_key(_raw_key(keys, 0), envelope)
+            tr.add(keys.notify_counter(), NOTIFY)
+            tr.set_versionstamped_value(keys.ready(), READY)
+
+        self._run(body)
+
+    def drain(self, keys: WorldKeys, max_items: int) -> int:
+        taken = [0]
+
+        def body(tr: Any) -> None:
+            cursor_read, head_read = tr.snapshot[keys.inbox_cursor()], tr.snapshot[keys.head()]
+            ready = tr.snapshot[keys.ready()]
+            raw_cursor = cursor_read.value
+            after = None if raw_cursor is None else decode_record(InboxCursor, raw_cursor, "c").seq
+            head = JOURNAL_HEAD.decode(bytes(head_read), "head")
+            rows = list(
+                tr.snapshot.get_range(
+                    *keys.inbox_after(after),
+                    limit=max_items + 1,
+                    streaming_mode=self.fdb.StreamingMode.exact,
+                )
+            )
+            items = rows[:max_items]
+            taken[0] = len(items)
+            if not items:
+                return
+            prefix = keys.inbox_prefix_len()
+            seqs = [seq_in_key(row.key, prefix, "item") for row in items]
+            entries = [
+                ingress_bytes(seq, decode_record(InboxEnvelope, row.value, "item").item)
+                for seq, row in zip(seqs, items, strict=True)
+            ]
+            tr.add_read_conflict_key(keys.inbox_cursor())
+            tr.add_read_conflict_key(keys.head())
+            for key, entry in zip(
+                height_keys(
+                    keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, len(entries)
+                ),
+                entries,
+                strict=True,
+            ):
+                tr[key] = seal(key, entry)
+            tr[keys.head()] = JOURNAL_HEAD.encode(head + len(entries))
+            tr[keys.inbox_cursor()] = InboxCursor(seqs[-1]).to_cbor()
+            if len(rows) <= max_items and ready.present():
+                tr.compare_and_clear(keys.ready(), bytes(ready))
+
+        self._run(body)
+        return taken[0]
+
+    def read(self, keys: WorldKeys, count: int) -> int:
+        tr = self.db.create_transaction()
+        rows = tr.snapshot.get_range(
+            *keys.entries_between(1, count), streaming_mode=self.fdb.StreamingMode.want_all
+        )
+        return sum(1 for _ in rows)
+
+    async def append_async(self, keys: WorldKeys, entry: bytes) -> None:
+        """The raw append, its futures awaited from the event loop."""
+        loop = asyncio.get_running_loop()
+
+        def waiter(future: Any) -> asyncio.Future[None]:
+            done: asyncio.Future[None] = loop.create_future()
+
+            def wake(_: Any) -> None:
+                loop.call_soon_threadsafe(_settle, done)
+
+            future.on_ready(wake)
+            return done
+
+        tr = self.db.create_transaction()
+        while True:
+            try:
+                value = tr[keys.head()]
+                await waiter(value)
+                head = JOURNAL_HEAD.decode(bytes(value), "head")
+                key = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, 1)[0]
+                tr[key] = seal(key, entry)
+                tr[keys.head()] = JOURNAL_HEAD.encode(head + 1)
+                commit = tr.commit()
+                await waiter(commit)
+                commit.wait()
+                return
+            except self.fdb.FDBError as exc:
+                retry = tr.on_error(exc)
+                await waiter(retry)
+                retry.wait()
+
+
+def _settle(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
