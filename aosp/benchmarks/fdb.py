@@ -52,19 +52,18 @@ from backends.kv.roundtrips import CountingEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence.errors import HeadAdvanced, PersistError, Validation
 from persistence.ids import UniverseId, WorldId
-from persistence.keyspace import WorldKeys, height_keys, seq_in_key
-from persistence.plane import AsyncPlane, Plane
-from persistence.protocols.checksums import seal
-from persistence.records import (
-    JOURNAL_HEAD,
+from persistence.inbox_records import (
     DomainEventIngress,
     InboxCursor,
     InboxEnvelope,
-    decode_record,
     encode_inbox_item,
     envelope_bytes,
-    ingress_bytes,
 )
+from persistence.journal_records import JOURNAL_HEAD, ingress_bytes
+from persistence.keyspace import WorldKeys, height_keys, seq_in_key
+from persistence.plane import AsyncPlane, Plane
+from persistence.protocols.checksums import seal
+from persistence.records import decode_record
 
 ROUNDS: Final = 5
 ENTRY: Final = b"x" * 1_000
