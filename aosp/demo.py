@@ -25,18 +25,17 @@ from typing import Any
 from aosp.cli.console import counted, noun
 from persistence import cbor
 from persistence.ids import Hash, UniverseId, WorldId
-from persistence.plane import Plane
-from persistence.records import (
+from persistence.inbox_records import (
     ControlIngress,
     DomainEventIngress,
     InboxIngress,
     InboxItem,
-    IngressJournalRecord,
     ReceiptIngress,
     TimerFiredIngress,
     decode_inbox_item,
-    decode_journal_record,
 )
+from persistence.journal_records import IngressJournalRecord, decode_journal_record
+from persistence.plane import Plane
 from segments import open_plane
 
 BLOB_SIZES = (200, 3_000, 20_000, 70_000)

@@ -63,22 +63,18 @@ from persistence.errors import (
 )
 from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
+from persistence.inbox_records import (
+    InboxCursor,
+    InboxEnvelope,
+    envelope_fingerprint,
+    idempotency_entry,
+)
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
 from persistence.plane import Plane
 from persistence.protocols import compaction, journal, worlds
 from persistence.protocols.cas_bodies import doom_is_stale, object_key
-from persistence.records import (
-    CasDoom,
-    CasMeta,
-    CasPin,
-    ExportMarker,
-    InboxCursor,
-    InboxEnvelope,
-    SnapshotRecord,
-    decode_record,
-    envelope_fingerprint,
-    idempotency_entry,
-)
+from persistence.records import CasDoom, CasMeta, CasPin, SnapshotRecord, decode_record
+from persistence.segment_records import ExportMarker
 from persistence.sizes import check_bool
 
 READ_CHUNK = 1024 * 1024

@@ -7,9 +7,10 @@ from __future__ import annotations
 from persistence import kv
 from persistence.futures import drive
 from persistence.ids import UniverseId
+from persistence.inbox_records import InboxCursor
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import Plane
-from persistence.records import InboxCursor, decode_record
+from persistence.records import decode_record
 
 
 @kv.transactional

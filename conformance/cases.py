@@ -42,16 +42,13 @@ from persistence.errors import (
 )
 from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
+from persistence.inbox_records import InboxIngress, decode_inbox_item
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import WorldKeys
 from persistence.protocols import drain as drain_protocol
 from persistence.protocols import journal as journal_protocol
 from persistence.protocols.calls import Call
 from persistence.protocols.cas_bodies import object_key
-from persistence.records import (
-    InboxIngress,
-    decode_inbox_item,
-)
 
 # --------------------------------------------------------------------- case 1: CAS
 

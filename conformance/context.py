@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 from persistence import cbor, contracts
 from persistence.errors import PersistError
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress
+from persistence.journal_records import IngressJournalRecord, decode_journal_record
 from persistence.plane import Plane
-from persistence.records import DomainEventIngress, IngressJournalRecord, decode_journal_record
 
 if TYPE_CHECKING:
     from conformance.torture.servers import ServerFaults

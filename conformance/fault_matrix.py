@@ -53,21 +53,15 @@ from persistence import fdb_errors, kv
 from persistence.errors import Conflict, EngineError, NotFound, PersistError, WorldExists
 from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
+from persistence.inbox_records import encode_inbox_item, idempotency_entry
+from persistence.journal_records import IngressJournalRecord, decode_journal_record
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.plane import DrainResult, Plane
 from persistence.protocols import inbox as inbox_protocol
 from persistence.protocols.compaction import InboxCompaction, read_marks
 from persistence.protocols.export import read_marker
-from persistence.records import (
-    EffectDispatchItem,
-    EffectInFlightItem,
-    IngressJournalRecord,
-    TimerDueItem,
-    decode_journal_record,
-    encode_inbox_item,
-    idempotency_entry,
-)
+from persistence.records import EffectDispatchItem, EffectInFlightItem, TimerDueItem
 from segments.export import ExportConfig, Exporter
 
 FAULTS: Final[tuple[tuple[str, int, bool | str], ...]] = (

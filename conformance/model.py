@@ -44,6 +44,12 @@ from persistence.errors import (
     WorldNotFound,
 )
 from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, UniverseId, WorldId
+from persistence.inbox_records import InboxEnvelope, InboxItem, encode_inbox_item
+from persistence.journal_records import (
+    BaselineSnapshotJournalRecord,
+    IngressJournalRecord,
+    SnapshotJournalRecord,
+)
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import MAX_TRANSACTION_SIZE, MAX_VALUE_SIZE
 from persistence.plane import (
@@ -55,17 +61,7 @@ from persistence.plane import (
 )
 from persistence.protocols import budget
 from persistence.protocols.journal import Creation
-from persistence.records import (
-    BaselineSnapshotJournalRecord,
-    CasMeta,
-    InboxEnvelope,
-    InboxItem,
-    IngressJournalRecord,
-    SnapshotJournalRecord,
-    SnapshotRecord,
-    WorldMeta,
-    encode_inbox_item,
-)
+from persistence.records import CasMeta, SnapshotRecord, WorldMeta
 from persistence.sizes import MiB
 
 OWN_KEY: Final = bytes(OWN_KEY_BYTES)

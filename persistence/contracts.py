@@ -23,11 +23,13 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Protocol, TypeVar, runtime_checkable
 
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
+from persistence.inbox_records import InboxItem
 from persistence.protocols.compaction import InboxCompaction
 from persistence.protocols.journal import GroupAppend
 from persistence.protocols.log import LogEntry
 from persistence.protocols.snapshots import SnapshotOutcome
-from persistence.records import InboxItem, SegmentIndexRecord, SnapshotRecord
+from persistence.records import SnapshotRecord
+from persistence.segment_records import SegmentIndexRecord
 from persistence.sizes import MiB
 
 Seq = TypeVar("Seq")

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from persistence import cbor
 from persistence.errors import Corruption, Validation
-from persistence.records import IngressJournalRecord, decode_journal_record
+from persistence.journal_records import IngressJournalRecord, decode_journal_record
 
 
 @runtime_checkable

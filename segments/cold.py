@@ -10,7 +10,7 @@ from persistence.protocols.segment_index import (
     SegmentRecordMismatch,
     check_record,
 )
-from persistence.records import SegmentIndexRecord
+from persistence.segment_records import SegmentIndexRecord
 from segments.format import SegmentHeader, SegmentReader
 
 

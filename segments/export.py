@@ -45,7 +45,7 @@ from persistence.keyspace import WorldKeys
 from persistence.objects import COPY_CHUNK
 from persistence.plane import Plane
 from persistence.protocols import export
-from persistence.records import ExportMarker, SegmentIndexRecord
+from persistence.segment_records import ExportMarker, SegmentIndexRecord
 from persistence.sizes import MAX_ROW_LIMIT, KiB, MiB, check_bool, check_int
 from persistence.telemetry import traced
 from segments.format import CHECKSUM_ALGORITHM, SegmentHeader, SegmentReader, SegmentWriter

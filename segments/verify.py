@@ -10,7 +10,7 @@ from persistence.errors import Corruption, SegmentIndexCorruption
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.plane import Plane
 from persistence.protocols.segment_index import audit
-from persistence.records import SegmentIndexRecord
+from persistence.segment_records import SegmentIndexRecord
 from persistence.sizes import check_int
 from segments.cold import ObjectStoreSegments
 from segments.inputs import require, require_ids

@@ -40,12 +40,9 @@ from persistence.errors import (
     Validation,
 )
 from persistence.ids import Hash, UniverseId, WorldId
+from persistence.inbox_records import decode_inbox_item
+from persistence.journal_records import IngressJournalRecord, decode_journal_record
 from persistence.kernel import entry_kind
-from persistence.records import (
-    IngressJournalRecord,
-    decode_inbox_item,
-    decode_journal_record,
-)
 from persistence.sizes import check_text
 
 # --------------------------------------------------------------------------- world

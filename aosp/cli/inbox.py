@@ -24,7 +24,7 @@ from aosp.cli.store import (
     world_options,
 )
 from persistence import cbor
-from persistence.records import (
+from persistence.inbox_records import (
     ControlIngress,
     DomainEventIngress,
     InboxIngress,

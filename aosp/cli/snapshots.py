@@ -27,12 +27,9 @@ from persistence.errors import (
     NotFound,
     ReceiptHorizonFence,
 )
+from persistence.journal_records import SnapshotJournalRecord, decode_journal_record
 from persistence.plane import Plane
-from persistence.records import (
-    SnapshotJournalRecord,
-    SnapshotRecord,
-    decode_journal_record,
-)
+from persistence.records import SnapshotRecord
 
 
 def cmd_snapshot_list(args: argparse.Namespace) -> int:

@@ -49,13 +49,9 @@ from aos_bench import Figure, require
 from persistence import cbor
 from persistence.errors import Corruption, Validation
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, decode_inbox_item
+from persistence.journal_records import IngressJournalRecord, decode_journal_record
 from persistence.plane import DrainResult, Plane
-from persistence.records import (
-    DomainEventIngress,
-    IngressJournalRecord,
-    decode_inbox_item,
-    decode_journal_record,
-)
 from persistence.workers.drain_worker import DrainWorker
 
 if TYPE_CHECKING:

@@ -53,13 +53,9 @@ from backends.kv.roundtrips import CountingEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence.errors import HeadAdvanced, PersistError, Validation
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, encode_inbox_item, envelope_bytes
 from persistence.keyspace import WorldKeys
 from persistence.plane import AsyncPlane, Plane
-from persistence.records import (
-    DomainEventIngress,
-    encode_inbox_item,
-    envelope_bytes,
-)
 
 ROUNDS: Final = 5
 ENTRY: Final = b"x" * 1_000

@@ -9,15 +9,11 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from backends.kv.fdb import FdbEngine
+from persistence.inbox_records import InboxCursor, InboxEnvelope
+from persistence.journal_records import JOURNAL_HEAD, ingress_bytes
 from persistence.keyspace import WorldKeys, height_keys, seq_in_key
 from persistence.protocols.checksums import seal
-from persistence.records import (
-    JOURNAL_HEAD,
-    InboxCursor,
-    InboxEnvelope,
-    decode_record,
-    ingress_bytes,
-)
+from persistence.records import decode_record
 
 NOTIFY: Final = (1).to_bytes(8, "little")
 READY: Final = bytes(10) + (0).to_bytes(4, "little")

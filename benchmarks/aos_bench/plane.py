@@ -82,15 +82,11 @@ from typing import Any, Final
 from aos_bench import Figure, require
 from persistence import cbor, kv
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, encode_inbox_item
+from persistence.journal_records import IngressJournalRecord
 from persistence.keyspace import LAYOUT_KEY, WorldKeys
 from persistence.plane import Plane
-from persistence.records import (
-    DomainEventIngress,
-    IngressJournalRecord,
-    LayoutRecord,
-    decode_record,
-    encode_inbox_item,
-)
+from persistence.records import LayoutRecord, decode_record
 from segments import open_plane
 
 ENTRY: Final = b"x" * 1000

@@ -56,12 +56,13 @@ from aosp.demo import demo_item, item_payload
 from persistence import cbor
 from persistence.errors import Corruption, Validation
 from persistence.ids import Hash, UniverseId, WorldId
+from persistence.inbox_records import decode_inbox_item
+from persistence.journal_records import IngressJournalRecord, decode_journal_record
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane, PlaneConfig
 from persistence.protocols.compaction import MARKS_PER_WINDOW
 from persistence.protocols.hot_state import FAMILIES, measure
-from persistence.records import IngressJournalRecord, decode_inbox_item, decode_journal_record
 from persistence.workers.compactor import Compactor
 from segments.export import ExportConfig, Exporter
 from segments.restore import full_replay, restore

@@ -21,22 +21,20 @@ from persistence.errors import CorruptRecord, PersistError
 from persistence.fdbtuple import unpack
 from persistence.futures import drive
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
+from persistence.inbox_records import InboxEnvelope, idempotency_entry
+from persistence.journal_records import (
+    BaselineSnapshotJournalRecord,
+    IngressJournalRecord,
+    SnapshotJournalRecord,
+    decode_journal_record,
+)
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
 from persistence.plane import Plane, cas_collection
 from persistence.plane.cas_collection import CasCollection
 from persistence.protocols import cas_bodies
 from persistence.protocols import inbox as inbox_protocol
-from persistence.records import (
-    BaselineSnapshotJournalRecord,
-    InboxEnvelope,
-    IngressJournalRecord,
-    SnapshotJournalRecord,
-    SnapshotRecord,
-    decode_journal_record,
-    decode_record,
-    idempotency_entry,
-)
+from persistence.records import SnapshotRecord, decode_record
 from segments.collect import SegmentCollection, collect_world
 from segments.restore import full_replay, load_root, restore
 

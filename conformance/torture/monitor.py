@@ -10,10 +10,8 @@ import threading
 from persistence.errors import Backend, PersistError
 from persistence.ids import InboxSeq, UniverseId, WorldId
 from persistence.plane import Plane
-from persistence.records import (
-    SegmentIndexRecord,
-    SnapshotRecord,
-)
+from persistence.records import SnapshotRecord
+from persistence.segment_records import SegmentIndexRecord
 
 # --------------------------------------------------------------------------- the monitor
 

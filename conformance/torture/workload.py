@@ -14,11 +14,8 @@ from urllib.parse import urlsplit
 from conformance.context import CaseSkipped
 from persistence import cbor
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, decode_inbox_item
 from persistence.plane import PlaneConfig
-from persistence.records import (
-    DomainEventIngress,
-    decode_inbox_item,
-)
 
 SCHEMA: Final = "conformance/TortureItem@1"
 BATCH: Final = 3

@@ -7,8 +7,9 @@ from typing import Final, Literal
 
 from persistence import cbor, kv
 from persistence.errors import Validation
+from persistence.inbox_records import InboxEnvelope
 from persistence.protocols import calls
-from persistence.records import CasMeta, InboxEnvelope
+from persistence.records import CasMeta
 from persistence.sizes import MAX_CALL_RECORD_SECONDS, MAX_NAME_CHARS, MiB, check_int, check_number
 
 VerifyMode = Literal["always", "sampled", "never"]

@@ -27,7 +27,8 @@ from persistence.objects import ObjectStore
 from persistence.plane.config import PlaneConfig
 from persistence.protocols import budget, drain, worlds
 from persistence.protocols.calls import Call
-from persistence.records import Record, SegmentIndexRecord
+from persistence.records import Record
+from persistence.segment_records import SegmentIndexRecord
 from persistence.sizes import MAX_ROW_LIMIT, check_bool, check_int
 
 T = TypeVar("T")

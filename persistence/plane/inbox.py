@@ -11,6 +11,8 @@ from typing import Any, Final
 from persistence import kv
 from persistence.errors import Contended, Validation
 from persistence.ids import InboxSeq, UniverseId, WorldId, check_id
+from persistence.inbox_records import InboxCursor, InboxItem, encode_inbox_item, envelope_bytes
+from persistence.journal_records import ingress_bytes
 from persistence.keyspace import WorldKeys
 from persistence.plane.config import OWN_KEY, OWN_KEY_BYTES, OWN_KEY_ENVELOPE_BYTES
 from persistence.plane.core import operation, row_limit, universe_keys, world_keys
@@ -19,13 +21,6 @@ from persistence.protocols import budget, compaction, drain, inbox, journal
 from persistence.protocols.compaction import InboxCompaction
 from persistence.protocols.drain import DrainResult, Normalizer
 from persistence.protocols.inbox import Enqueued
-from persistence.records import (
-    InboxCursor,
-    InboxItem,
-    encode_inbox_item,
-    envelope_bytes,
-    ingress_bytes,
-)
 from persistence.sizes import (
     MAX_IDEMPOTENCY_KEY_BYTES,
     KiB,

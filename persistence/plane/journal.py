@@ -13,7 +13,7 @@ from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane.core import operation, row_limit, universe_keys, world_keys
 from persistence.plane.worlds import WorldOperations
 from persistence.protocols import budget, journal, log
-from persistence.records import SegmentIndexRecord
+from persistence.segment_records import SegmentIndexRecord
 from persistence.sizes import check_bool, check_bytes, check_int, check_sequence, check_text
 
 

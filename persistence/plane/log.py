@@ -12,11 +12,11 @@ from typing import TypeVar
 
 from persistence.errors import CorruptRecord, Validation
 from persistence.ids import UniverseId, WorldId, check_height
+from persistence.log_records import LogRecord
 from persistence.plane.config import INTERRUPT_SECONDS, MAX_WAIT_SECONDS
 from persistence.plane.core import operation, row_limit, universe_keys
 from persistence.plane.journal import JournalOperations
 from persistence.protocols import log
-from persistence.records import LogRecord
 from persistence.sizes import check_number, check_text
 
 T = TypeVar("T")

@@ -10,7 +10,7 @@ from persistence.keyspace import UniverseKeys
 from persistence.plane.core import operation, world_keys
 from persistence.plane.journal import JournalOperations
 from persistence.protocols import export, journal, segment_index
-from persistence.records import ColdHorizon, SegmentIndexRecord
+from persistence.segment_records import ColdHorizon, SegmentIndexRecord
 
 
 class SegmentOperations(JournalOperations):

@@ -39,17 +39,12 @@ from persistence import fdbtuple, kv
 from persistence.errors import CorruptRecord, WorldNotFound
 from persistence.futures import drive
 from persistence.ids import INBOX_SEQ_LEN, InboxSeq
+from persistence.inbox_records import InboxCompactionRecord, InboxConsumedMark, InboxEnvelope
 from persistence.keyspace import WorldKeys, seq_in_key
 from persistence.protocols import budget, calls
 from persistence.protocols.calls import Call
 from persistence.protocols.inbox import read_cursor, read_cursor_record
-from persistence.records import (
-    CallRecord,
-    InboxCompactionRecord,
-    InboxConsumedMark,
-    InboxEnvelope,
-    decode_record,
-)
+from persistence.records import CallRecord, decode_record
 from persistence.sizes import check_int
 
 Clock = Callable[[], int]

@@ -14,12 +14,14 @@ from persistence import cbor, kv
 from persistence.errors import CorruptRecord, PersistError, Validation
 from persistence.futures import Future
 from persistence.ids import InboxSeq, WorldId
+from persistence.inbox_records import InboxCursor, InboxItem, envelope_item
+from persistence.journal_records import JournalHead
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.protocols import budget, calls
 from persistence.protocols.calls import Call
 from persistence.protocols.inbox import read_cursor_record, seq_of
 from persistence.protocols.journal import append_at, decode_head
-from persistence.records import CallRecord, InboxCursor, InboxItem, JournalHead, envelope_item
+from persistence.records import CallRecord
 
 Normalizer = Callable[[InboxSeq, InboxItem], bytes]
 """Turns one drained inbox item into its canonical journal entry. Must be deterministic:

@@ -13,7 +13,8 @@ from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.protocols import calls, journal, segment_index
 from persistence.protocols.calls import Call
 from persistence.protocols.segment_index import SegmentOverlap
-from persistence.records import ExportMarker, SegmentIndexRecord, decode_record
+from persistence.records import decode_record
+from persistence.segment_records import ExportMarker, SegmentIndexRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,9 @@ from persistence import kv
 from persistence.fdbtuple import Versionstamp, unpack
 from persistence.futures import drive
 from persistence.ids import InboxSeq
+from persistence.inbox_records import InboxCursor
 from persistence.keyspace import UniverseKeys, WorldKeys
-from persistence.records import InboxCursor, decode_record
+from persistence.records import decode_record
 
 PAGE_ROWS: Final = 1_000
 """Keys read per transaction (well inside FoundationDB's five-second limit)."""

@@ -30,18 +30,18 @@ from persistence.errors import (
     WorldNotFound,
 )
 from persistence.ids import InboxSeq, WorldId
-from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
-from persistence.protocols import calls
-from persistence.protocols.calls import Call
-from persistence.protocols.journal import read_head
-from persistence.records import (
+from persistence.inbox_records import (
     InboxCursor,
     InboxItem,
-    decode_record,
     envelope_fingerprint,
     envelope_item,
     idempotency_entry,
 )
+from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
+from persistence.protocols import calls
+from persistence.protocols.calls import Call
+from persistence.protocols.journal import read_head
+from persistence.records import decode_record
 
 NOTIFY_INCREMENT = (1).to_bytes(8, "little")
 READY_VALUE: Final = bytes(10) + (0).to_bytes(4, "little")

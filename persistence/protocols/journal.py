@@ -16,19 +16,13 @@ from persistence.errors import (
     WorldNotFound,
 )
 from persistence.ids import Hash
+from persistence.journal_records import JOURNAL_HEAD, JournalHead
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys, height_keys, whole_run
 from persistence.protocols import calls, log, segment_index, worlds
 from persistence.protocols.calls import Call
 from persistence.protocols.checksums import SEAL_BYTES, opened, opened_run, seal
-from persistence.records import (
-    JOURNAL_HEAD,
-    CasMeta,
-    JournalHead,
-    SegmentIndexRecord,
-    SnapshotRecord,
-    WorldMeta,
-    decode_record,
-)
+from persistence.records import CasMeta, SnapshotRecord, WorldMeta, decode_record
+from persistence.segment_records import SegmentIndexRecord
 
 
 async def read_head(tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = False) -> JournalHead:

@@ -11,8 +11,8 @@ from persistence import kv
 from persistence.errors import CorruptRecord, TrackingConflict
 from persistence.ids import WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys, height_keys
+from persistence.log_records import LOG_HEAD, TRACKING, LogRecord, decode_log_record, log_records
 from persistence.protocols import checksums
-from persistence.records import LOG_HEAD, TRACKING, LogRecord, decode_log_record, log_records
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,8 @@ from persistence.errors import (
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys
-from persistence.records import ColdHorizon, SegmentIndexRecord, SnapshotRecord, decode_record
+from persistence.records import SnapshotRecord, decode_record
+from persistence.segment_records import ColdHorizon, SegmentIndexRecord
 
 CHECKSUM_ALGORITHM: Final = "blake3"
 """The one checksum algorithm segments are written with (named in every index record)."""

@@ -13,17 +13,16 @@ from persistence.errors import (
     Validation,
 )
 from persistence.futures import Future
+from persistence.journal_records import (
+    BaselineSnapshotJournalRecord,
+    JournalHead,
+    SnapshotJournalRecord,
+)
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.protocols import calls
 from persistence.protocols.calls import Call
 from persistence.protocols.journal import append_at, decode_head, read_head
-from persistence.records import (
-    BaselineSnapshotJournalRecord,
-    JournalHead,
-    SnapshotJournalRecord,
-    SnapshotRecord,
-    decode_record,
-)
+from persistence.records import SnapshotRecord, decode_record
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,8 @@ from persistence.protocols.export import decode_marker
 from persistence.protocols.inbox import read_cursor_record, read_ready, seq_of
 from persistence.protocols.journal import decode_head
 from persistence.protocols.segment_index import decode
-from persistence.records import ExportMarker, SnapshotRecord, WorldMeta, decode_record
+from persistence.records import SnapshotRecord, WorldMeta, decode_record
+from persistence.segment_records import ExportMarker
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from persistence.errors import (
 )
 from persistence.fdbtuple import unpack
 from persistence.ids import UniverseId, WorldId
+from persistence.journal_records import JOURNAL_HEAD
 from persistence.keyspace import (
     LAYOUT_KEY,
     LAYOUT_VERSION,
@@ -25,14 +26,7 @@ from persistence.keyspace import (
     WorldKeys,
     universes_range,
 )
-from persistence.records import (
-    JOURNAL_HEAD,
-    LayoutRecord,
-    SnapshotRecord,
-    UniverseInfo,
-    WorldMeta,
-    decode_record,
-)
+from persistence.records import LayoutRecord, SnapshotRecord, UniverseInfo, WorldMeta, decode_record
 
 
 @kv.transactional

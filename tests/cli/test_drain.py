@@ -22,10 +22,10 @@ from backends.objects.local import LocalObjectStore
 from persistence import cbor, kv
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import Plane
 from persistence.protocols import inbox
-from persistence.records import DomainEventIngress
 from persistence.workers.drain_worker import Shard
 from segments import open_plane
 from tests.cli.conftest import ROOT, Store, aosp

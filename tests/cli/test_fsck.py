@@ -14,9 +14,10 @@ import pytest
 
 from persistence import cbor
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, envelope_fingerprint
+from persistence.journal_records import JOURNAL_HEAD
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
-from persistence.records import JOURNAL_HEAD, DomainEventIngress, envelope_fingerprint
 from segments import open_plane
 from tests.cli.conftest import Store, aosp
 from tests.cli.test_commands import open_store

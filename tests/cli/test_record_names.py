@@ -9,7 +9,7 @@ import pytest
 
 from aosp.cli import build_parser
 from aosp.cli.inbox import ITEM_KINDS, build_item
-from persistence.records import INBOX_ITEM_TYPES
+from persistence.inbox_records import INBOX_ITEM_TYPES
 from tests.cli.conftest import aosp
 
 WORLD = ["-u", "0" * 32, "-w", "1" * 32]

@@ -20,13 +20,10 @@ from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence import cbor, kv
 from persistence.ids import Hash, UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, InboxConsumedMark
 from persistence.keyspace import UniverseKeys, WorldKeys
-from persistence.records import (
-    CasDoom,
-    DomainEventIngress,
-    ExportMarker,
-    InboxConsumedMark,
-)
+from persistence.records import CasDoom
+from persistence.segment_records import ExportMarker
 from segments import open_plane
 from tests.cli.conftest import ROOT, Store, aosp
 from tests.fdb_cluster import FdbCluster, clear_keyspace

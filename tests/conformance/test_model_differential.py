@@ -57,19 +57,18 @@ from persistence.errors import (
     Validation,
 )
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
-from persistence.keyspace import CHUNK_SIZE
-from persistence.kv import Engine
-from persistence.plane import GENESIS_STATE, Plane
-from persistence.records import (
+from persistence.inbox_records import (
     ControlIngress,
     DomainEventIngress,
     InboxIngress,
     InboxItem,
-    IngressJournalRecord,
-    SnapshotRecord,
     decode_inbox_item,
-    decode_journal_record,
 )
+from persistence.journal_records import IngressJournalRecord, decode_journal_record
+from persistence.keyspace import CHUNK_SIZE
+from persistence.kv import Engine
+from persistence.plane import GENESIS_STATE, Plane
+from persistence.records import SnapshotRecord
 from persistence.sizes import MiB
 from segments import open_plane
 

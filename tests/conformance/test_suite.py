@@ -28,6 +28,7 @@ from conformance.torture.fleet import start_fork_server
 from persistence import kv
 from persistence.futures import drive
 from persistence.ids import InboxSeq
+from persistence.inbox_records import InboxCursor, InboxEnvelope, encode_inbox_item
 from persistence.keyspace import WorldKeys
 from persistence.kv import Engine
 from persistence.plane import Plane
@@ -35,7 +36,6 @@ from persistence.protocols import inbox as inbox_protocol
 from persistence.protocols import journal as journal_protocol
 from persistence.protocols.calls import Call
 from persistence.protocols.inbox import PendingEnqueue
-from persistence.records import InboxCursor, InboxEnvelope, encode_inbox_item
 from segments import open_plane
 from segments.cold import ObjectStoreSegments
 from tests.fdb_cluster import FdbCluster, clear_keyspace

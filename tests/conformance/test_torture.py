@@ -69,10 +69,11 @@ from conformance.torture.workload import (
 )
 from persistence import kv
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
+from persistence.inbox_records import InboxCursor
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import Plane, PlaneConfig, cas_collection
 from persistence.protocols.cas_bodies import object_key
-from persistence.records import CasDoom, CasMeta, InboxCursor
+from persistence.records import CasDoom, CasMeta
 from persistence.workers.compactor import Compactor
 from persistence.workers.drain_worker import Shard
 from segments import open_plane

@@ -31,8 +31,8 @@ from backends.kv import open_engine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, kv
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress
 from persistence.plane import Plane
-from persistence.records import DomainEventIngress
 from segments import open_plane
 
 SCHEMA = "test/ConcurrentItem@1"

@@ -13,9 +13,9 @@ import pytest
 from backends.objects.memory import MemoryObjectStore
 from persistence.errors import HeadAdvanced, Validation, WorldExists
 from persistence.ids import Hash, UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress
 from persistence.kv import Engine, Transaction
 from persistence.plane import AsyncPlane, Plane
-from persistence.records import DomainEventIngress
 from segments import open_plane
 
 

@@ -58,17 +58,12 @@ from persistence.errors import (
     WorldNotFound,
 )
 from persistence.ids import Hash, InboxSeq, SegmentId, UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, InboxIngress
 from persistence.kernel import ReferenceKernel
 from persistence.objects import ObjectStore
 from persistence.plane import Plane, PlaneConfig
-from persistence.records import (
-    DomainEventIngress,
-    EffectDispatchItem,
-    InboxIngress,
-    SegmentIndexRecord,
-    SnapshotRecord,
-    TimerDueItem,
-)
+from persistence.records import EffectDispatchItem, SnapshotRecord, TimerDueItem
+from persistence.segment_records import SegmentIndexRecord
 from persistence.sizes import MAX_NAME_CHARS, MAX_OBJECT_KEY_BYTES
 from segments import open_plane
 from segments.collect import collect_world

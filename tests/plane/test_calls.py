@@ -13,11 +13,12 @@ from persistence import cbor, kv
 from persistence.fdb_errors import COMMIT_UNKNOWN_RESULT
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, InboxEnvelope
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.protocols import journal
 from persistence.protocols.calls import Call
-from persistence.records import DomainEventIngress, InboxEnvelope, decode_record
+from persistence.records import decode_record
 from segments import open_plane
 
 SECOND = 1_000_000_000

@@ -21,20 +21,20 @@ from persistence import cbor, fdb_errors, kv
 from persistence.errors import EngineError, Validation, WorldNotFound
 from persistence.futures import drive
 from persistence.ids import InboxSeq, UniverseId, WorldId
-from persistence.keyspace import WorldKeys
-from persistence.kv import Engine
-from persistence.plane import Plane, PlaneConfig
-from persistence.protocols import budget, compaction, inbox
-from persistence.protocols.calls import Call
-from persistence.protocols.compaction import MAX_MARKS, CompactionLimits, InboxCompaction
-from persistence.records import (
-    CallRecord,
+from persistence.inbox_records import (
     DomainEventIngress,
     InboxCompactionRecord,
     InboxConsumedMark,
     InboxEnvelope,
     encode_inbox_item,
 )
+from persistence.keyspace import WorldKeys
+from persistence.kv import Engine
+from persistence.plane import Plane, PlaneConfig
+from persistence.protocols import budget, compaction, inbox
+from persistence.protocols.calls import Call
+from persistence.protocols.compaction import MAX_MARKS, CompactionLimits, InboxCompaction
+from persistence.records import CallRecord
 from persistence.workers.compactor import Compactor
 from segments import open_plane
 

@@ -25,13 +25,9 @@ from backends.kv.sqlite import SqliteEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor
 from persistence.ids import InboxSeq, UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, decode_inbox_item
+from persistence.journal_records import IngressJournalRecord, decode_journal_record
 from persistence.plane import Plane
-from persistence.records import (
-    DomainEventIngress,
-    IngressJournalRecord,
-    decode_inbox_item,
-    decode_journal_record,
-)
 from segments import open_plane
 from tests.fdb_cluster import FdbCluster, clear_keyspace
 from tests.plane.plane_worker import SCHEMA

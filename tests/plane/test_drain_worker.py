@@ -27,13 +27,18 @@ from persistence import cbor, fdb_errors, kv
 from persistence.errors import EngineError, Validation, WorldNotFound
 from persistence.futures import drive
 from persistence.ids import InboxSeq, UniverseId, WorldId
+from persistence.inbox_records import (
+    DomainEventIngress,
+    InboxEnvelope,
+    InboxItem,
+    encode_inbox_item,
+)
 from persistence.keyspace import READY_BUCKETS, UniverseKeys, WorldKeys, ready_bucket
 from persistence.kv import Engine
 from persistence.plane import Plane, PlaneConfig, default_normalizer
 from persistence.protocols import drain, inbox
 from persistence.protocols.calls import REPLAYS, Call
 from persistence.protocols.drain import DrainResult
-from persistence.records import DomainEventIngress, InboxEnvelope, InboxItem, encode_inbox_item
 from persistence.workers.drain_worker import Drained, DrainWorker, Shard
 from segments import open_plane
 

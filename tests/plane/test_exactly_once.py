@@ -9,10 +9,10 @@ from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
 from persistence import cbor, fdb_errors, kv
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.protocols.snapshots import SnapshotOutcome
-from persistence.records import DomainEventIngress
 from segments import open_plane
 
 

@@ -28,16 +28,12 @@ from persistence import cbor
 from persistence.errors import Validation
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, decode_inbox_item
+from persistence.journal_records import IngressJournalRecord, decode_journal_record
 from persistence.keyspace import UniverseKeys
 from persistence.kv import Engine
 from persistence.protocols import inbox
 from persistence.protocols.drain import DrainResult
-from persistence.records import (
-    DomainEventIngress,
-    IngressJournalRecord,
-    decode_inbox_item,
-    decode_journal_record,
-)
 from persistence.workers.drain_worker import DrainWorker
 from segments import open_plane
 

@@ -23,9 +23,10 @@ from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, fdb_errors, kv
 from persistence.errors import WorldExists
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
-from persistence.records import DomainEventIngress, EffectDispatchItem, TimerDueItem
+from persistence.records import EffectDispatchItem, TimerDueItem
 from segments import open_plane
 
 U = UniverseId(uuid.UUID(int=1))

@@ -16,11 +16,12 @@ from persistence import fdb_errors, kv
 from persistence.errors import Contended, HeadAdvanced
 from persistence.futures import Failed, Future, Ready, drive
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress
+from persistence.journal_records import IngressJournalRecord, decode_journal_record
 from persistence.keyspace import WorldKeys
 from persistence.kv import Engine
 from persistence.plane import Plane
 from persistence.plane.inbox import BUSY_ATTEMPTS
-from persistence.records import DomainEventIngress, IngressJournalRecord, decode_journal_record
 
 ITEM = DomainEventIngress("test/Event@1", b"\xa0")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from persistence import cbor
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress
 from persistence.keyspace import CHUNK_SIZE, WorldKeys
 from persistence.plane import Plane
 from persistence.protocols.hot_state import FAMILIES, measure
-from persistence.records import DomainEventIngress
 
 
 def event(n: int) -> DomainEventIngress:

@@ -18,21 +18,13 @@ from persistence.errors import (
     WorldNotFound,
 )
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
+from persistence.journal_records import JOURNAL_HEAD, JournalHead
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
+from persistence.log_records import LOG_HEAD, TRACKING, LogHead, TrackingRecord
 from persistence.plane import Plane, PlaneConfig
 from persistence.protocols import journal
 from persistence.protocols.checksums import seal
-from persistence.records import (
-    JOURNAL_HEAD,
-    LOG_HEAD,
-    TRACKING,
-    CounterCodec,
-    JournalHead,
-    LogHead,
-    Record,
-    TrackingRecord,
-    decode_record,
-)
+from persistence.records import CounterCodec, Record, decode_record
 from segments import open_plane
 
 BOUNDARY_HEIGHTS = [0, 1, 23, 24, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 2**63, MAX_HEIGHT]

@@ -25,10 +25,10 @@ from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, fdb_errors, kv
 from persistence.errors import EngineError, Validation
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, encode_inbox_item
 from persistence.keyspace import WorldKeys
 from persistence.plane import MAX_INLINE_BYTES, OWN_KEY_ENVELOPE_BYTES, Plane, PlaneConfig
 from persistence.protocols import budget
-from persistence.records import DomainEventIngress, encode_inbox_item
 from persistence.sizes import MAX_IDEMPOTENCY_KEY_BYTES
 from segments import open_plane
 from tests.fdb_cluster import FdbCluster, clear_keyspace

@@ -23,19 +23,17 @@ from persistence.errors import (
     WorldExists,
 )
 from persistence.ids import Hash, UniverseId, WorldId
+from persistence.inbox_records import ControlIngress, DomainEventIngress, decode_inbox_item
+from persistence.journal_records import (
+    IngressJournalRecord,
+    SnapshotJournalRecord,
+    decode_journal_record,
+)
 from persistence.keyspace import LAYOUT_KEY, WorldKeys
 from persistence.kv import Engine
 from persistence.plane import Plane
 from persistence.protocols.cas_bodies import object_key as cas_object_key
-from persistence.records import (
-    ControlIngress,
-    DomainEventIngress,
-    IngressJournalRecord,
-    LayoutRecord,
-    SnapshotJournalRecord,
-    decode_inbox_item,
-    decode_journal_record,
-)
+from persistence.records import LayoutRecord
 from segments import open_plane
 
 P = cbor.encode({"v": 1})

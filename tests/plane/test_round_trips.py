@@ -10,9 +10,9 @@ from backends.kv.roundtrips import CountingEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import kv
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress
 from persistence.kv import Engine
 from persistence.plane import Plane
-from persistence.records import DomainEventIngress
 
 ITEM = DomainEventIngress("test/Event@1", b"\xa0")
 

@@ -22,18 +22,14 @@ from persistence import cbor, fdb_errors
 from persistence.errors import EngineError, HeadAdvanced
 from persistence.futures import drive
 from persistence.ids import Hash, UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, InboxEnvelope, encode_inbox_item
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import Plane, default_normalizer
 from persistence.protocols import drain, effects, inbox
 from persistence.protocols.calls import Call
 from persistence.protocols.export import read_marker
 from persistence.protocols.snapshots import SnapshotOutcome
-from persistence.records import (
-    DomainEventIngress,
-    EffectDispatchItem,
-    InboxEnvelope,
-    encode_inbox_item,
-)
+from persistence.records import EffectDispatchItem
 from segments import open_plane
 from segments.export import ExportConfig, Exporter
 

@@ -40,7 +40,7 @@ from persistence.ids import UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import UniverseKeys
 from persistence.plane import Plane
-from persistence.records import SegmentIndexRecord
+from persistence.segment_records import SegmentIndexRecord
 from segments import open_plane
 from segments.export import ExportConfig, Exporter
 from segments.format import SegmentHeader, SegmentWriter, segment_key

@@ -14,7 +14,7 @@ from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.protocols.export import ExportPlan, read_marker
-from persistence.records import ExportMarker
+from persistence.segment_records import ExportMarker
 from segments import open_plane
 from segments.export import ExportConfig, Exporter, segment_prefix
 

@@ -6,9 +6,9 @@ import random
 
 from persistence import cbor
 from persistence.ids import UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, TimerFiredIngress
 from persistence.kernel import ReferenceKernel
 from persistence.plane import Plane
-from persistence.records import DomainEventIngress, TimerFiredIngress
 from segments.export import ExportConfig, Exporter
 from segments.restore import full_replay
 

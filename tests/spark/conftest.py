@@ -13,13 +13,9 @@ import pytest
 
 from persistence import cbor
 from persistence.ids import InboxSeq, UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, TimerFiredIngress, encode_inbox_item
+from persistence.journal_records import IngressJournalRecord
 from persistence.plane import Plane
-from persistence.records import (
-    DomainEventIngress,
-    IngressJournalRecord,
-    TimerFiredIngress,
-    encode_inbox_item,
-)
 from segments import open_plane
 from segments.export import ExportConfig, Exporter
 from tests.segments.workload import snapshot_now

@@ -21,7 +21,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from persistence import cbor
 from persistence.errors import Validation
 from persistence.ids import UniverseId, WorldId
-from persistence.records import DomainEventIngress
+from persistence.inbox_records import DomainEventIngress
 from segments.export import ExportConfig, Exporter
 from spark_connectors.journal import HotRange
 from spark_connectors.stream import JournalStream, admit, heights_of, offset

@@ -24,7 +24,7 @@ from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, fdb_errors
 from persistence.errors import HeadAdvanced
 from persistence.ids import UniverseId, WorldId
-from persistence.records import DomainEventIngress
+from persistence.inbox_records import DomainEventIngress
 from persistence.workers import gauges
 from segments import open_plane
 

@@ -8,33 +8,29 @@ import pytest
 from persistence import cbor
 from persistence.errors import CorruptRecord, Validation
 from persistence.ids import Hash, InboxSeq, WorldId
-from persistence.records import (
-    BaselineSnapshotJournalRecord,
-    CasMeta,
+from persistence.inbox_records import (
     ControlIngress,
     DomainEventIngress,
     InboxEnvelope,
     InboxIngress,
     InboxItem,
-    IngressJournalRecord,
-    LogRecord,
     ReceiptIngress,
-    Record,
-    SegmentIndexRecord,
-    SnapshotJournalRecord,
-    SnapshotRecord,
     TimerFiredIngress,
-    WorldMeta,
     decode_inbox_item,
-    decode_journal_record,
-    decode_log_record,
-    decode_record,
     encode_inbox_item,
     envelope_bytes,
     envelope_item,
-    ingress_bytes,
-    log_records,
 )
+from persistence.journal_records import (
+    BaselineSnapshotJournalRecord,
+    IngressJournalRecord,
+    SnapshotJournalRecord,
+    decode_journal_record,
+    ingress_bytes,
+)
+from persistence.log_records import LogRecord, decode_log_record, log_records
+from persistence.records import CasMeta, Record, SnapshotRecord, WorldMeta, decode_record
+from persistence.segment_records import SegmentIndexRecord
 
 H1 = Hash.of(b"one")
 H2 = Hash.of(b"two")

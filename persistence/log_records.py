@@ -1,0 +1,131 @@
+"""The universe log's stored records: its head, the record at each position (the world,
+height and tag of a journal entry) with its fast encoder and decoder, and each consumer's
+tracking position."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from persistence import cbor
+from persistence.errors import Validation
+from persistence.ids import WorldId
+from persistence.records import (
+    TEXT,
+    U64,
+    WORLD,
+    CounterCodec,
+    Record,
+    decode_record,
+    required,
+    unsigned_at,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LogHead(Record):
+    """``log/head``: the last position of the universe log (see ``protocols/journal.py``)."""
+
+    position: int = required(U64)
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord(Record):
+    """``log/<position>``: the journal entry at a universe log position, and the tag the
+    appender gave it (readers filter by tag)."""
+
+    world: WorldId = required(WORLD)
+    height: int = required(U64)
+    tag: str = required(TEXT)
+
+
+def log_records(world: WorldId, first_height: int, tags: Sequence[str]) -> list[bytes]:
+    """``[LogRecord(world, first_height + i, tag).to_cbor() for i, tag in enumerate(tags)]``,
+    each distinct tag's record built and validated once: canonical CBOR orders map keys by
+    length, so the height (``"height"``, the longest key) is encoded last, and the records
+    of one world and tag differ only in its bytes."""
+    heads: dict[str, bytes] = {}
+    out: list[bytes] = []
+    for height, tag in enumerate(tags, start=first_height):
+        head = heads.get(tag)
+        if head is None:
+            head = heads[tag] = _log_record_head(world, tag)
+        out.append(head + cbor.unsigned(height))
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _log_record_head(world: WorldId, tag: str) -> bytes:
+    """The bytes of ``LogRecord(world, height, tag)`` before the height's, kept for recent
+    worlds and tags (an aggregate's events mostly share a few)."""
+    return LogRecord(world, 0, tag).to_cbor()[:-1]  # less height 0
+
+
+_LOG_TAG: Final = b"\xa3\x63tag"
+"""How a stored log record begins: a map of three, its first key ``tag`` (canonical CBOR
+orders keys by length)."""
+_LOG_WORLD: Final = b"\x65world\x50"
+_LOG_HEIGHT: Final = b"\x66height"
+_TEXT_WIDTHS: Final = {0x78: 1, 0x79: 2}
+"""CBOR heads of text strings of 24 bytes and more (a tag is at most 65,535), by the bytes
+of their length."""
+
+
+def decode_log_record(raw: bytes, what: str) -> LogRecord:
+    """A stored :class:`LogRecord`, read at its fields' places where ``raw`` is exactly
+    what :func:`log_records` writes -- checked by encoding the record again from the fields
+    read and comparing, so that nothing else passes -- else by the strict decoder (whose
+    ``CorruptRecord`` names what is wrong). The universe log is read a record per
+    notification: the strict decoder's generic checks were most of its cost."""
+    record = _log_record_at_places(raw)
+    return record if record is not None else decode_record(LogRecord, raw, what)
+
+
+def _log_record_at_places(raw: bytes) -> LogRecord | None:
+    if not raw.startswith(_LOG_TAG) or len(raw) < 7:
+        return None
+    lead, at = raw[5], 6
+    if 0x60 <= lead < 0x78:
+        size = lead - 0x60
+    elif lead in _TEXT_WIDTHS:
+        at += _TEXT_WIDTHS[lead]
+        size = int.from_bytes(raw[6:at], "big")
+    else:
+        return None
+    world_at = at + size + len(_LOG_WORLD)
+    height_at = world_at + 16 + len(_LOG_HEIGHT)
+    if raw[at + size : world_at] != _LOG_WORLD or raw[world_at + 16 : height_at] != _LOG_HEIGHT:
+        return None
+    height = unsigned_at(raw, height_at)
+    if height < 0:
+        return None
+    try:
+        tag = raw[at : at + size].decode("utf-8")
+        record = LogRecord(_world_of(raw[world_at : world_at + 16]), height, tag)
+        again = _log_record_head(record.world, tag) + cbor.unsigned(height)
+    except (UnicodeDecodeError, Validation, cbor.NotCanonical):
+        return None
+    return record if again == raw else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _world_of(raw: bytes) -> WorldId:
+    """The world whose id's 16 bytes are ``raw``, kept for recent ones."""
+    world: WorldId = WORLD.load(raw)
+    return world
+
+
+@dataclass(frozen=True, slots=True)
+class TrackingRecord(Record):
+    """``tracking/<name>``: the highest upstream position consumer ``name`` recorded with
+    an append."""
+
+    position: int = required(U64)
+
+
+LOG_HEAD: Final = CounterCodec(LogHead)
+"""The bytes of ``log/head`` records (:class:`LogHead`)."""
+TRACKING: Final = CounterCodec(TrackingRecord)
+"""The bytes of ``tracking/<name>`` records (:class:`TrackingRecord`)."""
