@@ -181,6 +181,15 @@ class _Pair:
     rate_without: float
     export_seconds: float
 
+    def line(self, index: int, exportable: int) -> str:
+        """The progress line of round ``index`` (0: the warm-up)."""
+        return (
+            f"export-load: round {index}{' (warm-up)' if index == 0 else ''}: "
+            f"p99 {self.p99_with * 1e3:.2f} vs {self.p99_without * 1e3:.2f} ms, "
+            f"{self.rate_with:,.0f} vs {self.rate_without:,.0f} appends/s, export "
+            f"{exportable * ENTRY_SIZE / MiB / self.export_seconds:.0f} MiB/s"
+        )
+
 
 def run(
     seconds: float = 2.0,
@@ -250,12 +259,7 @@ def run(
                 length = on_s
                 outlasted += bool(index and overran)
                 pair = _Pair(_p99(on), _p99(off), len(on) / on_s, len(off) / off_s, export_s)
-                progress(
-                    f"export-load: round {index}{' (warm-up)' if index == 0 else ''}: "
-                    f"p99 {pair.p99_with * 1e3:.2f} vs {pair.p99_without * 1e3:.2f} ms, "
-                    f"{pair.rate_with:,.0f} vs {pair.rate_without:,.0f} appends/s, export "
-                    f"{exportable * ENTRY_SIZE / MiB / export_s:.0f} MiB/s"
-                )
+                progress(pair.line(index, exportable))
                 if index:
                     pairs.append(pair)
             commands.put(None)
@@ -267,6 +271,12 @@ def run(
                 proc.terminate()
                 proc.join()
 
+    return _figures(pairs, exportable, outlasted, min_appends)
+
+
+def _figures(pairs: list[_Pair], exportable: int, outlasted: int, min_appends: int) -> list[Figure]:
+    """The two figures of the measured rounds: the appends' p99 and their rate, each with
+    the exporter running against alternate windows with it idle."""
     mib_s = statistics.median(exportable * ENTRY_SIZE / MiB / p.export_seconds for p in pairs)
     setup = f"sqlite FULL + local directory; exporting {exportable:,} x 1 KiB entries"
     if outlasted:

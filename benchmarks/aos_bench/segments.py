@@ -498,6 +498,15 @@ def run(
         worlds = _in_worker("build", (worker_root, GIB_ENTRIES, big_size), progress)
         history = _in_worker("measure", (worker_root, worlds, big_size, with_gib), progress)
 
+    return [
+        *_export_figures(count, rounds),
+        *_history_figures(count, rounds, history, big_size, with_gib),
+    ]
+
+
+def _export_figures(count: int, rounds: list[_Round]) -> list[Figure]:
+    """An export's throughput against the raw write limit and against its fair floor,
+    throttled and not."""
     mib = count * ENTRY_SIZE / MiB
     floor = [r.floor_seconds for r in rounds]
 
@@ -516,7 +525,7 @@ def run(
             round_ratios=tuple(f / s for f, s in zip(floor, seconds, strict=True)),
         )
 
-    figures = [
+    return [
         Figure(
             name=(
                 f"segment export: {count:,} x 1 KiB entries into 10,000-entry segments, "
@@ -542,6 +551,14 @@ def run(
             "the same fair floor",
         ),
     ]
+
+
+def _history_figures(
+    count: int, rounds: list[_Round], history: dict[str, Any], big_size: int, with_gib: bool
+) -> list[Figure]:
+    """The 1 GiB history's peak RSS (with ``with_gib``), the stitched read's rate and the
+    restore of a long history against a short one."""
+    figures = []
     if with_gib:
         upper = "" if history["peak_reset"] else " (upper bound: peak RSS could not be reset)"
         figures.append(
