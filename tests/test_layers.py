@@ -91,7 +91,7 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
         "calls": "... with the same call id",
         "cas_bodies": "objects planted and removed where a body lives",
     },
-    "conformance.fault_matrix": {
+    "conformance.fault_matrix_state": {
         "inbox": "the ready marks it checks after every fault",
         "compaction": "the consumed marks, likewise",
         "export": "the export marker, likewise",
