@@ -81,10 +81,14 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
         "hot_state": "hot keys by family, the figure it plots",
         "compaction": "the mark spacing its window is derived from",
     },
-    "conformance.model": {
+    "conformance.model_core": {
+        "budget": "the oracle's budget: FoundationDB's transaction size less the plane's reserve",
+    },
+    "conformance.model_journal": {
         "budget": "the oracle predicts a refusal as the plane counts FoundationDB's bytes",
         "journal": "... and a creation's records",
     },
+    "conformance.model_inbox": {"budget": "... likewise for an enqueue and a drain"},
     "conformance.cases": {
         "journal": "two raw transactions racing at one head; a retried append call",
         "drain": "a retried drain call",
