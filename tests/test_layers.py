@@ -100,9 +100,11 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
         "compaction": "the consumed marks, likewise",
         "export": "the export marker, likewise",
     },
-    "conformance.torture.checks": {
-        "cas_bodies": "the checker reads the store's records to verify every invariant",
-        "inbox": "... the ready marks",
+    "conformance.torture.reads": {
+        "inbox": "the checker reads the store's records to verify every invariant: the ready marks",
+    },
+    "conformance.torture.orphan_checks": {
+        "cas_bodies": "... and the final collection pass's clock, as the protocol counts it",
     },
     "conformance.torture.run": {"compaction": "the window its compactors run with"},
     "conformance.torture.worker": {

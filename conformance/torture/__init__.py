@@ -95,7 +95,9 @@ is checked:
 
 Modules: :mod:`~conformance.torture.workload` (what is sent, the configuration),
 :mod:`~conformance.torture.evidence` (logs and acknowledgements),
-:mod:`~conformance.torture.monitor`, :mod:`~conformance.torture.checks`,
+:mod:`~conformance.torture.monitor`, :mod:`~conformance.torture.checks` (with
+:mod:`~conformance.torture.reads`, :mod:`~conformance.torture.orphan_checks` and
+:mod:`~conformance.torture.restore_checks`),
 :mod:`~conformance.torture.fleet` (the processes), :mod:`~conformance.torture.worker` (one
 process), :mod:`~conformance.torture.servers` (the store's server processes) and
 :mod:`~conformance.torture.run` (:func:`run_torture`, and :func:`crash_torture`, the

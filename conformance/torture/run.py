@@ -17,16 +17,11 @@ from typing import Any, Final
 
 from conformance.context import CaseSkipped, ConformanceFailure, Context, TortureSize
 from conformance.doors import plane_class
-from conformance.torture.checks import (
-    OrphanTally,
-    check_pending,
-    check_store,
-    collect_orphans,
-    inbox_tally,
-)
+from conformance.torture.checks import check_pending, check_store, inbox_tally
 from conformance.torture.evidence import Evidence, read_evidence
 from conformance.torture.fleet import Fleet
 from conformance.torture.monitor import Monitor
+from conformance.torture.orphan_checks import OrphanTally, collect_orphans
 from conformance.torture.servers import ServerFaultError, ServerFaults
 from conformance.torture.workload import (
     DRAIN_WORKERS,
