@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from conformance.context import CaseSkipped, ConformanceFailure, Context, TortureSize
 from conformance.doors import plane_class
-from conformance.torture.checks import check_pending, check_store, inbox_tally
+from conformance.torture.checks import InboxTally, check_pending, check_store, inbox_tally
 from conformance.torture.evidence import Evidence, read_evidence
 from conformance.torture.fleet import Fleet
 from conformance.torture.monitor import Monitor
@@ -94,19 +94,9 @@ def run_torture(
     kv_url = kv_url.removeprefix("faults+")
     check_shared_urls(kv_url, objects_url)
     window = size.retention_seconds(servers is not None)
-    # Every plane of the run (the workers', the monitor's, the checks') has the run's window.
-    plane = plane_class(door)(
-        plane.engine,
-        plane.objects,
-        dataclasses.replace(plane.config, inbox_retention_seconds=window),
-        plane.segments,
-        hooks=plane.hooks,
-    )
+    plane = _with_window(plane, door, window)
     rng = random.Random(seed)
-    universe = UniverseId.new()
-    worlds = spread_worlds(size.worlds, DRAIN_WORKERS)
-    for world in worlds:
-        plane.create_world(universe, world)
+    universe, worlds = _new_worlds(plane, size.worlds)
     config = TortureConfig(
         kv_url,
         objects_url,
@@ -119,15 +109,96 @@ def run_torture(
         door=door,
     )
     fleet = Fleet(config.save(), directory)
+    roles = _roles(size, config.drain_workers)
+    _check_floors(size, roles)
+    failures, monitor = _start(fleet, roles, plane, universe, worlds, servers)
+    began, began_wall = time.monotonic(), time.time()
+    killer = Killer(fleet, servers, size, rng, began)
+    run = _Running(size, directory, orphan_grace_seconds, fleet, killer, monitor, began)
+    failures += run.torture(progress)
+    run_seconds = time.monotonic() - began
+    failures += _settle(plane, universe, worlds[0], servers)
+    evidence = read_evidence(directory)
+    violations = failures + fleet.failures + monitor.violations + evidence.errors
+    violations += check_pending(plane, universe, worlds, evidence)
+    violations += _repair(plane, universe, worlds)
+    # ... and a clean collector what they left orphaned, once their pins' grace is over.
+    orphans = collect_orphans(plane, universe, worlds, orphan_grace_seconds, violations)
+    progress("torture: checking the store")
+    violations += check_store(plane, universe, worlds, evidence)
+    tally = inbox_tally(plane, universe, worlds)
+    due = compaction_due(run_seconds, window)
+    violations += _overdue(run_seconds, window, due, tally, orphan_grace_seconds, evidence)
+    violations = list(dict.fromkeys(violations))  # a finding before and after the repair: once
+    figures: dict[str, Any] = {
+        "seed": seed,
+        "door": door,
+        "seconds": round(run_seconds, 1),
+        "processes": len(roles),
+        **run.process_figures(),
+        **_evidence_figures(evidence),
+        **_compaction_figures(tally, window, due),
+        **_orphan_figures(evidence, orphans, run_seconds, orphan_grace_seconds),
+        **_store_figures(plane, universe, worlds),
+        **run.monitor_figures(),
+    }
+    if size.floors:
+        figures["floors_unmet_at_the_cap"] = run.unmet()
+    if servers is not None:
+        figures.update(_server_figures(servers, killer, began_wall))
+    return TortureReport(violations, figures, directory)
+
+
+def _with_window(plane: Plane, door: str, window: float) -> Plane:
+    """A plane on ``plane``'s store, through ``door``, with the run's compaction window:
+    every plane of the run (the workers', the monitor's, the checks') has it."""
+    return plane_class(door)(
+        plane.engine,
+        plane.objects,
+        dataclasses.replace(plane.config, inbox_retention_seconds=window),
+        plane.segments,
+        hooks=plane.hooks,
+    )
+
+
+def _new_worlds(plane: Plane, count: int) -> tuple[UniverseId, tuple[WorldId, ...]]:
+    """A fresh universe and ``count`` worlds created in it, spread over the drain workers'
+    shards (:func:`spread_worlds`)."""
+    universe = UniverseId.new()
+    worlds = spread_worlds(count, DRAIN_WORKERS)
+    for world in worlds:
+        plane.create_world(universe, world)
+    return universe, worlds
+
+
+def _roles(size: TortureSize, drain_workers: int) -> list[tuple[str, int]]:
+    """The run's processes, as (role, ident), in the order they start."""
     roles = [("writer", i) for i in range(size.writers)]
     roles += [("appender", i) for i in range(size.appenders)]
     roles += [("drainer", i) for i in range(size.drainers)] + [("exporter", 0)]
-    roles += [("drainworker", i) for i in range(config.drain_workers)]
+    roles += [("drainworker", i) for i in range(drain_workers)]
     roles += [("compactor", i) for i in range(size.compactors)]
+    return roles
+
+
+def _check_floors(size: TortureSize, roles: list[tuple[str, int]]) -> None:
+    """``Validation`` unless every floor of ``size`` names a figure known during a run."""
     live = {"kills", "server_kills", "monitor_samples", *(f"kills_{role}" for role, _ in roles)}
     live |= {*_evidence_figures(Evidence()), *_orphan_figures(Evidence(), None, 0.0, 0.0)}
     if unknown := [name for name, _ in size.floors if name not in live]:
         raise Validation("TortureSize.floors", f"{unknown} are not figures known during a run")
+
+
+def _start(
+    fleet: Fleet,
+    roles: list[tuple[str, int]],
+    plane: Plane,
+    universe: UniverseId,
+    worlds: tuple[WorldId, ...],
+    servers: ServerFaults | None,
+) -> tuple[list[str], Monitor]:
+    """Start every process and wait until each has (a failure names those that did not),
+    then the monitor; a run that cannot begin kills what it started."""
     try:
         for role, ident in roles:
             fleet.start(role, ident)
@@ -137,66 +208,120 @@ def run_torture(
     except BaseException:
         fleet.kill_all()  # no process outlives a run that could not begin
         raise
-    began, began_wall = time.monotonic(), time.time()
-    killer = Killer(fleet, servers, size, rng, began)
+    return failures, monitor
 
-    def unmet() -> list[str]:
+
+@dataclass
+class _Running:
+    """A run under way: its processes, what kills them and what watches them, and when it
+    began (its time, its kills and its floors count from then)."""
+
+    size: TortureSize
+    directory: Path
+    orphan_grace_seconds: float
+    fleet: Fleet
+    killer: Killer
+    monitor: Monitor
+    began: float
+
+    def torture(self, progress: Callable[[str], None]) -> list[str]:
+        """Kill (and restart) until the run's length is over and its floors are reached,
+        or its cap; then the last kill of every process, the monitor stopped and the
+        servers restarted. A failure if the servers could not be killed or restarted."""
+        size, fleet, killer = self.size, self.fleet, self.killer
+        failures: list[str] = []
+        try:
+            end, cap = self.began + size.seconds, self.began + max(size.seconds, size.max_seconds)
+            next_look = end
+            while (now := time.monotonic()) < cap:
+                if now >= next_look:
+                    if not self.unmet():
+                        break
+                    next_look = now + FLOOR_LOOK_SECONDS
+                time.sleep(max(0.0, min(killer.next_event(), next_look, cap) - now))
+                killer.act(time.monotonic())
+            progress(
+                f"torture: {sum(fleet.kills.values())} process kills, {killer.server_kills} "
+                f"server kills in {time.monotonic() - self.began:.0f}s"
+            )
+        except ServerFaultError as exc:
+            failures.append(f"servers: {exc}")
+        finally:
+            fleet.kill_all()  # the last kill, at whatever moment each process is in
+            self.monitor.stop.set()
+            self.monitor.join()
+            if killer.servers is not None:
+                killer.servers.restart()
+        return failures
+
+    def unmet(self) -> list[str]:
         """The floors the run has not reached yet (figures it knows while running)."""
-        if not size.floors:
+        if not self.size.floors:
             return []
-        so_far = read_evidence(directory)
+        so_far = read_evidence(self.directory)
+        seconds = time.monotonic() - self.began
         live = {
-            **_kill_figures(fleet, killer),
+            **_kill_figures(self.fleet, self.killer),
             **_evidence_figures(so_far),
-            **_orphan_figures(so_far, None, time.monotonic() - began, orphan_grace_seconds),
-            "monitor_samples": monitor.samples,
+            **_orphan_figures(so_far, None, seconds, self.orphan_grace_seconds),
+            "monitor_samples": self.monitor.samples,
         }
-        counts = [(name, low, live.get(name, 0)) for name, low in size.floors]  # 0: no kill yet
+        counts = [(name, low, live.get(name, 0)) for name, low in self.size.floors]  # 0: no kill
         return [f"{name} {count} < {low}" for name, low, count in counts if count < low]
 
-    try:
-        end, cap = began + size.seconds, began + max(size.seconds, size.max_seconds)
-        next_look = end
-        while (now := time.monotonic()) < cap:
-            if now >= next_look:
-                if not unmet():
-                    break
-                next_look = now + FLOOR_LOOK_SECONDS
-            time.sleep(max(0.0, min(killer.next_event(), next_look, cap) - now))
-            killer.act(time.monotonic())
-        progress(
-            f"torture: {sum(fleet.kills.values())} process kills, {killer.server_kills} server "
-            f"kills in {time.monotonic() - began:.0f}s"
-        )
-    except ServerFaultError as exc:
-        failures.append(f"servers: {exc}")
-    finally:
-        fleet.kill_all()  # the last kill, at whatever moment each process is in
-        monitor.stop.set()
-        monitor.join()
-        if servers is not None:
-            servers.restart()
-    run_seconds = time.monotonic() - began
-    if servers is not None:
-        failures += _wait_available(plane, universe, worlds[0])
-    failures += _await_commits_in_flight(plane.engine)
-    evidence = read_evidence(directory)
-    violations = failures + fleet.failures + monitor.violations + evidence.errors
-    violations += check_pending(plane, universe, worlds, evidence)
+    def process_figures(self) -> dict[str, int]:
+        """Processes started, killed (by role, and at the end), and kills skipped."""
+        return {
+            "starts": self.fleet.starts,
+            **_kill_figures(self.fleet, self.killer),
+            "final_kills": self.fleet.final_kills,
+            "kills_skipped_starting": self.killer.process_kills_skipped,
+        }
+
+    def monitor_figures(self) -> dict[str, int]:
+        """What the monitor read while the run went on."""
+        return {
+            "monitor_samples": self.monitor.samples,
+            "monitor_entries_compared": self.monitor.entries_seen,
+            "monitor_reads_failed": self.monitor.backend_errors,
+        }
+
+
+def _settle(
+    plane: Plane, universe: UniverseId, world: WorldId, servers: ServerFaults | None
+) -> list[str]:
+    """After the last kill: wait until the store answers again (with server kills) and
+    until no commit of a killed process can land."""
+    failures = _wait_available(plane, universe, world) if servers is not None else []
+    return failures + _await_commits_in_flight(plane.engine)
+
+
+def _repair(plane: Plane, universe: UniverseId, worlds: tuple[WorldId, ...]) -> list[str]:
+    """A clean process finishes what the killed left: each world drained and exported; a
+    violation for each world where that fails."""
+    violations: list[str] = []
     exporter = Exporter(plane, ExportConfig(enabled=True, target_entries=25))
-    for index, world in enumerate(worlds):  # a clean process finishes what the killed left
+    for index, world in enumerate(worlds):
         try:
             while plane.drain_inbox_to_journal(universe, world).count:
                 pass
             exporter.export_all(universe, world)
         except PersistError as exc:
             violations.append(f"repair: world {index}: the final drain and export failed: {exc!r}")
-    # ... and a clean collector what they left orphaned, once their pins' grace is over.
-    orphans = collect_orphans(plane, universe, worlds, orphan_grace_seconds, violations)
-    progress("torture: checking the store")
-    violations += check_store(plane, universe, worlds, evidence)
-    tally = inbox_tally(plane, universe, worlds)
-    due = compaction_due(run_seconds, window)
+    return violations
+
+
+def _overdue(
+    run_seconds: float,
+    window: float,
+    due: bool,
+    tally: InboxTally | None,
+    orphan_grace_seconds: float,
+    evidence: Evidence,
+) -> list[str]:
+    """What a run long enough for it must have done and did not: compaction removing items
+    and idempotency entries (``due``), an orphan collection pass acknowledged."""
+    violations: list[str] = []
     if due and tally is not None and not (tally.items_removed and tally.entries_removed):
         violations.append(
             f"compaction: a {run_seconds:.0f} s run with a {window:g} s window removed "
@@ -206,39 +331,7 @@ def run_torture(
         violations.append(
             f"orphans: a {run_seconds:.0f} s run acknowledged no orphan collection pass"
         )
-    violations = list(dict.fromkeys(violations))  # a finding before and after the repair: once
-    figures: dict[str, Any] = {
-        "seed": seed,
-        "door": door,
-        "seconds": round(run_seconds, 1),
-        "processes": len(roles),
-        "starts": fleet.starts,
-        **_kill_figures(fleet, killer),
-        "final_kills": fleet.final_kills,
-        "kills_skipped_starting": killer.process_kills_skipped,
-        **_evidence_figures(evidence),
-        "items_journaled": None if tally is None else tally.items_journaled,
-        "compaction_window_seconds": window,
-        "compaction_due": due,
-        "items_compacted": None if tally is None else tally.items_removed,
-        "idempotency_entries_compacted": None if tally is None else tally.entries_removed,
-        **_orphan_figures(evidence, orphans, run_seconds, orphan_grace_seconds),
-        "segments": sum(len(plane.list_segments(universe, w)) for w in worlds),
-        "journal_heights": sum(plane.head(universe, w) for w in worlds),
-        "monitor_samples": monitor.samples,
-        "monitor_entries_compared": monitor.entries_seen,
-        "monitor_reads_failed": monitor.backend_errors,
-    }
-    if size.floors:
-        figures["floors_unmet_at_the_cap"] = unmet()
-    if servers is not None:
-        recoveries = servers.recoveries(began_wall)
-        figures["servers_killed"] = dict(sorted(killer.servers_killed.items()))
-        figures["server_kills_postponed"] = killer.server_kills_postponed
-        if recoveries is not None:
-            figures["recoveries"] = len(recoveries)
-            figures["slowest_recovery_seconds"] = round(max(recoveries, default=0.0), 3)
-    return TortureReport(violations, figures, directory)
+    return violations
 
 
 def _kill_figures(fleet: Fleet, killer: Killer) -> dict[str, int]:
@@ -335,6 +428,41 @@ def _orphan_figures(
             }
         ),
     }
+
+
+def _compaction_figures(tally: InboxTally | None, window: float, due: bool) -> dict[str, Any]:
+    """What compaction did to the journaled items (``None``: a journal could not be read)."""
+    return {
+        "items_journaled": None if tally is None else tally.items_journaled,
+        "compaction_window_seconds": window,
+        "compaction_due": due,
+        "items_compacted": None if tally is None else tally.items_removed,
+        "idempotency_entries_compacted": None if tally is None else tally.entries_removed,
+    }
+
+
+def _store_figures(
+    plane: Plane, universe: UniverseId, worlds: tuple[WorldId, ...]
+) -> dict[str, int]:
+    """The segments and the journal heights the run's worlds hold at the end."""
+    return {
+        "segments": sum(len(plane.list_segments(universe, w)) for w in worlds),
+        "journal_heights": sum(plane.head(universe, w) for w in worlds),
+    }
+
+
+def _server_figures(servers: ServerFaults, killer: Killer, began_wall: float) -> dict[str, Any]:
+    """The servers killed (by kind), the kills put off, and the recoveries the servers
+    logged since the run began (where they can tell)."""
+    recoveries = servers.recoveries(began_wall)
+    figures: dict[str, Any] = {
+        "servers_killed": dict(sorted(killer.servers_killed.items())),
+        "server_kills_postponed": killer.server_kills_postponed,
+    }
+    if recoveries is not None:
+        figures["recoveries"] = len(recoveries)
+        figures["slowest_recovery_seconds"] = round(max(recoveries, default=0.0), 3)
+    return figures
 
 
 class Killer:
