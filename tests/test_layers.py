@@ -106,7 +106,7 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
     "conformance.torture.orphan_checks": {
         "cas_bodies": "... and the final collection pass's clock, as the protocol counts it",
     },
-    "conformance.torture.run": {"compaction": "the window its compactors run with"},
+    "conformance.torture.figures": {"compaction": "the marks per window: when compaction is due"},
     "conformance.torture.worker": {
         "calls": "the call records' replays it reports",
         "compaction": "the window its compactor runs with",

@@ -9,7 +9,6 @@ import random
 import shutil
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +18,20 @@ from conformance.context import CaseSkipped, ConformanceFailure, Context, Tortur
 from conformance.doors import plane_class
 from conformance.torture.checks import InboxTally, check_pending, check_store, inbox_tally
 from conformance.torture.evidence import Evidence, read_evidence
+from conformance.torture.figures import (
+    compaction_due,
+    compaction_figures,
+    evidence_figures,
+    kill_figures,
+    orphan_collection_due,
+    orphan_figures,
+    server_figures,
+    store_figures,
+)
 from conformance.torture.fleet import Fleet
+from conformance.torture.killer import Killer
 from conformance.torture.monitor import Monitor
-from conformance.torture.orphan_checks import OrphanTally, collect_orphans
+from conformance.torture.orphan_checks import collect_orphans
 from conformance.torture.servers import ServerFaultError, ServerFaults
 from conformance.torture.workload import (
     DRAIN_WORKERS,
@@ -31,12 +41,10 @@ from conformance.torture.workload import (
 )
 from persistence import kv
 from persistence.errors import Backend, PersistError, Validation
-from persistence.fdb_errors import ERROR_DESCRIPTIONS
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.kv import Engine
 from persistence.plane import Plane
-from persistence.protocols.compaction import MARKS_PER_WINDOW
 from persistence.workers.drain_worker import Shard
 from segments.export import ExportConfig, Exporter
 
@@ -45,17 +53,11 @@ MAX_LISTED: Final = 25
 FLOOR_LOOK_SECONDS: Final = 1.0
 """Past its planned length, how often a run with floors reads its logs to see if they are
 reached."""
-POSTPONE_SECONDS: Final = 0.5
-"""How long a server kill waits for the cluster to heal from the last one before asking
-again (killing faster than it heals exceeds its fault tolerance)."""
 STARTED_WITHIN_SECONDS: Final = 300.0
 """The longest the workers may take to start (the fork server's imports on a loaded machine):
 the run's time and kills count from then (``Fleet.await_started``)."""
 AVAILABLE_WITHIN_SECONDS: Final = 60.0
 """How soon the store must answer again after the last server restart."""
-COMPACTION_SLACK_SECONDS: Final = 5.0
-"""Time for the processes to start and drain a first item, and for a compactor killed
-meanwhile to come back (see :func:`compaction_due`)."""
 
 # --------------------------------------------------------------------------- the run
 
@@ -121,7 +123,7 @@ def run_torture(
     evidence = read_evidence(directory)
     violations = failures + fleet.failures + monitor.violations + evidence.errors
     violations += check_pending(plane, universe, worlds, evidence)
-    violations += _repair(plane, universe, worlds)
+    violations += _repair(plane, universe, worlds)  # a clean process finishes what the killed left
     # ... and a clean collector what they left orphaned, once their pins' grace is over.
     orphans = collect_orphans(plane, universe, worlds, orphan_grace_seconds, violations)
     progress("torture: checking the store")
@@ -136,16 +138,16 @@ def run_torture(
         "seconds": round(run_seconds, 1),
         "processes": len(roles),
         **run.process_figures(),
-        **_evidence_figures(evidence),
-        **_compaction_figures(tally, window, due),
-        **_orphan_figures(evidence, orphans, run_seconds, orphan_grace_seconds),
-        **_store_figures(plane, universe, worlds),
+        **evidence_figures(evidence),
+        **compaction_figures(tally, window, due),
+        **orphan_figures(evidence, orphans, run_seconds, orphan_grace_seconds),
+        **store_figures(plane, universe, worlds),
         **run.monitor_figures(),
     }
     if size.floors:
         figures["floors_unmet_at_the_cap"] = run.unmet()
     if servers is not None:
-        figures.update(_server_figures(servers, killer, began_wall))
+        figures.update(server_figures(servers, killer, began_wall))
     return TortureReport(violations, figures, directory)
 
 
@@ -184,7 +186,7 @@ def _roles(size: TortureSize, drain_workers: int) -> list[tuple[str, int]]:
 def _check_floors(size: TortureSize, roles: list[tuple[str, int]]) -> None:
     """``Validation`` unless every floor of ``size`` names a figure known during a run."""
     live = {"kills", "server_kills", "monitor_samples", *(f"kills_{role}" for role, _ in roles)}
-    live |= {*_evidence_figures(Evidence()), *_orphan_figures(Evidence(), None, 0.0, 0.0)}
+    live |= {*evidence_figures(Evidence()), *orphan_figures(Evidence(), None, 0.0, 0.0)}
     if unknown := [name for name, _ in size.floors if name not in live]:
         raise Validation("TortureSize.floors", f"{unknown} are not figures known during a run")
 
@@ -259,21 +261,22 @@ class _Running:
         if not self.size.floors:
             return []
         so_far = read_evidence(self.directory)
-        seconds = time.monotonic() - self.began
+        grace = self.orphan_grace_seconds
         live = {
-            **_kill_figures(self.fleet, self.killer),
-            **_evidence_figures(so_far),
-            **_orphan_figures(so_far, None, seconds, self.orphan_grace_seconds),
+            **kill_figures(self.fleet, self.killer),
+            **evidence_figures(so_far),
+            **orphan_figures(so_far, None, time.monotonic() - self.began, grace),
             "monitor_samples": self.monitor.samples,
         }
-        counts = [(name, low, live.get(name, 0)) for name, low in self.size.floors]  # 0: no kill
+        floors = self.size.floors
+        counts = [(name, low, live.get(name, 0)) for name, low in floors]  # 0: no kill yet
         return [f"{name} {count} < {low}" for name, low, count in counts if count < low]
 
     def process_figures(self) -> dict[str, int]:
         """Processes started, killed (by role, and at the end), and kills skipped."""
         return {
             "starts": self.fleet.starts,
-            **_kill_figures(self.fleet, self.killer),
+            **kill_figures(self.fleet, self.killer),
             "final_kills": self.fleet.final_kills,
             "kills_skipped_starting": self.killer.process_kills_skipped,
         }
@@ -334,197 +337,6 @@ def _overdue(
     return violations
 
 
-def _kill_figures(fleet: Fleet, killer: Killer) -> dict[str, int]:
-    """Kills so far: of worker processes (by role) and, with server faults, of servers."""
-    kills = {
-        "kills": sum(fleet.kills.values()),
-        **{f"kills_{role}": count for role, count in sorted(fleet.kills.items())},
-    }
-    if killer.servers is not None:
-        kills["server_kills"] = killer.server_kills
-    return kills
-
-
-def _evidence_figures(evidence: Evidence) -> dict[str, Any]:
-    """What the workers' logs say they did (readable while they run)."""
-    redos = [r.seconds for r in evidence.redos if not r.acknowledged]
-    repeats = [r.seconds for r in evidence.redos if r.acknowledged]
-    return {
-        "items_sent": len(evidence.intents),
-        "items_acknowledged": len(evidence.acked),
-        "writer_calls_interrupted": evidence.interrupted_calls,
-        "writer_redos_after_unknown_outcome": len(redos),
-        "slowest_redo_seconds": round(max(redos, default=0.0), 3),
-        "writer_redos_of_acknowledged_calls": len(repeats),
-        "oldest_redo_of_acknowledged_call_seconds": round(max(repeats, default=0.0), 3),
-        "compaction_passes": len(evidence.compactions),
-        "compaction_transactions": sum(c.transactions for c in evidence.compactions),
-        "compaction_items_reported": sum(c.items for c in evidence.compactions),
-        "compaction_entries_reported": sum(c.idempotency_entries for c in evidence.compactions),
-        "appends_acknowledged": len(evidence.appended),
-        "appends_retried_after_unknown_outcome": sum(a.retried for a in evidence.appended.values()),
-        "drains_acknowledged": len(evidence.drains),
-        "drains_acknowledged_by_drain_workers": sum(
-            d.process.startswith("drainworker") for d in evidence.drains
-        ),
-        "multi_world_drains_acknowledged": sum(d.group > 1 for d in evidence.drains),
-        "snapshots_acknowledged": len(evidence.snapshots),
-        "promotions_acknowledged": sum(s.promoted for s in evidence.snapshots),
-        "torn_log_lines": evidence.torn_lines,
-        "calls_failed_backend": dict(sorted(evidence.backend_errors.items())),
-        "engine_errors_retried": _by_code(evidence.retries["retried"]),
-        "engine_errors_raised": _by_code(evidence.retries["raised"]),
-        "retries_that_found_their_call_applied": dict(sorted(evidence.replays.items())),
-        "slowest_call_seconds": evidence.slowest_call,
-    }
-
-
-def _orphan_figures(
-    evidence: Evidence, final: OrphanTally | None, seconds: float, grace: float
-) -> dict[str, Any]:
-    """What the exporter's attachment puts went through, what the compactors' collection
-    passes reported, and what the final clean pass found left."""
-    cas: Counter[str] = Counter()
-    segments: Counter[str] = Counter()
-    for done in evidence.orphan_passes:
-        cas.update(done.cas)
-        segments.update(done.segments)
-    acks = evidence.attachment_acks
-    return {
-        "attachments_acknowledged": len(evidence.attachments),
-        "attachment_puts": evidence.attachment_intents,
-        "attachment_puts_interrupted": evidence.attachments_interrupted,
-        "attachment_redos_after_unknown_outcome": sum(a.redo for a in acks),
-        "attachment_puts_pinned_again": sum(a.pins > 1 for a in acks),
-        "attachment_puts_waited_on_a_doom": sum(a.waits > 0 for a in acks),
-        "attachment_puts_given_up_on_a_doom": evidence.attachments_blocked,
-        "attachment_puts_stalled": evidence.attachment_stalls,
-        "attachment_stalls_collected": sum(collected for _, collected in evidence.stalls),
-        "attachment_stalls_not_collected": sum(not c for _, c in evidence.stalls),
-        "slowest_stall_collected_seconds": max(
-            (seconds for seconds, collected in evidence.stalls if collected), default=0.0
-        ),
-        "orphan_grace_seconds": grace,
-        "orphan_collection_due": orphan_collection_due(seconds, grace),
-        "orphan_passes": len(evidence.orphan_passes),
-        "orphan_bodies_collected": cas["collected"],
-        "orphan_bytes_collected": cas["collected_bytes"],
-        "orphan_bodies_seen_pinned": cas["pinned"],
-        "orphan_pins_expired": cas["pins_expired"],
-        "orphan_bodies_abandoned": cas["abandoned"],
-        "orphan_dooms_resumed": cas["dooms_resumed"],
-        "orphan_dooms_settled": cas["dooms_settled"],
-        "orphan_segment_objects_collected": segments["collected"],
-        "orphan_export_markers_cleared": segments["markers_cleared"],
-        **(
-            {}
-            if final is None
-            else {
-                "orphan_bodies_left": final.cas.collected,
-                "orphan_pins_left": final.cas.pins_expired,
-                "orphan_dooms_left": final.dooms,
-                "orphan_segment_objects_left": final.segments.collected,
-                "orphan_export_markers_left": final.segments.markers_cleared,
-            }
-        ),
-    }
-
-
-def _compaction_figures(tally: InboxTally | None, window: float, due: bool) -> dict[str, Any]:
-    """What compaction did to the journaled items (``None``: a journal could not be read)."""
-    return {
-        "items_journaled": None if tally is None else tally.items_journaled,
-        "compaction_window_seconds": window,
-        "compaction_due": due,
-        "items_compacted": None if tally is None else tally.items_removed,
-        "idempotency_entries_compacted": None if tally is None else tally.entries_removed,
-    }
-
-
-def _store_figures(
-    plane: Plane, universe: UniverseId, worlds: tuple[WorldId, ...]
-) -> dict[str, int]:
-    """The segments and the journal heights the run's worlds hold at the end."""
-    return {
-        "segments": sum(len(plane.list_segments(universe, w)) for w in worlds),
-        "journal_heights": sum(plane.head(universe, w) for w in worlds),
-    }
-
-
-def _server_figures(servers: ServerFaults, killer: Killer, began_wall: float) -> dict[str, Any]:
-    """The servers killed (by kind), the kills put off, and the recoveries the servers
-    logged since the run began (where they can tell)."""
-    recoveries = servers.recoveries(began_wall)
-    figures: dict[str, Any] = {
-        "servers_killed": dict(sorted(killer.servers_killed.items())),
-        "server_kills_postponed": killer.server_kills_postponed,
-    }
-    if recoveries is not None:
-        figures["recoveries"] = len(recoveries)
-        figures["slowest_recovery_seconds"] = round(max(recoveries, default=0.0), 3)
-    return figures
-
-
-class Killer:
-    """When and what to kill: a worker process every ``mean_kill_interval`` seconds on
-    average, drawn among them all and skipped if it has not opened its log yet
-    (``Fleet.started``: each process is then killed as often as before, or less); with
-    ``servers``, also a server every ``server_kill_interval`` seconds on average, restarted
-    after a uniform fraction of that interval. A server kill waits until the cluster has
-    healed from the last one (``ServerFaults.healthy``)."""
-
-    def __init__(
-        self,
-        fleet: Fleet,
-        servers: ServerFaults | None,
-        size: TortureSize,
-        rng: random.Random,
-        now: float,
-    ) -> None:
-        self.fleet, self.servers, self.size, self.rng = fleet, servers, size, rng
-        self.next_process_kill = now + rng.expovariate(1 / size.mean_kill_interval)
-        self.next_server_event = (
-            now + rng.expovariate(1 / size.server_kill_interval) if servers else math.inf
-        )
-        self.server_down = False
-        self.server_kills = 0
-        self.servers_killed: Counter[str] = Counter()
-        self.server_kills_postponed = 0
-        """Server kills put off because the cluster had not healed from the last one."""
-        self.process_kills_skipped = 0
-        """Process kills not done because the process drawn had not opened its log yet."""
-
-    def next_event(self) -> float:
-        """When the next kill or restart is due (``time.monotonic()``)."""
-        return min(self.next_process_kill, self.next_server_event)
-
-    def act(self, now: float) -> None:
-        """Do what is due at ``now``."""
-        if now >= self.next_process_kill:
-            self.fleet.reap()
-            victim = self.rng.choice(self.fleet.processes)
-            if self.fleet.started(victim):
-                self.fleet.kill(victim)
-            else:  # not another victim: that would kill the started ones more often
-                self.process_kills_skipped += 1
-            self.next_process_kill = now + self.rng.expovariate(1 / self.size.mean_kill_interval)
-        if self.servers is not None and now >= self.next_server_event:
-            interval = self.size.server_kill_interval
-            if self.server_down:
-                self.servers.restart()
-                self.next_server_event = now + self.rng.expovariate(1 / interval)
-            elif not self.servers.healthy():
-                self.server_kills_postponed += 1
-                self.next_server_event = time.monotonic() + POSTPONE_SECONDS
-                return
-            else:
-                killed = self.servers.kill(self.rng)
-                self.servers_killed[killed.split(" (")[0]] += 1
-                self.server_kills += 1
-                self.next_server_event = now + self.rng.uniform(0.1, 1.0) * interval
-            self.server_down = not self.server_down
-
-
 def _wait_available(plane: Plane, universe: UniverseId, world: WorldId) -> list[str]:
     """Wait until the store answers again after the last restart; a violation if it does
     not within :data:`AVAILABLE_WITHIN_SECONDS`."""
@@ -583,11 +395,6 @@ def _await_commits_in_flight(engine: Engine) -> list[str]:
     return []
 
 
-def _by_code(counts: Counter[int]) -> dict[str, int]:
-    """Error counts keyed by ``code name``."""
-    return {f"{code} {ERROR_DESCRIPTIONS.get(code, '?')}": n for code, n in sorted(counts.items())}
-
-
 def spread_worlds(count: int, shards: int) -> tuple[WorldId, ...]:
     """``count`` new worlds, at least one in each of the drain workers' ``shards`` (if there
     are as many worlds), so that every drain worker has work."""
@@ -599,20 +406,6 @@ def spread_worlds(count: int, shards: int) -> tuple[WorldId, ...]:
         if lands or count - len(worlds) > len(missing):
             worlds.append(world)
     return tuple(worlds)
-
-
-def compaction_due(seconds: float, window: float) -> bool:
-    """Whether a run of ``seconds`` must have compacted something: items drained in its
-    first :data:`COMPACTION_SLACK_SECONDS` are marked within a sixteenth of the window (plus
-    a pass interval) and removed one window later."""
-    return seconds >= window * (1 + 2 / MARKS_PER_WINDOW) + COMPACTION_SLACK_SECONDS
-
-
-def orphan_collection_due(seconds: float, grace: float) -> bool:
-    """Whether a run of ``seconds`` must have acknowledged an orphan collection pass: the
-    compactors start one after each compaction pass, the first within
-    :data:`COMPACTION_SLACK_SECONDS`; its pins are those of puts at least ``grace`` old."""
-    return seconds >= COMPACTION_SLACK_SECONDS + grace
 
 
 def crash_torture(ctx: Context, servers: ServerFaults | None = None) -> None:
