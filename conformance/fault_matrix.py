@@ -27,8 +27,11 @@ run (sequences, ids and wall-clock times aside): each item journaled once, each 
 segment stored once, one notification per enqueue, the same items and idempotency entries
 compacted away, and the journal read through the segments unchanged -- and no world with
 items after its cursor without its ready mark (a mark without items is allowed).
-Compaction reads the time from a clock the workload sets (:data:`COMPACT_AT`, then one
-window later).
+Compaction reads the time from a clock the workload sets
+(:data:`~conformance.fault_matrix_workload.COMPACT_AT`, then one window later). The
+workload is in :mod:`~conformance.fault_matrix_workload`, the competing writers in
+:mod:`~conformance.fault_matrix_competitors`, what a run leaves and its comparisons in
+:mod:`~conformance.fault_matrix_state`.
 
 Faults are injected by :class:`~backends.kv.faults.FaultyEngine`, so the case needs an engine
 it can wrap without changing what is tested: the memory engine, or an engine that is already
