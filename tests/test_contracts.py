@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
-from conformance.model import ContractModel, JournalEntry, SeqRef
+from conformance.model import ContractModel
+from conformance.model_values import JournalEntry, SeqRef
 from persistence import contracts
 from persistence.ids import InboxSeq
 from persistence.plane import Plane

@@ -85,26 +85,32 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
         "hot_state": "hot keys by family, the figure it plots",
         "compaction": "the mark spacing its window is derived from",
     },
-    "conformance.model": {
+    "conformance.model_core": {
+        "budget": "the oracle's budget: FoundationDB's transaction size less the plane's reserve",
+    },
+    "conformance.model_journal": {
         "budget": "the oracle predicts a refusal as the plane counts FoundationDB's bytes",
         "journal": "... and a creation's records",
     },
+    "conformance.model_inbox": {"budget": "... likewise for an enqueue and a drain"},
     "conformance.cases": {
         "journal": "two raw transactions racing at one head; a retried append call",
         "drain": "a retried drain call",
         "calls": "... with the same call id",
         "cas_bodies": "objects planted and removed where a body lives",
     },
-    "conformance.fault_matrix": {
+    "conformance.fault_matrix_state": {
         "inbox": "the ready marks it checks after every fault",
         "compaction": "the consumed marks, likewise",
         "export": "the export marker, likewise",
     },
-    "conformance.torture.checks": {
-        "cas_bodies": "the checker reads the store's records to verify every invariant",
-        "inbox": "... the ready marks",
+    "conformance.torture.reads": {
+        "inbox": "the checker reads the store's records to verify every invariant: the ready marks",
     },
-    "conformance.torture.run": {"compaction": "the window its compactors run with"},
+    "conformance.torture.orphan_checks": {
+        "cas_bodies": "... and the final collection pass's clock, as the protocol counts it",
+    },
+    "conformance.torture.figures": {"compaction": "the marks per window: when compaction is due"},
     "conformance.torture.worker": {
         "calls": "the call records' replays it reports",
         "compaction": "the window its compactor runs with",

@@ -84,20 +84,24 @@ is checked:
    returned inside the window (else the run's window was too short for its redos: a
    ``window`` violation), and every redo of an acknowledged call got the acknowledged
    sequences; the compactors reported removing no more than the inboxes lost; and a run
-   long enough for compaction (:func:`~conformance.torture.run.compaction_due`) removed
+   long enough for compaction (:func:`~conformance.torture.figures.compaction_due`) removed
    items and idempotency entries. No referenced object was deleted: every acknowledged
    attachment reads back (``get`` verifies the hash) as exactly its bytes, and every body
    the universe's CAS metadata names reads back verified (acknowledged
    snapshots and segments are read above, through ``get`` and the stitched journal, so a
    deleted one is a violation there too); and a run long enough for orphan collection
-   (:func:`~conformance.torture.run.orphan_collection_due`) acknowledged a collection
+   (:func:`~conformance.torture.figures.orphan_collection_due`) acknowledged a collection
    pass.
 
 Modules: :mod:`~conformance.torture.workload` (what is sent, the configuration),
 :mod:`~conformance.torture.evidence` (logs and acknowledgements),
-:mod:`~conformance.torture.monitor`, :mod:`~conformance.torture.checks`,
+:mod:`~conformance.torture.monitor`, :mod:`~conformance.torture.checks` (with
+:mod:`~conformance.torture.reads`, :mod:`~conformance.torture.orphan_checks` and
+:mod:`~conformance.torture.restore_checks`),
 :mod:`~conformance.torture.fleet` (the processes), :mod:`~conformance.torture.worker` (one
-process), :mod:`~conformance.torture.servers` (the store's server processes) and
+process), :mod:`~conformance.torture.servers` (the store's server processes),
+:mod:`~conformance.torture.killer` (when and what to kill),
+:mod:`~conformance.torture.figures` (what a run reports) and
 :mod:`~conformance.torture.run` (:func:`run_torture`, and :func:`crash_torture`, the
 conformance cases).
 

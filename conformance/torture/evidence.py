@@ -230,112 +230,113 @@ def read_evidence(directory: Path) -> Evidence:
     evidence = Evidence()
     attempts: Counter[ItemId] = Counter()  # intents logged per writer call (its first item)
     for path in log_files(directory):
-        records, torn = read_lines(path)
-        evidence.torn_lines += torn
-        process = path.name.removesuffix(".jsonl")
-        in_call = False
-        attaching = False
-        last_stats: dict[str, Any] = {}
-        for record in records:
-            if "retries" in record:
-                last_stats = record
-                continue
-            in_call = "intent" in record
-            if "attach" in record:
-                evidence.attachment_intents += 1
-                evidence.attachment_stalls += record.get("stall", False)
-            elif "attached" in record:
-                stall = record.get("stall")
-                ack = AttachmentAck(
-                    record["attached"],
-                    record["height"],
-                    Hash.parse(record["hash"]),
-                    record["pins"],
-                    record["waits"],
-                    record["redo"],
-                    None if stall is None else stall["seconds"],
-                    stall is not None and stall["collected"],
-                )
-                evidence.attachments[(ack.world, ack.height)] = ack
-                evidence.attachment_acks.append(ack)
-            elif "attachment_blocked" in record:
-                evidence.attachments_blocked += 1
-            elif "orphans" in record:
-                evidence.orphan_passes.append(
-                    OrphanPass(process, record["orphans"], record["segment_orphans"])
-                )
-            elif "appender" in record:
-                if "intent" in record:
-                    evidence.append_intents[(record["appender"], record["intent"])] = record[
-                        "world"
-                    ]
-                else:
-                    evidence.appended[(record["appender"], record["appended"])] = AppendAck(
-                        record["world"], record["first"], record["retried"]
-                    )
-            elif "intent" in record:
-                writer = record["writer"]
-                attempts[(writer, record["intent"][0])] += 1
-                for n in record["intent"]:
-                    evidence.intents[(writer, n)] = record["world"]
-                    evidence.first_tried.setdefault((writer, n), record["at"])
-            elif "ack" in record or "redo" in record:
-                _writer_returned(evidence, process, record, attempts)
-            elif "compaction" in record:
-                evidence.compactions.append(
-                    CompactionAck(
-                        process,
-                        record["transactions"],
-                        record["items"],
-                        record["idempotency_entries"],
-                    )
-                )
-            elif "drain" in record:
-                evidence.drains.append(
-                    DrainAck(
-                        process,
-                        record["drain"],
-                        record["first"],
-                        record["count"],
-                        InboxSeq.parse(record["cursor"]),
-                        record.get("group", 1),
-                    )
-                )
-            elif "snapshot" in record:
-                evidence.snapshots.append(
-                    SnapshotAck(
-                        record["snapshot"],
-                        record["height"],
-                        Hash.parse(record["ref"]),
-                        record["indexed"],
-                        record["promoted"],
-                    )
-                )
-            elif "segment" in record:
-                evidence.segments.append(
-                    SegmentAck(
-                        record["segment"],
-                        record["start"],
-                        record["end"],
-                        bytes.fromhex(record["checksum"]),
-                    )
-                )
-            elif "error" in record:
-                evidence.errors.append(f"{process}: {record['error']}")
-            elif "backend" in record:
-                evidence.backend_errors[record["backend"].split(":")[0]] += 1
-            if "attach" in record or "attached" in record or "attachment_blocked" in record:
-                attaching = "attach" in record
-                if isinstance(stall := record.get("stall"), dict):  # how a stall ended
-                    evidence.stalls.append((stall["seconds"], stall["collected"]))
-        evidence.interrupted_calls += in_call and process.startswith("writer")
-        evidence.attachments_interrupted += attaching
-        if last_stats:  # each line holds the process's counts since it started
-            for kind, counts in last_stats["retries"].items():
-                evidence.retries[kind].update({int(c): n for c, n in counts.items()})
-            evidence.replays.update(last_stats["replays"])
-            evidence.slowest_call = max(evidence.slowest_call, last_stats["slowest"])
+        _read_log(evidence, path, attempts)
     return evidence
+
+
+def _read_log(evidence: Evidence, path: Path, attempts: Counter[ItemId]) -> None:
+    """One process's log file: each record; whether it was killed inside a writer call (its
+    last line an intent) or an attachment put (its last attachment line an intent); and
+    its last counts."""
+    records, torn = read_lines(path)
+    evidence.torn_lines += torn
+    process = path.name.removesuffix(".jsonl")
+    in_call = False
+    attaching = False
+    last_stats: dict[str, Any] = {}
+    for record in records:
+        if "retries" in record:
+            last_stats = record
+            continue
+        in_call = "intent" in record
+        _add_record(evidence, process, record, attempts)
+        if "attach" in record or "attached" in record or "attachment_blocked" in record:
+            attaching = "attach" in record
+            if isinstance(stall := record.get("stall"), dict):  # how a stall ended
+                evidence.stalls.append((stall["seconds"], stall["collected"]))
+    evidence.interrupted_calls += in_call and process.startswith("writer")
+    evidence.attachments_interrupted += attaching
+    if last_stats:  # each line holds the process's counts since it started
+        _add_stats(evidence, last_stats)
+
+
+def _add_record(
+    evidence: Evidence, process: str, record: dict[str, Any], attempts: Counter[ItemId]
+) -> None:
+    """One record of ``process``'s log, by the key that says what it is."""
+    if "attach" in record:
+        evidence.attachment_intents += 1
+        evidence.attachment_stalls += record.get("stall", False)
+    elif "attached" in record:
+        ack = _attachment_ack(record)
+        evidence.attachments[(ack.world, ack.height)] = ack
+        evidence.attachment_acks.append(ack)
+    elif "attachment_blocked" in record:
+        evidence.attachments_blocked += 1
+    elif "orphans" in record:
+        evidence.orphan_passes.append(
+            OrphanPass(process, record["orphans"], record["segment_orphans"])
+        )
+    elif "appender" in record:
+        _appender_record(evidence, record)
+    elif "intent" in record:
+        _writer_intent(evidence, record, attempts)
+    elif "ack" in record or "redo" in record:
+        _writer_returned(evidence, process, record, attempts)
+    elif "compaction" in record:
+        evidence.compactions.append(_compaction_ack(process, record))
+    elif "drain" in record:
+        evidence.drains.append(_drain_ack(process, record))
+    elif "snapshot" in record:
+        evidence.snapshots.append(_snapshot_ack(record))
+    elif "segment" in record:
+        evidence.segments.append(_segment_ack(record))
+    elif "error" in record:
+        evidence.errors.append(f"{process}: {record['error']}")
+    elif "backend" in record:
+        evidence.backend_errors[record["backend"].split(":")[0]] += 1
+
+
+def _add_stats(evidence: Evidence, stats: dict[str, Any]) -> None:
+    """A process's last counts: engine errors retried and raised, replays, slowest call."""
+    for kind, counts in stats["retries"].items():
+        evidence.retries[kind].update({int(c): n for c, n in counts.items()})
+    evidence.replays.update(stats["replays"])
+    evidence.slowest_call = max(evidence.slowest_call, stats["slowest"])
+
+
+def _attachment_ack(record: dict[str, Any]) -> AttachmentAck:
+    """An ``attached`` line of the exporter."""
+    stall = record.get("stall")
+    return AttachmentAck(
+        record["attached"],
+        record["height"],
+        Hash.parse(record["hash"]),
+        record["pins"],
+        record["waits"],
+        record["redo"],
+        None if stall is None else stall["seconds"],
+        stall is not None and stall["collected"],
+    )
+
+
+def _appender_record(evidence: Evidence, record: dict[str, Any]) -> None:
+    """An appender's intent (the entry and the world it is sent to) or acknowledgement."""
+    if "intent" in record:
+        evidence.append_intents[(record["appender"], record["intent"])] = record["world"]
+    else:
+        evidence.appended[(record["appender"], record["appended"])] = AppendAck(
+            record["world"], record["first"], record["retried"]
+        )
+
+
+def _writer_intent(evidence: Evidence, record: dict[str, Any], attempts: Counter[ItemId]) -> None:
+    """A writer's intent: the items of one attempt at a call, and the world they go to."""
+    writer = record["writer"]
+    attempts[(writer, record["intent"][0])] += 1
+    for n in record["intent"]:
+        evidence.intents[(writer, n)] = record["world"]
+        evidence.first_tried.setdefault((writer, n), record["at"])
 
 
 def _writer_returned(
@@ -362,6 +363,49 @@ def _writer_returned(
             record["at"],
             acknowledged="redo" in record,
         )
+    )
+
+
+def _compaction_ack(process: str, record: dict[str, Any]) -> CompactionAck:
+    """A ``compaction`` line of a compactor."""
+    return CompactionAck(
+        process,
+        record["transactions"],
+        record["items"],
+        record["idempotency_entries"],
+    )
+
+
+def _drain_ack(process: str, record: dict[str, Any]) -> DrainAck:
+    """A ``drain`` line of a drainer or a drain worker."""
+    return DrainAck(
+        process,
+        record["drain"],
+        record["first"],
+        record["count"],
+        InboxSeq.parse(record["cursor"]),
+        record.get("group", 1),
+    )
+
+
+def _snapshot_ack(record: dict[str, Any]) -> SnapshotAck:
+    """A ``snapshot`` line of the exporter."""
+    return SnapshotAck(
+        record["snapshot"],
+        record["height"],
+        Hash.parse(record["ref"]),
+        record["indexed"],
+        record["promoted"],
+    )
+
+
+def _segment_ack(record: dict[str, Any]) -> SegmentAck:
+    """A ``segment`` line of the exporter."""
+    return SegmentAck(
+        record["segment"],
+        record["start"],
+        record["end"],
+        bytes.fromhex(record["checksum"]),
     )
 
 

@@ -9,7 +9,6 @@ import random
 import shutil
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,16 +16,22 @@ from typing import Any, Final
 
 from conformance.context import CaseSkipped, ConformanceFailure, Context, TortureSize
 from conformance.doors import plane_class
-from conformance.torture.checks import (
-    OrphanTally,
-    check_pending,
-    check_store,
-    collect_orphans,
-    inbox_tally,
-)
+from conformance.torture.checks import InboxTally, check_pending, check_store, inbox_tally
 from conformance.torture.evidence import Evidence, read_evidence
+from conformance.torture.figures import (
+    compaction_due,
+    compaction_figures,
+    evidence_figures,
+    kill_figures,
+    orphan_collection_due,
+    orphan_figures,
+    server_figures,
+    store_figures,
+)
 from conformance.torture.fleet import Fleet
+from conformance.torture.killer import Killer
 from conformance.torture.monitor import Monitor
+from conformance.torture.orphan_checks import collect_orphans
 from conformance.torture.servers import ServerFaultError, ServerFaults
 from conformance.torture.workload import (
     DRAIN_WORKERS,
@@ -36,12 +41,10 @@ from conformance.torture.workload import (
 )
 from persistence import kv
 from persistence.errors import Backend, PersistError, Validation
-from persistence.fdb_errors import ERROR_DESCRIPTIONS
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.kv import Engine
 from persistence.plane import Plane
-from persistence.protocols.compaction import MARKS_PER_WINDOW
 from persistence.workers.drain_worker import Shard
 from segments.export import ExportConfig, Exporter
 
@@ -50,17 +53,11 @@ MAX_LISTED: Final = 25
 FLOOR_LOOK_SECONDS: Final = 1.0
 """Past its planned length, how often a run with floors reads its logs to see if they are
 reached."""
-POSTPONE_SECONDS: Final = 0.5
-"""How long a server kill waits for the cluster to heal from the last one before asking
-again (killing faster than it heals exceeds its fault tolerance)."""
 STARTED_WITHIN_SECONDS: Final = 300.0
 """The longest the workers may take to start (the fork server's imports on a loaded machine):
 the run's time and kills count from then (``Fleet.await_started``)."""
 AVAILABLE_WITHIN_SECONDS: Final = 60.0
 """How soon the store must answer again after the last server restart."""
-COMPACTION_SLACK_SECONDS: Final = 5.0
-"""Time for the processes to start and drain a first item, and for a compactor killed
-meanwhile to come back (see :func:`compaction_due`)."""
 
 # --------------------------------------------------------------------------- the run
 
@@ -99,19 +96,9 @@ def run_torture(
     kv_url = kv_url.removeprefix("faults+")
     check_shared_urls(kv_url, objects_url)
     window = size.retention_seconds(servers is not None)
-    # Every plane of the run (the workers', the monitor's, the checks') has the run's window.
-    plane = plane_class(door)(
-        plane.engine,
-        plane.objects,
-        dataclasses.replace(plane.config, inbox_retention_seconds=window),
-        plane.segments,
-        hooks=plane.hooks,
-    )
+    plane = _with_window(plane, door, window)
     rng = random.Random(seed)
-    universe = UniverseId.new()
-    worlds = spread_worlds(size.worlds, DRAIN_WORKERS)
-    for world in worlds:
-        plane.create_world(universe, world)
+    universe, worlds = _new_worlds(plane, size.worlds)
     config = TortureConfig(
         kv_url,
         objects_url,
@@ -124,15 +111,96 @@ def run_torture(
         door=door,
     )
     fleet = Fleet(config.save(), directory)
+    roles = _roles(size, config.drain_workers)
+    _check_floors(size, roles)
+    failures, monitor = _start(fleet, roles, plane, universe, worlds, servers)
+    began, began_wall = time.monotonic(), time.time()
+    killer = Killer(fleet, servers, size, rng, began)
+    run = _Running(size, directory, orphan_grace_seconds, fleet, killer, monitor, began)
+    failures += run.torture(progress)
+    run_seconds = time.monotonic() - began
+    failures += _settle(plane, universe, worlds[0], servers)
+    evidence = read_evidence(directory)
+    violations = failures + fleet.failures + monitor.violations + evidence.errors
+    violations += check_pending(plane, universe, worlds, evidence)
+    violations += _repair(plane, universe, worlds)  # a clean process finishes what the killed left
+    # ... and a clean collector what they left orphaned, once their pins' grace is over.
+    orphans = collect_orphans(plane, universe, worlds, orphan_grace_seconds, violations)
+    progress("torture: checking the store")
+    violations += check_store(plane, universe, worlds, evidence)
+    tally = inbox_tally(plane, universe, worlds)
+    due = compaction_due(run_seconds, window)
+    violations += _overdue(run_seconds, window, due, tally, orphan_grace_seconds, evidence)
+    violations = list(dict.fromkeys(violations))  # a finding before and after the repair: once
+    figures: dict[str, Any] = {
+        "seed": seed,
+        "door": door,
+        "seconds": round(run_seconds, 1),
+        "processes": len(roles),
+        **run.process_figures(),
+        **evidence_figures(evidence),
+        **compaction_figures(tally, window, due),
+        **orphan_figures(evidence, orphans, run_seconds, orphan_grace_seconds),
+        **store_figures(plane, universe, worlds),
+        **run.monitor_figures(),
+    }
+    if size.floors:
+        figures["floors_unmet_at_the_cap"] = run.unmet()
+    if servers is not None:
+        figures.update(server_figures(servers, killer, began_wall))
+    return TortureReport(violations, figures, directory)
+
+
+def _with_window(plane: Plane, door: str, window: float) -> Plane:
+    """A plane on ``plane``'s store, through ``door``, with the run's compaction window:
+    every plane of the run (the workers', the monitor's, the checks') has it."""
+    return plane_class(door)(
+        plane.engine,
+        plane.objects,
+        dataclasses.replace(plane.config, inbox_retention_seconds=window),
+        plane.segments,
+        hooks=plane.hooks,
+    )
+
+
+def _new_worlds(plane: Plane, count: int) -> tuple[UniverseId, tuple[WorldId, ...]]:
+    """A fresh universe and ``count`` worlds created in it, spread over the drain workers'
+    shards (:func:`spread_worlds`)."""
+    universe = UniverseId.new()
+    worlds = spread_worlds(count, DRAIN_WORKERS)
+    for world in worlds:
+        plane.create_world(universe, world)
+    return universe, worlds
+
+
+def _roles(size: TortureSize, drain_workers: int) -> list[tuple[str, int]]:
+    """The run's processes, as (role, ident), in the order they start."""
     roles = [("writer", i) for i in range(size.writers)]
     roles += [("appender", i) for i in range(size.appenders)]
     roles += [("drainer", i) for i in range(size.drainers)] + [("exporter", 0)]
-    roles += [("drainworker", i) for i in range(config.drain_workers)]
+    roles += [("drainworker", i) for i in range(drain_workers)]
     roles += [("compactor", i) for i in range(size.compactors)]
+    return roles
+
+
+def _check_floors(size: TortureSize, roles: list[tuple[str, int]]) -> None:
+    """``Validation`` unless every floor of ``size`` names a figure known during a run."""
     live = {"kills", "server_kills", "monitor_samples", *(f"kills_{role}" for role, _ in roles)}
-    live |= {*_evidence_figures(Evidence()), *_orphan_figures(Evidence(), None, 0.0, 0.0)}
+    live |= {*evidence_figures(Evidence()), *orphan_figures(Evidence(), None, 0.0, 0.0)}
     if unknown := [name for name, _ in size.floors if name not in live]:
         raise Validation("TortureSize.floors", f"{unknown} are not figures known during a run")
+
+
+def _start(
+    fleet: Fleet,
+    roles: list[tuple[str, int]],
+    plane: Plane,
+    universe: UniverseId,
+    worlds: tuple[WorldId, ...],
+    servers: ServerFaults | None,
+) -> tuple[list[str], Monitor]:
+    """Start every process and wait until each has (a failure names those that did not),
+    then the monitor; a run that cannot begin kills what it started."""
     try:
         for role, ident in roles:
             fleet.start(role, ident)
@@ -142,66 +210,121 @@ def run_torture(
     except BaseException:
         fleet.kill_all()  # no process outlives a run that could not begin
         raise
-    began, began_wall = time.monotonic(), time.time()
-    killer = Killer(fleet, servers, size, rng, began)
+    return failures, monitor
 
-    def unmet() -> list[str]:
+
+@dataclass
+class _Running:
+    """A run under way: its processes, what kills them and what watches them, and when it
+    began (its time, its kills and its floors count from then)."""
+
+    size: TortureSize
+    directory: Path
+    orphan_grace_seconds: float
+    fleet: Fleet
+    killer: Killer
+    monitor: Monitor
+    began: float
+
+    def torture(self, progress: Callable[[str], None]) -> list[str]:
+        """Kill (and restart) until the run's length is over and its floors are reached,
+        or its cap; then the last kill of every process, the monitor stopped and the
+        servers restarted. A failure if the servers could not be killed or restarted."""
+        size, fleet, killer = self.size, self.fleet, self.killer
+        failures: list[str] = []
+        try:
+            end, cap = self.began + size.seconds, self.began + max(size.seconds, size.max_seconds)
+            next_look = end
+            while (now := time.monotonic()) < cap:
+                if now >= next_look:
+                    if not self.unmet():
+                        break
+                    next_look = now + FLOOR_LOOK_SECONDS
+                time.sleep(max(0.0, min(killer.next_event(), next_look, cap) - now))
+                killer.act(time.monotonic())
+            progress(
+                f"torture: {sum(fleet.kills.values())} process kills, {killer.server_kills} "
+                f"server kills in {time.monotonic() - self.began:.0f}s"
+            )
+        except ServerFaultError as exc:
+            failures.append(f"servers: {exc}")
+        finally:
+            fleet.kill_all()  # the last kill, at whatever moment each process is in
+            self.monitor.stop.set()
+            self.monitor.join()
+            if killer.servers is not None:
+                killer.servers.restart()
+        return failures
+
+    def unmet(self) -> list[str]:
         """The floors the run has not reached yet (figures it knows while running)."""
-        if not size.floors:
+        if not self.size.floors:
             return []
-        so_far = read_evidence(directory)
+        so_far = read_evidence(self.directory)
+        grace = self.orphan_grace_seconds
         live = {
-            **_kill_figures(fleet, killer),
-            **_evidence_figures(so_far),
-            **_orphan_figures(so_far, None, time.monotonic() - began, orphan_grace_seconds),
-            "monitor_samples": monitor.samples,
+            **kill_figures(self.fleet, self.killer),
+            **evidence_figures(so_far),
+            **orphan_figures(so_far, None, time.monotonic() - self.began, grace),
+            "monitor_samples": self.monitor.samples,
         }
-        counts = [(name, low, live.get(name, 0)) for name, low in size.floors]  # 0: no kill yet
+        floors = self.size.floors
+        counts = [(name, low, live.get(name, 0)) for name, low in floors]  # 0: no kill yet
         return [f"{name} {count} < {low}" for name, low, count in counts if count < low]
 
-    try:
-        end, cap = began + size.seconds, began + max(size.seconds, size.max_seconds)
-        next_look = end
-        while (now := time.monotonic()) < cap:
-            if now >= next_look:
-                if not unmet():
-                    break
-                next_look = now + FLOOR_LOOK_SECONDS
-            time.sleep(max(0.0, min(killer.next_event(), next_look, cap) - now))
-            killer.act(time.monotonic())
-        progress(
-            f"torture: {sum(fleet.kills.values())} process kills, {killer.server_kills} server "
-            f"kills in {time.monotonic() - began:.0f}s"
-        )
-    except ServerFaultError as exc:
-        failures.append(f"servers: {exc}")
-    finally:
-        fleet.kill_all()  # the last kill, at whatever moment each process is in
-        monitor.stop.set()
-        monitor.join()
-        if servers is not None:
-            servers.restart()
-    run_seconds = time.monotonic() - began
-    if servers is not None:
-        failures += _wait_available(plane, universe, worlds[0])
-    failures += _await_commits_in_flight(plane.engine)
-    evidence = read_evidence(directory)
-    violations = failures + fleet.failures + monitor.violations + evidence.errors
-    violations += check_pending(plane, universe, worlds, evidence)
+    def process_figures(self) -> dict[str, int]:
+        """Processes started, killed (by role, and at the end), and kills skipped."""
+        return {
+            "starts": self.fleet.starts,
+            **kill_figures(self.fleet, self.killer),
+            "final_kills": self.fleet.final_kills,
+            "kills_skipped_starting": self.killer.process_kills_skipped,
+        }
+
+    def monitor_figures(self) -> dict[str, int]:
+        """What the monitor read while the run went on."""
+        return {
+            "monitor_samples": self.monitor.samples,
+            "monitor_entries_compared": self.monitor.entries_seen,
+            "monitor_reads_failed": self.monitor.backend_errors,
+        }
+
+
+def _settle(
+    plane: Plane, universe: UniverseId, world: WorldId, servers: ServerFaults | None
+) -> list[str]:
+    """After the last kill: wait until the store answers again (with server kills) and
+    until no commit of a killed process can land."""
+    failures = _wait_available(plane, universe, world) if servers is not None else []
+    return failures + _await_commits_in_flight(plane.engine)
+
+
+def _repair(plane: Plane, universe: UniverseId, worlds: tuple[WorldId, ...]) -> list[str]:
+    """A clean process finishes what the killed left: each world drained and exported; a
+    violation for each world where that fails."""
+    violations: list[str] = []
     exporter = Exporter(plane, ExportConfig(enabled=True, target_entries=25))
-    for index, world in enumerate(worlds):  # a clean process finishes what the killed left
+    for index, world in enumerate(worlds):
         try:
             while plane.drain_inbox_to_journal(universe, world).count:
                 pass
             exporter.export_all(universe, world)
         except PersistError as exc:
             violations.append(f"repair: world {index}: the final drain and export failed: {exc!r}")
-    # ... and a clean collector what they left orphaned, once their pins' grace is over.
-    orphans = collect_orphans(plane, universe, worlds, orphan_grace_seconds, violations)
-    progress("torture: checking the store")
-    violations += check_store(plane, universe, worlds, evidence)
-    tally = inbox_tally(plane, universe, worlds)
-    due = compaction_due(run_seconds, window)
+    return violations
+
+
+def _overdue(
+    run_seconds: float,
+    window: float,
+    due: bool,
+    tally: InboxTally | None,
+    orphan_grace_seconds: float,
+    evidence: Evidence,
+) -> list[str]:
+    """What a run long enough for it must have done and did not: compaction removing items
+    and idempotency entries (``due``), an orphan collection pass acknowledged."""
+    violations: list[str] = []
     if due and tally is not None and not (tally.items_removed and tally.entries_removed):
         violations.append(
             f"compaction: a {run_seconds:.0f} s run with a {window:g} s window removed "
@@ -211,195 +334,7 @@ def run_torture(
         violations.append(
             f"orphans: a {run_seconds:.0f} s run acknowledged no orphan collection pass"
         )
-    violations = list(dict.fromkeys(violations))  # a finding before and after the repair: once
-    figures: dict[str, Any] = {
-        "seed": seed,
-        "door": door,
-        "seconds": round(run_seconds, 1),
-        "processes": len(roles),
-        "starts": fleet.starts,
-        **_kill_figures(fleet, killer),
-        "final_kills": fleet.final_kills,
-        "kills_skipped_starting": killer.process_kills_skipped,
-        **_evidence_figures(evidence),
-        "items_journaled": None if tally is None else tally.items_journaled,
-        "compaction_window_seconds": window,
-        "compaction_due": due,
-        "items_compacted": None if tally is None else tally.items_removed,
-        "idempotency_entries_compacted": None if tally is None else tally.entries_removed,
-        **_orphan_figures(evidence, orphans, run_seconds, orphan_grace_seconds),
-        "segments": sum(len(plane.list_segments(universe, w)) for w in worlds),
-        "journal_heights": sum(plane.head(universe, w) for w in worlds),
-        "monitor_samples": monitor.samples,
-        "monitor_entries_compared": monitor.entries_seen,
-        "monitor_reads_failed": monitor.backend_errors,
-    }
-    if size.floors:
-        figures["floors_unmet_at_the_cap"] = unmet()
-    if servers is not None:
-        recoveries = servers.recoveries(began_wall)
-        figures["servers_killed"] = dict(sorted(killer.servers_killed.items()))
-        figures["server_kills_postponed"] = killer.server_kills_postponed
-        if recoveries is not None:
-            figures["recoveries"] = len(recoveries)
-            figures["slowest_recovery_seconds"] = round(max(recoveries, default=0.0), 3)
-    return TortureReport(violations, figures, directory)
-
-
-def _kill_figures(fleet: Fleet, killer: Killer) -> dict[str, int]:
-    """Kills so far: of worker processes (by role) and, with server faults, of servers."""
-    kills = {
-        "kills": sum(fleet.kills.values()),
-        **{f"kills_{role}": count for role, count in sorted(fleet.kills.items())},
-    }
-    if killer.servers is not None:
-        kills["server_kills"] = killer.server_kills
-    return kills
-
-
-def _evidence_figures(evidence: Evidence) -> dict[str, Any]:
-    """What the workers' logs say they did (readable while they run)."""
-    redos = [r.seconds for r in evidence.redos if not r.acknowledged]
-    repeats = [r.seconds for r in evidence.redos if r.acknowledged]
-    return {
-        "items_sent": len(evidence.intents),
-        "items_acknowledged": len(evidence.acked),
-        "writer_calls_interrupted": evidence.interrupted_calls,
-        "writer_redos_after_unknown_outcome": len(redos),
-        "slowest_redo_seconds": round(max(redos, default=0.0), 3),
-        "writer_redos_of_acknowledged_calls": len(repeats),
-        "oldest_redo_of_acknowledged_call_seconds": round(max(repeats, default=0.0), 3),
-        "compaction_passes": len(evidence.compactions),
-        "compaction_transactions": sum(c.transactions for c in evidence.compactions),
-        "compaction_items_reported": sum(c.items for c in evidence.compactions),
-        "compaction_entries_reported": sum(c.idempotency_entries for c in evidence.compactions),
-        "appends_acknowledged": len(evidence.appended),
-        "appends_retried_after_unknown_outcome": sum(a.retried for a in evidence.appended.values()),
-        "drains_acknowledged": len(evidence.drains),
-        "drains_acknowledged_by_drain_workers": sum(
-            d.process.startswith("drainworker") for d in evidence.drains
-        ),
-        "multi_world_drains_acknowledged": sum(d.group > 1 for d in evidence.drains),
-        "snapshots_acknowledged": len(evidence.snapshots),
-        "promotions_acknowledged": sum(s.promoted for s in evidence.snapshots),
-        "torn_log_lines": evidence.torn_lines,
-        "calls_failed_backend": dict(sorted(evidence.backend_errors.items())),
-        "engine_errors_retried": _by_code(evidence.retries["retried"]),
-        "engine_errors_raised": _by_code(evidence.retries["raised"]),
-        "retries_that_found_their_call_applied": dict(sorted(evidence.replays.items())),
-        "slowest_call_seconds": evidence.slowest_call,
-    }
-
-
-def _orphan_figures(
-    evidence: Evidence, final: OrphanTally | None, seconds: float, grace: float
-) -> dict[str, Any]:
-    """What the exporter's attachment puts went through, what the compactors' collection
-    passes reported, and what the final clean pass found left."""
-    cas: Counter[str] = Counter()
-    segments: Counter[str] = Counter()
-    for done in evidence.orphan_passes:
-        cas.update(done.cas)
-        segments.update(done.segments)
-    acks = evidence.attachment_acks
-    return {
-        "attachments_acknowledged": len(evidence.attachments),
-        "attachment_puts": evidence.attachment_intents,
-        "attachment_puts_interrupted": evidence.attachments_interrupted,
-        "attachment_redos_after_unknown_outcome": sum(a.redo for a in acks),
-        "attachment_puts_pinned_again": sum(a.pins > 1 for a in acks),
-        "attachment_puts_waited_on_a_doom": sum(a.waits > 0 for a in acks),
-        "attachment_puts_given_up_on_a_doom": evidence.attachments_blocked,
-        "attachment_puts_stalled": evidence.attachment_stalls,
-        "attachment_stalls_collected": sum(collected for _, collected in evidence.stalls),
-        "attachment_stalls_not_collected": sum(not c for _, c in evidence.stalls),
-        "slowest_stall_collected_seconds": max(
-            (seconds for seconds, collected in evidence.stalls if collected), default=0.0
-        ),
-        "orphan_grace_seconds": grace,
-        "orphan_collection_due": orphan_collection_due(seconds, grace),
-        "orphan_passes": len(evidence.orphan_passes),
-        "orphan_bodies_collected": cas["collected"],
-        "orphan_bytes_collected": cas["collected_bytes"],
-        "orphan_bodies_seen_pinned": cas["pinned"],
-        "orphan_pins_expired": cas["pins_expired"],
-        "orphan_bodies_abandoned": cas["abandoned"],
-        "orphan_dooms_resumed": cas["dooms_resumed"],
-        "orphan_dooms_settled": cas["dooms_settled"],
-        "orphan_segment_objects_collected": segments["collected"],
-        "orphan_export_markers_cleared": segments["markers_cleared"],
-        **(
-            {}
-            if final is None
-            else {
-                "orphan_bodies_left": final.cas.collected,
-                "orphan_pins_left": final.cas.pins_expired,
-                "orphan_dooms_left": final.dooms,
-                "orphan_segment_objects_left": final.segments.collected,
-                "orphan_export_markers_left": final.segments.markers_cleared,
-            }
-        ),
-    }
-
-
-class Killer:
-    """When and what to kill: a worker process every ``mean_kill_interval`` seconds on
-    average, drawn among them all and skipped if it has not opened its log yet
-    (``Fleet.started``: each process is then killed as often as before, or less); with
-    ``servers``, also a server every ``server_kill_interval`` seconds on average, restarted
-    after a uniform fraction of that interval. A server kill waits until the cluster has
-    healed from the last one (``ServerFaults.healthy``)."""
-
-    def __init__(
-        self,
-        fleet: Fleet,
-        servers: ServerFaults | None,
-        size: TortureSize,
-        rng: random.Random,
-        now: float,
-    ) -> None:
-        self.fleet, self.servers, self.size, self.rng = fleet, servers, size, rng
-        self.next_process_kill = now + rng.expovariate(1 / size.mean_kill_interval)
-        self.next_server_event = (
-            now + rng.expovariate(1 / size.server_kill_interval) if servers else math.inf
-        )
-        self.server_down = False
-        self.server_kills = 0
-        self.servers_killed: Counter[str] = Counter()
-        self.server_kills_postponed = 0
-        """Server kills put off because the cluster had not healed from the last one."""
-        self.process_kills_skipped = 0
-        """Process kills not done because the process drawn had not opened its log yet."""
-
-    def next_event(self) -> float:
-        """When the next kill or restart is due (``time.monotonic()``)."""
-        return min(self.next_process_kill, self.next_server_event)
-
-    def act(self, now: float) -> None:
-        """Do what is due at ``now``."""
-        if now >= self.next_process_kill:
-            self.fleet.reap()
-            victim = self.rng.choice(self.fleet.processes)
-            if self.fleet.started(victim):
-                self.fleet.kill(victim)
-            else:  # not another victim: that would kill the started ones more often
-                self.process_kills_skipped += 1
-            self.next_process_kill = now + self.rng.expovariate(1 / self.size.mean_kill_interval)
-        if self.servers is not None and now >= self.next_server_event:
-            interval = self.size.server_kill_interval
-            if self.server_down:
-                self.servers.restart()
-                self.next_server_event = now + self.rng.expovariate(1 / interval)
-            elif not self.servers.healthy():
-                self.server_kills_postponed += 1
-                self.next_server_event = time.monotonic() + POSTPONE_SECONDS
-                return
-            else:
-                killed = self.servers.kill(self.rng)
-                self.servers_killed[killed.split(" (")[0]] += 1
-                self.server_kills += 1
-                self.next_server_event = now + self.rng.uniform(0.1, 1.0) * interval
-            self.server_down = not self.server_down
+    return violations
 
 
 def _wait_available(plane: Plane, universe: UniverseId, world: WorldId) -> list[str]:
@@ -460,11 +395,6 @@ def _await_commits_in_flight(engine: Engine) -> list[str]:
     return []
 
 
-def _by_code(counts: Counter[int]) -> dict[str, int]:
-    """Error counts keyed by ``code name``."""
-    return {f"{code} {ERROR_DESCRIPTIONS.get(code, '?')}": n for code, n in sorted(counts.items())}
-
-
 def spread_worlds(count: int, shards: int) -> tuple[WorldId, ...]:
     """``count`` new worlds, at least one in each of the drain workers' ``shards`` (if there
     are as many worlds), so that every drain worker has work."""
@@ -476,20 +406,6 @@ def spread_worlds(count: int, shards: int) -> tuple[WorldId, ...]:
         if lands or count - len(worlds) > len(missing):
             worlds.append(world)
     return tuple(worlds)
-
-
-def compaction_due(seconds: float, window: float) -> bool:
-    """Whether a run of ``seconds`` must have compacted something: items drained in its
-    first :data:`COMPACTION_SLACK_SECONDS` are marked within a sixteenth of the window (plus
-    a pass interval) and removed one window later."""
-    return seconds >= window * (1 + 2 / MARKS_PER_WINDOW) + COMPACTION_SLACK_SECONDS
-
-
-def orphan_collection_due(seconds: float, grace: float) -> bool:
-    """Whether a run of ``seconds`` must have acknowledged an orphan collection pass: the
-    compactors start one after each compaction pass, the first within
-    :data:`COMPACTION_SLACK_SECONDS`; its pins are those of puts at least ``grace`` old."""
-    return seconds >= COMPACTION_SLACK_SECONDS + grace
 
 
 def crash_torture(ctx: Context, servers: ServerFaults | None = None) -> None:

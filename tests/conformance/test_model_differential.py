@@ -37,13 +37,8 @@ from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.memory import MemoryObjectStore
-from conformance.model import (
-    BEFORE_ALL,
-    ContractModel,
-    IngressEntry,
-    SeqRef,
-    label_of,
-)
+from conformance.model import ContractModel
+from conformance.model_values import BEFORE_ALL, IngressEntry, SeqRef, label_of
 from persistence import cbor, fdb_errors
 from persistence.errors import (
     BaselineRegression,

@@ -18,14 +18,7 @@ from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
 from conformance.context import CaseSkipped, TortureSize
-from conformance.torture.checks import (
-    InboxTally,
-    check_pending,
-    check_store,
-    collect_orphans,
-    inbox_tally,
-    read_inbox,
-)
+from conformance.torture.checks import InboxTally, check_pending, check_store, inbox_tally
 from conformance.torture.evidence import (
     AckedCall,
     AppendAck,
@@ -44,16 +37,13 @@ from conformance.torture.evidence import (
     state_at,
     writer_history,
 )
+from conformance.torture.figures import compaction_due, orphan_collection_due
 from conformance.torture.fleet import FORKS, Fleet, Process
+from conformance.torture.killer import Killer
 from conformance.torture.monitor import Monitor
-from conformance.torture.run import (
-    Killer,
-    _await_commits_in_flight,
-    compaction_due,
-    orphan_collection_due,
-    run_torture,
-    spread_worlds,
-)
+from conformance.torture.orphan_checks import collect_orphans
+from conformance.torture.reads import read_inbox
+from conformance.torture.run import _await_commits_in_flight, run_torture, spread_worlds
 from conformance.torture.worker import Attachments, PutSteps
 from conformance.torture.workload import (
     ATTACHMENT_SIZES,
