@@ -57,44 +57,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
         compactor = Compactor(plane, max_items=args.max_items)
     except Validation as exc:
         raise Validation("--max-items", exc.problem) from None
-    rows: list[dict[str, Any]] = []
-    stopped = False
-    with Progress("compact", len(worlds), enabled=not args.quiet, unit="world") as progress:
-        for universe, world in worlds:
-            row: dict[str, Any] = {"universe": str(universe), "world": str(world)}
-            try:
-                if args.dry_run:
-                    seen = compaction.preview(
-                        plane.engine,
-                        WorldKeys(universe, world),
-                        config.inbox_retention_ns,
-                        time.time_ns(),
-                        PREVIEW_CAP,
-                    )
-                    row |= {
-                        "marks": seen.marks,
-                        "mark_due": seen.mark_due,
-                        "items": seen.removable,
-                        "more_than_counted": seen.removable_capped,
-                    }
-                else:
-                    done, transactions = compactor.compact_world(universe, world)
-                    row |= {
-                        "items": done.items,
-                        "idempotency_entries": done.idempotency_entries,
-                        "marks_written": done.marks_written,
-                        "marks_removed": done.marks_removed,
-                        "transactions": transactions,
-                    }
-            except Corruption as exc:  # one damaged world must not stop the others
-                row["error"] = f"{type(exc).__name__}: {exc}"
-            except Backend as exc:  # the store failed: report what was done, then stop
-                row["error"] = f"{type(exc).__name__}: {exc}"
-                rows.append(row)
-                stopped = True
-                break
-            rows.append(row)
-            progress.advance()
+    rows, stopped = _compact_worlds(plane, compactor, config, worlds, args)
     orphans: dict[str, dict[str, int]] | None = None
     orphan_error: str | None = None
     if args.orphans and not stopped:
@@ -112,34 +75,113 @@ def cmd_compact(args: argparse.Namespace) -> int:
             out["orphans_error"] = orphan_error
         print_json(out)
     else:
-        columns = ["world", "marks", "mark_due", "items"] if args.dry_run else ["world", "items"]
-        if not args.dry_run:
-            columns += ["idempotency_entries", "marks_written", "marks_removed"]
-        table = [{**r, "world": short_id(r["world"])} for r in rows]
-        print_table(table, [*columns, *(["error"] if failed else [])])
-        verb = "removable" if args.dry_run else "removed"
-        total = sum(r.get("items", 0) for r in rows)
-        capped = any(r.get("more_than_counted") for r in rows)
-        items = f"{total:,}{'+' if capped else ''} consumed {noun(total, 'item')}"
-        print(f"{items} {verb} from {counted(len(worlds), 'world')}")
-        if orphans is not None:
-            cas, seg = orphans["cas"], orphans["segments"]
-            verb = "collectable" if args.dry_run else "collected"
-            left_over = cas["dooms_resumed"] + cas["dooms_settled"]
-            print(
-                f"orphans {verb}: {counted(cas['collected'], 'CAS body', 'CAS bodies')} "
-                f"({human_size(cas['collected_bytes'])}; {cas['pinned']:,} pinned by "
-                f"puts in flight, {counted(cas['pins_expired'], 'expired pin')}, "
-                f"{counted(left_over, 'left-over collection')}, {cas['abandoned']:,} left to "
-                f"their lease), {counted(seg['collected'], 'segment object')} "
-                f"({human_size(seg['collected_bytes'])}; {seg['kept']:,} kept for an "
-                f"export in flight), {counted(seg['markers_cleared'], 'finished export marker')}"
-            )
-        if orphan_error is not None:
-            print(f"orphan collection failed: {orphan_error}")
+        _print_summary(rows, len(worlds), orphans, orphan_error, dry_run=args.dry_run)
     if stopped:
         return EXIT_BACKEND
     return EXIT_CHECK_FAILED if failed or orphan_error is not None else EXIT_OK
+
+
+def _compact_worlds(
+    plane: Plane,
+    compactor: Compactor,
+    config: PlaneConfig,
+    worlds: list[tuple[UniverseId, WorldId]],
+    args: argparse.Namespace,
+) -> tuple[list[dict[str, Any]], bool]:
+    """One pass (or preview) per world, in order, with a progress bar: a row per world,
+    with its counts or its error, and whether the store failed (the rows then end with the
+    world it failed on: a corrupt world does not stop the others, a failed store does)."""
+    rows: list[dict[str, Any]] = []
+    with Progress("compact", len(worlds), enabled=not args.quiet, unit="world") as progress:
+        for universe, world in worlds:
+            row: dict[str, Any] = {"universe": str(universe), "world": str(world)}
+            try:
+                row |= _world_pass(plane, compactor, config, universe, world, args.dry_run)
+            except Corruption as exc:  # one damaged world must not stop the others
+                row["error"] = f"{type(exc).__name__}: {exc}"
+            except Backend as exc:  # the store failed: report what was done, then stop
+                row["error"] = f"{type(exc).__name__}: {exc}"
+                rows.append(row)
+                return rows, True
+            rows.append(row)
+            progress.advance()
+    return rows, False
+
+
+def _world_pass(
+    plane: Plane,
+    compactor: Compactor,
+    config: PlaneConfig,
+    universe: UniverseId,
+    world: WorldId,
+    dry_run: bool,
+) -> dict[str, Any]:
+    """The counts of one world's compaction pass, or with ``dry_run`` of its preview."""
+    if dry_run:
+        seen = compaction.preview(
+            plane.engine,
+            WorldKeys(universe, world),
+            config.inbox_retention_ns,
+            time.time_ns(),
+            PREVIEW_CAP,
+        )
+        return {
+            "marks": seen.marks,
+            "mark_due": seen.mark_due,
+            "items": seen.removable,
+            "more_than_counted": seen.removable_capped,
+        }
+    done, transactions = compactor.compact_world(universe, world)
+    return {
+        "items": done.items,
+        "idempotency_entries": done.idempotency_entries,
+        "marks_written": done.marks_written,
+        "marks_removed": done.marks_removed,
+        "transactions": transactions,
+    }
+
+
+def _print_summary(
+    rows: list[dict[str, Any]],
+    worlds: int,
+    orphans: dict[str, dict[str, int]] | None,
+    orphan_error: str | None,
+    *,
+    dry_run: bool,
+) -> None:
+    """The worlds' table, the items removed (or removable) from ``worlds`` worlds, and the
+    orphan collection's counts or error."""
+    failed = any("error" in r for r in rows)
+    columns = ["world", "marks", "mark_due", "items"] if dry_run else ["world", "items"]
+    if not dry_run:
+        columns += ["idempotency_entries", "marks_written", "marks_removed"]
+    table = [{**r, "world": short_id(r["world"])} for r in rows]
+    print_table(table, [*columns, *(["error"] if failed else [])])
+    verb = "removable" if dry_run else "removed"
+    total = sum(r.get("items", 0) for r in rows)
+    capped = any(r.get("more_than_counted") for r in rows)
+    items = f"{total:,}{'+' if capped else ''} consumed {noun(total, 'item')}"
+    print(f"{items} {verb} from {counted(worlds, 'world')}")
+    if orphans is not None:
+        print(_orphans_line(orphans, dry_run))
+    if orphan_error is not None:
+        print(f"orphan collection failed: {orphan_error}")
+
+
+def _orphans_line(orphans: dict[str, dict[str, int]], dry_run: bool) -> str:
+    """What the orphan collection collected (or found collectable), in one line."""
+    cas, seg = orphans["cas"], orphans["segments"]
+    verb = "collectable" if dry_run else "collected"
+    left_over = cas["dooms_resumed"] + cas["dooms_settled"]
+    return (
+        f"orphans {verb}: {counted(cas['collected'], 'CAS body', 'CAS bodies')} "
+        f"({human_size(cas['collected_bytes'])}; {cas['pinned']:,} pinned by "
+        f"puts in flight, {counted(cas['pins_expired'], 'expired pin')}, "
+        f"{counted(left_over, 'left-over collection')}, {cas['abandoned']:,} left to "
+        f"their lease), {counted(seg['collected'], 'segment object')} "
+        f"({human_size(seg['collected_bytes'])}; {seg['kept']:,} kept for an "
+        f"export in flight), {counted(seg['markers_cleared'], 'finished export marker')}"
+    )
 
 
 def _collect(

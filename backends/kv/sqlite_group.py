@@ -2,7 +2,7 @@
 alone on concurrent threads of one engine are committed together, one sync for the group,
 each with its own outcome (:class:`GroupCommit`). What it needs of the engine and of a
 transaction is stated here (:class:`GroupEngine`, :class:`Grouped`); the engine's module
-implements both.
+and its transactions' (:mod:`backends.kv.sqlite_transaction`) implement them.
 """
 
 from __future__ import annotations

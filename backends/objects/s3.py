@@ -45,7 +45,7 @@ Server behaviour, tested (moto 5.2.5, SeaweedFS 4.48; ``tests/objects``):
   (``a/x`` before ``a-b``), which :meth:`S3ObjectStore.list` refuses rather than passes on.
 
 :meth:`S3ObjectStore.probe_capabilities` checks the sequential behaviour of a live server
-(races cannot be probed cheaply).
+(races cannot be probed cheaply; :mod:`backends.objects.s3_probe`).
 """
 
 from __future__ import annotations
@@ -57,9 +57,7 @@ import random
 import re
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, BinaryIO, Final, cast
 from urllib.parse import quote, urlsplit
 
@@ -82,6 +80,7 @@ from backends.objects.s3_calls import (
     is_retryable,
     read_up_to,
 )
+from backends.objects.s3_probe import S3Capabilities, probe
 from persistence.errors import Backend, NotFound, Validation
 from persistence.objects import (
     COPY_CHUNK,
@@ -109,20 +108,6 @@ MAX_PARTS = 10_000
 DEFAULT_LIST_PAGE_SIZE = 1000
 """Keys per ``ListObjectsV2`` request (S3's maximum)."""
 DEFAULT_MAX_ATTEMPTS = 5
-
-
-@dataclass(frozen=True, slots=True)
-class S3Capabilities:
-    """What an S3 server was seen to enforce (see :meth:`S3ObjectStore.probe_capabilities`)."""
-
-    conditional_put: bool
-    """``PutObject`` with ``If-None-Match: *`` refuses (412) an existing key."""
-    conditional_complete: bool
-    """``CompleteMultipartUpload`` with ``If-None-Match: *`` refuses (412) an existing key."""
-    checks_sha256: bool
-    """``PutObject`` with a wrong ``ChecksumSHA256`` is refused (``BadDigest``), not stored."""
-    lists_in_key_order: bool
-    """``ListObjectsV2`` lists ``a!`` before ``a/1`` (UTF-8 byte order, as S3 does)."""
 
 
 class _Staged(StagedBody):
@@ -175,6 +160,71 @@ CREDENTIAL_NAMES: Final = frozenset(
 """Explicit credentials an :class:`S3ObjectStore` accepts (boto3 session arguments)."""
 
 
+def _check_credentials(credentials: Mapping[str, str] | None) -> None:
+    """``None``, or a mapping of names in :data:`CREDENTIAL_NAMES` to printable text."""
+    if credentials is not None and not isinstance(credentials, Mapping):
+        raise Validation("s3 credentials", f"a mapping, not {type(credentials).__name__}")
+    unknown = set(credentials or {}) - CREDENTIAL_NAMES
+    if unknown:
+        raise Validation("s3 credentials", f"unknown name(s) {sorted(unknown)}")
+    for name, value in (credentials or {}).items():
+        if not isinstance(value, str) or not value.isprintable():
+            raise Validation("s3 credentials", f"{name} is not printable text")
+
+
+def _new_client(
+    boto3: Any,
+    config_cls: Any,
+    exceptions: Any,
+    endpoint_url: str | None,
+    region: str | None,
+    credentials: Mapping[str, str] | None,
+) -> Any:
+    """A boto3 S3 client for a store (``boto3``, botocore's ``Config`` and its
+    ``exceptions`` as :func:`~backends.objects.s3_calls.import_boto3` gives them), without
+    botocore's own retries; endpoint, region and credentials not given come from the
+    standard boto3 chain. Arguments botocore refuses are ``Validation``."""
+    config_args: dict[str, Any] = {
+        # One retry policy: ours (see the module docstring).
+        "retries": {"mode": "standard", "total_max_attempts": 1},
+        "connect_timeout": 10,
+        "read_timeout": 60,
+        "max_pool_connections": 32,
+        # We always send our own ChecksumSHA256; no CRC32 defaults or aws-chunked
+        # bodies that S3-compatible servers may not understand.
+        "request_checksum_calculation": "when_required",
+        "response_checksum_validation": "when_required",
+    }
+    if endpoint_url:
+        config_args["s3"] = {"addressing_style": "path"}
+    # Explicit credentials (aws_access_key_id, aws_secret_access_key,
+    # aws_session_token) win over the standard chain, which supplies the rest.
+    session = boto3.session.Session(**dict(credentials or {}))
+    try:
+        return session.client(
+            "s3",
+            endpoint_url=endpoint_url or None,
+            region_name=region or None,
+            config=config_cls(**config_args),
+        )
+    except (ValueError, exceptions.BotoCoreError) as exc:  # what the checks missed
+        raise Validation("endpoint_url or region", str(exc)) from None
+
+
+def _store_url(
+    bucket: str, prefix: str, endpoint_url: str | None, region: str | None, multipart: bool
+) -> str:
+    """The store's ``s3://`` URL: its bucket and prefix, and the options that made it."""
+    query = [
+        f"{name}={quote(value, safe=':/')}"
+        for name, value in (("endpoint_url", endpoint_url), ("region", region))
+        if value
+    ]
+    if not multipart:
+        query.append("multipart=0")
+    return f"s3://{bucket}/{prefix}" + (f"?{'&'.join(query)}" if query else "")
+
+
 class S3ObjectStore(ObjectStore):
     """Create-only objects in an S3 bucket, under an optional key prefix.
 
@@ -218,14 +268,7 @@ class S3ObjectStore(ObjectStore):
         check_int(list_page_size, "list_page_size", 1, 1_000)
         check_bool(verify_sha256_locally, "verify_sha256_locally")
         check_bool(multipart, "multipart")
-        if credentials is not None and not isinstance(credentials, Mapping):
-            raise Validation("s3 credentials", f"a mapping, not {type(credentials).__name__}")
-        unknown = set(credentials or {}) - CREDENTIAL_NAMES
-        if unknown:
-            raise Validation("s3 credentials", f"unknown name(s) {sorted(unknown)}")
-        for name, value in (credentials or {}).items():
-            if not isinstance(value, str) or not value.isprintable():
-                raise Validation("s3 credentials", f"{name} is not printable text")
+        _check_credentials(credentials)
         boto3, config_cls, exceptions = import_boto3()
         self.bucket = bucket
         self.prefix = prefix
@@ -247,40 +290,9 @@ class S3ObjectStore(ObjectStore):
         self._sleep: Callable[[float], None] = time.sleep
         self._owns_client = client is None
         if client is None:
-            config_args: dict[str, Any] = {
-                # One retry policy: ours (see the module docstring).
-                "retries": {"mode": "standard", "total_max_attempts": 1},
-                "connect_timeout": 10,
-                "read_timeout": 60,
-                "max_pool_connections": 32,
-                # We always send our own ChecksumSHA256; no CRC32 defaults or aws-chunked
-                # bodies that S3-compatible servers may not understand.
-                "request_checksum_calculation": "when_required",
-                "response_checksum_validation": "when_required",
-            }
-            if endpoint_url:
-                config_args["s3"] = {"addressing_style": "path"}
-            # Explicit credentials (aws_access_key_id, aws_secret_access_key,
-            # aws_session_token) win over the standard chain, which supplies the rest.
-            session = boto3.session.Session(**dict(credentials or {}))
-            try:
-                client = session.client(
-                    "s3",
-                    endpoint_url=endpoint_url or None,
-                    region_name=region or None,
-                    config=config_cls(**config_args),
-                )
-            except (ValueError, exceptions.BotoCoreError) as exc:  # what the checks missed
-                raise Validation("endpoint_url or region", str(exc)) from None
+            client = _new_client(boto3, config_cls, exceptions, endpoint_url, region, credentials)
         self._client = client
-        query = [
-            f"{name}={quote(value, safe=':/')}"
-            for name, value in (("endpoint_url", endpoint_url), ("region", region))
-            if value
-        ]
-        if not multipart:
-            query.append("multipart=0")
-        self.url = f"s3://{bucket}/{prefix}" + (f"?{'&'.join(query)}" if query else "")
+        self.url = _store_url(bucket, prefix, endpoint_url, region, multipart)
 
     @staticmethod
     def check_location(bucket: object, prefix: object) -> str:
@@ -664,91 +676,8 @@ class S3ObjectStore(ObjectStore):
 
     def probe_capabilities(self) -> S3Capabilities:
         """Check what the server enforces, with a few tiny objects under
-        ``<prefix>/_probe/<random>`` (deleted afterwards).
+        ``<prefix>/_probe/<random>`` (deleted afterwards; :func:`~backends.objects.s3_probe.probe`).
 
         Run it against a new endpoint before trusting it: without ``conditional_put`` and
         ``conditional_complete`` this store cannot be create-only there."""
-        base = self._key_prefix + f"_probe/{uuid.uuid4().hex}"
-        first, second = f"{base}/create-only", f"{base}/checksum"
-        ordered = [f"{base}/order/a!", f"{base}/order/a/1"]
-
-        def attempt(method: Callable[..., Any], op: str, full_key: str, **params: Any) -> str:
-            """``""`` on success, else the error code."""
-            try:
-                self._call(method, op, full_key, Bucket=self.bucket, Key=full_key, **params)
-            except self._client_error as exc:
-                return "PreconditionFailed" if is_precondition_failed(exc) else error_code(exc)
-            return ""
-
-        def put(full_key: str, body: bytes, checksum: bytes) -> str:
-            return attempt(
-                self._client.put_object,
-                "PutObject",
-                full_key,
-                Body=body,
-                IfNoneMatch="*",
-                ChecksumAlgorithm="SHA256",
-                ChecksumSHA256=b64(checksum),
-            )
-
-        try:
-            if code := put(first, b"1", hashlib.sha256(b"1").digest()):
-                raise Backend(f"probe PutObject {self._where(first)} failed: {code}")
-            conditional_put = put(first, b"2", hashlib.sha256(b"2").digest()) != ""
-            upload = self._call(
-                self._client.create_multipart_upload,
-                "CreateMultipartUpload",
-                first,
-                Bucket=self.bucket,
-                Key=first,
-                ChecksumAlgorithm="SHA256",
-            )
-            upload_id = str(upload["UploadId"])
-            checksum = b64(hashlib.sha256(b"3").digest())
-            try:
-                part = self._call(
-                    self._client.upload_part,
-                    "UploadPart",
-                    first,
-                    Bucket=self.bucket,
-                    Key=first,
-                    UploadId=upload_id,
-                    PartNumber=1,
-                    Body=b"3",
-                    ChecksumAlgorithm="SHA256",
-                    ChecksumSHA256=checksum,
-                )
-                parts = [{"PartNumber": 1, "ETag": part["ETag"], "ChecksumSHA256": checksum}]
-                conditional_complete = (
-                    attempt(
-                        self._client.complete_multipart_upload,
-                        "CompleteMultipartUpload",
-                        first,
-                        UploadId=upload_id,
-                        MultipartUpload={"Parts": parts},
-                        IfNoneMatch="*",
-                    )
-                    != ""
-                )
-            finally:
-                self._abort(first, upload_id)
-            checks_sha256 = put(second, b"4", hashlib.sha256(b"5").digest()) != ""
-            for full_key in reversed(ordered):
-                if code := put(full_key, b"", hashlib.sha256(b"").digest()):
-                    raise Backend(f"probe PutObject {self._where(full_key)} failed: {code}")
-            listed = self._call(
-                self._client.list_objects_v2,
-                "ListObjectsV2",
-                base,
-                Bucket=self.bucket,
-                Prefix=f"{base}/order/",
-            )
-            lists_in_key_order = [item["Key"] for item in listed.get("Contents", ())] == ordered
-        except self._client_error as exc:
-            raise self._backend("probe", base, exc) from None
-        finally:
-            for full_key in (first, second, *ordered):
-                attempt(self._client.delete_object, "DeleteObject", full_key)
-        return S3Capabilities(
-            conditional_put, conditional_complete, checks_sha256, lists_in_key_order
-        )
+        return probe(self)

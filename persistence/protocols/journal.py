@@ -296,6 +296,63 @@ def _rows_next(rows: int, size: int, max_bytes: int, heights_left: int) -> int:
     return max(1, min(want, MAX_ROWS_PER_READ))
 
 
+def _holding(keys: WorldKeys, first: int, segment: SegmentIndexRecord) -> SegmentIndexRecord:
+    """``segment``, the first one ending at or after ``first``, checked to hold ``first``
+    (``read_segments``' checks rule out one that does not: else ``SegmentIndexCorruption``)."""
+    if not segment.start <= first <= segment.end:
+        raise SegmentIndexCorruption(
+            str(keys.world),
+            segment.end,
+            f"segment {segment.start}-{segment.end} does not hold height {first}",
+        )
+    return segment
+
+
+def _stitch(
+    keys: WorldKeys,
+    rows: list[tuple[bytes, bytes]],
+    out: list[tuple[int, bytes]],
+    parts: list[bytes],
+    expected: int,
+    size: int,
+    checksummed: bool,
+    max_bytes: int,
+) -> tuple[int, int, bool]:
+    """One range read's ``rows`` taken key by key (a page's slow path: chunked entries, or
+    the byte budget reached within the read): an entry stored whole goes to ``out``, a chunk
+    to ``parts`` until its entry's last one joins them into ``out``; ``expected`` is the next
+    height, ``size`` the payload bytes so far. A key out of place is ``MissingJournalEntry``.
+    The next height, the size, and whether the budget (``max_bytes``: 0, none) is reached --
+    checked after each whole entry, the page then ending there."""
+    prefix = keys.entry_prefix_len()
+    whole_key = keys.whole_entry_key()
+    for key, value in rows:
+        if not parts and key == whole_key(expected):
+            if checksummed:
+                value = opened(keys, expected, key, value)
+            size += len(value)
+            out.append((expected, value))  # the next entry, stored whole
+            expected += 1
+        else:
+            height, index, count = fdbtuple.unpack(key, prefix)
+            if not (isinstance(height, int) and isinstance(index, int) and isinstance(count, int)):
+                raise MissingJournalEntry(str(keys.world), expected)
+            if height != expected or index != len(parts):
+                raise MissingJournalEntry(str(keys.world), expected)
+            if checksummed:
+                value = opened(keys, expected, key, value)
+            size += len(value)
+            parts.append(value)
+            if index + 1 < count:
+                continue
+            out.append((expected, b"".join(parts)))
+            parts.clear()
+            expected += 1
+        if max_bytes and size >= max_bytes:
+            return expected, size, True
+    return expected, size, False
+
+
 @kv.transactional
 async def read_entries(
     tr: kv.Transaction,
@@ -324,14 +381,7 @@ async def read_entries(
         tr, UniverseKeys(keys.universe), keys.world, first, limit=1
     )
     if covering:
-        segment = covering[0]
-        if not segment.start <= first <= segment.end:  # read_segments' checks rule it out
-            raise SegmentIndexCorruption(
-                str(keys.world),
-                segment.end,
-                f"segment {segment.start}-{segment.end} does not hold height {first}",
-            )
-        return JournalPage(head, [], segment)
+        return JournalPage(head, [], _holding(keys, first, covering[0]))
     prefix = keys.entry_prefix_len()
     whole_key = keys.whole_entry_key()
     out: list[tuple[int, bytes]] = []
@@ -359,34 +409,11 @@ async def read_entries(
             expected += len(rows)
             size += run
         else:
-            for key, value in rows:
-                if not parts and key == whole_key(expected):
-                    if checksummed:
-                        value = opened(keys, expected, key, value)
-                    size += len(value)
-                    out.append((expected, value))  # the next entry, stored whole
-                    expected += 1
-                else:
-                    height, index, count = fdbtuple.unpack(key, prefix)
-                    if not (
-                        isinstance(height, int)
-                        and isinstance(index, int)
-                        and isinstance(count, int)
-                    ):
-                        raise MissingJournalEntry(str(keys.world), expected)
-                    if height != expected or index != len(parts):
-                        raise MissingJournalEntry(str(keys.world), expected)
-                    if checksummed:
-                        value = opened(keys, expected, key, value)
-                    size += len(value)
-                    parts.append(value)
-                    if index + 1 < count:
-                        continue
-                    out.append((expected, b"".join(parts)))
-                    parts = []
-                    expected += 1
-                if max_bytes and size >= max_bytes:
-                    return JournalPage(head, out)
+            expected, size, full = _stitch(
+                keys, rows, out, parts, expected, size, checksummed, max_bytes
+            )
+            if full:
+                return JournalPage(head, out)
         if len(rows) < asked:
             break
         begin = rows[-1][0] + b"\x00"

@@ -18,9 +18,10 @@ from types import SimpleNamespace
 import pytest
 
 from backends.kv import open_engine
-from backends.kv import sqlite as sqlite_module
+from backends.kv import sqlite_transaction as transaction_module
 from backends.kv import sqlite_writers as writers_module
-from backends.kv.sqlite import FORMAT_VERSION, PAGE_SIZE, SqliteEngine, SqliteTransaction
+from backends.kv.sqlite import FORMAT_VERSION, PAGE_SIZE, SqliteEngine
+from backends.kv.sqlite_transaction import SqliteTransaction
 from backends.kv.sqlite_writers import WRITE_POLL
 from persistence import fdbtuple, kv
 from persistence import futures as futures_module
@@ -390,7 +391,7 @@ def test_a_writer_polls_the_lock_in_short_steps(
             holder.execute("COMMIT")  # the lock is free from the fourth try on
 
     monkeypatch.setattr(
-        sqlite_module, "time", SimpleNamespace(sleep=sleep, monotonic=time.monotonic)
+        transaction_module, "time", SimpleNamespace(sleep=sleep, monotonic=time.monotonic)
     )
     kv.run_sync(engine, lambda tr: tr.set(b"b", b"2"))
     assert pauses == [WRITE_POLL, 2 * WRITE_POLL, 4 * WRITE_POLL]

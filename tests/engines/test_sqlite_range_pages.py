@@ -11,7 +11,8 @@ from typing import TypeVar
 import pytest
 
 from backends.kv.memory import MemoryEngine
-from backends.kv.sqlite import _PAGE, SqliteEngine
+from backends.kv.sqlite import SqliteEngine
+from backends.kv.sqlite_transaction import _PAGE
 from persistence import fdb_errors, kv
 from persistence.errors import EngineError
 

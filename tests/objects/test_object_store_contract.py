@@ -27,7 +27,8 @@ import pytest
 from backends.objects import open_object_store
 from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
-from backends.objects.s3 import MIN_PART_SIZE, S3Capabilities, S3ObjectStore
+from backends.objects.s3 import MIN_PART_SIZE, S3ObjectStore
+from backends.objects.s3_probe import S3Capabilities
 from persistence.errors import Backend, MissingDependency, NotFound, Validation
 from persistence.objects import ObjectStore
 from tests.objects.servers import S3Server

@@ -12,7 +12,8 @@ import pytest
 
 import segments.export
 from backends.kv.memory import MemoryEngine
-from backends.kv.sqlite import SqliteEngine, SqliteTransaction
+from backends.kv.sqlite import SqliteEngine
+from backends.kv.sqlite_transaction import SqliteTransaction
 from backends.objects.local import LocalObjectStore
 from persistence import cbor
 from persistence.ids import UniverseId, WorldId
