@@ -29,11 +29,10 @@ from aos_eventsourcing.recorders import (
     PlaneAggregateRecorder,
     PlaneApplicationRecorder,
     PlaneClosedError,
-    PlaneProcessRecorder,
     PlaneSnapshotRecorder,
     PlaneSubscription,
-    PlaneTrackingRecorder,
 )
+from aos_eventsourcing.tracking import PlaneProcessRecorder, PlaneTrackingRecorder
 
 __all__ = [
     "PlaneAggregateRecorder",

@@ -60,10 +60,9 @@ from aos_eventsourcing.recorders import (
     PlaneAggregateRecorder,
     PlaneApplicationRecorder,
     PlaneClosedError,
-    PlaneProcessRecorder,
     PlaneSnapshotRecorder,
-    PlaneTrackingRecorder,
 )
+from aos_eventsourcing.tracking import PlaneProcessRecorder, PlaneTrackingRecorder
 from persistence.errors import NotFound, PersistError, Validation
 from persistence.ids import UniverseId
 from persistence.plane import Plane

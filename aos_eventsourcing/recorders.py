@@ -24,7 +24,6 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,19 +37,16 @@ from eventsourcing.persistence import (
     IntegrityError,
     Notification,
     OperationalError,
-    ProcessRecorder,
     StoredEvent,
     Subscription,
     Tracking,
-    TrackingRecorder,
-    WaitInterruptedError,
 )
 
 from aos_eventsourcing import codec
 from aos_eventsourcing.cache import Known, WorldCache
-from persistence.errors import HeadAdvanced, PersistError, Validation, WorldNotFound
+from persistence.errors import HeadAdvanced, PersistError, WorldNotFound
 from persistence.ids import UniverseId, WorldId
-from persistence.plane import MAX_WAIT_SECONDS, Plane
+from persistence.plane import Plane
 from persistence.sizes import MAX_ROW_LIMIT
 
 log = logging.getLogger(__name__)
@@ -102,7 +98,7 @@ class PlaneClosedError(ConnectionPoolClosedError, OperationalError):
     raise, and an ``OperationalError``, as this module raised before."""
 
 
-class _PlaneRecorder:
+class PlaneRecorder:
     """A recorder of one universe of a plane; once ``closed`` is set (by the factory's
     ``close``), every call of it fails (:class:`PlaneClosedError`), whatever the engine."""
 
@@ -122,7 +118,7 @@ class _PlaneRecorder:
         return self._plane
 
 
-class _Journals(_PlaneRecorder):
+class _Journals(PlaneRecorder):
     """Aggregates as worlds: inserts and reads of their events."""
 
     STORES_LOWER_VERSIONS: ClassVar[bool] = False
@@ -673,73 +669,3 @@ class PlaneSubscription(Subscription[PlaneApplicationRecorder]):
                     error = PlaneClosedError(CLOSED)  # the engine closed under the wait
                 self._error = error
                 self.stop()
-
-
-class PlaneTrackingRecorder(_PlaneRecorder, TrackingRecorder):
-    """eventsourcing's ``TrackingRecorder``: a tracking record is the universe's tracking
-    position of the upstream application (``Plane.append_sequenced`` with no entries)."""
-
-    def insert_tracking(self, tracking: Tracking) -> None:
-        """Record that ``tracking``'s notification was processed (``IntegrityError`` if one
-        at or above it was)."""
-        position = (tracking.application_name, tracking.notification_id)
-        try:
-            self.plane.append_sequenced(self.universe, [], [], tracking=position)
-        except PersistError as exc:
-            raise codec.translate(exc) from exc
-
-    def max_tracking_id(self, application_name: str) -> int | None:
-        """The last notification id of ``application_name`` recorded as processed."""
-        try:
-            return self.plane.tracking_position(self.universe, application_name)
-        except PersistError as exc:
-            raise codec.translate(exc) from exc
-
-    def wait(
-        self,
-        application_name: str,
-        notification_id: int | None,
-        timeout: float = 1.0,
-        interrupt: threading.Event | None = None,
-    ) -> None:
-        """Block until ``notification_id`` of ``application_name`` is recorded as
-        processed (at once if it is ``None``): ``TimeoutError`` after ``timeout`` seconds,
-        ``WaitInterruptedError`` once ``interrupt`` is set. Woken by the tracking record's
-        change (``Plane.wait_tracking``), where eventsourcing's default polls every 0.1 to
-        0.8 s."""
-        if notification_id is None:
-            return
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout != timeout:
-            problem = f"a number of seconds (inf: no limit), not {timeout!r}"
-            raise codec.translate(Validation("timeout", problem))
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                left = min(max(0.0, deadline - time.monotonic()), MAX_WAIT_SECONDS)
-                position = self.plane.wait_tracking(
-                    self.universe, application_name, notification_id, left, interrupt=interrupt
-                )
-                if position is not None and position >= notification_id:
-                    return
-                if interrupt is not None and interrupt.is_set():
-                    raise WaitInterruptedError
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(
-                        f"Timed out waiting for notification {notification_id} "
-                        f"from application '{application_name}' to be processed"
-                    )
-        except PersistError as exc:
-            raise codec.translate(exc) from exc
-
-
-class PlaneProcessRecorder(PlaneTrackingRecorder, PlaneApplicationRecorder, ProcessRecorder):
-    """eventsourcing's ``ProcessRecorder``: events and the tracking record in one
-    transaction."""
-
-    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
-        """Record ``stored_events`` and the ``tracking`` keyword's record atomically; their
-        notification ids (``IntegrityError`` if a version or the tracking id is taken)."""
-        tracking = kwargs.get("tracking")
-        if tracking is not None and not isinstance(tracking, Tracking):
-            raise TypeError(f"tracking must be a Tracking, not {type(tracking).__name__}")
-        return self._insert(stored_events, tracking, sequenced=True)
