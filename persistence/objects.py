@@ -11,13 +11,17 @@ address) is written with ``stage``, hashed on the way, then published under its 
 from __future__ import annotations
 
 import hashlib
+import io
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Self
+from typing import TYPE_CHECKING, BinaryIO, Self
 
 from persistence.errors import Validation
 from persistence.sizes import MAX_OBJECT_KEY_BYTES, MAX_OBJECT_KEY_SEGMENT_BYTES
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 COPY_CHUNK = 1024 * 1024
 """Bytes moved per read/write when streaming."""
@@ -94,6 +98,51 @@ class HashingReader:
         self.sha256.update(data)
         self.size += len(data)
         return data
+
+
+class ReadStream(io.RawIOBase):
+    """A read-only raw stream whose subclass says only how to read (``_read``) and what to
+    release when closed (``_release``, called once): ``read``, ``readinto`` and ``readall``
+    are written here, once. A read of 0 bytes returns ``b""`` without reading; a read
+    after ``close`` is a ``ValueError``, as for any closed file."""
+
+    def readable(self) -> bool:
+        return True
+
+    def _read(self, n: int) -> bytes:
+        """Up to ``n`` (> 0) bytes; ``b""`` only at the end."""
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        """Free what the stream reads from (nothing by default)."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        """Up to ``size`` bytes (all the rest if ``size`` is negative or ``None``)."""
+        if size is None or size < 0:
+            return self.readall()
+        self._open()
+        return self._read(size) if size else b""
+
+    def readall(self) -> bytes:
+        """The rest of the stream, read :data:`COPY_CHUNK` bytes at a time."""
+        self._open()
+        return b"".join(iter(lambda: self._read(COPY_CHUNK), b""))
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        self._open()
+        view = memoryview(buffer).cast("B")
+        data = self._read(len(view)) if len(view) else b""
+        view[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._release()
+        super().close()
+
+    def _open(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
 
 
 class StagedBody(ABC):

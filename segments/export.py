@@ -30,7 +30,6 @@ foreground append waits for one short clear at most (docs/benchmarks.md, export 
 
 from __future__ import annotations
 
-import io
 import math
 import time
 from collections import deque
@@ -42,7 +41,7 @@ from persistence.errors import NotFound, SegmentCorruption, SegmentMissing, Vali
 from persistence.futures import drive
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.keyspace import WorldKeys
-from persistence.objects import COPY_CHUNK
+from persistence.objects import ReadStream
 from persistence.plane import Plane
 from persistence.protocols import export
 from persistence.segment_records import ExportMarker, SegmentIndexRecord
@@ -110,7 +109,7 @@ class _Chunks:
         return len(data)
 
 
-class _SegmentStream(io.RawIOBase):
+class _SegmentStream(ReadStream):
     """The bytes of one segment, made as they are read.
 
     The object store's reads drive a :class:`SegmentWriter`, so the segment is neither
@@ -128,9 +127,6 @@ class _SegmentStream(io.RawIOBase):
         self.size = 0
         self.produced = 0
 
-    def readable(self) -> bool:
-        return True
-
     def _next_run(self) -> bool:
         """Make ``_current`` the next run of bytes; ``False`` at the end of the segment."""
         queue = self._chunks.queue
@@ -147,21 +143,13 @@ class _SegmentStream(io.RawIOBase):
         self._current = memoryview(queue.popleft())
         return True
 
-    def read(self, size: int | None = -1) -> bytes:
-        """Up to ``size`` bytes (all the rest if ``size`` is negative or ``None``)."""
-        if size is None or size < 0:
-            return b"".join(iter(lambda: self.read(COPY_CHUNK), b""))
+    def _read(self, n: int) -> bytes:
         if not self._current and not self._next_run():
             return b""
-        data = bytes(self._current[:size])
+        data = bytes(self._current[:n])
         self._current = self._current[len(data) :]
         self.produced += len(data)
         return data
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
 
 
 class Exporter:

@@ -43,6 +43,7 @@ from persistence.objects import (
     COPY_CHUNK,
     ObjectInfo,
     ObjectStore,
+    ReadStream,
     StagedBody,
     check_object_key,
     check_sha256,
@@ -55,28 +56,23 @@ STAGING_SWEEP_SECONDS: Final = 60.0
 right after creating it), and each store looks for leftovers at most this often."""
 
 
-class _Limited(io.RawIOBase):
+class _Limited(ReadStream):
     """At most ``remaining`` bytes of an open file (a ranged read)."""
 
     def __init__(self, fh: BinaryIO, remaining: int) -> None:
         self._fh = fh
         self._remaining = remaining
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        n = min(len(buffer), self._remaining)
+    def _read(self, n: int) -> bytes:
+        n = min(n, self._remaining)
         if n <= 0:
-            return 0
+            return b""
         data = self._fh.read(n)
-        buffer[: len(data)] = data
         self._remaining -= len(data)
-        return len(data)
+        return data
 
-    def close(self) -> None:
+    def _release(self) -> None:
         self._fh.close()
-        super().close()
 
 
 def fsync_dir(path: Path) -> None:

@@ -5,16 +5,15 @@ cut into multipart parts, and an object's body read as a stream."""
 from __future__ import annotations
 
 import base64
-import io
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from backends.objects.checks import read_bytes
 from persistence.errors import Backend, MissingDependency
-from persistence.objects import COPY_CHUNK
+from persistence.objects import ReadStream
 
 if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
+    pass
 
 THROTTLING_CODES = frozenset(
     {
@@ -124,7 +123,7 @@ def cut_parts(first: bytes, rest: BinaryIO | None, part_size: int) -> Iterator[b
             return
 
 
-class BodyReader(io.RawIOBase):
+class BodyReader(ReadStream):
     """A ``GetObject`` body as a raw stream; read failures surface as ``Backend``."""
 
     def __init__(self, body: Any, what: str, botocore_error: type[Exception]) -> None:
@@ -132,28 +131,11 @@ class BodyReader(io.RawIOBase):
         self._what = what
         self._botocore_error = botocore_error
 
-    def readable(self) -> bool:
-        return True
-
     def _read(self, n: int) -> bytes:
         try:
             return cast(bytes, self._body.read(n))
         except (self._botocore_error, OSError) as exc:
             raise Backend(f"{self._what}: read failed: {type(exc).__name__}: {exc}") from None
 
-    def readinto(self, buffer: WriteableBuffer) -> int:
-        view = memoryview(buffer).cast("B")
-        data = self._read(len(view))
-        view[: len(data)] = data
-        return len(data)
-
-    def readall(self) -> bytes:
-        chunks = []
-        while chunk := self._read(COPY_CHUNK):
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    def close(self) -> None:
-        if not self.closed:
-            self._body.close()
-        super().close()
+    def _release(self) -> None:
+        self._body.close()

@@ -34,7 +34,7 @@ from persistence.errors import CasBodyHashMismatch, CasBodyMissing, NotFound, Va
 from persistence.futures import drive
 from persistence.ids import Hash, UniverseId, check_id
 from persistence.keyspace import UniverseKeys
-from persistence.objects import COPY_CHUNK, HashingReader, StagedBody
+from persistence.objects import COPY_CHUNK, HashingReader, ReadStream, StagedBody
 from persistence.plane import cas_collection
 from persistence.plane.core import Core, operation, row_limit, universe_keys
 from persistence.protocols import cas, cas_bodies
@@ -46,7 +46,7 @@ META_OVERHEAD: Final = 32
 """An upper bound on what a ``CasMeta`` record adds to an inline body (CBOR map, size)."""
 
 
-class VerifyingReader(io.RawIOBase):
+class VerifyingReader(ReadStream):
     """Streams a body and, at its end, checks its size and sha256 against the metadata."""
 
     def __init__(self, inner: BinaryIO, hash: Hash, size: int, where: str) -> None:
@@ -56,22 +56,16 @@ class VerifyingReader(io.RawIOBase):
         self._size = size
         self._where = where
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        data = self._inner.read(len(buffer))
+    def _read(self, n: int) -> bytes:
+        data = self._inner.read(n)
         if not data:
             actual = Hash(self._inner.sha256.digest())
             if actual != self._hash or self._inner.size != self._size:
                 raise CasBodyHashMismatch(self._hash.hex, actual.hex, self._where)
-            return 0
-        buffer[: len(data)] = data
-        return len(data)
+        return data
 
-    def close(self) -> None:
+    def _release(self) -> None:
         self._raw.close()
-        super().close()
 
 
 class CasOperations(Core):
