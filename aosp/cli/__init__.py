@@ -118,29 +118,38 @@ def build_parser() -> argparse.ArgumentParser:
     common, store = common_options(), store_options()
     for module in COMMAND_MODULES:
         module.register(sub, common, store)
+    broken: dict[str, str] = {}
     for plugin in entry_points(group=PLUGIN_GROUP):
-        plugin.load()(sub, common, store)
-    for name, (help_, install) in PLUGINS.items():
+        try:
+            register = plugin.load()
+        except Exception as exc:  # a broken plugin must not take every other command down
+            broken[plugin.name] = f"{type(exc).__name__}: {exc}"
+            continue
+        register(sub, common, store)
+    for name in sorted(broken.keys() | PLUGINS.keys()):
         if name not in sub.choices:
-            _add_missing(sub, common, name, help_, install)
+            help_, install = PLUGINS.get(name, ("a plugin command", "reinstall its distribution"))
+            if name in broken:
+                problem = f"could not be loaded ({broken[name]:.300})"
+                _add_missing(sub, common, name, help_, f"aosp {name} {problem}: {install}")
+            else:
+                _add_missing(sub, common, name, help_, f"aosp {name} is not installed: {install}")
     return parser
 
 
 def _add_missing(
-    sub: Any, common: argparse.ArgumentParser, name: str, help_: str, install: str
+    sub: Any, common: argparse.ArgumentParser, name: str, help_: str, why: str
 ) -> None:
-    """List the plugin command ``name`` whose distribution is not installed: whatever its
-    arguments, it fails saying how to install it."""
-    missing = sub.add_parser(
-        name, parents=[common], help=f"{help_} (not installed)", description=install
-    )
+    """List the plugin command ``name`` that is not installed or could not be loaded:
+    whatever its arguments, it fails saying ``why`` (``main`` lets it take any)."""
+    missing = sub.add_parser(name, parents=[common], help=f"{help_} (unavailable)", description=why)
     missing.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    missing.set_defaults(run=functools.partial(_not_installed, name, install))
+    missing.set_defaults(run=functools.partial(_unavailable, why), any_arguments=True)
 
 
-def _not_installed(name: str, install: str, args: argparse.Namespace) -> int:
-    """The run of a plugin command whose distribution is not installed: say how to get it."""
-    raise MissingDependency(f"aosp {name} is not installed: {install}")
+def _unavailable(why: str, args: argparse.Namespace) -> int:
+    """The run of a plugin command that is not there: say why, and how to get it."""
+    raise MissingDependency(why)
 
 
 def _version() -> str:
@@ -168,7 +177,9 @@ def _kind_and_code(error: PersistError) -> tuple[str, int]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aosp`` console command."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "any_arguments", False):  # as parse_args would
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     with telemetry.collect_stats() as stats:
         try:
             check_store_options(args)  # one store named, before anything is opened

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 from backends.objects.checks import read_bytes
 from persistence.errors import Backend, MissingDependency
 from persistence.objects import ReadStream
-
-if TYPE_CHECKING:
-    pass
 
 THROTTLING_CODES = frozenset(
     {

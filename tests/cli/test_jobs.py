@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -11,7 +14,7 @@ import pytest
 from aos_bench import require, steady
 from aos_bench.command import SUITES, chosen_suites
 from persistence.errors import MissingDependency
-from tests.cli.conftest import aosp
+from tests.cli.conftest import ROOT, aosp
 from tests.fdb_cluster import FdbCluster
 
 
@@ -157,6 +160,30 @@ def test_bench_without_a_suite_runs_the_quick_ones_and_all_runs_every_one() -> N
     assert chosen_suites(["all"], "fdb:///c") == list(SUITES)
     help_text = aosp("bench", "--help").text
     assert "SUITE" in help_text and "engine plane cas" in help_text.replace("\n", " ")
+
+
+def test_a_plugin_that_cannot_load_takes_no_other_command_down(tmp_path: Path) -> None:
+    """A distribution whose ``aosp.commands`` entry point fails to import (a broken or
+    stale install): other commands run, and the plugin's command says what failed,
+    whatever its options."""
+    info = tmp_path / "broken_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[aosp.commands]\nbroken = no_such_module:register\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "aosp", *args], capture_output=True, text=True, env=env
+        )
+
+    assert run("--help").returncode == 0
+    assert run("inspect", "--help").returncode == 0
+    done = run("broken", "--seconds", "1", "more")
+    assert done.returncode == 3, done.stderr
+    assert "aosp broken could not be loaded (ModuleNotFoundError" in done.stderr
+    assert "no_such_module" in done.stderr
+    assert run("demo", "--no-such-option").returncode == 2  # unknown options still refused
 
 
 def test_a_suite_missing_a_package_names_its_install_line() -> None:

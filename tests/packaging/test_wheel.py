@@ -108,6 +108,8 @@ def test_aosp_bench_without_the_benchmarks_says_how_to_install_them(core_env: En
     assert done.returncode == 3, done.stderr
     assert "aosp bench is not installed" in done.stderr
     assert "pip install -c constraints.txt -e ./benchmarks" in done.stderr
+    done = core_env.run("aosp", "bench", "--seconds", "1", "--fdb", "fdb://", "engine")
+    assert done.returncode == 3 and "aosp bench is not installed" in done.stderr, done.stderr
 
 
 def test_aosp_demo_runs_from_the_wheel(core_env: Env) -> None:
