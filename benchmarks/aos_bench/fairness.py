@@ -377,75 +377,7 @@ def figures(
     config: FairnessConfig, runs: Sequence[FairnessRun], group: list[float], single: list[float]
 ) -> list[Figure]:
     """The figures of the runs and the group-commit rounds (see the module)."""
-    out: list[Figure] = []
-    for run in runs:
-        setup = f"{config.worlds:,} worlds, {config.rate:g} items/s for {config.seconds:g} s, " + (
-            f"{config.hot_share:.0%} of items to {config.hot_worlds} worlds"
-            if run.skewed
-            else "uniform"
-        )
-        waits = run.waits()
-        p99 = statistics.quantiles(waits, n=100)[98]
-        busiest = Counter(run.worlds).most_common(1)[0][1]
-        out += [
-            Figure(
-                name=f"fairness ({run.mode}): largest backlog over all worlds ({setup})",
-                value=run.largest_backlog(),
-                unit="items",
-                baseline="1 s of ingress",
-                baseline_value=config.rate,
-                target=1.0,
-                better="lower",
-            ),
-            Figure(
-                name=f"fairness ({run.mode}): p99 wait, enqueue to journal",
-                value=round(p99, 4),
-                unit="s",
-                baseline="1 s",
-                baseline_value=1.0,
-                target=1.0,
-                better="lower",
-            ),
-            Figure(
-                name=f"fairness ({run.mode}): median wait, enqueue to journal",
-                value=round(statistics.median(waits), 4),
-                unit="s",
-                baseline="1 s",
-                baseline_value=1.0,
-                target=None,
-                better="lower",
-            ),
-            Figure(
-                name=f"fairness ({run.mode}): largest backlog of one world",
-                value=run.largest_world_backlog(),
-                unit="items",
-                baseline=f"1 s of the busiest world's ingress ({busiest:,} items in all)",
-                baseline_value=round(busiest / config.seconds, 2),
-                target=None,
-                better="lower",
-            ),
-            Figure(
-                name=f"fairness ({run.mode}): items still pending when the ingress stopped",
-                value=run.pending_at_stop(),
-                unit="items",
-                baseline="items sent",
-                baseline_value=len(waits),
-                target=None,
-                better="lower",
-            ),
-        ]
-        if run.skewed:
-            out.append(
-                Figure(
-                    name=f"fairness (skewed): longest wait of the {config.hot_worlds} hot worlds",
-                    value=round(max(run.waits(hot=True)), 4),
-                    unit="s",
-                    baseline="the longest wait of the cold worlds",
-                    baseline_value=round(max(run.waits(hot=False)), 4),
-                    target=2.0,
-                    better="lower",
-                )
-            )
+    out = [figure for run in runs for figure in _run_figures(config, run)]
     out.append(
         Figure(
             name=(
@@ -461,6 +393,78 @@ def figures(
             round_ratios=tuple(g / s for g, s in zip(group, single, strict=True)),
         )
     )
+    return out
+
+
+def _run_figures(config: FairnessConfig, run: FairnessRun) -> list[Figure]:
+    """One run's backlogs and waits (and, skewed, its hot worlds' longest wait)."""
+    setup = f"{config.worlds:,} worlds, {config.rate:g} items/s for {config.seconds:g} s, " + (
+        f"{config.hot_share:.0%} of items to {config.hot_worlds} worlds"
+        if run.skewed
+        else "uniform"
+    )
+    waits = run.waits()
+    p99 = statistics.quantiles(waits, n=100)[98]
+    busiest = Counter(run.worlds).most_common(1)[0][1]
+    out = [
+        Figure(
+            name=f"fairness ({run.mode}): largest backlog over all worlds ({setup})",
+            value=run.largest_backlog(),
+            unit="items",
+            baseline="1 s of ingress",
+            baseline_value=config.rate,
+            target=1.0,
+            better="lower",
+        ),
+        Figure(
+            name=f"fairness ({run.mode}): p99 wait, enqueue to journal",
+            value=round(p99, 4),
+            unit="s",
+            baseline="1 s",
+            baseline_value=1.0,
+            target=1.0,
+            better="lower",
+        ),
+        Figure(
+            name=f"fairness ({run.mode}): median wait, enqueue to journal",
+            value=round(statistics.median(waits), 4),
+            unit="s",
+            baseline="1 s",
+            baseline_value=1.0,
+            target=None,
+            better="lower",
+        ),
+        Figure(
+            name=f"fairness ({run.mode}): largest backlog of one world",
+            value=run.largest_world_backlog(),
+            unit="items",
+            baseline=f"1 s of the busiest world's ingress ({busiest:,} items in all)",
+            baseline_value=round(busiest / config.seconds, 2),
+            target=None,
+            better="lower",
+        ),
+        Figure(
+            name=f"fairness ({run.mode}): items still pending when the ingress stopped",
+            value=run.pending_at_stop(),
+            unit="items",
+            baseline="items sent",
+            baseline_value=len(waits),
+            target=None,
+            better="lower",
+        ),
+    ]
+    if run.skewed:
+        out.append(
+            Figure(
+                name=f"fairness (skewed): longest wait of the {config.hot_worlds} hot worlds",
+                value=round(max(run.waits(hot=True)), 4),
+                unit="s",
+                baseline="the longest wait of the cold worlds",
+                baseline_value=round(max(run.waits(hot=False)), 4),
+                target=2.0,
+                better="lower",
+            )
+        )
     return out
 
 
