@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -309,7 +309,18 @@ _planes: dict[tuple[str, str, tuple[tuple[str, str], ...]], Plane] = {}
 _planes_lock = threading.Lock()
 
 
-def plane_of(options: ScanOptions) -> Plane:
+class StoreOptions(Protocol):
+    """The options that name a store: engine URL, object-store URL and credentials."""
+
+    @property
+    def kv(self) -> str | None: ...
+    @property
+    def objects(self) -> str: ...
+    @property
+    def credentials(self) -> tuple[tuple[str, str], ...]: ...
+
+
+def plane_of(options: StoreOptions) -> Plane:
     """One reading plane per store and process (Spark reuses Python workers across tasks);
     opened with ``create=False``: a scan never creates a store."""
     assert options.kv is not None

@@ -207,8 +207,8 @@ def spark_session(
     **conf: str,
 ) -> Any:
     """Get or create a SparkSession (``local[*]`` unless ``master``), with the
-    ``aos_segments`` and ``aos_journal`` sources registered. Spark logs at ERROR and above
-    from its start, unless ``conf`` or ``$SPARK_CONF_DIR`` chooses a log4j2 configuration
+    ``aos_segments``, ``aos_journal`` and ``aos_log`` sources registered. Spark logs at ERROR
+    and above from its start, unless ``conf`` or ``$SPARK_CONF_DIR`` chooses a log4j2 configuration
     (:func:`quiet_logs`).
 
     ``py_files`` are shipped to the executors and put on their ``sys.path``: on a cluster
@@ -243,8 +243,10 @@ def spark_session(
     for path in py_files:
         spark.sparkContext.addPyFile(_as_zip(Path(path)))
     from spark_connectors.journal_source import JournalDataSource
+    from spark_connectors.log import LogDataSource
     from spark_connectors.source import SegmentDataSource
 
     spark.dataSource.register(SegmentDataSource)
     spark.dataSource.register(JournalDataSource)
+    spark.dataSource.register(LogDataSource)
     return spark

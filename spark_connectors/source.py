@@ -199,7 +199,10 @@ class ScanOptions:
                 "on_corrupt=skip needs the error column (or rows of nulls "
                 "would stand for skipped segments)",
             )
-        low, high = _height(options, "min_height", source), _height(options, "max_height", source)
+        low, high = (
+            height_option(options, "min_height", source),
+            height_option(options, "max_height", source),
+        )
         if low is not None and high is not None and low > high:
             raise Validation(f"{source}.min_height", f"at most max_height ({high}), not {low}")
         return cls(
@@ -207,18 +210,25 @@ class ScanOptions:
             kv=kv,
             listing=listing,
             on_corrupt=on_corrupt,
-            partition_bytes=_positive(options, "partition_bytes", DEFAULT_PARTITION_BYTES, source),
-            batch_rows=_positive(options, "batch_rows", DEFAULT_BATCH_ROWS, source),
+            partition_bytes=positive_option(
+                options, "partition_bytes", DEFAULT_PARTITION_BYTES, source
+            ),
+            batch_rows=positive_option(options, "batch_rows", DEFAULT_BATCH_ROWS, source),
             credentials=tuple((k, options[k]) for k in CREDENTIALS if options.get(k)),
             selection=Selection(
-                universes=_ids(options.get("universe"), UniverseId.parse, f"{source}.universe"),
-                worlds=_ids(options.get("world"), WorldId.parse, f"{source}.world"),
+                universes=ids_option(
+                    options.get("universe"), UniverseId.parse, f"{source}.universe"
+                ),
+                worlds=ids_option(options.get("world"), WorldId.parse, f"{source}.world"),
                 min_height=low,
                 max_height=high,
                 kinds=_kinds_option(options.get("kind"), source),
             ),
             columns=columns,
-            **{name: _positive(options, name, default, source) for name, default in extra.items()},
+            **{
+                name: positive_option(options, name, default, source)
+                for name, default in extra.items()
+            },
         )
 
 
@@ -256,7 +266,8 @@ def schema_of(columns: Sequence[str]) -> StructType:
     return StructType([SCHEMA[name] for name in columns])
 
 
-def _positive(options: Mapping[str, str], name: str, default: int, source: str) -> int:
+def positive_option(options: Mapping[str, str], name: str, default: int, source: str) -> int:
+    """Option ``name``: an integer from 1 to :data:`MAX_OPTION` (``default`` if absent)."""
     raw = options.get(name)
     if raw is None:
         return default
@@ -265,7 +276,8 @@ def _positive(options: Mapping[str, str], name: str, default: int, source: str) 
     return int(raw)
 
 
-def _height(options: Mapping[str, str], name: str, source: str) -> int | None:
+def height_option(options: Mapping[str, str], name: str, source: str) -> int | None:
+    """Option ``name``: a height (or log position) from 0 to ``MAX_HEIGHT``, if given."""
     raw = options.get(name)
     if raw is None:
         return None
@@ -286,11 +298,14 @@ def _kinds_option(raw: str | None, source: str) -> frozenset[str]:
     return kinds
 
 
-def _ids(raw: str | None, parse: Any, field: str) -> frozenset[str]:
+def ids_option(raw: str | None, parse: Any, field: str) -> frozenset[str]:
     """Comma-separated ids, at least one (an empty option would select everything)."""
     if raw is None:
         return frozenset()
-    ids = frozenset(str(parse(part.strip())) for part in raw.split(",") if part.strip())
+    try:
+        ids = frozenset(str(parse(part.strip())) for part in raw.split(",") if part.strip())
+    except Validation as exc:  # named as the option, not as the id's own field
+        raise Validation(field, exc.problem) from None
     if not ids:
         raise Validation(field, f"comma-separated ids (leave it out to read all), not {raw!r}")
     return ids

@@ -36,9 +36,9 @@ no reader state), so a query's progress lives in its checkpoint alone.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -71,16 +71,47 @@ MAX_READ_LIMIT: Final = 2**63 - 1
 STREAM_OPTIONS: Final = ("max_entries_per_batch", "starting")
 
 Heights = dict[str, int]
-"""Height read through, by ``"<universe>/<world>"``."""
+"""What a stream has read through, by key: a world's height by ``"<universe>/<world>"``, a
+universe log's position by ``"<universe>"``."""
+
+
+def _world_key(key: str) -> str:
+    universe, _, world = key.partition("/")
+    return f"{UniverseId.parse(universe)}/{WorldId.parse(world)}"
+
+
+def _universe_key(key: str) -> str:
+    return str(UniverseId.parse(key))
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """What a stream's offsets count: the field that holds the counts, the canonical form
+    of a key (``Validation`` if it is not one) and what a key and a count are called."""
+
+    field: str
+    key: Callable[[str], str]
+    noun: str
+    count: str
+
+
+WORLDS: Final = Cursor("worlds", _world_key, "world", "height")
+"""``aos_journal``'s offsets: each world's height."""
+UNIVERSES: Final = Cursor("universes", _universe_key, "universe", "position")
+"""``aos_log``'s offsets: each universe log's position."""
 
 
 def offset(
-    heights: Mapping[str, int], *, initial: bool = False, base: Mapping[str, int] | None = None
+    heights: Mapping[str, int],
+    *,
+    initial: bool = False,
+    base: Mapping[str, int] | None = None,
+    cursor: Cursor = WORLDS,
 ) -> dict[str, Any]:
     """The offset of ``heights`` (keys sorted: the same heights, the same JSON). ``initial``
     marks a query's first start offset; ``base``, in the end offset of a query's first
-    batch, is the start that batch was planned from (see :meth:`JournalStream.partitions`)."""
-    out: dict[str, Any] = {"version": OFFSET_VERSION, "worlds": dict(sorted(heights.items()))}
+    batch, is the start that batch was planned from (see :meth:`HeadStream.partitions`)."""
+    out: dict[str, Any] = {"version": OFFSET_VERSION, cursor.field: dict(sorted(heights.items()))}
     if initial:
         out["initial"] = True
     if base is not None:
@@ -90,17 +121,19 @@ def offset(
 
 @dataclass(frozen=True, slots=True)
 class StreamOffset:
-    """A parsed offset: the heights read through, and the marks of :func:`offset`."""
+    """A parsed offset: the counts read through, and the marks of :func:`offset`."""
 
-    worlds: Heights
+    counts: Heights
     initial: bool = False
     base: Heights | None = None
 
 
-def parse_offset(value: Any, field: str = f"{NAME}.offset") -> StreamOffset:
+def parse_offset(
+    value: Any, field: str = f"{NAME}.offset", cursor: Cursor = WORLDS
+) -> StreamOffset:
     """An offset as Spark hands it back (a dict, or its JSON, from a checkpoint perhaps),
-    its world keys in canonical form; one that is not this source's is ``Validation``
-    naming what is wrong."""
+    its keys in canonical form; one that is not this source's is ``Validation`` naming
+    what is wrong."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -109,7 +142,7 @@ def parse_offset(value: Any, field: str = f"{NAME}.offset") -> StreamOffset:
     version = value.get("version") if isinstance(value, dict) else None
     if type(version) is not int or version != OFFSET_VERSION:
         raise Validation(field, f"an offset of version {OFFSET_VERSION}, not {value!r:.80}")
-    unknown = set(value) - {"version", "worlds", "initial", "base"}
+    unknown = set(value) - {"version", cursor.field, "initial", "base"}
     if unknown:
         raise Validation(field, f"unknown field(s) {sorted(unknown)}")
     initial = value.get("initial", False)
@@ -117,29 +150,28 @@ def parse_offset(value: Any, field: str = f"{NAME}.offset") -> StreamOffset:
         raise Validation(f"{field}.initial", f"true or false, not {initial!r:.40}")
     base = value.get("base")
     return StreamOffset(
-        _heights(value.get("worlds"), f"{field}.worlds"),
+        _heights(value.get(cursor.field), f"{field}.{cursor.field}", cursor),
         initial,
-        None if base is None else _heights(base, f"{field}.base"),
+        None if base is None else _heights(base, f"{field}.base", cursor),
     )
 
 
-def heights_of(value: Any, field: str = f"{NAME}.offset") -> Heights:
-    """The heights of an offset (:func:`parse_offset`)."""
-    return parse_offset(value, field).worlds
+def heights_of(value: Any, field: str = f"{NAME}.offset", cursor: Cursor = WORLDS) -> Heights:
+    """The counts of an offset (:func:`parse_offset`)."""
+    return parse_offset(value, field, cursor).counts
 
 
-def _heights(worlds: Any, field: str) -> Heights:
-    if not isinstance(worlds, dict):
-        raise Validation(field, f"a map of world to height, not {worlds!r:.80}")
+def _heights(counts: Any, field: str, cursor: Cursor) -> Heights:
+    if not isinstance(counts, dict):
+        raise Validation(field, f"a map of {cursor.noun} to {cursor.count}, not {counts!r:.80}")
     out: Heights = {}
-    for key, height in worlds.items():
-        universe, _, world = str(key).partition("/")
+    for key, height in counts.items():
         try:
-            canonical = f"{UniverseId.parse(universe)}/{WorldId.parse(world)}"
+            canonical = cursor.key(str(key))
         except Validation as exc:
             raise Validation(field, f"{key!r:.80}: {exc}") from None
         if type(height) is not int or not 0 <= height <= MAX_HEIGHT:
-            raise Validation(f"{field}[{key}]", f"a height, not {height!r:.40}")
+            raise Validation(f"{field}[{key}]", f"a {cursor.count}, not {height!r:.40}")
         if canonical in out:
             raise Validation(field, f"{key!r:.80} twice")
         out[canonical] = height
@@ -147,11 +179,11 @@ def _heights(worlds: Any, field: str) -> Heights:
 
 
 def admit(waiting: Mapping[str, int], budget: int, turn: int = 0) -> Heights:
-    """How many of each world's ``waiting`` entries a micro-batch of at most ``budget``
-    entries takes: equal shares, in rounds, what a world does not need going to the
-    others. When the budget is smaller than the worlds waiting, the worlds served first
+    """How many of each key's ``waiting`` entries a micro-batch of at most ``budget``
+    entries takes: equal shares, in rounds, what a key does not need going to the
+    others. When the budget is smaller than the keys waiting, the keys served first
     are those from position ``turn`` (modulo their count) of the key order, so that a caller
-    moving ``turn`` on from batch to batch serves every world in turn (deterministic)."""
+    moving ``turn`` on from batch to batch serves every key in turn (deterministic)."""
     granted = dict.fromkeys(waiting, 0)
     ordered = sorted(key for key, count in waiting.items() if count > 0)
     if ordered:
@@ -173,30 +205,131 @@ def admit(waiting: Mapping[str, int], budget: int, turn: int = 0) -> Heights:
     return granted
 
 
-class JournalStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The stream reader (see the module docstring). Offsets and planning run on the
-    driver; :meth:`read` runs in tasks, as the batch scan's does."""
+Ranges = dict[str, tuple[int, int]]
+"""What a micro-batch reads, by key: counts ``first..last``."""
 
-    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
+
+class HeadStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream over keys whose counts only grow and whose entries never change below them
+    (worlds' heights, universe logs' positions): offsets, admission and the restart rules
+    of the module docstring, written once. A subclass says what its keys' heads are
+    (:meth:`heads`), below what nothing is read (:attr:`floor`), how a micro-batch's
+    ranges are planned (:meth:`plan`) and read (:meth:`read`)."""
+
+    cursor: ClassVar[Cursor]
+
+    def __init__(self, options: Mapping[str, str], source: str) -> None:
         lowered = {k.lower(): v for k, v in options.items()}
-        rest = {k: v for k, v in options.items() if k.lower() not in STREAM_OPTIONS}
-        self.options: ScanOptions = parse(rest, schema)
+        self.source = source
         raw = lowered.get("max_entries_per_batch")
         if raw is not None and not (
             raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_READ_LIMIT
         ):
             raise Validation(
-                f"{NAME}.max_entries_per_batch",
+                f"{source}.max_entries_per_batch",
                 f"an integer from 1 to {MAX_READ_LIMIT}, not {raw!r}",
             )
         self.max_entries = int(raw) if raw is not None else None
         self.starting = lowered.get("starting", "earliest")
         if self.starting not in ("earliest", "latest"):
-            raise Validation(f"{NAME}.starting", f"earliest or latest, not {self.starting!r}")
+            raise Validation(f"{source}.starting", f"earliest or latest, not {self.starting!r}")
         self.until: Heights | None = None
         """The heads Trigger.AvailableNow reads up to (set when such a query starts)."""
         self.first: Heights | None = None
         """``starting=latest``: the heads this reader's first start offset names."""
+
+    def heads(self) -> Heights:
+        """Each selected key's head now (capped at the selection's highest count)."""
+        raise NotImplementedError
+
+    @property
+    def floor(self) -> int:
+        """The count every key is read through before anything (0 unless a lowest one is
+        selected)."""
+        raise NotImplementedError
+
+    def plan(self, ranges: Ranges) -> Sequence[InputPartition]:
+        """The input partitions that read ``ranges`` (not empty)."""
+        raise NotImplementedError
+
+    def _offset(self, counts: Mapping[str, int], **marks: Any) -> dict[str, Any]:
+        return offset(counts, cursor=self.cursor, **marks)
+
+    def _parse(self, value: Any) -> StreamOffset:
+        return parse_offset(value, f"{self.source}.offset", self.cursor)
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Every key from its start (from the lowest count selected), or
+        (``starting=latest``) from its head when this reader first answers (the same answer
+        after: Spark asks more than once)."""
+        if self.starting == "latest":
+            if self.first is None:
+                self.first = {key: max(h, self.floor) for key, h in self.heads().items()}
+            return self._offset(self.first, initial=True)
+        return self._offset({}, initial=True)
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """``start`` moved on to each key's head, or as far as ``limit`` admits. The end
+        of a query's first batch keeps that batch's start as ``base``: Spark logs an end
+        offset before running its batch but asks for the first start again after a
+        restart, and with ``starting=latest`` the heads will have moved."""
+        begin = self._parse(start)
+        heads = self.until if self.until is not None else self.heads()
+        waiting = {
+            key: head - max(begin.counts.get(key, 0), self.floor)
+            for key, head in heads.items()
+            if head > max(begin.counts.get(key, 0), self.floor)
+        }
+        if isinstance(limit, ReadMaxRows):
+            waiting = admit(waiting, limit.max_rows, turn=sum(begin.counts.values()))
+        if not any(waiting.values()):  # nothing new: the start itself, so no batch runs
+            return self._offset(begin.counts, initial=begin.initial, base=begin.base)
+        end = dict(begin.counts)
+        for key, count in waiting.items():
+            if count:
+                end[key] = max(begin.counts.get(key, 0), self.floor) + count
+        return self._offset(end, base=begin.counts if begin.initial else None)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxRows(max_entries_per_batch)`` when that option is set."""
+        return ReadAllAvailable() if self.max_entries is None else ReadMaxRows(self.max_entries)
+
+    def reportLatestOffset(self) -> dict[str, Any]:
+        """Each key's head now (shown in the query's progress)."""
+        return self._offset(self.heads())
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Read up to the heads of now, and stop there."""
+        self.until = self.heads()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """For each key, counts after ``start`` (after the ``base`` the end offset keeps
+        when ``start`` is a query's first, and never below the floor) through ``end``,
+        planned by :meth:`plan` (none when there are none)."""
+        stop, begun = self._parse(end), self._parse(start)
+        use_base = begun.initial and stop.base is not None
+        begin = stop.base if use_base and stop.base is not None else begun.counts
+        ranges: Ranges = {}
+        for key in sorted(stop.counts):
+            first, last = max(begin.get(key, 0), self.floor) + 1, stop.counts[key]
+            if first <= last:
+                ranges[key] = (first, last)
+        return self.plan(ranges) if ranges else []
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: the plane keeps no state for a reader."""
+
+
+class JournalStream(HeadStream):
+    """``aos_journal``'s stream reader (see the module docstring). Offsets and planning
+    run on the driver; :meth:`read` runs in tasks, as the batch scan's does."""
+
+    cursor = WORLDS
+
+    def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
+        super().__init__(options, NAME)
+        rest = {k: v for k, v in options.items() if k.lower() not in STREAM_OPTIONS}
+        self.options: ScanOptions = parse(rest, schema)
 
     def heads(self) -> Heights:
         """Each selected world's head now, capped at the selection's highest height."""
@@ -216,63 +349,11 @@ class JournalStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The height every world is read through before anything: ``min_height - 1``."""
         return max(0, (self.options.selection.min_height or 1) - 1)
 
-    def initialOffset(self) -> dict[str, Any]:
-        """Every world from height 1 (from ``min_height``), or (``starting=latest``) from
-        its head when this reader first answers (the same answer after: Spark asks more
-        than once)."""
-        if self.starting == "latest":
-            if self.first is None:
-                self.first = {key: max(h, self.floor) for key, h in self.heads().items()}
-            return offset(self.first, initial=True)
-        return offset({}, initial=True)
-
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """``start`` moved on to each world's head, or as far as ``limit`` admits. The end
-        of a query's first batch keeps that batch's start as ``base``: Spark logs an end
-        offset before running its batch but asks for the first start again after a
-        restart, and with ``starting=latest`` the heads will have moved."""
-        begin = parse_offset(start)
-        heads = self.until if self.until is not None else self.heads()
-        waiting = {
-            key: head - max(begin.worlds.get(key, 0), self.floor)
-            for key, head in heads.items()
-            if head > max(begin.worlds.get(key, 0), self.floor)
-        }
-        if isinstance(limit, ReadMaxRows):
-            waiting = admit(waiting, limit.max_rows, turn=sum(begin.worlds.values()))
-        if not any(waiting.values()):  # nothing new: the start itself, so no batch runs
-            return offset(begin.worlds, initial=begin.initial, base=begin.base)
-        end = dict(begin.worlds)
-        for key, count in waiting.items():
-            if count:
-                end[key] = max(begin.worlds.get(key, 0), self.floor) + count
-        return offset(end, base=begin.worlds if begin.initial else None)
-
-    def getDefaultReadLimit(self) -> ReadLimit:
-        """``ReadMaxRows(max_entries_per_batch)`` when that option is set."""
-        return ReadAllAvailable() if self.max_entries is None else ReadMaxRows(self.max_entries)
-
-    def reportLatestOffset(self) -> dict[str, Any]:
-        """Each world's head now (shown in the query's progress)."""
-        return offset(self.heads())
-
-    def prepareForTriggerAvailableNow(self) -> None:
-        """Read up to the heads of now, and stop there."""
-        self.until = self.heads()
-
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[JournalPartition]:
-        """For each world, heights after ``start`` (after the ``base`` the end offset keeps
-        when ``start`` is a query's first, and never below ``min_height``) through
-        ``end``, planned as the batch scan plans (none when there are none)."""
-        stop, begun = parse_offset(end), parse_offset(start)
-        use_base = begun.initial and stop.base is not None
-        begin = stop.base if use_base and stop.base is not None else begun.worlds
+    def plan(self, ranges: Ranges) -> Sequence[JournalPartition]:
+        """Each world's heights planned as the batch scan plans them."""
         plane = plane_of(self.options)
         refs: list[JournalRef] = []
-        for key in sorted(stop.worlds):
-            first, last = max(begin.get(key, 0), self.floor) + 1, stop.worlds[key]
-            if first > last:
-                continue
+        for key, (first, last) in ranges.items():
             universe, _, world = key.partition("/")
             refs.extend(
                 plan_world(
@@ -290,6 +371,3 @@ class JournalStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The partition's rows, as the batch scan reads them."""
         assert isinstance(partition, JournalPartition)
         return read_partition(partition, self.options)
-
-    def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to release: the plane keeps no state for a reader."""
