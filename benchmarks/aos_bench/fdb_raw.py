@@ -23,6 +23,17 @@ def _raw_key(keys: WorldKeys, index: int) -> bytes:
     return keys.inbox_item_with_versionstamp(index)
 
 
+def _journal(tr: Any, keys: WorldKeys, head: int, entries: list[bytes]) -> None:
+    """Write ``entries`` above ``head``, sealed as the plane stores them, and the new head."""
+    for key, entry in zip(
+        height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, len(entries)),
+        entries,
+        strict=True,
+    ):
+        tr[key] = seal(key, entry)
+    tr[keys.head()] = JOURNAL_HEAD.encode(head + len(entries))
+
+
 class Raw:
     """The minimal transactions, with the bindings alone (retried through ``on_error``)."""
 
@@ -42,20 +53,7 @@ class Raw:
 
     def append(self, keys: WorldKeys, entries: list[bytes]) -> None:
         def body(tr: Any) -> None:
-            head = JOURNAL_HEAD.decode(bytes(tr[keys.head()]), "head")
-            whole = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, 1)[0]
-            if len(entries) == 1:
-                tr[whole] = seal(whole, entries[0])
-            else:
-                for key, entry in zip(
-                    height_keys(
-                        keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, len(entries)
-                    ),
-                    entries,
-                    strict=True,
-                ):
-                    tr[key] = seal(key, entry)
-            tr[keys.head()] = JOURNAL_HEAD.encode(head + len(entries))
+            _journal(tr, keys, JOURNAL_HEAD.decode(bytes(tr[keys.head()]), "head"), entries)
 
         self._run(body)
 
@@ -95,15 +93,7 @@ class Raw:
             ]
             tr.add_read_conflict_key(keys.inbox_cursor())
             tr.add_read_conflict_key(keys.head())
-            for key, entry in zip(
-                height_keys(
-                    keys.whole_entry_key(), keys.entry_prefix_len(), head + 1, len(entries)
-                ),
-                entries,
-                strict=True,
-            ):
-                tr[key] = seal(key, entry)
-            tr[keys.head()] = JOURNAL_HEAD.encode(head + len(entries))
+            _journal(tr, keys, head, entries)
             tr[keys.inbox_cursor()] = InboxCursor(seqs[-1]).to_cbor()
             if len(rows) <= max_items and ready.present():
                 tr.compare_and_clear(keys.ready(), bytes(ready))
