@@ -8,7 +8,7 @@ here imports it). Events are ``StoredEvent(uuid, version, topic, 100-byte state)
 Figures, on SQLite files at equal durability (ours: :class:`~backends.kv.sqlite.SqliteEngine`
 with ``synchronous=FULL`` and a local object directory; theirs: ``SQLiteApplicationRecorder``
 with WAL and ``PRAGMA synchronous = FULL`` on every connection, checked before measuring --
-the plane suite's peer, see ``aosp/benchmarks/plane.py``):
+the plane suite's peer, see ``benchmarks/aos_bench/plane.py``):
 
 1. ``insert_events`` of one event into a new aggregate, calls/s (target 1.0);
 2. ``insert_events`` of one event into an existing aggregate (the next version), calls/s
