@@ -103,11 +103,13 @@ def _log_record_at_places(raw: bytes) -> LogRecord | None:
         return None
     try:
         tag = raw[at : at + size].decode("utf-8")
-        record = LogRecord(_world_of(raw[world_at : world_at + 16]), height, tag)
-        again = _log_record_head(record.world, tag) + cbor.unsigned(height)
+        world = _world_of(raw[world_at : world_at + 16])
+        # the head is built (once per world and tag) from a LogRecord, which checks both;
+        # bytes equal to a valid record's encoding are that record: nothing to check again
+        again = _log_record_head(world, tag) + cbor.unsigned(height)
     except (UnicodeDecodeError, Validation, cbor.NotCanonical):
         return None
-    return record if again == raw else None
+    return LogRecord.proven(world, height, tag) if again == raw else None
 
 
 @functools.lru_cache(maxsize=4096)

@@ -103,8 +103,11 @@ async def read_log(
     records: list[tuple[int, LogRecord]] = []
     asked: list[tuple[int, WorldKeys, int, bytes]] = []  # position, world, height, key
     worlds: dict[WorldId, WorldKeys] = {}  # an aggregate's events are often near each other
-    for expected, (key, value) in enumerate(rows, start=first):
-        if key != universe.log_entry(expected):
+    keys_expected = height_keys(universe.log_entry, universe.log_prefix_len(), first, len(rows))
+    for expected, (key, value), key_expected in zip(
+        range(first, first + len(rows)), rows, keys_expected, strict=True
+    ):
+        if key != key_expected:
             break
         record = decode_log_record(value, f"universe log at {expected}")
         records.append((expected, record))
