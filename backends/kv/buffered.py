@@ -481,6 +481,9 @@ class BufferedTransaction(kv.Transaction):
         for key in keys:
             checks.check_type(key, "key")
         committed = self._base_get_many(keys)
+        if snapshot and not self.buffer.has_writes():
+            # nothing of its own to overlay and no conflict to record: the committed values
+            return Ready([committed[key] for key in keys])
         return Ready([self._get(key, snapshot, committed.__getitem__) for key in keys])
 
     def _get(

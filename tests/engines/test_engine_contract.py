@@ -273,6 +273,8 @@ def test_get_many_gives_what_gets_give(engine: Engine) -> None:
     assert tr.get_many(keys).wait() == [b"1", b"mine", None, b"new", None, b"1"]
     assert tr.get_many([]).wait() == []
     assert tr.get_many(keys, snapshot=True).wait() == [tr.get(k).wait() for k in keys]
+    fresh = engine.create_transaction()  # nothing of its own written: the committed values
+    assert fresh.get_many(keys, snapshot=True).wait() == [b"1", b"2", b"3", None, None, b"1"]
 
 
 @pytest.mark.parametrize("snapshot", [False, True])
