@@ -96,6 +96,43 @@ def unsigned(value: int) -> bytes:
 _SMALL: Final = [bytes((value,)) for value in range(24)]
 
 
+def head(major: int, argument: int) -> bytes:
+    """The head of a data item of major type ``major`` (2: bytes, 3: text, 5: map, ...)
+    whose argument (a length, a count) is ``argument``, in its shortest form."""
+    if argument < 24:
+        return bytes((major << 5 | argument,))
+    if argument < 0x100:
+        return bytes((major << 5 | 24, argument))
+    if argument < 0x10000:
+        return bytes((major << 5 | 25,)) + argument.to_bytes(2, "big")
+    if argument < 0x100000000:
+        return bytes((major << 5 | 26,)) + argument.to_bytes(4, "big")
+    return bytes((major << 5 | 27,)) + argument.to_bytes(8, "big")
+
+
+def scalar(value: Any) -> bytes | None:
+    """The canonical encoding of an unsigned integer, a bool, bytes or text, built
+    directly; ``None`` for any other value (the caller encodes it with cbor2)."""
+    kind = type(value)
+    if kind is int:
+        return unsigned(value) if 0 <= value <= _INT_MAX else None
+    if kind is bytes:
+        data: bytes = value
+        return head(2, len(data)) + data
+    if kind is str:
+        data = value.encode()
+        return head(3, len(data)) + data
+    if kind is bool:
+        return b"\xf5" if value else b"\xf4"
+    return None
+
+
+def map_order(encoded_key: bytes) -> tuple[int, bytes]:
+    """Where a map key (given encoded) sorts in canonical CBOR: shorter encodings first,
+    then bytewise (RFC 7049 section 3.9, as cbor2's ``canonical`` writes)."""
+    return len(encoded_key), encoded_key
+
+
 def encode_checked(value: Any) -> bytes:
     """Encode a value already known to be inside the model (a record whose fields were
     validated on construction) without walking it again."""

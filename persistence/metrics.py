@@ -22,13 +22,15 @@ host or worker registers for the worlds it wants watched.
 
 They are recorded through the global meter provider. Until the application installs one
 (an SDK's), OpenTelemetry's instruments are no-ops, so nothing is measured: each call costs
-a look at the global provider (repeated, so a provider installed later is followed).
-Without the ``opentelemetry-api`` package it costs a flag check.
+a read of OpenTelemetry's global (repeated, so a provider installed later is followed;
+``OTEL_PYTHON_METER_PROVIDER`` is read once, when this module is imported). Without the
+``opentelemetry-api`` package it costs a flag check.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import types
 from typing import Any, Final
 
@@ -44,12 +46,14 @@ DURATION_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
 """Histogram boundaries in seconds, as OpenTelemetry's database conventions advise (the
 SDK's default ones are for milliseconds)."""
 
+_internal: types.ModuleType | None = None
 _NO_OP_PROVIDERS: tuple[type, ...] = ()
 if _otel_metrics is not None:
     _NO_OP_PROVIDERS = (_otel_metrics.NoOpMeterProvider,)
     try:
         # The API's default provider is a proxy that stays a no-op until one is set; the
         # API names it only in its internal module.
+        from opentelemetry.metrics import _internal
         from opentelemetry.metrics._internal import _ProxyMeterProvider
     except ImportError:  # moved in a later API: every default provider then counts as set
         pass
@@ -57,10 +61,18 @@ if _otel_metrics is not None:
         _NO_OP_PROVIDERS = (*_NO_OP_PROVIDERS, _ProxyMeterProvider)
 """Global providers whose instruments are no-ops: the default proxy and the no-op."""
 
+_PROVIDER_FROM_ENVIRONMENT: Final = "OTEL_PYTHON_METER_PROVIDER" in os.environ
+"""Whether OpenTelemetry will load a meter provider named by the environment."""
+_UNKNOWN: Final = object()
+
 
 def provider() -> Any | None:
     """The application's global meter provider, if it has installed one that records."""
     if _otel_metrics is None:
+        return None
+    # OpenTelemetry's global, unset until a provider is installed; asking for the provider
+    # would also look in the environment, on every call.
+    if getattr(_internal, "_METER_PROVIDER", _UNKNOWN) is None and not _PROVIDER_FROM_ENVIRONMENT:
         return None
     installed = _otel_metrics.get_meter_provider()
     return None if isinstance(installed, _NO_OP_PROVIDERS) else installed

@@ -38,14 +38,18 @@ from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, WorldId
 # --------------------------------------------------------------------------- field codecs
 
 
+def _as_is(value: Any) -> Any:
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Codec:
     """How one field is checked, stored and loaded."""
 
     name: str
     check: Callable[[Any, str], Any]
-    store: Callable[[Any], Any] = lambda value: value
-    load: Callable[[Any], Any] = lambda value: value
+    store: Callable[[Any], Any] = _as_is
+    load: Callable[[Any], Any] = _as_is
 
 
 def _uint(value: Any, where: str) -> int:
@@ -179,6 +183,37 @@ def _schema(cls: type) -> tuple[_Field, ...]:
     return schema
 
 
+_Encoding = tuple[tuple[str | None, bytes, Callable[[Any], Any] | None], ...]
+_ENCODINGS: dict[type, _Encoding | None] = {}
+_UNKNOWN: Final = object()
+
+
+def _encoding(cls: type) -> _Encoding | None:
+    """How a record of ``cls`` is written as canonical CBOR, computed once per class: its
+    map entries in canonical key order, each as (field name, encoded key, store function or
+    ``None`` when the value is stored as it is); the ``kind`` entry of a union member as
+    (``None``, its whole encoded entry, ``None``). ``None`` for a class that writes its own
+    map (overrides :meth:`Record.to_map`): its records go through that map."""
+    known = _ENCODINGS.get(cls, _UNKNOWN)
+    if known is not _UNKNOWN:
+        return known  # type: ignore[return-value]
+    encoding = None
+    if getattr(cls, "to_map", None) is Record.to_map:
+        entries: list[tuple[bytes, str | None, bytes, Callable[[Any], Any] | None]] = []
+        kind = getattr(cls, "KIND", None)
+        if kind is not None:
+            key = cbor.encode("kind")
+            entries.append((key, None, key + cbor.encode(kind), None))
+        for f in _schema(cls):
+            key = cbor.encode(f.name)
+            store = None if f.codec.store is _as_is else f.codec.store
+            entries.append((key, f.name, key, store))
+        entries.sort(key=lambda entry: cbor.map_order(entry[0]))
+        encoding = tuple((name, key, store) for _, name, key, store in entries)
+    _ENCODINGS[cls] = encoding
+    return encoding
+
+
 _ALLOWED: dict[type, frozenset[str]] = {}
 
 
@@ -227,8 +262,25 @@ class Record:
 
     def to_cbor(self) -> bytes:
         """Canonical CBOR bytes of the record (fields were validated on construction, so the
-        map is inside the canonical model by construction)."""
-        return cbor.encode_checked(self.to_map())
+        map is inside the canonical model by construction). A record whose stored values
+        are all integers, bools, bytes or text -- most are -- is written directly, its
+        entries in their precomputed order; any other goes through cbor2."""
+        encoding = _encoding(type(self))
+        if encoding is None:
+            return cbor.encode_checked(self.to_map())
+        entries = []
+        for name, key, store in encoding:
+            if name is None:
+                entries.append(key)
+                continue
+            value = getattr(self, name)
+            if value is None:
+                continue
+            item = cbor.scalar(value if store is None else store(value))
+            if item is None:
+                return cbor.encode_checked(self.to_map())
+            entries.append(key + item)
+        return cbor.head(5, len(entries)) + b"".join(entries)
 
     @classmethod
     def from_cbor(cls, data: bytes) -> Self:

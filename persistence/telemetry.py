@@ -8,10 +8,10 @@ functions). When
 (``aos.entries``, ``aos.bytes``), result sizes (``aos.rows``) and, on failure,
 ``aos.error.kind`` (the :class:`~persistence.errors.PersistError` kind, or ``internal``).
 Until the application installs a tracer provider (an SDK's, in code or through
-``OTEL_PYTHON_TRACER_PROVIDER``) OpenTelemetry's spans would be no-ops, so none is started:
-the wrapper then costs one look at the global provider, which it repeats on every call, so a
-provider installed later is followed from its next call on. Without the package the wrapper
-costs one flag check.
+``OTEL_PYTHON_TRACER_PROVIDER``, read when this module is imported) OpenTelemetry's spans
+would be no-ops, so none is started: the wrapper then costs a read of OpenTelemetry's global,
+which it repeats on every call, so a provider installed later is followed from its next call
+on. Without the package the wrapper costs one flag check.
 
 Independently, :func:`collect_stats` records count, errors and latencies per operation in
 this process (what ``aosp --stats`` prints), and once a meter provider is installed each
@@ -24,6 +24,7 @@ import asyncio
 import contextvars
 import functools
 import inspect
+import os
 import threading
 import time
 import types
@@ -46,6 +47,9 @@ _NO_OP_PROVIDERS: tuple[type, ...] = (
     () if _otel_trace is None else (_otel_trace.ProxyTracerProvider, _otel_trace.NoOpTracerProvider)
 )
 """Global providers whose spans are no-ops: the default (none installed yet) and the no-op."""
+_PROVIDER_FROM_ENVIRONMENT = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+"""Whether OpenTelemetry will load a tracer provider named by the environment."""
+_UNKNOWN = object()
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -178,9 +182,16 @@ def _observed(
 
 def _tracing() -> bool:
     """Whether the application has installed a tracer provider whose spans are not no-ops."""
-    return _otel_trace is not None and not isinstance(
-        _otel_trace.get_tracer_provider(), _NO_OP_PROVIDERS
-    )
+    if _otel_trace is None:
+        return False
+    # OpenTelemetry's global, unset until a provider is installed; asking for the provider
+    # would also look in the environment, on every call.
+    if (
+        getattr(_otel_trace, "_TRACER_PROVIDER", _UNKNOWN) is None
+        and not _PROVIDER_FROM_ENVIRONMENT
+    ):
+        return False
+    return not isinstance(_otel_trace.get_tracer_provider(), _NO_OP_PROVIDERS)
 
 
 def traced(operation: str) -> Callable[[Callable[P, T]], Callable[P, T]]:

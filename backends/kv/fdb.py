@@ -11,7 +11,8 @@ The adapter does almost nothing of its own, on purpose. What it must get right:
 * Reads, commits and ``on_error`` hand back the bindings' own futures, wrapped
   (:class:`_FdbFuture`): a protocol issues its reads, then awaits them, and the asyncio
   driver is woken by the future's callback -- no thread per call. ``tr.get`` returns a lazy
-  ``Value``: presence is tested with ``.present()``.
+  ``Value``: its ``value`` is the bytes, or ``None`` when the key is absent. A blocking wait
+  off the main thread waits in libfdb_c itself (:func:`_block`).
 * Ranges are lazy and die with the transaction: every range is materialised inside the
   transaction into a list of ``(bytes, bytes)``, batch by batch (:class:`_FdbRange`: the
   bindings' ``FDBRange`` iterator would block between batches), all rows in one batch when
@@ -34,7 +35,7 @@ import importlib.metadata
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -154,6 +155,26 @@ def _translate(fdb: Any, call: Callable[[], T], timeout_hint: str = "") -> T:
         raise _engine_error(exc, timeout_hint) from None
 
 
+def _block(fdb: Any, future: Any, hint: str) -> None:
+    """Block the calling thread until the bindings' ``future`` is ready.
+
+    Off the main thread the wait is libfdb_c's own (``fdb_future_block_until_ready``, with
+    the GIL released): nothing runs on the client's network thread when the future is
+    ready. The bindings' ``block_until_ready`` instead has the network thread call back into
+    Python (it must take the GIL, contended by every thread that is waiting its turn) to
+    release a semaphore (docs/engines.md has what that cost 16 threads). On the main thread the bindings' wait is kept: a
+    signal (Ctrl-C) interrupts it, and Python handles signals only there."""
+    try:
+        if future.is_ready():
+            return
+        if threading.current_thread() is threading.main_thread():
+            future.block_until_ready()
+        else:
+            future.capi.fdb_future_block_until_ready(future.fpointer)
+    except fdb.FDBError as exc:
+        raise _engine_error(exc, hint) from None
+
+
 class _FdbFuture(Future[T]):
     """One of the bindings' futures; its value is ``convert`` of it once ready (bindings
     errors become ``EngineError``)."""
@@ -169,6 +190,12 @@ class _FdbFuture(Future[T]):
     def poll(self) -> bool:
         return bool(self._future.is_ready())
 
+    def __await__(self) -> Generator[Future[Any], None, T]:
+        future = self._future  # the base's loop, less a call per poll
+        while not future.is_ready():
+            yield self
+        return self.result()
+
     def result(self) -> T:
         try:
             return self._convert(self._future)
@@ -176,17 +203,15 @@ class _FdbFuture(Future[T]):
             raise _engine_error(exc, self._hint) from None
 
     def block(self) -> None:
-        try:
-            self._future.block_until_ready()
-        except self._fdb.FDBError as exc:
-            raise _engine_error(exc, self._hint) from None
+        _block(self._fdb, self._future, self._hint)
 
     def notify(self, callback: Callable[[], object]) -> None:
         self._future.on_ready(lambda _: callback())
 
 
 def _value(future: Any) -> bytes | None:
-    return bytes(future) if future.present() else None
+    value: bytes | None = future.value  # the bindings' bytes, or None: absent
+    return value
 
 
 def _waited(future: Any) -> Any:
@@ -271,7 +296,7 @@ class _FdbRange(Future[list[tuple[bytes, bytes]]]):
 
     def block(self) -> None:
         if self._future is not None:
-            _translate(self._fdb, self._future.block_until_ready, self._hint)
+            _block(self._fdb, self._future, self._hint)
 
     def notify(self, callback: Callable[[], object]) -> None:
         if self._future is None:
@@ -416,16 +441,17 @@ class FdbEngine(kv.Engine):
         self._db = _translate(self._fdb, lambda: self._fdb.open(self.cluster_file))
 
     def create_transaction(self) -> FdbTransaction:
-        return _translate(
-            self._fdb,
-            lambda: FdbTransaction(
-                self._fdb,
+        fdb = self._fdb
+        try:
+            return FdbTransaction(
+                fdb,
                 self._db.create_transaction(),
                 self.options.timeout_ms,
                 self.size_limit,
                 self._timeout_hint,
-            ),
-        )
+            )
+        except fdb.FDBError as exc:
+            raise _engine_error(exc, self._timeout_hint) from None
 
     def is_retryable(self, error: EngineError) -> bool:
         return bool(self._fdb.predicates.is_retryable(self._fdb.FDBError(error.code)))

@@ -15,7 +15,10 @@ with their lowest and highest.
   figure's name gives the plane's round trips per call, counted from the shape of the call
   (``backends/kv/roundtrips.py``) beside the raw transaction's, and the client CPU per call
   of both sides (the process's CPU time, the client's network thread included);
-* **sync threads** 1, 4 and 16, each appending single entries to its own world;
+* **sync threads** 1, 4 and 16, each appending single entries to its own world; and at 16
+  threads, the plane against raw bindings that wait for their futures in libfdb_c as the
+  plane's engine does off the main thread (``backends/kv/fdb.py``: ``_block``), so that the
+  wait's share of the plane's figure is seen apart from the rest of its cost;
 * **asyncio** 1, 16, 64 and 256 tasks in flight on one thread, each appending to its own
   world: the plane's :class:`~persistence.plane.AsyncPlane` against the raw bindings whose
   futures resolve asyncio futures (``on_ready`` -> ``call_soon_threadsafe``), and the plane's
@@ -346,7 +349,7 @@ class Bench:
 
     # ------------------------------------------------------------------ concurrency
 
-    def _threads_round(self, threads: int, raw: bool) -> float:
+    def _threads_round(self, threads: int, raw: bool, floor: Raw | None = None) -> float:
         worlds = [self.world() for _ in range(threads)]
         stop = threading.Event()
         counts = [0] * threads
@@ -358,7 +361,7 @@ class Bench:
             try:
                 while not stop.is_set():
                     if raw:
-                        self.raw.append(keys, [ENTRY])
+                        (floor or self.raw).append(keys, [ENTRY])
                     else:
                         self.plane.append_batch(self.universe, world, head, [ENTRY])
                     head += 1
@@ -436,6 +439,22 @@ class Bench:
                     0.85 if threads == 16 else None,
                 )
             )
+        waiting_in_library = Raw(self.engine, library_waits=True)
+        raw, plane = self.alternate(
+            "16 threads, raw waits in libfdb_c",
+            functools.partial(self._threads_round, 16, True, waiting_in_library),
+            functools.partial(self._threads_round, 16, False),
+        )
+        figures.append(
+            _against(
+                raw,
+                plane,
+                "fdb: appends from 16 threads, against raw bindings that wait as the plane does",
+                "appends/s",
+                "the raw bindings waiting in libfdb_c, 16 threads, alternate rounds",
+                None,
+            )
+        )
         for tasks in (1, 16, 64, 256):
             raw, plane = self.alternate(
                 f"asyncio, {tasks} in flight",

@@ -35,25 +35,39 @@ def _journal(tr: Any, keys: WorldKeys, head: int, entries: list[bytes]) -> None:
 
 
 class Raw:
-    """The minimal transactions, with the bindings alone (retried through ``on_error``)."""
+    """The minimal transactions, with the bindings alone (retried through ``on_error``).
+    With ``library_waits``, a thread waits for the commit in libfdb_c
+    (``fdb_future_block_until_ready``), as the plane's engine waits off the main thread,
+    instead of through the bindings' callback and semaphore."""
 
-    def __init__(self, engine: FdbEngine) -> None:
+    def __init__(self, engine: FdbEngine, *, library_waits: bool = False) -> None:
         self.fdb = engine._fdb
         self.db = engine._db
+        self.library_waits = library_waits
 
     def _run(self, body: Callable[[Any], None]) -> None:
         tr = self.db.create_transaction()
         while True:
             try:
                 body(tr)
-                tr.commit().wait()
+                commit = tr.commit()
+                if self.library_waits and not commit.is_ready():
+                    commit.capi.fdb_future_block_until_ready(commit.fpointer)
+                commit.wait()
                 return
             except self.fdb.FDBError as exc:
                 tr.on_error(exc).wait()
 
+    def head(self, tr: Any, keys: WorldKeys) -> int:
+        """The world's head, read in ``tr`` (waited for as :attr:`library_waits` says)."""
+        value = tr[keys.head()]
+        if self.library_waits and not value.is_ready():
+            value.capi.fdb_future_block_until_ready(value.fpointer)
+        return JOURNAL_HEAD.decode(bytes(value), "head")
+
     def append(self, keys: WorldKeys, entries: list[bytes]) -> None:
         def body(tr: Any) -> None:
-            _journal(tr, keys, JOURNAL_HEAD.decode(bytes(tr[keys.head()]), "head"), entries)
+            _journal(tr, keys, self.head(tr, keys), entries)
 
         self._run(body)
 

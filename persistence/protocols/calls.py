@@ -23,6 +23,7 @@ hosts must agree to well within the window.
 from __future__ import annotations
 
 import os
+import random
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -41,6 +42,12 @@ CALL_ID_BYTES: Final = 16
 """A call id: 8 bytes of start time, 8 random bytes."""
 
 _UNDRAWN: Final = bytes(CALL_ID_BYTES - 8)
+
+_draws = random.Random(os.urandom(32))
+"""Where the random half of call ids comes from: a generator seeded from the system's
+randomness in each process (again in a forked child, which would otherwise repeat its
+parent's ids), so that drawing an id is no system call. Ids must be unique, not secret."""
+os.register_at_fork(after_in_child=lambda: _draws.seed(os.urandom(32)))
 
 
 class CallScope(Protocol):
@@ -79,7 +86,7 @@ class Call:
             raise Validation("call_record_seconds", f"must be positive, got {window_seconds!r}")
         stamp = (time.time_ns() if now_ns is None else now_ns).to_bytes(8, "big")
         # Only a record's key uses the id: a call that keeps none draws no random bytes.
-        tail = os.urandom(CALL_ID_BYTES - 8) if recorded else _UNDRAWN
+        tail = _draws.randbytes(CALL_ID_BYTES - 8) if recorded else _UNDRAWN
         return cls(stamp + tail, int(window_seconds * 1e9), 0, recorded)
 
     @property

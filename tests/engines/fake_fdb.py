@@ -222,10 +222,24 @@ def strinc(key: bytes) -> bytes:
 # --------------------------------------------------------------------------- futures
 
 
+class _Capi:
+    """The part of ``fdb.impl``'s ``capi`` (libfdb_c through ctypes) that the engine calls."""
+
+    @staticmethod
+    def fdb_future_block_until_ready(fpointer: Future) -> None:
+        """Block until the future is ready (its own error, if any, is left for ``wait``)."""
+        fpointer.block_until_ready()
+
+
 class Future:
-    """``fdb.Future``: settles when first observed and keeps its outcome."""
+    """``fdb.Future``: settles when first observed and keeps its outcome. Its ``capi`` and
+    ``fpointer`` stand for libfdb_c and the C future (the engine blocks through them off the
+    main thread)."""
+
+    capi = _Capi()
 
     def __init__(self, settle: Callable[[], Any]) -> None:
+        self.fpointer = self  # the C future: here, the future itself
         self._settle = settle
         self._settled = False
         self._result: Any = None

@@ -10,10 +10,13 @@ import ctypes
 import struct
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -177,16 +180,22 @@ def test_unreachable_cluster_fails_within_the_timeout(
     dead = tmp_path / "dead.cluster"
     dead.write_text("dead:dead@127.0.0.1:1\n")
     script = f"""
+import threading
 import time
 from backends.kv import open_engine
 from persistence import kv
 from persistence.errors import EngineError
 engine = open_engine("fdb://{dead}?timeout_ms=1500&client_library={{lib}}")
-started = time.monotonic()
-try:
-    kv.run(engine, lambda tr: tr.get(b"k"))
-except EngineError as exc:
-    print(exc.code, round(time.monotonic() - started, 2))
+def read():
+    started = time.monotonic()
+    try:
+        kv.run(engine, lambda tr: tr.get(b"k"))
+    except EngineError as exc:
+        print(exc.code, round(time.monotonic() - started, 2))
+read()
+worker = threading.Thread(target=read)  # blocks in libfdb_c: the timeout ends it too
+worker.start()
+worker.join()
 """
     library = fdb_cluster.client_library
     started = time.monotonic()
@@ -198,10 +207,71 @@ except EngineError as exc:
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr
-    code, seconds = done.stdout.split()
-    assert int(code) == fdb_errors.TRANSACTION_TIMED_OUT
-    assert 1.4 <= float(seconds) < 5.0
+    main, worker = done.stdout.splitlines()
+    for line in (main, worker):
+        code, seconds = line.split()
+        assert int(code) == fdb_errors.TRANSACTION_TIMED_OUT
+        assert 1.4 <= float(seconds) < 5.0
     assert time.monotonic() - started < 30
+
+
+class _CountedWaits:
+    """Counts, per thread, the waits through the bindings' ``block_until_ready`` (on a
+    future not ready yet) and through
+    libfdb_c's ``fdb_future_block_until_ready`` (the bindings' ``capi``, wrapped)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import fdb.impl
+
+        self.bindings: Counter[str] = Counter()
+        self.library: Counter[str] = Counter()
+        original_block = fdb.impl.Future.block_until_ready
+        capi = fdb.impl._FDBBase.capi
+        waits = self
+
+        def block_until_ready(future: Any) -> None:
+            if not future.is_ready():  # reading a ready value calls it too: no wait
+                waits.bindings[threading.current_thread().name] += 1
+            original_block(future)
+
+        class Capi:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(capi, name)
+
+            def fdb_future_block_until_ready(self, pointer: Any) -> Any:
+                waits.library[threading.current_thread().name] += 1
+                return capi.fdb_future_block_until_ready(pointer)
+
+        monkeypatch.setattr(fdb.impl.Future, "block_until_ready", block_until_ready)
+        monkeypatch.setattr(fdb.impl._FDBBase, "capi", Capi())
+
+
+def test_waits_off_the_main_thread_block_in_the_client_library(
+    cluster: FdbEngine, prefix: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread other than the main one waits in libfdb_c (no Python callback on the
+    network thread); the main thread waits through the bindings, where a signal can
+    interrupt it. Either way the transactions' outcomes are the same."""
+    waits = _CountedWaits(monkeypatch)
+
+    def transactions() -> list[bytes | None]:
+        seen = []
+        for n in range(10):
+            key = prefix + b"%d" % n
+            kv.run_sync(cluster, lambda tr: tr.set(key, b"v%d" % n))  # noqa: B023 -- run here
+            seen.append(kv.run(cluster, lambda tr: tr.get(key)))  # noqa: B023
+        return seen
+
+    worker_saw: list[list[bytes | None]] = []
+    worker = threading.Thread(target=lambda: worker_saw.append(transactions()), name="worker")
+    worker.start()
+    worker.join()
+    main_saw = transactions()
+    expected = [b"v%d" % n for n in range(10)]
+    assert worker_saw == [expected] and main_saw == expected
+    main = threading.main_thread().name
+    assert waits.library["worker"] > 0 and waits.bindings["worker"] == 0
+    assert waits.bindings[main] > 0 and waits.library[main] == 0
 
 
 def test_api_version_bounds_with_the_real_bindings(fdb_cluster: FdbCluster) -> None:

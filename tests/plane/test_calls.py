@@ -162,3 +162,19 @@ def test_keyless_items_get_an_idempotency_entry_only_where_a_commit_may_end_unkn
 def _envelopes(engine: kv.Engine, keys: WorldKeys) -> list[InboxEnvelope]:
     rows = kv.run(engine, lambda tr: tr.get_range(*keys.inbox_after(None)))
     return [decode_record(InboxEnvelope, value, "inbox entry") for _, value in rows]
+
+
+def test_a_forked_child_draws_other_call_ids_than_its_parent() -> None:
+    """Call ids' random half comes from a per-process generator: a child made by ``fork``
+    is reseeded, so it does not repeat the ids its parent draws next."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next draws, to the parent
+        os.write(write, b"".join(Call.new().id[8:] for _ in range(4)))
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64)
+    parent = b"".join(Call.new().id[8:] for _ in range(4))
+    os.close(read)
+    os.close(write)
+    assert len(child) == 32 and child != parent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import cbor2
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -140,3 +141,22 @@ def test_stored_and_caller_wrappers_raise_typed_errors() -> None:
     assert caller.value.field == "value_cbor"
     with pytest.raises(Validation):
         cbor.check_canonical("not bytes", "value_cbor")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0, 23, 24, 255, 256, 65_535, 65_536, 2**32 - 1, 2**32, 2**64 - 1, True, False, b"", "", "é"]
+    + [b"x" * n for n in (23, 24, 255, 256, 65_535, 65_536)]
+    + ["ü" * n for n in (11, 12, 127, 128)],
+    ids=lambda value: (
+        f"{type(value).__name__}-{len(value) if isinstance(value, bytes | str) else value}"
+    ),
+)
+def test_scalars_written_directly_are_cbor2s(value: object) -> None:
+    """The directly built encoding of a scalar is cbor2's canonical one, at every head size."""
+    assert cbor.scalar(value) == cbor2.dumps(value, canonical=True)
+
+
+@pytest.mark.parametrize("value", [-1, 2**64, 1.5, None, [], {}, bytearray(b"x")], ids=repr)
+def test_other_values_are_not_written_directly(value: object) -> None:
+    assert cbor.scalar(value) is None
