@@ -94,7 +94,7 @@ def test_bench_fdb_on_a_real_cluster(fdb_cluster: FdbCluster) -> None:
     round, median and spread; the single calls name their round trips; the exit status
     says whether a target was missed. (Small rounds: what this checks is the figures'
     shape, not their values.)"""
-    # 16 figures of 6 rounds, each side set up afresh: 2.5 min beside one test suite,
+    # 17 figures of 6 rounds, each side set up afresh: 2.5 min beside one test suite,
     # more than 5 beside two (a hang guard, not a speed floor).
     result = aosp(
         "bench",
@@ -124,6 +124,7 @@ def test_bench_fdb_on_a_real_cluster(fdb_cluster: FdbCluster) -> None:
     assert names[5].startswith("fdb: read_range 20k")
     assert [n.split(" (")[0] for n in names[6:]] == [
         *(f"fdb: appends from {n} threads, one world each" for n in (1, 4, 16)),
+        "fdb: appends from 16 threads, against raw bindings that wait as the plane does",
         *(f"fdb: appends with {n} in flight on one event loop" for n in (1, 16, 64, 256)),
         "fdb: AsyncPlane with 256 in flight against the sync plane's 16 threads",
         "fdb: group drain of 32 worlds, one under a continuous appender",
