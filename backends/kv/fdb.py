@@ -155,6 +155,11 @@ def _translate(fdb: Any, call: Callable[[], T], timeout_hint: str = "") -> T:
         raise _engine_error(exc, timeout_hint) from None
 
 
+_main_thread = [threading.main_thread().ident]
+"""The main thread's ident (a forked child's main thread is the thread that forked)."""
+os.register_at_fork(after_in_child=lambda: _main_thread.__setitem__(0, threading.get_ident()))
+
+
 def _block(fdb: Any, future: Any, hint: str) -> None:
     """Block the calling thread until the bindings' ``future`` is ready.
 
@@ -162,12 +167,11 @@ def _block(fdb: Any, future: Any, hint: str) -> None:
     the GIL released): nothing runs on the client's network thread when the future is
     ready. The bindings' ``block_until_ready`` instead has the network thread call back into
     Python (it must take the GIL, contended by every thread that is waiting its turn) to
-    release a semaphore (docs/engines.md has what that cost 16 threads). On the main thread the bindings' wait is kept: a
-    signal (Ctrl-C) interrupts it, and Python handles signals only there."""
-    try:
-        if future.is_ready():
-            return
-        if threading.current_thread() is threading.main_thread():
+    release a semaphore (docs/engines.md has what that cost 16 threads). On the main thread
+    the bindings' wait is kept: a signal (Ctrl-C) interrupts it, and Python handles signals
+    only there."""
+    try:  # each wait returns at once if the future is ready
+        if threading.get_ident() == _main_thread[0]:
             future.block_until_ready()
         else:
             future.capi.fdb_future_block_until_ready(future.fpointer)
@@ -191,8 +195,9 @@ class _FdbFuture(Future[T]):
         return bool(self._future.is_ready())
 
     def __await__(self) -> Generator[Future[Any], None, T]:
-        future = self._future  # the base's loop, less a call per poll
-        while not future.is_ready():
+        # The base's loop, polled once: a driver resumes the awaiting coroutine only once
+        # the future is ready (``block`` returns then, ``notify`` calls back then).
+        if not self._future.is_ready():
             yield self
         return self.result()
 
@@ -328,7 +333,8 @@ class FdbTransaction(kv.Transaction):
     # raises ``FDBError``; the futures translate theirs.
 
     def get(self, key: bytes, *, snapshot: bool = False) -> Future[bytes | None]:
-        checks.check_type(key, "key")
+        if type(key) is not bytes:
+            checks.check_type(key, "key")
         reader = self._tr.snapshot if snapshot else self._tr
         return _FdbFuture(self._fdb, reader.get(key), _value, self._hint)
 
@@ -349,15 +355,13 @@ class FdbTransaction(kv.Transaction):
         )
 
     def set(self, key: bytes, value: bytes) -> None:
-        checks.check_key(key)
-        checks.check_value(value)
+        checks.check_pair(key, value)
         self._tr.set(key, value)
 
     def set_many(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
-        tr_set = self._tr.set
+        tr_set, check = self._tr.set, checks.check_pair
         for key, value in pairs:
-            checks.check_key(key)
-            checks.check_value(value)
+            check(key, value)
             tr_set(key, value)
 
     def clear(self, key: bytes) -> None:
@@ -365,7 +369,8 @@ class FdbTransaction(kv.Transaction):
         self._tr.clear(key)
 
     def clear_range(self, begin: bytes, end: bytes) -> None:
-        checks.check_range(begin, end)
+        if type(begin) is not bytes or type(end) is not bytes:
+            checks.check_range(begin, end)
         self._tr.clear_range(begin, end)
 
     def add(self, key: bytes, param: bytes) -> None:

@@ -26,12 +26,13 @@ import os
 import random
 import time
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from persistence import kv
 from persistence.errors import Validation
-from persistence.futures import Future
+from persistence.futures import Future, Ready
 from persistence.records import CallRecord, decode_record
 
 DEFAULT_WINDOW_SECONDS: Final = 600.0
@@ -128,11 +129,19 @@ def begin(tr: kv.Transaction, scope: CallScope, call: Call) -> Opening:
     return Opening(tr, scope, call, done)
 
 
-async def replayed(opening: Opening) -> CallRecord | None:
-    """The record of an earlier attempt of the call that committed, if any."""
+def replayed(opening: Opening) -> Awaitable[CallRecord | None]:
+    """The record of an earlier attempt of the call that committed, if any (a first
+    attempt, which reads none, gets a value known already)."""
     if opening.done is None:
-        return None
-    raw = await opening.done
+        return _NO_RECORD
+    return _decoded(opening.done)
+
+
+_NO_RECORD: Final[Future[CallRecord | None]] = Ready(None)
+
+
+async def _decoded(read: Future[bytes | None]) -> CallRecord | None:
+    raw = await read
     if raw is None:
         return None
     done = decode_record(CallRecord, raw, "call record")
@@ -140,7 +149,7 @@ async def replayed(opening: Opening) -> CallRecord | None:
     return done
 
 
-async def record(opening: Opening, op: str, **outcome: Any) -> None:
+def record(opening: Opening, op: str, **outcome: Any) -> None:
     """Store ``CallRecord(op, **outcome)`` as what the call did (in the transaction that
     does it), and clear the records of its scope older than the call's window: a blind
     range clear up to the first id of the window (ids begin with their call's start), so

@@ -163,7 +163,7 @@ async def compact(
             outcome.marks_removed,
             outcome.more,
         )
-        await calls.record(opening, OP, value=record.to_cbor())
+        calls.record(opening, OP, value=record.to_cbor())
     return outcome
 
 

@@ -179,7 +179,7 @@ async def drain(
         tr, world, cursor, head, limits, normalize, budget.call_cost(keys), True, checksummed
     )
     if wrote:
-        await calls.record(
+        calls.record(
             opening,
             "drain",
             first_height=result.first_height,
@@ -296,7 +296,7 @@ async def drain_worlds(
             memo.seen[world.keys.world] = (world.cursor_raw, world.head_raw)
     if wrote:
         value = cbor.encode([_row(r) for r in results])
-        await calls.record(opening, GROUP_OP, count=len(worlds), value=value)
+        calls.record(opening, GROUP_OP, count=len(worlds), value=value)
     return results
 
 

@@ -125,7 +125,7 @@ async def claim(
     tr.set(intent_key, index)  # the claim's write conflict: a second claim of it aborts
     tr.clear(keys.effect(PENDING, seq))
     tr.set(keys.effect(INFLIGHT, seq), inflight.to_cbor())
-    await calls.record(opening, "claim_effect", value=inflight.to_cbor())
+    calls.record(opening, "claim_effect", value=inflight.to_cbor())
     return inflight
 
 

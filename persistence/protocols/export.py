@@ -112,7 +112,7 @@ async def transition(
         tr.clear(keys.export_marker())
     else:
         tr.set(keys.export_marker(), new.to_cbor())
-    await calls.record(opening, "export")
+    calls.record(opening, "export")
 
 
 @kv.transactional

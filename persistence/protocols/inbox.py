@@ -249,4 +249,4 @@ async def commit_cursor(
     if await item is None:
         raise Validation("new_cursor", f"no inbox item has sequence {new}")
     tr.set(keys.inbox_cursor(), InboxCursor(new).to_cbor())
-    await calls.record(opening, "commit_cursor", seq=new)
+    calls.record(opening, "commit_cursor", seq=new)

@@ -127,7 +127,7 @@ async def append_batch(
         return _required(done.first_height, "append")
     _check_head(keys, await head, expected_head)
     first = _append(tr, keys, expected_head, entries, checksummed)
-    await calls.record(opening, "append", first_height=first, count=len(entries))
+    calls.record(opening, "append", first_height=first, count=len(entries))
     return first
 
 
@@ -235,7 +235,7 @@ async def append_batches(
             log_head,
         )
     value = None if position is None else position.to_bytes(8, "big")
-    await calls.record(opening, "append group", count=len(batches), value=value)
+    calls.record(opening, "append group", count=len(batches), value=value)
     return GroupAppend(firsts, position)
 
 

@@ -163,7 +163,7 @@ async def commit_snapshot(
         _promote(tr, keys, record, entries)
     if entries:
         append_at(tr, keys, head, entries, checksummed)
-        await calls.record(opening, "snapshot", indexed=indexed, promoted=promoted)
+        calls.record(opening, "snapshot", indexed=indexed, promoted=promoted)
     return SnapshotOutcome(indexed, promoted)
 
 
@@ -197,7 +197,7 @@ async def promote_baseline(
         entries: list[bytes] = []
         _promote(tr, keys, record, entries)
         append_at(tr, keys, head, entries, checksummed)
-        await calls.record(opening, "promote", promoted=True)
+        calls.record(opening, "promote", promoted=True)
     return promoted
 
 
