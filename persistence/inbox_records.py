@@ -172,6 +172,14 @@ def envelope_item(data: bytes, what: str) -> InboxItem:
     """The inbox item of stored :class:`InboxEnvelope` bytes, strictly decoded: as
     ``decode_inbox_item(decode_record(InboxEnvelope, data, what).item)``, with the item
     decoded once (building the envelope would check it by decoding it first)."""
+    return envelope_parts(data, what)[0]
+
+
+def envelope_parts(data: bytes, what: str) -> tuple[InboxItem, bytes]:
+    """:func:`envelope_item`, and ``encode_inbox_item`` of the item: the item's stored
+    bytes, which a strictly decoded record encodes back to (canonical CBOR), unless they
+    hold a null for an absent field (the plane leaves such a field out; a null decodes to
+    the same record, so the item is encoded again then)."""
     value = cbor.decode_stored(data, what)
     if (
         type(value) is dict
@@ -179,13 +187,18 @@ def envelope_item(data: bytes, what: str) -> InboxItem:
         and type(value.get("idempotency_key", b"")) is bytes
         and value.keys() <= _ENVELOPE_FIELDS
     ):
+        raw = value["item"]
         try:
-            item = cbor.decode(value["item"])
+            item = cbor.decode(raw)
         except cbor.NotCanonical as exc:  # as the envelope record's check of its item
             raise CorruptRecord(what, f"InboxEnvelope.item: {exc}") from None
-        return _inbox_item(item)
-    # Anything else: the record's own decoding names what is wrong, or accepts it.
-    return decode_inbox_item(record_from_map(InboxEnvelope, value, what).item)
+    else:  # anything else: the record's own decoding names what is wrong, or accepts it
+        raw = record_from_map(InboxEnvelope, value, what).item
+        item = cbor.decode_stored(raw, "inbox item")
+    record = _inbox_item(item)
+    if type(item) is dict and None in item.values():
+        raw = encode_inbox_item(record)
+    return record, raw
 
 
 def envelope_bytes(item: bytes, idempotency_key: bytes | None) -> bytes:

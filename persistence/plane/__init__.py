@@ -25,10 +25,9 @@ from persistence.plane.config import (
 )
 from persistence.plane.core import SegmentSource
 from persistence.plane.facade import OPERATIONS, AsyncPlane, Operations, Plane
-from persistence.plane.inbox import default_normalizer
 from persistence.plane.journal import Batch, WorldAppend
 from persistence.protocols.compaction import InboxCompaction
-from persistence.protocols.drain import DrainResult, Normalizer
+from persistence.protocols.drain import DrainResult, Normalizer, default_normalizer
 from persistence.protocols.journal import GroupAppend
 from persistence.protocols.log import LogEntry
 from persistence.protocols.snapshots import SnapshotOutcome

@@ -12,14 +12,13 @@ from persistence import kv
 from persistence.errors import Contended, Validation
 from persistence.ids import InboxSeq, UniverseId, WorldId, check_id
 from persistence.inbox_records import InboxCursor, InboxItem, encode_inbox_item, envelope_bytes
-from persistence.journal_records import ingress_bytes
 from persistence.keyspace import WorldKeys
 from persistence.plane.config import OWN_KEY, OWN_KEY_BYTES, OWN_KEY_ENVELOPE_BYTES
 from persistence.plane.core import operation, row_limit, universe_keys, world_keys
 from persistence.plane.journal import JournalOperations
 from persistence.protocols import budget, compaction, drain, inbox, journal
 from persistence.protocols.compaction import InboxCompaction
-from persistence.protocols.drain import DrainResult, Normalizer
+from persistence.protocols.drain import DrainResult, Normalizer, default_normalizer
 from persistence.protocols.inbox import Enqueued
 from persistence.sizes import (
     MAX_IDEMPOTENCY_KEY_BYTES,
@@ -33,11 +32,6 @@ from persistence.sizes import (
 BUSY_ATTEMPTS: Final = 1
 """Attempts a group drain gives a world it left out as busy, drained alone, before it
 leaves it for a later drain (each attempt met a conflict: the world's head kept moving)."""
-
-
-def default_normalizer(seq: InboxSeq, item: InboxItem) -> bytes:
-    """The journal entry of a drained item: an ``ingress`` record of its sequence and bytes."""
-    return ingress_bytes(seq, encode_inbox_item(item))
 
 
 class InboxOperations(JournalOperations):

@@ -14,8 +14,8 @@ from persistence import cbor, kv
 from persistence.errors import CorruptRecord, PersistError, Validation
 from persistence.futures import Future
 from persistence.ids import InboxSeq, WorldId
-from persistence.inbox_records import InboxCursor, InboxItem, envelope_item
-from persistence.journal_records import JournalHead
+from persistence.inbox_records import InboxCursor, InboxItem, encode_inbox_item, envelope_parts
+from persistence.journal_records import JournalHead, ingress_bytes
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.protocols import budget, calls
 from persistence.protocols.calls import Call
@@ -26,6 +26,13 @@ from persistence.records import CallRecord
 Normalizer = Callable[[InboxSeq, InboxItem], bytes]
 """Turns one drained inbox item into its canonical journal entry. Must be deterministic:
 a drain retried after an unknown commit result normalizes the same items again."""
+
+
+def default_normalizer(seq: InboxSeq, item: InboxItem) -> bytes:
+    """The journal entry of a drained item: an ``ingress`` record of its sequence and bytes.
+    A drain with this normalizer builds each entry from the item's stored bytes, which are
+    these bytes (``inbox_records.envelope_parts``), without encoding the item again."""
+    return ingress_bytes(seq, encode_inbox_item(item))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +84,8 @@ class _World:
     ready_read: Future[bytes | None]
     cursor_raw: bytes | None = None
     head_raw: bytes | None = None
-    taken: list[tuple[InboxSeq, InboxItem]] = field(default_factory=list)
+    taken: list[tuple[InboxSeq, InboxItem, bytes]] = field(default_factory=list)
+    """Each item taken: its sequence, the item, and its stored bytes."""
     size: int = 0
     rows: Future[list[tuple[bytes, bytes]]] | None = None
     asked: int = 0
@@ -121,7 +129,8 @@ class _World:
                     self.more = True
                     return
                 self.size += len(value)
-                self.taken.append((seq_of(key, self.keys), envelope_item(value, "inbox entry")))
+                item, raw = envelope_parts(value, "inbox entry")
+                self.taken.append((seq_of(key, self.keys), item, raw))
             if len(rows) < self.asked:
                 return  # every item after the cursor was read
             if self.size >= limits.max_bytes:  # is there another? one row tells
@@ -346,7 +355,7 @@ async def _drain_world(
 def _normalized(
     keys: WorldKeys,
     first: int,
-    taken: list[tuple[InboxSeq, InboxItem]],
+    taken: list[tuple[InboxSeq, InboxItem, bytes]],
     normalize: Normalizer,
     limits: DrainLimits,
     counted: int,
@@ -356,9 +365,10 @@ def _normalized(
     ``counted`` bytes, and the bytes counted with them."""
     cost = counted + budget.drain_world_cost(keys, first, [])
     entries: list[bytes] = []
-    for seq, item in taken:
+    stored = normalize is default_normalizer  # its entry is built from the stored bytes
+    for seq, item, raw in taken:
         try:
-            entry = normalize(seq, item)
+            entry = ingress_bytes(seq, raw) if stored else normalize(seq, item)
         except PersistError:
             raise
         except Exception as exc:

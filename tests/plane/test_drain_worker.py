@@ -26,11 +26,15 @@ from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, fdb_errors, kv
 from persistence.errors import EngineError, Validation, WorldNotFound
 from persistence.futures import drive
-from persistence.ids import InboxSeq, UniverseId, WorldId
+from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.inbox_records import (
+    ControlIngress,
     DomainEventIngress,
     InboxEnvelope,
+    InboxIngress,
     InboxItem,
+    ReceiptIngress,
+    TimerFiredIngress,
     encode_inbox_item,
 )
 from persistence.keyspace import READY_BUCKETS, UniverseKeys, WorldKeys, ready_bucket
@@ -307,6 +311,42 @@ def test_a_failing_normalizer_refuses_the_whole_drain(plane: Plane, universe: Un
         plane.drain_worlds(universe, [a, b], normalize=only_a)
     assert refused.value.field == "normalize"
     assert plane.head(universe, a) == plane.head(universe, b) == 0
+
+
+def test_the_default_normalizer_s_entries_are_built_from_the_stored_items(
+    plane: Plane, universe: UniverseId
+) -> None:
+    """A drain with the default normalizer builds each entry from the item's stored bytes
+    instead of calling it; the journal is what calling it gives, for items of every kind,
+    with and without idempotency keys, alone and in a group drain."""
+    a, b = made(plane, universe, 2)
+    items: list[InboxItem] = [
+        event(1),
+        DomainEventIngress("test/Keyed@1", cbor.encode({"é": [1, 2]}), key=b"k"),
+        ReceiptIngress(Hash.of(b"r"), "http.request", "adapter", cbor.encode(None), b"sig"),
+        InboxIngress("orders", cbor.encode(3), headers={"b": "2", "a": "1"}),
+        TimerFiredIngress("t-1", cbor.encode(b"x" * 300)),
+        ControlIngress("pause", cbor.encode({})),
+    ]
+    for n, item in enumerate(items):
+        plane.enqueue(universe, a, item)
+        plane.enqueue(universe, b, item, idempotency_key=b"key-%d" % n)
+    called: list[InboxSeq] = []
+
+    def calling(seq: InboxSeq, item: InboxItem) -> bytes:
+        called.append(seq)
+        return default_normalizer(seq, item)
+
+    expected = [
+        default_normalizer(seq, item) for seq, item in plane.read_after(universe, a, None, 100)
+    ]
+    plane.drain_inbox_to_journal(universe, a, max_items=100)
+    assert journal(plane, universe, a) == expected
+    group = [
+        default_normalizer(seq, item) for seq, item in plane.read_after(universe, b, None, 100)
+    ]
+    plane.drain_worlds(universe, [b], normalize=calling)  # a normalizer of the caller's: called
+    assert journal(plane, universe, b) == group and len(called) == len(items)
 
 
 def test_the_budget_is_shared_by_the_worlds(engine: Engine) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import cbor2
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from persistence import cbor
@@ -160,3 +160,55 @@ def test_scalars_written_directly_are_cbor2s(value: object) -> None:
 @pytest.mark.parametrize("value", [-1, 2**64, 1.5, None, [], {}, bytearray(b"x")], ids=repr)
 def test_other_values_are_not_written_directly(value: object) -> None:
     assert cbor.scalar(value) is None
+
+
+def _walked_decode(raw: bytes) -> object:
+    """The strict decoder without its direct check: walk the value, encode it with cbor2,
+    compare (what :func:`cbor.decode` does for values it does not build directly)."""
+    try:
+        value = cbor2.loads(raw, allow_indefinite=False, allow_duplicate_keys=False)
+    except (cbor2.CBORDecodeError, ValueError, TypeError, RecursionError) as exc:
+        raise cbor.NotCanonical(str(exc)) from None
+    cbor._check(value, 0)
+    if cbor2.dumps(value, canonical=True) != raw:
+        raise cbor.NotCanonical("not canonical")
+    return value
+
+
+_SCALARS = st.one_of(
+    st.integers(-(2**64), 2**64 - 1),
+    st.booleans(),
+    st.none(),
+    st.binary(max_size=300),
+    st.text(max_size=30),
+)
+_FLAT = st.one_of(_SCALARS, st.dictionaries(st.text(max_size=30), _SCALARS, max_size=6))
+
+
+@given(_FLAT, st.integers(0, 4), st.data())
+@settings(max_examples=500)
+def test_the_direct_check_accepts_and_refuses_what_the_walk_does(
+    value: object, mutation: int, data: st.DataObject
+) -> None:
+    """Scalars and flat maps are checked by building their encoding directly; for canonical
+    documents and for each way a document can miss it (entries out of order, a longer
+    head than needed, trailing bytes, any changed byte) the outcome is the walk's."""
+    raw = bytes(cbor2.dumps(value, canonical=True))
+    if mutation == 1 and isinstance(value, dict) and len(value) > 1:
+        raw = bytes(cbor2.dumps(dict(reversed(list(value.items())))))  # insertion order
+    elif mutation == 2:
+        raw = raw + b"\x00"
+    elif mutation == 3 and raw:
+        at = data.draw(st.integers(0, len(raw) - 1))
+        raw = raw[:at] + bytes([raw[at] ^ data.draw(st.integers(1, 255))]) + raw[at + 1 :]
+    elif (
+        mutation == 4 and isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 24
+    ):
+        raw = b"\x18" + bytes([value])  # a one-byte head where none is needed
+    try:
+        expected: object = _walked_decode(raw)
+    except cbor.NotCanonical:
+        with pytest.raises(cbor.NotCanonical):
+            cbor.decode(raw)
+    else:
+        assert cbor.decode(raw) == expected

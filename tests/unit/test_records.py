@@ -26,6 +26,7 @@ from persistence.inbox_records import (
     encode_inbox_item,
     envelope_bytes,
     envelope_item,
+    envelope_parts,
 )
 from persistence.journal_records import (
     BaselineSnapshotJournalRecord,
@@ -258,11 +259,18 @@ def test_ingress_bytes_are_the_ingress_records_encoding(item: InboxItem) -> None
 def test_envelope_item_decodes_as_the_envelope_record_then_its_item(
     item: InboxItem, key: bytes | None
 ) -> None:
-    stored = InboxEnvelope(encode_inbox_item(item), key).to_cbor()
+    encoded = encode_inbox_item(item)
+    stored = InboxEnvelope(encoded, key).to_cbor()
     assert envelope_item(stored, "x") == item
     # an explicit null key: not what the plane writes, but the record decodes it
-    with_null = cbor.encode({"item": encode_inbox_item(item), "idempotency_key": None})
+    with_null = cbor.encode({"item": encoded, "idempotency_key": None})
     assert envelope_item(with_null, "x") == item
+    # with the item's bytes, as the default normalizer's entries are built from
+    assert envelope_parts(stored, "x") == envelope_parts(with_null, "x") == (item, encoded)
+    absent = [f.name for f in dataclasses.fields(item) if getattr(item, f.name) is None]
+    for name in absent:  # a null item field decodes to the same item, whose bytes omit it
+        item_with_null = cbor.encode({**item.to_map(), name: None})
+        assert envelope_parts(InboxEnvelope(item_with_null, key).to_cbor(), "x") == (item, encoded)
 
 
 ITEM = encode_inbox_item(INBOX_ITEMS[0])
