@@ -135,8 +135,10 @@ def map_order(encoded_key: bytes) -> tuple[int, bytes]:
 
 def encode_checked(value: Any) -> bytes:
     """Encode a value already known to be inside the model (a record whose fields were
-    validated on construction) without walking it again."""
-    return bytes(cbor2.dumps(value, canonical=True))
+    validated on construction) without walking it again: a scalar or a flat map of text
+    keys built directly, anything else by cbor2."""
+    direct = _direct(value)
+    return bytes(cbor2.dumps(value, canonical=True)) if direct is None else direct
 
 
 def decode(data: bytes | bytearray | memoryview) -> Any:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Final, Self, Union
 
 from persistence import cbor
-from persistence.ids import Hash, InboxSeq
+from persistence.ids import INBOX_SEQ_LEN, Hash, InboxSeq
 from persistence.records import (
     CBOR,
     HASH,
@@ -71,8 +71,17 @@ class IngressJournalRecord(Record):
 def ingress_bytes(seq: InboxSeq, item: bytes) -> bytes:
     """``IngressJournalRecord(seq, item).to_cbor()`` for ``item`` bytes its caller encoded
     from a checked record (canonical by construction): the same bytes, without decoding the
-    item again to check it (every drained item is journaled so by default)."""
-    return cbor.encode_checked({"kind": IngressJournalRecord.KIND, "seq": seq.raw, "item": item})
+    item again to check it (every drained item is journaled so by default). Written from
+    its constant parts: the map's entries in canonical order are ``seq`` (a 12-byte
+    string), ``item``, ``kind``."""
+    return b"".join(
+        (_INGRESS_SEQ, seq.raw, _INGRESS_ITEM, cbor.head(2, len(item)), item, _INGRESS_KIND)
+    )
+
+
+_INGRESS_SEQ: Final = cbor.head(5, 3) + cbor.encode("seq") + cbor.head(2, INBOX_SEQ_LEN)
+_INGRESS_ITEM: Final = cbor.encode("item")
+_INGRESS_KIND: Final = cbor.encode("kind") + cbor.encode(IngressJournalRecord.KIND)
 
 
 JournalRecord = Union[  # noqa: UP007 -- a runtime alias used in isinstance checks

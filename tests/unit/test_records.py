@@ -254,6 +254,13 @@ def test_ingress_bytes_are_the_ingress_records_encoding(item: InboxItem) -> None
     assert ingress_bytes(SEQ, encoded) == IngressJournalRecord(SEQ, encoded).to_cbor()
 
 
+@pytest.mark.parametrize("size", [0, 10, 200, 300, 70_000])
+def test_ingress_bytes_of_items_of_every_head_size(size: int) -> None:
+    """Items whose bytes take a 1-, 2-, 3- and 5-byte length head in the ingress record."""
+    encoded = encode_inbox_item(DomainEventIngress("s/E@1", cbor.encode(b"x" * size)))
+    assert ingress_bytes(SEQ, encoded) == IngressJournalRecord(SEQ, encoded).to_cbor()
+
+
 @pytest.mark.parametrize("key", [None, b"k"])
 @pytest.mark.parametrize("item", INBOX_ITEMS, ids=lambda i: type(i).__name__)
 def test_envelope_item_decodes_as_the_envelope_record_then_its_item(
