@@ -172,7 +172,7 @@ def envelope_item(data: bytes, what: str) -> InboxItem:
     """The inbox item of stored :class:`InboxEnvelope` bytes, strictly decoded: as
     ``decode_inbox_item(decode_record(InboxEnvelope, data, what).item)``, with the item
     decoded once (building the envelope would check it by decoding it first)."""
-    return envelope_parts(data, what)[0]
+    return _envelope_decoded(data, what)[0]
 
 
 def envelope_parts(data: bytes, what: str) -> tuple[InboxItem, bytes]:
@@ -180,6 +180,14 @@ def envelope_parts(data: bytes, what: str) -> tuple[InboxItem, bytes]:
     bytes, which a strictly decoded record encodes back to (canonical CBOR), unless they
     hold a null for an absent field (the plane leaves such a field out; a null decodes to
     the same record, so the item is encoded again then)."""
+    record, raw, item = _envelope_decoded(data, what)
+    if type(item) is dict and None in item.values():
+        raw = encode_inbox_item(record)
+    return record, raw
+
+
+def _envelope_decoded(data: bytes, what: str) -> tuple[InboxItem, bytes, Any]:
+    """The item of stored envelope bytes: as a record, its stored bytes, its decoded map."""
     value = cbor.decode_stored(data, what)
     if (
         type(value) is dict
@@ -195,10 +203,7 @@ def envelope_parts(data: bytes, what: str) -> tuple[InboxItem, bytes]:
     else:  # anything else: the record's own decoding names what is wrong, or accepts it
         raw = record_from_map(InboxEnvelope, value, what).item
         item = cbor.decode_stored(raw, "inbox item")
-    record = _inbox_item(item)
-    if type(item) is dict and None in item.values():
-        raw = encode_inbox_item(record)
-    return record, raw
+    return _inbox_item(item), raw, item
 
 
 def envelope_bytes(item: bytes, idempotency_key: bytes | None) -> bytes:

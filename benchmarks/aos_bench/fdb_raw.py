@@ -50,20 +50,20 @@ class Raw:
         while True:
             try:
                 body(tr)
-                commit = tr.commit()
-                if self.library_waits and not commit.is_ready():
-                    commit.capi.fdb_future_block_until_ready(commit.fpointer)
-                commit.wait()
+                self._ready(tr.commit()).wait()
                 return
             except self.fdb.FDBError as exc:
-                tr.on_error(exc).wait()
+                self._ready(tr.on_error(exc)).wait()
+
+    def _ready(self, future: Any) -> Any:
+        """``future``, waited for in libfdb_c first if :attr:`library_waits`."""
+        if self.library_waits and not future.is_ready():
+            future.capi.fdb_future_block_until_ready(future.fpointer)
+        return future
 
     def head(self, tr: Any, keys: WorldKeys) -> int:
         """The world's head, read in ``tr`` (waited for as :attr:`library_waits` says)."""
-        value = tr[keys.head()]
-        if self.library_waits and not value.is_ready():
-            value.capi.fdb_future_block_until_ready(value.fpointer)
-        return JOURNAL_HEAD.decode(bytes(value), "head")
+        return JOURNAL_HEAD.decode(bytes(self._ready(tr[keys.head()])), "head")
 
     def append(self, keys: WorldKeys, entries: list[bytes]) -> None:
         def body(tr: Any) -> None:

@@ -47,7 +47,10 @@ _UNDRAWN: Final = bytes(CALL_ID_BYTES - 8)
 _draws = random.Random(os.urandom(32))
 """Where the random half of call ids comes from: a generator seeded from the system's
 randomness in each process (again in a forked child, which would otherwise repeat its
-parent's ids), so that drawing an id is no system call. Ids must be unique, not secret."""
+parent's ids), so that drawing an id is no system call. Ids must be unique, not secret.
+A copy of a process made without Python's fork hooks (a VM or container snapshot restored
+twice, a fork from C) draws the same sequence as the original; two of its calls' ids
+collide only if they also start in the same nanosecond, in the same scope."""
 os.register_at_fork(after_in_child=lambda: _draws.seed(os.urandom(32)))
 
 

@@ -169,9 +169,11 @@ def test_a_forked_child_draws_other_call_ids_than_its_parent() -> None:
     is reseeded, so it does not repeat the ids its parent draws next."""
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: its next draws, to the parent
-        os.write(write, b"".join(Call.new().id[8:] for _ in range(4)))
-        os._exit(0)
+    if pid == 0:  # the child: its next draws, to the parent; it never returns to pytest
+        try:
+            os.write(write, b"".join(Call.new().id[8:] for _ in range(4)))
+        finally:
+            os._exit(0)
     os.waitpid(pid, 0)
     child = os.read(read, 64)
     parent = b"".join(Call.new().id[8:] for _ in range(4))
