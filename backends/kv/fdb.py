@@ -23,14 +23,15 @@ The adapter does almost nothing of its own, on purpose. What it must get right:
 * ``fdb.FDBError`` becomes :class:`~persistence.errors.EngineError` with the same code; the
   retry loop goes through the binding's own ``on_error`` (FoundationDB's classification and
   its throttling-aware backoff), and ``is_retryable`` asks ``libfdb_c``'s predicates.
-* Every transaction carries a timeout and a size limit (transaction options), so an
-  unreachable cluster fails in seconds with 1031 instead of hanging; the timeout spans
-  ``on_error`` retries.
+* Every transaction carries a timeout and a size limit (its Database's options, set once:
+  :func:`_database`), so an unreachable cluster fails in seconds with 1031 instead of
+  hanging; the timeout spans ``on_error`` retries.
 """
 
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -311,17 +312,13 @@ class _FdbRange(Future[list[tuple[bytes, bytes]]]):
 
 
 class FdbTransaction(kv.Transaction):
-    """Delegates to an ``fdb.Transaction``. Options are transaction options, not database
-    ones: ``fdb.open`` hands every engine of a cluster file in a process the same
-    ``Database``, so database options set by one engine would change the others'."""
+    """Delegates to an ``fdb.Transaction`` of the engine's own Database, whose options give
+    it its timeout and size limit (:func:`_database`)."""
 
-    def __init__(self, fdb: Any, tr: Any, timeout_ms: int, size_limit: int, hint: str) -> None:
+    def __init__(self, fdb: Any, tr: Any, hint: str) -> None:
         self._fdb = fdb
         self._tr = tr
-        self._size_limit = size_limit
         self._hint = hint
-        tr.options.set_timeout(timeout_ms)  # spans on_error retries (API >= 610)
-        tr.options.set_size_limit(size_limit)
 
     def _call(self, call: Callable[[], T]) -> T:
         return _translate(self._fdb, call, self._hint)
@@ -417,10 +414,34 @@ class FdbTransaction(kv.Transaction):
 
     def _reset(self, future: Any) -> FdbTransaction:
         """The next attempt, once ``on_error``'s future is ready (its error, if any, is
-        raised here: not retryable)."""
+        raised here: not retryable). The reset transaction has its database's options
+        again; its timeout still counts from its creation (API >= 610)."""
         future.wait()
-        self._tr.options.set_size_limit(self._size_limit)  # on_error resets it
         return self
+
+
+_databases: dict[tuple[Any, str | None, int, int], Any] = {}
+_databases_lock = threading.Lock()
+
+
+def _database(fdb: Any, cluster_file: str | None, options: FdbOptions) -> Any:
+    """The Database of engines on ``cluster_file`` with ``options``' timeout and size
+    limit: one of their own, whose database options make those every transaction's
+    defaults. A transaction then sets no option of its own, and ``on_error`` keeps them:
+    the size limit is applied again, the timeout counts from the transaction's creation
+    (both checked on a real cluster: ``tests/engines/test_fdb_cluster.py``). Not
+    ``fdb.open``'s Database: that one is shared by every user of the cluster file in the
+    process (the host application's too), whose transactions its options would change."""
+    key = (fdb, cluster_file, options.timeout_ms, options.size_limit)
+    with _databases_lock:
+        database = _databases.get(key)
+        if database is None:
+            fdb.open(cluster_file)  # starts the client's network thread, as the bindings do
+            database = fdb.impl.create_database(cluster_file)
+            database.options.set_transaction_timeout(options.timeout_ms)
+            database.options.set_transaction_size_limit(options.size_limit)
+            _databases[key] = database
+    return database
 
 
 class FdbEngine(kv.Engine):
@@ -433,7 +454,6 @@ class FdbEngine(kv.Engine):
         self.options = options or FdbOptions()
         self.url = f"fdb://{self.cluster_file or ''}"
         self.retry_limit = self.options.retry_limit
-        self.size_limit = self.options.size_limit
         # The transaction timeout spans retries and ends them (1031) before the runner would.
         self.max_retry_seconds = self.options.timeout_ms / 1000 + 1.0
         if self.cluster_file is not None and not os.path.isfile(self.cluster_file):
@@ -443,18 +463,27 @@ class FdbEngine(kv.Engine):
             f"{self.cluster_file or 'the default'}: is the cluster reachable?"
         )
         self._fdb = load_bindings(self.options.api_version, self.options.client_library)
-        self._db = _translate(self._fdb, lambda: self._fdb.open(self.cluster_file))
+        self._db = _translate(
+            self._fdb, lambda: _database(self._fdb, self.cluster_file, self.options)
+        )
+
+    @property
+    def size_limit(self) -> int:
+        """FoundationDB's ``size_limit`` of the engine's transactions (its options')."""
+        return self.options.size_limit
+
+    @size_limit.setter
+    def size_limit(self, value: int) -> None:
+        """Give the engine's later transactions another size limit: they come from the
+        Database whose options say so (:func:`_database`; the others keep theirs)."""
+        options = dataclasses.replace(self.options, size_limit=value)  # checks it
+        self._db = _translate(self._fdb, lambda: _database(self._fdb, self.cluster_file, options))
+        self.options = options
 
     def create_transaction(self) -> FdbTransaction:
         fdb = self._fdb
         try:
-            return FdbTransaction(
-                fdb,
-                self._db.create_transaction(),
-                self.options.timeout_ms,
-                self.size_limit,
-                self._timeout_hint,
-            )
+            return FdbTransaction(fdb, self._db.create_transaction(), self._timeout_hint)
         except fdb.FDBError as exc:
             raise _engine_error(exc, self._timeout_hint) from None
 

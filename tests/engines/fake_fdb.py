@@ -39,7 +39,11 @@ strict so that misuse of that API fails here as it fails against a cluster:
 * ``persistence.errors.EngineError`` from the memory engine becomes ``FDBError`` with the
   same code and FoundationDB's description (the engine's detail is kept as a note).
 
-* ``Transaction.options`` takes ``set_timeout`` and ``set_size_limit`` (recorded in
+* ``fdb.impl.create_database`` makes a Database of the caller's own (``fdb.open`` shares
+  one per cluster file). ``Database.options`` takes ``set_transaction_timeout`` and
+  ``set_transaction_size_limit``: defaults of every transaction it creates.
+* ``Transaction.options`` takes ``set_timeout`` and ``set_size_limit`` (the options in
+  effect, set on the transaction or its database's defaults, are in
   ``Transaction.option_calls``; the size limit is recorded, not enforced). The timeout is
   measured from the transaction's creation and is not reset by ``on_error`` (API >= 610);
   every other option is, as in the C client.
@@ -514,6 +518,12 @@ class _TxState:
         self.created = time.monotonic()
         self.deadline: float | None = None
         self.options: dict[str, int] = {}
+        defaults = database.transaction_defaults
+        if "size_limit" in defaults:
+            self.options["size_limit"] = defaults["size_limit"]
+        if "timeout" in defaults:
+            self.options["timeout"] = defaults["timeout"]
+            self.deadline = self.created + defaults["timeout"] / 1000
 
     def reach_cluster(self) -> None:
         """Fail as a request to an unreachable cluster does: at the timeout (1031)."""
@@ -885,16 +895,40 @@ class Watch:
 
 
 class Database:
-    """``fdb.Database``: creates transactions on the backing engine."""
+    """``fdb.Database``: creates transactions on the backing engine, with the transaction
+    options its own options set as their defaults (``transaction_defaults``)."""
 
     def __init__(self, module: FakeFdb) -> None:
         self.module = module
         self.engine = module.engine
         self.on_error_calls = 0
+        self.transaction_defaults: dict[str, int] = {}
+        self.options = _DatabaseOptions(self)
 
     def create_transaction(self) -> Transaction:
         """A new :class:`Transaction`."""
         return Transaction(_TxState(self.engine.create_transaction(), self))
+
+
+class _DatabaseOptions:
+    """The database options the adapter sets (``fdb.impl._DatabaseOptions``): defaults of
+    every transaction the database creates, applied again when one is reset by
+    ``on_error`` (whose timeout still counts from the transaction's creation)."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def set_transaction_timeout(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError("option transaction_timeout takes an integer")
+        self._database.transaction_defaults["timeout"] = value
+
+    def set_transaction_size_limit(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError("option transaction_size_limit takes an integer")
+        if not 32 <= value <= kv.MAX_TRANSACTION_SIZE:
+            raise fdb_error(2006, "invalid_option_value")
+        self._database.transaction_defaults["size_limit"] = value
 
 
 class _ErrorPredicates:
@@ -926,6 +960,16 @@ class FakeFdb(types.ModuleType):
         self._version: int | None = None
         self._databases: dict[str | bytes | None, Database] = {}
         self.reachable = True
+        self.impl = types.SimpleNamespace(create_database=self._create_database)
+        """``fdb.impl``: its ``create_database``, a Database of the caller's own."""
+        self.created_databases: list[str | bytes | None] = []
+        """The ``cluster_file`` of each ``impl.create_database`` (fake only)."""
+
+    def _create_database(self, cluster_file: str | bytes | None = None) -> Database:
+        if self._version is None:
+            raise RuntimeError("You must call api_version() before using any fdb methods")
+        self.created_databases.append(cluster_file)
+        return Database(self)
 
     def api_version(self, ver: int) -> None:
         """Select the API version, with the checks of ``fdb.api_version``."""

@@ -135,20 +135,22 @@ def test_open_engine_url_reaches_the_adapter(fake: FakeFdb, tmp_path: Path) -> N
     assert tr._tr.option_calls == {"timeout": 1500, "size_limit": 5_000_000}
 
 
-def test_options_are_per_engine_though_the_database_is_shared(
+def test_options_are_per_engine_and_the_shared_database_keeps_its_own(
     fake: FakeFdb, tmp_path: Path
 ) -> None:
-    """``fdb.open`` returns one Database per cluster file: options must not be database
-    options, or the last engine opened would set them for all."""
+    """``fdb.open`` returns one Database per cluster file, shared with the host's own code:
+    an engine's options are database options of a Database of its own (one per cluster
+    file and options), never of that one."""
     cluster = _cluster_file(tmp_path)
     small = FdbEngine(cluster, FdbOptions(timeout_ms=100, size_limit=1000))
     default = FdbEngine(cluster)
-    assert fake.open(cluster) is fake.open(cluster)
+    assert small._db is not default._db and fake.open(cluster) not in (small._db, default._db)
     assert small.create_transaction()._tr.option_calls == {"timeout": 100, "size_limit": 1000}
     assert default.create_transaction()._tr.option_calls == {
         "timeout": 10_000,
         "size_limit": 10_000_000,
     }
+    assert fake.open(cluster).create_transaction().option_calls == {}
 
 
 def test_on_error_keeps_the_timeout_and_sets_the_size_limit_again(
@@ -192,10 +194,10 @@ def test_api_version_outside_the_supported_range(fake: FakeFdb, version: int) ->
 
 
 def test_bindings_are_loaded_once(fake: FakeFdb) -> None:
-    FdbEngine()
-    FdbEngine()
+    first, second = FdbEngine(), FdbEngine()
     assert fdb_backend._fdb is fake
-    assert fake.opened == [None, None]
+    assert fake.opened == [None]  # the network started once
+    assert first._db is second._db and fake.created_databases == [None]  # same options
 
 
 # --------------------------------------------------------------------------- reads
@@ -621,7 +623,7 @@ def test_throttling_and_maybe_committed_errors_are_retried_through_on_error(
 
     assert kv.run_sync(engine, body) == "done"
     assert calls == [1, 1]
-    assert fake.open(engine.cluster_file).on_error_calls == 1
+    assert engine._db.on_error_calls == 1
 
 
 def test_retry_classification_follows_the_loaded_library(
@@ -650,7 +652,7 @@ def test_retry_classification_follows_the_loaded_library(
     assert engine.is_retryable(fdb_errors.engine_error(1235))
     assert kv.run_sync(engine, body) == "done"
     assert calls == [1, 1]
-    assert fake.open(engine.cluster_file).on_error_calls == 1
+    assert engine._db.on_error_calls == 1
 
 
 def test_retry_limit_reached_carries_the_last_error(fake: FakeFdb, tmp_path: Path) -> None:

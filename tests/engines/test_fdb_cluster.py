@@ -385,3 +385,31 @@ def test_transaction_size_is_counted_as_foundationdb_counts_it(
     largest = LIMIT - fixed
     assert _commits(engine, make(largest)), f"{what}: {largest} bytes did not commit"
     assert not _commits(engine, make(largest + 1)), f"{what}: {largest + 1} bytes committed"
+
+
+def test_the_engine_s_options_hold_across_on_error_and_stay_its_own(
+    fdb_cluster: FdbCluster, prefix: bytes
+) -> None:
+    """The timeout and size limit are database options of the engine's own Database: a
+    transaction reset by ``on_error`` keeps the size limit, and its timeout still counts
+    from its creation; ``fdb.open``'s Database, shared with other code of the process,
+    gets neither."""
+    engine = fdb_cluster.engine(timeout_ms=1_500, size_limit=1_000)
+    tr: kv.Transaction = engine.create_transaction()
+    for _ in range(2):  # over the size limit, before and after a reset by on_error
+        tr.set(prefix + b"big", b"x" * 2_000)
+        with pytest.raises(EngineError) as too_large:
+            tr.commit().wait()
+        assert too_large.value.code == fdb_errors.TRANSACTION_TOO_LARGE
+        tr = tr.on_error(fdb_errors.engine_error(fdb_errors.NOT_COMMITTED)).wait()
+    tr = engine.create_transaction()
+    time.sleep(1.0)
+    tr = tr.on_error(fdb_errors.engine_error(fdb_errors.NOT_COMMITTED)).wait()
+    time.sleep(0.7)  # 1.7 s after its creation, 0.7 s after the reset
+    with pytest.raises(EngineError) as timed_out:
+        tr.get(prefix + b"k").wait()
+    assert timed_out.value.code == fdb_errors.TRANSACTION_TIMED_OUT
+    shared = engine._fdb.open(str(fdb_cluster.cluster_file)).create_transaction()
+    time.sleep(1.6)
+    shared.set(prefix + b"small", b"x" * 2_000)
+    shared.commit().wait()  # neither the engine's timeout nor its size limit
