@@ -9,7 +9,8 @@ with their lowest and highest.
 
 * **single calls** (one thread): a 1-entry and a 100-entry append (raw: read the head, write
   the entries and the head), a 1-item enqueue (raw: a versionstamped item, the notify add,
-  the ready mark), a drain of 1 and of 100 items (raw: cursor and head read together, the
+  the ready mark, and the commit's versionstamp, which the plane's call returns as the
+  item's sequence), a drain of 1 and of 100 items (raw: cursor and head read together, the
   items after the cursor, the journal entries the plane writes -- an ingress record of each
   item -- head, cursor, the ready mark cleared when empty), and a 20,000-entry read. Each
   figure's name gives the plane's round trips per call, counted from the shape of the call

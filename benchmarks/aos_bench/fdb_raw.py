@@ -71,13 +71,19 @@ class Raw:
 
         self._run(body)
 
-    def enqueue(self, keys: WorldKeys, envelope: bytes) -> None:
+    def enqueue(self, keys: WorldKeys, envelope: bytes) -> bytes:
+        """Enqueue ``envelope``; return its commit's versionstamp, which the item's sequence
+        is made of (the plane's enqueue returns the sequence)."""
+        stamp: list[Any] = []
+
         def body(tr: Any) -> None:
             tr.set_versionstamped_key(_raw_key(keys, 0), envelope)
             tr.add(keys.notify_counter(), NOTIFY)
             tr.set_versionstamped_value(keys.ready(), READY)
+            stamp[:] = [tr.get_versionstamp()]
 
         self._run(body)
+        return bytes(self._ready(stamp[0]).wait())
 
     def drain(self, keys: WorldKeys, max_items: int) -> int:
         taken = [0]
