@@ -372,7 +372,9 @@ async def read_entries(
     ``MissingJournalEntry``. The first segment ending at or after ``first`` is checked to
     continue the one before it (``segment_index.read_segments``): the index tiles from
     height 1, so that segment holds ``first`` -- a record that does not (a gap, an overlap,
-    a key that is not its end) is ``SegmentIndexCorruption``, never a read of other heights."""
+    a key that is not its end) is ``SegmentIndexCorruption``, never a read of other heights.
+    The entries are read at snapshot isolation: a read-only call, never part of a
+    transaction that writes on what it read."""
     head = (await read_head(tr, keys)).height
     if first > head or limit <= 0:
         return JournalPage(head, [])
@@ -392,7 +394,9 @@ async def read_entries(
     asked, read = ROWS_PER_READ, 0
     sealed = SEAL_BYTES if checksummed else 0
     while True:
-        rows = await tr.get_range(begin, end, limit=asked)
+        # A snapshot read: this transaction writes nothing, so its conflicts would never
+        # be checked (an engine that validates reads at commit keeps no copy of the rows).
+        rows = await tr.get_range(begin, end, limit=asked, snapshot=True)
         read += len(rows)
         values = list(map(_value_of, rows))
         run = sum(map(len, values)) - sealed * len(values)
