@@ -25,7 +25,8 @@ world's height, read through cold segments when it has been exported).
 ``min_partitions``            a scan is cut into at least this many partitions (2)
 ``batch_rows``                positions read per transaction and Arrow batch (8,192)
 ``max_entries_per_batch``     stream only: the most positions one micro-batch admits,
-                              shared fairly between universes (Spark's ``ReadMaxRows``)
+                              shared fairly between universes (Spark's ``ReadMaxRows``);
+                              ``max_bytes_per_batch`` is refused
 ``starting``                  stream only: ``earliest`` (default) or ``latest``
 ============================  ============================================================
 
@@ -248,6 +249,12 @@ class LogStream(HeadStream):
 
     def __init__(self, options: Mapping[str, str], schema: StructType | None = None) -> None:
         super().__init__(options, NAME)
+        if self.max_bytes is not None:
+            raise Validation(
+                f"{NAME}.max_bytes_per_batch",
+                "not offered by aos_log: a position's entry lives in its world's journal, "
+                "so sizing a batch would read it there first; use max_entries_per_batch",
+            )
         rest = {k: v for k, v in options.items() if k.lower() not in STREAM_OPTIONS}
         self.options = LogOptions.parse(rest, schema)
 

@@ -24,6 +24,12 @@ Options, beyond the batch source's:
                               ``ReadMaxRows``; default: all that are there). The limit is
                               shared fairly: each world with entries waiting gets an equal
                               share, and what a world does not need goes to the others.
+``max_bytes_per_batch``       the most entry bytes one micro-batch admits (Spark's
+                              ``ReadMaxBytes``), shared as fairly; with the entries' cap,
+                              both hold. Hot entries count the bytes the engine stores for
+                              them (read on the driver to size the batch); a height in a
+                              segment counts an even share of the segment object's size.
+                              An entry larger than the cap is a micro-batch of its own.
 ``starting``                  ``earliest`` (default: every world from height 1) or
                               ``latest`` (from each world's head when the query first
                               starts; worlds created later from height 1)
@@ -36,23 +42,31 @@ no reader state), so a query's progress lives in its checkpoint alone.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from itertools import accumulate, islice, repeat
+from typing import Any, ClassVar, Final, Protocol
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
 
 from persistence.errors import Validation, WorldNotFound
+from persistence.futures import drive
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
+from persistence.keyspace import WorldKeys
+from persistence.plane import Plane
+from persistence.protocols import journal
 from spark_connectors.journal import (
+    HOT_ENTRY_ESTIMATE,
     NAME,
     JournalPartition,
     JournalRef,
@@ -62,13 +76,13 @@ from spark_connectors.journal import (
     plane_of,
     read_partition,
 )
-from spark_connectors.listing import selected_worlds
+from spark_connectors.listing import index_refs, selected_worlds
 from spark_connectors.source import ScanOptions
 
 OFFSET_VERSION: Final = 1
 MAX_READ_LIMIT: Final = 2**63 - 1
 """The largest ``max_entries_per_batch``: Spark's row limit is a signed 64-bit count."""
-STREAM_OPTIONS: Final = ("max_entries_per_batch", "starting")
+STREAM_OPTIONS: Final = ("max_entries_per_batch", "max_bytes_per_batch", "starting")
 
 Heights = dict[str, int]
 """What a stream has read through, by key: a world's height by ``"<universe>/<world>"``, a
@@ -205,6 +219,120 @@ def admit(waiting: Mapping[str, int], budget: int, turn: int = 0) -> Heights:
     return granted
 
 
+class EntrySizes(Protocol):
+    """The sizes of one key's waiting entries, in order (read as they are asked for)."""
+
+    def fit(self, taken: int, room: int, most: int) -> tuple[int, int]:
+        """How many entries after the first ``taken`` (at most ``most``) fit in ``room``
+        bytes, and their bytes."""
+        ...
+
+
+def admit_bytes(
+    waiting: Mapping[str, int], sizes: Mapping[str, EntrySizes], budget: int, turn: int = 0
+) -> Heights:
+    """How many of each key's ``waiting`` entries a micro-batch of at most ``budget`` bytes
+    takes, shared as :func:`admit` shares entries: equal shares of the bytes in rounds,
+    what a key does not use going to the others. A key whose next entry is larger than its
+    share takes it if it fits in what is left (keys in turn from ``turn``, as
+    :func:`admit`), so no key waits for another's backlog; at the end, each key in turn
+    takes what still fits. An entry larger than the whole budget is admitted alone when
+    nothing else fits, so that a stream always moves on."""
+    granted = dict.fromkeys(waiting, 0)
+    ordered = sorted(key for key, count in waiting.items() if count > 0)
+    if ordered:
+        first = turn % len(ordered)
+        ordered = ordered[first:] + ordered[:first]
+    active = ordered
+    while budget > 0 and active:
+        share = max(1, budget // len(active))
+        still = []
+        for key in active:
+            count, used = sizes[key].fit(
+                granted[key], min(share, budget), waiting[key] - granted[key]
+            )
+            if not count:  # an entry larger than the share: it still goes if it fits
+                count, used = sizes[key].fit(granted[key], budget, 1)
+            granted[key] += count
+            budget -= used
+            if count and granted[key] < waiting[key]:
+                still.append(key)
+        active = still  # the keys that took entries and want more
+    for key in ordered:  # what is left: each key in turn takes what still fits
+        count, used = sizes[key].fit(granted[key], budget, waiting[key] - granted[key])
+        granted[key] += count
+        budget -= used
+    if ordered and not any(granted.values()):
+        granted[ordered[0]] = 1  # larger than the budget: a micro-batch of its own
+    return granted
+
+
+class WorldSizes:
+    """:class:`EntrySizes` of one world's entries above ``after``: a height in a segment
+    counts an even share of the segment object's size (rounded up), a hot one the bytes
+    the engine stores for it (:func:`journal.stored_sizes`), read page by page as
+    admission asks; a hot height the engine does not hold (a hole, which the micro-batch
+    reports) counts :data:`HOT_ENTRY_ESTIMATE`. A hot height exported since the index was
+    read is counted from the index read again."""
+
+    def __init__(self, plane: Plane, universe: UniverseId, world: WorldId, after: int) -> None:
+        self.plane, self.universe, self.world = plane, universe, world
+        self.keys = WorldKeys(universe, world)
+        self.next = after + 1
+        """The first height not sized yet."""
+        self.total = [0]
+        """``total[i]``: the bytes of the first ``i`` heights above ``after``."""
+        self.segments: list[tuple[int, int, int]] = []
+        self.covered = 0
+        self._read_index()
+
+    def _read_index(self) -> None:
+        refs, self.covered = index_refs(self.plane, self.universe, self.world)
+        self.segments = [
+            (ref.start, ref.end, -(-ref.byte_size // (ref.end - ref.start + 1))) for ref in refs
+        ]
+
+    def _extend(self, sizes: Iterable[int]) -> None:
+        before = len(self.total)
+        self.total.extend(islice(accumulate(sizes, initial=self.total[-1]), 1, None))
+        self.next += len(self.total) - before
+
+    def _more(self, want: int) -> None:
+        """Size at least one more height, up to ``want`` of them."""
+        height = self.next
+        if height <= self.covered:
+            for start, end, each in self.segments:
+                if start <= height <= end:
+                    self._extend(repeat(each, min(end - height + 1, want)))
+                    return
+            self._extend([0])  # a height the index claims but no ref holds: an error row
+            return
+        last = height + min(want, journal.MAX_ROWS_PER_READ) - 1
+        held = drive(journal.stored_sizes(self.plane.engine, self.keys, height, last))
+        if not held or held[0][0] != height:
+            before = self.covered
+            self._read_index()
+            if self.covered >= height > before:
+                return  # exported since: sized from the index now
+            hole = (held[0][0] if held else last + 1) - height
+            self._extend(repeat(HOT_ENTRY_ESTIMATE, hole))
+            return
+        run: list[int] = []
+        for h, size in held:  # the heights held from ``height`` on, up to a hole
+            if h != height + len(run):
+                break
+            run.append(size)
+        self._extend(run)
+
+    def fit(self, taken: int, room: int, most: int) -> tuple[int, int]:
+        base = self.total[taken]
+        while len(self.total) - 1 < taken + most and self.total[-1] - base <= room:
+            self._more(taken + most - (len(self.total) - 1))
+        top = min(len(self.total) - 1, taken + most)
+        count = bisect_right(self.total, base + room, taken, top + 1) - 1 - taken
+        return count, self.total[taken + count] - base
+
+
 Ranges = dict[str, tuple[int, int]]
 """What a micro-batch reads, by key: counts ``first..last``."""
 
@@ -230,6 +358,15 @@ class HeadStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"an integer from 1 to {MAX_READ_LIMIT}, not {raw!r}",
             )
         self.max_entries = int(raw) if raw is not None else None
+        raw = lowered.get("max_bytes_per_batch")
+        if raw is not None and not (
+            raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_READ_LIMIT
+        ):
+            raise Validation(
+                f"{source}.max_bytes_per_batch",
+                f"an integer from 1 to {MAX_READ_LIMIT}, not {raw!r}",
+            )
+        self.max_bytes = int(raw) if raw is not None else None
         self.starting = lowered.get("starting", "earliest")
         if self.starting not in ("earliest", "latest"):
             raise Validation(f"{source}.starting", f"earliest or latest, not {self.starting!r}")
@@ -250,6 +387,11 @@ class HeadStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def plan(self, ranges: Ranges) -> Sequence[InputPartition]:
         """The input partitions that read ``ranges`` (not empty)."""
+        raise NotImplementedError
+
+    def sizes(self, key: str, after: int) -> EntrySizes:
+        """The sizes of ``key``'s entries above ``after``, for a byte cap; a subclass that
+        cannot size its entries before reading them refuses ``max_bytes_per_batch``."""
         raise NotImplementedError
 
     def _offset(self, counts: Mapping[str, int], **marks: Any) -> dict[str, Any]:
@@ -280,8 +422,19 @@ class HeadStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for key, head in heads.items()
             if head > max(begin.counts.get(key, 0), self.floor)
         }
-        if isinstance(limit, ReadMaxRows):
-            waiting = admit(waiting, limit.max_rows, turn=sum(begin.counts.values()))
+        turn = sum(begin.counts.values())
+        if not isinstance(limit, ReadAllAvailable):
+            rows = limit.max_rows if isinstance(limit, ReadMaxRows) else self.max_entries
+            if rows is not None:
+                waiting = admit(waiting, rows, turn)
+            size = limit.max_bytes if isinstance(limit, ReadMaxBytes) else self.max_bytes
+            if size is not None:
+                sizes = {
+                    key: self.sizes(key, max(begin.counts.get(key, 0), self.floor))
+                    for key, count in waiting.items()
+                    if count
+                }
+                waiting = admit_bytes(waiting, sizes, size, turn)
         if not any(waiting.values()):  # nothing new: the start itself, so no batch runs
             return self._offset(begin.counts, initial=begin.initial, base=begin.base)
         end = dict(begin.counts)
@@ -291,8 +444,15 @@ class HeadStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._offset(end, base=begin.counts if begin.initial else None)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        """``ReadMaxRows(max_entries_per_batch)`` when that option is set."""
-        return ReadAllAvailable() if self.max_entries is None else ReadMaxRows(self.max_entries)
+        """``ReadMaxRows(max_entries_per_batch)`` when that option is set, else
+        ``ReadMaxBytes(max_bytes_per_batch)`` when that one is (Spark takes one limit;
+        :meth:`latestOffset` applies both options, and a limit Spark gives in place of
+        either)."""
+        if self.max_entries is not None:
+            return ReadMaxRows(self.max_entries)
+        if self.max_bytes is not None:
+            return ReadMaxBytes(self.max_bytes)
+        return ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict[str, Any]:
         """Each key's head now (shown in the query's progress)."""
@@ -366,6 +526,13 @@ class JournalStream(HeadStream):
                 )
             )
         return partitions_of(refs, self.options) if refs else []
+
+    def sizes(self, key: str, after: int) -> WorldSizes:
+        """The world's entries above ``after``, sized as :class:`WorldSizes` says."""
+        universe, _, world = key.partition("/")
+        return WorldSizes(
+            plane_of(self.options), UniverseId.parse(universe), WorldId.parse(world), after
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The partition's rows, as the batch scan reads them."""

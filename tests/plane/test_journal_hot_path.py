@@ -175,6 +175,42 @@ def test_entries_of_every_size_round_trip_across_pages(
         assert rows == list(enumerate(entries, 1))[first - 1 : first + 299]
 
 
+def test_stored_sizes_are_the_bytes_held_per_height_without_reading_them_as_entries(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    """``journal.stored_sizes``: a height's stored bytes (chunks together, with the seal
+    where the layout has one), only heights the engine holds, a height cut by the read's
+    row limit left for the next read; a damaged entry is sized, not refused."""
+    keys = WorldKeys(universe, world)
+    seal_bytes = 4 if plane.checksummed else 0
+    big = b"c" * (2 * CHUNK_SIZE + 1)  # three chunks
+    entries = [big if i % 50 == 0 else b"x" * (i % 7) for i in range(1, 301)]
+    plane.append_batch(universe, world, 0, entries)
+
+    def sizes(first: int, last: int) -> list[tuple[int, int]]:
+        return kv.run(plane.engine, lambda tr: journal.stored_sizes(tr, keys, first, last))
+
+    chunked = 3 * seal_bytes + len(big)
+    stored = [chunked if e is big else len(e) + seal_bytes for e in entries]
+    assert sizes(1, 300) == list(enumerate(stored, 1))
+    assert sizes(50, 50) == [(50, chunked)] and sizes(5, 4) == []
+    assert sizes(299, 400) == [(299, len(entries[298]) + seal_bytes), (300, chunked)]
+    kv.run_sync(plane.engine, lambda tr: tr.clear(keys.whole_entry_key()(7)))
+    kv.run_sync(plane.engine, lambda tr: tr.set(keys.whole_entry_key()(8), b"damaged"))
+    assert [h for h, _ in sizes(6, 9)] == [6, 8, 9] and dict(sizes(6, 9))[8] == 7
+    filler = [b"f"] * (journal.MAX_ROWS_PER_READ - 2)
+    other = WorldId.new()
+    plane.create_world(universe, other)
+    plane.append_batch(universe, other, 0, [*filler, big])  # its chunks cross the row limit
+    other_keys = WorldKeys(universe, other)
+    cut = kv.run(plane.engine, lambda tr: journal.stored_sizes(tr, other_keys, 1, 10**6))
+    assert [h for h, _ in cut] == list(range(1, len(filler) + 1))
+    rest = kv.run(
+        plane.engine, lambda tr: journal.stored_sizes(tr, other_keys, len(filler) + 1, 10**6)
+    )
+    assert rest == [(len(filler) + 1, chunked)]
+
+
 @pytest.mark.parametrize(
     ("budget", "rows"),
     [
