@@ -66,6 +66,7 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
         "journal": "where a run of missing heights ends, as fsck finds it",
     },
     "spark_connectors.source": {"segment_index": "the record check a listed segment passed"},
+    "spark_connectors.stream": {"journal": "a byte cap sizes hot entries before they are read"},
     "aosp.fsck": {
         "worlds": "fsck reads the records themselves: what the facade hides is what it checks",
         "compaction": "... the consumed marks",
