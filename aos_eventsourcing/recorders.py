@@ -25,7 +25,7 @@ import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 from uuid import UUID
@@ -117,6 +117,42 @@ class PlaneRecorder:
             raise PlaneClosedError(CLOSED)
         return self._plane
 
+    def app_data(
+        self, stored_events: Sequence[StoredEvent], **kwargs: Any
+    ) -> Mapping[bytes, bytes | None] | None:
+        """The application's own data an insert writes in its transaction, with its events
+        (and a process's tracking record): key to new value, ``None`` to remove the key;
+        ``None`` for nothing (this default). A subclass maps the insert's keyword arguments
+        -- what the application's ``save`` or a process's ``_record`` put there, as
+        eventsourcing passes them to ``insert_events`` -- to its keys. Called once per
+        insert, before its first attempt."""
+        return None
+
+    def read_app_data(self, key: bytes) -> bytes | None:
+        """The value of the application's own ``key`` (``None`` if it has none)."""
+        try:
+            return self.plane.read_app_data(self.universe, key)
+        except PersistError as exc:
+            raise codec.translate(exc) from exc
+
+    def read_app_range(
+        self,
+        begin: bytes = b"",
+        end: bytes | None = None,
+        *,
+        limit: int = 1_000,
+        reverse: bool = False,
+    ) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` ``(key, value)`` pairs of the application's own data from
+        ``begin`` up to ``end`` (``None``: every key from ``begin`` on), in key order
+        (descending with ``reverse``): ``Plane.read_app_range``."""
+        try:
+            return self.plane.read_app_range(
+                self.universe, begin, end, limit=limit, reverse=reverse
+            )
+        except PersistError as exc:
+            raise codec.translate(exc) from exc
+
 
 class _Journals(PlaneRecorder):
     """Aggregates as worlds: inserts and reads of their events."""
@@ -135,12 +171,17 @@ class _Journals(PlaneRecorder):
     # ------------------------------------------------------------------ inserts
 
     def _insert(
-        self, stored_events: Sequence[StoredEvent], tracking: Tracking | None, *, sequenced: bool
+        self,
+        stored_events: Sequence[StoredEvent],
+        tracking: Tracking | None,
+        *,
+        sequenced: bool,
+        app_data: Mapping[bytes, bytes | None] | None = None,
     ) -> list[int]:
-        """Append ``stored_events`` (and ``tracking``) in one transaction; their log
-        positions in the caller's order if ``sequenced``, else ``[]``."""
+        """Append ``stored_events`` (and ``tracking``, and ``app_data``) in one transaction;
+        their log positions in the caller's order if ``sequenced``, else ``[]``."""
         batches = self._group(stored_events)
-        if not batches and tracking is None:
+        if not batches and tracking is None and app_data is None:
             return []
         tracked = (
             None if tracking is None else (tracking.application_name, tracking.notification_id)
@@ -153,11 +194,18 @@ class _Journals(PlaneRecorder):
             try:
                 if sequenced:
                     done = self.plane.append_sequenced(
-                        self.universe, group, tags, create_missing=create, tracking=tracked
+                        self.universe,
+                        group,
+                        tags,
+                        create_missing=create,
+                        tracking=tracked,
+                        app_data=app_data,
                     )
                     first_position = done.first_position
                 else:
-                    self.plane.append_batches(self.universe, group, create_missing=create)
+                    self.plane.append_batches(
+                        self.universe, group, create_missing=create, app_data=app_data
+                    )
                     first_position = None
             except HeadAdvanced as exc:
                 self._moved(batches, exc.world, exc.actual)
@@ -487,8 +535,11 @@ class PlaneAggregateRecorder(_Journals, AggregateRecorder):
     STORES_LOWER_VERSIONS = True
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
-        """Record ``stored_events`` atomically (``IntegrityError`` if a version is taken)."""
-        self._insert(stored_events, None, sequenced=False)
+        """Record ``stored_events`` atomically (``IntegrityError`` if a version is taken),
+        with the application's own data of :meth:`app_data`."""
+        self._insert(
+            stored_events, None, sequenced=False, app_data=self.app_data(stored_events, **kwargs)
+        )
 
 
 class PlaneSnapshotRecorder(PlaneAggregateRecorder):
@@ -542,8 +593,11 @@ class PlaneApplicationRecorder(_Journals, ApplicationRecorder):
     universe log (``Plane.append_sequenced``), gapless and in commit order."""
 
     def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> list[int]:
-        """Record ``stored_events`` atomically; their notification ids, in order."""
-        return self._insert(stored_events, None, sequenced=True)
+        """Record ``stored_events`` atomically, with the application's own data of
+        :meth:`app_data`; their notification ids, in order."""
+        return self._insert(
+            stored_events, None, sequenced=True, app_data=self.app_data(stored_events, **kwargs)
+        )
 
     def select_notifications(
         self,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventsourcing.persistence import (
@@ -27,12 +27,16 @@ class PlaneTrackingRecorder(PlaneRecorder, TrackingRecorder):
     """eventsourcing's ``TrackingRecorder``: a tracking record is the universe's tracking
     position of the upstream application (``Plane.append_sequenced`` with no entries)."""
 
-    def insert_tracking(self, tracking: Tracking) -> None:
+    def insert_tracking(
+        self, tracking: Tracking, app_data: Mapping[bytes, bytes | None] | None = None
+    ) -> None:
         """Record that ``tracking``'s notification was processed (``IntegrityError`` if one
-        at or above it was)."""
+        at or above it was), and ``app_data`` -- the application's own data that
+        processing it derived (a projection's view) -- in the same transaction: both or
+        neither."""
         position = (tracking.application_name, tracking.notification_id)
         try:
-            self.plane.append_sequenced(self.universe, [], [], tracking=position)
+            self.plane.append_sequenced(self.universe, [], [], tracking=position, app_data=app_data)
         except PersistError as exc:
             raise codec.translate(exc) from exc
 
@@ -90,4 +94,5 @@ class PlaneProcessRecorder(PlaneTrackingRecorder, PlaneApplicationRecorder, Proc
         tracking = kwargs.get("tracking")
         if tracking is not None and not isinstance(tracking, Tracking):
             raise TypeError(f"tracking must be a Tracking, not {type(tracking).__name__}")
-        return self._insert(stored_events, tracking, sequenced=True)
+        app_data = self.app_data(stored_events, **kwargs)
+        return self._insert(stored_events, tracking, sequenced=True, app_data=app_data)

@@ -175,6 +175,7 @@ _INBOX_ITEM_SUFFIX: Final = pack(("inbox", "e"))
 _WORLDS: Final = pack(("w",))
 _LOG_HEAD_SUFFIX: Final = pack(("log", "head"))
 _LOG_AT_SUFFIX: Final = pack(("log", "at"))
+_APP_SUFFIX: Final = pack(("app",))
 
 
 class _Prefixes(Protocol):
@@ -281,6 +282,21 @@ class UniverseKeys(_Scope[_UniversePrefixes]):
     def tracking(self, name: str) -> bytes:
         """The tracking record of consumer ``name``."""
         return self._key("tracking", name)
+
+    def app(self, key: bytes) -> bytes:
+        """The application's own key ``key`` (its bytes as given, after the subspace's
+        packed prefix, so that the application's key order and prefixes hold)."""
+        return self._hot().base + _APP_SUFFIX + key
+
+    def app_range(self, begin: bytes, end: bytes | None) -> tuple[bytes, bytes]:
+        """The application's own keys from ``begin`` up to ``end`` (exclusive; ``None``:
+        to the end of its subspace)."""
+        prefix = self._hot().base + _APP_SUFFIX
+        return prefix + begin, strinc(prefix) if end is None else prefix + end
+
+    def app_prefix_len(self) -> int:
+        """Length of what precedes an application's own key in its engine key."""
+        return len(self._hot().base) + len(_APP_SUFFIX)
 
     def ready(self, world: WorldId) -> bytes:
         """The pending-work mark of ``world``: written by every enqueue that stores items,

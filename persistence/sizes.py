@@ -33,6 +33,12 @@ MAX_OBJECT_KEY_SEGMENT_BYTES: Final = 255
 """One ``/``-separated segment of an object key, UTF-8 encoded: a file name's limit on the
 local store's file systems (``NAME_MAX``), which the other stores share for the same
 reason."""
+MAX_APP_KEY_BYTES: Final = 2048
+"""A key of an application's own data (``app_data`` of a group append): 1 to 2,048 bytes
+(it is part of an engine key; FoundationDB's keys end at 10,000 bytes)."""
+MAX_APP_VALUE_BYTES: Final = 90_000
+"""A value of an application's own data: at most 90,000 bytes (one engine value;
+FoundationDB's end at 100,000 bytes)."""
 MAX_CALL_RECORD_SECONDS: Final = 7 * 24 * 3600.0
 """The longest call-record window (``PlaneConfig.call_record_seconds``): a week."""
 

@@ -24,6 +24,7 @@ from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import UniverseId, WorldId, check_id
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
+from persistence.plane.app_data import AppDataOperations
 from persistence.plane.config import PlaneConfig
 from persistence.plane.core import SegmentSource, universe_keys
 from persistence.plane.effects import EffectOperations
@@ -38,7 +39,12 @@ T = TypeVar("T")
 
 
 class Operations(
-    LogOperations, SegmentOperations, InboxOperations, SnapshotOperations, EffectOperations
+    LogOperations,
+    SegmentOperations,
+    InboxOperations,
+    SnapshotOperations,
+    EffectOperations,
+    AppDataOperations,
 ):
     """Every operation of the plane, as coroutines: what both doors run."""
 
@@ -266,6 +272,9 @@ class Plane(_Door):
     wait_tracking = _Blocking(Operations.wait_tracking)
     tracking_position = _Blocking(Operations.tracking_position)
     read_log = _Blocking(Operations.read_log)
+    # the application's own data (written by group appends)
+    read_app_data = _Blocking(Operations.read_app_data)
+    read_app_range = _Blocking(Operations.read_app_range)
     # segment index
     put_segment = _Blocking(Operations.put_segment)
     set_cold_horizon = _Blocking(Operations.set_cold_horizon)
@@ -381,6 +390,9 @@ class AsyncPlane(_Door):
     wait_tracking = _Awaitable(Operations.wait_tracking)
     tracking_position = _Awaitable(Operations.tracking_position)
     read_log = _Awaitable(Operations.read_log)
+    # the application's own data (written by group appends)
+    read_app_data = _Awaitable(Operations.read_app_data)
+    read_app_range = _Awaitable(Operations.read_app_range)
     # segment index
     put_segment = _Awaitable(Operations.put_segment)
     set_cold_horizon = _Awaitable(Operations.set_cold_horizon)

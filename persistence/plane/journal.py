@@ -4,12 +4,13 @@ stitched read -- cold segments and the hot tail, paged across transactions."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from persistence.errors import HeadAdvanced, MissingDependency, SegmentIndexCorruption, Validation
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId, check_height, check_id
 from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.plane.app_data import checked_app_data
 from persistence.plane.core import operation, row_limit, universe_keys, world_keys
 from persistence.plane.worlds import WorldOperations
 from persistence.protocols import budget, journal, log
@@ -85,17 +86,22 @@ class JournalOperations(WorldOperations):
         batches: Sequence[Batch],
         *,
         create_missing: bool = False,
+        app_data: Mapping[bytes, bytes | None] | None = None,
     ) -> list[int]:
         """Group commit: append each ``(world, expected_head, entries)`` of ``batches`` (one
         per world) in one transaction, all or nothing; return the first new heights, in
         order. ``HeadAdvanced`` names the world whose head moved (``.world``), and nothing is
         written. With ``create_missing``, a world that does not exist and whose batch
         expects head 0 is created in the same transaction (an empty genesis, as
-        :meth:`create_world` with its defaults); otherwise it is ``WorldNotFound``. The
-        limits of one append apply to the whole group: ``max_batch_entries``,
-        ``max_batch_bytes`` and the transaction budget."""
-        check_sequence(batches, "batches", 1, self.config.max_batch_entries)
-        done = await self.append_group(universe, batches, create_missing, None)
+        :meth:`create_world` with its defaults); otherwise it is ``WorldNotFound``.
+        ``app_data`` (key to new value, ``None`` to remove it) is written to the
+        application's own data of ``universe`` in the same transaction, only if the appends
+        are (:meth:`read_app_data`); ``batches`` may then be empty. The limits of one
+        append apply to the whole group, its application data included:
+        ``max_batch_entries``, ``max_batch_bytes`` and the transaction budget."""
+        low = 0 if app_data is not None else 1
+        check_sequence(batches, "batches", low, self.config.max_batch_entries)
+        done = await self.append_group(universe, batches, create_missing, None, app_data)
         return done.first_heights
 
     @operation("journal.append_sequenced")
@@ -107,6 +113,7 @@ class JournalOperations(WorldOperations):
         *,
         create_missing: bool = False,
         tracking: tuple[str, int] | None = None,
+        app_data: Mapping[bytes, bytes | None] | None = None,
     ) -> journal.GroupAppend:
         """:meth:`append_batches`, and every entry also gets the next position of the
         universe log, in batch order, tagged ``tags[batch][entry]`` (non-empty text):
@@ -114,10 +121,11 @@ class JournalOperations(WorldOperations):
         sees a prefix of what committed (sequenced appends of a universe serialize on the
         log head). ``tracking=(name, position)`` records, in the same transaction, that
         consumer ``name`` processed upstream position ``position``: a position at or below
-        the one it recorded is ``TrackingConflict`` and nothing is written. ``batches`` may
-        be empty if ``tracking`` is given. Returns the first heights and the first position
-        (``None`` if no entry)."""
-        low = 0 if tracking is not None else 1
+        the one it recorded is ``TrackingConflict`` and nothing is written. ``app_data`` is
+        written as :meth:`append_batches` writes it. ``batches`` may be empty if
+        ``tracking`` or ``app_data`` is given. Returns the first heights and the first
+        position (``None`` if no entry)."""
+        low = 0 if tracking is not None or app_data is not None else 1
         check_sequence(batches, "batches", low, self.config.max_batch_entries)
         check_sequence(tags, "tags", len(batches), len(batches))
         if tracking is not None:
@@ -125,7 +133,9 @@ class JournalOperations(WorldOperations):
                 raise Validation("tracking", "expected a (name, position) pair")
             check_text(tracking[0], "tracking.name")
             check_int(tracking[1], "tracking.position", 1, MAX_HEIGHT)
-        return await self.append_group(universe, batches, create_missing, (tags, tracking))
+        return await self.append_group(
+            universe, batches, create_missing, (tags, tracking), app_data
+        )
 
     def _parts(self, keys: UniverseKeys, batches: Sequence[Batch]) -> list[journal.WorldAppend]:
         """Each batch of a group append checked, as the protocol's parts."""
@@ -159,12 +169,14 @@ class JournalOperations(WorldOperations):
         batches: Sequence[Batch],
         create_missing: bool,
         sequenced: tuple[Sequence[Sequence[str]], tuple[str, int] | None] | None,
+        app_data: object = None,
     ) -> journal.GroupAppend:
         """Check a group append (``batches`` already checked as a sequence, ``sequenced``'s
-        tags as one of their length, its tracking) and run it."""
+        tags as one of their length, its tracking; ``app_data`` not yet) and run it."""
         keys = universe_keys(universe)
         check_bool(create_missing, "create_missing")
         parts = self._parts(keys, batches)
+        app = [] if app_data is None else checked_app_data(app_data)
         sequencing = None
         if sequenced is not None:
             tags, tracking = sequenced
@@ -185,23 +197,37 @@ class JournalOperations(WorldOperations):
             raise Validation("batches", f"{count:,} entries > max {limits[0]:,}")
         if size > limits[1]:
             raise Validation("batches", f"{size:,} bytes > max {limits[1]:,}")
+        if app:
+            app_size = sum(len(key) + len(value or b"") for key, value in app)
+            if count + len(app) > limits[0]:
+                raise Validation(
+                    "app_data", f"{len(app):,} keys and {count:,} entries > max {limits[0]:,}"
+                )
+            if size + app_size > limits[1]:
+                raise Validation(
+                    "app_data",
+                    f"{app_size:,} bytes and {size:,} of entries > max {limits[1]:,}",
+                )
         create = await self.creation(universe) if create_missing else None
         tags_ = [] if sequencing is None else sequencing.tags
-        if budget.group_append_bound([p.entries for p in parts], tags_) > self.budget:
+        bound = budget.group_append_bound([p.entries for p in parts], tags_)
+        if bound + budget.app_data_bound(app) > self.budget:
             budget.check(
                 budget.group_append_cost(
                     keys, [(p.keys, p.expected_head + 1, p.entries) for p in parts], create
                 )
-                + (0 if sequencing is None else budget.sequencing_cost(keys, sequencing)),
+                + (0 if sequencing is None else budget.sequencing_cost(keys, sequencing))
+                + budget.app_data_cost(keys, app),
                 self.budget,
-                "batches",
-                f"appending {count:,} entries ({size:,} bytes) to {len(parts):,} worlds",
+                "app_data" if app and not count else "batches",
+                f"appending {count:,} entries ({size:,} bytes) to {len(parts):,} worlds"
+                + (f" and writing {len(app):,} keys of application data" if app else ""),
             )
         call = self.new_call()
         checksummed = await self.checksums(writing=True)
         done = await self.transact(
             lambda tr: journal.append_batches(
-                tr, keys, parts, create, call, checksummed, sequencing
+                tr, keys, parts, create, call, checksummed, sequencing, app
             ),
             alone=sequencing is not None,  # every sequenced append writes the log head
         )

@@ -15,6 +15,7 @@ from persistence import kv, txsize
 from persistence.errors import Validation
 from persistence.ids import InboxSeq
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
+from persistence.protocols.app_data import AppWrite
 from persistence.protocols.calls import CALL_ID_BYTES, CallScope
 from persistence.protocols.checksums import SEAL_BYTES
 from persistence.protocols.journal import Creation
@@ -135,6 +136,20 @@ def group_append_bound(batches: Sequence[Sequence[bytes]], tags: Sequence[Sequen
     for entry_tags in tags:
         for tag in entry_tags:
             total += 4 * len(tag) + CHUNK_BOUND
+    return total
+
+
+def app_data_bound(writes: Sequence[AppWrite]) -> int:
+    """An upper bound on :func:`app_data_cost`, cheap to compute (no keys built)."""
+    return sum(4 * len(key) + len(value or b"") + CHUNK_BOUND for key, value in writes)
+
+
+def app_data_cost(universe: UniverseKeys, writes: Sequence[AppWrite]) -> int:
+    """Writing an application's own data: each set or removed key."""
+    total = 0
+    for key, value in writes:
+        size = len(universe.app(key))
+        total += txsize.clear_cost(size) if value is None else txsize.set_cost(size, len(value))
     return total
 
 

@@ -18,7 +18,7 @@ from persistence.errors import (
 from persistence.ids import Hash
 from persistence.journal_records import JOURNAL_HEAD, JournalHead
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys, height_keys, whole_run
-from persistence.protocols import calls, log, segment_index, worlds
+from persistence.protocols import app_data, calls, log, segment_index, worlds
 from persistence.protocols.calls import Call
 from persistence.protocols.checksums import SEAL_BYTES, opened, opened_run, seal
 from persistence.records import CasMeta, SnapshotRecord, WorldMeta, decode_record
@@ -169,6 +169,7 @@ async def append_batches(
     call: Call,
     checksummed: bool,
     sequencing: log.Sequencing | None = None,
+    app: Sequence[app_data.AppWrite] = (),
 ) -> GroupAppend:
     """Group commit: append every batch at its expected head, all or nothing (entries sealed
     with ``checksummed``, as the store's layout says). ``HeadAdvanced``
@@ -177,8 +178,10 @@ async def append_batches(
     entries also get the next positions of the universe log: its head is read with a
     conflict, so sequenced appends of a universe serialize and positions follow commit
     order without gaps; the tracking position is checked (``TrackingConflict``) and stored.
-    The call record is kept in the universe's scope: a retry whose earlier attempt
-    committed returns the same outcome (heights ``expected_head + 1``, its positions)."""
+    ``app`` is written to the application's own data in the same transaction, only if
+    everything else is. The call record is kept in the universe's scope: a retry whose
+    earlier attempt committed returns the same outcome (heights ``expected_head + 1``, its
+    positions)."""
     opening = calls.begin(tr, universe, call)
     # Every key this transaction reads with a conflict, read at once, with the call's own:
     # the heads; for a sequenced append the tracking record and the log head; and where it
@@ -234,6 +237,7 @@ async def append_batches(
             recorded,
             log_head,
         )
+    app_data.write(tr, universe, app)
     value = None if position is None else position.to_bytes(8, "big")
     calls.record(opening, "append group", count=len(batches), value=value)
     return GroupAppend(firsts, position)

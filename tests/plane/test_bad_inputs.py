@@ -64,7 +64,12 @@ from persistence.objects import ObjectStore
 from persistence.plane import Plane, PlaneConfig
 from persistence.records import EffectDispatchItem, SnapshotRecord, TimerDueItem
 from persistence.segment_records import SegmentIndexRecord
-from persistence.sizes import MAX_NAME_CHARS, MAX_OBJECT_KEY_BYTES
+from persistence.sizes import (
+    MAX_APP_KEY_BYTES,
+    MAX_APP_VALUE_BYTES,
+    MAX_NAME_CHARS,
+    MAX_OBJECT_KEY_BYTES,
+)
 from segments import open_plane
 from segments.collect import collect_world
 from segments.export import ExportConfig, Exporter
@@ -530,6 +535,27 @@ bad_args(
     "append_sequenced", SEQUENCED, "tracking", [("n", 0), ("n", 2**64)], names="tracking.position"
 )
 bad_args("append_sequenced", SEQUENCED, "create_missing", [1, None])
+APP_DATA: list[Any] = [
+    [(b"k", b"v")],
+    "data",
+    {"k": b"v"},
+    {b"": b"v"},
+    {b"k" * (MAX_APP_KEY_BYTES + 1): b"v"},
+    {1: b"v"},
+]
+APP_VALUES: list[Any] = [{b"k": "v"}, {b"k": 1}, {b"k": b"v" * (MAX_APP_VALUE_BYTES + 1)}]
+for method, args in (("append_batches", GROUP), ("append_sequenced", SEQUENCED)):
+    bad_args(method, args, "app_data", APP_DATA)
+    bad_args(method, args, "app_data", APP_VALUES, names="app_data[b'k']")
+APP_KEY = universe_args(lambda s: {"key": b"k"})
+ids_of("read_app_data", APP_KEY, world=False)
+bad_args("read_app_data", APP_KEY, "key", [b"", b"k" * (MAX_APP_KEY_BYTES + 1), *BYTES])
+APP_RANGE = universe_args(lambda s: {"begin": b"a", "end": b"z"})
+ids_of("read_app_range", APP_RANGE, world=False)
+bad_args("read_app_range", APP_RANGE, "begin", [b"k" * (MAX_APP_KEY_BYTES + 1), *BYTES])
+bad_args("read_app_range", APP_RANGE, "end", [b"k" * (MAX_APP_KEY_BYTES + 2), "z", 3, [b"z"]])
+bad_args("read_app_range", APP_RANGE, "limit", LIMITS)
+bad_args("read_app_range", APP_RANGE, "reverse", [1, None, "yes"])
 ids_of("log_head", universe_args(lambda s: {}), world=False)
 TRACKING = universe_args(lambda s: {"name": "consumer"})
 ids_of("tracking_position", TRACKING, world=False)
