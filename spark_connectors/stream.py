@@ -24,12 +24,13 @@ Options, beyond the batch source's:
                               ``ReadMaxRows``; default: all that are there). The limit is
                               shared fairly: each world with entries waiting gets an equal
                               share, and what a world does not need goes to the others.
-``max_bytes_per_batch``       the most entry bytes one micro-batch admits (Spark's
+``max_bytes_per_batch``       the most bytes one micro-batch reads (Spark's
                               ``ReadMaxBytes``), shared as fairly; with the entries' cap,
-                              both hold. Hot entries count the bytes the engine stores for
-                              them (read on the driver to size the batch); a height in a
-                              segment counts an even share of the segment object's size.
-                              An entry larger than the cap is a micro-batch of its own.
+                              both hold. A hot entry counts the bytes the engine stores
+                              for it (read on the driver to size the batch), the heights a
+                              batch takes from a segment the segment object's size
+                              (:class:`WorldSizes`). An entry, or the rest of a segment,
+                              larger than the cap is a micro-batch of its own.
 ``starting``                  ``earliest`` (default: every world from height 1) or
                               ``latest`` (from each world's head when the query first
                               starts; worlds created later from height 1)
@@ -41,11 +42,12 @@ no reader state), so a query's progress lives in its checkpoint alone.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, islice, repeat
+from itertools import accumulate
 from typing import Any, ClassVar, Final, Protocol
 
 import pyarrow as pa
@@ -220,117 +222,213 @@ def admit(waiting: Mapping[str, int], budget: int, turn: int = 0) -> Heights:
 
 
 class EntrySizes(Protocol):
-    """The sizes of one key's waiting entries, in order (read as they are asked for)."""
+    """What one key's waiting entries cost a micro-batch, in order (read as asked for)."""
 
     def fit(self, taken: int, room: int, most: int) -> tuple[int, int]:
         """How many entries after the first ``taken`` (at most ``most``) fit in ``room``
-        bytes, and their bytes."""
+        bytes, and what they cost."""
         ...
+
+    def next_cost(self, taken: int) -> int:
+        """What the entry after the first ``taken`` costs (there is one)."""
+        ...
+
+
+def stable_turn(counts: Mapping[str, int]) -> int:
+    """A turn for :func:`admit_bytes` drawn from an offset's counts: the same offset, the
+    same turn (in every process: not Python's salted ``hash``), and a new turn whenever a
+    micro-batch moves the offset, so no key stays last."""
+    text = json.dumps(sorted(counts.items())).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
 
 
 def admit_bytes(
     waiting: Mapping[str, int], sizes: Mapping[str, EntrySizes], budget: int, turn: int = 0
 ) -> Heights:
-    """How many of each key's ``waiting`` entries a micro-batch of at most ``budget`` bytes
-    takes, shared as :func:`admit` shares entries: equal shares of the bytes in rounds,
-    what a key does not use going to the others. A key whose next entry is larger than its
-    share takes it if it fits in what is left (keys in turn from ``turn``, as
-    :func:`admit`), so no key waits for another's backlog; at the end, each key in turn
-    takes what still fits. An entry larger than the whole budget is admitted alone when
-    nothing else fits, so that a stream always moves on."""
+    """How many of each key's ``waiting`` entries a micro-batch of ``budget`` bytes takes.
+    The keys take turns from position ``turn`` (modulo their count) of the key order. If
+    the first key's next entry costs more than the budget, the micro-batch is that entry
+    alone (what it costs is read whole anyway). Otherwise the bytes are shared as
+    :func:`admit` shares entries: equal shares in rounds, what a key does not use going to
+    the others; in each round the keys whose next entry is larger than their share come
+    first, each taking that entry if it fits in what is left, so no key waits for another's
+    backlog; at the end each key in turn takes what still fits. Never more than the
+    budget, except for an entry alone."""
     granted = dict.fromkeys(waiting, 0)
     ordered = sorted(key for key, count in waiting.items() if count > 0)
-    if ordered:
-        first = turn % len(ordered)
-        ordered = ordered[first:] + ordered[:first]
+    if not ordered:
+        return granted
+    first = turn % len(ordered)
+    ordered = ordered[first:] + ordered[:first]
+    lead = sizes[ordered[0]]
+    if lead.next_cost(0) > budget:  # a micro-batch of its own
+        granted[ordered[0]] = lead.fit(0, lead.next_cost(0), waiting[ordered[0]])[0]
+        return granted
     active = ordered
     while budget > 0 and active:
         share = max(1, budget // len(active))
-        still = []
-        for key in active:
-            count, used = sizes[key].fit(
-                granted[key], min(share, budget), waiting[key] - granted[key]
-            )
-            if not count:  # an entry larger than the share: it still goes if it fits
+        large = {key for key in active if sizes[key].next_cost(granted[key]) > share}
+        still = set()
+        for key in [key for key in active if key in large] + [
+            key for key in active if key not in large
+        ]:
+            if key in large:  # its next entry, if the budget still holds it
                 count, used = sizes[key].fit(granted[key], budget, 1)
+            else:
+                left = waiting[key] - granted[key]
+                count, used = sizes[key].fit(granted[key], min(share, budget), left)
             granted[key] += count
             budget -= used
             if count and granted[key] < waiting[key]:
-                still.append(key)
-        active = still  # the keys that took entries and want more
+                still.add(key)
+        active = [key for key in active if key in still]  # took entries, want more
     for key in ordered:  # what is left: each key in turn takes what still fits
         count, used = sizes[key].fit(granted[key], budget, waiting[key] - granted[key])
         granted[key] += count
         budget -= used
-    if ordered and not any(granted.values()):
-        granted[ordered[0]] = 1  # larger than the budget: a micro-batch of its own
     return granted
 
 
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """A run of a world's heights as admission counts them: heights ``start..`` (counted
+    from the first height above the offset, 0-based), ``base`` counted before them;
+    ``totals[j]``, what the first ``j + 1`` of them cost -- or, for the rest of a segment,
+    ``cost`` for the first and nothing for the others (``totals`` empty, ``count``
+    heights)."""
+
+    start: int
+    base: int
+    count: int
+    cost: int = 0
+    totals: tuple[int, ...] = ()
+
+    @property
+    def end(self) -> int:
+        return self.start + self.count
+
+    @property
+    def spent(self) -> int:
+        """What the whole piece costs."""
+        return self.totals[-1] if self.totals else self.cost
+
+    def local(self, j: int) -> int:
+        """What its first ``j`` heights cost."""
+        if j <= 0:
+            return 0
+        return self.totals[j - 1] if self.totals else self.cost
+
+    def within(self, room: int) -> int:
+        """How many of its heights, from its first, cost at most ``room``."""
+        if self.totals:
+            return bisect_right(self.totals, room)
+        return self.count if self.cost <= room else 0
+
+
 class WorldSizes:
-    """:class:`EntrySizes` of one world's entries above ``after``: a height in a segment
-    counts an even share of the segment object's size (rounded up), a hot one the bytes
-    the engine stores for it (:func:`journal.stored_sizes`), read page by page as
-    admission asks; a hot height the engine does not hold (a hole, which the micro-batch
-    reports) counts :data:`HOT_ENTRY_ESTIMATE`. A hot height exported since the index was
-    read is counted from the index read again."""
+    """:class:`EntrySizes` of one world's entries above ``after``, read as admission asks:
+
+    * heights in a segment: the first taken from a segment costs the segment object's
+      size, the others nothing -- a task fetches the whole object whatever it takes
+      from it, so a micro-batch never holds more cold bytes than it counted;
+    * a hot height: the bytes the engine stores for it (:func:`journal.stored_sizes`, in
+      pages that start at 64 keys and double: the driver reads about what it admits), a
+      hole (which the micro-batch reports) :data:`HOT_ENTRY_ESTIMATE`;
+    * every height at least 1 byte, every segment (or heights the index cannot give) at
+      least 1, so a cap bounds the rows too.
+
+    A hot height exported since the index was read is sized from the index read again."""
+
+    FIRST_PAGE: ClassVar[int] = 64
 
     def __init__(self, plane: Plane, universe: UniverseId, world: WorldId, after: int) -> None:
         self.plane, self.universe, self.world = plane, universe, world
         self.keys = WorldKeys(universe, world)
-        self.next = after + 1
-        """The first height not sized yet."""
-        self.total = [0]
-        """``total[i]``: the bytes of the first ``i`` heights above ``after``."""
-        self.segments: list[tuple[int, int, int]] = []
+        self.after = after
+        self.pieces: list[_Piece] = []
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        """Each piece's first index, and what everything through it costs."""
+        self.page = self.FIRST_PAGE
+        self.refs: list[tuple[int, int, int]] = []
         self.covered = 0
         self._read_index()
 
     def _read_index(self) -> None:
         refs, self.covered = index_refs(self.plane, self.universe, self.world)
-        self.segments = [
-            (ref.start, ref.end, -(-ref.byte_size // (ref.end - ref.start + 1))) for ref in refs
-        ]
+        self.refs = [(ref.start, ref.end, max(1, ref.byte_size)) for ref in refs]
 
-    def _extend(self, sizes: Iterable[int]) -> None:
-        before = len(self.total)
-        self.total.extend(islice(accumulate(sizes, initial=self.total[-1]), 1, None))
-        self.next += len(self.total) - before
+    @property
+    def sized(self) -> int:
+        """How many heights are sized."""
+        return self.pieces[-1].end if self.pieces else 0
+
+    def _add(self, count: int, cost: int = 0, sizes: Sequence[int] = ()) -> None:
+        base = self.ends[-1] if self.ends else 0
+        totals = tuple(accumulate(max(1, size) for size in sizes))
+        piece = _Piece(self.sized, base, count, cost, totals)
+        self.pieces.append(piece)
+        self.starts.append(piece.start)
+        self.ends.append(base + piece.spent)
 
     def _more(self, want: int) -> None:
-        """Size at least one more height, up to ``want`` of them."""
-        height = self.next
+        """Size at least one more height (up to ``want`` hot ones)."""
+        height = self.after + 1 + self.sized
         if height <= self.covered:
-            for start, end, each in self.segments:
-                if start <= height <= end:
-                    self._extend(repeat(each, min(end - height + 1, want)))
-                    return
-            self._extend([0])  # a height the index claims but no ref holds: an error row
+            at = bisect_right(self.refs, (height, 2**64)) - 1
+            if at >= 0 and self.refs[at][0] <= height <= self.refs[at][1]:
+                _, end, cost = self.refs[at]
+                self._add(end - height + 1, cost=cost)
+            else:  # a height the index claims but no ref holds: an error row
+                self._add(1, cost=1)
             return
-        last = height + min(want, journal.MAX_ROWS_PER_READ) - 1
-        held = drive(journal.stored_sizes(self.plane.engine, self.keys, height, last))
+        asked = min(want, self.page)
+        self.page = min(2 * self.page, journal.MAX_ROWS_PER_READ)
+        last = height + asked - 1
+        held = drive(journal.stored_sizes(self.plane.engine, self.keys, height, last, asked))
         if not held or held[0][0] != height:
             before = self.covered
             self._read_index()
             if self.covered >= height > before:
                 return  # exported since: sized from the index now
             hole = (held[0][0] if held else last + 1) - height
-            self._extend(repeat(HOT_ENTRY_ESTIMATE, hole))
+            self._add(hole, sizes=[HOT_ENTRY_ESTIMATE] * hole)
             return
         run: list[int] = []
         for h, size in held:  # the heights held from ``height`` on, up to a hole
             if h != height + len(run):
                 break
             run.append(size)
-        self._extend(run)
+        self._add(len(run), sizes=run)
+
+    def _cost(self, index: int) -> int:
+        """What the first ``index`` heights cost (sized already)."""
+        if index <= 0:
+            return 0
+        at = bisect_right(self.starts, index - 1) - 1
+        piece = self.pieces[at]
+        return piece.base + piece.local(index - piece.start)
+
+    def next_cost(self, taken: int) -> int:
+        while self.sized <= taken:
+            self._more(self.FIRST_PAGE)
+        return self._cost(taken + 1) - self._cost(taken)
 
     def fit(self, taken: int, room: int, most: int) -> tuple[int, int]:
-        base = self.total[taken]
-        while len(self.total) - 1 < taken + most and self.total[-1] - base <= room:
-            self._more(taken + most - (len(self.total) - 1))
-        top = min(len(self.total) - 1, taken + most)
-        count = bisect_right(self.total, base + room, taken, top + 1) - 1 - taken
-        return count, self.total[taken + count] - base
+        while self.sized < taken:
+            self._more(taken - self.sized)
+        top = taken + most
+        while self.sized < top and (self.ends[-1] if self.ends else 0) - self._cost(taken) <= room:
+            self._more(top - self.sized)
+        base = self._cost(taken)
+        at = bisect_right(self.ends, base + room)  # the first piece that does not fit whole
+        if at == len(self.pieces):
+            index = self.sized
+        else:
+            piece = self.pieces[at]
+            index = piece.start + piece.within(base + room - piece.base)
+        index = max(taken, min(index, top))
+        return index - taken, self._cost(index) - base
 
 
 Ranges = dict[str, tuple[int, int]]
@@ -434,7 +532,7 @@ class HeadStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     for key, count in waiting.items()
                     if count
                 }
-                waiting = admit_bytes(waiting, sizes, size, turn)
+                waiting = admit_bytes(waiting, sizes, size, stable_turn(begin.counts))
         if not any(waiting.values()):  # nothing new: the start itself, so no batch runs
             return self._offset(begin.counts, initial=begin.initial, base=begin.base)
         end = dict(begin.counts)

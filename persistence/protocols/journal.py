@@ -451,18 +451,18 @@ async def next_entry_height(tr: kv.Transaction, keys: WorldKeys, first: int, las
 
 @kv.transactional
 async def stored_sizes(
-    tr: kv.Transaction, keys: WorldKeys, first: int, last: int
+    tr: kv.Transaction, keys: WorldKeys, first: int, last: int, limit: int = MAX_ROWS_PER_READ
 ) -> list[tuple[int, int]]:
     """``(height, bytes)`` for each height from ``first`` to ``last`` whose entry the engine
-    holds, in height order, from at most :data:`MAX_ROWS_PER_READ` keys: the bytes stored
-    for it (a chunked entry's chunks together; with its checksums, where the layout has
-    them). Nothing is checked -- what is read later checks itself; this sizes reads before
-    they are made. A height whose chunks the read cut off is left out (the caller reads on
-    from it), unless it is the only one. One snapshot read."""
+    holds, in height order, from at most ``limit`` keys: the bytes stored for it (a chunked
+    entry's chunks together; with its checksums, where the layout has them). Nothing is
+    checked -- what is read later checks itself; this sizes reads before they are made. A
+    height whose chunks the read cut off is left out (the caller reads on from it), unless
+    it is the only one. One snapshot read."""
     if first > last:
         return []
     begin, end = keys.entries_between(first, last)
-    rows = await tr.get_range(begin, end, limit=MAX_ROWS_PER_READ, snapshot=True)
+    rows = await tr.get_range(begin, end, limit=limit, snapshot=True)
     prefix = keys.entry_prefix_len()
     if whole_run([key for key, _ in rows], keys.whole_entry_key(), prefix, first):
         return [(first + i, len(value)) for i, (_, value) in enumerate(rows)]
@@ -475,6 +475,6 @@ async def stored_sizes(
         if type(height) is int:
             sizes[height] = sizes.get(height, 0) + len(value)
     out = sorted(sizes.items())
-    if len(rows) == MAX_ROWS_PER_READ and len(out) > 1:
+    if len(rows) == limit and len(out) > 1:
         out.pop()  # its chunks may go on past the read
     return out

@@ -1,11 +1,14 @@
 """``max_bytes_per_batch``: a micro-batch of ``aos_journal``'s stream admits at most that
-many entry bytes, shared fairly between worlds, hot entries sized by what the engine holds
-and heights in segments by an even share of their object (a real local SparkSession for
-the stream itself)."""
+many bytes, shared fairly between worlds, no world starved by another's backlog or by an
+entry larger than its share; hot entries sized by what the engine holds, history in
+segments by the segment objects a batch fetches (a real local SparkSession for the stream
+itself)."""
 
 from __future__ import annotations
 
 import random
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,14 +18,24 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 from persistence import kv
 from persistence.errors import Validation
 from persistence.ids import UniverseId, WorldId
-from persistence.keyspace import WorldKeys
+from persistence.keyspace import LAYOUT_KEY, WorldKeys
 from persistence.plane import Plane
+from persistence.protocols import journal
+from persistence.records import LayoutRecord
 from segments import open_plane
 from segments.export import ExportConfig, Exporter
 from spark_connectors.journal import HOT_ENTRY_ESTIMATE
 from spark_connectors.log import LogStream
-from spark_connectors.stream import JournalStream, WorldSizes, admit_bytes, heights_of
+from spark_connectors.stream import (
+    JournalStream,
+    WorldSizes,
+    admit_bytes,
+    heights_of,
+    stable_turn,
+)
 from tests.segments.workload import snapshot_now
+
+SEGMENT_ENTRIES = 20
 
 
 class ListSizes:
@@ -39,6 +52,9 @@ class ListSizes:
             count, used = count + 1, used + size
         return count, used
 
+    def next_cost(self, taken: int) -> int:
+        return self.sizes[taken]
+
 
 def admitted(sizes: dict[str, list[int]], budget: int, turn: int = 0) -> dict[str, int]:
     waiting = {key: len(values) for key, values in sizes.items()}
@@ -54,77 +70,125 @@ def test_bytes_are_shared_fairly_and_never_exceeded() -> None:
     }
     assert admitted({"a": [5] * 5, "b": [5] * 5}, 1000) == {"a": 5, "b": 5}
     rng = random.Random(7)
-    for _ in range(200):
+    for _ in range(500):
         sizes = {str(k): [rng.randint(0, 300) for _ in range(rng.randint(0, 40))] for k in "abcd"}
         budget = rng.randint(1, 3000)
         granted = admitted(sizes, budget, turn=rng.randint(0, 9))
+        assert all(0 <= n <= len(sizes[k]) for k, n in granted.items())
         used = sum(sum(sizes[k][:n]) for k, n in granted.items())
-        if sum(granted.values()) > 1:
-            assert used <= budget
+        if used > budget:  # only an entry larger than the budget, alone
+            assert sorted(granted.values())[-2:] == [0, 1] and used == max(
+                sizes[k][0] for k, n in granted.items() if n
+            )
+            continue
         # nothing that would still fit is left out
         assert all(n == len(sizes[k]) or used + sizes[k][n] > budget for k, n in granted.items())
 
 
-def test_an_entry_larger_than_its_share_is_not_starved_by_a_backlog() -> None:
-    assert admitted({"a": [60], "b": [10] * 100}, 100) == {"a": 1, "b": 4}
-    # larger than the whole budget: alone, the keys served in turn
+def test_an_entry_larger_than_its_share_is_served_at_every_turn() -> None:
+    for turn in range(8):
+        assert admitted({"a": [60], "b": [10] * 100}, 100, turn) == {"a": 1, "b": 4}
+    # larger than the whole budget: alone when its key leads, left for later otherwise
     assert admitted({"a": [5000], "b": [6000]}, 100) == {"a": 1, "b": 0}
     assert admitted({"a": [5000], "b": [6000]}, 100, turn=1) == {"a": 0, "b": 1}
-    assert admitted({"a": [5000], "b": [60]}, 100) == {"a": 0, "b": 1}
+    assert admitted({"a": [5000], "b": [60, 30, 30]}, 100, turn=0) == {"a": 1, "b": 0}
+    assert admitted({"a": [5000], "b": [60, 30, 30]}, 100, turn=1) == {"a": 0, "b": 2}
     assert admitted({"a": [0, 0, 0], "b": []}, 1) == {"a": 3, "b": 0}
 
 
-def _world(plane: Plane, universe: UniverseId, cold: int, hot: list[bytes]) -> WorldId:
-    """A world with ``cold`` entries of 500 bytes exported to segments, then ``hot``."""
-    world = WorldId.new()
+def test_the_turn_is_the_offsets_own_and_moves_with_it() -> None:
+    counts = {"u/a": 10, "u/b": 7}
+    assert stable_turn(counts) == stable_turn(dict(reversed(counts.items())))
+    assert len({stable_turn({"u/a": n, "u/b": 7}) % 2 for n in range(10, 30)}) == 2
+
+
+def _ids(seed: int) -> Callable[[], uuid.UUID]:
+    rng = random.Random(seed)
+    return lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
+
+
+def _world(
+    plane: Plane,
+    universe: UniverseId,
+    cold: list[bytes],
+    hot: list[bytes],
+    wid: uuid.UUID | None = None,
+) -> WorldId:
+    """A world with ``cold`` exported to segments of :data:`SEGMENT_ENTRIES`, then ``hot``."""
+    world = WorldId.new() if wid is None else WorldId(wid)
     plane.create_world(universe, world)
     if cold:
-        plane.append_batch(universe, world, 0, [b"c" * 500] * cold)
+        plane.append_batch(universe, world, 0, cold)
         snapshot_now(plane, universe, world, promote=True)
-        Exporter(plane, ExportConfig(enabled=True, target_entries=40)).export_all(universe, world)
-    plane.append_batch(universe, world, plane.head(universe, world), hot)
+        config = ExportConfig(enabled=True, target_entries=SEGMENT_ENTRIES)
+        Exporter(plane, config).export_all(universe, world)
+    if hot:
+        plane.append_batch(universe, world, plane.head(universe, world), hot)
     return world
 
 
-def _expected_sizes(plane: Plane, universe: UniverseId, world: WorldId) -> list[int]:
-    """Each height's size as admission counts it, built from the index and the entries."""
+def _costs(plane: Plane, universe: UniverseId, world: WorldId, after: int) -> list[int]:
+    """What each height above ``after`` costs admission, built from the index and the
+    entries: a segment's size for the first height taken from it, nothing for its others;
+    a hot entry its stored bytes (at least 1)."""
     out: list[int] = []
+    covered = after
     for record in plane.list_segments(universe, world):
-        out.extend([-(-record.byte_size // record.entry_count)] * record.entry_count)
+        if record.end <= after:
+            continue
+        count = record.end - max(record.start, after + 1) + 1
+        out.extend([max(1, record.byte_size)] + [0] * (count - 1))
+        covered = record.end
     seal = 4 if plane.checksummed else 0
-    rows = plane.read_range(universe, world, len(out) + 1, 10**6)
-    return out + [len(entry) + seal for _, entry in rows]
+    rows = plane.read_range(universe, world, covered + 1, 10**6)
+    return out + [max(1, len(entry) + seal) for _, entry in rows]
 
 
-def test_world_sizes_count_segments_by_share_and_hot_entries_as_stored(tmp_path: Path) -> None:
-    plane = open_plane(f"sqlite://{tmp_path / 'aos.db'}", f"file://{tmp_path / 'objects'}")
+def _reference_fit(costs: list[int], taken: int, room: int, most: int) -> tuple[int, int]:
+    count = used = 0
+    while count < most and taken + count < len(costs) and used + costs[taken + count] <= room:
+        used += costs[taken + count]
+        count += 1
+    return count, used
+
+
+def _store(tmp_path: Path) -> tuple[Plane, str, str]:
+    kv_url, objects = f"sqlite://{tmp_path / 'aos.db'}", f"file://{tmp_path / 'objects'}"
+    return open_plane(kv_url, objects), kv_url, objects
+
+
+def test_world_sizes_agree_with_the_index_and_the_entries(tmp_path: Path) -> None:
+    plane, _, _ = _store(tmp_path)
     universe, rng = UniverseId.new(), random.Random(3)
-    world = _world(plane, universe, 120, [rng.randbytes(rng.randint(0, 3000)) for _ in range(90)])
-    expected = _expected_sizes(plane, universe, world)
+    cold = [rng.randbytes(rng.randint(0, 900)) for _ in range(130)]
+    hot = [rng.randbytes(rng.randint(0, 3000)) for _ in range(300)]
+    world = _world(plane, universe, cold, hot)
     head = plane.head(universe, world)
-    assert len(expected) == head and plane.list_segments(universe, world)
-    sizes = WorldSizes(plane, universe, world, 0)
-    assert sizes.fit(0, 10**12, head) == (head, sum(expected))
-    for taken, room in [(0, 0), (0, 1_000), (100, 5_000), (119, 7_000), (150, 2_999)]:
-        count = 0
-        while taken + count < head and sum(expected[taken : taken + count + 1]) <= room:
-            count += 1
-        assert sizes.fit(taken, room, head - taken) == (count, sum(expected[taken : taken + count]))
-    above = WorldSizes(plane, universe, world, 150)
-    assert above.fit(0, 10**12, head - 150) == (head - 150, sum(expected[150:]))
+    for after in (0, 1, SEGMENT_ENTRIES - 1, SEGMENT_ENTRIES, 77, head - 200, head - 1):
+        costs = _costs(plane, universe, world, after)
+        assert len(costs) == head - after
+        sizes = WorldSizes(plane, universe, world, after)
+        assert sizes.fit(0, 10**12, len(costs)) == (len(costs), sum(costs))
+        for taken, room, most in [(0, 0, 10), (0, 5_000, 50), (3, 20_000, 400), (90, 2_999, 5)]:
+            if taken < len(costs):
+                fresh = WorldSizes(plane, universe, world, after)
+                want = min(most, len(costs) - taken)
+                assert fresh.fit(taken, room, want) == _reference_fit(costs, taken, room, want)
+                assert fresh.next_cost(taken) == costs[taken]
 
 
 def test_world_sizes_follow_an_export_and_size_a_hole(tmp_path: Path) -> None:
-    plane = open_plane(f"sqlite://{tmp_path / 'aos.db'}", f"file://{tmp_path / 'objects'}")
+    plane, _, _ = _store(tmp_path)
     universe = UniverseId.new()
-    world = _world(plane, universe, 0, [b"h" * 700] * 200)
+    world = _world(plane, universe, [], [b"h" * 700] * 200)
     sizes = WorldSizes(plane, universe, world, 0)  # the index read: nothing exported yet
     snapshot_now(plane, universe, world, promote=True)
-    Exporter(plane, ExportConfig(enabled=True, target_entries=40)).export_all(universe, world)
+    config = ExportConfig(enabled=True, target_entries=SEGMENT_ENTRIES)
+    Exporter(plane, config).export_all(universe, world)
     assert plane.list_segments(universe, world)  # the hot keys are gone
-    expected = _expected_sizes(plane, universe, world)  # the snapshot's records included
-    assert sizes.fit(0, 10**12, len(expected)) == (len(expected), sum(expected))
-    hole = _world(plane, universe, 0, [b"h" * 700] * 10)
+    costs = _costs(plane, universe, world, 0)  # the snapshot's records included
+    assert sizes.fit(0, 10**12, len(costs)) == (len(costs), sum(costs))
+    hole = _world(plane, universe, [], [b"h" * 700] * 10)
     keys = WorldKeys(universe, hole)
     kv.run_sync(plane.engine, lambda tr: tr.clear(keys.whole_entry_key()(4)))
     seal = 4 if plane.checksummed else 0
@@ -134,11 +198,110 @@ def test_world_sizes_follow_an_export_and_size_a_hole(tmp_path: Path) -> None:
     )
 
 
-def test_the_byte_option_is_checked_and_both_caps_hold(tmp_path: Path) -> None:
-    kv_url, objects = f"sqlite://{tmp_path / 'aos.db'}", f"file://{tmp_path / 'objects'}"
-    plane = open_plane(kv_url, objects)
+def test_the_driver_reads_about_what_it_admits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plane, kv_url, objects = _store(tmp_path)
     universe = UniverseId.new()
-    worlds = [_world(plane, universe, 0, [b"e" * 96] * 50) for _ in range(2)]
+    for _ in range(3):
+        _world(plane, universe, [], [b"e" * 1000] * 3000)
+    read: list[int] = []
+    real = journal.stored_sizes
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        rows = yield from real(*args, **kwargs).__await__()
+        read.append(len(rows))
+        return rows
+
+    class Counted:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.args, self.kwargs = args, kwargs
+
+        def __await__(self) -> Any:
+            return counted(*self.args, **self.kwargs)
+
+    monkeypatch.setattr(journal, "stored_sizes", Counted)
+    reader = JournalStream({"kv": kv_url, "objects": objects, "max_bytes_per_batch": "10000"})
+    end = heights_of(reader.latestOffset(reader.initialOffset(), reader.getDefaultReadLimit()))
+    assert sum(end.values()) == 9  # 3 entries of 1,004 bytes a world
+    assert read and sum(read) <= 3 * WorldSizes.FIRST_PAGE
+
+
+def test_empty_entries_still_count_so_a_cap_bounds_the_rows(tmp_path: Path) -> None:
+    kv_url, objects = f"sqlite://{tmp_path / 'aos.db'}", f"file://{tmp_path / 'objects'}"
+    engine_plane = open_plane(kv_url, objects)
+    kv.run_sync(engine_plane.engine, lambda tr: tr.set(LAYOUT_KEY, LayoutRecord(2).to_cbor()))
+    engine_plane.engine.close()
+    plane = open_plane(kv_url, objects)
+    assert not plane.checksummed  # entries stored as they are: an empty one is 0 bytes
+    universe = UniverseId.new()
+    _world(plane, universe, [], [b""] * 5_000)
+    reader = JournalStream({"kv": kv_url, "objects": objects, "max_bytes_per_batch": "1000"})
+    end = heights_of(reader.latestOffset(reader.initialOffset(), reader.getDefaultReadLimit()))
+    assert sum(end.values()) == 1000
+
+
+def _batches(reader: JournalStream, count: int) -> list[dict[str, tuple[int, int]]]:
+    """The ranges of ``count`` successive micro-batches, by world."""
+    out = []
+    start = reader.initialOffset()
+    for _ in range(count):
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+        before, after = heights_of(start), heights_of(end)
+        out.append({k: (before.get(k, 0) + 1, h) for k, h in after.items() if h > before.get(k, 0)})
+        start = end
+    return out
+
+
+def test_an_entry_larger_than_the_cap_is_read_while_another_world_is_busy(tmp_path: Path) -> None:
+    """A world whose one entry is larger than the cap, beside one with a long backlog of
+    small entries: the large entry comes alone, within a few batches (the ids are fixed,
+    so the turns are too)."""
+    plane, kv_url, objects = _store(tmp_path)
+    new_id = _ids(5)
+    universe = UniverseId(new_id())
+    big = _world(plane, universe, [], [b"B" * 5_000], new_id())
+    busy = _world(plane, universe, [], [b"s" * 6] * 400, new_id())
+    reader = JournalStream({"kv": kv_url, "objects": objects, "max_bytes_per_batch": "100"})
+    batches = _batches(reader, 12)
+    big_key, busy_key = f"{universe}/{big}", f"{universe}/{busy}"
+    alone = [b for b in batches if big_key in b]
+    assert alone == [{big_key: (1, 1)}]
+    assert all(b[busy_key][1] - b[busy_key][0] + 1 == 10 for b in batches if b is not alone[0])
+
+
+def test_history_in_segments_counts_the_objects_a_batch_fetches(tmp_path: Path) -> None:
+    """A segment holding one entry of 80,000 bytes among small ones, a cap of 20,000: no
+    batch holds more bytes than the cap, but a batch of one segment larger than it."""
+    plane, kv_url, objects = _store(tmp_path)
+    universe = UniverseId.new()
+    cold = [b"c" * 10] * 30 + [b"L" * 80_000] + [b"c" * 10] * 29
+    world = _world(plane, universe, cold, [b"h" * 3_000] * 20)
+    records = plane.list_segments(universe, world)
+    sizes = {(r.start, r.end): r.byte_size for r in records}
+    reader = JournalStream({"kv": kv_url, "objects": objects, "max_bytes_per_batch": "20000"})
+    key = f"{universe}/{world}"
+    seen = 0
+    for batch in _batches(reader, 40):
+        if key not in batch:
+            break
+        first, last = batch[key]
+        assert first == seen + 1
+        seen = last
+        rows = plane.read_range(universe, world, first, last - first + 1)
+        fetched = sum(size for (s, e), size in sizes.items() if s <= last and e >= first)
+        hot = sum(len(entry) for h, entry in rows if not any(s <= h <= e for s, e in sizes))
+        if fetched + hot > 20_000:  # one segment larger than the cap: alone
+            assert [(s, e) for s, e in sizes if s <= last and e >= first] == [
+                (s, e) for s, e in sizes if s <= first <= e
+            ] and hot == 0
+    assert seen == plane.head(universe, world)
+
+
+def test_the_byte_option_is_checked_and_both_caps_hold(tmp_path: Path) -> None:
+    plane, kv_url, objects = _store(tmp_path)
+    universe = UniverseId.new()
+    worlds = [_world(plane, universe, [], [b"e" * 96] * 50) for _ in range(2)]
     store = {"kv": kv_url, "objects": objects}
     for bad in ("0", "-1", "1e3", "\u00b2", str(2**63)):
         with pytest.raises(Validation, match=r"aos_journal\.max_bytes_per_batch"):
@@ -151,6 +314,7 @@ def test_the_byte_option_is_checked_and_both_caps_hold(tmp_path: Path) -> None:
     start = by_bytes.initialOffset()
     end = heights_of(by_bytes.latestOffset(start, by_bytes.getDefaultReadLimit()))
     assert sorted(end.values()) == [5, 5]
+    assert heights_of(by_bytes.latestOffset(start, by_bytes.getDefaultReadLimit())) == end
     everything = heights_of(by_bytes.latestOffset(start, ReadAllAvailable()))
     assert sorted(everything.values()) == [50, 50]
     both = JournalStream(
@@ -169,17 +333,16 @@ def test_micro_batches_stay_within_the_byte_cap(spark: Any, tmp_path: Path) -> N
     every height arrives once."""
     from pyspark.sql import functions as F
 
-    kv_url, objects = f"sqlite://{tmp_path / 'aos.db'}", f"file://{tmp_path / 'objects'}"
-    plane = open_plane(kv_url, objects)
+    plane, kv_url, objects = _store(tmp_path)
     universe, rng = UniverseId.new(), random.Random(11)
 
     def hot(n: int) -> list[bytes]:
         return [rng.randbytes(rng.randint(0, 2_500)) for _ in range(n)]
 
     worlds = [
-        _world(plane, universe, 160, hot(60)),
-        _world(plane, universe, 0, hot(150)),
-        _world(plane, universe, 0, [*hot(5), b"L" * 50_000, *hot(5)]),
+        _world(plane, universe, [b"c" * 500] * 160, hot(60)),
+        _world(plane, universe, [], hot(150)),
+        _world(plane, universe, [], [*hot(5), b"L" * 50_000, *hot(5)]),
     ]
     expected = sorted(
         (str(w), h, entry) for w in worlds for h, entry in plane.read_range(universe, w, 1, 10**6)
