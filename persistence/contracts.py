@@ -19,7 +19,7 @@ argument, before it writes anything: a refused call leaves the store byte-identi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol, TypeVar, runtime_checkable
 
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
@@ -146,12 +146,14 @@ class UniverseLog(Protocol):
         *,
         create_missing: bool = False,
         tracking: tuple[str, int] | None = None,
+        app_data: Mapping[bytes, bytes | None] | None = None,
     ) -> GroupAppend:
         """``append_batches``, and each entry gets the next universe log position (1, 2,
         ... in commit order, no gaps), tagged ``tags[batch][entry]``. ``tracking=(name,
         position)`` stores consumer ``name``'s position atomically with the appends;
-        ``TrackingConflict`` (nothing written) unless it is above the stored one. A retry
-        after an unknown commit result that applied returns the same outcome."""
+        ``TrackingConflict`` (nothing written) unless it is above the stored one.
+        ``app_data`` is written with them (:class:`ApplicationData`). A retry after an
+        unknown commit result that applied returns the same outcome."""
         ...
 
     def read_log(
@@ -361,9 +363,36 @@ class Contract(
 
 
 @runtime_checkable
-class PlaneContract(Contract[InboxSeq, bytes], UniverseLog, SegmentIndex, Protocol):
+class ApplicationData(Protocol):
+    """An application's own keys and values in its universe, written only with a group
+    append (``app_data=`` of ``append_batches`` and ``append_sequenced``: key to value,
+    ``None`` removes it), in its transaction: stored exactly when the append is."""
+
+    def read_app_data(self, universe: UniverseId, key: bytes) -> bytes | None:
+        """The value of ``key`` (``None`` if none)."""
+        ...
+
+    def read_app_range(
+        self,
+        universe: UniverseId,
+        begin: bytes = b"",
+        end: bytes | None = None,
+        *,
+        limit: int = 1_000,
+        reverse: bool = False,
+    ) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` pairs from ``begin`` up to ``end`` (``None``: to the end), in
+        the application's key order (descending with ``reverse``)."""
+        ...
+
+
+@runtime_checkable
+class PlaneContract(
+    Contract[InboxSeq, bytes], UniverseLog, SegmentIndex, ApplicationData, Protocol
+):
     """The plane's whole contract: :class:`Contract`, the universe log, the segment index,
-    inbox compaction and redoing an append whose outcome is unknown."""
+    an application's own data, inbox compaction and redoing an append whose outcome is
+    unknown."""
 
     def retry_append_batch(
         self, universe: UniverseId, world: WorldId, expected_head: int, entries: Sequence[bytes]

@@ -178,12 +178,14 @@ def _unescape_until_end(data: bytes, pos: int) -> tuple[bytes, int]:
             return bytes(out), end + 1
 
 
-def unpack(data: bytes, prefix_len: int = 0) -> tuple[Element, ...]:
-    """Decode a packed tuple (after skipping ``prefix_len`` bytes); raises ``ValueError``."""
+def unpack(data: bytes, prefix_len: int = 0, count: int | None = None) -> tuple[Element, ...]:
+    """Decode a packed tuple (after skipping ``prefix_len`` bytes; only its first ``count``
+    elements, the bytes after them unread: a key whose tail is not a tuple -- an
+    application's own key -- still has its leading elements read); raises ``ValueError``."""
     items: list[Element] = []
     pos = prefix_len
     size = len(data)
-    while pos < size:
+    while pos < size and (count is None or len(items) < count):
         code = data[pos]
         pos += 1
         if code == NULL:

@@ -82,6 +82,8 @@ class TimestampsRecorder(PlaneApplicationRecorder):
     def version_at(self, parcel_id: UUID, moment: datetime) -> int | None:
         """The parcel's version at ``moment`` (``None``: it was not registered yet)."""
         prefix = at_prefix(parcel_id)
+        if micros(moment) < 0:  # before the epoch: before any event
+            return None
         end = prefix + (micros(moment) + 1).to_bytes(8, "big")
         rows = self.read_app_range(prefix, end, limit=1, reverse=True)
         return int.from_bytes(rows[0][1], "big") if rows else None

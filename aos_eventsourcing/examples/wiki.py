@@ -146,7 +146,8 @@ class SearchableWiki(Wiki):
         *objs: MutableOrImmutableAggregate[UUID] | DomainEventProtocol[UUID] | None,
         **kwargs: Any,
     ) -> list[Recording[UUID]]:
-        pages = [(o.id, o.title, o.body) for o in objs if isinstance(o, Page)]
+        # only pages this save stores events of: their versions guard the index writes
+        pages = [(o.id, o.title, o.body) for o in objs if isinstance(o, Page) and o.pending_events]
         return super().save(*objs, pages=pages, **kwargs)
 
     def search(self, word: str) -> list[UUID]:

@@ -59,7 +59,7 @@ class AppDataOperations(Core):
         page, read again from after the last key (``key + b"\\x00"``; with ``reverse``, up
         to the last key)."""
         keys = universe_keys(universe)
-        check_bytes(begin, "begin", high=MAX_APP_KEY_BYTES)
+        check_bytes(begin, "begin", high=MAX_APP_KEY_BYTES + 1)  # a key + b"\x00": paging
         if end is not None:
             check_bytes(end, "end", high=MAX_APP_KEY_BYTES + 1)
         row_limit(limit)

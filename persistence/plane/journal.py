@@ -99,7 +99,7 @@ class JournalOperations(WorldOperations):
         are (:meth:`read_app_data`); ``batches`` may then be empty. The limits of one
         append apply to the whole group, its application data included:
         ``max_batch_entries``, ``max_batch_bytes`` and the transaction budget."""
-        low = 0 if app_data is not None else 1
+        low = 0 if app_data else 1
         check_sequence(batches, "batches", low, self.config.max_batch_entries)
         done = await self.append_group(universe, batches, create_missing, None, app_data)
         return done.first_heights
@@ -125,7 +125,7 @@ class JournalOperations(WorldOperations):
         written as :meth:`append_batches` writes it. ``batches`` may be empty if
         ``tracking`` or ``app_data`` is given. Returns the first heights and the first
         position (``None`` if no entry)."""
-        low = 0 if tracking is not None or app_data is not None else 1
+        low = 0 if tracking is not None or app_data else 1
         check_sequence(batches, "batches", low, self.config.max_batch_entries)
         check_sequence(tags, "tags", len(batches), len(batches))
         if tracking is not None:
@@ -212,14 +212,13 @@ class JournalOperations(WorldOperations):
         tags_ = [] if sequencing is None else sequencing.tags
         bound = budget.group_append_bound([p.entries for p in parts], tags_)
         if bound + budget.app_data_bound(app) > self.budget:
+            appends = budget.group_append_cost(
+                keys, [(p.keys, p.expected_head + 1, p.entries) for p in parts], create
+            ) + (0 if sequencing is None else budget.sequencing_cost(keys, sequencing))
             budget.check(
-                budget.group_append_cost(
-                    keys, [(p.keys, p.expected_head + 1, p.entries) for p in parts], create
-                )
-                + (0 if sequencing is None else budget.sequencing_cost(keys, sequencing))
-                + budget.app_data_cost(keys, app),
+                appends + budget.app_data_cost(keys, app),
                 self.budget,
-                "app_data" if app and not count else "batches",
+                "app_data" if app and appends <= self.budget else "batches",
                 f"appending {count:,} entries ({size:,} bytes) to {len(parts):,} worlds"
                 + (f" and writing {len(app):,} keys of application data" if app else ""),
             )

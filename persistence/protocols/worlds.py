@@ -177,7 +177,8 @@ SCAN_SECONDS: Final = 1.0
 
 
 def _id_at(key: bytes, position: int) -> uuid.UUID:
-    element = unpack(key)[position]
+    elements = unpack(key, count=position + 1)
+    element = elements[position] if len(elements) > position else None
     if not isinstance(element, uuid.UUID):
         raise StoreFormatError(f"key {key!r} has no id at tuple position {position}")
     return element

@@ -55,6 +55,11 @@ class ExampleCases(stores.Store):
             wiki.save(stale)
         assert wiki.search("lichens") == [] and wiki.search("mosses") == [page_id]
         assert wiki.search("ferns") == []
+        # a stale copy saved with no events of its own writes nothing either
+        loaded = wiki.get_page(page_id)
+        wiki.update_body(page_id, "ivy")
+        wiki.save(loaded)
+        assert wiki.search("ivy") == [page_id] and wiki.search("mosses") == []
 
     def test_a_projection_indexes_with_its_tracking_records(self) -> None:
         self.set_environ()
@@ -91,6 +96,8 @@ class ExampleCases(stores.Store):
         parcels.move(parcel_id, "Melbourne")
         with pytest.raises(AggregateNotFoundError):
             parcels.parcel_at(parcel_id, before)
+        with pytest.raises(AggregateNotFoundError):
+            parcels.parcel_at(parcel_id, datetime(1960, 1, 1, tzinfo=UTC))
         assert parcels.parcel_at(parcel_id, registered).location == "Rotterdam"
         assert parcels.parcel_at(parcel_id, moved).location == "Dallas"
         assert parcels.parcel_at(parcel_id, now()).location == "Melbourne"

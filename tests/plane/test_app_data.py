@@ -163,3 +163,43 @@ def test_a_retry_after_an_unknown_result_reports_the_write_once(applied: bool) -
         (b"m", b"1"),
         (b"t", b"1"),
     ]
+
+
+def test_a_universe_holding_application_data_is_listed_and_walked(
+    plane: Plane, universe: UniverseId
+) -> None:
+    """Its first key is an application key (``"app"`` sorts before the plane's own), whose
+    bytes after the subspace are no tuple: listing universes reads only the id."""
+    plane.append_batches(universe, [], app_data={b"page/1": b"{}", b"\xff\x00": b""})
+    assert universe in set(plane.universes())
+    assert list(plane.worlds(universe)) == []
+
+
+def test_an_empty_mapping_is_not_a_write(plane: Plane, universe: UniverseId) -> None:
+    with pytest.raises(Validation, match=r"^batches"):
+        plane.append_batches(universe, [], app_data={})
+    with pytest.raises(Validation, match=r"^batches"):
+        plane.append_sequenced(universe, [], [], app_data={})
+    assert universe not in set(plane.universes())
+
+
+def test_a_range_pages_from_after_a_key_of_the_largest_size(
+    plane: Plane, universe: UniverseId
+) -> None:
+    keys = [b"k" * MAX_APP_KEY_BYTES, b"k" * (MAX_APP_KEY_BYTES - 1) + b"l"]
+    plane.append_batches(universe, [], app_data=dict.fromkeys(keys, b""))
+    first = plane.read_app_range(universe, limit=1)
+    assert first == [(keys[0], b"")]
+    assert plane.read_app_range(universe, first[-1][0] + b"\x00") == [(keys[1], b"")]
+
+
+def test_over_the_budget_with_its_data_names_the_data(universe: UniverseId) -> None:
+    engine = MemoryEngine()
+    engine.size_limit = 300_000
+    plane = open_plane(engine, MemoryObjectStore())
+    world = WorldId.new()
+    plane.create_world(universe, world)
+    data = {bytes([i]) * 8: b"v" * 60_000 for i in range(1, 6)}
+    with pytest.raises(Validation, match=r"^app_data: appending 1 entries"):
+        plane.append_batches(universe, [(world, 0, [b"e"])], app_data=data)
+    assert plane.head(universe, world) == 0 and plane.read_app_range(universe) == []
