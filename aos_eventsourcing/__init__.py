@@ -24,6 +24,7 @@ except ImportError:
         "aos_eventsourcing needs eventsourcing: pip install 'aos-persistence[eventsourcing]'"
     ) from None
 
+from aos_eventsourcing.dcb import PlaneDCBRecorder
 from aos_eventsourcing.factory import PlaneFactory
 from aos_eventsourcing.recorders import (
     PlaneAggregateRecorder,
@@ -38,6 +39,7 @@ __all__ = [
     "PlaneAggregateRecorder",
     "PlaneApplicationRecorder",
     "PlaneClosedError",
+    "PlaneDCBRecorder",
     "PlaneFactory",
     "PlaneProcessRecorder",
     "PlaneSnapshotRecorder",

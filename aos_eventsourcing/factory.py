@@ -51,10 +51,12 @@ import urllib.parse
 import uuid
 from typing import Final, TypeVar
 
+from eventsourcing.dcb.persistence import DCBInfrastructureFactory
 from eventsourcing.persistence import InfrastructureFactory
 from eventsourcing.utils import Environment, EnvType, resolve_topic, strtobool
 
 from aos_eventsourcing import codec
+from aos_eventsourcing.dcb import PlaneDCBRecorder
 from aos_eventsourcing.recorders import (
     CLOSED,
     PlaneAggregateRecorder,
@@ -81,9 +83,12 @@ def _is_number(text: str) -> bool:
     return True
 
 
-class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
+class PlaneFactory(
+    InfrastructureFactory[PlaneTrackingRecorder], DCBInfrastructureFactory[PlaneTrackingRecorder]
+):
     """Recorders of one application over the plane of ``AOSP_KV_URL`` and
-    ``AOSP_OBJECTS_URL``, opened at the first recorder and closed by :meth:`close`."""
+    ``AOSP_OBJECTS_URL``, opened at the first recorder and closed by :meth:`close`; also
+    the infrastructure of eventsourcing's ``DCBApplication`` (:meth:`dcb_recorder`)."""
 
     AOSP_KV_URL: Final = "AOSP_KV_URL"
     AOSP_OBJECTS_URL: Final = "AOSP_OBJECTS_URL"
@@ -252,6 +257,11 @@ class PlaneFactory(InfrastructureFactory[PlaneTrackingRecorder]):
             self.TRACKING_RECORDER_TOPIC, PlaneTrackingRecorder
         )
         return cls(self.plane, self.universe(), closed=self._closed)
+
+    def dcb_recorder(self) -> PlaneDCBRecorder:
+        """A DCB application's recorder: its store in the universe derived for ``"dcb"``
+        (:mod:`aos_eventsourcing.dcb`)."""
+        return PlaneDCBRecorder(self.plane, self.universe("dcb"), closed=self._closed)
 
     def process_recorder(self) -> PlaneProcessRecorder:
         """A process application's recorder (``PROCESS_RECORDER_TOPIC`` names a subclass)."""
