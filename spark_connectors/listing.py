@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import groupby
 
+from persistence import kv
 from persistence.errors import (
     Corruption,
     DamagedJournalEntry,
@@ -19,10 +20,10 @@ from persistence.errors import (
 )
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
-from persistence.keyspace import WorldKeys
+from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.objects import ObjectStore
 from persistence.plane import Plane
-from persistence.protocols import journal
+from persistence.protocols import journal, segment_index
 from persistence.protocols.segment_index import audit
 from segments.inputs import require
 
@@ -148,6 +149,22 @@ def index_refs(plane: Plane, universe: UniverseId, world: WorldId) -> tuple[list
             )  # fmt: skip
         covered = max(covered, entry.key_end if record is None else record.end)
     return refs, covered
+
+
+def index_page(
+    plane: Plane, universe: UniverseId, world: WorldId, first: int, limit: int
+) -> list[tuple[int, int, int]] | None:
+    """``(start, end, byte_size)`` of up to ``limit`` of the world's segments ending at or
+    after height ``first``, in height order, read strictly (each record checked to continue
+    the one before it); ``None`` if one is damaged (:func:`index_refs` then says where)."""
+    keys = UniverseKeys(universe)
+    try:
+        records = kv.run(
+            plane.engine, lambda tr: segment_index.read_segments(tr, keys, world, first, limit)
+        )
+    except Corruption:
+        return None
+    return [(r.start, r.end, r.byte_size) for r in records]
 
 
 def _world_refs(plane: Plane, universe: UniverseId, world: WorldId) -> Iterator[SegmentRef]:

@@ -29,8 +29,9 @@ Options, beyond the batch source's:
                               both hold. A hot entry counts the bytes the engine stores
                               for it (read on the driver to size the batch), the heights a
                               batch takes from a segment the segment object's size
-                              (:class:`WorldSizes`). An entry, or the rest of a segment,
-                              larger than the cap is a micro-batch of its own.
+                              (:class:`WorldSizes`). The worlds take turns to lead a
+                              batch (:func:`admit_bytes`); a leader's entry, or segment
+                              rest, larger than the cap is a micro-batch of its own.
 ``starting``                  ``earliest`` (default: every world from height 1) or
                               ``latest`` (from each world's head when the query first
                               starts; worlds created later from height 1)
@@ -78,7 +79,7 @@ from spark_connectors.journal import (
     plane_of,
     read_partition,
 )
-from spark_connectors.listing import index_refs, selected_worlds
+from spark_connectors.listing import index_page, index_refs, selected_worlds
 from spark_connectors.source import ScanOptions
 
 OFFSET_VERSION: Final = 1
@@ -246,43 +247,47 @@ def admit_bytes(
     waiting: Mapping[str, int], sizes: Mapping[str, EntrySizes], budget: int, turn: int = 0
 ) -> Heights:
     """How many of each key's ``waiting`` entries a micro-batch of ``budget`` bytes takes.
-    The keys take turns from position ``turn`` (modulo their count) of the key order. If
-    the first key's next entry costs more than the budget, the micro-batch is that entry
-    alone (what it costs is read whole anyway). Otherwise the bytes are shared as
-    :func:`admit` shares entries: equal shares in rounds, what a key does not use going to
-    the others; in each round the keys whose next entry is larger than their share come
-    first, each taking that entry if it fits in what is left, so no key waits for another's
-    backlog; at the end each key in turn takes what still fits. Never more than the
-    budget, except for an entry alone."""
+    The keys take turns from position ``turn`` (modulo their count) of the key order; the
+    first, the leader, takes its next entry before anything is shared -- alone, if it costs
+    more than the budget (what it costs is read whole anyway), so no entry waits beyond its
+    key's turn to lead. What is left is shared as :func:`admit` shares entries: equal
+    shares in rounds, each key in turn taking what fits in its share -- or, if its next
+    entry is larger than its share, that entry if what is left holds it -- and what a key
+    does not use going to the others; at the end each key in turn takes what still fits.
+    Never more than the budget, except for the leader's entry alone."""
     granted = dict.fromkeys(waiting, 0)
     ordered = sorted(key for key, count in waiting.items() if count > 0)
     if not ordered:
         return granted
     first = turn % len(ordered)
     ordered = ordered[first:] + ordered[:first]
-    lead = sizes[ordered[0]]
-    if lead.next_cost(0) > budget:  # a micro-batch of its own
-        granted[ordered[0]] = lead.fit(0, lead.next_cost(0), waiting[ordered[0]])[0]
+    lead, sized = ordered[0], sizes[ordered[0]]
+    cost = sized.next_cost(0)
+    granted[lead], used = sized.fit(0, cost, waiting[lead])
+    if cost > budget:  # a micro-batch of its own
         return granted
-    active = ordered
+    budget -= used
+    ahead = {lead: used}  # counted against the leader's first share
+    active = [key for key in ordered if granted[key] < waiting[key]]
     while budget > 0 and active:
-        share = max(1, budget // len(active))
-        large = {key for key in active if sizes[key].next_cost(granted[key]) > share}
-        still = set()
-        for key in [key for key in active if key in large] + [
-            key for key in active if key not in large
-        ]:
-            if key in large:  # its next entry, if the budget still holds it
-                count, used = sizes[key].fit(granted[key], budget, 1)
-            else:
-                left = waiting[key] - granted[key]
-                count, used = sizes[key].fit(granted[key], min(share, budget), left)
+        share = max(1, (budget + sum(ahead.values())) // len(active))
+        still = []
+        for key in active:
+            if budget <= 0:
+                break
+            left = waiting[key] - granted[key]
+            room = min(share - ahead.pop(key, 0), budget)
+            count, used = sizes[key].fit(granted[key], room, left) if room > 0 else (0, 0)
+            if not count and room > 0:  # an entry larger than the share: it goes if what is
+                count, used = sizes[key].fit(granted[key], budget, 1)  # left holds it
             granted[key] += count
             budget -= used
             if count and granted[key] < waiting[key]:
-                still.add(key)
-        active = [key for key in active if key in still]  # took entries, want more
+                still.append(key)
+        active = still  # the keys that took entries and want more
     for key in ordered:  # what is left: each key in turn takes what still fits
+        if budget <= 0:
+            break
         count, used = sizes[key].fit(granted[key], budget, waiting[key] - granted[key])
         granted[key] += count
         budget -= used
@@ -328,18 +333,20 @@ class _Piece:
 class WorldSizes:
     """:class:`EntrySizes` of one world's entries above ``after``, read as admission asks:
 
-    * heights in a segment: the first taken from a segment costs the segment object's
-      size, the others nothing -- a task fetches the whole object whatever it takes
-      from it, so a micro-batch never holds more cold bytes than it counted;
+    * heights in a segment: the first a batch takes from a segment costs the segment
+      object's size, the others nothing -- a task fetches the whole object whatever it
+      takes from it, so a batch can hold a segment's whole rest for that price; the index
+      is read from ``after`` on, a page of :data:`INDEX_PAGE` records at a time (strictly;
+      a damaged one makes the whole index read as ``index_refs`` reads it, with its gaps
+      and damaged records as heights that cost 1 byte per ref);
     * a hot height: the bytes the engine stores for it (:func:`journal.stored_sizes`, in
-      pages that start at 64 keys and double: the driver reads about what it admits), a
-      hole (which the micro-batch reports) :data:`HOT_ENTRY_ESTIMATE`;
-    * every height at least 1 byte, every segment (or heights the index cannot give) at
-      least 1, so a cap bounds the rows too.
+      pages of :data:`FIRST_PAGE` keys doubling to 4,096), at least 1; a hole (which the
+      micro-batch reports) :data:`HOT_ENTRY_ESTIMATE`.
 
     A hot height exported since the index was read is sized from the index read again."""
 
-    FIRST_PAGE: ClassVar[int] = 64
+    FIRST_PAGE: ClassVar[int] = 4
+    INDEX_PAGE: ClassVar[int] = 64
 
     def __init__(self, plane: Plane, universe: UniverseId, world: WorldId, after: int) -> None:
         self.plane, self.universe, self.world = plane, universe, world
@@ -351,12 +358,29 @@ class WorldSizes:
         """Each piece's first index, and what everything through it costs."""
         self.page = self.FIRST_PAGE
         self.refs: list[tuple[int, int, int]] = []
-        self.covered = 0
-        self._read_index()
+        """``(start, end, cost)`` of the segments read so far, in height order."""
+        self.index_done = False
+        """Whether :attr:`refs` holds every segment from the one it starts with on."""
 
-    def _read_index(self) -> None:
-        refs, self.covered = index_refs(self.plane, self.universe, self.world)
-        self.refs = [(ref.start, ref.end, max(1, ref.byte_size)) for ref in refs]
+    def _read_index(self, height: int) -> None:
+        """Read the segments ending at or after ``height``, a page on from what is read."""
+        page = index_page(self.plane, self.universe, self.world, height, self.INDEX_PAGE)
+        if page is None:  # a damaged record: the whole index, as the listing reads it
+            refs, _ = index_refs(self.plane, self.universe, self.world)
+            self.refs = [(ref.start, ref.end, max(1, ref.byte_size)) for ref in refs]
+            self.index_done = True
+            return
+        self.refs = [(start, end, max(1, size)) for start, end, size in page]
+        self.index_done = len(page) < self.INDEX_PAGE
+
+    def _segment(self, height: int) -> tuple[int, int, int] | None:
+        """The segment holding ``height`` (``None``: it is hot), reading the index on."""
+        if not self.refs or (self.refs[-1][1] < height and not self.index_done):
+            self._read_index(height)
+        at = bisect_right(self.refs, (height, 2**64)) - 1
+        if at >= 0 and self.refs[at][0] <= height <= self.refs[at][1]:
+            return self.refs[at]
+        return None
 
     @property
     def sized(self) -> int:
@@ -374,22 +398,17 @@ class WorldSizes:
     def _more(self, want: int) -> None:
         """Size at least one more height (up to ``want`` hot ones)."""
         height = self.after + 1 + self.sized
-        if height <= self.covered:
-            at = bisect_right(self.refs, (height, 2**64)) - 1
-            if at >= 0 and self.refs[at][0] <= height <= self.refs[at][1]:
-                _, end, cost = self.refs[at]
-                self._add(end - height + 1, cost=cost)
-            else:  # a height the index claims but no ref holds: an error row
-                self._add(1, cost=1)
+        segment = self._segment(height)
+        if segment is not None:
+            self._add(segment[1] - height + 1, cost=segment[2])
             return
         asked = min(want, self.page)
         self.page = min(2 * self.page, journal.MAX_ROWS_PER_READ)
         last = height + asked - 1
         held = drive(journal.stored_sizes(self.plane.engine, self.keys, height, last, asked))
         if not held or held[0][0] != height:
-            before = self.covered
-            self._read_index()
-            if self.covered >= height > before:
+            self.refs, self.index_done = [], False
+            if self._segment(height) is not None:
                 return  # exported since: sized from the index now
             hole = (held[0][0] if held else last + 1) - height
             self._add(hole, sizes=[HOT_ENTRY_ESTIMATE] * hole)
@@ -411,7 +430,7 @@ class WorldSizes:
 
     def next_cost(self, taken: int) -> int:
         while self.sized <= taken:
-            self._more(self.FIRST_PAGE)
+            self._more(taken + 1 - self.sized)
         return self._cost(taken + 1) - self._cost(taken)
 
     def fit(self, taken: int, room: int, most: int) -> tuple[int, int]:

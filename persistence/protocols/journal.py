@@ -458,7 +458,7 @@ async def stored_sizes(
     entry's chunks together; with its checksums, where the layout has them). Nothing is
     checked -- what is read later checks itself; this sizes reads before they are made. A
     height whose chunks the read cut off is left out (the caller reads on from it), unless
-    it is the only one. One snapshot read."""
+    it is the only one: then all its chunks are read. Snapshot reads."""
     if first > last:
         return []
     begin, end = keys.entries_between(first, last)
@@ -475,6 +475,10 @@ async def stored_sizes(
         if type(height) is int:
             sizes[height] = sizes.get(height, 0) + len(value)
     out = sorted(sizes.items())
-    if len(rows) == limit and len(out) > 1:
-        out.pop()  # its chunks may go on past the read
+    if len(rows) == limit and out:  # the last height's chunks may go on past the read
+        if len(out) > 1:
+            out.pop()
+        else:  # the only one: read all its chunks
+            whole = await tr.get_range(*keys.entries_between(first, first), snapshot=True)
+            out = [(first, sum(len(value) for _, value in whole))] if whole else []
     return out

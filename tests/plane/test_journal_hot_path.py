@@ -17,6 +17,7 @@ from persistence.errors import (
     Validation,
     WorldNotFound,
 )
+from persistence.futures import drive
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId
 from persistence.journal_records import JOURNAL_HEAD, JournalHead
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
@@ -209,6 +210,9 @@ def test_stored_sizes_are_the_bytes_held_per_height_without_reading_them_as_entr
         plane.engine, lambda tr: journal.stored_sizes(tr, other_keys, len(filler) + 1, 10**6)
     )
     assert rest == [(len(filler) + 1, chunked)]
+    for limit in (1, 2):  # a read cut inside the only height reads all its chunks
+        alone = drive(journal.stored_sizes(plane.engine, other_keys, len(filler) + 1, 10**6, limit))
+        assert alone == [(len(filler) + 1, chunked)]
 
 
 @pytest.mark.parametrize(

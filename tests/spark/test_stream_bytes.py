@@ -85,9 +85,13 @@ def test_bytes_are_shared_fairly_and_never_exceeded() -> None:
         assert all(n == len(sizes[k]) or used + sizes[k][n] > budget for k, n in granted.items())
 
 
-def test_an_entry_larger_than_its_share_is_served_at_every_turn() -> None:
-    for turn in range(8):
+def test_an_entry_larger_than_its_share_goes_first_when_its_world_leads() -> None:
+    for turn in range(0, 8, 2):  # "a" leads
         assert admitted({"a": [60], "b": [10] * 100}, 100, turn) == {"a": 1, "b": 4}
+        assert admitted({"a": [55] * 9, "b": [50] * 9}, 100, turn) == {"a": 1, "b": 0}
+    for turn in range(1, 8, 2):  # "b" leads, its backlog takes what is left
+        assert admitted({"a": [60], "b": [10] * 100}, 100, turn) == {"a": 0, "b": 10}
+        assert admitted({"a": [55] * 9, "b": [50] * 9}, 100, turn) == {"a": 0, "b": 2}
     # larger than the whole budget: alone when its key leads, left for later otherwise
     assert admitted({"a": [5000], "b": [6000]}, 100) == {"a": 1, "b": 0}
     assert admitted({"a": [5000], "b": [6000]}, 100, turn=1) == {"a": 0, "b": 1}
@@ -224,7 +228,7 @@ def test_the_driver_reads_about_what_it_admits(
     reader = JournalStream({"kv": kv_url, "objects": objects, "max_bytes_per_batch": "10000"})
     end = heights_of(reader.latestOffset(reader.initialOffset(), reader.getDefaultReadLimit()))
     assert sum(end.values()) == 9  # 3 entries of 1,004 bytes a world
-    assert read and sum(read) <= 3 * WorldSizes.FIRST_PAGE
+    assert read and sum(read) <= 2 * sum(end.values())  # not each backlog of 3,000
 
 
 def test_empty_entries_still_count_so_a_cap_bounds_the_rows(tmp_path: Path) -> None:
@@ -268,6 +272,24 @@ def test_an_entry_larger_than_the_cap_is_read_while_another_world_is_busy(tmp_pa
     alone = [b for b in batches if big_key in b]
     assert alone == [{big_key: (1, 1)}]
     assert all(b[busy_key][1] - b[busy_key][0] + 1 == 10 for b in batches if b is not alone[0])
+
+
+def test_worlds_of_entries_near_the_cap_take_turns(tmp_path: Path) -> None:
+    """Entries of 5,400 and 4,900 bytes, a cap of 10,000: no two fit together, and each
+    world's entries still come, in the batches it leads (the ids are fixed)."""
+    plane, kv_url, objects = _store(tmp_path)
+    new_id = _ids(9)
+    universe = UniverseId(new_id())
+    first = _world(plane, universe, [], [b"a" * 5_400] * 40, new_id())
+    second = _world(plane, universe, [], [b"b" * 4_900] * 40, new_id())
+    reader = JournalStream({"kv": kv_url, "objects": objects, "max_bytes_per_batch": "10000"})
+    batches = _batches(reader, 30)
+    served = {
+        key: sum(last - start + 1 for start, last in (b[key] for b in batches if key in b))
+        for key in (f"{universe}/{first}", f"{universe}/{second}")
+    }
+    assert all(count >= 8 for count in served.values()), served
+    assert all(len(b) == 1 and sum(e - s + 1 for s, e in b.values()) <= 2 for b in batches)
 
 
 def test_history_in_segments_counts_the_objects_a_batch_fetches(tmp_path: Path) -> None:
