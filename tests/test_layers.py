@@ -62,7 +62,7 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
     "segments.cold": {"segment_index": "a cold read checks the record it follows"},
     "segments.verify": {"segment_index": "the index audit: every bad record, not the first"},
     "spark_connectors.listing": {
-        "segment_index": "the index audit, as segments verify",
+        "segment_index": "the index audit, as segments verify; a strict page of it for a byte cap",
         "journal": "where a run of missing heights ends, as fsck finds it",
     },
     "spark_connectors.source": {"segment_index": "the record check a listed segment passed"},
