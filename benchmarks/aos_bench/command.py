@@ -38,23 +38,27 @@ SUITES = (
     "fairness",
     "fdb",
     "eventsourcing",
+    "eventsourcing-scale",
 )
 DEFAULT_SUITES = ("engine", "plane", "cas")
+FDB_SUITES: Final = ("fdb", "eventsourcing-scale")
+"""The suites that measure on the FoundationDB cluster ``--fdb`` names."""
 """What ``aosp bench`` runs without a suite named: the quick ones (a minute or two)."""
 
 
 def chosen_suites(named: list[str], fdb: str | None) -> list[str]:
     """The suites ``aosp bench SUITE...`` runs, each once in the order named: the quick
-    :data:`DEFAULT_SUITES` when none is named, every suite for ``all`` (fdb only with a
-    cluster, or named too)."""
+    :data:`DEFAULT_SUITES` when none is named, every suite for ``all`` (those of
+    :data:`FDB_SUITES` only with a cluster, or named too)."""
     if "all" in named:
-        return [s for s in SUITES if s != "fdb" or fdb or "fdb" in named]
+        return [s for s in SUITES if s not in FDB_SUITES or fdb or s in named]
     return list(dict.fromkeys(named or DEFAULT_SUITES))
 
 
 SUITE_NEEDS: Final[dict[str, tuple[str, ...]]] = {
     "plane": ("eventsourcing",),
     "eventsourcing": ("eventsourcing",),
+    "eventsourcing-scale": ("eventsourcing", "psycopg"),
     "spark": ("pyarrow", "pyspark"),
     "spark-journal": ("pyarrow", "pyspark"),
     "steady": ("matplotlib",),
@@ -68,9 +72,10 @@ runs."""
 def check_suites(suites: list[str], fdb: str | None) -> None:
     """Refuse a run before it starts, rather than after the suites before a failing one:
     a suite whose packages are missing (``MissingDependency`` naming them and the extra),
-    the fdb suite without ``--fdb``."""
-    if "fdb" in suites and not fdb:
-        raise UsageError("the fdb suite needs --fdb URL (a FoundationDB cluster)")
+    a suite of :data:`FDB_SUITES` without ``--fdb``."""
+    for suite in suites:
+        if suite in FDB_SUITES and not fdb:
+            raise UsageError(f"the {suite} suite needs --fdb URL (a FoundationDB cluster)")
     for suite in suites:
         extra = "spark" if suite.startswith("spark") else "bench"
         require(f"the {suite} suite", extra, *SUITE_NEEDS.get(suite, ()))
@@ -82,17 +87,18 @@ STEADY_OPTIONS: Final = ("steady_seconds", "steady_worlds", "steady_rate", "plot
 
 def check_suite_options(args: argparse.Namespace, suites: list[str]) -> None:
     """``UsageError`` for options of a suite the run leaves out (they would be ignored):
-    the steady suite's, and ``--fdb`` (named suites without fdb; ``all`` takes it in)."""
+    the steady suite's, and ``--fdb`` (named suites none of which uses a cluster; ``all``
+    takes it in)."""
     given = [f"--{d.replace('_', '-')}" for d in STEADY_OPTIONS if getattr(args, d) is not None]
     if given and "steady" not in suites:
         raise UsageError(
             f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for the steady suite, "
             f"which this run leaves out (it runs {' '.join(suites)}): name steady too"
         )
-    if args.fdb is not None and "fdb" not in suites:
+    if args.fdb is not None and not set(FDB_SUITES) & set(suites):
         raise UsageError(
-            f"--fdb is for the fdb suite, which this run leaves out (it runs "
-            f"{' '.join(suites)}): name fdb too, or all"
+            f"--fdb is for the {' and '.join(FDB_SUITES)} suites, which this run leaves out "
+            f"(it runs {' '.join(suites)}): name one too, or all"
         )
 
 
@@ -111,6 +117,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from aos_bench import (
         cas,
         engine,
+        eventsourcing_scale,
         export_load,
         fairness,
         fdb,
@@ -155,6 +162,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "fairness": fairness.run,
         "fdb": functools.partial(fdb.run, fdb_url=args.fdb),
         "eventsourcing": eventsourcing_suite.run,
+        "eventsourcing-scale": functools.partial(eventsourcing_scale.run, fdb_url=args.fdb),
     }
     figures: list[Figure] = []
     with _progress(args) as progress:

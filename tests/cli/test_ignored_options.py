@@ -202,7 +202,10 @@ def test_an_option_the_command_would_ignore_is_a_usage_error(
             ["--steady-seconds", "60", "--plot", "p.png"],
             ["--steady-seconds, --plot are for the steady suite"],
         ),
-        (["--fdb", "fdb:///nowhere/fdb.cluster"], ["--fdb is for the fdb suite", "or all"]),
+        (
+            ["--fdb", "fdb:///nowhere/fdb.cluster"],
+            ["--fdb is for the fdb and eventsourcing-scale suites", "or all"],
+        ),
     ],
     ids=["steady-worlds", "steady-seconds-plot", "fdb"],
 )

@@ -143,9 +143,10 @@ def _met(figure: dict[str, Any]) -> bool:
     return bool(figure["ratio"] <= figure["target"])
 
 
-def test_bench_fdb_needs_a_cluster() -> None:
-    result = aosp("bench", "fdb")
-    assert result.code == 2 and "--fdb" in result.err
+@pytest.mark.parametrize("suite", ["fdb", "eventsourcing-scale"])
+def test_bench_suites_on_foundationdb_need_a_cluster(suite: str) -> None:
+    result = aosp("bench", suite)
+    assert result.code == 2 and f"the {suite} suite needs --fdb" in result.err
 
 
 def test_bench_rejects_an_unknown_suite() -> None:
@@ -157,7 +158,9 @@ def test_bench_rejects_an_unknown_suite() -> None:
 def test_bench_without_a_suite_runs_the_quick_ones_and_all_runs_every_one() -> None:
     assert chosen_suites([], None) == ["engine", "plane", "cas"]
     assert chosen_suites(["plane", "engine", "plane"], None) == ["plane", "engine"]
-    assert "fdb" not in chosen_suites(["all"], None) and "spark" in chosen_suites(["all"], None)
+    everything = chosen_suites(["all"], None)
+    assert "fdb" not in everything and "eventsourcing-scale" not in everything
+    assert "spark" in everything
     assert chosen_suites(["all"], "fdb:///c") == list(SUITES)
     help_text = aosp("bench", "--help").text
     assert "SUITE" in help_text and "engine plane cas" in help_text.replace("\n", " ")
