@@ -1,22 +1,22 @@
 """eventsourcing's dynamic consistency boundary (``eventsourcing.dcb``) over the plane.
 
 A DCB store is one world of its own universe (the application's, derived for ``"dcb"``):
-each event is a journal entry (CBOR ``[type, data, tags]``) and its position is its
-universe log position -- 1, 2, ... in commit order, as eventsourcing's recorders number
-them --, appended with ``Plane.append_sequenced`` expecting the world's head where the
-condition was checked. The events' tags and types are indexed in the application's own data
-(``app_data``: ``t`` + the packed tag + the position, ``y`` + the packed type + the
-position), written in the transaction of the events; a query reads the index ranges of its
-items' tags and types, and a condition is checked against them up to the head the append
-then expects: if any event was appended since, the append finds the head moved and checks
-again. Appends of one store therefore serialize on its head, whatever their boundaries (see
-``docs/eventsourcing.md``: DCB)."""
+each event is a journal entry (CBOR ``[type, data, tags]``) and its position is its height
+-- 1, 2, ... in commit order, as eventsourcing's recorders number them --, appended with
+``Plane.append_sequenced`` (whose log head wakes subscriptions) expecting the world's head
+where the condition was checked. The events' tags and types are indexed in the
+application's own data (``app_data``: ``t`` + the packed tag + the position, ``y`` + the
+packed type + the position), written in the transaction of the events; a query reads the
+index ranges of its items' tags and types, and a condition is checked against them up to
+the head the append then expects: if any event was appended since, the append finds the
+head moved and checks the events since. Appends of one store therefore serialize on its
+head, whatever their boundaries (see ``docs/eventsourcing.md``: DCB)."""
 
 from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Final
 
 from eventsourcing.dcb.api import (
@@ -37,10 +37,13 @@ from aos_eventsourcing.recorders import MAX_ATTEMPTS, WATCH_SECONDS, PlaneRecord
 from persistence import cbor, fdbtuple
 from persistence.errors import CorruptRecord, HeadAdvanced, PersistError, WorldNotFound
 from persistence.ids import WorldId
-from persistence.sizes import MAX_ROW_LIMIT
 
 STORE_WORLD: Final = WorldId(uuid.uuid5(codec.NAMESPACE, "dcb-events"))
 """The world that holds a DCB store's events (one per universe)."""
+WINDOW: Final = 10_000
+"""Positions a query reads the index over at a time (:meth:`PlaneDCBRecorder._matches`)."""
+GAP: Final = 16
+"""Matching positions at most this far apart are read with one range read."""
 MAX_TAG_BYTES: Final = 1_000
 """A DCB type or tag, UTF-8 encoded: 1 to 1,000 bytes (each is part of an index key)."""
 _TAG: Final = b"t"
@@ -106,14 +109,24 @@ def _count(value: object, name: str) -> int | None:
 
 
 def _items(query: DCBQuery | None) -> list[DCBQueryItem]:
+    """The query's items (``DataError`` for a name that is not text). A type or tag that
+    no event can have (empty, or longer than :data:`MAX_TAG_BYTES`) matches nothing."""
     if query is None:
         return []
     if not isinstance(query, DCBQuery):
         raise DataError(f"a query must be a DCBQuery, not {type(query).__name__}")
     for item in query.items:
         for name in [*item.types, *item.tags]:
-            _name(name, "query type or tag")
+            if not isinstance(name, str):
+                raise DataError(f"a query type or tag must be text, not {type(name).__name__}")
     return list(query.items)
+
+
+def _storable(name: str) -> bool:
+    try:
+        return 1 <= len(name.encode()) <= MAX_TAG_BYTES
+    except UnicodeEncodeError:
+        return False
 
 
 class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
@@ -130,6 +143,8 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
     def _indexed(self, kind: bytes, name: str, after: int, upto: int) -> set[int]:
         """The positions after ``after``, up to ``upto``, of the events of type or tag
         ``name`` (by ``kind``)."""
+        if not _storable(name):
+            return set()
         prefix = _prefix(kind, name)
         found: set[int] = set()
         begin, end = prefix + (after + 1).to_bytes(8, "big"), prefix + (upto + 1).to_bytes(8, "big")
@@ -162,28 +177,42 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
             out |= positions or set()
         return out
 
+    def _matches(
+        self, items: Sequence[DCBQueryItem], after: int, upto: int, most: int | None
+    ) -> list[int]:
+        """The first ``most`` (all: ``None``) positions after ``after``, up to ``upto``,
+        that ``items`` match, ascending: the index is read window by window of
+        :data:`WINDOW` positions, stopping once ``most`` are found (a subscription's pages
+        read the index from where they start, not to the head)."""
+        found: list[int] = []
+        low = after
+        while low < upto and (most is None or len(found) < most):
+            high = min(upto, low + WINDOW)
+            matching = self._matching(items, low, high)
+            found.extend(range(low + 1, high + 1) if matching is None else sorted(matching))
+            low = high
+        return found if most is None else found[:most]
+
     def _recorded(self, items: Sequence[DCBQueryItem], after: int, upto: int) -> bool:
         """Whether an event after ``after``, up to ``upto``, matches the query of
         ``items`` (every event, without items)."""
         if upto <= after:
             return False
-        if not items:
-            return True
-        found = self._matching(items, after, upto)
-        return found is None or bool(found)
+        return not items or bool(self._matches(items, after, upto, 1))
 
-    def _events(self, positions: Iterable[int]) -> list[DCBSequencedEvent]:
-        """The events at ``positions`` (ascending), read in runs of consecutive ones."""
+    def _events(self, positions: Sequence[int]) -> list[DCBSequencedEvent]:
+        """The events at ``positions`` (ascending), read in spans: positions at most
+        :data:`GAP` apart share one range read, the heights between them dropped."""
+        wanted = set(positions)
         events: list[DCBSequencedEvent] = []
-        run: list[int] = []
-        for position in [*positions, -1]:
-            if run and position == run[-1] + 1:
-                run.append(position)
+        start = 0
+        for index in range(1, len(positions) + 1):
+            if index < len(positions) and positions[index] - positions[index - 1] <= GAP:
                 continue
-            if run:
-                rows = self.plane.read_range(self.universe, STORE_WORLD, run[0], len(run))
-                events.extend(decode_event(entry, height) for height, entry in rows)
-            run = [position]
+            first, last = positions[start], positions[index - 1]
+            rows = self.plane.read_range(self.universe, STORE_WORLD, first, last - first + 1)
+            events.extend(decode_event(entry, h) for h, entry in rows if h in wanted)
+            start = index
         return events
 
     def read(
@@ -203,12 +232,11 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
             head = self._head()
             if most == 0:
                 return SimpleDCBReadResponse(iter([]), None)
-            matching = self._matching(items, start, head) if items else None
-            if matching is None:
-                count = head - start if most is None else min(most, head - start)
-                positions: list[int] = list(range(start + 1, start + 1 + max(0, count)))
+            if items:
+                positions = self._matches(items, start, head, most)
             else:
-                positions = sorted(matching)[: most if most is not None else MAX_ROW_LIMIT]
+                count = head - start if most is None else min(most, head - start)
+                positions = list(range(start + 1, start + 1 + max(0, count)))
             events = self._events(positions)
         except PersistError as exc:
             raise codec.translate(exc) from exc
@@ -236,8 +264,10 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
         try:
             for _ in range(MAX_ATTEMPTS):
                 head = self._head()
-                if items is not None and self._recorded(items, after, head):
-                    raise IntegrityError(condition)
+                if items is not None:
+                    if self._recorded(items, after, head):
+                        raise IntegrityError(condition)
+                    after = max(after, head)  # checked through ``head``: a retry checks on
                 index = {
                     _index_key(kind, name, head + 1 + i): b""
                     for i, event in enumerate(events)
@@ -254,12 +284,7 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
                     )
                 except (HeadAdvanced, WorldNotFound):
                     continue  # another append came first: check again at the new head
-                if done.first_position != head + 1:
-                    raise OperationalError(
-                        f"universe {self.universe} holds other sequenced entries: its log "
-                        f"gave position {done.first_position} to height {head + 1}"
-                    )
-                return head + len(events)
+                return done.first_heights[0] + len(events) - 1
         except PersistError as exc:
             raise codec.translate(exc) from exc
         raise OperationalError(f"gave up after {MAX_ATTEMPTS} attempts: the store kept moving")

@@ -15,6 +15,11 @@ from segments import open_plane
 from tests.fdb_cluster import FdbCluster, clear_keyspace
 
 
+def open_memory_plane() -> Plane:
+    """A plane on a new memory store."""
+    return open_plane("memory://", "memory://")
+
+
 class _Recorder(Protocol):
     def __init__(self, plane: Plane, universe: UniverseId) -> None: ...
 

@@ -4,16 +4,19 @@ module; conditions checked against every append that commits first; bad input re
 
 from __future__ import annotations
 
+import random
 import threading
 
 import pytest
 from eventsourcing.dcb.api import DCBAppendCondition, DCBEvent, DCBQuery, DCBQueryItem
 from eventsourcing.dcb.application import DCBApplication
+from eventsourcing.dcb.popo import InMemoryDCBRecorder
 from eventsourcing.dcb.tests import DCBRecorderTestCase
 from eventsourcing.persistence import DataError, IntegrityError, ProgrammingError
 
+from aos_eventsourcing import dcb
 from aos_eventsourcing.dcb import MAX_TAG_BYTES, PlaneDCBRecorder
-from persistence.ids import UniverseId
+from persistence.ids import UniverseId, WorldId
 from tests.eventsourcing import stores
 
 
@@ -125,3 +128,97 @@ class TestConditions(stores.Sqlite):
             with pytest.raises(DataError):
                 recorder.read(**args)
         assert list(recorder.read()) == [] and recorder.read().head is None
+
+
+def _query(rng: random.Random, names: list[str]) -> DCBQuery:
+    def item() -> DCBQueryItem:
+        return DCBQueryItem(
+            types=rng.sample(names[:3], rng.randint(0, 2)),
+            tags=rng.sample(names, rng.randint(0, 2)),
+        )
+
+    return DCBQuery([item() for _ in range(rng.randint(0, 3))])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_reads_and_conditions_agree_with_eventsourcings_in_memory_recorder(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random appends, conditions and reads (types, tags, both, neither; after and limit
+    anywhere), with the index read in windows of 5 positions and spans of 3: the same
+    positions, events, heads and refusals as ``InMemoryDCBRecorder``."""
+    monkeypatch.setattr(dcb, "WINDOW", 5)
+    monkeypatch.setattr(dcb, "GAP", 2)
+    rng = random.Random(seed)
+    names = ["a", "b", "c", "d", "\x00", "a\x00"]
+    ours = PlaneDCBRecorder(stores.open_memory_plane(), UniverseId.new())
+    theirs = InMemoryDCBRecorder()
+    for _ in range(120):
+        if rng.random() < 0.5:
+            events = [
+                DCBEvent(
+                    rng.choice(names[:3]), rng.randbytes(3), rng.sample(names, rng.randint(0, 3))
+                )
+                for _ in range(rng.randint(1, 3))
+            ]
+            condition = None
+            if rng.random() < 0.6:
+                condition = DCBAppendCondition(_query(rng, names), rng.choice([None, *range(8)]))
+            outcomes: list[int | str] = []
+            for recorder in (ours, theirs):
+                try:
+                    outcomes.append(recorder.append(events, condition))
+                except IntegrityError:
+                    outcomes.append("refused")
+            assert outcomes[0] == outcomes[1]
+        else:
+            query = _query(rng, names)
+            after = rng.choice([None, *range(0, 60, 3)])
+            limit = rng.choice([None, 0, 1, 2, 7])
+            mine, yours = (
+                ours.read(query, after=after, limit=limit),
+                theirs.read(query, after=after, limit=limit),
+            )
+            assert [(e.position, e.event) for e in mine] == [(e.position, e.event) for e in yours]
+            assert mine.head == yours.head
+
+
+def test_a_retry_checks_only_what_was_appended_since(monkeypatch: pytest.MonkeyPatch) -> None:
+    plane = stores.open_memory_plane()
+    universe = UniverseId.new()
+    mine, other = PlaneDCBRecorder(plane, universe), PlaneDCBRecorder(plane, universe)
+    for n in range(5):
+        mine.append([DCBEvent("E", b"%d" % n, ["x"])])
+    checked: list[tuple[int, int]] = []
+    real_recorded = mine._recorded
+
+    def recorded(items: list[DCBQueryItem], after: int, upto: int) -> bool:
+        checked.append((after, upto))
+        if len(checked) == 1:  # another writer commits between the check and the append
+            other.append([DCBEvent("E", b"other", ["y"])])
+        return real_recorded(items, after, upto)
+
+    monkeypatch.setattr(mine, "_recorded", recorded)
+    query = DCBQuery([DCBQueryItem(tags=["z"])])
+    assert mine.append([DCBEvent("E", b"mine", ["z"])], DCBAppendCondition(query, 2)) == 7
+    assert checked == [(2, 5), (5, 6)]
+
+
+def test_positions_are_the_stores_own_in_a_universe_with_other_entries() -> None:
+    plane = stores.open_memory_plane()
+    universe = UniverseId.new()
+    plane.append_sequenced(universe, [(WorldId.new(), 0, [b"x"])], [["t"]], create_missing=True)
+    recorder = PlaneDCBRecorder(plane, universe)
+    assert recorder.append([DCBEvent("E", b"1")]) == 1
+    assert recorder.append([DCBEvent("E", b"2"), DCBEvent("E", b"3")]) == 3
+    assert [e.position for e in recorder.read()] == [1, 2, 3]
+
+
+def test_a_query_name_no_event_can_have_matches_nothing() -> None:
+    recorder = PlaneDCBRecorder(stores.open_memory_plane(), UniverseId.new())
+    recorder.append([DCBEvent("E", b"1", ["t"])])
+    for position, name in enumerate(("", "t" * (MAX_TAG_BYTES + 1), "\ud800"), start=2):
+        assert list(recorder.read(DCBQuery([DCBQueryItem(tags=[name])]))) == []
+        assert list(recorder.read(DCBQuery([DCBQueryItem(types=[name])]))) == []
+        condition = DCBAppendCondition(DCBQuery([DCBQueryItem(tags=[name])]))
+        assert recorder.append([DCBEvent("E", b"2")], condition) == position
