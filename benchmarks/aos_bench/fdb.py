@@ -352,7 +352,7 @@ class Bench:
 
     def _threads_round(self, threads: int, raw: bool, floor: Raw | None = None) -> float:
         worlds = [self.world() for _ in range(threads)]
-        stop = threading.Event()
+        stop, appended = threading.Event(), threading.Event()
         counts = [0] * threads
         failed: list[BaseException] = []
 
@@ -367,14 +367,17 @@ class Bench:
                         self.plane.append_batch(self.universe, world, head, [ENTRY])
                     head += 1
                     counts[index] += 1
+                    appended.set()
             except BaseException as exc:
                 failed.append(exc)
+                appended.set()
 
         pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
         started = time.perf_counter()
         for thread in pool:
             thread.start()
         time.sleep(self.seconds / 2)
+        appended.wait()  # a round holds at least one append, however loaded the machine
         stop.set()
         for thread in pool:
             thread.join()
@@ -390,7 +393,7 @@ class Bench:
         async def work(index: int) -> None:
             world, keys = worlds[index]
             head = 0
-            while time.perf_counter() < deadline:
+            while time.perf_counter() < deadline or not any(counts):  # at least one
                 if raw:
                     await self.raw.append_async(keys, ENTRY)
                 else:
@@ -505,16 +508,21 @@ class Bench:
                 self.plane.enqueue_batch(u, world, [ITEM] * min(200, per_world - start))
         target = {"inside": worlds[GROUP_WORLDS // 2], "outside": self.world()[0]}
         appender = None if appended is None else _Appender(self.url, u, target[appended])
-        moved = 0
+        moved, failing, most = 0, 0, (GROUP_WORLDS - 1) * per_world
         started = time.perf_counter()
         deadline = started + self.seconds / 2
         try:
-            while time.perf_counter() < deadline and moved < (GROUP_WORLDS - 1) * per_world:
+            # at least one drain that moved items, however loaded the machine
+            while moved < most and (time.perf_counter() < deadline or not moved):
                 try:
                     results = self.plane.drain_worlds(u, worlds, max_items=GROUP_ITEMS)
-                except PersistError:
+                except PersistError as exc:
                     tally["failed"] += 1
+                    failing += 1
+                    if failing == 100:
+                        raise RuntimeError(f"100 group drains failed in a row: {exc}") from exc
                     continue
+                failing = 0
                 moved += sum(r.count for r in results.values())
                 tally["contended"] += sum(r.contended for r in results.values())
                 tally["calls"] += 1
