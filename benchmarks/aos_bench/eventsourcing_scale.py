@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import statistics
 import tempfile
 import time
@@ -116,18 +117,29 @@ def _round(
     latency of one (seconds)."""
     ctx = multiprocessing.get_context("spawn")
     barrier, out = ctx.Barrier(writers), ctx.Queue()
+    # the tables and the universe exist (made by the caller): a writer does not create them
+    env = {**env, "CREATE_TABLE": "false"}
     processes = [
         ctx.Process(target=work, args=(env, seconds, barrier, out)) for _ in range(writers)
     ]
     for process in processes:
         process.start()
     latencies: list[float] = []
-    for _ in processes:
-        latencies.extend(out.get(timeout=seconds + 300))
-    for process in processes:
-        process.join(timeout=60)
-        if process.exitcode != 0:
-            raise RuntimeError(f"a writer process failed (exit code {process.exitcode})")
+    reported = 0
+    try:
+        while reported < writers:
+            try:
+                latencies.extend(out.get(timeout=1.0))
+                reported += 1
+            except queue.Empty:
+                failed = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+                if failed:
+                    raise RuntimeError(f"a writer process failed (exit code {failed[0]})") from None
+    finally:
+        for process in processes:
+            process.join(timeout=60)
+            if process.is_alive():
+                process.kill()
     rate = len(latencies) / seconds
     p99 = statistics.quantiles(latencies, n=100)[98] if len(latencies) > 1 else latencies[0]
     return rate, p99
