@@ -50,16 +50,12 @@ _TAG: Final = b"t"
 _TYPE: Final = b"y"
 
 
-def _name(value: object, field: str) -> bytes:
-    if not isinstance(value, str):
-        raise DataError(f"{field} must be text, not {type(value).__name__}")
-    try:
-        encoded = value.encode()
-    except UnicodeEncodeError:
-        raise DataError(f"{field} cannot be encoded as UTF-8") from None
-    if not 1 <= len(encoded) <= MAX_TAG_BYTES:
-        raise DataError(f"{field} must be 1 to {MAX_TAG_BYTES:,} bytes, not {len(encoded):,}")
-    return encoded
+def _name(value: object, field: str) -> None:
+    """``DataError`` naming ``field`` unless ``value`` is text of 1 to
+    :data:`MAX_TAG_BYTES` bytes of UTF-8."""
+    size = len(codec.check_text(value, field).encode())
+    if not 1 <= size <= MAX_TAG_BYTES:
+        raise DataError(f"{field} must be 1 to {MAX_TAG_BYTES:,} bytes, not {size:,}")
 
 
 def _prefix(kind: bytes, name: str) -> bytes:

@@ -454,6 +454,17 @@ Ranges = dict[str, tuple[int, int]]
 """What a micro-batch reads, by key: counts ``first..last``."""
 
 
+def _read_limit(options: Mapping[str, str], name: str, source: str) -> int | None:
+    """Option ``name`` (lower-cased ``options``) as a read limit from 1 to
+    :data:`MAX_READ_LIMIT` (``None`` if absent); ``Validation`` naming it otherwise."""
+    raw = options.get(name)
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_READ_LIMIT):
+        raise Validation(f"{source}.{name}", f"an integer from 1 to {MAX_READ_LIMIT}, not {raw!r}")
+    return int(raw)
+
+
 class HeadStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A stream over keys whose counts only grow and whose entries never change below them
     (worlds' heights, universe logs' positions): offsets, admission and the restart rules
@@ -466,24 +477,8 @@ class HeadStream(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, str], source: str) -> None:
         lowered = {k.lower(): v for k, v in options.items()}
         self.source = source
-        raw = lowered.get("max_entries_per_batch")
-        if raw is not None and not (
-            raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_READ_LIMIT
-        ):
-            raise Validation(
-                f"{source}.max_entries_per_batch",
-                f"an integer from 1 to {MAX_READ_LIMIT}, not {raw!r}",
-            )
-        self.max_entries = int(raw) if raw is not None else None
-        raw = lowered.get("max_bytes_per_batch")
-        if raw is not None and not (
-            raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_READ_LIMIT
-        ):
-            raise Validation(
-                f"{source}.max_bytes_per_batch",
-                f"an integer from 1 to {MAX_READ_LIMIT}, not {raw!r}",
-            )
-        self.max_bytes = int(raw) if raw is not None else None
+        self.max_entries = _read_limit(lowered, "max_entries_per_batch", source)
+        self.max_bytes = _read_limit(lowered, "max_bytes_per_batch", source)
         self.starting = lowered.get("starting", "earliest")
         if self.starting not in ("earliest", "latest"):
             raise Validation(f"{source}.starting", f"earliest or latest, not {self.starting!r}")
