@@ -28,6 +28,11 @@ over the plain one for that application):
     version go cold (:class:`~aos_eventsourcing.recorders.PlaneSnapshotRecorder`), for
     segment export to move to the object store; default ``n``.
 
+``AOSP_LOG_SEQUENCING``
+    how a save's events take notification ids (``PlaneConfig.log_sequencing``): ``adaptive``
+    (the default: in the save's transaction while saves do not overlap, queued and settled
+    in a second transaction while they do), ``inline`` or ``queued``.
+
 eventsourcing's own settings of its SQLite and PostgreSQL modules:
 
 ``CREATE_TABLE``
@@ -67,7 +72,7 @@ from aos_eventsourcing.recorders import (
 from aos_eventsourcing.tracking import PlaneProcessRecorder, PlaneTrackingRecorder
 from persistence.errors import NotFound, PersistError, Validation
 from persistence.ids import UniverseId
-from persistence.plane import Plane
+from persistence.plane import Plane, PlaneConfig
 from segments import open_plane
 
 MEMORY_URL: Final = "memory://"
@@ -94,6 +99,7 @@ class PlaneFactory(
     AOSP_OBJECTS_URL: Final = "AOSP_OBJECTS_URL"
     AOSP_UNIVERSE: Final = "AOSP_UNIVERSE"
     AOSP_COLD_AT_SNAPSHOTS: Final = "AOSP_COLD_AT_SNAPSHOTS"
+    AOSP_LOG_SEQUENCING: Final = "AOSP_LOG_SEQUENCING"
     CREATE_TABLE: Final = "CREATE_TABLE"
     ORIGINATOR_ID_TYPE: Final = "ORIGINATOR_ID_TYPE"
     SQLITE_LOCK_TIMEOUT: Final = "SQLITE_LOCK_TIMEOUT"
@@ -128,6 +134,11 @@ class PlaneFactory(
             """Whether snapshots let their aggregates' older events go cold."""
         except ValueError:
             raise OSError(f"{self.AOSP_COLD_AT_SNAPSHOTS}={cold!r}: not a yes or no") from None
+        sequencing = self._setting(self.AOSP_LOG_SEQUENCING) or "adaptive"
+        if sequencing not in ("adaptive", "inline", "queued"):
+            raise OSError(f"{self.AOSP_LOG_SEQUENCING}={sequencing!r}: adaptive, inline or queued")
+        self.config = PlaneConfig(log_sequencing=sequencing)  # type: ignore[arg-type]
+        """The plane's settings (``AOSP_LOG_SEQUENCING``)."""
         create = self.env.get(self.CREATE_TABLE) or "y"
         try:
             self.create = bool(strtobool(create))
@@ -201,7 +212,9 @@ class PlaneFactory(
                 raise PlaneClosedError(CLOSED)
             if self._plane is None:
                 try:
-                    self._plane = open_plane(self.kv_url, self.objects_url, create=self.create)
+                    self._plane = open_plane(
+                        self.kv_url, self.objects_url, self.config, create=self.create
+                    )
                 except NotFound as exc:
                     if self.create:
                         raise codec.translate(exc) from exc

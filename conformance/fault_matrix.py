@@ -13,7 +13,7 @@ per world) runs once without faults, then again with:
   1031 ``transaction_timed_out`` (applied and not: the host redoes the step);
 * a crash at each occurrence of each named crash point the plane and the exporter declare;
 * the interleaving mode: each writing commit failed with 1021, applied and not, while
-  another client (nine kinds of competing writer) commits before the retry; the run must
+  another client (ten kinds of competing writer) commits before the retry; the run must
   match its fault-free twin in state and in every outcome its calls reported;
 * seeded random faults and crashes (``Profile.fault_seeds`` runs: none in ``quick``, 24 in
   ``full``), 25% of commits failed, 5% of reads failed (1007, 1009, 1037) and 10% of crash
@@ -194,7 +194,7 @@ def _interleaving(
     before the retry. Each such run must end in the state, and every call in it must report
     the outcome, of its fault-free twin: the same competitor committing right after the
     commit (applied), or a 1020 with the same competitor (not applied). The quick profile
-    pairs each commit with one competitor kind in turn; the full profile with all nine."""
+    pairs each commit with one competitor kind in turn; the full profile with all ten."""
     kinds = list(COMPETITORS)
     runs = 0
     ctx.progress(f"faults: commit 1-{commits}, 1021 with a competing writer between the tries")

@@ -4,6 +4,7 @@ of the workload's commit and its retry (the interleaving mode)."""
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Callable
 from typing import Final
 
@@ -66,6 +67,16 @@ def _compete_drain_worlds(other: Plane, u: UniverseId, w: WorldId) -> None:
     other.drain_worlds(u, worlds, max_items=1)
 
 
+def _compete_sequenced(other: Plane, u: UniverseId, w: WorldId) -> None:
+    """A sequenced append of another world of the universe (it takes log positions)."""
+    world = WorldId(uuid.uuid5(w.uuid, "fault-matrix competitor's sequenced world"))
+    try:
+        head = other.head(u, world)
+    except NotFound:
+        head = 0
+    other.append_sequenced(u, [(world, head, [b"competitor"])], [["c"]], create_missing=True)
+
+
 def _compete_compact(other: Plane, u: UniverseId, w: WorldId) -> None:
     later = after_window(other)
     other.compact_inbox(u, w, max_items=1, now_ns=lambda: later)
@@ -81,6 +92,7 @@ COMPETITORS: Final[dict[str, Callable[[Plane, UniverseId, WorldId], None]]] = {
     "effect claim": _compete_claim,
     "inbox compaction": _compete_compact,
     "multi-world drain": _compete_drain_worlds,
+    "sequenced append": _compete_sequenced,
 }
 """Other clients, each committing between an attempt of the workload's commit and its retry
 (the interleaving mode): a plane without faults on the same engine, world and universe."""

@@ -15,9 +15,11 @@ from conformance.context import check
 from conformance.fault_matrix_workload import (
     COMPACT_AT,
     GROUP_ENTRIES,
+    SEQUENCED_ENTRIES,
     SNAPSHOT_HEIGHT,
     large_body,
     second_world,
+    sequenced_world,
 )
 from persistence import kv
 from persistence.errors import NotFound
@@ -28,6 +30,7 @@ from persistence.journal_records import IngressJournalRecord, decode_journal_rec
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import DrainResult, Plane
 from persistence.protocols import inbox as inbox_protocol
+from persistence.protocols import log as log_protocol
 from persistence.protocols.compaction import read_marks
 from persistence.protocols.export import read_marker
 
@@ -109,6 +112,15 @@ def logical_state(
     def placeholders(key: str) -> str:
         return key.replace(str(u), "U").replace(str(w), "W").replace(str(second), "W2")
 
+    labels = {w: "W", second: "W2", sequenced_world(w): "W3"}
+    universe_log = [
+        (e.position, labels.get(e.world, "other"), e.height, e.tag, digest(e.entry))
+        for e in plane.read_log(u, 1, 100)
+    ]
+    ukeys = UniverseKeys(u)
+    queue = kv.run(plane.engine, lambda tr: tr.get_range(*ukeys.log_queue()))
+    queued = log_protocol.queued_count(kv.run(plane.engine, lambda tr: tr.get(ukeys.log_queued())))
+
     objects = [
         (placeholders(info.key), info.size)
         for prefix in (f"cas/{u}/", f"segments/{u}/")
@@ -158,6 +170,9 @@ def logical_state(
         "timers": [
             (t.world == w, t.intent_hash, t.deliver_at_ns) for t in plane.due_timers(u, 1 << 62)
         ],
+        "universe log": universe_log,
+        "universe log head": plane.log_head(u),
+        "log queue": (len(queue), queued),
     }
 
 
@@ -228,6 +243,15 @@ def check_reference(state: dict[str, Any]) -> None:
     )
     check(state["baseline"].height == SNAPSHOT_HEIGHT, "fault-free run did not promote at 7")
     check(state["segments"] == [(1, 3, 3), (4, 6, 3)], f"segments {state['segments']}")
+    logged = [(1, "W3", 1, "sequenced", digest(SEQUENCED_ENTRIES[0]))]
+    logged.append((2, "W3", 2, "sequenced", digest(SEQUENCED_ENTRIES[1])))
+    check(
+        (state["universe log"], state["universe log head"], state["log queue"])
+        == (logged, 2, (0, 0)),
+        f"fault-free run left the universe log {state['universe log']} at head "
+        f"{state['universe log head']}, queue {state['log queue']}: not both sequenced "
+        "entries once, in order, and an empty queue",
+    )
 
 
 def state_difference(expected: dict[str, Any], actual: dict[str, Any]) -> str:

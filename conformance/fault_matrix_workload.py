@@ -5,6 +5,7 @@ new plane as a restarted host would (:func:`run_steps`)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import uuid
 from collections.abc import Callable
@@ -14,7 +15,13 @@ from typing import Any, Final
 from backends.kv.faults import FaultyEngine, SimulatedCrash
 from conformance.context import ConformanceFailure, event
 from persistence import fdb_errors
-from persistence.errors import Conflict, EngineError, NotFound, WorldExists
+from persistence.errors import (
+    Conflict,
+    EngineError,
+    NotFound,
+    SequencingIncomplete,
+    WorldExists,
+)
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.plane import DrainResult, InboxCompaction, Plane
 from persistence.records import EffectDispatchItem, EffectInFlightItem, TimerDueItem
@@ -256,6 +263,49 @@ def _drain_both(run: Run) -> None:
             return
 
 
+def sequenced_world(world: WorldId) -> WorldId:
+    """The world the sequenced appends create (their universe log positions are the run's)."""
+    return WorldId(uuid.uuid5(world.uuid, "fault-matrix sequenced world"))
+
+
+SEQUENCED_ENTRIES: Final = (b"sequenced: queued", b"sequenced: inline")
+
+
+def _sequenced(run: Run) -> None:
+    """Two sequenced appends to a third world, once each: the first queued for its log
+    position (``PlaneConfig.log_sequencing``), the second as the plane under test sequences
+    (inline, behind anything still queued); a restarted host finds an append that landed by
+    its world's head, and settles what a crash between an append and its settle left
+    queued."""
+    u, third = run.universe, sequenced_world(run.world)
+    t = run.template
+    queuing = type(t)(
+        run.engine,
+        t.objects,
+        dataclasses.replace(t.config, log_sequencing="queued"),
+        t.segments,
+        hooks=run.engine.injector,
+    )
+    for height, (label, plane) in enumerate((("queued", queuing), ("inline", run.plane))):
+        try:
+            landed = run.plane.head(u, third) > height
+        except NotFound:
+            landed = False
+        if not landed:
+            batches = [(third, height, [SEQUENCED_ENTRIES[height]])]
+            append = functools.partial(
+                _positions, plane, u, batches, [["sequenced"]], create_missing=True
+            )
+            run.report(f"sequenced append, {label}", append)
+    run.report("settle the log", lambda: run.plane.settle_log(u))
+
+
+def _positions(plane: Plane, *args: Any, **kwargs: Any) -> tuple[list[int], int | None]:
+    """``plane.append_sequenced(*args, **kwargs)``: the heights and the first position."""
+    done = plane.append_sequenced(*args, **kwargs)
+    return done.first_heights, done.first_position
+
+
 STEPS: Final[tuple[tuple[str, Callable[[Run], Any]], ...]] = (
     ("create world", _create),
     ("put inline blob", _small),
@@ -277,12 +327,14 @@ STEPS: Final[tuple[tuple[str, Callable[[Run], Any]], ...]] = (
     ("group append creating a second world", _group),
     ("enqueue k6 and k7 into both worlds", _enqueue_both),
     ("multi-world drain of both worlds", _drain_both),
+    ("sequenced appends, queued and inline", _sequenced),
 )
 
 
 def run_steps(run: Run) -> None:
-    """Start a "process", then every step; a crash or an unknown outcome (1031) restarts the
-    process, which redoes the step it was in."""
+    """Start a "process", then every step; a crash, an unknown outcome (1031) or an append
+    whose log positions were not settled (``SequencingIncomplete``) restarts the process,
+    which redoes the step it was in."""
     running = False
     for name, step in STEPS:
         for _ in range(STEP_ATTEMPTS):
@@ -292,7 +344,7 @@ def run_steps(run: Run) -> None:
                     running = True
                 step(run)
                 break
-            except SimulatedCrash:
+            except (SimulatedCrash, SequencingIncomplete):  # appended, not yet settled
                 running = False
             except EngineError as exc:  # the outcome is unknown: check and redo, as a host
                 if exc.code != fdb_errors.TRANSACTION_TIMED_OUT:

@@ -153,7 +153,9 @@ class UniverseLog(Protocol):
         position)`` stores consumer ``name``'s position atomically with the appends;
         ``TrackingConflict`` (nothing written) unless it is above the stored one.
         ``app_data`` is written with them (:class:`ApplicationData`). A retry after an
-        unknown commit result that applied returns the same outcome."""
+        unknown commit result that applied returns the same outcome. Where positions are
+        given after the commit (queued), a failure to give them is
+        ``SequencingIncomplete``: the entries are appended."""
         ...
 
     def read_log(
@@ -175,6 +177,12 @@ class UniverseLog(Protocol):
 
     def wait_log(self, universe: UniverseId, after: int, timeout: float) -> int:
         """Block until the last position passes ``after`` (or ``timeout``); return it."""
+        ...
+
+    def settle_log(self, universe: UniverseId) -> int:
+        """Give positions to entries whose appends committed but stopped before they got
+        them (a writer killed between the two steps of a queued sequenced append); return
+        the last position."""
         ...
 
     def tracking_position(self, universe: UniverseId, name: str) -> int | None:

@@ -264,6 +264,22 @@ class RetryLimitReached(Backend):
         self.last = last
 
 
+class SequencingIncomplete(Backend):
+    """A sequenced append committed its entries (at ``first_heights``) and queued their
+    universe log records, but settling the queue failed with ``cause``: the positions are
+    not known. Do not append the entries again. ``Plane.settle_log`` gives them positions
+    once what failed is mended (the cause says what: a damaged queue record is
+    ``Corruption``); ``read_log`` then shows them."""
+
+    def __init__(self, first_heights: list[int], cause: PersistError) -> None:
+        super().__init__(
+            f"the entries were appended (first heights {first_heights}) but their log "
+            f"positions are not known: settling the universe log failed: {cause}"
+        )
+        self.first_heights = first_heights
+        self.cause = cause
+
+
 class StoreFormatError(Backend):
     """A file or keyspace is not a store of ours, is damaged, or has a newer layout."""
 

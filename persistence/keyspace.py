@@ -20,6 +20,11 @@ key                                                    value
 ``("u", U, "effects", "by_intent", hash)``             sequence of the intent's effect
 ``("u", U, "timers", "due", deliver_at_ns, hash)``     ``TimerDueItem``
 ``("u", U, "ready", bucket, W)``                       10-byte versionstamp (pending-work mark)
+``("u", U, "log", "at", position)``                    ``LogRecord`` (the universe log)
+``("u", U, "log", "head")``                            ``LogHead``
+``("u", U, "log", "q", versionstamp, i)``              ``LogRecord`` queued for a position
+``("u", U, "log", "queued")``                          i64, little-endian (atomic add): queued
+``("u", U, "tracking", name)``                         ``TrackingRecord``
 ``("u", U, "w", W, "meta")``                           ``WorldMeta``
 ``("u", U, "w", W, "journal", "head")``                ``JournalHead``
 ``("u", U, "w", W, "journal", "e", h, i, n)``          chunk ``i`` of ``n`` of the entry at ``h``
@@ -117,13 +122,20 @@ class _UniversePrefixes:
     calls: bytes
     log_head: bytes
     log_at: bytes
+    log_queue: bytes
+    log_queued: bytes
 
 
 @functools.lru_cache(maxsize=4096)
 def _universe_prefixes(universe: UniverseId) -> _UniversePrefixes:
     base = pack(("u", universe.uuid))
     return _UniversePrefixes(
-        base, base + _CALLS_SUFFIX, base + _LOG_HEAD_SUFFIX, base + _LOG_AT_SUFFIX
+        base,
+        base + _CALLS_SUFFIX,
+        base + _LOG_HEAD_SUFFIX,
+        base + _LOG_AT_SUFFIX,
+        base + _LOG_QUEUE_SUFFIX,
+        base + _LOG_QUEUED_SUFFIX,
     )
 
 
@@ -175,6 +187,8 @@ _INBOX_ITEM_SUFFIX: Final = pack(("inbox", "e"))
 _WORLDS: Final = pack(("w",))
 _LOG_HEAD_SUFFIX: Final = pack(("log", "head"))
 _LOG_AT_SUFFIX: Final = pack(("log", "at"))
+_LOG_QUEUE_SUFFIX: Final = pack(("log", "q"))
+_LOG_QUEUED_SUFFIX: Final = pack(("log", "queued"))
 _APP_SUFFIX: Final = pack(("app",))
 
 
@@ -266,6 +280,19 @@ class UniverseKeys(_Scope[_UniversePrefixes]):
     def log_range(self, first: int, last: int) -> tuple[bytes, bytes]:
         """The universe log records at ``first..last``."""
         return self.log_entry(first), self.log_entry(last) + b"\x00"
+
+    def log_queue_with_versionstamp(self, index: int) -> bytes:
+        """The key (with offset suffix) of the ``index``-th record a transaction queues for
+        a log position, ordered by the commit's versionstamp (``protocols/log.py``)."""
+        return pack_with_versionstamp((Versionstamp(None, 0), index), self._hot().log_queue)
+
+    def log_queue(self) -> tuple[bytes, bytes]:
+        """Every record queued for a log position, in commit order."""
+        return range_of(self._hot().log_queue)
+
+    def log_queued(self) -> bytes:
+        """How many records are queued for a log position (an atomic counter)."""
+        return self._hot().log_queued
 
     def handle(self, handle: str) -> bytes:
         """The world whose handle is ``handle`` (handles are unique in a universe)."""

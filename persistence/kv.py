@@ -314,6 +314,7 @@ async def transact(
     retry_limit: int | None = None,
     alone: bool = False,
     conflicts: int | None = None,
+    eager: bool = False,
 ) -> T:
     """Run ``body`` in a transaction and commit, retrying as FoundationDB's retry loop does.
 
@@ -329,12 +330,17 @@ async def transact(
     loop gives up once that many attempts in a row failed on a conflict (1020,
     ``not_committed``) and none failed otherwise -- so none of them committed -- raising
     :class:`~persistence.errors.Contended` (a drain that must not wait on a busy world).
+    With ``eager``, an attempt that failed on a conflict is retried at once in a new
+    transaction, without ``on_error``'s backoff: for transactions whose conflict means
+    another did their work (a settle of the universe log's queue), so that the retry finds
+    it done sooner. Each new transaction's timeout counts from its own start; the loop as
+    a whole is still bounded by ``retry_limit`` and ``engine.max_retry_seconds``.
 
     On an engine whose futures block (``Engine.blocking``: SQLite) the whole loop is one
     :class:`~persistence.futures.Blocking` step: run in place by the blocking driver, in an
     executor by the asyncio one.
     """
-    attempts = _attempts(engine, body, retry_limit, alone, conflicts)
+    attempts = _attempts(engine, body, retry_limit, alone, conflicts, eager)
     if engine.blocking:
         return await Blocking(lambda: drive(attempts))
     return await attempts
@@ -346,6 +352,7 @@ async def _attempts(
     retry_limit: int | None,
     alone: bool,
     conflicts: int | None,
+    eager: bool = False,
 ) -> T:
     """The retry loop of :func:`transact`."""
     limit = engine.retry_limit if retry_limit is None else retry_limit
@@ -374,7 +381,10 @@ async def _attempts(
                 RETRY_STATS.count(exc.code, retried=False)
                 raise RetryLimitReached(retries, exc) from exc
             try:
-                tr = await tr.on_error(exc)
+                if eager and exc.code == fdb_errors.NOT_COMMITTED:
+                    tr = engine.create_transaction()
+                else:
+                    tr = await tr.on_error(exc)
             except EngineError as final:
                 RETRY_STATS.count(final.code, retried=False)
                 raise

@@ -99,6 +99,9 @@ class FaultInjector:
     read_codes: tuple[int, ...] = READ_CODES
     interleave: Interleave | None = None
     """With random faults: run after every faulted commit (a competing writer)."""
+    before_every_commit: Interleave | None = None
+    """Run before every writing commit, between its reads and its commit (a writer that
+    commits as often as this client does, each time just ahead of it)."""
     log: list[tuple[str, object]] = field(default_factory=list)
     points: Counter[str] = field(default_factory=Counter)
     commits: int = 0
@@ -324,6 +327,8 @@ class FaultyTransaction(kv.Transaction):
         """The inner commit, made now (waited for on this thread), or the injected fault."""
         if self._writes:
             self._injector.land_late()
+            if self._injector.before_every_commit is not None:
+                self._injector.before_every_commit()
         fault = self._injector.next_commit(writes=self._writes)
         if fault is None:
             return self._inner.commit()

@@ -14,6 +14,14 @@ from persistence.sizes import MAX_CALL_RECORD_SECONDS, MAX_NAME_CHARS, MiB, chec
 
 VerifyMode = Literal["always", "sampled", "never"]
 """How CAS reads check a body against its hash: every read, a fraction of them, or none."""
+LogSequencing = Literal["adaptive", "inline", "queued"]
+"""How a sequenced append gives its entries universe log positions (``protocols/log.py``):
+in its own transaction (``inline``: appends of a universe conflict on the log head), by
+queuing them and settling the queue (``queued``: a second transaction, but appends of
+disjoint worlds never conflict), or inline until appends of the universe overlap, then
+queued while they do (``adaptive``). An inline append queues only behind records already
+queued, and its retries stay inline: beside planes that queue it can starve, so a universe's
+writers share one mode, or are all adaptive."""
 
 MAX_INLINE_BYTES: Final = kv.MAX_VALUE_SIZE - (
     len(CasMeta(kv.MAX_VALUE_SIZE, inline_bytes=bytes(kv.MAX_VALUE_SIZE)).to_cbor())
@@ -51,6 +59,8 @@ class PlaneConfig:
     verify_sample_rate: float = 0.01
     call_record_seconds: float = calls.DEFAULT_WINDOW_SECONDS
     """How long a write call's record is kept for its own retries (``protocols/calls.py``)."""
+    log_sequencing: LogSequencing = "adaptive"
+    """How sequenced appends take universe log positions (:data:`LogSequencing`)."""
     inbox_retention_seconds: float = 86_400.0
     """How long a consumed inbox item and its idempotency entry are kept before inbox
     compaction may remove them: an idempotency key deduplicates for at least this long after
@@ -78,6 +88,11 @@ class PlaneConfig:
                 "PlaneConfig.verify_reads", f"always, sampled or never, not {self.verify_reads!r}"
             )
         check_number(self.verify_sample_rate, "PlaneConfig.verify_sample_rate", 0, 1)
+        if self.log_sequencing not in ("adaptive", "inline", "queued"):
+            raise Validation(
+                "PlaneConfig.log_sequencing",
+                f"adaptive, inline or queued, not {self.log_sequencing!r}",
+            )
         field = "PlaneConfig.call_record_seconds"
         if not check_number(self.call_record_seconds, field, 0, MAX_CALL_RECORD_SECONDS):
             raise Validation(field, "must be a positive number of seconds")

@@ -110,6 +110,9 @@ class Core:
         self.clock = clock
         """The wall clock (nanoseconds since the epoch) of call ids, creation and claim times
         and inbox compaction."""
+        self.log_busy_until: dict[UniverseId, float] = {}
+        """Until when (``time.monotonic()``) sequenced appends of a universe overlap: an
+        adaptive plane queues their log records until then (``PlaneConfig.log_sequencing``)."""
         self.budget = budget.budget(engine)
         """Bytes one transaction of this plane may count (``protocols/budget.py``)."""
         self.busy_worlds = drain.BusyWorlds()
@@ -159,10 +162,14 @@ class Core:
         return check_int(self.clock(), "clock", 0, budget.LATEST_NS)
 
     def transact(
-        self, body: Callable[[kv.Transaction], Awaitable[T]], *, alone: bool = False
+        self,
+        body: Callable[[kv.Transaction], Awaitable[T]],
+        *,
+        alone: bool = False,
+        eager: bool = False,
     ) -> Awaitable[T]:
-        """``body`` in a transaction of the plane's engine, with retries."""
-        return kv.transact(self.engine, body, alone=alone)
+        """``body`` in a transaction of the plane's engine, with retries (``kv.transact``)."""
+        return kv.transact(self.engine, body, alone=alone, eager=eager)
 
     @staticmethod
     def blocking(call: Callable[[], T]) -> Blocking[T]:

@@ -69,6 +69,9 @@ class _Door:
         """Bytes one transaction of this plane may count (``protocols/budget.py``)."""
         self.busy_worlds = operations.busy_worlds
         """Worlds the plane's group drains found busy lately (``protocols/drain.py``)."""
+        self.log_busy_until = operations.log_busy_until
+        """Universes whose sequenced appends overlapped lately, and until when an adaptive
+        plane queues their log records (``PlaneConfig.log_sequencing``)."""
 
     def new_call(self) -> Call:
         """A new write call: its id is drawn here, outside the retry loop."""
@@ -268,6 +271,7 @@ class Plane(_Door):
     read_hot = _Blocking(Operations.read_hot)
     head = _Blocking(Operations.head)
     log_head = _Blocking(Operations.log_head)
+    settle_log = _Blocking(Operations.settle_log)
     wait_log = _Blocking(Operations.wait_log)
     wait_tracking = _Blocking(Operations.wait_tracking)
     tracking_position = _Blocking(Operations.tracking_position)
@@ -386,6 +390,7 @@ class AsyncPlane(_Door):
     read_hot = _Awaitable(Operations.read_hot)
     head = _Awaitable(Operations.head)
     log_head = _Awaitable(Operations.log_head)
+    settle_log = _Awaitable(Operations.settle_log)
     wait_log = _Awaitable(Operations.wait_log)
     wait_tracking = _Awaitable(Operations.wait_tracking)
     tracking_position = _Awaitable(Operations.tracking_position)

@@ -4,10 +4,20 @@ stitched read -- cold segments and the hot tail, paged across transactions."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
-from persistence.errors import HeadAdvanced, MissingDependency, SegmentIndexCorruption, Validation
+from persistence import kv
+from persistence.errors import (
+    HeadAdvanced,
+    MissingDependency,
+    PersistError,
+    SegmentIndexCorruption,
+    SequencingIncomplete,
+    Validation,
+)
 from persistence.ids import MAX_HEIGHT, UniverseId, WorldId, check_height, check_id
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane.app_data import checked_app_data
@@ -31,6 +41,13 @@ class WorldAppend:
 
 Batch = WorldAppend | tuple[WorldId, int, Sequence[bytes]]
 """A group append's part: a :class:`WorldAppend`, or the same as a tuple."""
+
+LOG_BUSY_SECONDS: Final = 1.0
+"""How long after the last sign of overlapping sequenced appends of a universe (a retry, or
+a settle meeting other appends' records) an adaptive plane keeps queuing its log records
+(``PlaneConfig.log_sequencing``)."""
+BUSY_UNIVERSES: Final = 4_096
+"""Universes noted busy before those no longer busy are forgotten."""
 
 
 class JournalOperations(WorldOperations):
@@ -118,8 +135,10 @@ class JournalOperations(WorldOperations):
         """:meth:`append_batches`, and every entry also gets the next position of the
         universe log, in batch order, tagged ``tags[batch][entry]`` (non-empty text):
         positions start at 1 and follow commit order without gaps, so a reader of the log
-        sees a prefix of what committed (sequenced appends of a universe serialize on the
-        log head). ``tracking=(name, position)`` records, in the same transaction, that
+        sees a prefix of what committed -- taken in the append's transaction (inline) or
+        by a settle after it (queued: ``PlaneConfig.log_sequencing``; a settle that fails
+        after the append committed is ``SequencingIncomplete``, naming the heights
+        appended). ``tracking=(name, position)`` records, in the same transaction, that
         consumer ``name`` processed upstream position ``position``: a position at or below
         the one it recorded is ``TrackingConflict`` and nothing is written. ``app_data`` is
         written as :meth:`append_batches` writes it. ``batches`` may be empty if
@@ -224,14 +243,63 @@ class JournalOperations(WorldOperations):
             )
         call = self.new_call()
         checksummed = await self.checksums(writing=True)
-        done = await self.transact(
-            lambda tr: journal.append_batches(
-                tr, keys, parts, create, call, checksummed, sequencing, app
-            ),
-            alone=sequencing is not None,  # every sequenced append writes the log head
+        mode = self.config.log_sequencing
+        busy = self.log_busy_until.get(universe) if mode == "adaptive" else None
+        queue = mode == "queued" or (
+            busy is not None and sequencing is not None and busy > time.monotonic()
         )
+        attempts = 0
+
+        def attempt(tr: kv.Transaction) -> Awaitable[journal.Appended]:
+            nonlocal attempts
+            attempts += 1
+            # adaptive: a retry queues -- its conflict was most likely on the log head or the
+            # queue's counter, which queuing reads without one (an inline retry could starve)
+            queues = queue or (attempts > 1 and mode == "adaptive")
+            return journal.append_batches(
+                tr, keys, parts, create, call, checksummed, sequencing, app, queues
+            )
+
+        # an inline sequenced append writes the log head: where writers serialize, alone
+        done = await self.transact(attempt, alone=sequencing is not None and not queue)
+        if sequencing is not None and attempts > 1:
+            self.note_busy(universe)
         self.hooks.reached("journal.after_append")
-        return done
+        if done.queued is None:
+            return journal.GroupAppend(done.first_heights, done.first_position)
+        try:
+            position = await self.settle(keys, done.queued)
+        except PersistError as exc:
+            raise SequencingIncomplete(done.first_heights, exc) from exc
+        return journal.GroupAppend(done.first_heights, position - done.queued.count + 1)
+
+    def note_busy(self, universe: UniverseId) -> None:
+        """Note that sequenced appends of ``universe`` overlap now (``log_busy_until``)."""
+        busy = self.log_busy_until
+        now = time.monotonic()
+        if len(busy) >= BUSY_UNIVERSES:  # forget the universes no longer busy
+            for quiet in [u for u, until in busy.items() if until <= now]:
+                busy.pop(quiet, None)
+        busy[universe] = now + LOG_BUSY_SECONDS
+
+    async def settle(self, keys: UniverseKeys, queued: log.Queued) -> int:
+        """Settle the universe log's queue until ``queued.last`` has a position; return it.
+        Each settle moves a page of the queue, every append's records in it (``log.settle``);
+        one that met other appends' records marks the universe busy (``log_busy_until``)."""
+        while True:
+            tries = 0
+
+            def attempt(tr: kv.Transaction) -> Awaitable[log.Settled]:
+                nonlocal tries
+                tries += 1
+                return log.settle(tr, keys, queued, self.budget)
+
+            settled = await self.transact(attempt, alone=True, eager=True)
+            if settled.shared or tries > 1:
+                self.note_busy(keys.universe)
+            self.hooks.reached("log.after_settle")
+            if settled.position is not None:
+                return settled.position
 
     @operation("journal.retry_append")
     async def retry_append_batch(

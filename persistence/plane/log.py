@@ -31,6 +31,26 @@ class LogOperations(JournalOperations):
         keys = universe_keys(universe)
         return await self.transact(lambda tr: log.read_log_head(tr, keys, snapshot=True))
 
+    @operation("log.settle")
+    async def settle_log(self, universe: UniverseId) -> int:
+        """Give log positions to the records queued in ``universe`` when this call began
+        (an append that queued its records settles them itself; this is for those of a
+        writer that stopped before it did: ``PlaneConfig.log_sequencing``), and to any
+        queued before them; return the head. It moves at most as many records as the
+        queue's counter showed at the start, so appends that keep queuing do not keep it
+        running."""
+        keys = universe_keys(universe)
+        counted = await self.transact(lambda tr: tr.get(keys.log_queued(), snapshot=True))
+        left = log.queued_count(counted)
+        while True:
+            settled = await self.transact(
+                lambda tr: log.settle(tr, keys, None, self.budget), alone=True, eager=True
+            )
+            self.hooks.reached("log.after_settle")
+            left -= settled.moved
+            if not settled.moved or left <= 0:
+                return settled.head
+
     async def wait_log(
         self,
         universe: UniverseId,

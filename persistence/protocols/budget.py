@@ -154,11 +154,16 @@ def app_data_cost(universe: UniverseKeys, writes: Sequence[AppWrite]) -> int:
 
 
 def sequencing_cost(universe: UniverseKeys, sequencing: Sequencing) -> int:
-    """A sequenced append's log records (one per entry, with its tag), the log head read and
-    written, and the tracking record read and written."""
+    """A sequenced append's log records (one per entry, with its tag; at a position or in
+    the queue, whichever key is longer), the log head read and written, the queue's counter
+    read and added to, and the tracking record read and written."""
     head = len(universe.log_head())
     total = txsize.get_cost(head) + txsize.set_cost(head, HEAD_BYTES)
-    record = len(universe.log_entry(2**64 - 1))
+    counter = len(universe.log_queued())
+    total += txsize.get_cost(counter) + txsize.set_cost(counter, 8)
+    count = sum(len(tags) for tags in sequencing.tags)
+    queued = len(universe.log_queue_with_versionstamp(count)) - 4  # less the offset suffix
+    record = max(len(universe.log_entry(2**64 - 1)), queued)
     for tags in sequencing.tags:
         for tag in tags:
             total += txsize.set_cost(record, LOG_RECORD_BYTES + len(tag.encode()))

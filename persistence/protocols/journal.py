@@ -160,6 +160,22 @@ class GroupAppend:
     first_position: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """What :func:`append_batches` did: the heights and first position of a
+    :class:`GroupAppend` -- or, if it ``queued`` its log records, no position yet (they get
+    theirs when settled, ``log.settle``)."""
+
+    first_heights: list[int]
+    first_position: int | None
+    queued: log.Queued | None = None
+
+
+_QUEUED_MARK: Final = b"Q"
+"""How a group append's call record value begins when it queued its log records (then the
+log head it read follows, 8 bytes); else the value is its first position, 8 bytes."""
+
+
 @kv.transactional
 async def append_batches(
     tr: kv.Transaction,
@@ -170,24 +186,30 @@ async def append_batches(
     checksummed: bool,
     sequencing: log.Sequencing | None = None,
     app: Sequence[app_data.AppWrite] = (),
-) -> GroupAppend:
+    queue: bool = False,
+) -> Appended:
     """Group commit: append every batch at its expected head, all or nothing (entries sealed
     with ``checksummed``, as the store's layout says). ``HeadAdvanced``
     names the first world whose head moved. With ``create``, a world without a journal whose
     batch expects head 0 is created first, in the same transaction. With ``sequencing``, the
-    entries also get the next positions of the universe log: its head is read with a
-    conflict, so sequenced appends of a universe serialize and positions follow commit
-    order without gaps; the tracking position is checked (``TrackingConflict``) and stored.
+    entries also get the next positions of the universe log: its head and the queue's
+    counter are read with a conflict, so inline sequenced appends of a universe serialize
+    and positions follow commit order without gaps -- unless the counter shows records
+    queued: then they are queued too (``log.sequence``). With ``queue`` they are queued
+    without reading either with a conflict (the head is read at snapshot isolation: the
+    positions will be above it). The tracking position is checked (``TrackingConflict``)
+    and stored.
     ``app`` is written to the application's own data in the same transaction, only if
     everything else is. The call record is kept in the universe's scope: a retry whose
     earlier attempt committed returns the same outcome (heights ``expected_head + 1``, its
-    positions)."""
+    positions or what it queued)."""
     opening = calls.begin(tr, universe, call)
     # Every key this transaction reads with a conflict, read at once, with the call's own:
-    # the heads; for a sequenced append the tracking record and the log head; and where it
-    # may create worlds (batches that expect head 0), their metas, the universe's info and
-    # the genesis blobs' metadata.
+    # the heads; for a sequenced append the tracking record, and unless it queues the log
+    # head and the queue's counter; and where it may create worlds (batches that expect
+    # head 0), their metas, the universe's info and the genesis blobs' metadata.
     tracked = None if sequencing is None else sequencing.tracking
+    logged = sequencing is not None and bool(batches)
     creatable: list[WorldKeys] = []
     blob_keys: list[bytes] = []
     if create is not None:
@@ -196,23 +218,34 @@ async def append_batches(
     wanted = [batch.keys.head() for batch in batches]
     if tracked is not None:
         wanted.append(universe.tracking(tracked[0]))
-    if sequencing is not None and batches:
+    if logged and not queue:
         wanted.append(universe.log_head())
+        wanted.append(universe.log_queued())
     if creatable:
         wanted.extend(keys.meta() for keys in creatable)
         wanted.append(universe.info())
         wanted.extend(blob_keys)
     read = tr.get_many(wanted)
+    head_seen = tr.get(universe.log_head(), snapshot=True) if logged and queue else None
     done = await calls.replayed(opening)
     if done is not None:
         if done.count != len(batches):
             raise CorruptRecord("call record", "a group append record of another size")
+        heights = [batch.expected_head + 1 for batch in batches]
+        if done.value is not None and len(done.value) == len(_QUEUED_MARK) + 8:
+            if sequencing is None or not done.value.startswith(_QUEUED_MARK):
+                raise CorruptRecord("call record", "a group append record of another kind")
+            after = int.from_bytes(done.value[len(_QUEUED_MARK) :], "big")
+            starts = [(b.keys.world, b.expected_head + 1) for b in batches]
+            return Appended(heights, None, log.queued_records(starts, sequencing, after))
         first_position = None if done.value is None else int.from_bytes(done.value, "big")
-        return GroupAppend([batch.expected_head + 1 for batch in batches], first_position)
+        return Appended(heights, first_position)
     values = iter(await read)
     heads = [next(values) for _ in batches]
     recorded = next(values) if tracked is not None else None
-    log_head = next(values) if sequencing is not None and batches else None
+    log_head, queued = (next(values), next(values)) if logged and not queue else (None, None)
+    if head_seen is not None:
+        log_head = await head_seen
     metas = iter([next(values) for _ in creatable])
     shared = list(values)  # the universe's info, then the blobs' metadata
     firsts: list[int] = []
@@ -227,20 +260,26 @@ async def append_batches(
             if height != batch.expected_head:
                 raise HeadAdvanced(batch.expected_head, height, keys.world)
         firsts.append(_append(tr, keys, batch.expected_head, batch.entries, checksummed))
-    position = None
+    sequenced: int | log.Queued | None = None
     if sequencing is not None:
-        position = log.sequence(
+        sequenced = log.sequence(
             tr,
             universe,
             [(b.keys.world, b.expected_head + 1) for b in batches],
             sequencing,
             recorded,
             log_head,
+            queued,
+            queue,
         )
     app_data.write(tr, universe, app)
-    value = None if position is None else position.to_bytes(8, "big")
+    if isinstance(sequenced, log.Queued):
+        value: bytes | None = _QUEUED_MARK + sequenced.after.to_bytes(8, "big")
+        calls.record(opening, "append group", count=len(batches), value=value)
+        return Appended(firsts, None, sequenced)
+    value = None if sequenced is None else sequenced.to_bytes(8, "big")
     calls.record(opening, "append group", count=len(batches), value=value)
-    return GroupAppend(firsts, position)
+    return Appended(firsts, sequenced)
 
 
 _WRITTEN: Final = b""

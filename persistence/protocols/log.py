@@ -1,11 +1,32 @@
 """The universe log: every sequenced entry of a universe at a position, 1, 2, ... in commit
 order without gaps (the positions a sequenced group append gives, ``journal.append_batches``),
-and the tracking records of its consumers."""
+and the tracking records of its consumers.
+
+A sequenced append gives its entries positions in one of two ways:
+
+* **inline** (:func:`sequence`): it reads the log head with a conflict and writes its records
+  at the next positions, in its own transaction. Two such appends of a universe always
+  conflict; one commits, the other retries after a backoff.
+* **queued** (:func:`sequence` with ``queue``, then :func:`settle`): it writes its records
+  under keys ordered by its commit's versionstamp, reading no log key with a conflict, so
+  appends of disjoint worlds never conflict with each other; then a settle transaction
+  moves the queue, in versionstamp order (commit order), to the next positions -- every
+  queued record it reads, not only the caller's, so one settle serves many appends. A
+  settle that meets its records moved already finds their positions in the log above the
+  head its append read.
+
+Both keep the log's promise: positions in commit order, without gaps or duplicates. An
+inline append reads the queue's counter with a conflict and queues too while anything is
+queued (else it would take positions before records that committed earlier), and a settle
+takes only records that committed before its read version, all of them below any that
+commit later. Only settles and inline appends write the head, and both read it with a
+conflict: two of them never both commit on the same head."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from persistence import kv
 from persistence.errors import CorruptRecord, TrackingConflict
@@ -130,6 +151,27 @@ async def read_log(
     return LogPage(records, entries, None if end >= stop else end + 1)
 
 
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """Log records a sequenced append queued: ``count`` of them, the last stored as ``last``
+    (what :func:`settle` looks for), all to take positions above ``after``, a log head the
+    append read before they committed."""
+
+    count: int
+    after: int
+    last: bytes
+
+
+def queued_count(raw: bytes | None) -> int:
+    """The number of queued records, stored as ``raw`` (an atomic counter; absent: 0)."""
+    if raw is None:
+        return 0
+    count = int.from_bytes(raw, "little", signed=True)
+    if len(raw) != 8 or count < 0:
+        raise CorruptRecord("universe log queue counter", f"{raw.hex()} is not a count")
+    return count
+
+
 def sequence(
     tr: kv.Transaction,
     universe: UniverseKeys,
@@ -137,27 +179,139 @@ def sequence(
     how: Sequencing,
     tracking_raw: bytes | None,
     log_head_raw: bytes | None,
-) -> int | None:
+    queued_raw: bytes | None,
+    queue: bool,
+) -> int | Queued | None:
     """Check and store the tracking position (its record read as ``tracking_raw``); give
     the entries of ``batches`` -- ``(world, first height)`` of each, in the order of
-    ``how.tags`` -- the next log positions after the head read as ``log_head_raw``. The
-    first position, if any entry was appended."""
+    ``how.tags`` -- the next log positions after the head read as ``log_head_raw``: the
+    first position, if any entry was appended. With ``queue``, or if the queue's counter
+    read as ``queued_raw`` (with a conflict) shows records queued, the entries' records are
+    queued instead (:func:`queue`): their :class:`Queued`."""
     if how.tracking is not None:
         name, position = how.tracking
         recorded = tracked_position(tracking_raw)
         if recorded is not None and recorded >= position:
             raise TrackingConflict(name, recorded, position)
         tr.set(universe.tracking(name), TRACKING.encode(position))
-    if not batches:
-        return None
-    head = log_position(log_head_raw)
     records = [
         record
         for (world, first), tags in zip(batches, how.tags, strict=True)
         for record in log_records(world, first, tags)
     ]
+    if not records:
+        return None
+    head = log_position(log_head_raw)
+    if queue or (queued_raw is not None and queued_count(queued_raw)):
+        return _queue(tr, universe, records, head)
     position = head + len(records)
     positions = height_keys(universe.log_entry, universe.log_prefix_len(), head + 1, len(records))
     tr.set_many(zip(positions, records, strict=True))
     tr.set(universe.log_head(), LOG_HEAD.encode(position))
     return head + 1
+
+
+def queued_records(
+    batches: Sequence[tuple[WorldId, int]], how: Sequencing, after: int
+) -> Queued | None:
+    """What :func:`sequence` queued for ``batches``, having read the head ``after`` (a
+    retry's view of its committed attempt, rebuilt from the call)."""
+    last = None
+    count = 0
+    for (world, first), tags in zip(batches, how.tags, strict=True):
+        if tags:
+            count += len(tags)
+            last = log_records(world, first + len(tags) - 1, tags[-1:])[0]
+    return None if last is None else Queued(count, after, last)
+
+
+def _queue(tr: kv.Transaction, universe: UniverseKeys, records: list[bytes], head: int) -> Queued:
+    """Write ``records`` to the queue under the commit's versionstamp, in order, and count
+    them; a blind write (nothing read with a conflict)."""
+    for index, record in enumerate(records):
+        tr.set_versionstamped_key(universe.log_queue_with_versionstamp(index), record)
+    tr.add(universe.log_queued(), len(records).to_bytes(8, "little"))
+    return Queued(len(records), head, records[-1])
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What one :func:`settle` transaction did: the records it ``moved`` to the log, the
+    ``head`` after it, the position of the record it looked for (``None``: still queued
+    behind the records it moved, or it looked for none), and whether it met records of
+    other appends (queued with the caller's, or the caller's moved by another settle: a
+    sign that appends of the universe overlap)."""
+
+    moved: int
+    head: int
+    position: int | None
+    shared: bool
+
+
+SETTLE_RECORDS: Final = 1_000
+"""The most queued records one settle reads and moves."""
+
+
+async def settle(
+    tr: kv.Transaction, universe: UniverseKeys, queued: Queued | None, budget: int
+) -> Settled:
+    """Move the queue's first records (at most :data:`SETTLE_RECORDS`, and of their keys and
+    values at most a quarter of ``budget`` bytes: each is read, written and cleared) to the
+    next log positions, in order -- unless ``queued.last`` is no longer queued: then find its
+    position in the log above ``queued.after`` and write nothing. With ``queued`` ``None``,
+    move the first records if any (a queue left by appends that stopped before settling).
+    Reads the head with a conflict and the queue at snapshot isolation: only settles and
+    inline appends write the head, so two settles never both move a record; queuing
+    appends, which write neither the head nor what a settle read, never conflict with
+    one. A record that commits after the settle's read version sorts above every key it
+    read: the settle neither takes it nor skips it."""
+    head_read = tr.get(universe.log_head())
+    page_read = tr.get_range(*universe.log_queue(), limit=SETTLE_RECORDS, snapshot=True)
+    head = log_position(await head_read)
+    page = await page_read
+    values = [value for _, value in page]
+    index = -1
+    if queued is not None and queued.last in values:
+        index = values.index(queued.last)
+    elif queued is not None and len(page) < SETTLE_RECORDS:  # the whole queue read: moved
+        return Settled(0, head, await _find(tr, universe, queued, head), True)
+    elif not page:
+        return Settled(0, head, None, False)
+    taken, size = 0, 0
+    for key, value in page:
+        size += len(key) + len(value)
+        if taken and size > budget // 4:
+            break
+        taken += 1
+    page, values = page[:taken], values[:taken]
+    if index >= taken:
+        index = -1  # behind the records this settle can move
+    for position, value in enumerate(values, start=head + 1):
+        decode_log_record(value, f"universe log queue record for position {position}")
+    keys = height_keys(universe.log_entry, universe.log_prefix_len(), head + 1, len(page))
+    tr.set_many(zip(keys, values, strict=True))
+    tr.clear_range(page[0][0], page[-1][0] + b"\x00")
+    tr.set(universe.log_head(), LOG_HEAD.encode(head + len(page)))
+    tr.add(universe.log_queued(), (-len(page)).to_bytes(8, "little", signed=True))
+    # the caller's records end at its last one: any record before them is another's
+    mine = 0 if queued is None else queued.count if index < 0 else min(queued.count, index + 1)
+    found = None if index < 0 else head + 1 + index
+    return Settled(len(page), head + len(page), found, len(page) > mine)
+
+
+async def _find(tr: kv.Transaction, universe: UniverseKeys, queued: Queued, head: int) -> int:
+    """The position of ``queued.last``, which another settle moved: in the log above
+    ``queued.after``, at most ``head`` (snapshot reads, a page of records at a time)."""
+    first = queued.after + 1
+    while first <= head:
+        last = min(head, first + SETTLE_RECORDS - 1)
+        rows = await tr.get_range(*universe.log_range(first, last), snapshot=True)
+        for position, (_, value) in enumerate(rows, start=first):
+            if value == queued.last:
+                return position
+        first = last + 1
+    raise CorruptRecord(
+        "universe log",
+        f"a committed append's records are neither queued nor logged from {queued.after + 1}"
+        f" to head {head}",
+    )

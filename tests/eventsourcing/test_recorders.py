@@ -617,6 +617,22 @@ def test_cold_at_snapshots_selects_the_snapshot_recorder() -> None:
         PlaneFactory(Environment("Bank", {**MEMORY, "AOSP_COLD_AT_SNAPSHOTS": "maybe"}))
 
 
+def test_log_sequencing_is_the_planes_setting() -> None:
+    """``AOSP_LOG_SEQUENCING`` (the application's own variable first) becomes the plane's
+    ``log_sequencing``; unset it is ``adaptive``; anything else is refused naming it."""
+    for env, mode in (
+        ({}, "adaptive"),
+        ({"AOSP_LOG_SEQUENCING": "queued"}, "queued"),
+        ({"AOSP_LOG_SEQUENCING": "queued", "BANK_AOSP_LOG_SEQUENCING": "inline"}, "inline"),
+    ):
+        factory = PlaneFactory(Environment("Bank", {**MEMORY, **env}))
+        recorder = factory.application_recorder()
+        assert recorder.plane.config.log_sequencing == mode
+        factory.close()
+    with pytest.raises(OSError, match="AOSP_LOG_SEQUENCING='sometimes'"):
+        PlaneFactory(Environment("Bank", {**MEMORY, "AOSP_LOG_SEQUENCING": "sometimes"}))
+
+
 def test_the_factory_opens_the_store_at_the_first_recorder_and_closes_it(tmp_path: Path) -> None:
     env = {"AOSP_KV_URL": f"sqlite://{tmp_path}/aos.db", "AOSP_OBJECTS_URL": f"file://{tmp_path}/o"}
     factory = PlaneFactory(Environment("Bank", env))
@@ -741,7 +757,14 @@ def test_a_durable_engine_without_an_object_store_is_refused(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("prefix", ["BANK_", ""])
 @pytest.mark.parametrize(
-    "variable", ["AOSP_KV_URL", "AOSP_OBJECTS_URL", "AOSP_UNIVERSE", "AOSP_COLD_AT_SNAPSHOTS"]
+    "variable",
+    [
+        "AOSP_KV_URL",
+        "AOSP_OBJECTS_URL",
+        "AOSP_UNIVERSE",
+        "AOSP_COLD_AT_SNAPSHOTS",
+        "AOSP_LOG_SEQUENCING",
+    ],
 )
 @pytest.mark.parametrize("value", ["", "  ", " memory://", "y "])
 def test_a_setting_set_empty_or_padded_is_refused_naming_it(

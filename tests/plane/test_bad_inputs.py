@@ -398,6 +398,8 @@ for index, (name, value) in enumerate(
         ("max_entry_bytes", True),
         ("read_page_entries", 2**63),
         ("verify_reads", "often"),
+        ("log_sequencing", "lazy"),
+        ("log_sequencing", None),
         ("verify_sample_rate", float("nan")),
         ("verify_sample_rate", True),
         ("call_record_seconds", float("inf")),
@@ -557,6 +559,7 @@ bad_args("read_app_range", APP_RANGE, "end", [b"k" * (MAX_APP_KEY_BYTES + 2), "z
 bad_args("read_app_range", APP_RANGE, "limit", LIMITS)
 bad_args("read_app_range", APP_RANGE, "reverse", [1, None, "yes"])
 ids_of("log_head", universe_args(lambda s: {}), world=False)
+ids_of("settle_log", universe_args(lambda s: {}), world=False)
 TRACKING = universe_args(lambda s: {"name": "consumer"})
 ids_of("tracking_position", TRACKING, world=False)
 bad_args("tracking_position", TRACKING, "name", TEXTS)

@@ -11,8 +11,11 @@ from backends.objects.memory import MemoryObjectStore
 from persistence import kv
 from persistence.ids import UniverseId, WorldId
 from persistence.inbox_records import DomainEventIngress
+from persistence.keyspace import UniverseKeys
 from persistence.kv import Engine
-from persistence.plane import Plane
+from persistence.log_records import log_records
+from persistence.plane import Plane, PlaneConfig
+from persistence.protocols import log
 
 ITEM = DomainEventIngress("test/Event@1", b"\xa0")
 
@@ -131,3 +134,25 @@ def test_a_page_of_the_universe_log_takes_three_round_trips(
     assert [e.entry for e in page[:2]] == [b"e0", b"e1"] and len(page) == 60
     assert rounds(counting) == 3
     assert plane.read_log(u, 61, 10) == [] and rounds(counting) == 2  # past the head
+
+
+def test_a_queued_sequenced_append_takes_three_round_trips_and_a_settle_three(
+    engine: Engine,
+) -> None:
+    """The append: read version, one wave (heads, the call's own reads and the log head at
+    snapshot isolation), commit; the settle: read version, the head with the queue's page,
+    commit. A settle that finds its records moved by another reads the log above the head
+    its append read instead of committing: read version and two waves."""
+    counting = CountingEngine(engine)
+    plane = Plane(counting, MemoryObjectStore(), PlaneConfig(log_sequencing="queued"))
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    counting.tally.take()
+    plane.append_sequenced(u, [(w, 0, [b"one"])], [["t"]])
+    tally = counting.tally.take()
+    assert (tally.transactions, tally.round_trips) == (2, 6)
+    keys = UniverseKeys(u)
+    queued = log.Queued(1, 0, log_records(w, 1, ["t"])[0])  # moved already, to position 1
+    counting.tally.take()
+    assert kv.run(counting, lambda tr: log.settle(tr, keys, queued, 1 << 20)).position == 1
+    assert rounds(counting) == 3
