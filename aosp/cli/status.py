@@ -147,6 +147,9 @@ def universe_report(
         "cas_dooms_more": totals.dooms.capped,
         "cas_pins": totals.pins.value,
         "cas_pins_more": totals.pins.capped,
+        "log_head": totals.log_head,
+        "log_queued": totals.log_queued.value,
+        "log_queued_more": totals.log_queued.capped,
         "busiest": rows,
     }
 
@@ -203,7 +206,9 @@ def print_view(view: dict[str, Any], top: int) -> None:
             f"exports {u['exports_in_flight']}  "
             f"marks {_count(u['compaction_marks'], u['compaction_marks_more'])}  "
             f"cas dooms {_count(u['cas_dooms'], u['cas_dooms_more'])}  "
-            f"pins {_count(u['cas_pins'], u['cas_pins_more'])}"
+            f"pins {_count(u['cas_pins'], u['cas_pins_more'])}  "
+            f"log {u['log_head']:,}  "
+            f"queued {_count(u['log_queued'], u['log_queued_more'])}"
         )
         rows = [
             {

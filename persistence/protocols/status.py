@@ -22,6 +22,7 @@ from persistence.protocols.compaction import decode_marks
 from persistence.protocols.export import decode_marker
 from persistence.protocols.inbox import read_cursor_record, read_ready, seq_of
 from persistence.protocols.journal import decode_head
+from persistence.protocols.log import log_position
 from persistence.protocols.segment_index import decode
 from persistence.records import SnapshotRecord, WorldMeta, decode_record
 from persistence.segment_records import ExportMarker
@@ -134,13 +135,20 @@ async def world_status(tr: kv.Transaction, keys: WorldKeys, cap: int) -> WorldSt
 
 @dataclass(frozen=True, slots=True)
 class UniverseStatus:
-    """A universe's figures: worlds with pending work, CAS bodies awaiting deletion."""
+    """A universe's figures: worlds with pending work, CAS bodies awaiting deletion, the
+    universe log's head and the records queued for a position."""
 
     ready_worlds: Count
     dooms: Count
     """CAS bodies a collector decided to delete and has not finished deleting."""
     pins: Count
     """Puts in flight (or abandoned, until their grace passes) pinning a body."""
+    log_head: int
+    """The universe log's last position."""
+    log_queued: Count
+    """Records of committed sequenced appends waiting for a log position (settles move
+    them; some that stay name a writer that stopped between its append and its settle:
+    ``Plane.settle_log``)."""
 
 
 @kv.transactional
@@ -149,10 +157,14 @@ async def universe_status(tr: kv.Transaction, keys: UniverseKeys, cap: int) -> U
     ready = tr.get_range(*keys.ready_range(), limit=cap + 1, snapshot=True)
     dooms = tr.get_range(*keys.cas_dooms(), limit=cap + 1, snapshot=True)
     pins = tr.get_range(*keys.cas_pins(), limit=cap + 1, snapshot=True)
+    head = tr.get(keys.log_head(), snapshot=True)
+    queued = tr.get_range(*keys.log_queue(), limit=cap + 1, snapshot=True)
     return UniverseStatus(
         ready_worlds=Count.of(len(await ready), cap),
         dooms=Count.of(len(await dooms), cap),
         pins=Count.of(len(await pins), cap),
+        log_head=log_position(await head),
+        log_queued=Count.of(len(await queued), cap),
     )
 
 

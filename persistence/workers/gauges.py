@@ -15,8 +15,10 @@ a conflict) and the other gauges of that collection reuse it. Per world (``aos.u
 * ``aos.export.in_flight`` (``{export}``): 1 while an export marker stands, else 0;
 * ``aos.inbox.compaction_marks`` (``{mark}``): consumed marks written and not yet acted on.
 
-Per universe (``aos.universe``): ``aos.inbox.ready_worlds`` (``{world}``) and
-``aos.cas.dooms`` (``{body}``, CAS bodies awaiting deletion).
+Per universe (``aos.universe``): ``aos.inbox.ready_worlds`` (``{world}``),
+``aos.cas.dooms`` (``{body}``, CAS bodies awaiting deletion) and ``aos.log.queued``
+(``{record}``, records of committed sequenced appends waiting for a universe log position:
+one that stays names a writer that stopped before settling, ``Plane.settle_log``).
 
 Prometheus, for one: install the SDK's ``MeterProvider`` with
 ``opentelemetry.exporter.prometheus.PrometheusMetricReader`` and serve
@@ -51,6 +53,7 @@ WORLD_GAUGES: Final = {
 UNIVERSE_GAUGES: Final = {
     "aos.inbox.ready_worlds": ("{world}", "Worlds with a ready mark"),
     "aos.cas.dooms": ("{body}", "CAS bodies awaiting deletion"),
+    "aos.log.queued": ("{record}", "Log records waiting for a position (up to the cap)"),
 }
 
 
@@ -123,7 +126,11 @@ class Gauges:
     def universe_values(self, name: str) -> Iterator[tuple[float, dict[str, str]]]:
         """The value of universe gauge ``name``, with its attribute."""
         totals = self.reading().universe
-        count = totals.ready_worlds if name == "aos.inbox.ready_worlds" else totals.dooms
+        count = {
+            "aos.inbox.ready_worlds": totals.ready_worlds,
+            "aos.cas.dooms": totals.dooms,
+            "aos.log.queued": totals.log_queued,
+        }[name]
         yield count.value, {"aos.universe": str(self.universe)}
 
 

@@ -1,5 +1,6 @@
 """``aosp status`` through real subprocesses: the figures it shows are the store's (backlog,
-ready worlds, hot entries, exports in flight, compaction marks, CAS dooms), busiest worlds
+ready worlds, hot entries, exports in flight, compaction marks, CAS dooms, the universe
+log's head and queue), busiest worlds
 first, counts stopping at ``--cap`` say so, it never writes and never creates a store, and on
 a real FoundationDB cluster the oldest pending item has an age."""
 
@@ -15,13 +16,17 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from aosp.cli.status import CLEAR_SCREEN
+from backends.kv.faults import FaultInjector, SimulatedCrash
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence import cbor, kv
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.inbox_records import DomainEventIngress, InboxConsumedMark
 from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.plane import PlaneConfig
 from persistence.records import CasDoom
 from persistence.segment_records import ExportMarker
 from segments import open_plane
@@ -143,6 +148,32 @@ def test_status_shows_exports_marks_and_dooms(store: Store) -> None:
     assert row["compaction_marks"] >= 1 and u["compaction_marks"] == row["compaction_marks"]
     assert row["oldest_mark"] == "1970-01-01T00:02:03Z"
     assert u["cas_dooms"] == 1
+
+
+def test_status_shows_the_universe_log_and_its_queue(store: Store) -> None:
+    """The log head, and the records of a sequenced append whose writer stopped before it
+    settled them (queued until ``settle_log``)."""
+    universe, world = UniverseId.parse(store.universe), WorldId.new()
+    engine = SqliteEngine(store.data_dir / "aos.db", create=False)
+    objects = LocalObjectStore(store.data_dir / "objects", create=False)
+    injector = FaultInjector()
+    queuing = open_plane(engine, objects, PlaneConfig(log_sequencing="queued"), hooks=injector)
+    try:
+        queuing.append_sequenced(universe, [(world, 0, [b"a"])], [["t"]], create_missing=True)
+        injector.crash_at("journal.after_append")
+        with pytest.raises(SimulatedCrash):
+            queuing.append_sequenced(universe, [(world, 1, [b"b", b"c"])], [["t", "t"]])
+        (u,) = aosp("status", *store.args("--json", "-u", store.universe)).json()["universes"]
+        assert (u["log_head"], u["log_queued"], u["log_queued_more"]) == (1, 2, False)
+        assert (
+            "log 1  queued 2"
+            in aosp("status", *store.args("--once", "-u", store.universe)).out.decode()
+        )
+        assert queuing.settle_log(universe) == 3
+    finally:
+        engine.close()
+    (u,) = aosp("status", *store.args("--json", "-u", store.universe)).json()["universes"]
+    assert (u["log_head"], u["log_queued"]) == (3, 0)
 
 
 def test_status_never_writes(store: Store) -> None:

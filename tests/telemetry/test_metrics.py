@@ -59,6 +59,7 @@ def test_the_emitted_metric_names_and_units(points: list[dict[str, Any]]) -> Non
         ("aos.inbox.compaction_marks", "{mark}"),
         ("aos.inbox.ready_worlds", "{world}"),
         ("aos.cas.dooms", "{body}"),
+        ("aos.log.queued", "{record}"),
     }  # no oldest-pending age: the memory engine's versions count commits
     assert {p["scope"] for p in points} == {metrics.METER_NAME}
 
