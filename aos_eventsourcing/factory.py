@@ -51,6 +51,7 @@ eventsourcing's own settings of its SQLite and PostgreSQL modules:
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import urllib.parse
 import uuid
@@ -273,8 +274,18 @@ class PlaneFactory(
 
     def dcb_recorder(self) -> PlaneDCBRecorder:
         """A DCB application's recorder: its store in the universe derived for ``"dcb"``
-        (:mod:`aos_eventsourcing.dcb`)."""
-        return PlaneDCBRecorder(self.plane, self.universe("dcb"), closed=self._closed)
+        (:mod:`aos_eventsourcing.dcb`), on a plane that sequences inline whatever
+        ``AOSP_LOG_SEQUENCING`` says: a DCB store's positions are its world's heights, so its
+        appends serialize on that world's head, and queuing their log records (which only
+        wake subscriptions) would add a transaction to each and spare them no conflict."""
+        plane = self.plane
+        inline = Plane(
+            plane.engine,
+            plane.objects,
+            dataclasses.replace(plane.config, log_sequencing="inline"),
+            plane.segments,
+        )
+        return PlaneDCBRecorder(inline, self.universe("dcb"), closed=self._closed)
 
     def process_recorder(self) -> PlaneProcessRecorder:
         """A process application's recorder (``PROCESS_RECORDER_TOPIC`` names a subclass)."""

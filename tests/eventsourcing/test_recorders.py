@@ -619,7 +619,8 @@ def test_cold_at_snapshots_selects_the_snapshot_recorder() -> None:
 
 def test_log_sequencing_is_the_planes_setting() -> None:
     """``AOSP_LOG_SEQUENCING`` (the application's own variable first) becomes the plane's
-    ``log_sequencing``; unset it is ``adaptive``; anything else is refused naming it."""
+    ``log_sequencing``; unset it is ``adaptive``; anything else is refused naming it. The
+    DCB recorder's plane sequences inline."""
     for env, mode in (
         ({}, "adaptive"),
         ({"AOSP_LOG_SEQUENCING": "queued"}, "queued"),
@@ -628,6 +629,8 @@ def test_log_sequencing_is_the_planes_setting() -> None:
         factory = PlaneFactory(Environment("Bank", {**MEMORY, **env}))
         recorder = factory.application_recorder()
         assert recorder.plane.config.log_sequencing == mode
+        # a DCB store serializes on its world's head: its log records never queue
+        assert factory.dcb_recorder().plane.config.log_sequencing == "inline"
         factory.close()
     with pytest.raises(OSError, match="AOSP_LOG_SEQUENCING='sometimes'"):
         PlaneFactory(Environment("Bank", {**MEMORY, "AOSP_LOG_SEQUENCING": "sometimes"}))
