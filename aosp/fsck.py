@@ -20,6 +20,11 @@ What is checked, per universe:
   complete (every blob its manifest names is in the same universe's CAS).
 * **Inbox** -- the cursor and every pending envelope decode; a world with items after its
   cursor has its ready mark (the drain workers' index).
+* **Universe log** -- every record from position 1 to the head is there and decodes, none
+  is above the head, each names a world whose journal reaches its height; every record
+  queued for a position decodes and the queue's counter equals their number (records still
+  queued are a warning: appends in flight, or a writer that stopped before settling);
+  every tracking record decodes.
 * **Objects** -- objects no CAS record or segment index names (and no export in flight) are
   *orphans*: garbage, not damage, so they are warnings.
 
@@ -39,6 +44,7 @@ from aosp.fsck_reads import (
     cas_page,
     first_key,
     inbox_page,
+    log_queue,
     pending_unmarked,
     range_page,
     universe_exists,
@@ -62,7 +68,7 @@ from persistence.errors import (
     elide,
 )
 from persistence.futures import drive
-from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
+from persistence.ids import MAX_HEIGHT, Hash, InboxSeq, UniverseId, WorldId
 from persistence.inbox_records import (
     InboxCursor,
     InboxEnvelope,
@@ -70,14 +76,19 @@ from persistence.inbox_records import (
     idempotency_entry,
 )
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
+from persistence.log_records import decode_log_record
 from persistence.plane import Plane
-from persistence.protocols import compaction, journal, worlds
+from persistence.protocols import compaction, journal, log, worlds
 from persistence.protocols.cas_bodies import doom_is_stale, object_key
 from persistence.records import CasDoom, CasMeta, CasPin, SnapshotRecord, decode_record
 from persistence.segment_records import ExportMarker
 from persistence.sizes import check_bool
 
 READ_CHUNK = 1024 * 1024
+LOG_PAGE: Final = 10_000
+"""Universe log records read per transaction."""
+QUEUE_LIMIT: Final = 100_000
+"""Records of the log's queue fsck reads (in one snapshot, with the counter it checks)."""
 MAX_FINDINGS_PER_WORLD = 100
 """Past this many runs of missing journal heights in one world, fsck stops listing them
 (the count says so)."""
@@ -166,11 +177,135 @@ class Fsck:
             for world in self.plane.worlds(universe):
                 self._check_world(universe, world)
                 self._progress(f"world {world}")
+            self._check_log(universe)
             if universes is not None:
                 self._check_orphans(f"cas/{universe}/")
                 self._check_orphans(f"segments/{universe}/")
         if universes is None:
             self._check_orphans("")
+
+    # ------------------------------------------------------------------ universe log
+
+    def _check_log(self, universe: UniverseId) -> None:
+        """The universe log's records (1 to the head, each naming a height its world's
+        journal reaches), its queue and counter, and the tracking records."""
+        keys = UniverseKeys(universe)
+        try:
+            head = self.plane.log_head(universe)
+        except PersistError as exc:
+            self._add("error", "log", universe, None, "head", str(exc))
+            return
+        reaches: dict[WorldId, int] = {}  # the highest height each world is named at
+        position = 1
+        begin, end = keys.log_range(1, MAX_HEIGHT)
+        prefix = keys.log_prefix_len()
+        while rows := drive(range_page(self.plane.engine, begin, end, LOG_PAGE)):
+            for key, raw in rows:
+                try:
+                    at = fdbtuple.unpack(key, prefix)[0]
+                except (ValueError, IndexError):
+                    at = None
+                if not isinstance(at, int) or at < position:
+                    self._add("error", "log", universe, None, key.hex(), "not a log position")
+                    continue
+                if at > head:
+                    self._add(
+                        "error",
+                        "log",
+                        universe,
+                        None,
+                        f"position {at}",
+                        (f"a record above the head {head}"),
+                    )
+                    continue
+                if at > position:
+                    self._add(
+                        "error",
+                        "log",
+                        universe,
+                        None,
+                        f"positions {position}-{at - 1}",
+                        f"missing below the head {head}",
+                    )
+                position = at + 1
+                try:
+                    record = decode_log_record(raw, f"universe log at {at}")
+                except Corruption as exc:
+                    self._add("error", "log", universe, None, f"position {at}", str(exc))
+                    continue
+                reaches[record.world] = max(reaches.get(record.world, 0), record.height)
+                self.report.count("log records")
+            begin = rows[-1][0] + b"\x00"
+        if position <= head:
+            self._add(
+                "error",
+                "log",
+                universe,
+                None,
+                f"positions {position}-{head}",
+                f"missing below the head {head}",
+            )
+        for world, height in sorted(reaches.items(), key=lambda item: str(item[0])):
+            try:
+                reached = self.plane.head(universe, world)
+            except PersistError as exc:
+                reached, why = 0, str(exc)
+            else:
+                why = f"its journal's head is {reached}"
+            if height > reached:
+                self._add(
+                    "error", "log", universe, world, f"height {height}", f"the log names it: {why}"
+                )
+        self._check_log_queue(universe, keys)
+        tracking_begin, tracking_end = keys.trackings()
+        for key, raw in drive(range_page(self.plane.engine, tracking_begin, tracking_end, 10_000)):
+            try:
+                log.tracked_position(raw)
+            except Corruption as exc:
+                self._add("error", "log", universe, None, key.hex(), str(exc))
+            else:
+                self.report.count("tracking records")
+
+    def _check_log_queue(self, universe: UniverseId, keys: UniverseKeys) -> None:
+        """Records queued for a log position decode, and the counter is their number."""
+        try:
+            rows, counter_raw = drive(log_queue(self.plane.engine, keys, QUEUE_LIMIT + 1))
+            counter = log.queued_count(counter_raw)
+        except PersistError as exc:
+            self._add("error", "log", universe, None, "queue", str(exc))
+            return
+        for key, raw in rows[:QUEUE_LIMIT]:
+            try:
+                decode_log_record(raw, "universe log queue record")
+            except Corruption as exc:
+                self._add("error", "log", universe, None, key.hex(), str(exc))
+            else:
+                self.report.count("queued log records")
+        if len(rows) <= QUEUE_LIMIT and counter != len(rows):
+            self._add(
+                "error",
+                "log",
+                universe,
+                None,
+                "queue counter",
+                (
+                    f"counts {counter} queued records, the queue holds {len(rows)}: an inline "
+                    "append would take positions ahead of queued records, or queue for ever"
+                ),
+            )
+        if rows:
+            self._add(
+                "warning",
+                "log",
+                universe,
+                None,
+                "queue",
+                (
+                    f"{len(rows):,}{'+' if len(rows) > QUEUE_LIMIT else ''} records wait for a "
+                    "position: appends in flight, or a writer that stopped between its append "
+                    "and its settle (Plane.settle_log settles them)"
+                ),
+            )
 
     def _check_engine(self) -> bool:
         """The engine's check of its own storage (SQLite's ``quick_check`` or

@@ -69,3 +69,14 @@ async def inbox_page(
 ) -> list[tuple[bytes, bytes]]:
     _, end = keys.inbox_after(None)
     return await tr.get_range(begin, end, limit=limit, snapshot=True)
+
+
+@kv.transactional
+async def log_queue(
+    tr: kv.Transaction, keys: UniverseKeys, limit: int
+) -> tuple[list[tuple[bytes, bytes]], bytes | None]:
+    """Up to ``limit`` records queued for a universe log position and the queue's counter,
+    in one snapshot: every transaction that changes the one changes the other."""
+    rows = tr.get_range(*keys.log_queue(), limit=limit, snapshot=True)
+    counter = tr.get(keys.log_queued(), snapshot=True)
+    return await rows, await counter

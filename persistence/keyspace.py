@@ -310,6 +310,10 @@ class UniverseKeys(_Scope[_UniversePrefixes]):
         """The tracking record of consumer ``name``."""
         return self._key("tracking", name)
 
+    def trackings(self) -> tuple[bytes, bytes]:
+        """Every consumer's tracking record."""
+        return _range((*self._p, "tracking"))
+
     def app(self, key: bytes) -> bytes:
         """The application's own key ``key`` (its bytes as given, after the subspace's
         packed prefix, so that the application's key order and prefixes hold)."""

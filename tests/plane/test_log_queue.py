@@ -19,6 +19,7 @@ from persistence.errors import CorruptRecord, RetryLimitReached, SequencingIncom
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys
 from persistence.kv import Engine
+from persistence.log_records import LOG_HEAD, log_records
 from persistence.plane import Plane, PlaneConfig
 from persistence.plane.config import LogSequencing
 from persistence.protocols import log
@@ -384,3 +385,58 @@ def test_settle_log_ends_while_others_keep_queuing() -> None:
     assert plane.settle_log(u) == 1
     assert arrivals == 1  # one settle, then it stopped
     assert queue_state(inner, u) == (1, 1)
+
+
+# ------------------------------------------------------------ fsck sees the log
+
+
+def test_fsck_checks_the_log_its_queue_and_the_tracking_records(engine: Engine) -> None:
+    from aosp.fsck import Fsck
+
+    plane = planed(engine, "adaptive")
+    u, a, b = UniverseId.new(), WorldId.new(), WorldId.new()
+    plane.append_sequenced(u, [(a, 0, [b"a1", b"a2"])], [["t", "t"]], create_missing=True)
+    plane.append_sequenced(u, [(b, 0, [b"b1"])], [["t"]], create_missing=True, tracking=("up", 3))
+    report = Fsck(plane).run([u])
+    assert report.errors == [] and report.warnings == []
+    assert (report.checked["log records"], report.checked["tracking records"]) == (3, 1)
+    crash_after_queuing(engine, u, b, 1)  # a stopped writer: its record stays queued
+    report = Fsck(plane).run([u])
+    assert report.errors == []
+    (warning,) = report.warnings
+    assert warning.area == "log" and "1 records wait for a position" in warning.message
+    keys = UniverseKeys(u)
+
+    def damage(tr: kv.Transaction) -> None:
+        tr.set(keys.log_entry(2), b"not a log record")
+        tr.clear(keys.log_entry(1))
+        tr.set(keys.log_entry(9), log_records(a, 1, ["t"])[0])  # above the head
+        tr.set(keys.log_queued(), (5).to_bytes(8, "little"))  # the queue holds 1
+        tr.set(keys.tracking("down"), b"\x00")
+
+    kv.run_sync(engine, damage)
+    found = {(f.subject, f.message.split(":")[0]) for f in Fsck(plane).run([u]).errors}
+    assert ("positions 1-1", "missing below the head 3") in found
+    assert any(subject == "position 2" for subject, _ in found)
+    assert ("position 9", "a record above the head 3") in found
+    assert any(subject == "queue counter" for subject, _ in found)
+    assert any(subject == keys.tracking("down").hex() for subject, _ in found)
+
+
+def test_fsck_reports_a_log_record_naming_a_height_its_world_lacks() -> None:
+    from aosp.fsck import Fsck
+
+    engine = MemoryEngine()
+    plane = planed(engine, "inline")
+    u, a, ghost = UniverseId.new(), WorldId.new(), WorldId.new()
+    plane.append_sequenced(u, [(a, 0, [b"a1"])], [["t"]], create_missing=True)
+    keys = UniverseKeys(u)
+
+    def damage(tr: kv.Transaction) -> None:
+        tr.set(keys.log_entry(2), log_records(a, 5, ["t"])[0])
+        tr.set(keys.log_entry(3), log_records(ghost, 1, ["t"])[0])
+        tr.set(keys.log_head(), LOG_HEAD.encode(3))
+
+    kv.run_sync(engine, damage)
+    found = {(f.world, f.subject) for f in Fsck(plane).run([u]).errors}
+    assert found == {(str(a), "height 5"), (str(ghost), "height 1")}
