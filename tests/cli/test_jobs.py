@@ -15,7 +15,7 @@ from aos_bench import require, steady
 from aos_bench.command import SUITES, chosen_suites
 from persistence.errors import MissingDependency
 from tests.cli.conftest import ROOT, aosp
-from tests.fdb_cluster import FdbCluster
+from tests.fdb_cluster import FdbCluster, clear_keyspace
 
 
 def test_help_lists_commands() -> None:
@@ -94,6 +94,13 @@ def test_bench_fdb_on_a_real_cluster(fdb_cluster: FdbCluster) -> None:
     round, median and spread; the single calls name their round trips; the exit status
     says whether a target was missed. (Small rounds: what this checks is the figures'
     shape, not their values.)"""
+    # The bench opens a store on the cluster: what earlier tests of the session left there
+    # (raw keys of the engine tests, without a layout record) is not one.
+    engine = fdb_cluster.engine()
+    try:
+        clear_keyspace(engine)
+    finally:
+        engine.close()
     # 17 figures of 6 rounds, each side set up afresh: 2.5 min beside one test suite,
     # more than 5 beside two (a hang guard, not a speed floor).
     result = aosp(
