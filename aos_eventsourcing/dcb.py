@@ -35,7 +35,13 @@ from eventsourcing.persistence import DataError, IntegrityError, OperationalErro
 from aos_eventsourcing import codec
 from aos_eventsourcing.recorders import MAX_ATTEMPTS, WATCH_SECONDS, PlaneRecorder
 from persistence import cbor, fdbtuple
-from persistence.errors import CorruptRecord, HeadAdvanced, PersistError, WorldNotFound
+from persistence.errors import (
+    CorruptRecord,
+    HeadAdvanced,
+    PersistError,
+    SequencingIncomplete,
+    WorldNotFound,
+)
 from persistence.ids import WorldId
 
 STORE_WORLD: Final = WorldId(uuid.uuid5(codec.NAMESPACE, "dcb-events"))
@@ -280,6 +286,8 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
                     )
                 except (HeadAdvanced, WorldNotFound):
                     continue  # another append came first: check again at the new head
+                except SequencingIncomplete as exc:  # appended: its positions are its heights
+                    return exc.first_heights[0] + len(events) - 1
                 return done.first_heights[0] + len(events) - 1
         except PersistError as exc:
             raise codec.translate(exc) from exc

@@ -258,9 +258,22 @@ class PlaneFactory(
         return PlaneAggregateRecorder(self.plane, self.universe(purpose), closed=closed)
 
     def application_recorder(self) -> PlaneApplicationRecorder:
-        """The application's recorder (``APPLICATION_RECORDER_TOPIC`` names a subclass)."""
+        """The application's recorder (``APPLICATION_RECORDER_TOPIC`` names a subclass),
+        after settling its notification log (:meth:`_settled`)."""
         cls = self._class(self.APPLICATION_RECORDER_TOPIC, PlaneApplicationRecorder)
-        return cls(self.plane, self.universe(), closed=self._closed)
+        return cls(self._settled(self.universe()), self.universe(), closed=self._closed)
+
+    def _settled(self, universe: UniverseId) -> Plane:
+        """The plane, once the notification log of ``universe`` has given ids to the events
+        of saves whose process stopped between recording them and settling their ids (a
+        queued save, ``AOSP_LOG_SEQUENCING``): a restarted application's followers see them
+        without waiting for its next save. Reads only, unless such events are queued."""
+        plane = self.plane
+        try:
+            plane.settle_log(universe)
+        except PersistError as exc:
+            raise codec.translate(exc) from exc
+        return plane
 
     def tracking_recorder(
         self, tracking_recorder_class: type[PlaneTrackingRecorder] | None = None
@@ -290,7 +303,7 @@ class PlaneFactory(
     def process_recorder(self) -> PlaneProcessRecorder:
         """A process application's recorder (``PROCESS_RECORDER_TOPIC`` names a subclass)."""
         cls = self._class(self.PROCESS_RECORDER_TOPIC, PlaneProcessRecorder)
-        return cls(self.plane, self.universe(), closed=self._closed)
+        return cls(self._settled(self.universe()), self.universe(), closed=self._closed)
 
     def _class(self, variable: str, default: type[R]) -> type[R]:
         """The class the topic in ``variable`` names (a subclass of ``default``), else

@@ -44,7 +44,7 @@ from eventsourcing.persistence import (
 
 from aos_eventsourcing import codec
 from aos_eventsourcing.cache import Known, WorldCache
-from persistence.errors import HeadAdvanced, PersistError, WorldNotFound
+from persistence.errors import HeadAdvanced, PersistError, SequencingIncomplete, WorldNotFound
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
 from persistence.sizes import MAX_ROW_LIMIT
@@ -213,6 +213,8 @@ class _Journals(PlaneRecorder):
             except WorldNotFound as exc:
                 self._moved(batches, exc.world, None)
                 continue
+            except SequencingIncomplete as exc:  # recorded: find the ids, never insert again
+                first_position = self._settled(exc, batches[0].world, heads[0] + 1)
             except PersistError as exc:
                 raise codec.translate(exc) from exc
             for batch, head in zip(batches, heads, strict=True):
@@ -228,6 +230,31 @@ class _Journals(PlaneRecorder):
             return ids
         raise OperationalError(
             f"gave up after {MAX_ATTEMPTS} attempts: the heads of the aggregates kept moving"
+        )
+
+    def _settled(self, incomplete: SequencingIncomplete, world: WorldId, height: int) -> int:
+        """The notification id of the first event of an insert that was recorded but whose
+        ids were not settled (``incomplete``): settle the universe log, then find the entry
+        of ``world`` at ``height`` above the head the insert read. An ``OperationalError``
+        saying the events are recorded if that fails too (saving them again would be an
+        ``IntegrityError``: their versions are taken)."""
+        try:
+            head = self.plane.settle_log(self.universe)
+            first = incomplete.after + 1
+            while first <= head:
+                page = self.plane.read_log(self.universe, first, 1_000, last=head)
+                for entry in page:
+                    if entry.world == world and entry.height == height:
+                        return entry.position
+                if not page:
+                    break
+                first = page[-1].position + 1
+        except PersistError as exc:
+            raise OperationalError(
+                f"the events were recorded, but their notification ids are not known: {exc}"
+            ) from exc
+        raise OperationalError(
+            f"the events were recorded, but their notification ids are not known: {incomplete}"
         )
 
     def _group(self, stored_events: Sequence[StoredEvent]) -> list[_Batch]:

@@ -49,7 +49,7 @@ from typing import Any, Final
 from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
 from conformance.context import CaseSkipped, ConformanceFailure, Context, check
-from conformance.fault_matrix_competitors import COMPETITORS, competitor
+from conformance.fault_matrix_competitors import COMPETITORS, SEQUENCED_COMPETITOR, competitor
 from conformance.fault_matrix_state import (
     check_reference,
     first_misreport,
@@ -59,7 +59,7 @@ from conformance.fault_matrix_state import (
     reported_seqs,
     state_difference,
 )
-from conformance.fault_matrix_workload import Run, run_steps
+from conformance.fault_matrix_workload import SEQUENCED_STEP, Run, run_steps
 from persistence import fdb_errors
 from persistence.errors import PersistError
 from persistence.ids import UniverseId, WorldId
@@ -127,7 +127,7 @@ def commit_faults_and_crash_points(ctx: Context) -> None:
         except PersistError as exc:
             raise ConformanceFailure(f"{what}: {type(exc).__name__}: {exc}") from exc
         outcomes = [(name, normal_outcome(outcome, position)) for name, outcome in run.outcomes]
-        return Outcome(state, outcomes, injector)
+        return Outcome(state, outcomes, injector, run.step_commits)
 
     fault_free = run_with(_scripted(lambda _: None), "fault-free run")
     reference = fault_free.state
@@ -160,7 +160,8 @@ def commit_faults_and_crash_points(ctx: Context) -> None:
                 ("crash", (point, occurrence)),
             )
             runs += 1
-    interleaved = _interleaving(ctx, observer, run_with, commits)
+    sequenced = fault_free.step_commits[SEQUENCED_STEP]
+    interleaved = _interleaving(ctx, observer, run_with, commits, sequenced)
     for seed in range(ctx.profile.fault_seeds):
         got = run_with(_random(seed), f"random faults, seed {seed}")
         difference = state_difference(reference, got.state)
@@ -184,22 +185,31 @@ class Outcome:
     state: dict[str, Any]
     outcomes: list[tuple[str, object]]
     injector: FaultInjector
+    step_commits: dict[str, range]
+    """The writing commits each step made (``Run.step_commits``)."""
 
 
 def _interleaving(
-    ctx: Context, observer: Plane, run_with: Callable[[Faults, str], Outcome], commits: int
+    ctx: Context,
+    observer: Plane,
+    run_with: Callable[[Faults, str], Outcome],
+    commits: int,
+    sequenced: range,
 ) -> int:
     """The interleaving mode: for each commit of the workload and each competing writer,
     the commit fails with 1021 (applied, then not applied) while the competitor commits
     before the retry. Each such run must end in the state, and every call in it must report
     the outcome, of its fault-free twin: the same competitor committing right after the
     commit (applied), or a 1020 with the same competitor (not applied). The quick profile
-    pairs each commit with one competitor kind in turn; the full profile with all ten."""
+    pairs each commit with one competitor kind in turn (and each commit of the sequenced
+    appends' step with a competing sequenced append too); the full profile with all ten."""
     kinds = list(COMPETITORS)
     runs = 0
     ctx.progress(f"faults: commit 1-{commits}, 1021 with a competing writer between the tries")
     for index in range(1, commits + 1):
         chosen = kinds if ctx.profile.fault_seeds else [kinds[index % len(kinds)]]
+        if index in sequenced and SEQUENCED_COMPETITOR not in chosen:
+            chosen.append(SEQUENCED_COMPETITOR)
         for kind in chosen:
             for applied in (True, False):
                 twin, faulty = _pair(index, kind, applied, observer)

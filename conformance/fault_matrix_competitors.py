@@ -82,6 +82,10 @@ def _compete_compact(other: Plane, u: UniverseId, w: WorldId) -> None:
     other.compact_inbox(u, w, max_items=1, now_ns=lambda: later)
 
 
+SEQUENCED_COMPETITOR: Final = "sequenced append"
+"""The competitor that takes universe log positions (every commit of the workload's
+sequenced appends meets it, in every profile)."""
+
 COMPETITORS: Final[dict[str, Callable[[Plane, UniverseId, WorldId], None]]] = {
     "append": _compete_append,
     "drain": _compete_drain,
@@ -92,7 +96,7 @@ COMPETITORS: Final[dict[str, Callable[[Plane, UniverseId, WorldId], None]]] = {
     "effect claim": _compete_claim,
     "inbox compaction": _compete_compact,
     "multi-world drain": _compete_drain_worlds,
-    "sequenced append": _compete_sequenced,
+    SEQUENCED_COMPETITOR: _compete_sequenced,
 }
 """Other clients, each committing between an attempt of the workload's commit and its retry
 (the interleaving mode): a plane without faults on the same engine, world and universe."""

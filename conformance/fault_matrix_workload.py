@@ -54,6 +54,8 @@ class Run:
     world: WorldId
     plane: Plane = field(init=False)
     outcomes: list[tuple[str, object]] = field(default_factory=list)
+    step_commits: dict[str, range] = field(default_factory=dict)
+    """The writing commits (by index, from 1) each step made: exact in a fault-free run."""
 
     def restart(self) -> None:
         """A new "process": a new plane of the class under test on the same engine and
@@ -271,22 +273,27 @@ def sequenced_world(world: WorldId) -> WorldId:
 SEQUENCED_ENTRIES: Final = (b"sequenced: queued", b"sequenced: inline")
 
 
+SEQUENCED_STEP: Final = "sequenced appends, queued and inline"
+
+
 def _sequenced(run: Run) -> None:
     """Two sequenced appends to a third world, once each: the first queued for its log
-    position (``PlaneConfig.log_sequencing``), the second as the plane under test sequences
-    (inline, behind anything still queued); a restarted host finds an append that landed by
-    its world's head, and settles what a crash between an append and its settle left
-    queued."""
+    position (``PlaneConfig.log_sequencing``), the second inline (behind anything still
+    queued); a restarted host finds an append that landed by its world's head, and settles
+    what a crash between an append and its settle left queued."""
     u, third = run.universe, sequenced_world(run.world)
     t = run.template
-    queuing = type(t)(
-        run.engine,
-        t.objects,
-        dataclasses.replace(t.config, log_sequencing="queued"),
-        t.segments,
-        hooks=run.engine.injector,
+    queuing, inline = (
+        type(t)(
+            run.engine,
+            t.objects,
+            dataclasses.replace(t.config, log_sequencing=mode),
+            t.segments,
+            hooks=run.engine.injector,
+        )
+        for mode in ("queued", "inline")
     )
-    for height, (label, plane) in enumerate((("queued", queuing), ("inline", run.plane))):
+    for height, (label, plane) in enumerate((("queued", queuing), ("inline", inline))):
         try:
             landed = run.plane.head(u, third) > height
         except NotFound:
@@ -327,7 +334,7 @@ STEPS: Final[tuple[tuple[str, Callable[[Run], Any]], ...]] = (
     ("group append creating a second world", _group),
     ("enqueue k6 and k7 into both worlds", _enqueue_both),
     ("multi-world drain of both worlds", _drain_both),
-    ("sequenced appends, queued and inline", _sequenced),
+    (SEQUENCED_STEP, _sequenced),
 )
 
 
@@ -337,6 +344,7 @@ def run_steps(run: Run) -> None:
     which redoes the step it was in."""
     running = False
     for name, step in STEPS:
+        first = run.engine.injector.commits + 1
         for _ in range(STEP_ATTEMPTS):
             try:
                 if not running:
@@ -352,3 +360,4 @@ def run_steps(run: Run) -> None:
                 running = False
         else:
             raise ConformanceFailure(f"step {name!r} failed {STEP_ATTEMPTS} times in a row")
+        run.step_commits[name] = range(first, run.engine.injector.commits + 1)

@@ -269,14 +269,16 @@ class SequencingIncomplete(Backend):
     universe log records, but settling the queue failed with ``cause``: the positions are
     not known. Do not append the entries again. ``Plane.settle_log`` gives them positions
     once what failed is mended (the cause says what: a damaged queue record is
-    ``Corruption``); ``read_log`` then shows them."""
+    ``Corruption``); ``read_log`` above ``after`` then shows them."""
 
-    def __init__(self, first_heights: list[int], cause: PersistError) -> None:
+    def __init__(self, first_heights: list[int], after: int, cause: PersistError) -> None:
         super().__init__(
             f"the entries were appended (first heights {first_heights}) but their log "
             f"positions are not known: settling the universe log failed: {cause}"
         )
         self.first_heights = first_heights
+        self.after = after
+        """A log head read before the entries committed: their positions will be above it."""
         self.cause = cause
 
 

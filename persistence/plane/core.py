@@ -12,6 +12,7 @@ operation does no I/O of its own: a transaction is awaited through
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
@@ -113,6 +114,8 @@ class Core:
         self.log_busy_until: dict[UniverseId, float] = {}
         """Until when (``time.monotonic()``) sequenced appends of a universe overlap: an
         adaptive plane queues their log records until then (``PlaneConfig.log_sequencing``)."""
+        self.log_busy_lock = threading.Lock()
+        """Held while ``log_busy_until`` is pruned or written."""
         self.budget = budget.budget(engine)
         """Bytes one transaction of this plane may count (``protocols/budget.py``)."""
         self.busy_worlds = drain.BusyWorlds()

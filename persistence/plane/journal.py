@@ -253,8 +253,9 @@ class JournalOperations(WorldOperations):
         def attempt(tr: kv.Transaction) -> Awaitable[journal.Appended]:
             nonlocal attempts
             attempts += 1
-            # adaptive: a retry queues -- its conflict was most likely on the log head or the
-            # queue's counter, which queuing reads without one (an inline retry could starve)
+            # adaptive: a retry queues -- most retries follow a conflict, most likely on the
+            # log head or the queue's counter, which queuing reads without one (an inline
+            # retry could starve beside planes that queue)
             queues = queue or (attempts > 1 and mode == "adaptive")
             return journal.append_batches(
                 tr, keys, parts, create, call, checksummed, sequencing, app, queues
@@ -270,17 +271,18 @@ class JournalOperations(WorldOperations):
         try:
             position = await self.settle(keys, done.queued)
         except PersistError as exc:
-            raise SequencingIncomplete(done.first_heights, exc) from exc
+            raise SequencingIncomplete(done.first_heights, done.queued.after, exc) from exc
         return journal.GroupAppend(done.first_heights, position - done.queued.count + 1)
 
     def note_busy(self, universe: UniverseId) -> None:
         """Note that sequenced appends of ``universe`` overlap now (``log_busy_until``)."""
         busy = self.log_busy_until
         now = time.monotonic()
-        if len(busy) >= BUSY_UNIVERSES:  # forget the universes no longer busy
-            for quiet in [u for u, until in busy.items() if until <= now]:
-                busy.pop(quiet, None)
-        busy[universe] = now + LOG_BUSY_SECONDS
+        with self.log_busy_lock:  # threads share the plane: one of them prunes at a time
+            if len(busy) >= BUSY_UNIVERSES:  # forget the universes no longer busy
+                for quiet in [u for u, until in list(busy.items()) if until <= now]:
+                    busy.pop(quiet, None)
+            busy[universe] = now + LOG_BUSY_SECONDS
 
     async def settle(self, keys: UniverseKeys, queued: log.Queued) -> int:
         """Settle the universe log's queue until ``queued.last`` has a position; return it.

@@ -258,7 +258,9 @@ async def settle(
     """Move the queue's first records (at most :data:`SETTLE_RECORDS`, and of their keys and
     values at most a quarter of ``budget`` bytes: each is read, written and cleared) to the
     next log positions, in order -- unless ``queued.last`` is no longer queued: then find its
-    position in the log above ``queued.after`` and write nothing. With ``queued`` ``None``,
+    position in the log above ``queued.after`` and write nothing (a full page without it
+    first looks for it in the log's next :data:`SETTLE_RECORDS` positions, so a settle whose
+    records another moved does not go on moving a long queue). With ``queued`` ``None``,
     move the first records if any (a queue left by appends that stopped before settling).
     Reads the head with a conflict and the queue at snapshot isolation: only settles and
     inline appends write the head, so two settles never both move a record; queuing
@@ -274,7 +276,18 @@ async def settle(
     if queued is not None and queued.last in values:
         index = values.index(queued.last)
     elif queued is not None and len(page) < SETTLE_RECORDS:  # the whole queue read: moved
-        return Settled(0, head, await _find(tr, universe, queued, head), True)
+        found = await _find(tr, universe, queued, head)
+        if found is None:
+            raise CorruptRecord(
+                "universe log",
+                f"a committed append's records are neither queued nor logged from "
+                f"{queued.after + 1} to head {head}",
+            )
+        return Settled(0, head, found, True)
+    elif queued is not None:  # behind this page, or moved: look in the log's next page
+        found = await _find(tr, universe, queued, min(head, queued.after + SETTLE_RECORDS))
+        if found is not None:
+            return Settled(0, head, found, True)
     elif not page:
         return Settled(0, head, None, False)
     taken, size = 0, 0
@@ -299,19 +312,18 @@ async def settle(
     return Settled(len(page), head + len(page), found, len(page) > mine)
 
 
-async def _find(tr: kv.Transaction, universe: UniverseKeys, queued: Queued, head: int) -> int:
-    """The position of ``queued.last``, which another settle moved: in the log above
-    ``queued.after``, at most ``head`` (snapshot reads, a page of records at a time)."""
+async def _find(
+    tr: kv.Transaction, universe: UniverseKeys, queued: Queued, upto: int
+) -> int | None:
+    """The position of ``queued.last`` if another settle moved it to the log above
+    ``queued.after``, at most ``upto`` (snapshot reads, a page of records at a time);
+    ``None`` if it is not there."""
     first = queued.after + 1
-    while first <= head:
-        last = min(head, first + SETTLE_RECORDS - 1)
+    while first <= upto:
+        last = min(upto, first + SETTLE_RECORDS - 1)
         rows = await tr.get_range(*universe.log_range(first, last), snapshot=True)
         for position, (_, value) in enumerate(rows, start=first):
             if value == queued.last:
                 return position
         first = last + 1
-    raise CorruptRecord(
-        "universe log",
-        f"a committed append's records are neither queued nor logged from {queued.after + 1}"
-        f" to head {head}",
-    )
+    return None

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from eventsourcing.application import Application
+from eventsourcing.dcb.api import DCBEvent
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import (
     ConnectionPoolClosedError,
@@ -43,14 +44,15 @@ from aos_eventsourcing import (
     PlaneSnapshotRecorder,
 )
 from aos_eventsourcing.codec import NAMESPACE, TEXT_IDS
-from backends.kv.faults import FaultInjector, FaultyEngine
+from aos_eventsourcing.dcb import PlaneDCBRecorder
+from backends.kv.faults import FaultInjector, FaultyEngine, SimulatedCrash
 from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import fdb_errors
 from persistence.ids import UniverseId, WorldId
 from persistence.kv import Engine
-from persistence.plane import Plane
+from persistence.plane import Plane, PlaneConfig
 from segments import open_plane
 from segments.export import ExportConfig, Exporter
 from tests.fdb_cluster import FdbCluster, clear_keyspace
@@ -921,3 +923,65 @@ def test_a_closed_application_neither_saves_nor_reads(tmp_path: Path, engine: st
         application.save(Aggregate())
     with pytest.raises(ConnectionPoolClosedError):
         application.repository.get(account.id)
+
+
+# ------------------------------------------------------------ queued notification ids
+
+
+def queued_plane(engine: Engine, injector: FaultInjector) -> Plane:
+    return open_plane(
+        FaultyEngine(engine, injector),
+        MemoryObjectStore(),
+        PlaneConfig(log_sequencing="queued"),
+        hooks=injector,
+    )
+
+
+def test_an_insert_whose_ids_did_not_settle_finds_them_and_is_never_redone() -> None:
+    """The settle after a queued insert's commit fails: the insert settles the log itself
+    and returns the ids its events got; if that fails too, the error says the events are
+    recorded (a retry of the save would be refused: their versions are taken)."""
+    injector = FaultInjector()
+    engine = MemoryEngine()
+    recorder = PlaneApplicationRecorder(queued_plane(engine, injector), UniverseId.new())
+    assert recorder.insert_events([event(uuid.uuid4(), 1)]) == [1]
+    first, second = event(uuid.uuid4(), 1), event(uuid.uuid4(), 1)
+    injector.fail_commit(2, fdb_errors.IO_ERROR)  # commit 1 records, 2 settles
+    assert recorder.insert_events([first, second]) == [2, 3]
+    assert [n.id for n in recorder.select_notifications(1, 10)] == [1, 2, 3]
+    third = event(uuid.uuid4(), 1)
+    for index in range(2, 200):  # every settle fails, the insert's and its own
+        injector.fail_commit(index, fdb_errors.IO_ERROR)
+    with pytest.raises(OperationalError, match="the events were recorded"):
+        recorder.insert_events([third])
+    with pytest.raises(IntegrityError):
+        recorder.insert_events([third])
+
+
+def test_a_dcb_append_whose_log_record_did_not_settle_reports_its_position() -> None:
+    """A DCB position is its store world's height: an append that committed returns it even
+    if waking subscriptions (the log record) failed, and a retry never appends twice."""
+    injector = FaultInjector()
+    recorder = PlaneDCBRecorder(queued_plane(MemoryEngine(), injector), UniverseId.new())
+    assert recorder.append([DCBEvent("Booked", b"seat-1", ["seat"])]) == 1
+    injector.fail_commit(2, fdb_errors.IO_ERROR)
+    assert recorder.append([DCBEvent("Booked", b"seat-2", ["seat"])]) == 2
+    assert [(e.position, e.event.data) for e in recorder.read()] == [(1, b"seat-1"), (2, b"seat-2")]
+
+
+def test_a_restarted_application_settles_what_a_stopped_save_left_queued() -> None:
+    """A save killed between recording its events and settling their ids: the next
+    process's application recorder settles them when it opens (its followers see them
+    without waiting for its next save)."""
+    injector = FaultInjector()
+    engine = MemoryEngine()
+    env = {"AOSP_KV_URL": "memory://", "AOSP_UNIVERSE": str(UniverseId.new())}
+    factory = PlaneFactory(Environment("Bank", env))
+    universe = factory.universe()
+    crashing = PlaneApplicationRecorder(queued_plane(engine, injector), universe)
+    injector.crash_at("journal.after_append")
+    with pytest.raises(SimulatedCrash):
+        crashing.insert_events([event(uuid.uuid4(), 1)])
+    factory._plane = open_plane(engine, MemoryObjectStore())  # the store the crash left
+    assert factory.application_recorder().max_notification_id() == 1
+    factory.close()

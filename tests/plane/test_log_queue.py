@@ -440,3 +440,37 @@ def test_fsck_reports_a_log_record_naming_a_height_its_world_lacks() -> None:
     kv.run_sync(engine, damage)
     found = {(f.world, f.subject) for f in Fsck(plane).run([u]).errors}
     assert found == {(str(a), "height 5"), (str(ghost), "height 1")}
+
+
+def test_threads_noting_busy_universes_never_trip_over_each_other() -> None:
+    """Past ``BUSY_UNIVERSES`` entries a note prunes the quiet ones; notes from many threads
+    at once (after their commits: an error there would hide that the append committed) must
+    not fail. Unlocked, the prune's scan met another thread's insert within a second."""
+    import sys
+
+    from persistence.plane.journal import BUSY_UNIVERSES
+
+    plane = planed(MemoryEngine(), "adaptive")
+    ops = plane._operations
+    for _ in range(BUSY_UNIVERSES + 10):
+        plane.log_busy_until[UniverseId.new()] = 0.0  # quiet: pruned by the next note
+    errors: list[BaseException] = []
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def noter() -> None:
+        try:
+            for _ in range(3_000):
+                ops.note_busy(UniverseId.new())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=noter) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert not errors
