@@ -72,6 +72,7 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
         "compaction": "... the consumed marks",
         "cas_bodies": "... the CAS bodies' keys and dooms",
         "journal": "... where a run of missing heights ends",
+        "log": "... the universe log's records, its queue and the queue's counter",
     },
     "aosp.cli.compact": {
         "compaction": "the preview of a pass (what it would remove)",
@@ -104,6 +105,7 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
         "inbox": "the ready marks it checks after every fault",
         "compaction": "the consumed marks, likewise",
         "export": "the export marker, likewise",
+        "log": "the universe log queue's counter, likewise",
     },
     "conformance.torture.reads": {
         "inbox": "the checker reads the store's records to verify every invariant: the ready marks",
