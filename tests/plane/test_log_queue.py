@@ -177,8 +177,13 @@ def test_a_long_queue_settles_in_pages(engine: Engine) -> None:
 # ------------------------------------------------------------ exactly once under faults
 
 
-@pytest.mark.parametrize("applied", [True, False])
-def test_an_unknown_result_of_the_queuing_commit_is_settled_once(applied: bool) -> None:
+def fail_with_another_client_between(
+    commit: int, applied: bool
+) -> tuple[Plane, Plane, Engine, UniverseId, WorldId]:
+    """Two queued planes on one engine; the ``commit``-th writing commit of the first fails
+    with ``commit_unknown_result`` (``applied`` or not) after the second appended an entry
+    of its own (and settled it): the first plane, the other, the engine, the universe and
+    the first plane's world."""
     injector = FaultInjector()
     engine = FaultyEngine(MemoryEngine(), injector)
     objects = MemoryObjectStore()
@@ -191,8 +196,14 @@ def test_an_unknown_result_of_the_queuing_commit_is_settled_once(applied: bool) 
         other.append_sequenced(u, [(theirs, 0, [b"theirs"])], [["t"]], create_missing=True)
 
     injector.fail_commit(
-        1, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=applied, interleave=interleave
+        commit, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=applied, interleave=interleave
     )
+    return plane, other, engine.inner, u, mine
+
+
+@pytest.mark.parametrize("applied", [True, False])
+def test_an_unknown_result_of_the_queuing_commit_is_settled_once(applied: bool) -> None:
+    plane, other, inner, u, mine = fail_with_another_client_between(1, applied)
     done = plane.append_sequenced(
         u, [(mine, 0, [b"m1", b"m2"])], [["t", "t"]], create_missing=True, tracking=("up", 2)
     )
@@ -201,7 +212,7 @@ def test_an_unknown_result_of_the_queuing_commit_is_settled_once(applied: bool) 
     assert (done.first_heights, done.first_position) == ([1], 1 if applied else 2)
     assert [e.entry for e in other.read_log(u, 1, 10)] == order
     assert other.tracking_position(u, "up") == 2
-    assert queue_state(engine.inner, u) == (0, 0)
+    assert queue_state(inner, u) == (0, 0)
 
 
 @pytest.mark.parametrize("applied", [True, False])
@@ -209,26 +220,13 @@ def test_an_unknown_result_of_the_settle_is_resolved_from_the_log(applied: bool)
     """The settle's commit fails with ``commit_unknown_result`` (applied or not), another
     client appends and settles before the retry: the retry finds the positions its own
     records got, wherever they are, and nothing is logged twice."""
-    injector = FaultInjector()
-    engine = FaultyEngine(MemoryEngine(), injector)
-    objects = MemoryObjectStore()
-    config = PlaneConfig(log_sequencing="queued")
-    plane = open_plane(engine, objects, config, hooks=injector)
-    other = open_plane(engine.inner, objects, config)
-    u, mine, theirs = UniverseId.new(), WorldId.new(), WorldId.new()
-
-    def interleave() -> None:
-        other.append_sequenced(u, [(theirs, 0, [b"theirs"])], [["t"]], create_missing=True)
-
     # the first writing commit queues, the second settles
-    injector.fail_commit(
-        2, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=applied, interleave=interleave
-    )
+    plane, other, inner, u, mine = fail_with_another_client_between(2, applied)
     done = plane.append_sequenced(u, [(mine, 0, [b"m1", b"m2"])], [["t", "t"]], create_missing=True)
     # not applied: the interleaved append's settle moved mine (queued first) and its own
     assert done.first_position == 1
     assert [e.entry for e in other.read_log(u, 1, 10)] == [b"m1", b"m2", b"theirs"]
-    assert queue_state(engine.inner, u) == (0, 0)
+    assert queue_state(inner, u) == (0, 0)
 
 
 def test_a_late_landing_queue_commit_is_found() -> None:
