@@ -19,11 +19,12 @@ argument, before it writes anything: a refused call leaves the store byte-identi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Protocol, TypeVar, runtime_checkable
 
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.inbox_records import InboxItem
+from persistence.protocols.app_data import AppTransaction
 from persistence.protocols.compaction import InboxCompaction
 from persistence.protocols.journal import GroupAppend
 from persistence.protocols.log import LogEntry
@@ -37,6 +38,8 @@ Seq = TypeVar("Seq")
 Entry = TypeVar("Entry")
 """What a journal entry reads as."""
 SeqOut = TypeVar("SeqOut", covariant=True)
+Result = TypeVar("Result")
+"""What an application's transaction returns."""
 
 
 @runtime_checkable
@@ -372,9 +375,32 @@ class Contract(
 
 @runtime_checkable
 class ApplicationData(Protocol):
-    """An application's own keys and values in its universe, written only with a group
-    append (``app_data=`` of ``append_batches`` and ``append_sequenced``: key to value,
-    ``None`` removes it), in its transaction: stored exactly when the append is."""
+    """An application's own keys and values in its universe, written with a group append
+    (``app_data=`` of ``append_batches`` and ``append_sequenced``: key to value, ``None``
+    removes it), in its transaction -- stored exactly when the append is --, or in a
+    transaction of the application's own (:meth:`transact_app`)."""
+
+    def transact_app(
+        self,
+        universe: UniverseId,
+        body: Callable[[AppTransaction], Awaitable[Result]],
+        *,
+        eager: bool = False,
+    ) -> Result:
+        """Run ``body`` in one transaction over the application's data, retried on
+        conflicts (it may run more than once, even after a commit that applied); what the
+        committed attempt returned."""
+        ...
+
+    def transact_app_stamped(
+        self,
+        universe: UniverseId,
+        body: Callable[[AppTransaction], Awaitable[Result]],
+        *,
+        eager: bool = False,
+    ) -> tuple[Result, bytes]:
+        """:meth:`transact_app`, with the committed transaction's versionstamp."""
+        ...
 
     def read_app_data(self, universe: UniverseId, key: bytes) -> bytes | None:
         """The value of ``key`` (``None`` if none)."""

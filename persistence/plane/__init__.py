@@ -26,6 +26,7 @@ from persistence.plane.config import (
 from persistence.plane.core import SegmentSource
 from persistence.plane.facade import OPERATIONS, AsyncPlane, Operations, Plane
 from persistence.plane.journal import Batch, WorldAppend
+from persistence.protocols.app_data import AppTransaction
 from persistence.protocols.compaction import InboxCompaction
 from persistence.protocols.drain import DrainResult, Normalizer, default_normalizer
 from persistence.protocols.journal import GroupAppend
@@ -44,6 +45,7 @@ __all__ = [
     "OPERATIONS",
     "OWN_KEY_BYTES",
     "OWN_KEY_ENVELOPE_BYTES",
+    "AppTransaction",
     "AsyncPlane",
     "Batch",
     "DrainResult",

@@ -1,20 +1,27 @@
 """An application's own data: what a group append writes with its events or its tracking
-record (``app_data=``), and the reads of it (``protocols/app_data.py``)."""
+record (``app_data=``), the application's own transactions over it, and the reads of it
+(``protocols/app_data.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
 
+from persistence import kv
 from persistence.errors import Validation
+from persistence.futures import Future
 from persistence.ids import UniverseId
 from persistence.plane.core import Core, operation, row_limit, universe_keys
 from persistence.protocols import app_data
+from persistence.protocols.app_data import AppTransaction
 from persistence.sizes import (
     MAX_APP_KEY_BYTES,
     MAX_APP_VALUE_BYTES,
     check_bool,
     check_bytes,
 )
+
+T = TypeVar("T")
 
 
 def checked_app_data(value: object, field: str = "app_data") -> list[app_data.AppWrite]:
@@ -34,7 +41,63 @@ def checked_app_data(value: object, field: str = "app_data") -> list[app_data.Ap
 
 
 class AppDataOperations(Core):
-    """Reads of an application's own data (it is written by group appends)."""
+    """Reads of an application's own data, and its own transactions over it (it is also
+    written by group appends)."""
+
+    @operation("app.transact")
+    async def transact_app(
+        self,
+        universe: UniverseId,
+        body: Callable[[AppTransaction], Awaitable[T]],
+        *,
+        eager: bool = False,
+    ) -> T:
+        """Run ``body`` -- a coroutine function of an :class:`AppTransaction` over the
+        application's own data in ``universe``, awaiting only the transaction's reads --
+        in one transaction and commit it, retrying as FoundationDB's retry loop does;
+        return what the committed attempt returned. With ``eager``, an attempt that lost a
+        conflict is retried at once, without backoff. **The body may run more than once,
+        including after a commit that applied** (an unknown commit result): make it
+        idempotent, for instance by writing a key unique to the call and reading it
+        first."""
+        result, _ = await self._transact_app(universe, body, eager, stamped=False)
+        return result
+
+    @operation("app.transact_stamped")
+    async def transact_app_stamped(
+        self,
+        universe: UniverseId,
+        body: Callable[[AppTransaction], Awaitable[T]],
+        *,
+        eager: bool = False,
+    ) -> tuple[T, bytes]:
+        """:meth:`transact_app` for a body that writes: what it returned and the 10-byte
+        versionstamp of the transaction that committed (the one its versionstamped keys
+        got)."""
+        result, stamp = await self._transact_app(universe, body, eager, stamped=True)
+        assert stamp is not None
+        return result, stamp
+
+    async def _transact_app(
+        self,
+        universe: UniverseId,
+        body: Callable[[AppTransaction], Awaitable[T]],
+        eager: object,
+        *,
+        stamped: bool,
+    ) -> tuple[T, bytes | None]:
+        keys = universe_keys(universe)
+        if not callable(body):
+            raise Validation("body", f"expected a coroutine function, got {type(body).__name__}")
+        check_bool(eager, "eager")
+
+        async def attempt(tr: kv.Transaction) -> tuple[T, Future[bytes] | None]:
+            app = AppTransaction(tr, keys)
+            result = await body(app)
+            return result, app.get_versionstamp() if stamped else None
+
+        result, stamp = await kv.transact(self.engine, attempt, eager=bool(eager))
+        return result, None if stamp is None else await stamp
 
     @operation("app.read")
     async def read_app_data(self, universe: UniverseId, key: bytes) -> bytes | None:

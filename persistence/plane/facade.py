@@ -279,6 +279,8 @@ class Plane(_Door):
     # the application's own data (written by group appends)
     read_app_data = _Blocking(Operations.read_app_data)
     read_app_range = _Blocking(Operations.read_app_range)
+    transact_app = _Blocking(Operations.transact_app)
+    transact_app_stamped = _Blocking(Operations.transact_app_stamped)
     # segment index
     put_segment = _Blocking(Operations.put_segment)
     set_cold_horizon = _Blocking(Operations.set_cold_horizon)
@@ -398,6 +400,8 @@ class AsyncPlane(_Door):
     # the application's own data (written by group appends)
     read_app_data = _Awaitable(Operations.read_app_data)
     read_app_range = _Awaitable(Operations.read_app_range)
+    transact_app = _Awaitable(Operations.transact_app)
+    transact_app_stamped = _Awaitable(Operations.transact_app_stamped)
     # segment index
     put_segment = _Awaitable(Operations.put_segment)
     set_cold_horizon = _Awaitable(Operations.set_cold_horizon)

@@ -15,7 +15,7 @@ from backends.objects.memory import MemoryObjectStore
 from persistence import fdb_errors
 from persistence.errors import HeadAdvanced, TrackingConflict, Validation
 from persistence.ids import UniverseId, WorldId
-from persistence.plane import Plane, PlaneConfig
+from persistence.plane import AppTransaction, Plane, PlaneConfig
 from persistence.sizes import MAX_APP_KEY_BYTES, MAX_APP_VALUE_BYTES
 from segments import open_plane
 
@@ -203,3 +203,167 @@ def test_over_the_budget_with_its_data_names_the_data(universe: UniverseId) -> N
     with pytest.raises(Validation, match=r"^app_data: appending 1 entries"):
         plane.append_batches(universe, [(world, 0, [b"e"])], app_data=data)
     assert plane.head(universe, world) == 0 and plane.read_app_range(universe) == []
+
+
+# ---------------------------------------------------------------- the application's transactions
+
+
+def test_a_transaction_of_the_application_reads_and_writes_its_keys(
+    plane: Plane, universe: UniverseId
+) -> None:
+    plane.append_batches(universe, [], app_data={b"a": b"1", b"b": b"2", b"c": b"3"})
+
+    async def body(tr: AppTransaction) -> tuple[bytes | None, list[tuple[bytes, bytes]]]:
+        one, rows = tr.get(b"a"), tr.get_range(b"b", None)  # issued together
+        tr.set(b"d", b"4")
+        tr.clear(b"c")
+        tr.clear_range(b"a", b"b")
+        return await one, await rows
+
+    assert plane.transact_app(universe, body) == (b"1", [(b"b", b"2"), (b"c", b"3")])
+    assert plane.read_app_range(universe) == [(b"b", b"2"), (b"d", b"4")]
+
+    async def reverse(tr: AppTransaction) -> list[tuple[bytes, bytes]]:
+        return await tr.get_range(b"", b"z", limit=1, reverse=True, snapshot=True)
+
+    assert plane.transact_app(universe, reverse) == [(b"d", b"4")]
+    assert plane.transact_app(UniverseId.new(), reverse) == []  # another universe's own
+
+
+def test_versionstamped_keys_sort_in_commit_order_and_the_stamp_is_returned(
+    plane: Plane, universe: UniverseId
+) -> None:
+    stamps = []
+    for value in (b"first", b"second", b"third"):
+
+        async def body(tr: AppTransaction, value: bytes = value) -> str:
+            tr.set_versionstamped_key(b"q" + bytes(10) + b"/0", 1, value)
+            tr.set_versionstamped_key(b"q" + bytes(10) + b"/1", 1, value + b"!")
+            return "done"
+
+        result, stamp = plane.transact_app_stamped(universe, body)
+        assert result == "done" and len(stamp) == 10
+        stamps.append(stamp)
+    assert stamps == sorted(stamps) and len(set(stamps)) == 3
+    rows = plane.read_app_range(universe, b"q", b"r")
+    assert rows == [
+        (b"q" + stamp + suffix, value + extra)
+        for stamp, value in zip(stamps, (b"first", b"second", b"third"), strict=True)
+        for suffix, extra in ((b"/0", b""), (b"/1", b"!"))
+    ]
+
+
+def _racing(key_of_other: bytes, stamped: bool) -> tuple[Plane, UniverseId, list[int]]:
+    """A body that reads the range ``p..p\\xff`` with a conflict, while another client
+    writes ``key_of_other`` (versionstamped or not) before its commit, once."""
+    engine = MemoryEngine()
+    plane, other = open_plane(engine, MemoryObjectStore()), open_plane(engine, MemoryObjectStore())
+    universe = UniverseId.new()
+    runs: list[int] = []
+
+    async def theirs(tr: AppTransaction) -> None:
+        if stamped:
+            tr.set_versionstamped_key(key_of_other + bytes(10), len(key_of_other), b"")
+        else:
+            tr.set(key_of_other, b"")
+
+    async def mine(tr: AppTransaction) -> None:
+        rows = await tr.get_range(b"p", b"p\xff")
+        runs.append(len(rows))
+        if len(runs) == 1:
+            other.transact_app(universe, theirs)  # commits between the read and the commit
+        tr.set(b"mine", b"")
+
+    plane.transact_app(universe, mine)
+    return plane, universe, runs
+
+
+@pytest.mark.parametrize("stamped", [False, True], ids=["plain", "versionstamped"])
+def test_a_write_into_a_range_read_with_a_conflict_makes_the_body_run_again(
+    stamped: bool,
+) -> None:
+    plane, universe, runs = _racing(b"p/x", stamped)
+    assert runs == [0, 1]  # the second run saw the other client's key
+    assert plane.read_app_data(universe, b"mine") == b""
+
+
+@pytest.mark.parametrize("stamped", [False, True], ids=["plain", "versionstamped"])
+def test_a_write_outside_the_ranges_read_does_not_conflict(stamped: bool) -> None:
+    plane, universe, runs = _racing(b"r/x", stamped)
+    assert runs == [0]
+    assert len(plane.read_app_range(universe)) == 2
+
+
+def test_a_snapshot_read_does_not_conflict() -> None:
+    engine = MemoryEngine()
+    plane, other = open_plane(engine, MemoryObjectStore()), open_plane(engine, MemoryObjectStore())
+    universe = UniverseId.new()
+    runs: list[bytes | None] = []
+
+    async def theirs(tr: AppTransaction) -> None:
+        tr.set(b"k", b"theirs")
+
+    async def mine(tr: AppTransaction) -> None:
+        runs.append(await tr.get(b"k", snapshot=True))
+        if len(runs) == 1:
+            other.transact_app(universe, theirs)
+        tr.set(b"mine", b"")
+
+    plane.transact_app(universe, mine)
+    assert runs == [None]
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda tr: tr.get(b""), "key"),
+        (lambda tr: tr.get(b"k" * (MAX_APP_KEY_BYTES + 1)), "key"),
+        (lambda tr: tr.get("k"), "key"),
+        (lambda tr: tr.get_range(b"k" * (MAX_APP_KEY_BYTES + 2), None), "begin"),
+        (lambda tr: tr.get_range(b"a", "z"), "end"),
+        (lambda tr: tr.get_range(b"a", None, limit=-1), "limit"),
+        (lambda tr: tr.set(b"k", "v"), "value"),
+        (lambda tr: tr.set(b"k", b"v" * (MAX_APP_VALUE_BYTES + 1)), "value"),
+        (lambda tr: tr.clear(b""), "key"),
+        (lambda tr: tr.clear_range(b"a", None), "end"),
+        (lambda tr: tr.set_versionstamped_key(b"short", 0, b""), "key"),
+        (lambda tr: tr.set_versionstamped_key(bytes(12), 3, b""), "offset"),
+        (lambda tr: tr.set_versionstamped_key(bytes(12), True, b""), "offset"),
+        (lambda tr: tr.set_versionstamped_key(bytes(12), 0, None), "value"),
+    ],
+)
+def test_bad_arguments_inside_a_body_are_refused_and_nothing_is_written(
+    plane: Plane, universe: UniverseId, call: Any, field: str
+) -> None:
+    async def body(tr: AppTransaction) -> None:
+        tr.set(b"before", b"1")
+        call(tr)
+
+    with pytest.raises(Validation) as caught:
+        plane.transact_app(universe, body)
+    assert caught.value.field == field
+    assert plane.read_app_range(universe) == []
+
+
+@pytest.mark.parametrize("applied", [True, False], ids=["applied", "not-applied"])
+def test_the_body_runs_again_after_an_unknown_result(applied: bool) -> None:
+    """As documented: a body may run again after a commit that applied, so one that must
+    not repeat its writes reads a key of its own call first."""
+    faulty = FaultyEngine(MemoryEngine(), FaultInjector(seed=5))
+    plane = open_plane(faulty, MemoryObjectStore(), hooks=faulty.injector)
+    universe = UniverseId.new()
+    runs: list[bytes | None] = []
+
+    async def body(tr: AppTransaction) -> bool:
+        done = await tr.get(b"call-1")
+        runs.append(done)
+        if done is not None:
+            return False
+        tr.set(b"call-1", b"")
+        tr.set_versionstamped_key(b"q" + bytes(10), 1, b"event")
+        return True
+
+    faulty.injector.fail_commit(1, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=applied)
+    assert plane.transact_app(universe, body) is not applied
+    assert runs == [None, b"" if applied else None]
+    assert len(plane.read_app_range(universe, b"q", b"r")) == 1

@@ -61,7 +61,7 @@ from persistence.ids import Hash, InboxSeq, SegmentId, UniverseId, WorldId
 from persistence.inbox_records import DomainEventIngress, InboxIngress
 from persistence.kernel import ReferenceKernel
 from persistence.objects import ObjectStore
-from persistence.plane import Plane, PlaneConfig
+from persistence.plane import AppTransaction, Plane, PlaneConfig
 from persistence.records import EffectDispatchItem, SnapshotRecord, TimerDueItem
 from persistence.segment_records import SegmentIndexRecord
 from persistence.sizes import (
@@ -558,6 +558,17 @@ bad_args("read_app_range", APP_RANGE, "begin", [b"k" * (MAX_APP_KEY_BYTES + 2), 
 bad_args("read_app_range", APP_RANGE, "end", [b"k" * (MAX_APP_KEY_BYTES + 2), "z", 3, [b"z"]])
 bad_args("read_app_range", APP_RANGE, "limit", LIMITS)
 bad_args("read_app_range", APP_RANGE, "reverse", [1, None, "yes"])
+
+
+async def _writes_a_key(tr: AppTransaction) -> None:
+    tr.set(b"k", b"v")
+
+
+APP_TRANSACT = universe_args(lambda s: {"body": _writes_a_key})
+for method in ("transact_app", "transact_app_stamped"):
+    ids_of(method, APP_TRANSACT, world=False)
+    bad_args(method, APP_TRANSACT, "body", [None, b"body", 3])
+    bad_args(method, APP_TRANSACT, "eager", [1, None, "yes"])
 ids_of("log_head", universe_args(lambda s: {}), world=False)
 ids_of("settle_log", universe_args(lambda s: {}), world=False)
 TRACKING = universe_args(lambda s: {"name": "consumer"})
