@@ -2,21 +2,42 @@
 
 A DCB store is one world of its own universe (the application's, derived for ``"dcb"``):
 each event is a journal entry (CBOR ``[type, data, tags]``) and its position is its height
--- 1, 2, ... in commit order, as eventsourcing's recorders number them --, appended with
-``Plane.append_sequenced`` (whose log head wakes subscriptions) expecting the world's head
-where the condition was checked. The events' tags and types are indexed in the
-application's own data (``app_data``: ``t`` + the packed tag + the position, ``y`` + the
-packed type + the position), written in the transaction of the events; a query reads the
-index ranges of its items' tags and types, and a condition is checked against them up to
-the head the append then expects: if any event was appended since, the append finds the
-head moved and checks the events since. Appends of one store therefore serialize on its
-head, whatever their boundaries (see ``docs/eventsourcing.md``: DCB)."""
+-- 1, 2, ... in commit order of the settles, as eventsourcing's recorders number them.
+The events' tags and types are indexed in the application's own data: ``t`` + the packed
+tag + the position, ``y`` + the packed type + the position.
+
+An append is two steps, so that appends under disjoint boundaries never conflict:
+
+1. **Enqueue** (one transaction of the application's data, ``Plane.transact_app``): the
+   condition reads, with conflicts, only its items' index ranges after its position and
+   the *pending* index of their tags and types (``p`` + kind + name + versionstamp + event
+   index); the events go to the queue under versionstamped keys (``q`` + versionstamp +
+   chunk + chunks: the call's id and entries, CBOR, in chunks of an application value), each
+   tag and type into the pending index, and ``c`` + the call's id is written empty. A
+   concurrent append of a matching event writes a key in a range the condition read, so one
+   of the two transactions fails and runs again; appends of other tags write elsewhere.
+2. **Settle** (``Plane.append_sequenced`` expecting the head ``h`` names): the queue's
+   first calls, in commit order, are appended to the world at the next heights; the same
+   transaction moves their index entries from pending to their positions, removes their
+   queue records, writes each call's first position under ``c`` + its id and the new head
+   under ``h``. Settles race on the world's head; the loser finds its call settled by the
+   winner (``c``), or settles again. The settle right after an enqueue uses what the
+   enqueue read (the head, the queue's first page) and the call's own records, so an
+   uncontended append costs two transactions.
+
+A condition that matches a queued event settles the queue, then checks again (reads show
+placed events only, and the event's writer may have stopped before placing it). An enqueue
+run again after an unknown commit result finds its ``c`` key and only settles. ``c`` keys
+of settled calls are removed by the recorder's next enqueue. (See ``docs/eventsourcing.md``:
+DCB.)"""
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from eventsourcing.dcb.api import (
@@ -42,18 +63,44 @@ from persistence.errors import (
     SequencingIncomplete,
     WorldNotFound,
 )
-from persistence.ids import WorldId
+from persistence.ids import UniverseId, WorldId
+from persistence.plane import AppTransaction, Plane
+from persistence.sizes import MiB
 
 STORE_WORLD: Final = WorldId(uuid.uuid5(codec.NAMESPACE, "dcb-events"))
 """The world that holds a DCB store's events (one per universe)."""
 WINDOW: Final = 10_000
 """Positions a query reads the index over at a time (:meth:`PlaneDCBRecorder._matches`)."""
+WINDOWS: Final = 20
+"""Windows one read transaction reads at most (a query over a long history reads on in
+the next, at the same head: placed positions never change)."""
 GAP: Final = 16
 """Matching positions at most this far apart are read with one range read."""
 MAX_TAG_BYTES: Final = 1_000
 """A DCB type or tag, UTF-8 encoded: 1 to 1,000 bytes (each is part of an index key)."""
+SETTLE_BYTES: Final = 2 * MiB
+"""What one settle writes at most, its events and their index keys (an append of more is
+refused before anything is written)."""
+QUEUE_PAGE: Final = 256
+"""Queue records a settle reads at a time."""
+CHUNK_BYTES: Final = 80_000
+"""A queue record's value: a call's id and entries (CBOR), in chunks of at most this."""
 _TAG: Final = b"t"
 _TYPE: Final = b"y"
+_QUEUE: Final = b"q"
+_PENDING: Final = b"p"
+_CALL: Final = b"c"
+_HEAD: Final = b"h"
+_STAMP: Final = 10
+_Row = tuple[bytes, bytes]
+
+
+class _SettleFirst(Exception):
+    """An enqueue's condition matched a queued event that may be at or before its position."""
+
+
+class _Enqueued(Exception):
+    """An enqueue found its call's key: an earlier attempt committed."""
 
 
 def _name(value: object, field: str) -> None:
@@ -134,6 +181,13 @@ def _storable(name: str) -> bool:
 class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
     """eventsourcing's ``DCBRecorder`` over the plane (see the module docstring)."""
 
+    def __init__(
+        self, plane: Plane, universe: UniverseId, *, closed: threading.Event | None = None
+    ) -> None:
+        super().__init__(plane, universe, closed=closed)
+        self._lock = threading.Lock()
+        self._done: list[bytes] = []  # ``c`` keys of settled calls, for the next enqueue
+
     # ------------------------------------------------------------------ reads
 
     def _head(self) -> int:
@@ -142,80 +196,24 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
         except WorldNotFound:
             return 0
 
-    def _indexed(self, kind: bytes, name: str, after: int, upto: int) -> set[int]:
-        """The positions after ``after``, up to ``upto``, of the events of type or tag
-        ``name`` (by ``kind``)."""
-        if not _storable(name):
-            return set()
-        prefix = _prefix(kind, name)
-        found: set[int] = set()
-        begin, end = prefix + (after + 1).to_bytes(8, "big"), prefix + (upto + 1).to_bytes(8, "big")
-        while begin < end:
-            rows = self.read_app_range(begin, end, limit=10_000)
-            found.update(int.from_bytes(key[len(prefix) :], "big") for key, _ in rows)
-            if len(rows) < 10_000:
-                break
-            begin = rows[-1][0] + b"\x00"
-        return found
-
-    def _matching(self, items: Sequence[DCBQueryItem], after: int, upto: int) -> set[int] | None:
-        """The positions after ``after``, up to ``upto``, of the events some item matches
-        (``None``: every event -- an item with neither types nor tags)."""
-        out: set[int] = set()
-        for item in items:
-            if not item.tags and not item.types:
-                return None
-            positions: set[int] | None = None
-            for tag in item.tags:
-                tagged = self._indexed(_TAG, tag, after, upto)
-                positions = tagged if positions is None else positions & tagged
-                if not positions:
-                    break
-            if item.types and (positions is None or positions):
-                typed: set[int] = set()
-                for kind in item.types:
-                    typed |= self._indexed(_TYPE, kind, after, upto)
-                positions = typed if positions is None else positions & typed
-            out |= positions or set()
-        return out
-
-    def _matches(
-        self, items: Sequence[DCBQueryItem], after: int, upto: int, most: int | None
-    ) -> list[int]:
-        """The first ``most`` (all: ``None``) positions after ``after``, up to ``upto``,
-        that ``items`` match, ascending: the index is read window by window of
-        :data:`WINDOW` positions, stopping once ``most`` are found (a subscription's pages
-        read the index from where they start, not to the head)."""
-        found: list[int] = []
-        low = after
-        while low < upto and (most is None or len(found) < most):
-            high = min(upto, low + WINDOW)
-            matching = self._matching(items, low, high)
-            found.extend(range(low + 1, high + 1) if matching is None else sorted(matching))
-            low = high
-        return found if most is None else found[:most]
-
-    def _recorded(self, items: Sequence[DCBQueryItem], after: int, upto: int) -> bool:
-        """Whether an event after ``after``, up to ``upto``, matches the query of
-        ``items`` (every event, without items)."""
-        if upto <= after:
-            return False
-        return not items or bool(self._matches(items, after, upto, 1))
-
-    def _events(self, positions: Sequence[int]) -> list[DCBSequencedEvent]:
-        """The events at ``positions`` (ascending), read in spans: positions at most
-        :data:`GAP` apart share one range read, the heights between them dropped."""
+    def _events(self, positions: Sequence[int]) -> Iterator[DCBSequencedEvent]:
+        """The events at ``positions`` (ascending), read as they are iterated, in spans:
+        positions at most :data:`GAP` apart share one range read, the heights between them
+        dropped. Positions up to a head read before never change, so reading them later
+        reads what was there."""
         wanted = set(positions)
-        events: list[DCBSequencedEvent] = []
         start = 0
         for index in range(1, len(positions) + 1):
             if index < len(positions) and positions[index] - positions[index - 1] <= GAP:
                 continue
             first, last = positions[start], positions[index - 1]
-            rows = self.plane.read_range(self.universe, STORE_WORLD, first, last - first + 1)
-            events.extend(decode_event(entry, h) for h, entry in rows if h in wanted)
+            try:
+                rows = self.plane.read_range(self.universe, STORE_WORLD, first, last - first + 1)
+                events = [decode_event(entry, h) for h, entry in rows if h in wanted]
+            except PersistError as exc:
+                raise codec.translate(exc) from exc
+            yield from events
             start = index
-        return events
 
     def read(
         self,
@@ -226,25 +224,33 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
     ) -> DCBReadResponse:
         """The events after ``after`` that match ``query`` (every event without items), at
         most ``limit``; the response's head is the store's head (``None`` if empty), or
-        with ``limit`` the last event returned."""
+        with ``limit`` the last event returned. The head and the positions are read in one
+        transaction; the events when the response is iterated."""
         try:
             items = _items(query)
             start = _count(after, "after") or 0
             most = _count(limit, "limit")
-            head = self._head()
             if most == 0:
                 return SimpleDCBReadResponse(iter([]), None)
-            if items:
-                positions = self._matches(items, start, head, most)
-            else:
-                count = head - start if most is None else min(most, head - start)
-                positions = list(range(start + 1, start + 1 + max(0, count)))
-            events = self._events(positions)
+            head: int | None = None
+            positions: list[int] = []
+            while True:  # a transaction reads :data:`WINDOWS` windows at most
+                more = None if most is None else most - len(positions)
+                read = functools.partial(_positions, items, start, more, head)
+                found = self.plane.transact_app(self.universe, read)
+                if found is None:  # no ``h`` yet: a new store, or one from before queued appends
+                    head = self._head()
+                    continue
+                head, batch, start = found
+                positions.extend(batch)
+                if start >= head or (most is not None and len(positions) >= most):
+                    break
         except PersistError as exc:
             raise codec.translate(exc) from exc
+        events = self._events(positions)
         if most is None:
-            return SimpleDCBReadResponse(iter(events), head or None)
-        return SimpleDCBReadResponse(iter(events), events[-1].position if events else None)
+            return SimpleDCBReadResponse(events, head or None)
+        return SimpleDCBReadResponse(events, positions[-1] if positions else None)
 
     # ------------------------------------------------------------------ appends
 
@@ -263,35 +269,142 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
                 raise DataError(f"a condition must be a DCBAppendCondition, not {condition!r:.60}")
             items = _items(condition.fail_if_events_match)
             after = _count(condition.after, "after") or 0
+        call = _Call(b"", uuid.uuid4().bytes, entries)
+        cost = call.settle_cost()
+        limits = self._settle_limits()
+        if cost[0] > limits[0] or cost[1] > limits[1]:
+            raise DataError(
+                f"an append of {len(entries):,} events ({cost[1]:,} bytes with their index) "
+                f"is more than a settle may move: {limits[0]:,} keys, {limits[1]:,} bytes"
+            )
         try:
-            for _ in range(MAX_ATTEMPTS):
-                head = self._head()
-                if items is not None:
-                    if self._recorded(items, after, head):
-                        raise IntegrityError(condition)
-                    after = max(after, head)  # checked through ``head``: a retry checks on
-                index = {
-                    _index_key(kind, name, head + 1 + i): b""
-                    for i, event in enumerate(events)
-                    for kind, names in ((_TAG, event.tags), (_TYPE, [event.type]))
-                    for name in names
-                }
-                try:
-                    done = self.plane.append_sequenced(
-                        self.universe,
-                        [(STORE_WORLD, head, entries)],
-                        [[event.type for event in events]],
-                        create_missing=head == 0,
-                        app_data=index,
-                    )
-                except (HeadAdvanced, WorldNotFound):
-                    continue  # another append came first: check again at the new head
-                except SequencingIncomplete as exc:  # appended: its positions are its heights
-                    return exc.first_heights[0] + len(events) - 1
-                return done.first_heights[0] + len(events) - 1
+            enqueued, read = self._enqueue(call, items, after, condition)
         except PersistError as exc:
             raise codec.translate(exc) from exc
+        try:
+            return self._settled(enqueued, read)
+        except PersistError as exc:
+            raise OperationalError(
+                f"the events are recorded, not yet at positions ({type(exc).__name__}: {exc}); "
+                "the next append or settle() places them: do not append them again"
+            ) from exc
+
+    def _enqueue(
+        self,
+        call: _Call,
+        items: Sequence[DCBQueryItem] | None,
+        after: int,
+        condition: DCBAppendCondition | None,
+    ) -> tuple[_Call, tuple[int | None, list[_Row]] | None]:
+        """Check the condition and queue ``call`` (step 1; ``IntegrityError`` if it
+        matches); the call with its versionstamp and what the enqueue read (``None``: an
+        attempt whose commit result was lost had queued it)."""
+        for _ in range(MAX_ATTEMPTS):
+            with self._lock:
+                done, self._done = self._done, []
+            try:
+                (head, page), stamp = self.plane.transact_app_stamped(
+                    self.universe,
+                    functools.partial(_enqueue, call, items, after, condition, done),
+                    eager=True,
+                )
+            except _Enqueued:
+                return call, None
+            except _SettleFirst:
+                self._keep(done)
+                self._settle(None)
+                continue
+            except BaseException:
+                self._keep(done)
+                raise
+            return _Call(stamp, call.id, call.entries), (head, page)
         raise OperationalError(f"gave up after {MAX_ATTEMPTS} attempts: the store kept moving")
+
+    def _keep(self, done: list[bytes]) -> None:
+        """Give back ``c`` keys an enqueue did not remove: a later one removes them."""
+        with self._lock:
+            self._done.extend(done)
+
+    def settle(self) -> None:
+        """Settle what the queue holds (events of appends that did not finish: their
+        writer stopped between the two steps). The factory calls it when it opens the
+        recorder."""
+        try:
+            self._settle(None)
+        except PersistError as exc:
+            raise codec.translate(exc) from exc
+
+    def _settle_limits(self) -> tuple[int, int]:
+        """What one settle may write: keys (the plane's entries per group append) and bytes."""
+        config = self.plane.config
+        return config.max_batch_entries, min(SETTLE_BYTES, config.max_batch_bytes // 2)
+
+    def _settled(self, call: _Call, read: tuple[int | None, list[_Row]] | None) -> int:
+        """The position of the last event of ``call`` (queued; with what its enqueue read,
+        the first settle moves it with the calls queued before it), once a settle has
+        moved it."""
+        first = self._settle(call, read)
+        assert first is not None
+        with self._lock:
+            self._done.append(_CALL + call.id)
+        return first + len(call.entries) - 1
+
+    def _settle(
+        self, call: _Call | None, read: tuple[int | None, list[_Row]] | None = None
+    ) -> int | None:
+        """Settle until ``call`` is (or, without a call, until the queue's first page is:
+        ``None``); the position of ``call``'s first event. ``read``: the head and the
+        queue page an enqueue read, with ``call`` enqueued after them."""
+        known = 0  # the head a lost settle found: ``h`` lags it only in a damaged store
+        for _ in range(MAX_ATTEMPTS):
+            if read is not None and call is not None:
+                head, page = read
+                read = None
+                if head is None or len(page) >= QUEUE_PAGE:
+                    continue  # not all that is queued before the call was read
+                calls = _page([*page, *call.rows()])
+            else:
+                found, head, calls = self.plane.transact_app(
+                    self.universe, functools.partial(_queue, None if call is None else call.id)
+                )
+                if found is not None:
+                    return found
+                if head is None:  # a new store, or one from before queued appends
+                    self.plane.transact_app(
+                        self.universe, functools.partial(_init_head, self._head())
+                    )
+                    continue
+                if not calls:
+                    if call is not None:
+                        raise CorruptRecord("DCB call", f"{call.id.hex()}: not queued, not settled")
+                    return None
+            # the head read with the page (a later read may count the page's calls moved)
+            head = max(head, known)
+            chosen = _chosen(calls, self._settle_limits())
+            names = [each.names() for each in chosen]
+            try:
+                self.plane.append_sequenced(
+                    self.universe,
+                    [(STORE_WORLD, head, [entry for each in chosen for entry in each.entries])],
+                    [[event[-1][1] for each in names for event in each]],  # the types
+                    create_missing=head == 0,
+                    app_data=_moves(chosen, names, head),
+                )
+            except HeadAdvanced as exc:
+                known = exc.actual
+                continue
+            except WorldNotFound:
+                continue
+            except SequencingIncomplete:  # appended: positions are heights, ``c`` is written
+                pass
+            first = head + 1
+            for each in chosen:
+                if call is not None and each.id == call.id:
+                    return first
+                first += len(each.entries)
+            if call is None:
+                return None
+        raise OperationalError(f"gave up after {MAX_ATTEMPTS} settles: the store kept moving")
 
     def subscribe(
         self, query: DCBQuery | None = None, *, after: int | None = None
@@ -338,3 +451,310 @@ class PlaneDCBSubscription(DCBListenNotifySubscription[PlaneDCBRecorder]):
             if self._thread_error is None:
                 self._thread_error = exc
             self.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One append's events as the queue holds them: its versionstamp (empty before its
+    enqueue commits), its id and its entries."""
+
+    stamp: bytes
+    id: bytes
+    entries: list[bytes]
+
+    def chunks(self) -> list[bytes]:
+        """The call's id and entries, CBOR, cut into queue record values."""
+        payload = cbor.encode([self.id, self.entries])
+        return [payload[i : i + CHUNK_BYTES] for i in range(0, len(payload), CHUNK_BYTES)]
+
+    def rows(self) -> list[_Row]:
+        """Its queue records, keyed with its versionstamp."""
+        chunks = self.chunks()
+        return [(_queue_key(self.stamp, i, len(chunks)), c) for i, c in enumerate(chunks)]
+
+    def names(self) -> list[list[tuple[bytes, str]]]:
+        """Each event's index names: ``(kind, tag or type)``, its type last."""
+        out = []
+        for entry in self.entries:
+            event = decode_event(entry, 0).event
+            out.append([(_TAG, tag) for tag in event.tags] + [(_TYPE, event.type)])
+        return out
+
+    def settle_cost(self) -> tuple[int, int]:
+        """Keys and bytes a settle of this call writes: its entries, its index keys set at
+        their positions and cleared from pending, its queue records cleared, its ``c``."""
+        names = [name for event in self.names() for name in event]
+        index_bytes = sum(2 * (len(_prefix(kind, name)) + 8) for kind, name in names)
+        records = len(self.chunks())
+        keys = len(self.entries) + 2 * len(names) + records + 1
+        size = sum(map(len, self.entries)) + index_bytes + 15 * records + 25
+        return keys, size
+
+
+def _queue_key(stamp: bytes, index: int, count: int) -> bytes:
+    return _QUEUE + stamp + index.to_bytes(2, "big") + count.to_bytes(2, "big")
+
+
+def _pending_prefix(kind: bytes, name: str) -> bytes:
+    return _PENDING + _prefix(kind, name)
+
+
+def _head_value(value: bytes | None) -> int | None:
+    if value is None:
+        return None
+    if len(value) != 8:
+        raise CorruptRecord("DCB head", f"{len(value)} bytes, not 8")
+    return int.from_bytes(value, "big")
+
+
+def _page(rows: Sequence[_Row]) -> list[_Call]:
+    """The calls whose every record is in ``rows`` (queue records in key order), up to the
+    first that is not (``CorruptRecord`` for a record that does not decode)."""
+    calls: list[_Call] = []
+    at = 0
+    while at < len(rows):
+        key = rows[at][0]
+        if len(key) != 15:
+            raise CorruptRecord("DCB queue record", f"key {key!r:.60}: not q + stamp + 2 + 2")
+        stamp, count = key[1:11], int.from_bytes(key[13:15], "big")
+        group = rows[at : at + count]
+        if len(group) < count:
+            break
+        if [k for k, _ in group] != [_queue_key(stamp, i, count) for i in range(count)]:
+            raise CorruptRecord("DCB queue record", f"stamp {stamp.hex()}: chunks out of order")
+        value = cbor.decode(b"".join(v for _, v in group))
+        if not (
+            isinstance(value, list)
+            and len(value) == 2
+            and isinstance(value[0], bytes)
+            and isinstance(value[1], list)
+            and value[1]
+            and all(isinstance(entry, bytes) for entry in value[1])
+        ):
+            raise CorruptRecord("DCB queue record", f"stamp {stamp.hex()}: not [id, entries]")
+        calls.append(_Call(stamp, value[0], value[1]))
+        at += count
+    return calls
+
+
+def _chosen(calls: Sequence[_Call], limits: tuple[int, int]) -> list[_Call]:
+    """The first of ``calls`` that one settle may move (the first one at least)."""
+    keys, size = 2, 0
+    chosen: list[_Call] = []
+    for call in calls:
+        more_keys, more_size = call.settle_cost()
+        keys, size = keys + more_keys, size + more_size
+        if chosen and (keys > limits[0] or size > limits[1]):
+            break
+        chosen.append(call)
+    return chosen
+
+
+def _moves(
+    calls: Sequence[_Call], names: Sequence[list[list[tuple[bytes, str]]]], head: int
+) -> dict[bytes, bytes | None]:
+    """A settle's writes of the application's data: each call's first position, its queue
+    records removed, its events' index keys (``names``: the calls' :meth:`_Call.names`)
+    moved from pending to their positions, and the new head."""
+    moves: dict[bytes, bytes | None] = {}
+    position = head
+    for call, call_names in zip(calls, names, strict=True):
+        moves[_CALL + call.id] = (position + 1).to_bytes(8, "big")
+        for key, _ in call.rows():
+            moves[key] = None
+        for index, event_names in enumerate(call_names):
+            position += 1
+            for kind, name in event_names:
+                moves[_pending_prefix(kind, name) + call.stamp + index.to_bytes(4, "big")] = None
+                moves[_index_key(kind, name, position)] = b""
+    moves[_HEAD] = position.to_bytes(8, "big")
+    return moves
+
+
+async def _indexed(tr: AppTransaction, kind: bytes, name: str, after: int, upto: int) -> set[int]:
+    """The positions after ``after``, up to ``upto``, of the events of type or tag ``name``
+    (by ``kind``): snapshot reads (placed index keys never change)."""
+    if not _storable(name):
+        return set()
+    prefix = _prefix(kind, name)
+    found: set[int] = set()
+    begin, end = prefix + (after + 1).to_bytes(8, "big"), prefix + (upto + 1).to_bytes(8, "big")
+    while begin < end:
+        rows = await tr.get_range(begin, end, limit=10_000, snapshot=True)
+        found.update(int.from_bytes(key[len(prefix) :], "big") for key, _ in rows)
+        if len(rows) < 10_000:
+            break
+        begin = rows[-1][0] + b"\x00"
+    return found
+
+
+async def _matching(
+    tr: AppTransaction, items: Sequence[DCBQueryItem], after: int, upto: int
+) -> set[int] | None:
+    """The positions after ``after``, up to ``upto``, of the events some item matches
+    (``None``: every event -- an item with neither types nor tags)."""
+    out: set[int] = set()
+    for item in items:
+        if not item.tags and not item.types:
+            return None
+        positions: set[int] | None = None
+        for tag in item.tags:
+            tagged = await _indexed(tr, _TAG, tag, after, upto)
+            positions = tagged if positions is None else positions & tagged
+            if not positions:
+                break
+        if item.types and (positions is None or positions):
+            typed: set[int] = set()
+            for kind in item.types:
+                typed |= await _indexed(tr, _TYPE, kind, after, upto)
+            positions = typed if positions is None else positions & typed
+        out |= positions or set()
+    return out
+
+
+async def _positions(
+    items: Sequence[DCBQueryItem],
+    after: int,
+    most: int | None,
+    head: int | None,
+    tr: AppTransaction,
+) -> tuple[int, list[int], int] | None:
+    """The head (``h``, unless given; ``None`` if there is none), the first ``most`` (all:
+    ``None``) positions after ``after``, up to it, that ``items`` match (every one without
+    items), ascending, and the position up to which they were looked for: the index is
+    read window by window of :data:`WINDOW` positions, :data:`WINDOWS` at most, stopping
+    once ``most`` are found (a subscription's pages read the index from where they start,
+    not to the head)."""
+    if head is None:
+        head = _head_value(await tr.get(_HEAD, snapshot=True))
+        if head is None:
+            return None
+    if not items:
+        count = max(0, head - after if most is None else min(most, head - after))
+        return head, list(range(after + 1, after + 1 + count)), head
+    found: list[int] = []
+    low = after
+    for _ in range(WINDOWS):
+        if low >= head or (most is not None and len(found) >= most):
+            break
+        high = min(head, low + WINDOW)
+        matching = await _matching(tr, items, low, high)
+        found.extend(range(low + 1, high + 1) if matching is None else sorted(matching))
+        low = high
+    return head, found if most is None else found[:most], low
+
+
+async def _ids(tr: AppTransaction, prefix: bytes, after: bytes) -> set[bytes]:
+    """The ids (what follows ``prefix``) of the keys under ``prefix`` after ``after``, read
+    with a conflict."""
+    rows = await tr.get_range(prefix + after, _strinc(prefix))
+    return {key[len(prefix) :] for key, _ in rows}
+
+
+def _strinc(prefix: bytes) -> bytes:
+    stripped = prefix.rstrip(b"\xff")
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+async def _matched(
+    tr: AppTransaction, items: Sequence[DCBQueryItem], after: int
+) -> tuple[bool, bool, bool]:
+    """Whether an event settled after position ``after`` matches an item, whether a queued
+    one does, and whether that cannot be told here (an item matching every event, in a store
+    whose head ``h`` is not written yet); every range that could gain a match is read with
+    a conflict."""
+    low = (after + 1).to_bytes(8, "big")
+    settled = pending = unknown = False
+    for item in items or [DCBQueryItem()]:  # a query without items matches every event
+        if not item.tags and not item.types:  # every event
+            head = _head_value(await tr.get(_HEAD))
+            unknown = unknown or head is None
+            settled = settled or (head is not None and head > after)
+            pending = pending or bool(await tr.get_range(_QUEUE, _QUEUE + b"\xff", limit=1))
+            continue
+        for start, prefix_of in ((low, _prefix), (b"", _pending_prefix)):
+            found: set[bytes] | None = None
+            for tag in item.tags:
+                tagged = await _ids(tr, prefix_of(_TAG, tag), start) if _storable(tag) else set()
+                found = tagged if found is None else found & tagged
+            if item.types and (found is None or found):
+                typed: set[bytes] = set()
+                for kind in item.types:
+                    if _storable(kind):
+                        typed |= await _ids(tr, prefix_of(_TYPE, kind), start)
+                found = typed if found is None else found & typed
+            if found:
+                if prefix_of is _prefix:
+                    settled = True
+                else:
+                    pending = True
+    return settled, pending, unknown
+
+
+async def _enqueue(
+    call: _Call,
+    items: Sequence[DCBQueryItem] | None,
+    after: int,
+    condition: object,
+    done: Sequence[bytes],
+    tr: AppTransaction,
+) -> tuple[int | None, list[_Row]]:
+    """Check the condition and queue ``call`` (the module docstring's step 1); the head and
+    the queue's first page, read at its snapshot."""
+    mine = tr.get(_CALL + call.id)
+    head_read = tr.get(_HEAD, snapshot=True)
+    page = tr.get_range(_QUEUE, _QUEUE + b"\xff", limit=QUEUE_PAGE, snapshot=True)
+    if await mine is not None:
+        raise _Enqueued
+    if items is not None:
+        settled, pending, unknown = await _matched(tr, items, after)
+        if settled:
+            raise IntegrityError(condition)
+        if pending or unknown:  # place the queued events (a writer may have stopped before
+            raise _SettleFirst  # it placed them, and reads show only placed ones); check again
+    for key in done:
+        tr.clear(key)
+    chunks = call.chunks()
+    for index, chunk in enumerate(chunks):
+        tr.set_versionstamped_key(_queue_key(bytes(_STAMP), index, len(chunks)), 1, chunk)
+    for index, names in enumerate(call.names()):
+        for kind, name in names:
+            prefix = _pending_prefix(kind, name)
+            tr.set_versionstamped_key(
+                prefix + bytes(_STAMP) + index.to_bytes(4, "big"), len(prefix), b""
+            )
+    tr.set(_CALL + call.id, b"")
+    return _head_value(await head_read), await page
+
+
+async def _queue(
+    call_id: bytes | None, tr: AppTransaction
+) -> tuple[int | None, int | None, list[_Call]]:
+    """A settle's read, at one snapshot: the first position of call ``call_id`` if it is
+    settled; else the head and the queue's first calls (a first call longer than a page
+    read whole)."""
+    mine = None if call_id is None else tr.get(_CALL + call_id, snapshot=True)
+    head_read = tr.get(_HEAD, snapshot=True)
+    rows_read = tr.get_range(_QUEUE, _QUEUE + b"\xff", limit=QUEUE_PAGE, snapshot=True)
+    if mine is not None:
+        marker = await mine
+        if marker is None:
+            raise CorruptRecord("DCB call", f"{call_id!r}: neither queued nor settled")
+        if marker:
+            found = _head_value(marker)
+            return found, None, []
+    head, rows = _head_value(await head_read), await rows_read
+    calls = _page(rows)
+    if rows and not calls:
+        stamp = rows[0][0][1:11]
+        calls = _page(await tr.get_range(_QUEUE + stamp, _QUEUE + stamp + b"\xff", snapshot=True))
+        if not calls:
+            raise CorruptRecord("DCB queue record", f"stamp {stamp.hex()}: chunks missing")
+    return None, head, calls
+
+
+async def _init_head(head: int, tr: AppTransaction) -> None:
+    """Write ``h`` (the head of a store that has none yet: a store from before queued
+    appends, or a new one) unless a settle wrote it first."""
+    if await tr.get(_HEAD) is None:
+        tr.set(_HEAD, head.to_bytes(8, "big"))

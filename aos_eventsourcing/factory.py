@@ -298,7 +298,9 @@ class PlaneFactory(
             dataclasses.replace(plane.config, log_sequencing="inline"),
             plane.segments,
         )
-        return PlaneDCBRecorder(inline, self.universe("dcb"), closed=self._closed)
+        recorder = PlaneDCBRecorder(inline, self.universe("dcb"), closed=self._closed)
+        recorder.settle()  # what a writer stopped between its two steps left queued
+        return recorder
 
     def process_recorder(self) -> PlaneProcessRecorder:
         """A process application's recorder (``PROCESS_RECORDER_TOPIC`` names a subclass)."""

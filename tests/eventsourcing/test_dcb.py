@@ -4,19 +4,32 @@ module; conditions checked against every append that commits first; bad input re
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
+import uuid
 
 import pytest
 from eventsourcing.dcb.api import DCBAppendCondition, DCBEvent, DCBQuery, DCBQueryItem
 from eventsourcing.dcb.application import DCBApplication
 from eventsourcing.dcb.popo import InMemoryDCBRecorder
 from eventsourcing.dcb.tests import DCBRecorderTestCase
-from eventsourcing.persistence import DataError, IntegrityError, ProgrammingError
+from eventsourcing.persistence import (
+    DataError,
+    IntegrityError,
+    InternalError,
+    OperationalError,
+    ProgrammingError,
+)
 
 from aos_eventsourcing import dcb
 from aos_eventsourcing.dcb import MAX_TAG_BYTES, PlaneDCBRecorder
+from backends.kv.faults import FaultInjector, FaultyEngine
+from backends.kv.memory import MemoryEngine
+from backends.objects.memory import MemoryObjectStore
 from persistence.ids import UniverseId, WorldId
+from persistence.plane import AppTransaction
+from segments import open_plane
 from tests.eventsourcing import stores
 
 
@@ -145,9 +158,10 @@ def test_reads_and_conditions_agree_with_eventsourcings_in_memory_recorder(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Random appends, conditions and reads (types, tags, both, neither; after and limit
-    anywhere), with the index read in windows of 5 positions and spans of 3: the same
-    positions, events, heads and refusals as ``InMemoryDCBRecorder``."""
+    anywhere), with the index read in windows of 5 positions, 2 a transaction, and spans
+    of 3: the same positions, events, heads and refusals as ``InMemoryDCBRecorder``."""
     monkeypatch.setattr(dcb, "WINDOW", 5)
+    monkeypatch.setattr(dcb, "WINDOWS", 2)
     monkeypatch.setattr(dcb, "GAP", 2)
     rng = random.Random(seed)
     names = ["a", "b", "c", "d", "\x00", "a\x00"]
@@ -183,25 +197,39 @@ def test_reads_and_conditions_agree_with_eventsourcings_in_memory_recorder(
             assert mine.head == yours.head
 
 
-def test_a_retry_checks_only_what_was_appended_since(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("tag", "runs"), [("y", 1), ("z", 2)], ids=["disjoint", "same"])
+def test_an_append_between_a_check_and_its_commit_conflicts_only_under_its_boundary(
+    tag: str, runs: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer appends (both steps) between an append's condition check and its
+    commit: under another boundary (tag ``y``) the append commits as it was checked; under
+    the same one (``z``), its enqueue conflicts, runs again and is refused."""
     plane = stores.open_memory_plane()
     universe = UniverseId.new()
     mine, other = PlaneDCBRecorder(plane, universe), PlaneDCBRecorder(plane, universe)
     for n in range(5):
         mine.append([DCBEvent("E", b"%d" % n, ["x"])])
-    checked: list[tuple[int, int]] = []
-    real_recorded = mine._recorded
+    checks: list[int] = []
+    real_matched = dcb._matched
 
-    def recorded(items: list[DCBQueryItem], after: int, upto: int) -> bool:
-        checked.append((after, upto))
-        if len(checked) == 1:  # another writer commits between the check and the append
-            other.append([DCBEvent("E", b"other", ["y"])])
-        return real_recorded(items, after, upto)
+    async def matched(
+        tr: AppTransaction, items: list[DCBQueryItem], after: int
+    ) -> tuple[bool, bool, bool]:
+        outcome = await real_matched(tr, items, after)
+        checks.append(after)
+        if len(checks) == 1:
+            assert other.append([DCBEvent("E", b"other", [tag])]) == 6
+        return outcome
 
-    monkeypatch.setattr(mine, "_recorded", recorded)
-    query = DCBQuery([DCBQueryItem(tags=["z"])])
-    assert mine.append([DCBEvent("E", b"mine", ["z"])], DCBAppendCondition(query, 2)) == 7
-    assert checked == [(2, 5), (5, 6)]
+    monkeypatch.setattr(dcb, "_matched", matched)
+    condition = DCBAppendCondition(DCBQuery([DCBQueryItem(tags=["z"])]), 5)
+    if tag == "z":
+        with pytest.raises(IntegrityError):
+            mine.append([DCBEvent("E", b"mine", ["z"])], condition)
+    else:
+        assert mine.append([DCBEvent("E", b"mine", ["z"])], condition) == 7
+    assert checks == [5] * runs
+    assert [e.event.data for e in mine.read(after=5)] == [b"other"] + [b"mine"] * (tag == "y")
 
 
 def test_positions_are_the_stores_own_in_a_universe_with_other_entries() -> None:
@@ -222,3 +250,83 @@ def test_a_query_name_no_event_can_have_matches_nothing() -> None:
         assert list(recorder.read(DCBQuery([DCBQueryItem(types=[name])]))) == []
         condition = DCBAppendCondition(DCBQuery([DCBQueryItem(tags=[name])]))
         assert recorder.append([DCBEvent("E", b"2")], condition) == position
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_faults_and_a_competing_writer_never_duplicate_lose_or_break_a_condition(
+    seed: int,
+) -> None:
+    """Random appends (random tags, conditioned on what was read) through an engine that
+    fails commits (conflicts, unknown results applied or not, too old) and reads, with
+    another writer appending after every failed commit: each returned position holds the
+    call's events; no call's events are stored twice; a refused call's never; each
+    condition held over the final store; after a settle the queue and the pending index
+    are empty, ``h`` is the head and every event is indexed at its position, nothing else."""
+    rng = random.Random(seed)
+    engine = MemoryEngine()
+    clean = PlaneDCBRecorder(open_plane(engine, MemoryObjectStore()), universe := UniverseId.new())
+    tags = ["a", "b", "c"]
+
+    def compete() -> None:
+        tag = rng.choice(tags)
+        query = DCBQuery([DCBQueryItem(tags=[tag])])
+        with contextlib.suppress(IntegrityError):
+            clean.append(
+                [DCBEvent("Other", uuid.uuid4().bytes, [tag])],
+                DCBAppendCondition(query, clean.read(query).head),
+            )
+
+    injector = FaultInjector(
+        seed=seed, commit_fault_rate=0.25, read_fault_rate=0.05, interleave=compete
+    )
+    faulty = PlaneDCBRecorder(
+        open_plane(FaultyEngine(engine, injector), MemoryObjectStore()), universe
+    )
+    returned: dict[bytes, tuple[int, int]] = {}  # data -> (last position, events)
+    refused: set[bytes] = set()
+    conditions: list[tuple[str, int, bytes]] = []  # tag, after, data
+    for _ in range(60):
+        tag = rng.choice(tags)
+        query = DCBQuery([DCBQueryItem(tags=[tag])])
+        count = rng.randint(1, 3)
+        data = uuid.uuid4().bytes
+        events = [DCBEvent("Mine", data, [tag, rng.choice(tags)]) for _ in range(count)]
+        try:
+            seen = clean.read(query).head or 0
+            condition = DCBAppendCondition(query, seen) if rng.random() < 0.7 else None
+            position = faulty.append(events, condition)
+        except IntegrityError:
+            refused.add(data)
+            continue
+        except (OperationalError, InternalError):
+            continue  # the outcome is not known: stored once or not at all
+        returned[data] = (position, count)
+        if condition is not None:
+            conditions.append((tag, seen, data))
+    assert returned, "no append succeeded: the test proves nothing"
+    clean.settle()
+    stored = list(clean.read())
+    assert [e.position for e in stored] == list(range(1, len(stored) + 1))
+    where: dict[bytes, list[int]] = {}
+    for event in stored:
+        where.setdefault(event.event.data, []).append(event.position)
+    for data, (position, count) in returned.items():
+        assert where[data] == list(range(position - count + 1, position + 1))
+    assert not refused & where.keys()
+    for positions in where.values():  # one call's events, stored once, side by side
+        assert positions == list(range(positions[0], positions[0] + len(positions)))
+    for tag, seen, data in conditions:
+        first = where[data][0]
+        assert not [e for e in stored if seen < e.position < first and tag in e.event.tags]
+    plane = clean.plane
+    assert plane.read_app_range(universe, b"q", b"r") == []
+    assert plane.read_app_range(universe, b"p", b"q") == []
+    assert plane.read_app_data(universe, b"h") == len(stored).to_bytes(8, "big")
+    index = {key for key, _ in plane.read_app_range(universe, b"t", b"u", limit=100_000)}
+    index |= {key for key, _ in plane.read_app_range(universe, b"y", b"z", limit=100_000)}
+    assert index == {
+        key
+        for e in stored
+        for key in [dcb._index_key(b"y", e.event.type, e.position)]
+        + [dcb._index_key(b"t", tag, e.position) for tag in e.event.tags]
+    }

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from eventsourcing.application import Application
-from eventsourcing.dcb.api import DCBEvent
+from eventsourcing.dcb.api import DCBAppendCondition, DCBEvent, DCBQuery, DCBQueryItem
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import (
     ConnectionPoolClosedError,
@@ -959,14 +959,32 @@ def test_an_insert_whose_ids_did_not_settle_finds_them_and_is_never_redone() -> 
 
 
 def test_a_dcb_append_whose_log_record_did_not_settle_reports_its_position() -> None:
-    """A DCB position is its store world's height: an append that committed returns it even
-    if waking subscriptions (the log record) failed, and a retry never appends twice."""
+    """A DCB position is its store world's height: an append whose settle committed returns
+    it even if waking subscriptions (the log record: the third commit, after the enqueue and
+    the settle) failed, and a retry never appends twice."""
     injector = FaultInjector()
     recorder = PlaneDCBRecorder(queued_plane(MemoryEngine(), injector), UniverseId.new())
     assert recorder.append([DCBEvent("Booked", b"seat-1", ["seat"])]) == 1
-    injector.fail_commit(2, fdb_errors.IO_ERROR)
+    injector.fail_commit(3, fdb_errors.IO_ERROR)
     assert recorder.append([DCBEvent("Booked", b"seat-2", ["seat"])]) == 2
     assert [(e.position, e.event.data) for e in recorder.read()] == [(1, b"seat-1"), (2, b"seat-2")]
+
+
+def test_a_dcb_append_whose_settle_failed_is_placed_by_the_next_and_never_twice() -> None:
+    """The enqueue committed, the settle failed for good: the call says its events are
+    recorded and not to append them again; the next append (or ``settle``) places them,
+    once, before its own."""
+    injector = FaultInjector()
+    plane = open_plane(FaultyEngine(MemoryEngine(), injector), MemoryObjectStore())
+    recorder = PlaneDCBRecorder(plane, UniverseId.new())
+    assert recorder.append([DCBEvent("Booked", b"seat-1", ["seat"])]) == 1
+    injector.fail_commit(2, fdb_errors.IO_ERROR)
+    with pytest.raises(OperationalError, match="do not append them again"):
+        recorder.append([DCBEvent("Booked", b"seat-2", ["seat"])])
+    assert [e.position for e in recorder.read()] == [1]  # queued: not at a position yet
+    recorder.settle()
+    assert recorder.append([DCBEvent("Booked", b"seat-3", ["seat"])]) == 3
+    assert [e.event.data for e in recorder.read()] == [b"seat-1", b"seat-2", b"seat-3"]
 
 
 def test_a_restarted_application_settles_what_a_stopped_save_left_queued() -> None:
@@ -985,3 +1003,30 @@ def test_a_restarted_application_settles_what_a_stopped_save_left_queued() -> No
     factory._plane = open_plane(engine, MemoryObjectStore())  # the store the crash left
     assert factory.application_recorder().max_notification_id() == 1
     factory.close()
+
+
+def test_a_condition_that_matches_an_unplaced_event_places_it_and_then_refuses() -> None:
+    """A writer stopped between its two steps (its settle failed for good): another
+    writer's append conditioned on the boundary's head places the stopped one's event
+    first, then refuses (the event is after that head); read again, it appends."""
+    injector = FaultInjector()
+    engine = MemoryEngine()
+    stopped = PlaneDCBRecorder(
+        open_plane(FaultyEngine(engine, injector), MemoryObjectStore()),
+        universe := UniverseId.new(),
+    )
+    other = PlaneDCBRecorder(open_plane(engine, MemoryObjectStore()), universe)
+    seat = DCBQuery([DCBQueryItem(tags=["seat"])])
+    assert other.append([DCBEvent("Booked", b"first", ["seat"])]) == 1
+    injector.fail_commit(2, fdb_errors.IO_ERROR)
+    with pytest.raises(OperationalError, match="do not append them again"):
+        stopped.append([DCBEvent("Booked", b"stopped", ["seat"])], DCBAppendCondition(seat, 1))
+    head = other.read(seat).head
+    assert head == 1  # not placed: not read
+    with pytest.raises(IntegrityError):
+        other.append([DCBEvent("Booked", b"late", ["seat"])], DCBAppendCondition(seat, head))
+    assert [(e.position, e.event.data) for e in other.read(seat)] == [
+        (1, b"first"),
+        (2, b"stopped"),
+    ]
+    assert other.append([DCBEvent("Booked", b"next", ["seat"])], DCBAppendCondition(seat, 2)) == 3
