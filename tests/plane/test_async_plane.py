@@ -15,7 +15,7 @@ from persistence.errors import HeadAdvanced, Validation, WorldExists
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.inbox_records import DomainEventIngress
 from persistence.kv import Engine, Transaction
-from persistence.plane import AsyncPlane, Plane
+from persistence.plane import AppTransaction, AsyncPlane, Plane
 from segments import open_plane
 
 
@@ -147,3 +147,29 @@ def test_a_blocking_engine_runs_its_transactions_off_the_loop(
         assert loop_thread[0] not in threads
     else:
         assert threads == {loop_thread[0]}
+
+
+def test_an_applications_transactions_through_the_asyncio_plane(engine: Engine) -> None:
+    """32 tasks on one loop each add to a counter key in the application's data (a read
+    with a conflict, then a write) and write a versionstamped key: every increment counts
+    once, and the versionstamps each task was given are the keys' stamps, in commit order."""
+    plane = open_plane(engine, MemoryObjectStore()).asyncio()
+    universe = UniverseId.new()
+
+    async def increment(tr: AppTransaction) -> int:
+        count = int(await tr.get(b"count") or b"0") + 1
+        tr.set(b"count", b"%d" % count)
+        tr.set_versionstamped_key(b"s" + bytes(10), 1, b"%d" % count)
+        return count
+
+    async def main() -> list[tuple[int, bytes]]:
+        return await asyncio.gather(
+            *(plane.transact_app_stamped(universe, increment) for _ in range(32))
+        )
+
+    done = asyncio.run(main())
+    assert sorted(count for count, _ in done) == list(range(1, 33))
+    blocking = Plane(engine, MemoryObjectStore(), create=False)
+    assert blocking.read_app_data(universe, b"count") == b"32"
+    stamps = blocking.read_app_range(universe, b"s", b"t")
+    assert stamps == [(b"s" + stamp, b"%d" % count) for count, stamp in sorted(done)]
