@@ -2,11 +2,13 @@
 
 A DCB store is one world of its own universe (the application's, derived for ``"dcb"``):
 each event is a journal entry (CBOR ``[type, data, tags]``) and its position is its height
--- 1, 2, ... in commit order of the settles, as eventsourcing's recorders number them.
+-- 1, 2, ... in the order the appends' enqueues committed, as eventsourcing's recorders
+number them.
 The events' tags and types are indexed in the application's own data: ``t`` + the packed
 tag + the position, ``y`` + the packed type + the position.
 
-An append is two steps, so that appends under disjoint boundaries never conflict:
+An append is two steps (three transactions), so that appends under disjoint boundaries
+never conflict:
 
 1. **Enqueue** (one transaction of the application's data, ``Plane.transact_app``): the
    condition reads, with conflicts, only its items' index ranges after its position and
@@ -16,14 +18,16 @@ An append is two steps, so that appends under disjoint boundaries never conflict
    tag and type into the pending index, and ``c`` + the call's id is written empty. A
    concurrent append of a matching event writes a key in a range the condition read, so one
    of the two transactions fails and runs again; appends of other tags write elsewhere.
-2. **Settle** (``Plane.append_sequenced`` expecting the head ``h`` names): the queue's
-   first calls, in commit order, are appended to the world at the next heights; the same
-   transaction moves their index entries from pending to their positions, removes their
-   queue records, writes each call's first position under ``c`` + its id and the new head
-   under ``h``. Settles race on the world's head; the loser finds its call settled by the
-   winner (``c``), or settles again. The settle right after an enqueue uses what the
-   enqueue read (the head, the queue's first page) and the call's own records, so an
-   uncontended append costs two transactions.
+2. **Settle**: a snapshot read of ``c`` + the call's id, the head ``h`` and the queue's
+   first page; then ``Plane.append_sequenced`` expecting that head appends the page's
+   calls, in the order their enqueues committed, to the world at the next heights, and in
+   the same transaction moves their index entries from pending to their positions, removes
+   their queue records, writes each call's first position under ``c`` + its id and the
+   new head under ``h``. Every settle moves the head, so a settle whose page another
+   already moved finds the head moved and reads again; its call is then placed (``c``) or
+   still queued. The head and the page are read in one snapshot, after the enqueue
+   committed: a page read earlier could miss a call queued in between, and placing the
+   later call first could put, before the earlier one, an event its condition excluded.
 
 A condition that matches a queued event settles the queue, then checks again (reads show
 placed events only, and the event's writer may have stopped before placing it). An enqueue
@@ -51,7 +55,13 @@ from eventsourcing.dcb.api import (
 )
 from eventsourcing.dcb.persistence import DCBListenNotifySubscription
 from eventsourcing.dcb.popo import SimpleDCBReadResponse
-from eventsourcing.persistence import DataError, IntegrityError, OperationalError, ProgrammingError
+from eventsourcing.persistence import (
+    DataError,
+    IntegrityError,
+    InternalError,
+    OperationalError,
+    ProgrammingError,
+)
 
 from aos_eventsourcing import codec
 from aos_eventsourcing.recorders import MAX_ATTEMPTS, WATCH_SECONDS, PlaneRecorder
@@ -61,6 +71,7 @@ from persistence.errors import (
     HeadAdvanced,
     PersistError,
     SequencingIncomplete,
+    Validation,
     WorldNotFound,
 )
 from persistence.ids import UniverseId, WorldId
@@ -88,6 +99,7 @@ CHUNK_BYTES: Final = 80_000
 _TAG: Final = b"t"
 _TYPE: Final = b"y"
 _QUEUE: Final = b"q"
+_QUEUE_END: Final = b"r"
 _PENDING: Final = b"p"
 _CALL: Final = b"c"
 _HEAD: Final = b"h"
@@ -158,16 +170,24 @@ def _count(value: object, name: str) -> int | None:
 
 
 def _items(query: DCBQuery | None) -> list[DCBQueryItem]:
-    """The query's items (``DataError`` for a name that is not text). A type or tag that
-    no event can have (empty, or longer than :data:`MAX_TAG_BYTES`) matches nothing."""
+    """The query's items (``DataError`` unless they are a list of ``DCBQueryItem`` whose
+    types and tags are lists of text). A type or tag that no event can have (empty, or
+    longer than :data:`MAX_TAG_BYTES`) matches nothing."""
     if query is None:
         return []
     if not isinstance(query, DCBQuery):
         raise DataError(f"a query must be a DCBQuery, not {type(query).__name__}")
+    if not isinstance(query.items, list | tuple):
+        raise DataError(f"a query's items must be a list, not {type(query.items).__name__}")
     for item in query.items:
-        for name in [*item.types, *item.tags]:
-            if not isinstance(name, str):
-                raise DataError(f"a query type or tag must be text, not {type(name).__name__}")
+        if not isinstance(item, DCBQueryItem):
+            raise DataError(f"a query item must be a DCBQueryItem, not {type(item).__name__}")
+        for field, names in (("types", item.types), ("tags", item.tags)):
+            if not isinstance(names, list | tuple):
+                raise DataError(f"a query item's {field} must be a list, not {names!r:.60}")
+            for name in names:
+                if not isinstance(name, str):
+                    raise DataError(f"a query type or tag must be text, not {type(name).__name__}")
     return list(query.items)
 
 
@@ -259,9 +279,15 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
     ) -> int:
         """Append ``events`` unless ``condition`` matches an event recorded after its
         position (``IntegrityError``); the position of the last one."""
+        if not isinstance(events, list | tuple):
+            raise DataError(f"events must be a list, not {type(events).__name__}")
         if not events:
             raise ProgrammingError("Should be at least one event. Avoid this elsewhere")
         entries = [encode_event(event) for event in events]
+        largest = self.plane.config.max_entry_bytes
+        for index, entry in enumerate(entries):
+            if len(entry) > largest:
+                raise DataError(f"event {index} is {len(entry):,} bytes encoded; max {largest:,}")
         items: list[DCBQueryItem] | None = None
         after = 0
         if condition is not None:
@@ -270,7 +296,8 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
             items = _items(condition.fail_if_events_match)
             after = _count(condition.after, "after") or 0
         call = _Call(b"", uuid.uuid4().bytes, entries)
-        cost = call.settle_cost()
+        keys, size = call.settle_cost()
+        cost = keys + 1, size + 9  # with the head ``h``
         limits = self._settle_limits()
         if cost[0] > limits[0] or cost[1] > limits[1]:
             raise DataError(
@@ -278,16 +305,20 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
                 f"is more than a settle may move: {limits[0]:,} keys, {limits[1]:,} bytes"
             )
         try:
-            enqueued, read = self._enqueue(call, items, after, condition)
+            self._enqueue(call, items, after, condition)
         except PersistError as exc:
             raise codec.translate(exc) from exc
         try:
-            return self._settled(enqueued, read)
+            first = self._settle(call.id)
         except PersistError as exc:
             raise OperationalError(
                 f"the events are recorded, not yet at positions ({type(exc).__name__}: {exc}); "
                 "the next append or settle() places them: do not append them again"
             ) from exc
+        assert first is not None
+        with self._lock:
+            self._done.append(_CALL + call.id)
+        return first + len(entries) - 1
 
     def _enqueue(
         self,
@@ -295,21 +326,20 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
         items: Sequence[DCBQueryItem] | None,
         after: int,
         condition: DCBAppendCondition | None,
-    ) -> tuple[_Call, tuple[int | None, list[_Row]] | None]:
+    ) -> None:
         """Check the condition and queue ``call`` (step 1; ``IntegrityError`` if it
-        matches); the call with its versionstamp and what the enqueue read (``None``: an
-        attempt whose commit result was lost had queued it)."""
+        matches), unless an attempt whose commit result was lost queued it."""
         for _ in range(MAX_ATTEMPTS):
             with self._lock:
                 done, self._done = self._done, []
             try:
-                (head, page), stamp = self.plane.transact_app_stamped(
+                self.plane.transact_app(
                     self.universe,
                     functools.partial(_enqueue, call, items, after, condition, done),
                     eager=True,
                 )
             except _Enqueued:
-                return call, None
+                return
             except _SettleFirst:
                 self._keep(done)
                 self._settle(None)
@@ -317,7 +347,7 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
             except BaseException:
                 self._keep(done)
                 raise
-            return _Call(stamp, call.id, call.entries), (head, page)
+            return
         raise OperationalError(f"gave up after {MAX_ATTEMPTS} attempts: the store kept moving")
 
     def _keep(self, done: list[bytes]) -> None:
@@ -326,9 +356,9 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
             self._done.extend(done)
 
     def settle(self) -> None:
-        """Settle what the queue holds (events of appends that did not finish: their
-        writer stopped between the two steps). The factory calls it when it opens the
-        recorder."""
+        """Place what the queue holds when it is called (events of appends that did not
+        finish: their writer stopped between the two steps), page by page. The factory
+        calls it when it opens the recorder."""
         try:
             self._settle(None)
         except PersistError as exc:
@@ -339,47 +369,31 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
         config = self.plane.config
         return config.max_batch_entries, min(SETTLE_BYTES, config.max_batch_bytes // 2)
 
-    def _settled(self, call: _Call, read: tuple[int | None, list[_Row]] | None) -> int:
-        """The position of the last event of ``call`` (queued; with what its enqueue read,
-        the first settle moves it with the calls queued before it), once a settle has
-        moved it."""
-        first = self._settle(call, read)
-        assert first is not None
-        with self._lock:
-            self._done.append(_CALL + call.id)
-        return first + len(call.entries) - 1
-
-    def _settle(
-        self, call: _Call | None, read: tuple[int | None, list[_Row]] | None = None
-    ) -> int | None:
-        """Settle until ``call`` is (or, without a call, until the queue's first page is:
-        ``None``); the position of ``call``'s first event. ``read``: the head and the
-        queue page an enqueue read, with ``call`` enqueued after them."""
+    def _settle(self, call_id: bytes | None) -> int | None:
+        """Settle until the call ``call_id`` is placed and return its first position; or,
+        without a call, until what was queued when this began is placed (``None``).
+        Settles that place calls are progress; :data:`MAX_ATTEMPTS` bounds those that lose
+        to another settle."""
         known = 0  # the head a lost settle found: ``h`` lags it only in a damaged store
-        for _ in range(MAX_ATTEMPTS):
-            if read is not None and call is not None:
-                head, page = read
-                read = None
-                if head is None or len(page) >= QUEUE_PAGE:
-                    continue  # not all that is queued before the call was read
-                calls = _page([*page, *call.rows()])
-            else:
-                found, head, calls = self.plane.transact_app(
-                    self.universe, functools.partial(_queue, None if call is None else call.id)
-                )
-                if found is not None:
-                    return found
-                if head is None:  # a new store, or one from before queued appends
-                    self.plane.transact_app(
-                        self.universe, functools.partial(_init_head, self._head())
-                    )
-                    continue
-                if not calls:
-                    if call is not None:
-                        raise CorruptRecord("DCB call", f"{call.id.hex()}: not queued, not settled")
+        horizon: bytes | None = None  # the last call queued when this began (no call)
+        lost = 0
+        while lost < MAX_ATTEMPTS:
+            found, head, calls, last = self.plane.transact_app(
+                self.universe, functools.partial(_queue, call_id)
+            )
+            if found is not None:
+                return found
+            if head is None:  # a new store, or one from before queued appends
+                self.plane.transact_app(self.universe, functools.partial(_init_head, self._head()))
+                lost += 1
+                continue
+            if call_id is None:
+                horizon = last if horizon is None else horizon
+                if not calls or horizon is None or calls[0].stamp > horizon:
                     return None
-            # the head read with the page (a later read may count the page's calls moved)
-            head = max(head, known)
+            elif not calls:
+                raise CorruptRecord("DCB call", f"{call_id.hex()}: neither queued nor placed")
+            head = max(head, known)  # the head read with the page, or one a settle found
             chosen = _chosen(calls, self._settle_limits())
             names = [each.names() for each in chosen]
             try:
@@ -391,20 +405,25 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
                     app_data=_moves(chosen, names, head),
                 )
             except HeadAdvanced as exc:
-                known = exc.actual
+                known, lost = exc.actual, lost + 1
                 continue
             except WorldNotFound:
+                lost += 1
                 continue
             except SequencingIncomplete:  # appended: positions are heights, ``c`` is written
                 pass
+            except Validation as exc:  # a call queued by a process with larger limits
+                raise InternalError(
+                    f"the queued DCB call {chosen[0].stamp.hex()} needs a larger settle than "
+                    f"this process may write ({exc}): raise max_batch_entries or "
+                    "max_batch_bytes to place it; appends wait behind it"
+                ) from exc
             first = head + 1
             for each in chosen:
-                if call is not None and each.id == call.id:
+                if each.id == call_id:
                     return first
                 first += len(each.entries)
-            if call is None:
-                return None
-        raise OperationalError(f"gave up after {MAX_ATTEMPTS} settles: the store kept moving")
+        raise OperationalError(f"gave up after {MAX_ATTEMPTS} settles lost to others")
 
     def subscribe(
         self, query: DCBQuery | None = None, *, after: int | None = None
@@ -481,13 +500,14 @@ class _Call:
         return out
 
     def settle_cost(self) -> tuple[int, int]:
-        """Keys and bytes a settle of this call writes: its entries, its index keys set at
-        their positions and cleared from pending, its queue records cleared, its ``c``."""
+        """Keys and bytes a settle of this call alone writes, less the head ``h``: its
+        entries, its index keys set at their positions and cleared from pending, its queue
+        records cleared, its ``c``."""
         names = [name for event in self.names() for name in event]
-        index_bytes = sum(2 * (len(_prefix(kind, name)) + 8) for kind, name in names)
+        index_bytes = sum(2 * len(_prefix(kind, name)) + 9 + _STAMP + 4 for kind, name in names)
         records = len(self.chunks())
         keys = len(self.entries) + 2 * len(names) + records + 1
-        size = sum(map(len, self.entries)) + index_bytes + 15 * records + 25
+        size = sum(map(len, self.entries)) + index_bytes + (5 + _STAMP) * records + 25
         return keys, size
 
 
@@ -539,7 +559,7 @@ def _page(rows: Sequence[_Row]) -> list[_Call]:
 
 def _chosen(calls: Sequence[_Call], limits: tuple[int, int]) -> list[_Call]:
     """The first of ``calls`` that one settle may move (the first one at least)."""
-    keys, size = 2, 0
+    keys, size = 1, 9  # the head ``h``
     chosen: list[_Call] = []
     for call in calls:
         more_keys, more_size = call.settle_cost()
@@ -644,16 +664,13 @@ async def _positions(
     return head, found if most is None else found[:most], low
 
 
-async def _ids(tr: AppTransaction, prefix: bytes, after: bytes) -> set[bytes]:
-    """The ids (what follows ``prefix``) of the keys under ``prefix`` after ``after``, read
-    with a conflict."""
-    rows = await tr.get_range(prefix + after, _strinc(prefix))
-    return {key[len(prefix) :] for key, _ in rows}
-
-
-def _strinc(prefix: bytes) -> bytes:
-    stripped = prefix.rstrip(b"\xff")
-    return stripped[:-1] + bytes([stripped[-1] + 1])
+async def _ids(tr: AppTransaction, prefix: bytes, after: bytes, size: int) -> set[bytes]:
+    """The ids (the ``size`` bytes that follow ``prefix``) of the keys under ``prefix``
+    after ``after``, read with a conflict. Positions and versionstamps are below 2**63, so
+    an id starts below ``0x80``, and the keys of a name that extends this one (``a`` and
+    ``a\\x00`` pack to ``\\x02a\\x00`` and ``\\x02a\\x00\\xff\\x00``) are past the range read."""
+    rows = await tr.get_range(prefix + after, prefix + b"\x80")
+    return {key[len(prefix) :] for key, _ in rows if len(key) == len(prefix) + size}
 
 
 async def _matched(
@@ -670,18 +687,20 @@ async def _matched(
             head = _head_value(await tr.get(_HEAD))
             unknown = unknown or head is None
             settled = settled or (head is not None and head > after)
-            pending = pending or bool(await tr.get_range(_QUEUE, _QUEUE + b"\xff", limit=1))
+            pending = pending or bool(await tr.get_range(_QUEUE, _QUEUE_END, limit=1))
             continue
-        for start, prefix_of in ((low, _prefix), (b"", _pending_prefix)):
+        for start, prefix_of, size in ((low, _prefix, 8), (b"", _pending_prefix, _STAMP + 4)):
             found: set[bytes] | None = None
             for tag in item.tags:
-                tagged = await _ids(tr, prefix_of(_TAG, tag), start) if _storable(tag) else set()
+                tagged = (
+                    await _ids(tr, prefix_of(_TAG, tag), start, size) if _storable(tag) else set()
+                )
                 found = tagged if found is None else found & tagged
             if item.types and (found is None or found):
                 typed: set[bytes] = set()
                 for kind in item.types:
                     if _storable(kind):
-                        typed |= await _ids(tr, prefix_of(_TYPE, kind), start)
+                        typed |= await _ids(tr, prefix_of(_TYPE, kind), start, size)
                 found = typed if found is None else found & typed
             if found:
                 if prefix_of is _prefix:
@@ -698,13 +717,10 @@ async def _enqueue(
     condition: object,
     done: Sequence[bytes],
     tr: AppTransaction,
-) -> tuple[int | None, list[_Row]]:
-    """Check the condition and queue ``call`` (the module docstring's step 1); the head and
-    the queue's first page, read at its snapshot."""
-    mine = tr.get(_CALL + call.id)
-    head_read = tr.get(_HEAD, snapshot=True)
-    page = tr.get_range(_QUEUE, _QUEUE + b"\xff", limit=QUEUE_PAGE, snapshot=True)
-    if await mine is not None:
+) -> None:
+    """Check the condition and queue ``call`` (the module docstring's step 1), removing the
+    ``c`` keys ``done`` of calls placed before."""
+    if await tr.get(_CALL + call.id) is not None:
         raise _Enqueued
     if items is not None:
         settled, pending, unknown = await _matched(tr, items, after)
@@ -724,33 +740,38 @@ async def _enqueue(
                 prefix + bytes(_STAMP) + index.to_bytes(4, "big"), len(prefix), b""
             )
     tr.set(_CALL + call.id, b"")
-    return _head_value(await head_read), await page
 
 
 async def _queue(
     call_id: bytes | None, tr: AppTransaction
-) -> tuple[int | None, int | None, list[_Call]]:
+) -> tuple[int | None, int | None, list[_Call], bytes | None]:
     """A settle's read, at one snapshot: the first position of call ``call_id`` if it is
-    settled; else the head and the queue's first calls (a first call longer than a page
-    read whole)."""
+    placed; else the head, the queue's first calls (a first call longer than a page read
+    whole) and, without a call, the last queued call's versionstamp."""
     mine = None if call_id is None else tr.get(_CALL + call_id, snapshot=True)
     head_read = tr.get(_HEAD, snapshot=True)
-    rows_read = tr.get_range(_QUEUE, _QUEUE + b"\xff", limit=QUEUE_PAGE, snapshot=True)
+    rows_read = tr.get_range(_QUEUE, _QUEUE_END, limit=QUEUE_PAGE, snapshot=True)
+    last_read = None
+    if call_id is None:
+        last_read = tr.get_range(_QUEUE, _QUEUE_END, limit=1, reverse=True, snapshot=True)
     if mine is not None:
         marker = await mine
         if marker is None:
-            raise CorruptRecord("DCB call", f"{call_id!r}: neither queued nor settled")
+            raise CorruptRecord("DCB call", f"{call_id!r}: neither queued nor placed")
         if marker:
-            found = _head_value(marker)
-            return found, None, []
+            return _head_value(marker), None, [], None
     head, rows = _head_value(await head_read), await rows_read
+    last = None
+    if last_read is not None:
+        tail = await last_read
+        last = tail[0][0][1 : 1 + _STAMP] if tail else None
     calls = _page(rows)
     if rows and not calls:
-        stamp = rows[0][0][1:11]
+        stamp = rows[0][0][1 : 1 + _STAMP]
         calls = _page(await tr.get_range(_QUEUE + stamp, _QUEUE + stamp + b"\xff", snapshot=True))
         if not calls:
             raise CorruptRecord("DCB queue record", f"stamp {stamp.hex()}: chunks missing")
-    return None, head, calls
+    return None, head, calls, last
 
 
 async def _init_head(head: int, tr: AppTransaction) -> None:

@@ -398,8 +398,9 @@ class ApplicationData(Protocol):
         body: Callable[[AppTransaction], Awaitable[Result]],
         *,
         eager: bool = False,
-    ) -> tuple[Result, bytes]:
-        """:meth:`transact_app`, with the committed transaction's versionstamp."""
+    ) -> tuple[Result, bytes | None]:
+        """:meth:`transact_app`, with the committed transaction's versionstamp (``None``
+        if the attempt that committed wrote nothing)."""
         ...
 
     def read_app_data(self, universe: UniverseId, key: bytes) -> bytes | None:

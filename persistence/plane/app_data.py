@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
-from persistence import kv
-from persistence.errors import Validation
+from persistence import fdb_errors, kv
+from persistence.errors import EngineError, Validation
 from persistence.futures import Future
 from persistence.ids import UniverseId
 from persistence.plane.core import Core, operation, row_limit, universe_keys
@@ -70,13 +70,13 @@ class AppDataOperations(Core):
         body: Callable[[AppTransaction], Awaitable[T]],
         *,
         eager: bool = False,
-    ) -> tuple[T, bytes]:
+    ) -> tuple[T, bytes | None]:
         """:meth:`transact_app` for a body that writes: what it returned and the 10-byte
         versionstamp of the transaction that committed (the one its versionstamped keys
-        got)."""
-        result, stamp = await self._transact_app(universe, body, eager, stamped=True)
-        assert stamp is not None
-        return result, stamp
+        got) -- ``None`` if the committed attempt wrote nothing, as a body run again after
+        an unknown result that applied, finding its own key, does: the stamp of the attempt
+        that applied is then in what it wrote (a versionstamped key or value), not here."""
+        return await self._transact_app(universe, body, eager, stamped=True)
 
     async def _transact_app(
         self,
@@ -97,7 +97,14 @@ class AppDataOperations(Core):
             return result, app.get_versionstamp() if stamped else None
 
         result, stamp = await kv.transact(self.engine, attempt, eager=bool(eager))
-        return result, None if stamp is None else await stamp
+        if stamp is None:
+            return result, None
+        try:
+            return result, await stamp
+        except EngineError as exc:
+            if exc.code != fdb_errors.NO_COMMIT_VERSION:
+                raise
+            return result, None  # the committed attempt wrote nothing
 
     @operation("app.read")
     async def read_app_data(self, universe: UniverseId, key: bytes) -> bytes | None:

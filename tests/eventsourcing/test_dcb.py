@@ -8,6 +8,7 @@ import contextlib
 import random
 import threading
 import uuid
+from typing import Any
 
 import pytest
 from eventsourcing.dcb.api import DCBAppendCondition, DCBEvent, DCBQuery, DCBQueryItem
@@ -27,8 +28,9 @@ from aos_eventsourcing.dcb import MAX_TAG_BYTES, PlaneDCBRecorder
 from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
+from persistence import fdb_errors
 from persistence.ids import UniverseId, WorldId
-from persistence.plane import AppTransaction
+from persistence.plane import AppTransaction, PlaneConfig
 from segments import open_plane
 from tests.eventsourcing import stores
 
@@ -254,21 +256,35 @@ def test_a_query_name_no_event_can_have_matches_nothing() -> None:
 
 @pytest.mark.parametrize("seed", range(8))
 def test_faults_and_a_competing_writer_never_duplicate_lose_or_break_a_condition(
-    seed: int,
+    seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Random appends (random tags, conditioned on what was read) through an engine that
     fails commits (conflicts, unknown results applied or not, too old) and reads, with
-    another writer appending after every failed commit: each returned position holds the
-    call's events; no call's events are stored twice; a refused call's never; each
-    condition held over the final store; after a settle the queue and the pending index
-    are empty, ``h`` is the head and every event is indexed at its position, nothing else."""
+    another writer after every failed commit -- appending, or queueing a call and stopping
+    (odd seeds: queue pages of 3 records, records of 7 bytes, so calls span both): each
+    returned position holds the call's events; no call's events are stored twice; a
+    refused call's never; a stopped writer's once; each condition held over the final
+    store; after a settle the queue and the pending index are empty, ``h`` is the head and
+    every event is indexed at its position, nothing else."""
+    if seed % 2:
+        monkeypatch.setattr(dcb, "QUEUE_PAGE", 3)
+        monkeypatch.setattr(dcb, "CHUNK_BYTES", 7)
     rng = random.Random(seed)
     engine = MemoryEngine()
     clean = PlaneDCBRecorder(open_plane(engine, MemoryObjectStore()), universe := UniverseId.new())
+    stopping = PlaneDCBRecorder(open_plane(engine, MemoryObjectStore()), universe)
     tags = ["a", "b", "c"]
+    stopped: list[bytes] = []
 
     def compete() -> None:
         tag = rng.choice(tags)
+        if rng.random() < 0.3:  # a writer that stops between its two steps
+            event = DCBEvent("Stopped", uuid.uuid4().bytes, [tag])
+            stopping._enqueue(
+                dcb._Call(b"", uuid.uuid4().bytes, [dcb.encode_event(event)]), None, 0, None
+            )
+            stopped.append(event.data)
+            return
         query = DCBQuery([DCBQueryItem(tags=[tag])])
         with contextlib.suppress(IntegrityError):
             clean.append(
@@ -313,6 +329,7 @@ def test_faults_and_a_competing_writer_never_duplicate_lose_or_break_a_condition
     for data, (position, count) in returned.items():
         assert where[data] == list(range(position - count + 1, position + 1))
     assert not refused & where.keys()
+    assert all(len(where[data]) == 1 for data in stopped)
     for positions in where.values():  # one call's events, stored once, side by side
         assert positions == list(range(positions[0], positions[0] + len(positions)))
     for tag, seen, data in conditions:
@@ -330,3 +347,167 @@ def test_faults_and_a_competing_writer_never_duplicate_lose_or_break_a_condition
         for key in [dcb._index_key(b"y", e.event.type, e.position)]
         + [dcb._index_key(b"t", tag, e.position) for tag in e.event.tags]
     }
+
+
+def _beside(injector: FaultInjector) -> tuple[PlaneDCBRecorder, PlaneDCBRecorder]:
+    """Two recorders of one store, the second's engine faulty (``injector``)."""
+    engine, universe = MemoryEngine(), UniverseId.new()
+    clean = PlaneDCBRecorder(open_plane(engine, MemoryObjectStore()), universe)
+    faulty = PlaneDCBRecorder(
+        open_plane(FaultyEngine(engine, injector), MemoryObjectStore()), universe
+    )
+    return clean, faulty
+
+
+def test_an_append_queued_first_is_placed_first() -> None:
+    """C (conditioned on no ``y`` event after 1) is queued between O's enqueue reads and
+    O's commit, and C's settle is slow (it waits inside its settle's append until O's append
+    has returned): both appends succeed, and C is placed before O -- the ``y`` event O
+    appended is after C, as C's condition requires."""
+    injector = FaultInjector()
+    c_rec, o_rec = _beside(injector)
+    c_rec.append([DCBEvent("Seed", b"0", ["seed"])])
+    entered, release = threading.Event(), threading.Event()
+    real = c_rec.plane.append_sequenced
+
+    def slow(*args: Any, **kwargs: Any) -> Any:  # C's settle, after its enqueue committed
+        entered.set()
+        assert release.wait(30)
+        return real(*args, **kwargs)
+
+    c_rec.plane.append_sequenced = slow
+    condition = DCBAppendCondition(DCBQuery([DCBQueryItem(tags=["y"])]), 1)
+    result: dict[str, int] = {}
+    thread = threading.Thread(
+        target=lambda: result.update(c=c_rec.append([DCBEvent("C", b"c", ["x"])], condition))
+    )
+
+    def start_c_once() -> None:  # between O's enqueue reads and its commit
+        if not thread.is_alive() and not entered.is_set():
+            thread.start()
+            assert entered.wait(30)
+
+    injector.before_every_commit = start_c_once
+    o_position = o_rec.append([DCBEvent("O", b"o", ["y"])])
+    injector.before_every_commit = None
+    release.set()
+    thread.join(30)
+    assert (result["c"], o_position) == (2, 3)
+    assert [e.event.type for e in c_rec.read()] == ["Seed", "C", "O"]
+
+
+def test_an_append_up_to_the_settles_limit_is_placed_and_one_over_is_refused() -> None:
+    """One event with 4,997 tags makes a settle of exactly ``max_batch_entries`` keys (its
+    entry, its index keys set and cleared, its queue record, its ``c``, the head): placed.
+    One tag more is ``DataError`` before anything is written, and the store goes on."""
+    recorder = PlaneDCBRecorder(stores.open_memory_plane(), UniverseId.new())
+    assert recorder.plane.config.max_batch_entries == 10_000
+    recorder.append([DCBEvent("Seed", b"0")])
+    tags = [f"t{i:04}" for i in range(4998)]
+    assert recorder.append([DCBEvent("E", b"1", tags[:-1])]) == 2
+    with pytest.raises(DataError, match="more than a settle may move"):
+        recorder.append([DCBEvent("E", b"2", tags)])
+    assert recorder.plane.read_app_range(recorder.universe, b"q", b"r") == []
+    assert recorder.append([DCBEvent("Next", b"3")]) == 3
+
+
+def test_an_event_over_the_planes_entry_limit_is_refused_before_anything_is_written() -> None:
+    plane = open_plane(MemoryEngine(), MemoryObjectStore(), PlaneConfig(max_entry_bytes=1_000))
+    recorder = PlaneDCBRecorder(plane, UniverseId.new())
+    with pytest.raises(DataError, match="max 1,000"):
+        recorder.append([DCBEvent("E", b"x" * 2_000)])
+    assert plane.read_app_range(recorder.universe) == []
+    assert recorder.append([DCBEvent("E", b"x" * 900)]) == 1
+
+
+def test_settle_places_everything_stopped_writers_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ten writers stopped after their enqueue; pages of 4 queue records: one ``settle``
+    places all ten."""
+    monkeypatch.setattr(dcb, "QUEUE_PAGE", 4)
+    plane = stores.open_memory_plane()
+    recorder = PlaneDCBRecorder(plane, UniverseId.new())
+    for n in range(10):
+        call = dcb._Call(b"", uuid.uuid4().bytes, [dcb.encode_event(DCBEvent("E", b"%d" % n))])
+        recorder._enqueue(call, None, 0, None)
+    assert list(recorder.read()) == []
+    recorder.settle()
+    assert plane.read_app_range(recorder.universe, b"q", b"r") == []
+    assert [e.event.data for e in recorder.read()] == [b"%d" % n for n in range(10)]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        DCBQuery([DCBQueryItem(types="Seat")]),  # type: ignore[arg-type]
+        DCBQuery([DCBQueryItem(tags=None)]),  # type: ignore[arg-type]
+        DCBQuery([None]),  # type: ignore[list-item]
+        DCBQuery(None),  # type: ignore[arg-type]
+    ],
+    ids=["types-a-string", "tags-none", "item-none", "items-none"],
+)
+def test_a_malformed_query_is_a_data_error_before_anything_is_written(query: DCBQuery) -> None:
+    recorder = PlaneDCBRecorder(stores.open_memory_plane(), UniverseId.new())
+    recorder.append([DCBEvent("Seat", b"booked", ["seat-1"])])
+    with pytest.raises(DataError):
+        recorder.append([DCBEvent("Seat", b"again")], DCBAppendCondition(query, 0))
+    with pytest.raises(DataError):
+        recorder.read(query)
+    with pytest.raises(DataError):
+        recorder.append(DCBEvent("Seat", b"again"))  # type: ignore[arg-type]
+    assert [e.position for e in recorder.read()] == [1]
+
+
+@pytest.mark.parametrize("kind", ["tag", "type"])
+def test_a_name_is_not_matched_by_a_longer_name_that_starts_with_it(kind: str) -> None:
+    """``a`` packs to a prefix of what ``a\\x00`` packs to: a condition on ``a`` reads only
+    ``a``'s keys."""
+    recorder = PlaneDCBRecorder(stores.open_memory_plane(), UniverseId.new())
+    if kind == "tag":
+        recorder.append([DCBEvent("E", b"1", ["a\x00", "ab"])])
+        query = DCBQuery([DCBQueryItem(tags=["a"])])
+    else:
+        recorder.append([DCBEvent("a\x00", b"1"), DCBEvent("ab", b"2")])
+        query = DCBQuery([DCBQueryItem(types=["a"])])
+    assert list(recorder.read(query)) == []
+    assert recorder.append([DCBEvent("E", b"3")], DCBAppendCondition(query, 0)) >= 2
+
+
+@pytest.mark.parametrize("commit", [1, 2, 3], ids=["enqueue", "settle", "log"])
+@pytest.mark.parametrize("outcome", ["applied", "late", "not-applied"])
+@pytest.mark.parametrize("boundary", ["same", "other"])
+def test_an_unknown_result_with_another_writer_between_appends_once_and_keeps_the_condition(
+    commit: int, outcome: str, boundary: str
+) -> None:
+    """An unknown result (applied, landing late, or not applied) on the enqueue, the
+    settle or the commit after, with another writer appending before the retry under the
+    same boundary or another: the call's event is stored at most once, at the position it
+    returned, and its condition held."""
+    injector = FaultInjector()
+    clean, faulty = _beside(injector)
+    clean.append([DCBEvent("S", b"s", ["x"])])
+    tag = "x" if boundary == "same" else "z"
+    theirs = DCBAppendCondition(DCBQuery([DCBQueryItem(tags=[tag])]), 1)
+
+    def compete() -> None:
+        with contextlib.suppress(IntegrityError):
+            clean.append([DCBEvent("O", b"o", [tag])], theirs)
+
+    injector.fail_commit(
+        commit,
+        fdb_errors.COMMIT_UNKNOWN_RESULT,
+        applied=outcome == "applied",
+        late=outcome == "late",
+        interleave=compete,
+    )
+    condition = DCBAppendCondition(DCBQuery([DCBQueryItem(tags=["x"])]), 1)
+    try:
+        position: int | None = faulty.append([DCBEvent("M", b"m", ["x"])], condition)
+    except IntegrityError:
+        position = None
+    clean.settle()
+    stored = [(e.position, e.event.data) for e in clean.read()]
+    assert [p for p, _ in stored] == list(range(1, len(stored) + 1))
+    mine = [p for p, data in stored if data == b"m"]
+    assert mine == ([] if position is None else [position])
+    if position is not None and boundary == "same":
+        assert b"o" not in [data for p, data in stored if p < position]

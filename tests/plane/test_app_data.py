@@ -233,7 +233,7 @@ def test_a_transaction_of_the_application_reads_and_writes_its_keys(
 def test_versionstamped_keys_sort_in_commit_order_and_the_stamp_is_returned(
     plane: Plane, universe: UniverseId
 ) -> None:
-    stamps = []
+    stamps: list[bytes] = []
     for value in (b"first", b"second", b"third"):
 
         async def body(tr: AppTransaction, value: bytes = value) -> str:
@@ -242,7 +242,7 @@ def test_versionstamped_keys_sort_in_commit_order_and_the_stamp_is_returned(
             return "done"
 
         result, stamp = plane.transact_app_stamped(universe, body)
-        assert result == "done" and len(stamp) == 10
+        assert result == "done" and stamp is not None and len(stamp) == 10
         stamps.append(stamp)
     assert stamps == sorted(stamps) and len(set(stamps)) == 3
     rows = plane.read_app_range(universe, b"q", b"r")
@@ -367,3 +367,28 @@ def test_the_body_runs_again_after_an_unknown_result(applied: bool) -> None:
     assert plane.transact_app(universe, body) is not applied
     assert runs == [None, b"" if applied else None]
     assert len(plane.read_app_range(universe, b"q", b"r")) == 1
+
+
+@pytest.mark.parametrize("applied", [True, False], ids=["applied", "not-applied"])
+def test_a_stamped_call_whose_committed_attempt_wrote_nothing_has_no_stamp(
+    applied: bool,
+) -> None:
+    """The documented idempotent body, stamped: after an unknown result that applied, the
+    re-run finds its key and writes nothing, so the call returns what it returned and no
+    stamp (the stamp is the key's, written by the attempt that applied); after one that did
+    not apply, the re-run writes and the call returns its stamp."""
+    faulty = FaultyEngine(MemoryEngine(), FaultInjector(seed=5))
+    plane = open_plane(faulty, MemoryObjectStore(), hooks=faulty.injector)
+    universe = UniverseId.new()
+
+    async def body(tr: AppTransaction) -> bool:
+        if await tr.get(b"call-1") is not None:
+            return False
+        tr.set(b"call-1", b"")
+        tr.set_versionstamped_key(b"q" + bytes(10), 1, b"event")
+        return True
+
+    faulty.injector.fail_commit(1, fdb_errors.COMMIT_UNKNOWN_RESULT, applied=applied)
+    result, stamp = plane.transact_app_stamped(universe, body)
+    [(key, _)] = plane.read_app_range(universe, b"q", b"r")
+    assert (result, stamp) == ((False, None) if applied else (True, key[1:]))
