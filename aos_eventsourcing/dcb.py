@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -74,6 +74,7 @@ from persistence.errors import (
     Validation,
     WorldNotFound,
 )
+from persistence.futures import Future
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import AppTransaction, Plane
 from persistence.sizes import MiB
@@ -207,6 +208,7 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
         super().__init__(plane, universe, closed=closed)
         self._lock = threading.Lock()
         self._done: list[bytes] = []  # ``c`` keys of settled calls, for the next enqueue
+        self._seen = 0  # the highest head this recorder has read
 
     # ------------------------------------------------------------------ reads
 
@@ -252,25 +254,35 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
             most = _count(limit, "limit")
             if most == 0:
                 return SimpleDCBReadResponse(iter([]), None)
-            head: int | None = None
-            positions: list[int] = []
-            while True:  # a transaction reads :data:`WINDOWS` windows at most
-                more = None if most is None else most - len(positions)
-                read = functools.partial(_positions, items, start, more, head)
-                found = self.plane.transact_app(self.universe, read)
-                if found is None:  # no ``h`` yet: a new store, or one from before queued appends
-                    head = self._head()
-                    continue
-                head, batch, start = found
-                positions.extend(batch)
-                if start >= head or (most is not None and len(positions) >= most):
-                    break
+            head, positions = self._find(items, start, most)
         except PersistError as exc:
             raise codec.translate(exc) from exc
         events = self._events(positions)
         if most is None:
             return SimpleDCBReadResponse(events, head or None)
         return SimpleDCBReadResponse(events, positions[-1] if positions else None)
+
+    def _find(
+        self, items: Sequence[DCBQueryItem], after: int, most: int | None
+    ) -> tuple[int, list[int]]:
+        """The head, and the first ``most`` (all: ``None``) positions after ``after``, up to
+        it, that ``items`` match (every one without items), ascending: read at one head, in
+        transactions of :data:`WINDOWS` windows at most."""
+        head: int | None = None
+        positions: list[int] = []
+        while True:
+            more = None if most is None else most - len(positions)
+            found = self.plane.transact_app(
+                self.universe, functools.partial(_positions, items, after, more, head)
+            )
+            if found is None:  # no ``h`` yet: a new store, or one from before queued appends
+                head = self._head()
+                continue
+            head, batch, after = found
+            positions.extend(batch)
+            if after >= head or (most is not None and len(positions) >= most):
+                self._seen = max(self._seen, head)
+                return head, positions
 
     # ------------------------------------------------------------------ appends
 
@@ -305,6 +317,11 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
                 f"is more than a settle may move: {limits[0]:,} keys, {limits[1]:,} bytes"
             )
         try:
+            if items and self._seen - after > WINDOW:  # a long way to check: not in one go
+                head, matching = self._find(items, after, 1)
+                if matching:
+                    raise IntegrityError(condition)
+                after = head  # checked up to ``head``: the enqueue checks from there
             self._enqueue(call, items, after, condition)
         except PersistError as exc:
             raise codec.translate(exc) from exc
@@ -383,6 +400,7 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
             )
             if found is not None:
                 return found
+            self._seen = max(self._seen, head or 0)
             if head is None:  # a new store, or one from before queued appends
                 self.plane.transact_app(self.universe, functools.partial(_init_head, self._head()))
                 lost += 1
@@ -664,50 +682,70 @@ async def _positions(
     return head, found if most is None else found[:most], low
 
 
-async def _ids(tr: AppTransaction, prefix: bytes, after: bytes, size: int) -> set[bytes]:
-    """The ids (the ``size`` bytes that follow ``prefix``) of the keys under ``prefix``
-    after ``after``, read with a conflict. Positions and versionstamps are below 2**63, so
-    an id starts below ``0x80``, and the keys of a name that extends this one (``a`` and
-    ``a\\x00`` pack to ``\\x02a\\x00`` and ``\\x02a\\x00\\xff\\x00``) are past the range read."""
-    rows = await tr.get_range(prefix + after, prefix + b"\x80")
-    return {key[len(prefix) :] for key, _ in rows if len(key) == len(prefix) + size}
-
-
-async def _matched(
+def _matched(
     tr: AppTransaction, items: Sequence[DCBQueryItem], after: int
-) -> tuple[bool, bool, bool]:
-    """Whether an event settled after position ``after`` matches an item, whether a queued
+) -> Coroutine[object, object, tuple[bool, bool, bool]]:
+    """Issue the condition's first reads now; the coroutine it returns tells whether an
+    event placed after position ``after`` matches an item, whether a queued
     one does, and whether that cannot be told here (an item matching every event, in a store
-    whose head ``h`` is not written yet); every range that could gain a match is read with
-    a conflict."""
+    whose head ``h`` is not written yet). Every range that could gain a match is read with
+    a conflict, and only those: each item's tags (its types, if it has none), placed after
+    ``after`` and pending, in one wave; an item's types after that, only where its tags
+    found events. Positions and versionstamps are below 2**63, so an id starts below
+    ``0x80``: a range ends there, before the keys of a name that extends this one (``a``
+    and ``a\\x00`` pack to ``\\x02a\\x00`` and ``\\x02a\\x00\\xff\\x00``)."""
+    items = list(items) or [DCBQueryItem()]  # a query without items matches every event
+    every = any(not item.tags and not item.types for item in items)
+    head_read = tr.get(_HEAD) if every else None
+    queued_read = tr.get_range(_QUEUE, _QUEUE_END, limit=1) if every else None
     low = (after + 1).to_bytes(8, "big")
-    settled = pending = unknown = False
-    for item in items or [DCBQueryItem()]:  # a query without items matches every event
-        if not item.tags and not item.types:  # every event
-            head = _head_value(await tr.get(_HEAD))
-            unknown = unknown or head is None
-            settled = settled or (head is not None and head > after)
-            pending = pending or bool(await tr.get_range(_QUEUE, _QUEUE_END, limit=1))
-            continue
-        for start, prefix_of, size in ((low, _prefix, 8), (b"", _pending_prefix, _STAMP + 4)):
-            found: set[bytes] | None = None
-            for tag in item.tags:
-                tagged = (
-                    await _ids(tr, prefix_of(_TAG, tag), start, size) if _storable(tag) else set()
-                )
-                found = tagged if found is None else found & tagged
-            if item.types and (found is None or found):
-                typed: set[bytes] = set()
-                for kind in item.types:
-                    if _storable(kind):
-                        typed |= await _ids(tr, prefix_of(_TYPE, kind), start, size)
-                found = typed if found is None else found & typed
-            if found:
-                if prefix_of is _prefix:
-                    settled = True
-                else:
-                    pending = True
-    return settled, pending, unknown
+    reads: dict[tuple[bytes, str, bool], Future[list[tuple[bytes, bytes]]]] = {}
+
+    def issue(kind: bytes, name: str, queued: bool) -> None:
+        if (kind, name, queued) not in reads and _storable(name):
+            prefix = _pending_prefix(kind, name) if queued else _prefix(kind, name)
+            start = b"" if queued else low
+            reads[kind, name, queued] = tr.get_range(prefix + start, prefix + b"\x80")
+
+    async def ids(kind: bytes, name: str, queued: bool) -> set[bytes]:
+        if not _storable(name):
+            return set()
+        issue(kind, name, queued)
+        prefix = _pending_prefix(kind, name) if queued else _prefix(kind, name)
+        size = _STAMP + 4 if queued else 8
+        rows = await reads[kind, name, queued]
+        return {key[len(prefix) :] for key, _ in rows if len(key) == len(prefix) + size}
+
+    for item in items:
+        for kind, name in [(_TAG, t) for t in item.tags] or [(_TYPE, t) for t in item.types]:
+            issue(kind, name, False)
+            issue(kind, name, True)
+
+    async def evaluate() -> tuple[bool, bool, bool]:
+        settled = pending = unknown = False
+        if head_read is not None and queued_read is not None:
+            head = _head_value(await head_read)
+            unknown = head is None
+            settled = head is not None and head > after
+            pending = bool(await queued_read)
+        for item in items:
+            if not item.tags and not item.types:
+                continue
+            for queued in (False, True):
+                found: set[bytes] | None = None
+                for tag in item.tags:
+                    tagged = await ids(_TAG, tag, queued)
+                    found = tagged if found is None else found & tagged
+                if item.types and (found is None or found):
+                    typed: set[bytes] = set()
+                    for type_name in item.types:
+                        typed |= await ids(_TYPE, type_name, queued)
+                    found = typed if found is None else found & typed
+                if found:
+                    pending, settled = (True, settled) if queued else (pending, True)
+        return settled, pending, unknown
+
+    return evaluate()
 
 
 async def _enqueue(
@@ -720,10 +758,14 @@ async def _enqueue(
 ) -> None:
     """Check the condition and queue ``call`` (the module docstring's step 1), removing the
     ``c`` keys ``done`` of calls placed before."""
-    if await tr.get(_CALL + call.id) is not None:
+    mine = tr.get(_CALL + call.id)
+    check = None if items is None else _matched(tr, items, after)  # its reads in flight
+    if await mine is not None:
+        if check is not None:
+            check.close()
         raise _Enqueued
-    if items is not None:
-        settled, pending, unknown = await _matched(tr, items, after)
+    if check is not None:
+        settled, pending, unknown = await check
         if settled:
             raise IntegrityError(condition)
         if pending or unknown:  # place the queued events (a writer may have stopped before

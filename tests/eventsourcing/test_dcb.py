@@ -511,3 +511,45 @@ def test_an_unknown_result_with_another_writer_between_appends_once_and_keeps_th
     assert mine == ([] if position is None else [position])
     if position is not None and boundary == "same":
         assert b"o" not in [data for p, data in stored if p < position]
+
+
+def test_a_condition_far_behind_the_head_is_checked_in_windows_then_from_the_head(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Windows of 5 positions, 30 events: a condition 28 positions behind is checked up to
+    the head in read transactions first (a match is refused there, the enqueue never
+    runs); otherwise the enqueue reads only what is after that head -- and sees an event
+    another writer placed after the check."""
+    monkeypatch.setattr(dcb, "WINDOW", 5)
+    plane = stores.open_memory_plane()
+    universe = UniverseId.new()
+    mine, other = PlaneDCBRecorder(plane, universe), PlaneDCBRecorder(plane, universe)
+    for n in range(30):
+        other.append([DCBEvent("E", b"%d" % n, ["x"])])
+    assert mine.read().head == 30
+    checked: list[int] = []
+    real_matched = dcb._matched
+
+    def matched(tr: AppTransaction, items: list[DCBQueryItem], after: int) -> Any:
+        checked.append(after)
+        return real_matched(tr, items, after)
+
+    monkeypatch.setattr(dcb, "_matched", matched)
+    tag = {name: DCBQuery([DCBQueryItem(tags=[name])]) for name in ("x", "y", "z")}
+    with pytest.raises(IntegrityError):
+        mine.append([DCBEvent("E", b"m")], DCBAppendCondition(tag["x"], 2))
+    assert checked == []  # refused by the windowed check
+    assert mine.append([DCBEvent("E", b"m", ["y"])], DCBAppendCondition(tag["y"], 2)) == 31
+    assert checked == [30]
+    real_find = mine._find
+
+    def find_then_another_appends(*args: Any) -> tuple[int, list[int]]:
+        found = real_find(*args)
+        other.append([DCBEvent("E", b"late", ["z"])])  # placed after the checked head
+        return found
+
+    monkeypatch.setattr(mine, "_find", find_then_another_appends)
+    with pytest.raises(IntegrityError):
+        mine.append([DCBEvent("E", b"n", ["z"])], DCBAppendCondition(tag["z"], 2))
+    assert checked == [30, 31]
+    assert [e.event.data for e in mine.read(tag["z"])] == [b"late"]
