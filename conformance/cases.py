@@ -45,6 +45,7 @@ from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.inbox_records import InboxIngress, decode_inbox_item
 from persistence.kernel import ReferenceKernel
 from persistence.keyspace import WorldKeys
+from persistence.plane import AppTransaction
 from persistence.protocols import drain as drain_protocol
 from persistence.protocols import journal as journal_protocol
 from persistence.protocols.calls import Call
@@ -396,6 +397,50 @@ def determinism_drain_order_is_stable(ctx: Context) -> None:
 
 
 # --------------------------------------------------------------------- faults and crashes
+
+
+# --------------------------------------------------------------------- application data
+
+
+def application_data_and_transactions(ctx: Context) -> None:
+    """An application's own data: writes ride on a group append (none if it is refused),
+    and the application's own transactions -- concurrent read-modify-writes of one key
+    count every increment once, and the versionstamped keys they write sort in the order
+    they committed."""
+    store, profile = ctx.store, ctx.profile
+    u, w = ctx.new_world()
+    store.append_sequenced(u, [(w, 0, [b"e"])], [["t"]], app_data={b"k": b"1"})
+    expect_error(
+        HeadAdvanced,
+        lambda: store.append_sequenced(
+            u, [(w, 0, [b"x"])], [["t"]], app_data={b"k": b"2", b"j": b"2"}
+        ),
+        "an append at a moved head",
+    )
+    check(store.read_app_range(u) == [(b"k", b"1")], "a refused append wrote its app data")
+
+    async def increment(tr: AppTransaction) -> int:
+        count = int(await tr.get(b"count") or b"0") + 1
+        tr.set(b"count", b"%d" % count)
+        tr.set_versionstamped_key(b"s" + bytes(10), 1, b"%d" % count)
+        return count
+
+    counts: list[int] = []
+
+    def write(i: int) -> None:
+        for _ in range(profile.items_per_writer // 4):
+            counts.append(store.transact_app(u, increment))
+
+    errors = run_threads(profile.writers, write)
+    check(not errors, f"concurrent application transactions raised {errors[:1]!r}")
+    total = profile.writers * (profile.items_per_writer // 4)
+    check(sorted(counts) == list(range(1, total + 1)), "an increment was lost or counted twice")
+    check(store.read_app_data(u, b"count") == b"%d" % total, "the counter's final value")
+    stamped = store.read_app_range(u, b"s", b"t", limit=total + 1)
+    check(
+        [int(value) for _, value in stamped] == list(range(1, total + 1)),
+        "versionstamped keys do not sort in commit order",
+    )
 
 
 # --------------------------------------------------------------------- scale envelope

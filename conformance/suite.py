@@ -20,6 +20,7 @@ CASES: dict[str, Callable[[Context], None]] = {
     "failure2_metadata_without_body": cases.failure_metadata_without_body,
     "determinism2_retries_are_exactly_once": cases.determinism_retries_are_exactly_once,
     "determinism3_drain_order_is_stable": cases.determinism_drain_order_is_stable,
+    "app1_application_data_and_transactions": cases.application_data_and_transactions,
     "faults1_commit_faults_and_crash_points": commit_faults_and_crash_points,
     "crash1_sigkill_torture": crash_torture,
     "crash2_server_kills": server_kills,
