@@ -35,6 +35,7 @@ from aosp.cli import (
     inspect,
     jobs,
     segments,
+    settle,
     snapshots,
     spark,
     status,
@@ -80,6 +81,7 @@ COMMAND_MODULES = (
     segments,
     compact,
     drain,
+    settle,
     fsck,
     spark,
 )

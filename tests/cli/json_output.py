@@ -61,6 +61,7 @@ COMMANDS: dict[str, Command] = {
     "restore verify": lambda s, _: ["restore", "verify", *s.args("--quiet")],
     "compact": lambda s, _: ["compact", *s.args("--quiet")],
     "drain": lambda s, _: ["drain", *s.args()],
+    "settle": lambda s, _: ["settle", *s.args()],
     "fsck": lambda s, _: ["fsck", *s.args("--quiet")],
 }
 """Every store command that prints JSON, in the order they run (some write: ``inbox drain``
