@@ -394,6 +394,7 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
         known = 0  # the head a lost settle found: ``h`` lags it only in a damaged store
         horizon: bytes | None = None  # the last call queued when this began (no call)
         lost = 0
+        progress: int | None = None
         while lost < MAX_ATTEMPTS:
             found, head, calls, last = self.plane.transact_app(
                 self.universe, functools.partial(_queue, call_id)
@@ -401,6 +402,9 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
             if found is not None:
                 return found
             self._seen = max(self._seen, head or 0)
+            if head is not None and progress is not None and head > progress:
+                lost = 0  # another settle placed calls ahead: progress
+            progress = head
             if head is None:  # a new store, or one from before queued appends
                 self.plane.transact_app(self.universe, functools.partial(_init_head, self._head()))
                 lost += 1
@@ -492,22 +496,19 @@ class PlaneDCBSubscription(DCBListenNotifySubscription[PlaneDCBRecorder]):
 
 @dataclass(frozen=True, slots=True)
 class _Call:
-    """One append's events as the queue holds them: its versionstamp (empty before its
-    enqueue commits), its id and its entries."""
+    """One append's events as the queue holds them: its versionstamp, its id, its entries
+    and the keys of the queue records they were read from (the versionstamp and the keys
+    empty for a call not read from the queue: one about to be queued)."""
 
     stamp: bytes
     id: bytes
     entries: list[bytes]
+    keys: tuple[bytes, ...] = ()
 
     def chunks(self) -> list[bytes]:
         """The call's id and entries, CBOR, cut into queue record values."""
         payload = cbor.encode([self.id, self.entries])
         return [payload[i : i + CHUNK_BYTES] for i in range(0, len(payload), CHUNK_BYTES)]
-
-    def rows(self) -> list[_Row]:
-        """Its queue records, keyed with its versionstamp."""
-        chunks = self.chunks()
-        return [(_queue_key(self.stamp, i, len(chunks)), c) for i, c in enumerate(chunks)]
 
     def names(self) -> list[list[tuple[bytes, str]]]:
         """Each event's index names: ``(kind, tag or type)``, its type last."""
@@ -570,7 +571,7 @@ def _page(rows: Sequence[_Row]) -> list[_Call]:
             and all(isinstance(entry, bytes) for entry in value[1])
         ):
             raise CorruptRecord("DCB queue record", f"stamp {stamp.hex()}: not [id, entries]")
-        calls.append(_Call(stamp, value[0], value[1]))
+        calls.append(_Call(stamp, value[0], value[1], tuple(k for k, _ in group)))
         at += count
     return calls
 
@@ -598,7 +599,7 @@ def _moves(
     position = head
     for call, call_names in zip(calls, names, strict=True):
         moves[_CALL + call.id] = (position + 1).to_bytes(8, "big")
-        for key, _ in call.rows():
+        for key in call.keys:  # those read: chunked by whichever writer queued the call
             moves[key] = None
         for index, event_names in enumerate(call_names):
             position += 1
@@ -686,40 +687,50 @@ def _matched(
     tr: AppTransaction, items: Sequence[DCBQueryItem], after: int
 ) -> Coroutine[object, object, tuple[bool, bool, bool]]:
     """Issue the condition's first reads now; the coroutine it returns tells whether an
-    event placed after position ``after`` matches an item, whether a queued
-    one does, and whether that cannot be told here (an item matching every event, in a store
-    whose head ``h`` is not written yet). Every range that could gain a match is read with
-    a conflict, and only those: each item's tags (its types, if it has none), placed after
-    ``after`` and pending, in one wave; an item's types after that, only where its tags
-    found events. Positions and versionstamps are below 2**63, so an id starts below
-    ``0x80``: a range ends there, before the keys of a name that extends this one (``a``
-    and ``a\\x00`` pack to ``\\x02a\\x00`` and ``\\x02a\\x00\\xff\\x00``)."""
+    event placed after position ``after`` matches an item, whether a queued one does, and
+    whether that cannot be told here (an item matching every event, in a store whose head
+    ``h`` is not written yet).
+
+    An event that would match an item writes every one of the item's tags (or, for an
+    item without tags, one of its types) into the index: so each item's first tag -- or
+    each of its types, without tags -- is read with a conflict, placed after ``after`` and
+    pending; its other tags, and its types when it has tags, are snapshot reads, which no
+    append under another boundary conflicts with. The first wave is every item's tags (its
+    types, without tags); an item's types follow, only where its tags found events.
+    Positions and versionstamps are below 2**63, so an id starts below ``0x80``: a range
+    ends there, before the keys of a name that extends this one (``a`` and ``a\\x00`` pack
+    to ``\\x02a\\x00`` and ``\\x02a\\x00\\xff\\x00``)."""
     items = list(items) or [DCBQueryItem()]  # a query without items matches every event
     every = any(not item.tags and not item.types for item in items)
     head_read = tr.get(_HEAD) if every else None
     queued_read = tr.get_range(_QUEUE, _QUEUE_END, limit=1) if every else None
     low = (after + 1).to_bytes(8, "big")
-    reads: dict[tuple[bytes, str, bool], Future[list[tuple[bytes, bytes]]]] = {}
+    reads: dict[tuple[bytes, str, bool, bool], Future[list[tuple[bytes, bytes]]]] = {}
 
-    def issue(kind: bytes, name: str, queued: bool) -> None:
-        if (kind, name, queued) not in reads and _storable(name):
+    def issue(kind: bytes, name: str, queued: bool, snapshot: bool = False) -> None:
+        if (kind, name, queued, snapshot) not in reads and _storable(name):
             prefix = _pending_prefix(kind, name) if queued else _prefix(kind, name)
             start = b"" if queued else low
-            reads[kind, name, queued] = tr.get_range(prefix + start, prefix + b"\x80")
+            reads[kind, name, queued, snapshot] = tr.get_range(
+                prefix + start, prefix + b"\x80", snapshot=snapshot
+            )
 
-    async def ids(kind: bytes, name: str, queued: bool) -> set[bytes]:
+    async def ids(kind: bytes, name: str, queued: bool, snapshot: bool = False) -> set[bytes]:
         if not _storable(name):
             return set()
-        issue(kind, name, queued)
+        issue(kind, name, queued, snapshot)
         prefix = _pending_prefix(kind, name) if queued else _prefix(kind, name)
         size = _STAMP + 4 if queued else 8
-        rows = await reads[kind, name, queued]
+        rows = await reads[kind, name, queued, snapshot]
         return {key[len(prefix) :] for key, _ in rows if len(key) == len(prefix) + size}
 
     for item in items:
-        for kind, name in [(_TAG, t) for t in item.tags] or [(_TYPE, t) for t in item.types]:
-            issue(kind, name, False)
-            issue(kind, name, True)
+        for queued in (False, True):
+            for i, tag in enumerate(item.tags):
+                issue(_TAG, tag, queued, i > 0)
+            if not item.tags:
+                for type_name in item.types:
+                    issue(_TYPE, type_name, queued)
 
     async def evaluate() -> tuple[bool, bool, bool]:
         settled = pending = unknown = False
@@ -733,13 +744,13 @@ def _matched(
                 continue
             for queued in (False, True):
                 found: set[bytes] | None = None
-                for tag in item.tags:
-                    tagged = await ids(_TAG, tag, queued)
+                for i, tag in enumerate(item.tags):
+                    tagged = await ids(_TAG, tag, queued, i > 0)
                     found = tagged if found is None else found & tagged
                 if item.types and (found is None or found):
                     typed: set[bytes] = set()
                     for type_name in item.types:
-                        typed |= await ids(_TYPE, type_name, queued)
+                        typed |= await ids(_TYPE, type_name, queued, bool(item.tags))
                     found = typed if found is None else found & typed
                 if found:
                     pending, settled = (True, settled) if queued else (pending, True)
@@ -760,7 +771,13 @@ async def _enqueue(
     ``c`` keys ``done`` of calls placed before."""
     mine = tr.get(_CALL + call.id)
     check = None if items is None else _matched(tr, items, after)  # its reads in flight
-    if await mine is not None:
+    try:
+        marker = await mine
+    except BaseException:
+        if check is not None:
+            check.close()
+        raise
+    if marker is not None:
         if check is not None:
             check.close()
         raise _Enqueued
