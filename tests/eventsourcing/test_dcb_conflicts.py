@@ -249,9 +249,10 @@ def _random_event(rng: random.Random, data: bytes) -> DCBEvent:
     return DCBEvent(rng.choice(TYPES), data, rng.sample(NAMES, rng.randint(0, 2)))
 
 
+@pytest.mark.parametrize("direct", [False, True], ids=["queued", "direct"])
 @pytest.mark.parametrize("seed", range(10))
 def test_random_conditions_under_faults_hold_over_the_final_store(
-    seed: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, direct: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Random queries (types, tags, both, neither; names that extend others), conditions
     at random positions (far behind the head, at it, beyond it), windows of 3 positions
@@ -259,7 +260,8 @@ def test_random_conditions_under_faults_hold_over_the_final_store(
     queue records of 7 bytes; commit and read faults, and another writer -- appending, or
     queueing and stopping -- after failed commits and before a third of the commits: every
     returned position holds its call's events, positions are dense, and no event that a
-    successful append's condition excluded lies between its position and the append's."""
+    successful append's condition excluded lies between its position and the append's.
+    Appends placed directly: the same, with no writer stopping between steps."""
     monkeypatch.setattr(dcb, "WINDOW", 3)
     monkeypatch.setattr(dcb, "WINDOWS", 2)
     if seed % 2:
@@ -267,12 +269,12 @@ def test_random_conditions_under_faults_hold_over_the_final_store(
         monkeypatch.setattr(dcb, "CHUNK_BYTES", 7)
     rng = random.Random(seed)
     engine, universe = MemoryEngine(), UniverseId.new()
-    clean = PlaneDCBRecorder(open_plane(engine, MemoryObjectStore()), universe)
+    clean = PlaneDCBRecorder(open_plane(engine, MemoryObjectStore()), universe, direct=direct)
     stopping = PlaneDCBRecorder(open_plane(engine, MemoryObjectStore()), universe)
 
     def compete() -> None:
         event = _random_event(rng, b"o" + uuid.uuid4().bytes)
-        if rng.random() < 0.3:
+        if not direct and rng.random() < 0.3:
             call = dcb._Call(b"", uuid.uuid4().bytes, [dcb.encode_event(event)])
             stopping._enqueue(call, None, 0, None)
             return
@@ -288,7 +290,7 @@ def test_random_conditions_under_faults_hold_over_the_final_store(
     )
     injector.before_every_commit = sometimes
     faulty = PlaneDCBRecorder(
-        open_plane(FaultyEngine(engine, injector), MemoryObjectStore()), universe
+        open_plane(FaultyEngine(engine, injector), MemoryObjectStore()), universe, direct=direct
     )
     conditions: list[tuple[DCBQuery, int, bytes]] = []
     returned: dict[bytes, tuple[int, int]] = {}
