@@ -29,6 +29,11 @@ never conflict:
    committed: a page read earlier could miss a call queued in between, and placing the
    later call first could put, before the earlier one, an event its condition excluded.
 
+On an engine whose writers serialize (SQLite) an append is placed directly instead, in
+one sequenced append at the head its condition was checked up to
+(:attr:`PlaneDCBRecorder.direct`): there the queue would add a commit and avoid no
+conflict.
+
 A condition that matches a queued event settles the queue, then checks again (reads show
 placed events only, and the event's writer may have stopped before placing it). An enqueue
 run again after an unknown commit result finds its ``c`` key and only settles. ``c`` keys
