@@ -29,11 +29,6 @@ never conflict:
    committed: a page read earlier could miss a call queued in between, and placing the
    later call first could put, before the earlier one, an event its condition excluded.
 
-On an engine whose writers serialize (SQLite) an append is placed directly instead, in
-one sequenced append at the head its condition was checked up to
-(:attr:`PlaneDCBRecorder.direct`): there the queue would add a commit and avoid no
-conflict.
-
 A condition that matches a queued event settles the queue, then checks again (reads show
 placed events only, and the event's writer may have stopped before placing it). An enqueue
 run again after an unknown commit result finds its ``c`` key and only settles. ``c`` keys
@@ -208,19 +203,9 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
     """eventsourcing's ``DCBRecorder`` over the plane (see the module docstring)."""
 
     def __init__(
-        self,
-        plane: Plane,
-        universe: UniverseId,
-        *,
-        closed: threading.Event | None = None,
-        direct: bool | None = None,
+        self, plane: Plane, universe: UniverseId, *, closed: threading.Event | None = None
     ) -> None:
         super().__init__(plane, universe, closed=closed)
-        self.direct = plane.engine.writers_serialize if direct is None else direct
-        """Whether appends are placed directly, in one sequenced append at the head their
-        condition was checked up to (default: on an engine whose writers serialize, SQLite,
-        where the queue would add a commit and avoid no conflict), instead of queued and
-        settled. Every writer of a store must append the same way."""
         self._lock = threading.Lock()
         self._done: list[bytes] = []  # ``c`` keys of settled calls, for the next enqueue
         self._seen = 0  # the highest head this recorder has read
@@ -337,8 +322,6 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
                 if matching:
                     raise IntegrityError(condition)
                 after = head  # checked up to ``head``: the enqueue checks from there
-            if self.direct:
-                return self._place(call, items, after, condition)
             self._enqueue(call, items, after, condition)
         except PersistError as exc:
             raise codec.translate(exc) from exc
@@ -382,58 +365,6 @@ class PlaneDCBRecorder(PlaneRecorder, DCBRecorder):
                 self._keep(done)
                 raise
             return
-        raise OperationalError(f"gave up after {MAX_ATTEMPTS} attempts: the store kept moving")
-
-    def _place(
-        self,
-        call: _Call,
-        items: Sequence[DCBQueryItem] | None,
-        after: int,
-        condition: DCBAppendCondition | None,
-    ) -> int:
-        """Append ``call``'s events directly (:attr:`direct`): check the condition up to the
-        head ``h`` (snapshot reads), then one sequenced append expecting that head writes the
-        events, their index keys at their positions and the new head. If another append
-        came first, the head moved and nothing was written: check again from where the check
-        stopped. Anything queued (by a writer that appended otherwise) is placed first."""
-        names = call.names()
-        for _ in range(MAX_ATTEMPTS):
-            state = self.plane.transact_app(
-                self.universe, functools.partial(_direct_state, items, after)
-            )
-            if state is None:  # a new store, or one from before ``h``
-                self.plane.transact_app(self.universe, functools.partial(_init_head, self._head()))
-                continue
-            head, matching, checked, queued = state
-            self._seen = max(self._seen, head)
-            if matching:
-                raise IntegrityError(condition)
-            if queued:
-                self._settle(None)
-                continue
-            if checked < head:  # more windows than one transaction reads: on from there
-                after = checked
-                continue
-            moves: dict[bytes, bytes | None] = {
-                _index_key(kind, name, head + 1 + index): b""
-                for index, event_names in enumerate(names)
-                for kind, name in event_names
-            }
-            moves[_HEAD] = (head + len(call.entries)).to_bytes(8, "big")
-            try:
-                self.plane.append_sequenced(
-                    self.universe,
-                    [(STORE_WORLD, head, call.entries)],
-                    [[event[-1][1] for event in names]],  # the types
-                    create_missing=head == 0,
-                    app_data=moves,
-                )
-            except (HeadAdvanced, WorldNotFound):
-                after = max(after, checked)  # checked through ``checked``: on from there
-                continue
-            except SequencingIncomplete:  # appended: positions are heights
-                pass
-            return head + len(call.entries)
         raise OperationalError(f"gave up after {MAX_ATTEMPTS} attempts: the store kept moving")
 
     def _keep(self, done: list[bytes]) -> None:
@@ -900,26 +831,6 @@ async def _queue(
         if not calls:
             raise CorruptRecord("DCB queue record", f"stamp {stamp.hex()}: chunks missing")
     return None, head, calls, last
-
-
-async def _direct_state(
-    items: Sequence[DCBQueryItem] | None, after: int, tr: AppTransaction
-) -> tuple[int, list[int], int, bool] | None:
-    """A direct append's reads, in one snapshot: the head ``h`` (``None`` if there is none
-    yet), the first position after ``after`` that ``items`` match (none without a
-    condition), the position up to which they were looked for, and whether the queue holds
-    a call."""
-    queued_read = tr.get_range(_QUEUE, _QUEUE_END, limit=1, snapshot=True)
-    found: tuple[int, list[int], int] | None
-    if items is None:
-        head = _head_value(await tr.get(_HEAD, snapshot=True))
-        found = None if head is None else (head, [], head)
-    else:
-        found = await _positions(items, after, 1, None, tr)
-    if found is None:
-        return None
-    head, matching, checked = found
-    return head, matching, checked, bool(await queued_read)
 
 
 async def _init_head(head: int, tr: AppTransaction) -> None:

@@ -101,20 +101,17 @@ def _book_from_threads(recorders: list[PlaneDCBRecorder]) -> None:
     assert sorted(won) == [(p - 1, p) for p in range(1, 61)]
 
 
-@pytest.mark.parametrize("direct", [False, True], ids=["queued", "direct"])
-def test_a_condition_sees_every_append_that_commits_before_it_on_memory(direct: bool) -> None:
+def test_a_condition_sees_every_append_that_commits_before_it_on_memory() -> None:
     plane, universe = stores.open_memory_plane(), UniverseId.new()
-    _book_from_threads([PlaneDCBRecorder(plane, universe, direct=direct) for _ in range(4)])
+    _book_from_threads([PlaneDCBRecorder(plane, universe) for _ in range(4)])
 
 
 class TestConditions(stores.Sqlite):
     def test_a_condition_sees_every_append_that_commits_before_it(self) -> None:
-        """On SQLite (appends placed directly): :func:`_book_from_threads`."""
+        """:func:`_book_from_threads`, on SQLite."""
         plane = self.open_plane()
         universe = UniverseId.new()
-        recorders = [PlaneDCBRecorder(plane, universe) for _ in range(4)]
-        assert all(recorder.direct for recorder in recorders)
-        _book_from_threads(recorders)
+        _book_from_threads([PlaneDCBRecorder(plane, universe) for _ in range(4)])
 
     def test_disjoint_boundaries_do_not_refuse_each_other(self) -> None:
         recorder = self.recorder(PlaneDCBRecorder)
@@ -167,10 +164,9 @@ def _query(rng: random.Random, names: list[str]) -> DCBQuery:
     return DCBQuery([item() for _ in range(rng.randint(0, 3))])
 
 
-@pytest.mark.parametrize("direct", [False, True], ids=["queued", "direct"])
 @pytest.mark.parametrize("seed", range(6))
 def test_reads_and_conditions_agree_with_eventsourcings_in_memory_recorder(
-    seed: int, direct: bool, monkeypatch: pytest.MonkeyPatch
+    seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Random appends, conditions and reads (types, tags, both, neither; after and limit
     anywhere), with the index read in windows of 5 positions, 2 a transaction, and spans
@@ -180,7 +176,7 @@ def test_reads_and_conditions_agree_with_eventsourcings_in_memory_recorder(
     monkeypatch.setattr(dcb, "GAP", 2)
     rng = random.Random(seed)
     names = ["a", "b", "c", "d", "\x00", "a\x00"]
-    ours = PlaneDCBRecorder(stores.open_memory_plane(), UniverseId.new(), direct=direct)
+    ours = PlaneDCBRecorder(stores.open_memory_plane(), UniverseId.new())
     theirs = InMemoryDCBRecorder()
     for _ in range(120):
         if rng.random() < 0.5:
@@ -267,10 +263,9 @@ def test_a_query_name_no_event_can_have_matches_nothing() -> None:
         assert recorder.append([DCBEvent("E", b"2")], condition) == position
 
 
-@pytest.mark.parametrize("direct", [False, True], ids=["queued", "direct"])
 @pytest.mark.parametrize("seed", range(8))
 def test_faults_and_a_competing_writer_never_duplicate_lose_or_break_a_condition(
-    seed: int, direct: bool, monkeypatch: pytest.MonkeyPatch
+    seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Random appends (random tags, conditioned on what was read) through an engine that
     fails commits (conflicts, unknown results applied or not, too old) and reads, with
@@ -279,22 +274,20 @@ def test_faults_and_a_competing_writer_never_duplicate_lose_or_break_a_condition
     returned position holds the call's events; no call's events are stored twice; a
     refused call's never; a stopped writer's once; each condition held over the final
     store; after a settle the queue and the pending index are empty, ``h`` is the head and
-    every event is indexed at its position, nothing else. Appends placed directly: the
-    same, with no writer stopping between steps (there is one step)."""
+    every event is indexed at its position, nothing else."""
     if seed % 2:
         monkeypatch.setattr(dcb, "QUEUE_PAGE", 3)
         monkeypatch.setattr(dcb, "CHUNK_BYTES", 7)
     rng = random.Random(seed)
     engine = MemoryEngine()
-    universe = UniverseId.new()
-    clean = PlaneDCBRecorder(open_plane(engine, MemoryObjectStore()), universe, direct=direct)
+    clean = PlaneDCBRecorder(open_plane(engine, MemoryObjectStore()), universe := UniverseId.new())
     stopping = PlaneDCBRecorder(open_plane(engine, MemoryObjectStore()), universe)
     tags = ["a", "b", "c"]
     stopped: list[bytes] = []
 
     def compete() -> None:
         tag = rng.choice(tags)
-        if not direct and rng.random() < 0.3:  # a writer that stops between its two steps
+        if rng.random() < 0.3:  # a writer that stops between its two steps
             event = DCBEvent("Stopped", uuid.uuid4().bytes, [tag])
             stopping._enqueue(
                 dcb._Call(b"", uuid.uuid4().bytes, [dcb.encode_event(event)]), None, 0, None
@@ -312,7 +305,7 @@ def test_faults_and_a_competing_writer_never_duplicate_lose_or_break_a_condition
         seed=seed, commit_fault_rate=0.25, read_fault_rate=0.05, interleave=compete
     )
     faulty = PlaneDCBRecorder(
-        open_plane(FaultyEngine(engine, injector), MemoryObjectStore()), universe, direct=direct
+        open_plane(FaultyEngine(engine, injector), MemoryObjectStore()), universe
     )
     returned: dict[bytes, tuple[int, int]] = {}  # data -> (last position, events)
     refused: set[bytes] = set()
@@ -365,14 +358,12 @@ def test_faults_and_a_competing_writer_never_duplicate_lose_or_break_a_condition
     }
 
 
-def _beside(
-    injector: FaultInjector, direct: bool = False
-) -> tuple[PlaneDCBRecorder, PlaneDCBRecorder]:
+def _beside(injector: FaultInjector) -> tuple[PlaneDCBRecorder, PlaneDCBRecorder]:
     """Two recorders of one store, the second's engine faulty (``injector``)."""
     engine, universe = MemoryEngine(), UniverseId.new()
-    clean = PlaneDCBRecorder(open_plane(engine, MemoryObjectStore()), universe, direct=direct)
+    clean = PlaneDCBRecorder(open_plane(engine, MemoryObjectStore()), universe)
     faulty = PlaneDCBRecorder(
-        open_plane(FaultyEngine(engine, injector), MemoryObjectStore()), universe, direct=direct
+        open_plane(FaultyEngine(engine, injector), MemoryObjectStore()), universe
     )
     return clean, faulty
 
@@ -490,20 +481,18 @@ def test_a_name_is_not_matched_by_a_longer_name_that_starts_with_it(kind: str) -
     assert recorder.append([DCBEvent("E", b"3")], DCBAppendCondition(query, 0)) >= 2
 
 
-@pytest.mark.parametrize("direct", [False, True], ids=["queued", "direct"])
-@pytest.mark.parametrize("commit", [1, 2, 3], ids=["first", "second", "third"])
+@pytest.mark.parametrize("commit", [1, 2, 3], ids=["enqueue", "settle", "log"])
 @pytest.mark.parametrize("outcome", ["applied", "late", "not-applied"])
 @pytest.mark.parametrize("boundary", ["same", "other"])
 def test_an_unknown_result_with_another_writer_between_appends_once_and_keeps_the_condition(
-    commit: int, outcome: str, boundary: str, direct: bool
+    commit: int, outcome: str, boundary: str
 ) -> None:
-    """An unknown result (applied, landing late, or not applied) on each of an append's
-    commits (queued: the enqueue, the settle, the log's; direct: the append and the next
-    one's), with another writer appending before the retry under the same boundary or
-    another: the call's event is stored at most once, at the position it returned, and
-    its condition held."""
+    """An unknown result (applied, landing late, or not applied) on the enqueue, the
+    settle or the commit after, with another writer appending before the retry under the
+    same boundary or another: the call's event is stored at most once, at the position it
+    returned, and its condition held."""
     injector = FaultInjector()
-    clean, faulty = _beside(injector, direct)
+    clean, faulty = _beside(injector)
     clean.append([DCBEvent("S", b"s", ["x"])])
     tag = "x" if boundary == "same" else "z"
     theirs = DCBAppendCondition(DCBQuery([DCBQueryItem(tags=[tag])]), 1)
