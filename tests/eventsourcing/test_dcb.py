@@ -33,6 +33,7 @@ from persistence.ids import UniverseId, WorldId
 from persistence.plane import AppTransaction, PlaneConfig
 from segments import open_plane
 from tests.eventsourcing import stores
+from tests.eventsourcing.dcb_checks import placed
 
 
 class ShippedCases(DCBRecorderTestCase, stores.Store):
@@ -329,14 +330,7 @@ def test_faults_and_a_competing_writer_never_duplicate_lose_or_break_a_condition
         if condition is not None:
             conditions.append((tag, seen, data))
     assert returned, "no append succeeded: the test proves nothing"
-    clean.settle()
-    stored = list(clean.read())
-    assert [e.position for e in stored] == list(range(1, len(stored) + 1))
-    where: dict[bytes, list[int]] = {}
-    for event in stored:
-        where.setdefault(event.event.data, []).append(event.position)
-    for data, (position, count) in returned.items():
-        assert where[data] == list(range(position - count + 1, position + 1))
+    stored, where = placed(clean, returned)
     assert not refused & where.keys()
     assert all(len(where[data]) == 1 for data in stopped)
     for positions in where.values():  # one call's events, stored once, side by side

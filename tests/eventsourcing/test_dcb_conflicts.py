@@ -29,6 +29,7 @@ from persistence.ids import UniverseId
 from persistence.plane import AppTransaction
 from segments import open_plane
 from tests.eventsourcing import stores
+from tests.eventsourcing.dcb_checks import placed
 
 
 def _beside(injector: FaultInjector) -> tuple[PlaneDCBRecorder, PlaneDCBRecorder]:
@@ -310,14 +311,7 @@ def test_random_conditions_under_faults_hold_over_the_final_store(
         if condition is not None:
             conditions.append((query, after, data))
     assert returned
-    clean.settle()
-    stored = list(clean.read())
-    assert [e.position for e in stored] == list(range(1, len(stored) + 1))
-    where: dict[bytes, list[int]] = {}
-    for event in stored:
-        where.setdefault(event.event.data, []).append(event.position)
-    for data, (position, count) in returned.items():
-        assert where[data] == list(range(position - count + 1, position + 1))
+    stored, where = placed(clean, returned)
     for query, after, data in conditions:
         first = where[data][0]
         assert not [e for e in stored if after < e.position < first and _matches(query, e.event)]
