@@ -94,22 +94,69 @@ def _log_record_at_places(raw: bytes) -> LogRecord | None:
         size = int.from_bytes(raw[6:at], "big")
     else:
         return None
-    world_at = at + size + len(_LOG_WORLD)
-    height_at = world_at + 16 + len(_LOG_HEIGHT)
-    if raw[at + size : world_at] != _LOG_WORLD or raw[world_at + 16 : height_at] != _LOG_HEIGHT:
-        return None
+    height_at = at + size + _WORLD_AND_HEIGHT_BYTES
+    head = raw[:height_at]
+    known = _HEADS.get(head)
+    if known is None:
+        known = _head_at_places(head, at, size)
+        if known is None:
+            return None
+        if len(_HEADS) >= _HEADS_KEPT:
+            _HEADS.clear()
+        _HEADS[head] = known
     height = unsigned_at(raw, height_at)
-    if height < 0:
+    # canonical: the shortest encoding of the height, as the encoder writes it
+    if height < 0 or len(raw) - height_at != _unsigned_width(height):
+        return None
+    return _proven(known[0], height, known[1])
+
+
+def _proven(world: WorldId, height: int, tag: str) -> LogRecord:
+    """``LogRecord(world, height, tag)`` without construction's checks: only for fields read
+    from bytes equal to a valid record's encoding (a third of the constructor's cost, once
+    per record a reader reads)."""
+    record = _new(LogRecord)
+    _set(record, "world", world)
+    _set(record, "height", height)
+    _set(record, "tag", tag)
+    return record
+
+
+_new: Final = object.__new__
+_set: Final = object.__setattr__
+_WORLD_AND_HEIGHT_BYTES: Final = len(_LOG_WORLD) + 16 + len(_LOG_HEIGHT)
+_HEADS: Final[dict[bytes, tuple[WorldId, str]]] = {}
+"""Record heads (every byte before the height's) already proven, with their world and tag:
+an aggregate's events share one, so most records are decoded by one lookup."""
+_HEADS_KEPT: Final = 4096
+
+
+def _head_at_places(head: bytes, at: int, size: int) -> tuple[WorldId, str] | None:
+    """The world and tag of ``head`` (a record's bytes before its height; its tag ``size``
+    bytes from ``at``) if it is exactly what :func:`log_records` writes for them."""
+    world_at = at + size + len(_LOG_WORLD)
+    if head[at + size : world_at] != _LOG_WORLD or head[world_at + 16 :] != _LOG_HEIGHT:
         return None
     try:
-        tag = raw[at : at + size].decode("utf-8")
-        world = _world_of(raw[world_at : world_at + 16])
-        # the head is built (once per world and tag) from a LogRecord, which checks both;
-        # bytes equal to a valid record's encoding are that record: nothing to check again
-        again = _log_record_head(world, tag) + cbor.unsigned(height)
+        tag = head[at : at + size].decode("utf-8")
+        world = _world_of(head[world_at : world_at + 16])
+        # the expected head is built from a LogRecord, which checks both; bytes equal to a
+        # valid record's encoding are that record: nothing to check again
+        expected = _log_record_head(world, tag)
     except (UnicodeDecodeError, Validation, cbor.NotCanonical):
         return None
-    return LogRecord.proven(world, height, tag) if again == raw else None
+    return (world, tag) if expected == head else None
+
+
+def _unsigned_width(value: int) -> int:
+    """The bytes of ``value``'s shortest CBOR encoding (an unsigned integer)."""
+    if value < 24:
+        return 1
+    if value < 0x100:
+        return 2
+    if value < 0x10000:
+        return 3
+    return 5 if value < 0x100000000 else 9
 
 
 @functools.lru_cache(maxsize=4096)

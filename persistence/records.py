@@ -241,16 +241,6 @@ class Record:
                 if checked is not value:
                     object.__setattr__(self, f.name, checked)
 
-    @classmethod
-    def proven(cls, *values: Any) -> Self:
-        """The record of ``values`` (all its fields, in order) without construction's
-        checks: only for values a decoder has proven valid (by encoding them again and
-        comparing with the stored bytes, as the universe log's decoder does)."""
-        record = object.__new__(cls)
-        for f, value in zip(_schema(cls), values, strict=True):
-            object.__setattr__(record, f.name, value)
-        return record
-
     def to_map(self) -> dict[str, Any]:
         """The record as a CBOR-ready map (with ``"kind"`` for union members)."""
         out: dict[str, Any] = {} if self.KIND is None else {"kind": self.KIND}

@@ -123,7 +123,9 @@ async def read_log(
     rows = all_rows[: end - first + 1]
     records: list[tuple[int, LogRecord]] = []
     asked: list[tuple[int, WorldKeys, int, bytes]] = []  # position, world, height, key
-    worlds: dict[WorldId, WorldKeys] = {}  # an aggregate's events are often near each other
+    # an aggregate's events are often near each other: each world's keys and entry-key
+    # function are made once per page
+    worlds: dict[WorldId, tuple[WorldKeys, Callable[[int], bytes]]] = {}
     keys_expected = height_keys(universe.log_entry, universe.log_prefix_len(), first, len(rows))
     for expected, (key, value), key_expected in zip(
         range(first, first + len(rows)), rows, keys_expected, strict=True
@@ -133,10 +135,11 @@ async def read_log(
         record = decode_log_record(value, f"universe log at {expected}")
         records.append((expected, record))
         if wanted(record):
-            world = worlds.get(record.world)
-            if world is None:
-                world = worlds[record.world] = universe.world(record.world)
-            asked.append((expected, world, record.height, world.whole_entry_key()(record.height)))
+            known = worlds.get(record.world)
+            if known is None:
+                keys = universe.world(record.world)
+                known = worlds[record.world] = (keys, keys.whole_entry_key())
+            asked.append((expected, known[0], record.height, known[1](record.height)))
     if len(records) != end - first + 1:
         missing = first + len(records)
         raise CorruptRecord("universe log", f"position {missing} is missing below head {head}")
