@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Generator, Sequence
@@ -220,6 +221,100 @@ class Gathered(Future[list[T]]):
         pending = self._pending()
         if pending is not None:
             await pending.settle_async(executor)
+
+
+class _Either(Future[None]):
+    """Ready once one of ``futures`` (not ready when made) can make progress: what
+    :func:`concurrently` waits on while every coroutine it runs waits. A future that cannot
+    notify (work that blocks, a pause) is waited on alone, so that its work runs once; the
+    others' are waited on together (a callback each, the first one wakes)."""
+
+    __slots__ = ("_futures",)
+
+    def __init__(self, futures: Sequence[Future[Any]]) -> None:
+        self._futures = futures
+
+    def poll(self) -> bool:
+        return any(future.poll() for future in self._futures)
+
+    def result(self) -> None:
+        return None
+
+    def block(self) -> None:
+        woken = threading.Event()
+        for future in self._futures:
+            try:
+                future.notify(woken.set)
+            except NotImplementedError:
+                future.block()
+                return
+        woken.wait()
+
+    async def settle_async(self, executor: concurrent.futures.Executor | None) -> None:
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        for future in self._futures:
+            try:
+                future.notify(lambda: loop.call_soon_threadsafe(_wake, waiter))
+            except NotImplementedError:
+                await future.settle_async(executor)
+                return
+        await waiter
+
+
+async def concurrently(*awaitables: Awaitable[Any]) -> list[Any]:
+    """Run ``awaitables`` (protocol coroutines) together, under whichever driver runs the
+    caller: each goes on as far as it can, then all wait until one of their futures is
+    ready -- their round trips overlap instead of adding up. Returns their values in order
+    once all have ended; if any raised, raises the first error (by position) once all have
+    ended, so none is left in flight. An error thrown into the caller while it waits (an
+    interrupt, a cancellation) is thrown into each one still running, and raised at the
+    end."""
+    steps = [awaitable.__await__() for awaitable in awaitables]
+    waiting: list[Future[Any] | None] = [None] * len(steps)
+    thrown: list[BaseException | None] = [None] * len(steps)
+    values: list[Any] = [None] * len(steps)
+    errors: list[BaseException | None] = [None] * len(steps)
+    running = list(range(len(steps)))
+    interrupt: BaseException | None = None
+    while True:
+        for index in running:
+            while True:
+                waited, error = waiting[index], thrown[index]
+                if error is None and waited is not None and not waited.poll():
+                    break
+                try:
+                    if error is not None:
+                        thrown[index] = None
+                        waited = steps[index].throw(error)
+                    else:
+                        waited = steps[index].send(None)
+                except StopIteration as done:
+                    values[index], waiting[index] = done.value, None
+                    break
+                except BaseException as exc:  # reported once every one has ended
+                    errors[index], waiting[index] = exc, None
+                    break
+                if isinstance(waited, Future):
+                    waiting[index] = waited
+                else:
+                    waiting[index], thrown[index] = None, _foreign(waited)
+        running = [i for i in running if waiting[i] is not None or thrown[i] is not None]
+        if not running:
+            break
+        pending = [future for i in running if (future := waiting[i]) is not None]
+        try:
+            await _Either(pending)
+        except BaseException as exc:  # thrown in by the driver: to every one still running
+            interrupt = interrupt or exc
+            for index in running:
+                thrown[index] = exc
+    if interrupt is not None:
+        raise interrupt
+    for error in errors:
+        if error is not None:
+            raise error
+    return values
 
 
 class Blocking(Future[T]):

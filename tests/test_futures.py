@@ -23,6 +23,7 @@ from persistence.futures import (
     Mapped,
     Ready,
     Sleep,
+    concurrently,
     drive,
     drive_async,
 )
@@ -253,3 +254,140 @@ def test_the_retry_loop_retries_a_conflict_under_the_asyncio_driver(engine: kv.E
     assert asyncio.run(drive_async(kv.transact(engine, increment))) == 11
     assert attempts == 2
     assert kv.run(engine, lambda tr: tr.get(b"n")) == b"11"
+
+
+# ---------------------------------------------------------------- concurrently
+
+
+def test_coroutines_run_concurrently_wait_together_under_either_driver() -> None:
+    """Two protocols, each waiting on a future only the other's progress settles: run one
+    after the other they would wait for ever; run concurrently, each goes on as far as it
+    can, both end, and their values come back in order."""
+
+    def make() -> Coroutine[Any, Any, list[Any]]:
+        first: Later[int] = Bounded()
+        second: Later[int] = Bounded()
+        order: list[str] = []
+
+        async def one() -> int:
+            order.append("one waits")
+            value = await first
+            order.append("one settles two")
+            settle_soon(second, value + 1).join()
+            return value
+
+        async def two() -> str:
+            order.append("two settles one")
+            settle_soon(first, 1).join()
+            value = await second
+            order.append("two ends")
+            return f"two saw {value}"
+
+        async def protocol() -> list[Any]:
+            values = await concurrently(one(), two())
+            assert order == ["one waits", "two settles one", "one settles two", "two ends"]
+            return values
+
+        return protocol()
+
+    assert both_bounded(make) == ([1, "two saw 2"], [1, "two saw 2"])
+
+
+def both_bounded(make: Callable[[], Coroutine[Any, Any, T]]) -> tuple[T, T]:
+    """:func:`both`, the asyncio run failing after 10 s (with :class:`Bounded` futures, a
+    protocol left waiting fails the test instead of hanging it)."""
+    return drive(make()), asyncio.run(asyncio.wait_for(drive_async(make()), 10))
+
+
+class Bounded(Later[T]):
+    """A :class:`Later` whose blocking wait fails after 10 s instead of waiting for ever:
+    what a driver that does not run protocols concurrently would meet."""
+
+    def block(self) -> None:
+        assert self._set.wait(10), "waited 10 s for a future nothing else could settle"
+
+
+def test_concurrent_blocking_work_runs_once_each() -> None:
+    """Work that can only block is waited on alone (its work run once, not once per wake),
+    beside a future another thread settles."""
+    runs: list[str] = []
+
+    def make() -> Coroutine[Any, Any, list[Any]]:
+        later: Later[int] = Bounded()
+
+        def work() -> int:
+            runs.append("work")
+            return 3
+
+        async def blocking() -> int:
+            value = await Blocking(work)
+            settle_soon(later, 4).join()
+            return value
+
+        async def waiting() -> int:
+            return await later + await Sleep(0.001, 1)
+
+        return concurrently(waiting(), blocking())
+
+    assert both_bounded(make) == ([5, 3], [5, 3])
+    assert runs == ["work", "work"]  # once per driver
+
+
+def test_an_error_waits_for_the_others_then_the_first_is_raised() -> None:
+    """One protocol fails at once, another ends later: the failure is raised only once the
+    other has ended (none left in flight), the first by position when two fail."""
+    ended: list[str] = []
+
+    def make() -> Coroutine[Any, Any, list[Any]]:
+        later: Later[int] = Bounded()
+
+        async def failing(code: int) -> int:
+            return await Failed(EngineError(code, "failed"))
+
+        async def slow() -> int:
+            settle_soon(later, 1)
+            value = await later
+            ended.append("slow")
+            return value
+
+        return concurrently(failing(1020), slow(), failing(1007))
+
+    for run in (drive, lambda c: asyncio.run(asyncio.wait_for(drive_async(c), 10))):
+        with pytest.raises(EngineError) as error:
+            run(make())
+        assert error.value.code == 1020
+    assert ended == ["slow", "slow"]
+
+
+def test_an_interrupt_while_waiting_reaches_every_running_protocol() -> None:
+    """A cancellation of the task that waits on two protocols is thrown into both, each
+    at its own await, and the cancellation is what the task raises."""
+    seen: list[str] = []
+
+    async def waiting(name: str) -> int:
+        try:
+            return await Later[int]()
+        except asyncio.CancelledError:
+            seen.append(name)
+            raise
+
+    async def main() -> None:
+        task = asyncio.ensure_future(drive_async(concurrently(waiting("a"), waiting("b"))))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert seen == ["a", "b"]
+
+
+def test_a_foreign_awaitable_in_one_concurrent_protocol_is_its_type_error() -> None:
+    async def foreign() -> None:
+        await asyncio.sleep(0)  # not an engine future
+
+    async def fine() -> int:
+        return await Ready(1)
+
+    with pytest.raises(TypeError, match="engine futures only"):
+        drive(concurrently(fine(), foreign()))

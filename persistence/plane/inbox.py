@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final
 
-from persistence import kv
+from persistence import futures, kv
 from persistence.errors import Contended, Validation
 from persistence.ids import InboxSeq, UniverseId, WorldId, check_id
 from persistence.inbox_records import InboxCursor, InboxItem, encode_inbox_item, envelope_bytes
@@ -257,8 +257,13 @@ class InboxOperations(JournalOperations):
         order given; a retry after an applied ``commit_unknown_result`` returns its own.
 
         One busy world does not stall the group: a world whose cursor or head moved under a
-        failed attempt is left out of the retries (``protocols/drain.py``), and drained alone
-        once the group has committed; its result says so (``contended``)."""
+        failed attempt is left out of the retries (``protocols/drain.py``), and drained
+        alone once the group has committed; a world an earlier call found busy
+        (``BusyWorlds``) is left out from the first attempt and drained alone *beside* the
+        group, its transaction in flight with the group's (their round trips overlap). Its
+        result says so (``contended``). A drain alone is a transaction of its own: if the
+        call raises, one that ran beside the group may have committed (its items are then in
+        its journal, once)."""
         keys = universe_keys(universe)
         check_sequence(worlds, "worlds", 1, drain.MAX_DRAIN_WORLDS)
         parts: list[WorldKeys] = []
@@ -282,8 +287,9 @@ class InboxOperations(JournalOperations):
                 )
         _check_normalizer(normalize)
         limits = drain.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
-        memo = drain.GroupMemo(busy=self.busy_worlds.among(parts))
-        results = await drain.drain_worlds(
+        known_busy = self.busy_worlds.among(parts)
+        beside = [part for part in parts if part.world in known_busy]
+        group = drain.drain_worlds(
             self.engine,
             keys,
             parts,
@@ -291,26 +297,30 @@ class InboxOperations(JournalOperations):
             normalize,
             self.new_call(),
             await self.checksums(writing=True),
-            memo,
+            drain.GroupMemo(busy=set(known_busy)),
         )
+        results, *alone = await futures.concurrently(
+            group, *(self._drain_alone(part, limits, normalize) for part in beside)
+        )
+        drained_beside = dict(zip((part.world for part in beside), alone, strict=True))
         out = {}
         for part, result in zip(parts, results, strict=True):
-            if result.contended:
-                result = await self._drain_busy(part, limits, normalize, result)
-            out[part.world] = result
+            if part.world in drained_beside:
+                done = drained_beside[part.world]
+            elif result.contended:  # found busy by the group's retries
+                done = await self._drain_alone(part, limits, normalize)
+            else:
+                done = None
+            out[part.world] = result if done is None else done
         self.hooks.reached("inbox.after_drain")
         return out
 
-    async def _drain_busy(
-        self,
-        keys: WorldKeys,
-        limits: drain.DrainLimits,
-        normalize: Normalizer,
-        left_out: DrainResult,
-    ) -> DrainResult:
-        """Drain alone a world a group drain left out as busy (``left_out`` is its result
-        there), giving up after :data:`BUSY_ATTEMPTS` attempts that met a conflict: then
-        ``left_out`` stands, nothing drained, for a later drain. The world stays busy
+    async def _drain_alone(
+        self, keys: WorldKeys, limits: drain.DrainLimits, normalize: Normalizer
+    ) -> DrainResult | None:
+        """Drain alone a world a group drain leaves out as busy, giving up after
+        :data:`BUSY_ATTEMPTS` attempts that met a conflict: then ``None``, nothing drained
+        (the group's result for it stands, for a later drain). The world stays busy
         (``BusyWorlds``) unless this drain commits at its first attempt."""
         call = self.new_call()
         checksummed = await self.checksums(writing=True)
@@ -322,7 +332,7 @@ class InboxOperations(JournalOperations):
             done = await kv.transact(self.engine, attempt, conflicts=BUSY_ATTEMPTS)
         except Contended:
             self.busy_worlds.note(keys, True)
-            return left_out
+            return None
         self.busy_worlds.note(keys, call.attempts > 1)
         return dataclasses.replace(done, contended=True)
 

@@ -215,16 +215,24 @@ class GroupMemo:
     busy: set[WorldId] = field(default_factory=set)
 
 
+CALM_DRAINS: Final = 8
+"""Drains of a busy world in a row that commit at their first attempt before
+:class:`BusyWorlds` forgets it."""
+
+
 class BusyWorlds:
     """The worlds multi-world drains found busy lately, for the drains that follow (a
     plane's, across its calls and threads): such a world is left out of a group's first
     attempt -- which its moving head would fail, making the group run twice -- and drained
-    alone. It is forgotten once a drain of it commits at its first attempt, and the oldest
-    is forgotten beyond ``capacity`` worlds."""
+    alone beside the group. It is forgotten once ``calm_drains`` drains of it in a row
+    commit at their first attempt (one alone proves little: a drain alone is short, and
+    its appender may be between appends), and the oldest is forgotten beyond ``capacity``
+    worlds."""
 
-    def __init__(self, capacity: int = 1_024) -> None:
+    def __init__(self, capacity: int = 1_024, calm_drains: int = CALM_DRAINS) -> None:
         self._capacity = capacity
-        self._worlds: dict[WorldKeys, None] = {}
+        self._calm_drains = calm_drains
+        self._worlds: dict[WorldKeys, int] = {}  # calm drains left before it is forgotten
         self._lock = threading.Lock()
 
     def among(self, worlds: Sequence[WorldKeys]) -> set[WorldId]:
@@ -233,13 +241,21 @@ class BusyWorlds:
             return {keys.world for keys in worlds if keys in self._worlds}
 
     def note(self, keys: WorldKeys, busy: bool) -> None:
-        """Remember ``keys``'s world as busy, or forget it."""
+        """Note how a drain of ``keys``'s world went: it met a conflict (``busy``: remember
+        the world, or keep it longer), or it committed at its first attempt (one calm drain
+        closer to forgetting it)."""
         with self._lock:
-            self._worlds.pop(keys, None)
             if busy:
-                self._worlds[keys] = None
+                self._worlds.pop(keys, None)
+                self._worlds[keys] = self._calm_drains
                 if len(self._worlds) > self._capacity:
                     del self._worlds[next(iter(self._worlds))]
+            elif keys in self._worlds:
+                left = self._worlds[keys] - 1
+                if left > 0:
+                    self._worlds[keys] = left
+                else:
+                    del self._worlds[keys]
 
 
 @kv.transactional

@@ -4,6 +4,7 @@ lands in its journal once."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -13,15 +14,16 @@ import pytest
 from backends.kv.memory import MemoryEngine, MemoryTransaction
 from backends.objects.memory import MemoryObjectStore
 from persistence import fdb_errors, kv
-from persistence.errors import Contended, HeadAdvanced
+from persistence.errors import Contended, HeadAdvanced, WorldNotFound
 from persistence.futures import Failed, Future, Ready, drive
 from persistence.ids import UniverseId, WorldId
 from persistence.inbox_records import DomainEventIngress
 from persistence.journal_records import IngressJournalRecord, decode_journal_record
 from persistence.keyspace import WorldKeys
 from persistence.kv import Engine
-from persistence.plane import Plane
+from persistence.plane import AsyncPlane, Plane
 from persistence.plane.inbox import BUSY_ATTEMPTS
+from persistence.protocols.drain import CALM_DRAINS
 
 ITEM = DomainEventIngress("test/Event@1", b"\xa0")
 
@@ -145,7 +147,8 @@ def test_a_busy_world_that_keeps_conflicting_is_left_for_a_later_drain() -> None
     leaves busy out, and its drain alone gives up after ``BUSY_ATTEMPTS`` attempts that
     conflicted -- busy's result is the group's (nothing drained, ``more``), the call does
     not wait on it. The plane remembers busy: the next group leaves it out from its first
-    attempt. Once the appends stop, busy's drain alone commits, and busy is forgotten."""
+    attempt. Once the appends stop, busy's drains alone commit, and busy is forgotten after
+    ``CALM_DRAINS`` of them in a row."""
     u = UniverseId.new()
     calm, busy = WorldId.new(), WorldId.new()
     holder: list[Plane] = []
@@ -179,7 +182,15 @@ def test_a_busy_world_that_keeps_conflicting_is_left_for_a_later_drain() -> None
     results = plane.drain_worlds(u, [calm, busy], max_items=10)
     assert (results[busy].count, results[busy].contended, results[busy].more) == (3, True, False)
     assert ingress(plane, u, busy) == 3
+    for _ in range(CALM_DRAINS - 1):  # drained alone, calm, until it is forgotten
+        assert plane.busy_worlds.among([WorldKeys(u, busy)]) == {busy}
+        plane.enqueue_batch(u, busy, [ITEM])
+        assert plane.drain_worlds(u, [calm, busy], max_items=10)[busy].contended
     assert plane.busy_worlds.among([WorldKeys(u, busy)]) == set()
+    plane.enqueue_batch(u, busy, [ITEM])
+    results = plane.drain_worlds(u, [calm, busy], max_items=10)
+    assert (results[busy].count, results[busy].contended) == (1, False)  # in the group again
+    assert ingress(plane, u, busy) == 3 + CALM_DRAINS
 
 
 class ScriptedEngine(MemoryEngine):
@@ -232,3 +243,114 @@ def test_transact_gives_up_only_after_conflicts_that_left_nothing_committed() ->
     engine.script = [fdb_errors.NOT_COMMITTED]
     drive(kv.transact(engine, _write, conflicts=2))  # one conflict, then the commit
     assert engine.script == []
+
+
+class InFlightEngine(MemoryEngine):
+    """From :meth:`expect`, a commit's outcome is known only once ``together`` commits have
+    been issued, each applied then: commits issued one after another wait for the next one
+    that never comes (and fail after 10 s)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.together = 0
+        self.issued = 0
+        self.opened = threading.Event()
+
+    def expect(self, together: int) -> None:
+        self.together, self.issued = together, 0
+        self.opened.clear()
+
+    def create_transaction(self) -> MemoryTransaction:
+        return _InFlight(self)
+
+
+class _InFlight(MemoryTransaction):
+    def _fresh(self) -> MemoryTransaction:
+        return _InFlight(self._engine)
+
+    def commit(self) -> Future[None]:
+        engine = self._engine
+        assert isinstance(engine, InFlightEngine)
+        if not engine.together:
+            return super().commit()
+        engine.issued += 1
+        if engine.issued == engine.together:
+            engine.opened.set()
+        return _Gated(engine, super().commit)
+
+
+class _Gated(Future[None]):
+    """A commit applied once the engine's gate opens; failed if it stays shut for 10 s."""
+
+    def __init__(self, engine: InFlightEngine, commit: Callable[[], Future[None]]) -> None:
+        self._engine, self._commit = engine, commit
+        self._outcome: Future[None] | None = None
+        self._deadline = time.monotonic() + 10
+
+    def poll(self) -> bool:
+        if self._outcome is None:
+            if self._engine.opened.is_set():
+                self._outcome = self._commit()
+            elif time.monotonic() >= self._deadline:
+                shut = AssertionError("a commit waited 10 s: commits not in flight together")
+                self._outcome = Failed(shut)
+        return self._outcome is not None
+
+    def result(self) -> None:
+        assert self._outcome is not None
+        return self._outcome.result()
+
+    def block(self) -> None:
+        self._engine.opened.wait(max(0.0, self._deadline - time.monotonic()))
+
+    def notify(self, callback: Callable[[], object]) -> None:
+        def wake() -> None:
+            self.block()
+            callback()
+
+        threading.Thread(target=wake).start()
+
+
+@pytest.mark.parametrize("door", ["sync", "asyncio"])
+def test_a_world_known_busy_is_drained_beside_the_group(door: str) -> None:
+    """A world an earlier drain found busy is left out of the group from its first attempt
+    and drained alone with its transaction in flight beside the group's: each commit's
+    outcome is known only once both are issued, so a drain alone that waited for the group
+    would never commit. Both doors run the same protocol code."""
+    u = UniverseId.new()
+    calm, busy = WorldId.new(), WorldId.new()
+    engine = InFlightEngine()
+    plane = Plane(engine, MemoryObjectStore())
+    for world in (calm, busy):
+        plane.create_world(u, world)
+        plane.enqueue_batch(u, world, [ITEM] * 3)
+    async_plane = AsyncPlane(engine, MemoryObjectStore())
+    (plane if door == "sync" else async_plane).busy_worlds.note(WorldKeys(u, busy), True)
+    engine.expect(together=2)
+    if door == "sync":
+        results = plane.drain_worlds(u, [calm, busy], max_items=10)
+    else:
+        results = asyncio.run(async_plane.drain_worlds(u, [calm, busy], max_items=10))
+    assert engine.issued == 2  # the group's commit and the drain alone's
+    assert [(results[w].count, results[w].contended) for w in (calm, busy)] == [
+        (3, False),
+        (3, True),
+    ]
+    engine.expect(together=0)
+    assert [ingress(plane, u, w) for w in (calm, busy)] == [3, 3]
+
+
+def test_a_group_that_fails_beside_a_drain_alone_lets_it_end_first() -> None:
+    """A group drain that fails (a world of it is missing) while a known-busy world is
+    drained beside it: the call raises the group's error, once the drain alone has ended
+    -- committed, its items in its journal once, as drain_worlds says."""
+    u = UniverseId.new()
+    busy, missing = WorldId.new(), WorldId.new()
+    plane = Plane(MemoryEngine(), MemoryObjectStore())
+    plane.create_world(u, busy)
+    plane.enqueue_batch(u, busy, [ITEM] * 3)
+    plane.busy_worlds.note(WorldKeys(u, busy), True)
+    with pytest.raises(WorldNotFound):
+        plane.drain_worlds(u, [busy, missing], max_items=10)
+    assert ingress(plane, u, busy) == 3
+    assert plane.drain_worlds(u, [busy], max_items=10)[busy].count == 0
