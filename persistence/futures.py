@@ -223,6 +223,47 @@ class Gathered(Future[list[T]]):
             await pending.settle_async(executor)
 
 
+class Latch(Future[bool]):
+    """A future the caller's own code settles, once (:meth:`open`): whether what a protocol
+    run :func:`concurrently` waits for went well. Nothing else settles it: open it in a
+    ``finally``, or whatever awaits it waits for ever."""
+
+    __slots__ = ("_callbacks", "_lock", "_opened", "_passed")
+
+    def __init__(self) -> None:
+        self._passed = False
+        self._opened = threading.Event()
+        self._callbacks: list[Callable[[], object]] = []
+        self._lock = threading.Lock()
+
+    def open(self, passed: bool) -> None:
+        """Settle it with ``passed``; a latch already open stays as it is."""
+        with self._lock:
+            if self._opened.is_set():
+                return
+            self._passed = passed
+            self._opened.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def poll(self) -> bool:
+        return self._opened.is_set()
+
+    def result(self) -> bool:
+        return self._passed
+
+    def block(self) -> None:
+        self._opened.wait()
+
+    def notify(self, callback: Callable[[], object]) -> None:
+        with self._lock:
+            if not self._opened.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+
 class _Either(Future[None]):
     """Ready once one of ``futures`` (not ready when made) can make progress: what
     :func:`concurrently` waits on while every coroutine it runs waits. A future that cannot

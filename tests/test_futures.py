@@ -20,6 +20,7 @@ from persistence.futures import (
     Failed,
     Future,
     Gathered,
+    Latch,
     Mapped,
     Ready,
     Sleep,
@@ -391,3 +392,28 @@ def test_a_foreign_awaitable_in_one_concurrent_protocol_is_its_type_error() -> N
 
     with pytest.raises(TypeError, match="engine futures only"):
         drive(concurrently(fine(), foreign()))
+
+
+def test_a_latch_is_settled_once_by_the_callers_own_code() -> None:
+    """A protocol waits on a latch another protocol run beside it opens; the first opening
+    stands (a later one, from a ``finally``, changes nothing)."""
+
+    def make() -> Coroutine[Any, Any, list[Any]]:
+        latch = Latch()
+        later: Later[int] = Bounded()
+
+        async def opener() -> int:
+            try:
+                settle_soon(later, 2)
+                value = await later
+                latch.open(True)
+                return value
+            finally:
+                latch.open(False)
+
+        async def waiter() -> bool:
+            return await latch
+
+        return concurrently(waiter(), opener())
+
+    assert both_bounded(make) == ([True, 2], [True, 2])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Sequence
+from typing import Final
 
 from persistence import futures, kv
 from persistence.errors import Contended, Validation
@@ -32,6 +32,10 @@ from persistence.sizes import (
 BUSY_ATTEMPTS: Final = 1
 """Attempts a group drain gives a world it left out as busy, drained alone, before it
 leaves it for a later drain (each attempt met a conflict: the world's head kept moving)."""
+
+
+class _GroupFailed(Exception):
+    """A drain run beside a group drain that failed: its attempt is not committed."""
 
 
 class InboxOperations(JournalOperations):
@@ -260,10 +264,10 @@ class InboxOperations(JournalOperations):
         failed attempt is left out of the retries (``protocols/drain.py``), and drained
         alone once the group has committed; a world an earlier call found busy
         (``BusyWorlds``) is left out from the first attempt and drained alone *beside* the
-        group, its transaction in flight with the group's (their round trips overlap). Its
-        result says so (``contended``). A drain alone is a transaction of its own: if the
-        call raises, one that ran beside the group may have committed (its items are then in
-        its journal, once)."""
+        group, its transaction in flight with the group's (their round trips overlap), its
+        commit held until the group has built its transaction, so that a group that fails
+        (a missing world, a refused item) leaves it uncommitted. Its result says so
+        (``contended``)."""
         keys = universe_keys(universe)
         check_sequence(worlds, "worlds", 1, drain.MAX_DRAIN_WORLDS)
         parts: list[WorldKeys] = []
@@ -289,18 +293,26 @@ class InboxOperations(JournalOperations):
         limits = drain.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
         known_busy = self.busy_worlds.among(parts)
         beside = [part for part in parts if part.world in known_busy]
-        group = drain.drain_worlds(
-            self.engine,
-            keys,
-            parts,
-            limits,
-            normalize,
-            self.new_call(),
-            await self.checksums(writing=True),
-            drain.GroupMemo(busy=set(known_busy)),
-        )
+        built = futures.Latch()  # a drain beside commits once the group's attempt is built
+        checksummed = await self.checksums(writing=True)
+
+        async def group() -> list[DrainResult]:
+            try:
+                return await drain.drain_worlds(
+                    self.engine,
+                    keys,
+                    parts,
+                    limits,
+                    normalize,
+                    self.new_call(),
+                    checksummed,
+                    drain.GroupMemo(busy=set(known_busy), built=lambda: built.open(True)),
+                )
+            finally:
+                built.open(False)  # the group raised before building an attempt
+
         results, *alone = await futures.concurrently(
-            group, *(self._drain_alone(part, limits, normalize) for part in beside)
+            group(), *(self._drain_alone(part, limits, normalize, built) for part in beside)
         )
         drained_beside = dict(zip((part.world for part in beside), alone, strict=True))
         out = {}
@@ -316,22 +328,33 @@ class InboxOperations(JournalOperations):
         return out
 
     async def _drain_alone(
-        self, keys: WorldKeys, limits: drain.DrainLimits, normalize: Normalizer
+        self,
+        keys: WorldKeys,
+        limits: drain.DrainLimits,
+        normalize: Normalizer,
+        beside: futures.Latch | None = None,
     ) -> DrainResult | None:
         """Drain alone a world a group drain leaves out as busy, giving up after
         :data:`BUSY_ATTEMPTS` attempts that met a conflict: then ``None``, nothing drained
         (the group's result for it stands, for a later drain). The world stays busy
-        (``BusyWorlds``) unless this drain commits at its first attempt."""
+        (``BusyWorlds``) unless this drain commits at its first attempt. ``beside``: the
+        group runs at the same time; each attempt commits only once the group has built its
+        transaction, and none does if the group failed before (``None``)."""
         call = self.new_call()
         checksummed = await self.checksums(writing=True)
 
-        def attempt(tr: kv.Transaction) -> Coroutine[Any, Any, DrainResult]:
-            return drain.drain(tr, keys, limits, normalize, call, checksummed)
+        async def attempt(tr: kv.Transaction) -> DrainResult:
+            done = await drain.drain(tr, keys, limits, normalize, call, checksummed)
+            if beside is not None and not await beside:
+                raise _GroupFailed
+            return done
 
         try:
             done = await kv.transact(self.engine, attempt, conflicts=BUSY_ATTEMPTS)
         except Contended:
             self.busy_worlds.note(keys, True)
+            return None
+        except _GroupFailed:
             return None
         self.busy_worlds.note(keys, call.attempts > 1)
         return dataclasses.replace(done, contended=True)

@@ -213,6 +213,9 @@ class GroupMemo:
 
     seen: dict[WorldId, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
     busy: set[WorldId] = field(default_factory=set)
+    built: Callable[[], None] | None = None
+    """Called when an attempt has built its transaction (or found the call's record of
+    one that committed): what a drain run beside the group waits for before it commits."""
 
 
 CALM_DRAINS: Final = 8
@@ -290,6 +293,8 @@ async def drain_worlds(
     started = [_World.start(tr, keys) for keys in worlds]
     done = await calls.replayed(opening)
     if done is not None:
+        if memo is not None and memo.built is not None:
+            memo.built()
         return _recorded_group(done, len(worlds))
     positions = [await world.read_positions() for world in started]
     if memo is not None and call.attempts > 1:
@@ -322,6 +327,8 @@ async def drain_worlds(
     if wrote:
         value = cbor.encode([_row(r) for r in results])
         calls.record(opening, GROUP_OP, count=len(worlds), value=value)
+    if memo is not None and memo.built is not None:
+        memo.built()
     return results
 
 

@@ -14,14 +14,14 @@ import pytest
 from backends.kv.memory import MemoryEngine, MemoryTransaction
 from backends.objects.memory import MemoryObjectStore
 from persistence import fdb_errors, kv
-from persistence.errors import Contended, HeadAdvanced, WorldNotFound
+from persistence.errors import Contended, HeadAdvanced, Validation, WorldNotFound
 from persistence.futures import Failed, Future, Ready, drive
-from persistence.ids import UniverseId, WorldId
-from persistence.inbox_records import DomainEventIngress
+from persistence.ids import InboxSeq, UniverseId, WorldId
+from persistence.inbox_records import DomainEventIngress, InboxItem
 from persistence.journal_records import IngressJournalRecord, decode_journal_record
 from persistence.keyspace import WorldKeys
 from persistence.kv import Engine
-from persistence.plane import AsyncPlane, Plane
+from persistence.plane import AsyncPlane, Plane, default_normalizer
 from persistence.plane.inbox import BUSY_ATTEMPTS
 from persistence.protocols.drain import CALM_DRAINS
 
@@ -340,17 +340,29 @@ def test_a_world_known_busy_is_drained_beside_the_group(door: str) -> None:
     assert [ingress(plane, u, w) for w in (calm, busy)] == [3, 3]
 
 
-def test_a_group_that_fails_beside_a_drain_alone_lets_it_end_first() -> None:
-    """A group drain that fails (a world of it is missing) while a known-busy world is
-    drained beside it: the call raises the group's error, once the drain alone has ended
-    -- committed, its items in its journal once, as drain_worlds says."""
+@pytest.mark.parametrize("failure", ["missing world", "refused item"])
+def test_a_drain_beside_a_group_that_fails_commits_nothing(failure: str) -> None:
+    """A group drain that fails while a known-busy world is drained beside it (a world of
+    the group is missing, or its item is one the normalizer refuses): the call raises the
+    group's error, and the drain beside, which commits only once the group has built its
+    transaction, commits nothing -- the call writes nothing, as drain_worlds says."""
     u = UniverseId.new()
-    busy, missing = WorldId.new(), WorldId.new()
+    busy, other = WorldId.new(), WorldId.new()
     plane = Plane(MemoryEngine(), MemoryObjectStore())
     plane.create_world(u, busy)
     plane.enqueue_batch(u, busy, [ITEM] * 3)
+    if failure == "refused item":
+        plane.create_world(u, other)
+        plane.enqueue_batch(u, other, [DomainEventIngress("test/Refused@1", b"\xa0")])
     plane.busy_worlds.note(WorldKeys(u, busy), True)
-    with pytest.raises(WorldNotFound):
-        plane.drain_worlds(u, [busy, missing], max_items=10)
-    assert ingress(plane, u, busy) == 3
-    assert plane.drain_worlds(u, [busy], max_items=10)[busy].count == 0
+
+    def normalize(seq: InboxSeq, item: InboxItem) -> bytes:
+        if isinstance(item, DomainEventIngress) and item.schema == "test/Refused@1":
+            raise Validation("item", "refused by the test's normalizer")
+        return default_normalizer(seq, item)
+
+    expected = WorldNotFound if failure == "missing world" else Validation
+    with pytest.raises(expected):
+        plane.drain_worlds(u, [busy, other], max_items=10, normalize=normalize)
+    assert ingress(plane, u, busy) == 0
+    assert plane.drain_worlds(u, [busy], max_items=10)[busy].count == 3
