@@ -308,15 +308,17 @@ async def concurrently(*awaitables: Awaitable[Any]) -> list[Any]:
     caller: each goes on as far as it can, then all wait until one of their futures is
     ready -- their round trips overlap instead of adding up. Returns their values in order
     once all have ended; if any raised, raises the first error (by position) once all have
-    ended, so none is left in flight. An error thrown into the caller while it waits (an
-    interrupt, a cancellation) is thrown into each one still running, and raised at the
-    end."""
+    ended, so none is left in flight. An interrupt -- thrown into the caller while it waits
+    (Ctrl-C, a cancellation), or raised inside one of them (a ``BaseException`` that is not
+    an ``Exception``) -- is thrown at once into each one still running (one not started yet
+    never starts), and is what the caller raises at the end, before any error."""
     steps = [awaitable.__await__() for awaitable in awaitables]
     waiting: list[Future[Any] | None] = [None] * len(steps)
     thrown: list[BaseException | None] = [None] * len(steps)
     values: list[Any] = [None] * len(steps)
     errors: list[BaseException | None] = [None] * len(steps)
     running = list(range(len(steps)))
+    ended: set[int] = set()
     interrupt: BaseException | None = None
     while True:
         for index in running:
@@ -332,9 +334,20 @@ async def concurrently(*awaitables: Awaitable[Any]) -> list[Any]:
                         waited = steps[index].send(None)
                 except StopIteration as done:
                     values[index], waiting[index] = done.value, None
+                    ended.add(index)
                     break
-                except BaseException as exc:  # reported once every one has ended
+                except Exception as exc:  # reported once every one has ended
                     errors[index], waiting[index] = exc, None
+                    ended.add(index)
+                    break
+                except BaseException as exc:  # an interrupt inside one: to all the others
+                    errors[index], waiting[index] = exc, None
+                    ended.add(index)
+                    if interrupt is None:
+                        interrupt = exc
+                        for other in running:
+                            if other not in ended:
+                                thrown[other] = exc
                     break
                 if isinstance(waited, Future):
                     waiting[index] = waited
@@ -343,6 +356,8 @@ async def concurrently(*awaitables: Awaitable[Any]) -> list[Any]:
         running = [i for i in running if waiting[i] is not None or thrown[i] is not None]
         if not running:
             break
+        if any(thrown[i] is not None for i in running):
+            continue  # throw in what is due before waiting
         pending = [future for i in running if (future := waiting[i]) is not None]
         try:
             await _Either(pending)

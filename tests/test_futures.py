@@ -417,3 +417,31 @@ def test_a_latch_is_settled_once_by_the_callers_own_code() -> None:
         return concurrently(waiter(), opener())
 
     assert both_bounded(make) == ([True, 2], [True, 2])
+
+
+@pytest.mark.parametrize("door", ["sync", "asyncio"])
+def test_an_interrupt_inside_one_protocol_is_raised_and_the_others_never_start(door: str) -> None:
+    """A KeyboardInterrupt raised inside one protocol (not while it waits) is what the
+    caller raises, before an earlier protocol's ordinary error; one not started yet never
+    starts."""
+    started: list[str] = []
+
+    async def fails() -> int:
+        return await Failed(ValueError("an ordinary error"))
+
+    async def interrupted() -> int:
+        await Ready(None)
+        raise KeyboardInterrupt
+
+    async def later() -> int:
+        started.append("later")
+        return await Ready(1)
+
+    def run(c: Coroutine[Any, Any, list[Any]]) -> list[Any]:
+        if door == "sync":
+            return drive(c)
+        return asyncio.run(asyncio.wait_for(drive_async(c), 10))
+
+    with pytest.raises(KeyboardInterrupt):
+        run(concurrently(fails(), interrupted(), later()))
+    assert started == []

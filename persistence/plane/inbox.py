@@ -38,6 +38,10 @@ class _GroupFailed(Exception):
     """A drain run beside a group drain that failed: its attempt is not committed."""
 
 
+class _Withdrawn(Exception):
+    """A group drain whose drain beside failed: its attempt is not committed."""
+
+
 class InboxOperations(JournalOperations):
     """The inbox: enqueue, reads, cursor, drains, compaction."""
 
@@ -257,17 +261,20 @@ class InboxOperations(JournalOperations):
         items, possibly none (its result says so). ``len(worlds) * max_items`` and
         ``len(worlds) * max_bytes`` must be within ``max_batch_entries`` and
         ``max_batch_bytes``. A missing world is ``WorldNotFound``, a normalizer that fails
-        ``Validation`` naming it: nothing is written. Returns each world's result, in the
+        ``Validation`` naming it: nothing is written (but see busy worlds below). Returns
+        each world's result, in the
         order given; a retry after an applied ``commit_unknown_result`` returns its own.
 
         One busy world does not stall the group: a world whose cursor or head moved under a
         failed attempt is left out of the retries (``protocols/drain.py``), and drained
         alone once the group has committed; a world an earlier call found busy
-        (``BusyWorlds``) is left out from the first attempt and drained alone *beside* the
-        group, its transaction in flight with the group's (their round trips overlap), its
-        commit held until the group has built its transaction, so that a group that fails
-        (a missing world, a refused item) leaves it uncommitted. Its result says so
-        (``contended``)."""
+        (``BusyWorlds``) is left out from the first attempt and, on an engine whose
+        transactions do not block, drained alone *beside* the group, its transaction in
+        flight with the group's (their round trips overlap). The group and the drains beside
+        it commit only once all have built their transactions, so a failure in any of them
+        leaves all uncommitted. A world drained alone after the group (SQLite, or found busy
+        by the retries) is its own transaction: an item refused there fails the call after
+        the group committed. Its result says so (``contended``)."""
         keys = universe_keys(universe)
         check_sequence(worlds, "worlds", 1, drain.MAX_DRAIN_WORLDS)
         parts: list[WorldKeys] = []
@@ -292,11 +299,20 @@ class InboxOperations(JournalOperations):
         _check_normalizer(normalize)
         limits = drain.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
         known_busy = self.busy_worlds.among(parts)
-        beside = [part for part in parts if part.world in known_busy]
-        built = futures.Latch()  # a drain beside commits once the group's attempt is built
+        # On an engine whose transactions block (SQLite: one writer at a time), a drain
+        # beside the group would only wait its turn: busy worlds are drained after it.
+        beside = [] if self.engine.blocking else [p for p in parts if p.world in known_busy]
+        group_built = futures.Latch()
+        beside_built = [futures.Latch() for _ in beside]
         checksummed = await self.checksums(writing=True)
 
-        async def group() -> list[DrainResult]:
+        async def built() -> None:
+            group_built.open(True)
+            for latch in beside_built:
+                if not await latch:  # a drain beside failed: its error is the call's
+                    raise _Withdrawn
+
+        async def group() -> list[DrainResult] | None:
             try:
                 return await drain.drain_worlds(
                     self.engine,
@@ -306,21 +322,32 @@ class InboxOperations(JournalOperations):
                     normalize,
                     self.new_call(),
                     checksummed,
-                    drain.GroupMemo(busy=set(known_busy), built=lambda: built.open(True)),
+                    drain.GroupMemo(busy=set(known_busy), built=built),
                 )
+            except _Withdrawn:
+                return None
             finally:
-                built.open(False)  # the group raised before building an attempt
+                group_built.open(False)  # the group failed before it built an attempt
 
         results, *alone = await futures.concurrently(
-            group(), *(self._drain_alone(part, limits, normalize, built) for part in beside)
+            group(),
+            *(
+                self._drain_alone(part, limits, normalize, found=False, with_group=latches)
+                for part, latches in zip(
+                    beside, ((group_built, own) for own in beside_built), strict=True
+                )
+            ),
         )
+        assert results is not None, "a drain beside failed: concurrently raised its error"
         drained_beside = dict(zip((part.world for part in beside), alone, strict=True))
         out = {}
         for part, result in zip(parts, results, strict=True):
             if part.world in drained_beside:
                 done = drained_beside[part.world]
-            elif result.contended:  # found busy by the group's retries
-                done = await self._drain_alone(part, limits, normalize)
+            elif result.contended:  # left out: known busy, or found busy by the retries
+                done = await self._drain_alone(
+                    part, limits, normalize, found=part.world not in known_busy
+                )
             else:
                 done = None
             out[part.world] = result if done is None else done
@@ -332,31 +359,50 @@ class InboxOperations(JournalOperations):
         keys: WorldKeys,
         limits: drain.DrainLimits,
         normalize: Normalizer,
-        beside: futures.Latch | None = None,
+        *,
+        found: bool,
+        with_group: tuple[futures.Latch, futures.Latch] | None = None,
     ) -> DrainResult | None:
         """Drain alone a world a group drain leaves out as busy, giving up after
         :data:`BUSY_ATTEMPTS` attempts that met a conflict: then ``None``, nothing drained
-        (the group's result for it stands, for a later drain). The world stays busy
-        (``BusyWorlds``) unless this drain commits at its first attempt. ``beside``: the
-        group runs at the same time; each attempt commits only once the group has built its
-        transaction, and none does if the group failed before (``None``)."""
+        (the group's result for it stands, for a later drain). ``found``: the group's own
+        retries found the world busy (it is remembered as busy whatever this drain meets).
+        Otherwise a drain that commits at its first attempt having taken items is a calm
+        one (``BusyWorlds`` forgets a world after enough in a row); one that took nothing
+        proves nothing (it read nothing with a conflict).
+
+        ``with_group``: run beside the group, with the group's latch and this drain's. Each
+        attempt opens this drain's once it has built its transaction (or, failing, shut),
+        and commits only once the group's is open: a group that fails before it built an
+        attempt leaves this drain uncommitted (``None``), and this drain failing withdraws
+        the group's."""
         call = self.new_call()
-        checksummed = await self.checksums(writing=True)
-
-        async def attempt(tr: kv.Transaction) -> DrainResult:
-            done = await drain.drain(tr, keys, limits, normalize, call, checksummed)
-            if beside is not None and not await beside:
-                raise _GroupFailed
-            return done
-
+        group_built, own_built = with_group if with_group is not None else (None, None)
         try:
-            done = await kv.transact(self.engine, attempt, conflicts=BUSY_ATTEMPTS)
-        except Contended:
+            checksummed = await self.checksums(writing=True)
+
+            async def attempt(tr: kv.Transaction) -> DrainResult:
+                done = await drain.drain(tr, keys, limits, normalize, call, checksummed)
+                if own_built is not None:
+                    own_built.open(True)
+                if group_built is not None and not await group_built:
+                    raise _GroupFailed
+                return done
+
+            try:
+                done = await kv.transact(self.engine, attempt, conflicts=BUSY_ATTEMPTS)
+            except Contended:
+                self.busy_worlds.note(keys, True)
+                return None
+            except _GroupFailed:
+                return None
+        finally:
+            if own_built is not None:
+                own_built.open(False)  # failed before it built an attempt
+        if found or call.attempts > 1:
             self.busy_worlds.note(keys, True)
-            return None
-        except _GroupFailed:
-            return None
-        self.busy_worlds.note(keys, call.attempts > 1)
+        elif done.count:
+            self.busy_worlds.note(keys, False)
         return dataclasses.replace(done, contended=True)
 
     @operation("inbox.compact")

@@ -6,7 +6,7 @@ empty (the mark's rules: :mod:`persistence.protocols.inbox`)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -213,9 +213,10 @@ class GroupMemo:
 
     seen: dict[WorldId, tuple[bytes | None, bytes | None]] = field(default_factory=dict)
     busy: set[WorldId] = field(default_factory=set)
-    built: Callable[[], None] | None = None
-    """Called when an attempt has built its transaction (or found the call's record of
-    one that committed): what a drain run beside the group waits for before it commits."""
+    built: Callable[[], Awaitable[None]] | None = None
+    """Awaited when an attempt has built its transaction, before it commits (or has found
+    the call's record of one that committed): a drain run beside the group waits for it,
+    and it may wait for that drain in turn; what it raises withdraws the attempt."""
 
 
 CALM_DRAINS: Final = 8
@@ -294,7 +295,7 @@ async def drain_worlds(
     done = await calls.replayed(opening)
     if done is not None:
         if memo is not None and memo.built is not None:
-            memo.built()
+            await memo.built()
         return _recorded_group(done, len(worlds))
     positions = [await world.read_positions() for world in started]
     if memo is not None and call.attempts > 1:
@@ -328,7 +329,7 @@ async def drain_worlds(
         value = cbor.encode([_row(r) for r in results])
         calls.record(opening, GROUP_OP, count=len(worlds), value=value)
     if memo is not None and memo.built is not None:
-        memo.built()
+        await memo.built()
     return results
 
 

@@ -366,3 +366,123 @@ def test_a_drain_beside_a_group_that_fails_commits_nothing(failure: str) -> None
         plane.drain_worlds(u, [busy, other], max_items=10, normalize=normalize)
     assert ingress(plane, u, busy) == 0
     assert plane.drain_worlds(u, [busy], max_items=10)[busy].count == 3
+
+
+def _busy_beside(plane: Plane, u: UniverseId, busy: WorldId) -> None:
+    plane.create_world(u, busy)
+    plane.enqueue_batch(u, busy, [ITEM] * 3)
+    plane.busy_worlds.note(WorldKeys(u, busy), True)
+
+
+def test_an_interrupt_in_the_group_does_not_start_the_drain_beside() -> None:
+    """A Ctrl-C while the group runs (in its normalizer, on the memory engine where the
+    group runs through in one step) ends the call: the known-busy world's drain beside it
+    never commits."""
+    u = UniverseId.new()
+    calm, busy = WorldId.new(), WorldId.new()
+    plane = Plane(MemoryEngine(), MemoryObjectStore())
+    plane.create_world(u, calm)
+    plane.enqueue_batch(u, calm, [ITEM] * 3)
+    _busy_beside(plane, u, busy)
+    calls: list[InboxSeq] = []
+
+    def normalize(seq: InboxSeq, item: InboxItem) -> bytes:
+        calls.append(seq)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return default_normalizer(seq, item)
+
+    with pytest.raises(KeyboardInterrupt):
+        plane.drain_worlds(u, [calm, busy], max_items=10, normalize=normalize)
+    assert [ingress(plane, u, w) for w in (calm, busy)] == [0, 0]
+
+
+def test_an_interrupt_in_the_drain_beside_is_not_hidden_by_the_groups_error() -> None:
+    """The drain beside is interrupted while the group fails on a missing world: the call
+    raises the interrupt."""
+    u = UniverseId.new()
+    busy, missing = WorldId.new(), WorldId.new()
+    plane = Plane(MemoryEngine(), MemoryObjectStore())
+    _busy_beside(plane, u, busy)
+
+    def normalize(seq: InboxSeq, item: InboxItem) -> bytes:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        plane.drain_worlds(u, [busy, missing], max_items=10, normalize=normalize)
+    assert ingress(plane, u, busy) == 0
+
+
+def test_a_refused_item_in_the_drain_beside_withdraws_the_group() -> None:
+    """The normalizer refuses the known-busy world's item, drained beside the group: the
+    group, which commits only once the drain beside has built its transaction, commits
+    nothing either -- the call writes nothing, as drain_worlds says."""
+    u = UniverseId.new()
+    calm, busy = WorldId.new(), WorldId.new()
+    plane = Plane(MemoryEngine(), MemoryObjectStore())
+    plane.create_world(u, calm)
+    plane.enqueue_batch(u, calm, [ITEM] * 3)
+    plane.create_world(u, busy)
+    plane.enqueue_batch(u, busy, [DomainEventIngress("test/Refused@1", b"\xa0")])
+    plane.busy_worlds.note(WorldKeys(u, busy), True)
+
+    def normalize(seq: InboxSeq, item: InboxItem) -> bytes:
+        if isinstance(item, DomainEventIngress) and item.schema == "test/Refused@1":
+            raise Validation("item", "refused by the test's normalizer")
+        return default_normalizer(seq, item)
+
+    with pytest.raises(Validation):
+        plane.drain_worlds(u, [calm, busy], max_items=10, normalize=normalize)
+    assert [ingress(plane, u, w) for w in (calm, busy)] == [0, 0]
+
+
+def _appended_before_calms_commits(
+    hits: int,
+) -> tuple[Plane, ContendedEngine, UniverseId, WorldId, WorldId]:
+    u = UniverseId.new()
+    calm, busy = WorldId.new(), WorldId.new()
+    holder: list[Plane] = []
+
+    def append_to_busy() -> None:  # busy's appender, before every commit moving calm's cursor
+        plane = holder[0]
+        plane.append_batch(u, busy, plane.head(u, busy), [b"other writer"])
+
+    engine = ContendedEngine(WorldKeys(u, calm).inbox_cursor(), append_to_busy, hits=hits)
+    plane = Plane(engine, MemoryObjectStore())
+    holder.append(plane)
+    for world in (calm, busy):
+        plane.create_world(u, world)
+    return plane, engine, u, calm, busy
+
+
+def test_a_world_the_groups_retries_found_busy_is_remembered() -> None:
+    """A world the group's own retries found busy is remembered even when its drain alone
+    then commits at once (it is short): later groups leave it out from their first attempt
+    instead of conflicting and running twice, call after call."""
+    plane, engine, u, calm, busy = _appended_before_calms_commits(1_000)
+    group_attempts = []
+    for _ in range(3):
+        for world in (calm, busy):
+            plane.enqueue_batch(u, world, [ITEM] * 3)
+        hits = engine.hits_left
+        results = plane.drain_worlds(u, [calm, busy], max_items=10)
+        assert results[busy].contended and results[busy].count == 3
+        group_attempts.append(hits - engine.hits_left)
+    assert group_attempts == [2, 1, 1]  # the first group met the conflict; then busy was known
+    assert plane.busy_worlds.among([WorldKeys(u, busy)]) == {busy}
+
+
+def test_drains_alone_that_take_nothing_do_not_prove_a_world_calm() -> None:
+    """A drain that takes nothing reads nothing with a conflict, so it commits at once
+    whatever the world's appender does: such drains do not count toward forgetting it."""
+    plane, engine, u, calm, busy = _appended_before_calms_commits(1_000)
+    plane.busy_worlds.note(WorldKeys(u, busy), True)
+    for _ in range(CALM_DRAINS):  # busy's appender keeps going; its inbox stays empty
+        plane.enqueue_batch(u, calm, [ITEM])
+        plane.drain_worlds(u, [calm, busy], max_items=10)
+    assert plane.busy_worlds.among([WorldKeys(u, busy)]) == {busy}
+    plane.enqueue_batch(u, calm, [ITEM])
+    plane.enqueue_batch(u, busy, [ITEM])
+    hits = engine.hits_left
+    plane.drain_worlds(u, [calm, busy], max_items=10)
+    assert hits - engine.hits_left == 1  # the group left busy out: it did not run twice
