@@ -272,9 +272,11 @@ class InboxOperations(JournalOperations):
         transactions do not block, drained alone *beside* the group, its transaction in
         flight with the group's (their round trips overlap). The group and the drains beside
         it commit only once all have built their transactions, so a failure in any of them
-        leaves all uncommitted. A world drained alone after the group (SQLite, or found busy
-        by the retries) is its own transaction: an item refused there fails the call after
-        the group committed. Its result says so (``contended``)."""
+        before that leaves all uncommitted; a drain beside may commit while the group's
+        commit fails, and stays committed if the group's retry fails. A world drained alone
+        after the group (SQLite, or found busy by the retries) is its own transaction: an
+        item refused there fails the call after the group committed. Its result says so
+        (``contended``); docs/protocols.md has the whole story."""
         keys = universe_keys(universe)
         check_sequence(worlds, "worlds", 1, drain.MAX_DRAIN_WORLDS)
         parts: list[WorldKeys] = []
@@ -307,10 +309,13 @@ class InboxOperations(JournalOperations):
         checksummed = await self.checksums(writing=True)
 
         async def built() -> None:
-            group_built.open(True)
+            # Every drain beside has built its transaction before any may commit: each opens
+            # its latch before it waits for the group's, so there is no cycle.
             for latch in beside_built:
                 if not await latch:  # a drain beside failed: its error is the call's
+                    group_built.open(False)
                     raise _Withdrawn
+            group_built.open(True)
 
         async def group() -> list[DrainResult] | None:
             try:

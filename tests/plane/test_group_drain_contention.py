@@ -8,9 +8,11 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
+from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine, MemoryTransaction
 from backends.objects.memory import MemoryObjectStore
 from persistence import fdb_errors, kv
@@ -23,9 +25,18 @@ from persistence.keyspace import WorldKeys
 from persistence.kv import Engine
 from persistence.plane import AsyncPlane, Plane, default_normalizer
 from persistence.plane.inbox import BUSY_ATTEMPTS
-from persistence.protocols.drain import CALM_DRAINS
+from persistence.protocols.drain import CALM_DRAINS, DrainResult
 
+T = TypeVar("T")
 ITEM = DomainEventIngress("test/Event@1", b"\xa0")
+REFUSED = DomainEventIngress("test/Refused@1", b"\xa0")
+
+
+def refusing(seq: InboxSeq, item: InboxItem) -> bytes:
+    """The default normalizer, refusing :data:`REFUSED` items (``Validation``)."""
+    if isinstance(item, DomainEventIngress) and item.schema == "test/Refused@1":
+        raise Validation("item", "refused by the test's normalizer")
+    return default_normalizer(seq, item)
 
 
 class ContendedEngine(MemoryEngine):
@@ -460,16 +471,18 @@ def test_a_world_the_groups_retries_found_busy_is_remembered() -> None:
     then commits at once (it is short): later groups leave it out from their first attempt
     instead of conflicting and running twice, call after call."""
     plane, engine, u, calm, busy = _appended_before_calms_commits(1_000)
-    group_attempts = []
+    group_attempts, reported = [], 0
     for _ in range(3):
         for world in (calm, busy):
             plane.enqueue_batch(u, world, [ITEM] * 3)
         hits = engine.hits_left
         results = plane.drain_worlds(u, [calm, busy], max_items=10)
-        assert results[busy].contended and results[busy].count == 3
+        assert results[busy].contended
+        reported += results[busy].count
         group_attempts.append(hits - engine.hits_left)
     assert group_attempts == [2, 1, 1]  # the first group met the conflict; then busy was known
     assert plane.busy_worlds.among([WorldKeys(u, busy)]) == {busy}
+    assert ingress(plane, u, busy) == reported  # the drains beside that committed, once each
 
 
 def test_drains_alone_that_take_nothing_do_not_prove_a_world_calm() -> None:
@@ -486,3 +499,110 @@ def test_drains_alone_that_take_nothing_do_not_prove_a_world_calm() -> None:
     hits = engine.hits_left
     plane.drain_worlds(u, [calm, busy], max_items=10)
     assert hits - engine.hits_left == 1  # the group left busy out: it did not run twice
+
+
+def test_a_refused_item_in_one_drain_beside_leaves_the_others_uncommitted() -> None:
+    """Two known-busy worlds drained beside the group; the normalizer refuses the first
+    one's item: neither the group nor the other drain beside commits (the group opens its
+    latch only once every drain beside has built its transaction)."""
+    u = UniverseId.new()
+    calm, bad, good = WorldId.new(), WorldId.new(), WorldId.new()
+    plane = Plane(MemoryEngine(), MemoryObjectStore())
+    for world in (calm, bad, good):
+        plane.create_world(u, world)
+    plane.enqueue_batch(u, calm, [ITEM] * 3)
+    plane.enqueue_batch(u, bad, [REFUSED])
+    plane.enqueue_batch(u, good, [ITEM] * 3)
+    plane.busy_worlds.note(WorldKeys(u, bad), True)
+    plane.busy_worlds.note(WorldKeys(u, good), True)
+    with pytest.raises(Validation):
+        plane.drain_worlds(u, [calm, bad, good], max_items=10, normalize=refusing)
+    assert [ingress(plane, u, w) for w in (calm, bad, good)] == [0, 0, 0]
+
+
+def test_a_group_retry_that_fails_leaves_the_drain_beside_committed() -> None:
+    """What the docs admit: the group's first attempt is built (the drain beside commits)
+    and meets a conflict; between the attempts an item the normalizer refuses reaches one
+    of its worlds, so the retry fails with Validation. The drain beside stays committed --
+    its items journaled once, and the next drain goes on after them."""
+    u = UniverseId.new()
+    calm1, calm2, busy = WorldId.new(), WorldId.new(), WorldId.new()
+    injector = FaultInjector()
+    engine = FaultyEngine(MemoryEngine(), injector)
+    plane = Plane(engine, MemoryObjectStore())
+    other = Plane(engine.inner, MemoryObjectStore())  # another client of the same store
+    for world in (calm1, calm2, busy):
+        plane.create_world(u, world)
+        plane.enqueue_batch(u, world, [ITEM] * 3)
+    plane.busy_worlds.note(WorldKeys(u, busy), True)
+
+    def competitor() -> None:
+        other.append_batch(u, calm1, other.head(u, calm1), [b"appended"])
+        other.enqueue_batch(u, calm2, [REFUSED])
+
+    injector.fail_commit(1, fdb_errors.NOT_COMMITTED, interleave=competitor)  # the group's
+    with pytest.raises(Validation):
+        plane.drain_worlds(u, [calm1, calm2, busy], max_items=10, normalize=refusing)
+    assert [ingress(plane, u, w) for w in (calm1, calm2, busy)] == [0, 0, 3]
+    plane.enqueue_batch(u, busy, [ITEM])
+    assert plane.drain_worlds(u, [busy], max_items=10)[busy].count == 1
+    assert ingress(plane, u, busy) == 4
+
+
+def _bounded(call: Callable[[], T], timeout: float = 60.0) -> T:
+    """``call()`` on a thread of its own: a hang fails the test instead of hanging it."""
+    out: list[T] = []
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except BaseException as exc:  # re-raised below, on the test's thread
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"the call hung for {timeout} s"
+    if raised:
+        raise raised[0]
+    return out[0]
+
+
+@pytest.mark.parametrize("door", ["sync", "asyncio"])
+@pytest.mark.parametrize("seed", range(3))
+def test_drains_beside_under_random_faults_journal_each_item_once(seed: int, door: str) -> None:
+    """Random commit faults (1020, 1021 applied or not, 1007) and read faults while two
+    known-busy worlds of four are drained beside the group, through either door: no hang,
+    every item journaled once, and the counts reported equal the items journaled."""
+    u = UniverseId.new()
+    worlds = [WorldId.new() for _ in range(4)]
+    injector = FaultInjector(seed=seed)
+    plane = Plane(FaultyEngine(MemoryEngine(), injector), MemoryObjectStore())
+    door_plane = plane.asyncio()
+    for world in worlds:
+        plane.create_world(u, world)
+    reported = dict.fromkeys(worlds, 0)
+
+    def call() -> dict[WorldId, DrainResult]:
+        if door == "sync":
+            return plane.drain_worlds(u, worlds, max_items=3)
+        return asyncio.run(door_plane.drain_worlds(u, worlds, max_items=3))
+
+    injector.commit_fault_rate, injector.read_fault_rate = 0.3, 0.05
+    for _ in range(15):
+        for world in worlds:
+            plane.enqueue_batch(u, world, [ITEM] * 2)
+        for world in worlds[2:]:
+            plane.busy_worlds.note(WorldKeys(u, world), True)
+        for world, result in _bounded(call).items():
+            reported[world] += result.count
+    injector.commit_fault_rate = injector.read_fault_rate = 0.0
+    for _ in range(50):
+        results = _bounded(call)
+        for world, result in results.items():
+            reported[world] += result.count
+        if not any(r.more for r in results.values()):
+            break
+    assert {w: ingress(plane, u, w) for w in worlds} == dict.fromkeys(worlds, 30)
+    assert reported == dict.fromkeys(worlds, 30)
