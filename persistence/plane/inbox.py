@@ -262,8 +262,8 @@ class InboxOperations(JournalOperations):
         ``len(worlds) * max_bytes`` must be within ``max_batch_entries`` and
         ``max_batch_bytes``. A missing world is ``WorldNotFound``, a normalizer that fails
         ``Validation`` naming it: nothing is written (but see busy worlds below). Returns
-        each world's result, in the
-        order given; a retry after an applied ``commit_unknown_result`` returns its own.
+        each world's result, in the order given; a retry after an applied
+        ``commit_unknown_result`` returns its own.
 
         One busy world does not stall the group: a world whose cursor or head moved under a
         failed attempt is left out of the retries (``protocols/drain.py``), and drained
