@@ -23,7 +23,10 @@ code base for both calling styles, done at run time instead of by code generatio
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import contextlib
+import functools
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -64,9 +67,9 @@ class Future(ABC, Generic[T]):
     async def settle_async(self, executor: concurrent.futures.Executor | None) -> None:
         """Return once :meth:`poll` can make progress, without blocking the running event
         loop (``executor`` runs what can only block)."""
-        loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
-        self.notify(lambda: loop.call_soon_threadsafe(_wake, waiter))
+        wakeups = _wakeups()
+        waiter = wakeups.waiter()
+        self.notify(functools.partial(wakeups.wake, waiter))
         await waiter
 
     def wait(self) -> T:
@@ -95,9 +98,53 @@ class Future(ABC, Generic[T]):
 _MISUSED: Final = "a {} is a future, not its value: await it, or .wait() for it"
 
 
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+class _Wakeups:
+    """How other threads wake one event loop for the futures it awaits, coalesced: a
+    waiter woken is queued, and the loop is woken (``call_soon_threadsafe``: a write to its
+    self-pipe) only if no wake-up is on its way already; the loop then sets every queued
+    waiter at once. With many transactions in flight, one wake-up serves many futures."""
+
+    __slots__ = ("_loop", "_queued", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queued: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._scheduled = False
+
+    def waiter(self) -> asyncio.Future[None]:
+        """A new waiter of this loop, for :meth:`wake`."""
+        return self._loop.create_future()
+
+    def wake(self, waiter: asyncio.Future[None]) -> None:
+        """Set ``waiter`` on its loop soon (from any thread). Queued before the check, so a
+        wake-up that finds one scheduled is run by it: :meth:`_run` clears the flag before it
+        takes the queue."""
+        self._queued.append(waiter)
+        if not self._scheduled:
+            self._scheduled = True
+            with contextlib.suppress(RuntimeError):  # a closed loop: nothing waits on it
+                self._loop.call_soon_threadsafe(self._run)
+
+    def _run(self) -> None:
+        self._scheduled = False
+        queued = self._queued
+        while queued:
+            waiter = queued.popleft()
+            if not waiter.done():  # not cancelled
+                waiter.set_result(None)
+
+
+_loop_wakeups = threading.local()
+"""The :class:`_Wakeups` of the loop that ran last on each thread."""
+
+
+def _wakeups() -> _Wakeups:
+    """The :class:`_Wakeups` of the running event loop."""
+    loop = asyncio.get_running_loop()
+    wakeups: _Wakeups | None = getattr(_loop_wakeups, "current", None)
+    if wakeups is None or wakeups._loop is not loop:
+        wakeups = _loop_wakeups.current = _Wakeups(loop)
+    return wakeups
 
 
 class Ready(Future[T]):
@@ -292,11 +339,12 @@ class _Either(Future[None]):
         woken.wait()
 
     async def settle_async(self, executor: concurrent.futures.Executor | None) -> None:
-        loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
+        wakeups = _wakeups()
+        waiter = wakeups.waiter()
+        wake = functools.partial(wakeups.wake, waiter)
         for future in self._futures:
             try:
-                future.notify(lambda: loop.call_soon_threadsafe(_wake, waiter))
+                future.notify(wake)
             except NotImplementedError:
                 await future.settle_async(executor)
                 return

@@ -123,6 +123,74 @@ def test_a_future_settled_by_another_thread_wakes_either_driver() -> None:
     assert both(make) == (8, 8)
 
 
+def test_futures_settled_together_by_another_thread_wake_the_loop_once() -> None:
+    """Replies that arrive together (the client's network thread settling many futures
+    while the loop is busy) wake the loop with one write to its self-pipe, not one each;
+    every protocol still gets its own value. A protocol cancelled meanwhile stays
+    cancelled, and its future's settling harms no one."""
+    futures: list[Later[int]] = [Later() for _ in range(20)]
+
+    async def protocol(future: Later[int]) -> int:
+        return await future + 1
+
+    async def main() -> tuple[list[int], int, bool]:
+        loop = asyncio.get_running_loop()
+        woken_from_other_threads = 0
+        call_soon_threadsafe = loop.call_soon_threadsafe
+
+        def counted(callback: Callable[..., object], *args: Any) -> Any:
+            nonlocal woken_from_other_threads
+            woken_from_other_threads += 1
+            return call_soon_threadsafe(callback, *args)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign,assignment]
+        tasks = [asyncio.ensure_future(drive_async(protocol(f))) for f in futures]
+        cancelled = asyncio.ensure_future(drive_async(protocol(Later())))
+        while not all(f._callbacks for f in futures):  # every protocol waits on its future
+            await asyncio.sleep(0)
+        cancelled.cancel()
+
+        def settle_all() -> None:
+            for value, future in enumerate(futures):
+                future.settle(value)
+
+        settled = threading.Thread(target=settle_all)
+        settled.start()
+        settled.join()  # the loop is held here: every reply arrives before it runs again
+        values = await asyncio.gather(*tasks)
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        return values, woken_from_other_threads, cancelled.cancelled()
+
+    values, woken, cancelled = asyncio.run(main())
+    assert values == list(range(1, 21))
+    assert woken == 1
+    assert cancelled
+
+
+def test_a_future_settled_after_its_loop_closed_raises_nothing() -> None:
+    """A protocol given up with its loop (the loop closed while it waited): the thread
+    that settles its future later is not the one to pay for it."""
+    late: Later[int] = Later()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(drive_async(late))
+        while not late._callbacks:
+            await asyncio.sleep(0)
+        task.cancel()
+
+    asyncio.run(main())
+    errors: list[BaseException | None] = []
+    settling = threading.Thread(target=late.settle, args=(1,))
+    threading.excepthook, hook = (lambda args: errors.append(args.exc_value)), threading.excepthook
+    try:
+        settling.start()
+        settling.join()
+    finally:
+        threading.excepthook = hook
+    assert errors == []
+
+
 def test_the_asyncio_driver_runs_blocking_work_in_the_executor_and_keeps_the_loop_free() -> None:
     loop_thread: list[int] = []
     work_thread: list[int] = []

@@ -33,7 +33,9 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import importlib.metadata
+import itertools
 import json
+import logging
 import os
 import threading
 from collections.abc import Callable, Generator, Iterable
@@ -180,6 +182,43 @@ def _block(fdb: Any, future: Any, hint: str) -> None:
         raise _engine_error(exc, hint) from None
 
 
+_CALLBACK: Final = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+"""libfdb_c's ``FDBCallback``: ``void (*)(FDBFuture* future, void* parameter)``."""
+
+_notified: dict[int, tuple[Any, Callable[[], object]]] = {}
+"""Callbacks due, by the number each was given (the C callback's parameter): with its
+future, kept alive here until it is ready."""
+_numbers = itertools.count(1)
+_log = logging.getLogger(__name__)
+
+
+def _fire(pointer: int | None, number: int) -> None:
+    del pointer
+    _, callback = _notified.pop(number)
+    try:
+        callback()
+    except Exception:  # on the client's network thread: nobody to raise it to
+        _log.exception("a callback of a FoundationDB future failed")
+
+
+_FIRE: Final = _CALLBACK(_fire)
+"""The one C callback of every future notified (:func:`_notify`)."""
+
+
+def _notify(future: Any, callback: Callable[[], object]) -> None:
+    """Call ``callback`` (on the client's network thread, or here if ready already) once the
+    bindings' ``future`` is ready. One C callback serves every future, told apart by the
+    number it is given; the bindings' ``on_ready`` instead makes and pins a ctypes closure
+    per call (docs/benchmarks.md has what that cost an asyncio plane)."""
+    number = next(_numbers)  # atomic, as the dict's own operations are: no lock
+    _notified[number] = (future, callback)
+    try:
+        future.capi.fdb_future_set_callback(future.fpointer, _FIRE, number)
+    except BaseException:
+        _notified.pop(number, None)
+        raise
+
+
 class _FdbFuture(Future[T]):
     """One of the bindings' futures; its value is ``convert`` of it once ready (bindings
     errors become ``EngineError``)."""
@@ -212,7 +251,7 @@ class _FdbFuture(Future[T]):
         _block(self._fdb, self._future, self._hint)
 
     def notify(self, callback: Callable[[], object]) -> None:
-        self._future.on_ready(lambda _: callback())
+        _notify(self._future, callback)
 
 
 def _value(future: Any) -> bytes | None:
@@ -308,7 +347,7 @@ class _FdbRange(Future[list[tuple[bytes, bytes]]]):
         if self._future is None:
             callback()
         else:
-            self._future.on_ready(lambda _: callback())
+            _notify(self._future, callback)
 
 
 class FdbTransaction(kv.Transaction):
@@ -526,7 +565,7 @@ class FdbEngine(kv.Engine):
         if future is None:
             return
         fired = threading.Event()
-        future.on_ready(lambda _: fired.set())
+        _notify(future, fired.set)
         fired.wait(timeout)
         future.cancel()
 

@@ -234,6 +234,14 @@ class _Capi:
         """Block until the future is ready (its own error, if any, is left for ``wait``)."""
         fpointer.block_until_ready()
 
+    @staticmethod
+    def fdb_future_set_callback(
+        fpointer: Future | Watch, callback: Callable[[Any, Any], None], parameter: Any
+    ) -> None:
+        """Call the C callback ``callback(future, parameter)`` once the future is ready (the
+        future as a null pointer: here there is no C future to point at)."""
+        fpointer.on_ready(lambda _: callback(None, parameter))
+
 
 class Future:
     """``fdb.Future``: settles when first observed and keeps its outcome. Its ``capi`` and
@@ -870,22 +878,26 @@ class _TransactionOptions:
 
 class Watch:
     """A watch's future (``FutureVoid``): ``on_ready`` runs its callback, on a thread, once
-    the backing engine's value of the key changes; ``cancel`` stops it."""
+    the backing engine's value of the key changes, or once ``cancel`` stops it."""
+
+    capi = _Capi()
 
     def __init__(self, engine: kv.Engine, key: bytes, seen: bytes | None) -> None:
         self._engine, self._key, self._seen = engine, key, seen
         self._cancelled = threading.Event()
+        self.fpointer = self
 
     def on_ready(self, callback: Callable[[Watch], None]) -> None:
-        """Call ``callback(self)`` when the value changes (not after a cancel)."""
+        """Call ``callback(self)`` when the value changes, or once cancelled (the real
+        future is then ready with ``operation_cancelled``)."""
 
         def wait() -> None:
             while not self._cancelled.is_set():
                 self._engine.wait_changed(self._key, self._seen, 0.05)
                 latest = kv.run(self._engine, lambda tr: tr.get(self._key, snapshot=True))
-                if latest != self._seen and not self._cancelled.is_set():
-                    callback(self)
-                    return
+                if latest != self._seen:
+                    break
+            callback(self)
 
         threading.Thread(target=wait, daemon=True).start()
 

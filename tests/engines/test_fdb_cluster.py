@@ -7,6 +7,8 @@ retry table against ``fdb_error_predicate``, an unreachable cluster, the API ver
 from __future__ import annotations
 
 import ctypes
+import functools
+import logging
 import struct
 import subprocess
 import sys
@@ -272,6 +274,62 @@ def test_waits_off_the_main_thread_block_in_the_client_library(
     main = threading.main_thread().name
     assert waits.library["worker"] > 0 and waits.bindings["worker"] == 0
     assert waits.bindings[main] > 0 and waits.library[main] == 0
+
+
+def test_one_c_callback_notifies_every_future_and_keeps_none(
+    cluster: FdbEngine, prefix: bytes
+) -> None:
+    """Futures notified through the engine's one C callback: each callback runs once when
+    its future is ready (on the network thread, or at once on the caller's if it is ready
+    already), a future notified twice runs both, a callback that raises is logged without
+    stopping the others, and no future is kept once its callbacks ran."""
+    from backends.kv import fdb as fdb_engine
+
+    kv.run_sync(cluster, lambda tr: tr.set(prefix + b"k", b"v"))
+    calls: Counter[int] = Counter()
+    done = threading.Event()
+    reads = []
+    tr = cluster._db.create_transaction()
+    for n in range(50):
+        read = tr[prefix + b"k" if n % 2 else prefix + b"missing"]
+        reads.append(read)
+
+        def called(n: int = n) -> None:
+            calls[n] += 1
+            if sum(calls.values()) == 75:
+                done.set()
+
+        fdb_engine._notify(read, called)
+        if n % 2 == 0:
+            fdb_engine._notify(read, functools.partial(called, n + 1000))
+
+    logged: list[logging.LogRecord] = []
+    failure_logged = threading.Event()
+
+    class Logged(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logged.append(record)
+            failure_logged.set()
+
+    def fails() -> None:
+        raise RuntimeError("a callback that fails")
+
+    handler = Logged()
+    logging.getLogger(fdb_engine.__name__).addHandler(handler)
+    try:
+        fdb_engine._notify(reads[0], fails)
+        assert done.wait(10) and failure_logged.wait(10)
+    finally:
+        logging.getLogger(fdb_engine.__name__).removeHandler(handler)
+    assert [calls[n] for n in range(50)] == [1] * 50
+    assert [calls[n + 1000] for n in range(0, 50, 2)] == [1] * 25
+    assert [r.getMessage() for r in logged] == ["a callback of a FoundationDB future failed"]
+    assert logged[0].exc_info is not None and "a callback that fails" in str(logged[0].exc_info[1])
+    assert fdb_engine._notified == {}  # each is let go before its callback runs
+    on: list[int] = []
+    fdb_engine._notify(reads[1], lambda: on.append(threading.get_ident()))
+    assert on == [threading.get_ident()]  # ready already: called here, before returning
+    assert fdb_engine._notified == {}
 
 
 def test_api_version_bounds_with_the_real_bindings(fdb_cluster: FdbCluster) -> None:
