@@ -18,6 +18,7 @@ from typing import Final, Union
 
 NULL: Final = 0x00
 BYTES: Final = 0x01
+_BYTES_CODE: Final = bytes([BYTES])
 STRING: Final = 0x02
 INT_ZERO: Final = 0x14
 FALSE: Final = 0x26
@@ -145,6 +146,12 @@ def pack(items: tuple[Element, ...], prefix: bytes = b"") -> bytes:
         if _encode(element, out) is not None:
             raise ValueError("incomplete versionstamp: use pack_with_versionstamp")
     return bytes(out)
+
+
+def pack_bytes(raw: bytes) -> bytes:
+    """``pack((raw,))`` for one byte string, without the general encoder (a call record's
+    key is built on every write call)."""
+    return _BYTES_CODE + _escape(raw)
 
 
 def pack_with_versionstamp(items: tuple[Element, ...], prefix: bytes = b"") -> bytes:

@@ -62,6 +62,7 @@ from persistence.fdbtuple import (
     Element,
     Versionstamp,
     pack,
+    pack_bytes,
     pack_with_versionstamp,
     range_of,
     strinc,
@@ -239,7 +240,7 @@ class _Scope(Generic[P]):
     def call(self, call_id: bytes) -> bytes:
         """The record of a write call of this scope (a world's; a universe's: effects,
         group appends and drains)."""
-        return self._hot().calls + pack((call_id,))
+        return self._hot().calls + pack_bytes(call_id)
 
     def calls(self) -> tuple[bytes, bytes]:
         """Every call record of the scope, oldest first."""
@@ -613,6 +614,8 @@ def height_keys(key_of: Callable[[int], bytes], prefix: int, first: int, count: 
     entries: ``WorldKeys.whole_entry_key`` and ``entry_prefix_len``; universe log records:
     ``UniverseKeys.log_entry`` and ``log_prefix_len``): the keys of plain heights of one
     width differ only in the heights' big-endian bytes."""
+    if count == 1:  # a single append's
+        return [key_of(first)]
     out: list[bytes] = []
     height, stop = first, first + count
     while height < stop:

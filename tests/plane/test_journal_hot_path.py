@@ -87,6 +87,8 @@ def test_counter_bytes_that_are_not_the_record_are_corrupt(
     ("first", "count"),
     [
         (1, 0),
+        (1, 1),
+        (2**63 + 5, 1),
         (1, 300),
         (250, 20),
         (65_530, 10),

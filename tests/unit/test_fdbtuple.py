@@ -32,6 +32,11 @@ def test_pack_matches_fdb_tuple(items: tuple[object, ...]) -> None:
     assert fdbtuple.unpack(fdbtuple.pack(items)) == items  # type: ignore[arg-type]
 
 
+@given(st.binary(max_size=40))
+def test_pack_bytes_is_pack_of_one_byte_string(raw: bytes) -> None:
+    assert fdbtuple.pack_bytes(raw) == fdb_tuple.pack((raw,))
+
+
 def _sort_key(items: tuple[object, ...]) -> tuple[object, ...]:
     return tuple(fdb_tuple.pack((x,)) for x in items)
 
