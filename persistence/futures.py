@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
-import contextlib
 import functools
 import threading
 import time
@@ -122,8 +121,13 @@ class _Wakeups:
         self._queued.append(waiter)
         if not self._scheduled:
             self._scheduled = True
-            with contextlib.suppress(RuntimeError):  # a closed loop: nothing waits on it
+            try:
                 self._loop.call_soon_threadsafe(self._run)
+            except RuntimeError:  # a closed loop: nothing waits on it any more
+                pass
+            except BaseException:  # an interrupt (a signal handler's): no run is on its way
+                self._scheduled = False
+                raise
 
     def _run(self) -> None:
         self._scheduled = False

@@ -13,7 +13,7 @@ import pytest
 
 from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
-from persistence import kv
+from persistence import futures, kv
 from persistence.errors import EngineError
 from persistence.futures import (
     Blocking,
@@ -166,6 +166,40 @@ def test_futures_settled_together_by_another_thread_wake_the_loop_once() -> None
     assert values == list(range(1, 21))
     assert woken == 1
     assert cancelled
+
+
+def test_an_interrupt_while_waking_the_loop_leaves_later_wake_ups_working() -> None:
+    """A signal handler's exception raised while a wake-up is being scheduled (Ctrl-C on
+    the loop's thread) does not leave the loop believing one is on its way: the next
+    wake-up, from another thread, still wakes it, and the waiter queued before the
+    interrupt is set with it."""
+
+    class Interrupt(BaseException):
+        pass
+
+    async def main() -> tuple[bool, bool]:
+        loop = asyncio.get_running_loop()
+        wakeups = futures._wakeups()
+        call_soon_threadsafe = loop.call_soon_threadsafe
+        interrupted: list[bool] = []
+
+        def interrupted_once(callback: Callable[..., object], *args: Any) -> Any:
+            if not interrupted:
+                interrupted.append(True)
+                raise Interrupt
+            return call_soon_threadsafe(callback, *args)
+
+        loop.call_soon_threadsafe = interrupted_once  # type: ignore[method-assign,assignment]
+        first, second = wakeups.waiter(), wakeups.waiter()
+        with pytest.raises(Interrupt):
+            wakeups.wake(first)
+        waking = threading.Thread(target=wakeups.wake, args=(second,))
+        waking.start()
+        waking.join()
+        await asyncio.wait_for(second, 10)  # a lost wake-up fails here instead of hanging
+        return first.done(), second.done()
+
+    assert asyncio.run(main()) == (True, True)
 
 
 def test_a_future_settled_after_its_loop_closed_raises_nothing() -> None:

@@ -566,8 +566,10 @@ class FdbEngine(kv.Engine):
             return
         fired = threading.Event()
         _notify(future, fired.set)
-        fired.wait(timeout)
-        future.cancel()
+        try:
+            fired.wait(timeout)
+        finally:  # interrupted too: the watch ends, and its callback with it
+            future.cancel()
 
 
 STATUS_KEY: Final = b"\xff\xff/status/json"
