@@ -390,15 +390,20 @@ class FdbTransaction(kv.Transaction):
             lambda: _FdbRange(self._fdb, reader, begin, end, limit, reverse, self._hint)
         )
 
+    # Sets call libfdb_c's ``fdb_transaction_set`` as the bindings' ``set`` does, without
+    # its conversions: the pair is checked to be bytes here.
+
     def set(self, key: bytes, value: bytes) -> None:
         checks.check_pair(key, value)
-        self._tr.set(key, value)
+        tr = self._tr
+        tr.capi.fdb_transaction_set(tr.tpointer, key, len(key), value, len(value))
 
     def set_many(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
-        tr_set, check = self._tr.set, checks.check_pair
+        tr, check = self._tr, checks.check_pair
+        c_set, pointer = tr.capi.fdb_transaction_set, tr.tpointer
         for key, value in pairs:
             check(key, value)
-            tr_set(key, value)
+            c_set(pointer, key, len(key), value, len(value))
 
     def clear(self, key: bytes) -> None:
         checks.check_type(key, "key")

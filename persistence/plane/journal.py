@@ -50,6 +50,9 @@ BUSY_UNIVERSES: Final = 4_096
 """Universes noted busy before those no longer busy are forgotten."""
 
 
+_BYTES_ONLY: Final = {bytes}
+
+
 class JournalOperations(WorldOperations):
     """The journal: appends, group appends, the universe log's sequenced appends, reads."""
 
@@ -57,11 +60,10 @@ class JournalOperations(WorldOperations):
         """``entries`` of one append: bytes, within the entry and batch limits."""
         check_sequence(entries, field, 1, self.config.max_batch_entries)
         high = self.config.max_entry_bytes
-        total = 0
-        for index, entry in enumerate(entries):
-            if type(entry) is not bytes or len(entry) > high:  # named only if refused
+        if set(map(type, entries)) != _BYTES_ONLY or max(map(len, entries)) > high:
+            for index, entry in enumerate(entries):  # the first refused, named
                 check_bytes(entry, f"{field}[{index}]", high=high)
-            total += len(entry)
+        total = sum(map(len, entries))
         if total > self.config.max_batch_bytes:
             raise Validation(field, f"batch of {total} bytes > max {self.config.max_batch_bytes}")
 

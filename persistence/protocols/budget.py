@@ -130,9 +130,9 @@ def group_append_bound(batches: Sequence[Sequence[bytes]], tags: Sequence[Sequen
     one batch without tags, on :func:`append_cost` --, cheap to compute (no keys built):
     the exact cost is computed only when this is over the budget."""
     total = GROUP_BOUND + WORLD_BOUND * len(batches)
-    for entries in batches:
-        for entry in entries:
-            total += len(entry) + CHUNK_BOUND * (1 + len(entry) // CHUNK_SIZE)
+    for entries in batches:  # an entry's chunks past its first: at most its bytes // CHUNK_SIZE
+        size = sum(map(len, entries))
+        total += size + CHUNK_BOUND * (len(entries) + size // CHUNK_SIZE)
     for entry_tags in tags:
         for tag in entry_tags:
             total += 4 * len(tag) + CHUNK_BOUND

@@ -114,6 +114,14 @@ class Opening:
     call: Call
     done: Future[bytes | None] | None
 
+    @property
+    def fresh(self) -> bool:
+        """Whether no earlier attempt's record is looked for (a first attempt, or a call
+        that keeps none): its outcome is this attempt's own, so the protocol may issue its
+        writes before its reads are in (a retry must first learn whether an earlier attempt
+        committed, and return that instead of writing)."""
+        return self.done is None
+
 
 def next_attempt(call: Call) -> bool:
     """Count an attempt of ``call``; whether it is the first (no earlier attempt of it can

@@ -119,16 +119,32 @@ async def append_batch(
     height (entries sealed with ``checksummed``, as the store's layout says). A retry whose
     earlier attempt committed returns that attempt's first height (from the call record),
     however far the head has moved since. One wave of reads: the head, and the call's own
-    (``calls.begin``)."""
+    (``calls.begin``). An attempt that has no record to look for (``Opening.fresh``) issues
+    the entries and its record before the head is in -- they depend on no read, and a
+    refused head leaves the attempt uncommitted --, so the client sends them while the read
+    is in flight; only the head is written once read."""
     opening = calls.begin(tr, keys, call)
     head = tr.get(keys.head())
-    done = await calls.replayed(opening)
-    if done is not None:
-        return _required(done.first_height, "append")
+    first = expected_head + 1
+    if opening.fresh:
+        _write_batch(opening, keys, first, entries, checksummed)
+    else:
+        done = await calls.replayed(opening)
+        if done is not None:
+            return _required(done.first_height, "append")
     _check_head(keys, await head, expected_head)
-    first = _append(tr, keys, expected_head, entries, checksummed)
-    calls.record(opening, "append", first_height=first, count=len(entries))
+    if not opening.fresh:
+        _write_batch(opening, keys, first, entries, checksummed)
+    tr.set(keys.head(), JOURNAL_HEAD.encode(expected_head + len(entries)))
     return first
+
+
+def _write_batch(
+    opening: calls.Opening, keys: WorldKeys, first: int, entries: Sequence[bytes], checksummed: bool
+) -> None:
+    """An append's writes but its head: ``entries`` from ``first``, and its call record."""
+    write_entries(opening.tr, keys, first, entries, checksummed)
+    calls.record(opening, "append", first_height=first, count=len(entries))
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +243,8 @@ async def append_batches(
         wanted.extend(blob_keys)
     read = tr.get_many(wanted)
     head_seen = tr.get(universe.log_head(), snapshot=True) if logged and queue else None
+    if opening.fresh:  # the entries depend on no read: sent while the reads are in flight
+        _write_entries_of(tr, batches, checksummed)
     done = await calls.replayed(opening)
     if done is not None:
         if done.count != len(batches):
@@ -248,6 +266,8 @@ async def append_batches(
         log_head = await head_seen
     metas = iter([next(values) for _ in creatable])
     shared = list(values)  # the universe's info, then the blobs' metadata
+    if not opening.fresh:
+        _write_entries_of(tr, batches, checksummed)
     firsts: list[int] = []
     for batch, raw in zip(batches, heads, strict=True):
         keys = batch.keys
@@ -259,7 +279,8 @@ async def append_batches(
             height = decode_head(keys, raw).height
             if height != batch.expected_head:
                 raise HeadAdvanced(batch.expected_head, height, keys.world)
-        firsts.append(_append(tr, keys, batch.expected_head, batch.entries, checksummed))
+        tr.set(keys.head(), JOURNAL_HEAD.encode(batch.expected_head + len(batch.entries)))
+        firsts.append(batch.expected_head + 1)
     sequenced: int | log.Queued | None = None
     if sequencing is not None:
         sequenced = log.sequence(
@@ -280,6 +301,14 @@ async def append_batches(
     value = None if sequenced is None else sequenced.to_bytes(8, "big")
     calls.record(opening, "append group", count=len(batches), value=value)
     return Appended(firsts, sequenced)
+
+
+def _write_entries_of(
+    tr: kv.Transaction, batches: Sequence[WorldAppend], checksummed: bool
+) -> None:
+    """The entries of every batch of a group append, each above its expected head."""
+    for batch in batches:
+        write_entries(tr, batch.keys, batch.expected_head + 1, batch.entries, checksummed)
 
 
 _WRITTEN: Final = b""

@@ -235,6 +235,14 @@ class _Capi:
         fpointer.block_until_ready()
 
     @staticmethod
+    def fdb_transaction_set(
+        tpointer: Transaction, key: bytes, key_length: int, value: bytes, value_length: int
+    ) -> None:
+        """Write ``key`` as ``Transaction.set`` does (the lengths are the C call's)."""
+        assert (key_length, value_length) == (len(key), len(value))
+        tpointer.set(key, value)
+
+    @staticmethod
     def fdb_future_set_callback(
         fpointer: Future | Watch, callback: Callable[[Any, Any], None], parameter: Any
     ) -> None:
@@ -695,8 +703,11 @@ class TransactionRead:
 class Transaction(TransactionRead):
     """``fdb.Transaction``: reads, writes, ``snapshot``, versionstamp and commit."""
 
+    capi = _Capi()
+
     def __init__(self, state: _TxState) -> None:
         super().__init__(state, snapshot=False)
+        self.tpointer = self  # the C transaction: here, the transaction itself
         self.snapshot = TransactionRead(state, snapshot=True)
         self.options = _TransactionOptions(state)
 

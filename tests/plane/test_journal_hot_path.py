@@ -24,6 +24,7 @@ from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
 from persistence.log_records import LOG_HEAD, TRACKING, LogHead, TrackingRecord
 from persistence.plane import Plane, PlaneConfig
 from persistence.protocols import journal
+from persistence.protocols.calls import Call
 from persistence.protocols.checksums import seal
 from persistence.records import CounterCodec, Record, decode_record
 from segments import open_plane
@@ -129,6 +130,56 @@ def test_append_at_another_head_names_both_heights(
         plane.append_batch(universe, world, expected, [b"x"])
     assert (err.value.expected, err.value.actual) == (expected, 3)
     assert plane.head(universe, world) == 3
+
+
+def _universe_state(plane: Plane, universe: UniverseId) -> list[tuple[bytes, bytes]]:
+    return kv.run(plane.engine, lambda tr: tr.get_range(*UniverseKeys(universe).all()))
+
+
+@pytest.mark.parametrize("expected", [0, 2, 4, 5])
+@pytest.mark.parametrize("count", [1, 3, 20])
+def test_a_refused_append_writes_nothing_though_it_issued_its_writes_before_its_read(
+    plane: Plane, universe: UniverseId, world: WorldId, expected: int, count: int
+) -> None:
+    """A first attempt issues its entries and call record with the head's read
+    (``Opening.fresh``); a refused head must leave all of them uncommitted."""
+    plane.append_batch(universe, world, 0, [b"a", b"b", b"c"])
+    before = _universe_state(plane, universe)
+    with pytest.raises(HeadAdvanced):
+        plane.append_batch(universe, world, expected, [b"x" * (CHUNK_SIZE + 1)] * count)
+    with pytest.raises(WorldNotFound):
+        plane.append_batches(universe, [(world, 3, [b"y"]), (WorldId.new(), 1, [b"z"])])
+    assert _universe_state(plane, universe) == before
+
+
+def test_a_refused_group_append_writes_no_world_s_entries(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    other = WorldId.new()
+    plane.create_world(universe, other)
+    plane.append_batch(universe, other, 0, [b"o"])
+    before = _universe_state(plane, universe)
+    with pytest.raises(HeadAdvanced) as err:
+        plane.append_batches(universe, [(world, 0, [b"w"] * 5), (other, 0, [b"x"])])
+    assert err.value.world == other
+    assert _universe_state(plane, universe) == before
+
+
+def test_a_retry_that_finds_its_record_writes_nothing_of_its_own(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    """A retry reads its record before writing anything: were it to write first, as a first
+    attempt does, the commit that follows its replay would store its entries again."""
+    keys = WorldKeys(universe, world)
+    call = Call.new()
+    checksummed = plane.checksummed
+    assert drive(journal.append_batch(plane.engine, keys, 0, [b"a"], call, checksummed)) == 1
+    before = _universe_state(plane, universe)
+    # the same call again, as a retry after commit_unknown_result (other entries, so that a
+    # write of its own would show)
+    assert drive(journal.append_batch(plane.engine, keys, 0, [b"z"], call, checksummed)) == 1
+    assert _universe_state(plane, universe) == before
+    assert plane.read_range(universe, world, 1, 5) == [(1, b"a")]
 
 
 def test_append_to_a_missing_world_is_not_found(plane: Plane, universe: UniverseId) -> None:
