@@ -96,11 +96,17 @@ def unsigned(value: int) -> bytes:
 _SMALL: Final = [bytes((value,)) for value in range(24)]
 
 
+_SHORT_HEADS: Final = [
+    [bytes((major << 5 | argument,)) for argument in range(24)] for major in range(8)
+]
+"""The one-byte heads, by major type and argument."""
+
+
 def head(major: int, argument: int) -> bytes:
     """The head of a data item of major type ``major`` (2: bytes, 3: text, 5: map, ...)
     whose argument (a length, a count) is ``argument``, in its shortest form."""
     if argument < 24:
-        return bytes((major << 5 | argument,))
+        return _SHORT_HEADS[major][argument]
     if argument < 0x100:
         return bytes((major << 5 | 24, argument))
     if argument < 0x10000:
@@ -179,10 +185,26 @@ def _direct(value: Any) -> bytes | None:
         encoded = scalar(item)
         if type(key) is not str or encoded is None:
             return None
-        data = key.encode()
-        entries.append((head(3, len(data)) + data, encoded))
+        key_bytes = _text_keys.get(key)
+        if key_bytes is None:
+            key_bytes = _text_key(key)
+        entries.append((key_bytes, encoded))
     entries.sort()
     return head(5, len(entries)) + b"".join([key + item for key, item in entries])
+
+
+_text_keys: dict[str, bytes] = {}
+"""Encoded map keys met so far (records' field names), up to :data:`_TEXT_KEYS` of them."""
+_TEXT_KEYS: Final = 1_024
+
+
+def _text_key(key: str) -> bytes:
+    """The encoding of the text ``key``, kept in :data:`_text_keys` while there is room."""
+    data = key.encode()
+    encoded = head(3, len(data)) + data
+    if len(_text_keys) < _TEXT_KEYS and len(data) <= 64:
+        _text_keys[key] = encoded
+    return encoded
 
 
 def decode_stored(data: bytes | bytearray | memoryview, what: str) -> Any:

@@ -190,7 +190,12 @@ async def read_ready(
 
 
 def seq_of(key: bytes, keys: WorldKeys) -> InboxSeq:
-    return seq_in_key(key, keys.inbox_prefix_len(), f"inbox entry key of world {keys.world}")
+    """The sequence of the inbox item at ``key``; ``CorruptRecord`` naming the world if the
+    key holds none (the name is built only then: drains call this for every item)."""
+    try:
+        return seq_in_key(key, keys.inbox_prefix_len(), "inbox entry key")
+    except CorruptRecord as exc:
+        raise CorruptRecord(f"inbox entry key of world {keys.world}", exc.problem) from None
 
 
 @kv.transactional

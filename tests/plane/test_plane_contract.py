@@ -215,6 +215,23 @@ def test_an_entry_written_before_fingerprints_matches_any_item(
         plane.enqueue(universe, world, event(1), idempotency_key=b"old")
 
 
+def test_a_stray_key_among_inbox_items_is_corrupt_naming_the_world(
+    plane: Plane, universe: UniverseId, world: WorldId
+) -> None:
+    plane.enqueue(universe, world, event(1))
+    keys = WorldKeys(universe, world)
+    begin, end = keys.inbox_after(None)
+    [(_, stored)] = kv.run(plane.engine, lambda tr: tr.get_range(begin, end))
+    stray = begin + b"\x02stray\x00"  # a text element where a versionstamp belongs
+    kv.run_sync(plane.engine, lambda tr: tr.set(stray, stored))  # a sound item under it
+    with pytest.raises(CorruptRecord, match=f"inbox entry key of world {world}") as err:
+        plane.drain_inbox_to_journal(universe, world)
+    assert "does not" in err.value.problem
+    with pytest.raises(CorruptRecord, match=f"inbox entry key of world {world}"):
+        plane.read_after(universe, world, None, 10)
+    assert plane.head(universe, world) == 0  # nothing drained
+
+
 def test_cursor_is_compare_and_swap_and_never_regresses(
     plane: Plane, universe: UniverseId, world: WorldId
 ) -> None:
