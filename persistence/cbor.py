@@ -105,7 +105,7 @@ _SHORT_HEADS: Final = [
 def head(major: int, argument: int) -> bytes:
     """The head of a data item of major type ``major`` (2: bytes, 3: text, 5: map, ...)
     whose argument (a length, a count) is ``argument``, in its shortest form."""
-    if argument < 24:
+    if 0 <= argument < 24:
         return _SHORT_HEADS[major][argument]
     if argument < 0x100:
         return bytes((major << 5 | 24, argument))

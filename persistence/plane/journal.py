@@ -4,9 +4,11 @@ stitched read -- cold segments and the hot tail, paged across transactions."""
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Final
 
 from persistence import kv
@@ -50,9 +52,6 @@ BUSY_UNIVERSES: Final = 4_096
 """Universes noted busy before those no longer busy are forgotten."""
 
 
-_BYTES_ONLY: Final = {bytes}
-
-
 class JournalOperations(WorldOperations):
     """The journal: appends, group appends, the universe log's sequenced appends, reads."""
 
@@ -60,7 +59,10 @@ class JournalOperations(WorldOperations):
         """``entries`` of one append: bytes, within the entry and batch limits."""
         check_sequence(entries, field, 1, self.config.max_batch_entries)
         high = self.config.max_entry_bytes
-        if set(map(type, entries)) != _BYTES_ONLY or max(map(len, entries)) > high:
+        # exact types by identity (a metaclass cannot make another type equal ``bytes``)
+        if not all(map(operator.is_, map(type, entries), repeat(bytes))) or (
+            max(map(len, entries)) > high
+        ):
             for index, entry in enumerate(entries):  # the first refused, named
                 check_bytes(entry, f"{field}[{index}]", high=high)
         total = sum(map(len, entries))

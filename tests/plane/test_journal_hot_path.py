@@ -5,6 +5,8 @@ takes a page of whole entries in bulk with the same checks and byte budget as ro
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from backends.objects.memory import MemoryObjectStore
@@ -180,6 +182,53 @@ def test_a_retry_that_finds_its_record_writes_nothing_of_its_own(
     assert drive(journal.append_batch(plane.engine, keys, 0, [b"z"], call, checksummed)) == 1
     assert _universe_state(plane, universe) == before
     assert plane.read_range(universe, world, 1, 5) == [(1, b"a")]
+
+
+class _UnhashableType(type):
+    """A metaclass whose classes cannot be hashed (``__eq__`` without ``__hash__``)."""
+
+    def __eq__(cls, other: object) -> bool:
+        return cls is other
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class _Unhashable(metaclass=_UnhashableType):
+    def __len__(self) -> int:
+        return 1
+
+
+class _PosingType(type):
+    """A metaclass whose classes compare and hash equal to ``bytes``."""
+
+    def __eq__(cls, other: object) -> bool:
+        return other is bytes or cls is other
+
+    def __hash__(cls) -> int:
+        return hash(bytes)
+
+
+class _Posing(bytes, metaclass=_PosingType):
+    pass
+
+
+@pytest.mark.parametrize("before", [[], [b"ok"]], ids=["alone", "after-bytes"])
+@pytest.mark.parametrize(
+    "odd", [_Unhashable, lambda: _Posing(b"posing")], ids=["unhashable", "posing"]
+)
+def test_an_entry_whose_type_only_poses_as_bytes_is_refused_naming_it(
+    plane: Plane, universe: UniverseId, world: WorldId, before: list[bytes], odd: Any
+) -> None:
+    """Entries are checked by their exact type (found by a review: a check by comparing
+    types let a class equal to ``bytes`` through, and an unhashable type raised TypeError)."""
+    entries = [*before, odd()]
+    with pytest.raises(Validation) as err:
+        plane.append_batch(universe, world, 0, entries)
+    assert err.value.field == f"entries[{len(before)}]"
+    with pytest.raises(Validation) as err:
+        plane.append_batches(universe, [(world, 0, entries)])
+    assert err.value.field == f"batches[0].entries[{len(before)}]"
+    assert plane.head(universe, world) == 0
 
 
 def test_append_to_a_missing_world_is_not_found(plane: Plane, universe: UniverseId) -> None:
