@@ -54,12 +54,16 @@ class FdbCluster:
         return [int(line) for line in out.split()]
 
 
+class FdbLocalError(RuntimeError):
+    """``fdb-local`` exited with an error."""
+
+
 def _fdb_local(*args: object) -> str:
     done = subprocess.run(
         [str(FDB_LOCAL), *map(str, args)], capture_output=True, text=True, timeout=120
     )
     if done.returncode != 0:
-        raise RuntimeError(f"fdb-local {args[0]} failed: {done.stderr.strip()}")
+        raise FdbLocalError(f"fdb-local {args[0]} failed: {done.stderr.strip()}")
     return done.stdout.strip()
 
 
@@ -75,11 +79,41 @@ def _listening_port(processes: int) -> int:
     return random.randrange(20000, max(20001, ephemeral - processes))
 
 
+START_ATTEMPTS: Final = 3
+
+
 def start_cluster(directory: Path, processes: int = 1) -> FdbCluster:
-    """Start a cluster of ``processes`` fdbserver processes under ``directory``."""
-    cluster_file = Path(_fdb_local("start", directory, _listening_port(processes), processes))
+    """Start a cluster of ``processes`` fdbserver processes under ``directory``. The port is
+    picked before the servers bind it, so another program (another test session's cluster)
+    may take it meanwhile: a server then exits at once, while the database may still become
+    available on the others. Such a start is stopped and tried again afresh on another port."""
     library = Path(_fdb_local("bin")) / "lib" / "libfdb_c.so"
-    return FdbCluster(directory, cluster_file, library, processes)
+    dead: list[int] = []
+    failure = ""
+    for attempt in range(START_ATTEMPTS):
+        home = directory / f"attempt-{attempt}"
+        try:
+            cluster_file = Path(_fdb_local("start", home, _listening_port(processes), processes))
+        except FdbLocalError as exc:  # the coordinator's port was taken: never available
+            failure = str(exc)
+            _fdb_local("stop", home)
+            continue
+        cluster = FdbCluster(home, cluster_file, library, processes)
+        dead = [pid for pid in cluster.pids() if not _running(pid)]
+        if not dead:
+            return cluster
+        failure = f"fdbserver pids {dead} under {home} exited at start"
+        _fdb_local("stop", home)
+    raise FdbLocalError(f"no cluster after {START_ATTEMPTS} starts; the last: {failure}")
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not gone, not a zombie nobody reaped)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
 
 
 def stop_cluster(cluster: FdbCluster) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import socket
 import struct
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from backends.kv.sqlite import SqliteEngine
 from persistence import fdb_errors, kv, txsize
 from persistence.errors import EngineError
 from persistence.futures import drive
+from tests import fdb_cluster as fdb_cluster_module
 from tests.fdb_cluster import ROOT, FdbCluster
 
 
@@ -471,3 +473,51 @@ def test_the_engine_s_options_hold_across_on_error_and_stay_its_own(
     time.sleep(1.6)
     shared.set(prefix + b"small", b"x" * 2_000)
     shared.commit().wait()  # neither the engine's timeout nor its size limit
+
+
+def test_a_start_whose_server_found_its_port_taken_starts_again_on_another(
+    fdb_cluster: FdbCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server whose port another program took between the pick and the bind exits at
+    once, and the database may still become available on the others: the start is stopped
+    and made again on another port, and every server of the cluster returned runs."""
+    del fdb_cluster  # only for the skip on a machine without the binaries
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    picks = iter([port - 1])  # the second server's port is the one taken
+    pick = fdb_cluster_module._listening_port
+    monkeypatch.setattr(
+        fdb_cluster_module, "_listening_port", lambda n: next(picks, None) or _free_ports(pick, n)
+    )
+    try:
+        cluster = fdb_cluster_module.start_cluster(tmp_path, processes=3)
+    finally:
+        taken.close()
+    try:
+        assert cluster.directory.name == "attempt-1"  # the first start was stopped
+        assert all(fdb_cluster_module._running(pid) for pid in cluster.pids())
+        assert not (tmp_path / "attempt-0" / "fdbserver.pid").exists()
+        kv.run_sync(cluster.engine(), lambda tr: tr.set(b"started", b"again"))
+    finally:
+        fdb_cluster_module.stop_cluster(cluster)
+
+
+def _free_ports(pick: Callable[[int], int], count: int) -> int:
+    """A first port of ``count`` free ones in a row, as ``pick`` picks them (each held a
+    moment to find them)."""
+    while True:
+        first = pick(count)
+        held = []
+        try:
+            for port in range(first, first + count):
+                sock = socket.socket()
+                held.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
