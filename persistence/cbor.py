@@ -83,7 +83,7 @@ def unsigned(value: int) -> bytes:
     if not 0 <= value <= _INT_MAX:
         raise NotCanonical(f"{value} is not an unsigned 64-bit integer")
     if value < 24:
-        return _SMALL[value]
+        return _SHORT_HEADS[0][value]
     if value < 0x100:
         return b"\x18" + value.to_bytes(1, "big")
     if value < 0x10000:
@@ -91,9 +91,6 @@ def unsigned(value: int) -> bytes:
     if value < 0x100000000:
         return b"\x1a" + value.to_bytes(4, "big")
     return b"\x1b" + value.to_bytes(8, "big")
-
-
-_SMALL: Final = [bytes((value,)) for value in range(24)]
 
 
 _SHORT_HEADS: Final = [

@@ -19,6 +19,7 @@ from typing import Final
 import pytest
 
 from backends.kv.fdb import FdbEngine, FdbOptions
+from conformance.torture.servers import running
 from persistence import kv
 
 ROOT: Final = Path(__file__).resolve().parents[1]
@@ -99,21 +100,12 @@ def start_cluster(directory: Path, processes: int = 1) -> FdbCluster:
             _fdb_local("stop", home)
             continue
         cluster = FdbCluster(home, cluster_file, library, processes)
-        dead = [pid for pid in cluster.pids() if not _running(pid)]
+        dead = [pid for pid in cluster.pids() if not running(pid)]
         if not dead:
             return cluster
         failure = f"fdbserver pids {dead} under {home} exited at start"
         _fdb_local("stop", home)
     raise FdbLocalError(f"no cluster after {START_ATTEMPTS} starts; the last: {failure}")
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (not gone, not a zombie nobody reaped)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def stop_cluster(cluster: FdbCluster) -> None:

@@ -88,7 +88,7 @@ class LocalCluster:
                 f"{directory} runs {len(self.pids())} fdbserver processes; killing one needs "
                 'at least 3 (fdb-local start DIR "" 3: double redundancy)',
             )
-        dead = [pid for pid in self.pids() if not _running(pid)]
+        dead = [pid for pid in self.pids() if not running(pid)]
         if dead:
             raise Validation(
                 "fdb_local",
@@ -200,13 +200,13 @@ class LocalCluster:
                 return
         deadline = time.monotonic() + EXIT_WAIT_SECONDS
         while time.monotonic() < deadline:
-            if not _running(pid):
+            if not running(pid):
                 return
             time.sleep(0.01)
         raise ServerFaultError(f"pid {pid} did not exit within {EXIT_WAIT_SECONDS} s of SIGKILL")
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     """Whether ``pid`` is a live process (not gone, not a zombie nobody reaped)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

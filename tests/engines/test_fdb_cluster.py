@@ -26,6 +26,7 @@ import pytest
 from backends.kv.fdb import FdbEngine
 from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
+from conformance.torture.servers import running
 from persistence import fdb_errors, kv, txsize
 from persistence.errors import EngineError
 from persistence.futures import drive
@@ -497,7 +498,7 @@ def test_a_start_whose_server_found_its_port_taken_starts_again_on_another(
         taken.close()
     try:
         assert cluster.directory.name == "attempt-1"  # the first start was stopped
-        assert all(fdb_cluster_module._running(pid) for pid in cluster.pids())
+        assert all(running(pid) for pid in cluster.pids())
         assert not (tmp_path / "attempt-0" / "fdbserver.pid").exists()
         kv.run_sync(cluster.engine(), lambda tr: tr.set(b"started", b"again"))
     finally:
