@@ -164,7 +164,9 @@ def record(opening: Opening, op: str, **outcome: Any) -> None:
     """Store ``CallRecord(op, **outcome)`` as what the call did (in the transaction that
     does it), and clear the records of its scope older than the call's window: a blind
     range clear up to the first id of the window (ids begin with their call's start), so
-    nothing is read. A call that keeps no record writes (and builds) nothing."""
+    nothing is read. A call that keeps no record writes (and builds) nothing. A call whose
+    retry can tell its outcome from its own arguments records ``op`` alone (an append:
+    its first height is its expected head + 1), a value encoded once per ``op``."""
     call = opening.call
     if not call.recorded:
         return
@@ -172,4 +174,12 @@ def record(opening: Opening, op: str, **outcome: Any) -> None:
     horizon = call.started_ns - call.window_ns
     if horizon > 0:
         tr.clear_range(scope.calls()[0], scope.call(horizon.to_bytes(8, "big")))
-    tr.set(scope.call(call.id), CallRecord(op, **outcome).to_cbor())
+    if outcome:
+        value = CallRecord(op, **outcome).to_cbor()
+    else:
+        value = _BARE.get(op) or _BARE.setdefault(op, CallRecord(op).to_cbor())
+    tr.set(scope.call(call.id), value)
+
+
+_BARE: Final[dict[str, bytes]] = {}
+"""The encoded record of each ``op`` recorded without an outcome (a few protocol names)."""

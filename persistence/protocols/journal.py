@@ -117,8 +117,9 @@ async def append_batch(
 ) -> int:
     """Protocol B: append at ``expected_head`` or raise ``HeadAdvanced``; return the first
     height (entries sealed with ``checksummed``, as the store's layout says). A retry whose
-    earlier attempt committed returns that attempt's first height (from the call record),
-    however far the head has moved since. One wave of reads: the head, and the call's own
+    earlier attempt committed (its call record is there) returns that attempt's first
+    height, ``expected_head + 1`` -- the commit checked the head --, however far the head
+    has moved since; the record holds nothing else. One wave of reads: the head, and the call's own
     (``calls.begin``). An attempt that has no record to look for (``Opening.fresh``) issues
     the entries and its record before the head is in -- they depend on no read, and a
     refused head leaves the attempt uncommitted --, so the client sends them while the read
@@ -129,9 +130,8 @@ async def append_batch(
     if opening.fresh:
         _write_batch(opening, keys, first, entries, checksummed)
     else:
-        done = await calls.replayed(opening)
-        if done is not None:
-            return _required(done.first_height, "append")
+        if await calls.replayed(opening) is not None:
+            return first
     _check_head(keys, await head, expected_head)
     if not opening.fresh:
         _write_batch(opening, keys, first, entries, checksummed)
@@ -144,7 +144,7 @@ def _write_batch(
 ) -> None:
     """An append's writes but its head: ``entries`` from ``first``, and its call record."""
     write_entries(opening.tr, keys, first, entries, checksummed)
-    calls.record(opening, "append", first_height=first, count=len(entries))
+    calls.record(opening, "append")
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,12 +333,6 @@ async def _create(
         if there is None:  # as cas.put_meta: a duplicate is a no-op
             tr.set(key, blob.to_cbor())
     await worlds.write_world(tr, keys, create.meta, create.genesis, universe_info=info)
-
-
-def _required(value: int | None, op: str) -> int:
-    if value is None:
-        raise CorruptRecord("call record", f"an {op} record without its first height")
-    return value
 
 
 @dataclass(frozen=True, slots=True)

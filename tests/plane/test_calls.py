@@ -18,7 +18,7 @@ from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.protocols import journal
 from persistence.protocols.calls import Call
-from persistence.records import decode_record
+from persistence.records import CallRecord, decode_record
 from segments import open_plane
 
 SECOND = 1_000_000_000
@@ -49,6 +49,35 @@ def test_a_retried_call_returns_its_record_and_writes_nothing() -> None:
     )  # the retry: its own
     assert [e for _, e in plane.read_range(u, w, 1, 5)] == [b"a", b"b"]
     assert len(_records(engine, keys)) == 2
+
+
+def test_an_append_records_its_op_alone_and_a_retry_reads_older_records_the_same_way() -> None:
+    """An append's record holds only ``op``: the attempt that committed wrote from
+    ``expected_head + 1``. A retry that finds a record in the form written before (with
+    the first height and count) returns the same and writes nothing."""
+    engine = MemoryEngine()
+    plane = open_plane(engine, MemoryObjectStore())
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    keys = WorldKeys(u, w)
+    call = Call.new()
+    assert drive(journal.append_batch(engine, keys, 0, [b"a"], call, plane.checksummed)) == 1
+    stored = kv.run(engine, lambda tr: tr.get(keys.call(call.id)))
+    assert stored is not None
+    assert decode_record(CallRecord, stored, "record") == CallRecord("append")
+
+    older = Call.new()
+    older.attempts = 1  # its first attempt committed; the next is a retry
+    plane.append_batch(u, w, 1, [b"b", b"c"])  # what that attempt wrote, at head 1
+
+    def recorded(tr: kv.Transaction) -> None:
+        tr.set(keys.call(older.id), CallRecord("append", first_height=2, count=2).to_cbor())
+
+    kv.run_sync(engine, recorded)
+    plane.append_batch(u, w, 3, [b"d"])  # another caller moves the head on
+    retried = journal.append_batch(engine, keys, 1, [b"x", b"y"], older, plane.checksummed)
+    assert drive(retried) == 2
+    assert [e for _, e in plane.read_range(u, w, 1, 10)] == [b"a", b"b", b"c", b"d"]
 
 
 def test_a_write_clears_the_expired_records_and_keeps_recent_ones() -> None:
