@@ -30,6 +30,7 @@ The adapter does almost nothing of its own, on purpose. What it must get right:
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import dataclasses
 import importlib.metadata
@@ -42,7 +43,7 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from backends.kv import checks
+from backends.kv import checks, fdb_wake
 from persistence import fdb_errors, kv
 from persistence.errors import EngineError, MissingDependency, NotFound, Validation
 from persistence.futures import Future
@@ -182,9 +183,6 @@ def _block(fdb: Any, future: Any, hint: str) -> None:
         raise _engine_error(exc, hint) from None
 
 
-_CALLBACK: Final = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
-"""libfdb_c's ``FDBCallback``: ``void (*)(FDBFuture* future, void* parameter)``."""
-
 _notified: dict[int, tuple[Any, Callable[[], object]]] = {}
 """Callbacks due, by the number each was given (the C callback's parameter): with its
 future, kept alive here until it is ready."""
@@ -201,7 +199,7 @@ def _fire(pointer: int | None, number: int) -> None:
         _log.exception("a callback of a FoundationDB future failed")
 
 
-_FIRE: Final = _CALLBACK(_fire)
+_FIRE: Final = fdb_wake.CALLBACK(_fire)
 """The one C callback of every future notified (:func:`_notify`)."""
 
 
@@ -252,6 +250,21 @@ class _FdbFuture(Future[T]):
 
     def notify(self, callback: Callable[[], object]) -> None:
         _notify(self._future, callback)
+
+    async def settle_async(self, executor: concurrent.futures.Executor | None) -> None:
+        await _settle_async(self._future, self, executor)
+
+
+async def _settle_async(
+    future: Any, outer: Future[Any], executor: concurrent.futures.Executor | None
+) -> None:
+    """Return once the bindings' ``future`` (of ``outer``) is ready: woken from C through
+    the loop's pipe (``fdb_wake``), or else as any future that notifies."""
+    waiter = fdb_wake.waiter(future)
+    if waiter is None:
+        await Future.settle_async(outer, executor)
+    else:
+        await waiter
 
 
 def _value(future: Any) -> bytes | None:
@@ -348,6 +361,10 @@ class _FdbRange(Future[list[tuple[bytes, bytes]]]):
             callback()
         else:
             _notify(self._future, callback)
+
+    async def settle_async(self, executor: concurrent.futures.Executor | None) -> None:
+        if self._future is not None:
+            await _settle_async(self._future, self, executor)
 
 
 class FdbTransaction(kv.Transaction):

@@ -79,7 +79,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    (wheel,) = out.glob("aos_persistence-*-py3-none-any.whl")
+    (wheel,) = out.glob("aos_persistence-*.whl")
     (sdist,) = out.glob("aos_persistence-*.tar.gz")
     return Dist(wheel, sdist)
 

@@ -29,9 +29,12 @@ def test_the_wheel_and_sdist_hold_every_package_typed(dist: Dist) -> None:
         assert f"{package}/__init__.py" in names
         assert f"{package}/py.typed" in names
     assert not [n for n in names if n.startswith(("tests/", "aos_bench/", "aosp/benchmarks/"))]
+    # the C wake-up of FoundationDB futures, built here (a compiler is present)
+    assert [n for n in names if n.startswith("backends/kv/_fdb_wake.") and n.endswith(".so")]
     with tarfile.open(dist.sdist) as sdist:
         members = sdist.getnames()
     assert any(m.endswith("/persistence/plane/__init__.py") for m in members)
+    assert any(m.endswith("/backends/kv/_fdb_wake.c") for m in members)
     assert any(m.endswith("/pyproject.toml") for m in members)
 
 
@@ -39,6 +42,7 @@ CORE = """
 import importlib.util, json, sys, tempfile
 from pathlib import Path
 import persistence, segments
+from backends.kv import fdb_wake
 from segments import open_plane
 from persistence.ids import UniverseId, WorldId
 d = Path(tempfile.mkdtemp())
@@ -50,6 +54,7 @@ print(json.dumps({
     "read": [e.decode() for _, e in plane.read_range(u, w, 1, 10)],
     "blob": plane.get(u, plane.put_verified(u, b"x" * 20000)).decode()[:3],
     "from": persistence.__file__,
+    "wake": fdb_wake.available(),
     "optional": {m: importlib.util.find_spec(m) is not None
                  for m in ("boto3", "pyarrow", "pyspark", "fdb", "opentelemetry")},
 }))
@@ -61,6 +66,7 @@ def test_the_core_install_runs_the_plane_on_sqlite_and_local_objects(core_env: E
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["read"] == ["entry"] and out["blob"] == "xxx"
+    assert out["wake"] is True  # the wheel's C wake-up loads without the fdb extra
     assert Path(out["from"]).is_relative_to(core_env.path)  # the installed wheel, no checkout
     assert out["optional"] == {
         "boto3": False,

@@ -1,0 +1,184 @@
+"""How the futures of libfdb_c wake the asyncio event loop that awaits them, with no Python
+on the client's network thread.
+
+libfdb_c calls a future's callback on its network thread. A callback written in Python
+(ctypes) must take the GIL there: with many transactions in flight each reply waits for
+the event loop's thread to let go of it, and every call the loop makes into libfdb_c
+(each ``set``, each ``get``) hands it over and back. ``_fdb_wake.c`` is the callback in C:
+it writes the number of the waiting registration (its *slot*) to a pipe of the loop, which
+reads the pipe when it is readable and sets the waiter of every slot it finds -- the replies
+that arrived since it last looked, in one wake-up.
+
+One pipe (:class:`_Channel`) per event loop, made on the loop's first wait and kept for the
+process: a loop that is closed leaves its channel to the next loop, which takes over the
+slots still registered (the waiters of a closed loop are not set). A channel never has more
+slots registered than its pipe holds, so the C callback never blocks on a full pipe; past
+that, and wherever the C part is missing, :func:`waiter` returns ``None`` and the engine
+wakes the loop from a Python callback instead (``fdb._notify``).
+
+The C part is built when the package is installed where a C compiler is found
+(``pyproject.toml``: an optional extension, a plain shared library loaded with ctypes, not
+imported); :func:`available` says whether this process has it.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import ctypes
+import fcntl
+import importlib.util
+import logging
+import os
+import threading
+from typing import Any, Final
+
+CALLBACK: Final = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+"""libfdb_c's ``FDBCallback``: ``void (*)(FDBFuture* future, void* parameter)``."""
+
+_SLOT: Final = "I" if array.array("I").itemsize == 4 else "L"
+"""The array code of the C part's ``uint32_t`` (native byte order, as it writes them)."""
+_PIPE_BYTES: Final = 1 << 20
+"""The pipe size a channel asks for (Linux grants up to ``/proc/sys/fs/pipe-max-size``)."""
+_SMALLEST_PIPE: Final = 4_096
+"""What a pipe holds where its size cannot be asked (POSIX guarantees at least 512)."""
+_READ_BYTES: Final = 1 << 16
+
+_log = logging.getLogger(__name__)
+
+
+def _load() -> Any | None:
+    """The C callback, or ``None`` if it was not built (or cannot be loaded here)."""
+    if array.array(_SLOT).itemsize != 4:
+        return None
+    spec = importlib.util.find_spec(f"{__package__}._fdb_wake")
+    if spec is None or spec.origin is None:
+        return None
+    try:
+        library = ctypes.CDLL(spec.origin)
+        return ctypes.cast(library.aos_fdb_wake, CALLBACK)
+    except (OSError, AttributeError) as exc:
+        _log.warning("the C wake-up of FoundationDB futures was not loaded: %s", exc)
+        return None
+
+
+_WAKE: Any | None = _load()
+
+
+def available() -> bool:
+    """Whether this process wakes event loops from C (the optional extension was built)."""
+    return _WAKE is not None
+
+
+class _Channel:
+    """A pipe, and the registrations whose slots the C callback writes to it; read by one
+    event loop at a time (only that loop's thread touches the slots)."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()  # not inherited by child processes
+        os.set_blocking(self._read, False)
+        size = _SMALLEST_PIPE
+        if hasattr(fcntl, "F_SETPIPE_SZ"):
+            # refused over pipe-max-size, or over the user's pipe quota: keep the default
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(self._write, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+            size = fcntl.fcntl(self._write, fcntl.F_GETPIPE_SZ)
+        self.capacity = size // 4
+        """Slots registered at most: as many as the pipe holds, so a write never blocks."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._slots: dict[int, tuple[Any, asyncio.Future[None]]] = {}
+        self._free: list[int] = []
+        self._partial = b""
+
+    @property
+    def registered(self) -> int:
+        """Slots whose future has not been seen ready yet."""
+        return len(self._slots)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Read this pipe from ``loop``; false if the loop cannot watch a file descriptor."""
+        try:
+            loop.add_reader(self._read, self._drain)
+        except NotImplementedError:  # a loop without add_reader (Windows' proactor)
+            return False
+        self.loop = loop
+        return True
+
+    def waiter(self, future: Any) -> asyncio.Future[None] | None:
+        """A waiter of this channel's loop, set once the bindings' ``future`` is ready;
+        ``None`` if every slot is taken. The slot keeps ``future`` alive until then."""
+        assert self.loop is not None
+        slots = self._slots
+        if len(slots) >= self.capacity:
+            return None
+        slot = self._free.pop() if self._free else len(slots)
+        waiter = self.loop.create_future()
+        slots[slot] = (future, waiter)
+        try:
+            future.capi.fdb_future_set_callback(future.fpointer, _WAKE, (self._write << 32) | slot)
+        except BaseException:
+            del slots[slot]
+            self._free.append(slot)
+            raise
+        return waiter
+
+    def _drain(self) -> None:
+        try:
+            data = os.read(self._read, _READ_BYTES)
+        except BlockingIOError:
+            return
+        if self._partial:  # writes of 4 bytes are atomic: never, but never lose one
+            data = self._partial + data
+        whole = len(data) - len(data) % 4
+        self._partial = data[whole:]
+        slots, free = self._slots, self._free
+        for slot in array.array(_SLOT, data[:whole]):
+            registered = slots.pop(slot, None)
+            if registered is None:  # libfdb_c calls a callback at most once
+                _log.error("a FoundationDB future woke slot %d, which nothing waits on", slot)
+                continue
+            free.append(slot)
+            waiter = registered[1]
+            if not waiter.done() and not waiter.get_loop().is_closed():
+                waiter.set_result(None)
+
+
+_channels: list[_Channel] = []
+"""Every channel of the process: each read by a loop, or left by a closed one."""
+_channels_lock = threading.Lock()
+_current = threading.local()
+"""The channel of the loop that waited last on each thread."""
+
+
+def _channel(loop: asyncio.AbstractEventLoop) -> _Channel | None:
+    """``loop``'s channel: its own, or one a closed loop left, or a new one."""
+    with _channels_lock:
+        for channel in _channels:
+            if channel.loop is loop:
+                return channel
+        for channel in _channels:  # one left by a closed loop (or by none that could read)
+            if channel.loop is None or channel.loop.is_closed():
+                break
+        else:
+            channel = _Channel()
+            _channels.append(channel)
+        if not channel.attach(loop):
+            return None
+        return channel
+
+
+def waiter(future: Any) -> asyncio.Future[None] | None:
+    """A waiter of the running event loop, set (from the C callback, through the loop's
+    pipe) once the bindings' ``future`` is ready; ``None`` where the C part is missing,
+    the loop cannot watch a pipe, or the loop's pipe is full: then wait another way."""
+    if _WAKE is None:
+        return None
+    loop = asyncio.get_running_loop()
+    channel: _Channel | None = getattr(_current, "channel", None)
+    if channel is None or channel.loop is not loop:
+        channel = _channel(loop)
+        if channel is None:
+            return None
+        _current.channel = channel
+    return channel.waiter(future)

@@ -1,0 +1,209 @@
+"""Futures of a real FoundationDB cluster awaited from asyncio, woken from C through the
+loop's pipe (``backends/kv/fdb_wake.py``): values as read, a channel per loop (left to the
+next one when a loop closes), cancelled waits that free their slot, and the Python callback
+where the C part is missing or the pipe is full."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sysconfig
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from backends.kv import fdb as fdb_engine
+from backends.kv import fdb_wake
+from backends.kv.fdb import FdbEngine
+from persistence import kv
+from persistence.futures import drive_async
+from persistence.ids import UniverseId, WorldId
+from tests.fdb_cluster import FdbCluster
+
+KEYS = 200
+
+
+@pytest.fixture(scope="module")
+def cluster(fdb_cluster: FdbCluster) -> FdbEngine:
+    """An engine on the session's cluster."""
+    return fdb_cluster.engine()
+
+
+@pytest.fixture
+def prefix(cluster: FdbEngine) -> Iterator[bytes]:
+    """A fresh key prefix holding ``KEYS // 2`` keys (the even ones), cleared afterwards."""
+    key_prefix = b"aosp-wake/" + uuid.uuid4().hex.encode() + b"/"
+
+    def fill(tr: kv.Transaction) -> None:
+        for n in range(0, KEYS, 2):
+            tr.set(key_prefix + b"%03d" % n, b"v%d" % n)
+
+    kv.run_sync(cluster, fill)
+    yield key_prefix
+    kv.run_sync(cluster, lambda tr: tr.clear_range(key_prefix, key_prefix + b"\xff"))
+
+
+class _PythonWakes:
+    """Counts the futures woken through the Python callback (``fdb._notify``)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        notify = fdb_engine._notify
+
+        def counted(future: Any, callback: Any) -> None:
+            self.count += 1
+            notify(future, callback)
+
+        monkeypatch.setattr(fdb_engine, "_notify", counted)
+
+
+async def _read_all(cluster: FdbEngine, prefix: bytes) -> list[bytes | None]:
+    """Every key's value, all reads in flight in one transaction, each awaited in turn."""
+
+    async def body(tr: kv.Transaction) -> list[bytes | None]:
+        reads = [tr.get(prefix + b"%03d" % n) for n in range(KEYS)]
+        return [await read for read in reads]
+
+    return await drive_async(kv.transact(cluster, body))
+
+
+def _expected() -> list[bytes | None]:
+    return [b"v%d" % n if n % 2 == 0 else None for n in range(KEYS)]
+
+
+def _channel_of(loop: asyncio.AbstractEventLoop) -> fdb_wake._Channel:
+    (channel,) = [c for c in fdb_wake._channels if c.loop is loop]
+    return channel
+
+
+def test_the_c_wake_up_is_built_where_a_compiler_is() -> None:
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler}) here: the optional extension is not built")
+    assert fdb_wake.available(), "reinstall the package (pip install -e .) to build it"
+
+
+@pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
+def test_reads_awaited_from_a_loop_are_woken_through_its_pipe(
+    cluster: FdbEngine, prefix: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    python = _PythonWakes(monkeypatch)
+
+    async def main() -> tuple[list[bytes | None], int]:
+        values = await _read_all(cluster, prefix)
+        return values, _channel_of(asyncio.get_running_loop()).registered
+
+    values, registered = asyncio.run(main())
+    assert values == _expected()
+    assert python.count == 0  # every wait went through the pipe
+    assert registered == 0  # every slot freed once its future was seen ready
+
+
+@pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
+def test_a_closed_loop_leaves_its_channel_to_the_next_and_threads_have_their_own(
+    cluster: FdbEngine, prefix: bytes
+) -> None:
+    assert asyncio.run(_read_all(cluster, prefix)) == _expected()
+    channels = len(fdb_wake._channels)
+    for _ in range(3):  # each loop closed before the next starts: the same pipe
+        assert asyncio.run(_read_all(cluster, prefix)) == _expected()
+    assert len(fdb_wake._channels) == channels
+
+    both = threading.Barrier(2)
+    seen: list[list[bytes | None]] = []
+
+    async def together() -> list[bytes | None]:
+        await asyncio.to_thread(both.wait)  # both loops run at once
+        return await _read_all(cluster, prefix)
+
+    other = threading.Thread(target=lambda: seen.append(asyncio.run(together())))
+    other.start()
+    mine = asyncio.run(together())
+    other.join()
+    assert mine == seen[0] == _expected()
+    assert len(fdb_wake._channels) == channels + 1
+
+
+@pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
+def test_a_cancelled_wait_frees_its_slot_when_its_future_fires(
+    cluster: FdbEngine, prefix: bytes
+) -> None:
+    """A task cancelled while it waits on a watch: the slot keeps the watch's future alive
+    until the key changes, then is freed; nothing is set on the cancelled waiter."""
+    key = prefix + b"000"
+    tr = cluster._db.create_transaction()
+    watch = tr.watch(key)
+    tr.commit().wait()
+
+    async def main() -> tuple[int, int]:
+        channel: fdb_wake._Channel | None = None
+
+        async def waits() -> None:
+            nonlocal channel
+            waiter = fdb_wake.waiter(watch)
+            channel = _channel_of(asyncio.get_running_loop())
+            assert waiter is not None
+            await waiter
+
+        task = asyncio.create_task(waits())
+        await asyncio.sleep(0)  # the task registers its slot
+        assert channel is not None
+        registered = channel.registered
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.to_thread(kv.run_sync, cluster, lambda t: t.set(key, b"changed"))
+        deadline = time.monotonic() + 30
+        while channel.registered and time.monotonic() < deadline:  # the watch fires
+            await asyncio.sleep(0.01)
+        return registered, channel.registered
+
+    assert asyncio.run(main()) == (1, 0)
+
+
+@pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
+def test_past_the_pipe_s_capacity_waits_go_through_the_python_callback(
+    cluster: FdbEngine, prefix: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    python = _PythonWakes(monkeypatch)
+
+    async def main() -> list[bytes | None]:
+        channel = fdb_wake._channel(asyncio.get_running_loop())
+        assert channel is not None
+        monkeypatch.setattr(channel, "capacity", 3)
+        reads = await asyncio.gather(*(_read_all(cluster, prefix) for _ in range(8)))
+        assert channel.registered == 0
+        return [value for values in reads for value in values]
+
+    assert asyncio.run(main()) == _expected() * 8
+    assert python.count > 0
+
+
+def test_without_the_c_part_the_async_plane_is_woken_from_python(
+    cluster: FdbEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from backends.objects.memory import MemoryObjectStore
+    from persistence.plane import Plane
+
+    monkeypatch.setattr(fdb_wake, "_WAKE", None)
+    python = _PythonWakes(monkeypatch)
+    door = Plane(cluster, MemoryObjectStore()).asyncio()
+    universe, world = UniverseId.new(), WorldId.new()
+
+    async def main() -> list[tuple[int, bytes]]:
+        await door.create_world(universe, world)
+        firsts = await asyncio.gather(
+            door.append_batch(universe, world, 0, [b"a"]),
+            door.append_batch(universe, world, 0, [b"b"]),
+            return_exceptions=True,
+        )
+        assert sorted(type(f).__name__ for f in firsts) == ["HeadAdvanced", "int"]
+        return await door.read_range(universe, world, 1, 10)
+
+    (entry,) = asyncio.run(main())
+    assert entry[0] == 1 and entry[1] in (b"a", b"b")
+    assert python.count > 0
