@@ -10,10 +10,11 @@ reads the pipe when it is readable and sets the waiter of every slot it finds --
 that arrived since it last looked, in one wake-up.
 
 One pipe (:class:`_Channel`) per event loop, made on the loop's first wait and kept for the
-process: a loop that is closed leaves its channel to the next loop, which takes over the
-slots still registered (the waiters of a closed loop are not set). A channel never has more
-slots registered than its pipe holds, so the C callback never blocks on a full pipe; past
-that, and wherever the C part is missing, :func:`waiter` returns ``None`` and the engine
+process: a loop that is closed, or collected, leaves its channel to the next loop, which
+takes over the slots still registered (the waiters of a closed loop are not set). A channel
+holds its loop weakly; at most :data:`MAX_CHANNELS` exist. A channel never has more slots
+registered than its pipe holds, so the C callback never blocks on a full pipe. Past either
+bound, and wherever the C part is missing, :func:`waiter` returns ``None`` and the engine
 wakes the loop from a Python callback instead (``fdb._notify``).
 
 The C part is built when the package is installed where a C compiler is found
@@ -25,13 +26,13 @@ from __future__ import annotations
 
 import array
 import asyncio
-import contextlib
 import ctypes
 import fcntl
 import importlib.util
 import logging
 import os
 import threading
+import weakref
 from typing import Any, Final
 
 CALLBACK: Final = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
@@ -39,11 +40,12 @@ CALLBACK: Final = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 
 _SLOT: Final = "I" if array.array("I").itemsize == 4 else "L"
 """The array code of the C part's ``uint32_t`` (native byte order, as it writes them)."""
-_PIPE_BYTES: Final = 1 << 20
-"""The pipe size a channel asks for (Linux grants up to ``/proc/sys/fs/pipe-max-size``)."""
-_SMALLEST_PIPE: Final = 4_096
-"""What a pipe holds where its size cannot be asked (POSIX guarantees at least 512)."""
+_SMALLEST_PIPE: Final = 512
+"""What a pipe holds where its size cannot be asked (POSIX's ``PIPE_BUF``, at least)."""
 _READ_BYTES: Final = 1 << 16
+MAX_CHANNELS: Final = 16
+"""Pipes a process keeps for its event loops (each 64 KiB of the user's pipe quota on
+Linux); loops past them are woken from Python."""
 
 _log = logging.getLogger(__name__)
 
@@ -79,14 +81,11 @@ class _Channel:
         self._read, self._write = os.pipe()  # not inherited by child processes
         os.set_blocking(self._read, False)
         size = _SMALLEST_PIPE
-        if hasattr(fcntl, "F_SETPIPE_SZ"):
-            # refused over pipe-max-size, or over the user's pipe quota: keep the default
-            with contextlib.suppress(OSError):
-                fcntl.fcntl(self._write, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        if hasattr(fcntl, "F_GETPIPE_SZ"):  # Linux: 64 KiB unless the user's quota is spent
             size = fcntl.fcntl(self._write, fcntl.F_GETPIPE_SZ)
         self.capacity = size // 4
         """Slots registered at most: as many as the pipe holds, so a write never blocks."""
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._slots: dict[int, tuple[Any, asyncio.Future[None]]] = {}
         self._free: list[int] = []
         self._partial = b""
@@ -96,31 +95,44 @@ class _Channel:
         """Slots whose future has not been seen ready yet."""
         return len(self._slots)
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop that reads this pipe, while it exists."""
+        return None if self._loop is None else self._loop()
+
+    @property
+    def free(self) -> bool:
+        """Whether no open loop reads this pipe (none ever did, it closed, or it was
+        collected): the next loop may take it over."""
+        loop = self.loop
+        return loop is None or loop.is_closed()
+
     def attach(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Read this pipe from ``loop``; false if the loop cannot watch a file descriptor."""
         try:
             loop.add_reader(self._read, self._drain)
-        except NotImplementedError:  # a loop without add_reader (Windows' proactor)
+        except NotImplementedError:  # a loop without add_reader
             return False
-        self.loop = loop
+        self._loop = weakref.ref(loop)
         return True
 
-    def waiter(self, future: Any) -> asyncio.Future[None] | None:
-        """A waiter of this channel's loop, set once the bindings' ``future`` is ready;
-        ``None`` if every slot is taken. The slot keeps ``future`` alive until then."""
-        assert self.loop is not None
+    def waiter(self, loop: asyncio.AbstractEventLoop, future: Any) -> asyncio.Future[None] | None:
+        """A waiter of ``loop`` (this channel's), set once the bindings' ``future`` is
+        ready; ``None`` if every slot is taken. The slot keeps ``future`` alive until then."""
         slots = self._slots
         if len(slots) >= self.capacity:
             return None
         slot = self._free.pop() if self._free else len(slots)
-        waiter = self.loop.create_future()
+        waiter = loop.create_future()
         slots[slot] = (future, waiter)
         try:
             future.capi.fdb_future_set_callback(future.fpointer, _WAKE, (self._write << 32) | slot)
-        except BaseException:
+        except Exception:  # refused (the bindings' FDBError): libfdb_c will not write it
             del slots[slot]
             self._free.append(slot)
             raise
+        # An interrupt (a signal handler's) raised once the call returned leaves the slot
+        # registered: libfdb_c will write it, and the drain frees it then.
         return waiter
 
     def _drain(self) -> None:
@@ -152,15 +164,18 @@ _current = threading.local()
 
 
 def _channel(loop: asyncio.AbstractEventLoop) -> _Channel | None:
-    """``loop``'s channel: its own, or one a closed loop left, or a new one."""
+    """``loop``'s channel: its own, or one a closed or collected loop left, or a new one
+    (``None`` past :data:`MAX_CHANNELS`, or if the loop cannot read a pipe)."""
     with _channels_lock:
         for channel in _channels:
             if channel.loop is loop:
                 return channel
-        for channel in _channels:  # one left by a closed loop (or by none that could read)
-            if channel.loop is None or channel.loop.is_closed():
+        for channel in _channels:
+            if channel.free:
                 break
         else:
+            if len(_channels) >= MAX_CHANNELS:
+                return None
             channel = _Channel()
             _channels.append(channel)
         if not channel.attach(loop):
@@ -181,4 +196,4 @@ def waiter(future: Any) -> asyncio.Future[None] | None:
         if channel is None:
             return None
         _current.channel = channel
-    return channel.waiter(future)
+    return channel.waiter(loop, future)

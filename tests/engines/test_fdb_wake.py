@@ -6,11 +6,13 @@ where the C part is missing or the pipe is full."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import shutil
 import sysconfig
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -103,29 +105,71 @@ def test_reads_awaited_from_a_loop_are_woken_through_its_pipe(
     assert registered == 0  # every slot freed once its future was seen ready
 
 
+async def _read_all_on(
+    cluster: FdbEngine, prefix: bytes, used: list[fdb_wake._Channel]
+) -> list[bytes | None]:
+    """:func:`_read_all`, noting the channel of the running loop in ``used``."""
+    values = await _read_all(cluster, prefix)
+    used.append(_channel_of(asyncio.get_running_loop()))
+    return values
+
+
 @pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
 def test_a_closed_loop_leaves_its_channel_to_the_next_and_threads_have_their_own(
     cluster: FdbEngine, prefix: bytes
 ) -> None:
-    assert asyncio.run(_read_all(cluster, prefix)) == _expected()
-    channels = len(fdb_wake._channels)
-    for _ in range(3):  # each loop closed before the next starts: the same pipe
-        assert asyncio.run(_read_all(cluster, prefix)) == _expected()
-    assert len(fdb_wake._channels) == channels
+    used: list[fdb_wake._Channel] = []
+    for _ in range(4):  # each loop closed before the next starts: the same pipe
+        assert asyncio.run(_read_all_on(cluster, prefix, used)) == _expected()
+    assert len(set(map(id, used))) == 1
 
-    both = threading.Barrier(2)
+    both = threading.Barrier(2, timeout=60)
     seen: list[list[bytes | None]] = []
+    other_used: list[fdb_wake._Channel] = []
 
-    async def together() -> list[bytes | None]:
+    async def together(into: list[fdb_wake._Channel]) -> list[bytes | None]:
         await asyncio.to_thread(both.wait)  # both loops run at once
-        return await _read_all(cluster, prefix)
+        values = await _read_all_on(cluster, prefix, into)
+        await asyncio.to_thread(both.wait)  # neither loop closes before the other has read
+        return values
 
-    other = threading.Thread(target=lambda: seen.append(asyncio.run(together())))
+    other = threading.Thread(target=lambda: seen.append(asyncio.run(together(other_used))))
     other.start()
-    mine = asyncio.run(together())
+    mine_used: list[fdb_wake._Channel] = []
+    mine = asyncio.run(together(mine_used))
     other.join()
     assert mine == seen[0] == _expected()
-    assert len(fdb_wake._channels) == channels + 1
+    assert mine_used[0] is not other_used[0]
+
+
+@pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
+def test_loops_never_closed_hold_no_pipe_once_collected_and_past_the_bound_wake_from_python(
+    cluster: FdbEngine, prefix: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loop made per call and never closed (``new_event_loop().run_until_complete``):
+    its channel goes to the next loop once it is collected; while more loops than
+    ``MAX_CHANNELS`` hold theirs, the next ones are woken from Python, and read the same."""
+    python = _PythonWakes(monkeypatch)
+    held: list[asyncio.AbstractEventLoop] = []
+
+    def call() -> list[bytes | None]:
+        loop = asyncio.new_event_loop()
+        held.append(loop)
+        return loop.run_until_complete(_read_all(cluster, prefix))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # the loops left unclosed
+        for _ in range(fdb_wake.MAX_CHANNELS + 2):
+            assert call() == _expected()
+        assert len(fdb_wake._channels) == fdb_wake.MAX_CHANNELS
+        assert python.count > 0  # the last two loops: no pipe left for them
+        python.count = 0
+        del held[:]
+        gc.collect()  # the loops, never closed, are collected
+        assert all(channel.free for channel in fdb_wake._channels)
+        assert call() == _expected()
+        assert python.count == 0  # a collected loop's pipe, taken over
+        held[0].close()
 
 
 @pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
@@ -207,3 +251,53 @@ def test_without_the_c_part_the_async_plane_is_woken_from_python(
     (entry,) = asyncio.run(main())
     assert entry[0] == 1 and entry[1] in (b"a", b"b")
     assert python.count > 0
+
+
+@pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
+def test_an_interrupt_once_registered_keeps_the_slot_until_its_future_fires(
+    cluster: FdbEngine, prefix: bytes
+) -> None:
+    """A signal handler's interrupt raised just after libfdb_c took the callback: the slot
+    stays registered (libfdb_c will write it), so the next wait gets another slot and is
+    woken by its own future only."""
+    db = cluster._db
+
+    def watch(key: bytes) -> Any:
+        tr = db.create_transaction()
+        future = tr.watch(key)
+        tr.commit().wait()
+        return future
+
+    class Interrupted:
+        """The bindings' future, its registration interrupted once it returned."""
+
+        def __init__(self, real: Any) -> None:
+            self.fpointer = real.fpointer
+
+            class Capi:
+                def fdb_future_set_callback(self, *args: Any) -> None:
+                    real.capi.fdb_future_set_callback(*args)
+                    raise KeyboardInterrupt
+
+            self.capi = Capi()
+
+    async def main() -> None:
+        first, second = watch(prefix + b"000"), watch(prefix + b"002")
+        channel = fdb_wake._channel(asyncio.get_running_loop())
+        assert channel is not None
+        before = channel.registered
+        with pytest.raises(KeyboardInterrupt):
+            fdb_wake.waiter(Interrupted(first))
+        assert channel.registered == before + 1
+        waiter = fdb_wake.waiter(second)
+        assert waiter is not None and channel.registered == before + 2
+        await asyncio.to_thread(kv.run_sync, cluster, lambda t: t.set(prefix + b"000", b"x"))
+        deadline = time.monotonic() + 30
+        while channel.registered > before + 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the first watch fires: its slot is freed
+        assert channel.registered == before + 1 and not waiter.done()
+        await asyncio.to_thread(kv.run_sync, cluster, lambda t: t.set(prefix + b"002", b"y"))
+        await asyncio.wait_for(waiter, 30)
+        assert second.is_ready() and channel.registered == before
+
+    asyncio.run(main())

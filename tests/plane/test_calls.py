@@ -54,7 +54,7 @@ def test_a_retried_call_returns_its_record_and_writes_nothing() -> None:
 def test_an_append_records_its_op_alone_and_a_retry_reads_older_records_the_same_way() -> None:
     """An append's record holds only ``op``: the attempt that committed wrote from
     ``expected_head + 1``. A retry that finds a record in the form written before (with
-    the first height and count) returns the same and writes nothing."""
+    a first height and count) returns ``expected_head + 1`` too, and writes nothing."""
     engine = MemoryEngine()
     plane = open_plane(engine, MemoryObjectStore())
     u, w = UniverseId.new(), WorldId.new()
@@ -70,8 +70,8 @@ def test_an_append_records_its_op_alone_and_a_retry_reads_older_records_the_same
     older.attempts = 1  # its first attempt committed; the next is a retry
     plane.append_batch(u, w, 1, [b"b", b"c"])  # what that attempt wrote, at head 1
 
-    def recorded(tr: kv.Transaction) -> None:
-        tr.set(keys.call(older.id), CallRecord("append", first_height=2, count=2).to_cbor())
+    def recorded(tr: kv.Transaction) -> None:  # the fields are not read: any value
+        tr.set(keys.call(older.id), CallRecord("append", first_height=99, count=7).to_cbor())
 
     kv.run_sync(engine, recorded)
     plane.append_batch(u, w, 3, [b"d"])  # another caller moves the head on
