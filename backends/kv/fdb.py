@@ -212,7 +212,7 @@ def _notify(future: Any, callback: Callable[[], object]) -> None:
     _notified[number] = (future, callback)
     try:
         future.capi.fdb_future_set_callback(future.fpointer, _FIRE, number)
-    except BaseException:
+    except Exception:  # refused (an interrupt once the call returned: it will be called)
         _notified.pop(number, None)
         raise
 
@@ -260,11 +260,8 @@ async def _settle_async(
 ) -> None:
     """Return once the bindings' ``future`` (of ``outer``) is ready: woken from C through
     the loop's pipe (``fdb_wake``), or else as any future that notifies."""
-    waiter = fdb_wake.waiter(future)
-    if waiter is None:
+    if not await fdb_wake.wait(future):
         await Future.settle_async(outer, executor)
-    else:
-        await waiter
 
 
 def _value(future: Any) -> bytes | None:

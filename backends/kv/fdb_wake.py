@@ -12,10 +12,12 @@ that arrived since it last looked, in one wake-up.
 One pipe (:class:`_Channel`) per event loop, made on the loop's first wait and kept for the
 process: a loop that is closed, or collected, leaves its channel to the next loop, which
 takes over the slots still registered (the waiters of a closed loop are not set). A channel
-holds its loop weakly; at most :data:`MAX_CHANNELS` exist. A channel never has more slots
-registered than its pipe holds, so the C callback never blocks on a full pipe. Past either
-bound, and wherever the C part is missing, :func:`waiter` returns ``None`` and the engine
-wakes the loop from a Python callback instead (``fdb._notify``).
+holds its loop weakly, and a cancelled wait lets go of its waiter (its slot keeps only the
+future, until libfdb_c writes it), so a loop left unclosed is not kept alive by its pipe;
+at most :data:`MAX_CHANNELS` exist. A channel never has more slots registered than its pipe
+holds, so the C callback never blocks on a full pipe. Past either bound, where a pipe cannot
+be made, and wherever the C part is missing, :func:`wait` returns false at once and the
+engine wakes the loop from a Python callback instead (``fdb._notify``).
 
 The C part is built when the package is installed where a C compiler is found
 (``pyproject.toml``: an optional extension, a plain shared library loaded with ctypes, not
@@ -43,6 +45,7 @@ _SLOT: Final = "I" if array.array("I").itemsize == 4 else "L"
 _SMALLEST_PIPE: Final = 512
 """What a pipe holds where its size cannot be asked (POSIX's ``PIPE_BUF``, at least)."""
 _READ_BYTES: Final = 1 << 16
+_SLOT_MASK: Final = 0xFFFFFFFF
 MAX_CHANNELS: Final = 16
 """Pipes a process keeps for its event loops (each 64 KiB of the user's pipe quota on
 Linux); loops past them are woken from Python."""
@@ -86,8 +89,10 @@ class _Channel:
         self.capacity = size // 4
         """Slots registered at most: as many as the pipe holds, so a write never blocks."""
         self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        self._slots: dict[int, tuple[Any, asyncio.Future[None]]] = {}
-        self._free: list[int] = []
+        self._slots: dict[int, tuple[Any, asyncio.Future[None] | None]] = {}
+        """Slots registered, or whose write is not read yet: the bindings' future (kept
+        alive until then) and its waiter (``None`` once the wait was cancelled)."""
+        self._next = 0
         self._partial = b""
 
     @property
@@ -116,24 +121,37 @@ class _Channel:
         self._loop = weakref.ref(loop)
         return True
 
-    def waiter(self, loop: asyncio.AbstractEventLoop, future: Any) -> asyncio.Future[None] | None:
-        """A waiter of ``loop`` (this channel's), set once the bindings' ``future`` is
-        ready; ``None`` if every slot is taken. The slot keeps ``future`` alive until then."""
+    def register(
+        self, loop: asyncio.AbstractEventLoop, future: Any
+    ) -> tuple[int, asyncio.Future[None]] | None:
+        """A slot and a waiter of ``loop`` (this channel's), set once the bindings'
+        ``future`` is ready; ``None`` if every slot is taken.
+
+        Slots are numbered by a counter that skips those in use, and one leaves
+        ``_slots`` only when its write is read: an interrupt (a signal handler's) anywhere
+        in between leaves at most a slot counted that is never written, never two
+        registrations on one slot, and the count never under the writes the pipe holds."""
         slots = self._slots
         if len(slots) >= self.capacity:
             return None
-        slot = self._free.pop() if self._free else len(slots)
+        slot = self._next
+        while slot in slots:
+            slot = (slot + 1) & _SLOT_MASK
+        self._next = (slot + 1) & _SLOT_MASK
         waiter = loop.create_future()
         slots[slot] = (future, waiter)
         try:
             future.capi.fdb_future_set_callback(future.fpointer, _WAKE, (self._write << 32) | slot)
         except Exception:  # refused (the bindings' FDBError): libfdb_c will not write it
             del slots[slot]
-            self._free.append(slot)
             raise
-        # An interrupt (a signal handler's) raised once the call returned leaves the slot
-        # registered: libfdb_c will write it, and the drain frees it then.
-        return waiter
+        return slot, waiter
+
+    def forget(self, slot: int, waiter: asyncio.Future[None]) -> None:
+        """Let go of ``waiter`` (its wait was cancelled); the slot stays until written."""
+        registered = self._slots.get(slot)
+        if registered is not None and registered[1] is waiter:
+            self._slots[slot] = (registered[0], None)
 
     def _drain(self) -> None:
         try:
@@ -144,15 +162,14 @@ class _Channel:
             data = self._partial + data
         whole = len(data) - len(data) % 4
         self._partial = data[whole:]
-        slots, free = self._slots, self._free
+        slots = self._slots
         for slot in array.array(_SLOT, data[:whole]):
             registered = slots.pop(slot, None)
             if registered is None:  # libfdb_c calls a callback at most once
                 _log.error("a FoundationDB future woke slot %d, which nothing waits on", slot)
                 continue
-            free.append(slot)
-            waiter = registered[1]
-            if not waiter.done() and not waiter.get_loop().is_closed():
+            waiter = registered[1]  # a closed loop's (a channel taken over) is left alone
+            if waiter is not None and not waiter.done() and not waiter.get_loop().is_closed():
                 waiter.set_result(None)
 
 
@@ -176,24 +193,38 @@ def _channel(loop: asyncio.AbstractEventLoop) -> _Channel | None:
         else:
             if len(_channels) >= MAX_CHANNELS:
                 return None
-            channel = _Channel()
+            try:
+                channel = _Channel()
+            except OSError as exc:  # no file descriptor left, or the user's pipe quota
+                _log.warning("no pipe for an event loop's FoundationDB wake-ups: %s", exc)
+                return None
             _channels.append(channel)
         if not channel.attach(loop):
             return None
         return channel
 
 
-def waiter(future: Any) -> asyncio.Future[None] | None:
-    """A waiter of the running event loop, set (from the C callback, through the loop's
-    pipe) once the bindings' ``future`` is ready; ``None`` where the C part is missing,
-    the loop cannot watch a pipe, or the loop's pipe is full: then wait another way."""
+async def wait(future: Any) -> bool:
+    """Return true once the bindings' ``future`` is ready, woken (from the C callback,
+    through the running loop's pipe); false at once, having waited for nothing, where the
+    C part is missing, the loop cannot watch a pipe, or a bound is reached: then wait
+    another way. A cancelled wait lets go of its waiter (the slot stays until written)."""
     if _WAKE is None:
-        return None
+        return False
     loop = asyncio.get_running_loop()
     channel: _Channel | None = getattr(_current, "channel", None)
     if channel is None or channel.loop is not loop:
         channel = _channel(loop)
         if channel is None:
-            return None
+            return False
         _current.channel = channel
-    return channel.waiter(loop, future)
+    registered = channel.register(loop, future)
+    if registered is None:
+        return False
+    slot, waiter = registered
+    try:
+        await waiter
+    except BaseException:  # cancelled: the loop may be left unclosed; do not hold it
+        channel.forget(slot, waiter)
+        raise
+    return True

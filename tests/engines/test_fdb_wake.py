@@ -13,7 +13,8 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -172,41 +173,115 @@ def test_loops_never_closed_hold_no_pipe_once_collected_and_past_the_bound_wake_
         held[0].close()
 
 
+def _watch(cluster: FdbEngine, key: bytes) -> Any:
+    """The bindings' watch of ``key``: a future ready only once the key changes."""
+    tr = cluster._db.create_transaction()
+    future = tr.watch(key)
+    tr.commit().wait()
+    return future
+
+
+async def _until(condition: Callable[[], bool], what: str) -> None:
+    """Let the running loop turn until ``condition`` holds (libfdb_c answers on its own
+    thread); fail after 30 s."""
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
 @pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
 def test_a_cancelled_wait_frees_its_slot_when_its_future_fires(
     cluster: FdbEngine, prefix: bytes
 ) -> None:
-    """A task cancelled while it waits on a watch: the slot keeps the watch's future alive
-    until the key changes, then is freed; nothing is set on the cancelled waiter."""
+    """A task cancelled while it waits on a watch: its slot keeps the watch's future (not
+    the waiter) until the key changes, then is freed."""
     key = prefix + b"000"
-    tr = cluster._db.create_transaction()
-    watch = tr.watch(key)
-    tr.commit().wait()
+    watch = _watch(cluster, key)
 
-    async def main() -> tuple[int, int]:
-        channel: fdb_wake._Channel | None = None
-
-        async def waits() -> None:
-            nonlocal channel
-            waiter = fdb_wake.waiter(watch)
-            channel = _channel_of(asyncio.get_running_loop())
-            assert waiter is not None
-            await waiter
-
-        task = asyncio.create_task(waits())
-        await asyncio.sleep(0)  # the task registers its slot
+    async def main() -> None:
+        channel = fdb_wake._channel(asyncio.get_running_loop())
         assert channel is not None
-        registered = channel.registered
+        before = channel.registered
+        task = asyncio.create_task(fdb_wake.wait(watch))
+        await asyncio.sleep(0)  # the task registers its slot
+        assert channel.registered == before + 1
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        assert [w for f, w in channel._slots.values() if f is watch] == [None]
         await asyncio.to_thread(kv.run_sync, cluster, lambda t: t.set(key, b"changed"))
-        deadline = time.monotonic() + 30
-        while channel.registered and time.monotonic() < deadline:  # the watch fires
-            await asyncio.sleep(0.01)
-        return registered, channel.registered
+        await _until(lambda: channel.registered == before, "the watch to fire")
 
-    assert asyncio.run(main()) == (1, 0)
+    asyncio.run(main())
+
+
+@pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
+def test_a_loop_left_unclosed_after_a_cancelled_wait_is_collected_and_its_pipe_taken_over(
+    cluster: FdbEngine, prefix: bytes
+) -> None:
+    """``new_event_loop().run_until_complete(wait_for(...))``, its wait timed out and the
+    loop never closed: the pipe does not keep the loop alive; the next loop takes the pipe
+    over, and frees the slot once the watch fires."""
+    key = prefix + b"000"
+    watch = _watch(cluster, key)
+
+    def abandoned() -> tuple[fdb_wake._Channel, weakref.ref[asyncio.AbstractEventLoop]]:
+        loop = asyncio.new_event_loop()
+
+        async def times_out() -> fdb_wake._Channel:
+            with pytest.raises(TimeoutError):  # the watch cannot fire before the key changes
+                await asyncio.wait_for(fdb_wake.wait(watch), 0.05)
+            return _channel_of(asyncio.get_running_loop())
+
+        return loop.run_until_complete(times_out()), weakref.ref(loop)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # the loop left unclosed
+        channel, loop = abandoned()
+        gc.collect()
+    assert loop() is None and channel.free
+    pending = channel.registered
+
+    async def next_loop() -> None:
+        assert await _read_all(cluster, prefix) == _expected()
+        assert _channel_of(asyncio.get_running_loop()) is channel
+        await asyncio.to_thread(kv.run_sync, cluster, lambda t: t.set(key, b"changed"))
+        await _until(lambda: channel.registered == pending - 1, "the watch to fire")
+
+    asyncio.run(next_loop())
+
+
+@pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
+def test_the_waiters_of_a_closed_loop_are_left_alone_by_the_loop_that_takes_its_pipe(
+    cluster: FdbEngine, prefix: bytes
+) -> None:
+    key = prefix + b"watched"  # not one of the keys read
+    watch = _watch(cluster, key)
+    left: list[asyncio.Future[None]] = []
+
+    async def registers() -> fdb_wake._Channel:
+        loop = asyncio.get_running_loop()
+        channel = fdb_wake._channel(loop)
+        assert channel is not None
+        registered = channel.register(loop, watch)
+        assert registered is not None
+        registered[1].add_done_callback(lambda _: None)  # setting it would call its loop
+        left.append(registered[1])
+        return channel
+
+    channel = asyncio.run(registers())  # closed with the waiter pending
+
+    async def takes_over() -> None:
+        assert await _read_all(cluster, prefix) == _expected()
+        assert _channel_of(asyncio.get_running_loop()) is channel
+        pending = channel.registered
+        await asyncio.to_thread(kv.run_sync, cluster, lambda t: t.set(key, b"changed"))
+        await _until(lambda: channel.registered == pending - 1, "the watch to fire")
+        assert await _read_all(cluster, prefix) == _expected()  # the pipe still read
+
+    asyncio.run(takes_over())
+    assert not left[0].done()
 
 
 @pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
@@ -260,13 +335,6 @@ def test_an_interrupt_once_registered_keeps_the_slot_until_its_future_fires(
     """A signal handler's interrupt raised just after libfdb_c took the callback: the slot
     stays registered (libfdb_c will write it), so the next wait gets another slot and is
     woken by its own future only."""
-    db = cluster._db
-
-    def watch(key: bytes) -> Any:
-        tr = db.create_transaction()
-        future = tr.watch(key)
-        tr.commit().wait()
-        return future
 
     class Interrupted:
         """The bindings' future, its registration interrupted once it returned."""
@@ -282,22 +350,21 @@ def test_an_interrupt_once_registered_keeps_the_slot_until_its_future_fires(
             self.capi = Capi()
 
     async def main() -> None:
-        first, second = watch(prefix + b"000"), watch(prefix + b"002")
+        first, second = _watch(cluster, prefix + b"000"), _watch(cluster, prefix + b"002")
         channel = fdb_wake._channel(asyncio.get_running_loop())
         assert channel is not None
         before = channel.registered
         with pytest.raises(KeyboardInterrupt):
-            fdb_wake.waiter(Interrupted(first))
+            await fdb_wake.wait(Interrupted(first))
         assert channel.registered == before + 1
-        waiter = fdb_wake.waiter(second)
-        assert waiter is not None and channel.registered == before + 2
+        waits = asyncio.create_task(fdb_wake.wait(second))
+        await asyncio.sleep(0)  # the task registers its slot
+        assert channel.registered == before + 2
         await asyncio.to_thread(kv.run_sync, cluster, lambda t: t.set(prefix + b"000", b"x"))
-        deadline = time.monotonic() + 30
-        while channel.registered > before + 1 and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)  # the first watch fires: its slot is freed
-        assert channel.registered == before + 1 and not waiter.done()
+        await _until(lambda: channel.registered == before + 1, "the first watch to fire")
+        assert not waits.done()
         await asyncio.to_thread(kv.run_sync, cluster, lambda t: t.set(prefix + b"002", b"y"))
-        await asyncio.wait_for(waiter, 30)
+        assert await asyncio.wait_for(waits, 30) is True
         assert second.is_ready() and channel.registered == before
 
     asyncio.run(main())
