@@ -39,7 +39,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Coroutine, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -251,17 +251,30 @@ class _FdbFuture(Future[T]):
     def notify(self, callback: Callable[[], object]) -> None:
         _notify(self._future, callback)
 
-    async def settle_async(self, executor: concurrent.futures.Executor | None) -> None:
-        await _settle_async(self._future, self, executor)
+    def settle_async(
+        self, executor: concurrent.futures.Executor | None
+    ) -> Coroutine[Any, Any, None]:
+        return _settle_async(self._future, self, executor)
 
 
 async def _settle_async(
     future: Any, outer: Future[Any], executor: concurrent.futures.Executor | None
 ) -> None:
-    """Return once the bindings' ``future`` (of ``outer``) is ready: woken from C through
-    the loop's pipe (``fdb_wake``), or else as any future that notifies."""
-    if not await fdb_wake.wait(future):
+    """Return once the bindings' ``future`` (of ``outer``; ``None``: nothing in flight) is
+    ready: woken from C through the loop's pipe (``fdb_wake``), or else as any future that
+    notifies. The one coroutine between the driver and the loop's waiter."""
+    if future is None:
+        return
+    registered = fdb_wake.register(future)
+    if registered is None:
         await Future.settle_async(outer, executor)
+        return
+    channel, slot, waiter = registered
+    try:
+        await waiter
+    except BaseException:  # cancelled: the loop may be left unclosed; do not hold it
+        channel.forget(slot, waiter)
+        raise
 
 
 def _value(future: Any) -> bytes | None:
@@ -359,9 +372,10 @@ class _FdbRange(Future[list[tuple[bytes, bytes]]]):
         else:
             _notify(self._future, callback)
 
-    async def settle_async(self, executor: concurrent.futures.Executor | None) -> None:
-        if self._future is not None:
-            await _settle_async(self._future, self, executor)
+    def settle_async(
+        self, executor: concurrent.futures.Executor | None
+    ) -> Coroutine[Any, Any, None]:
+        return _settle_async(self._future, self, executor)
 
 
 class FdbTransaction(kv.Transaction):

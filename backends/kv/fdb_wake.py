@@ -16,7 +16,7 @@ holds its loop weakly, and a cancelled wait lets go of its waiter (its slot keep
 future, until libfdb_c writes it), so a loop left unclosed is not kept alive by its pipe;
 at most :data:`MAX_CHANNELS` exist. A channel never has more slots registered than its pipe
 holds, so the C callback never blocks on a full pipe. Past either bound, where a pipe cannot
-be made, and wherever the C part is missing, :func:`wait` returns false at once and the
+be made, and wherever the C part is missing, :func:`register` returns ``None`` and the
 engine wakes the loop from a Python callback instead (``fdb._notify``).
 
 The C part is built when the package is installed where a C compiler is found
@@ -204,27 +204,22 @@ def _channel(loop: asyncio.AbstractEventLoop) -> _Channel | None:
         return channel
 
 
-async def wait(future: Any) -> bool:
-    """Return true once the bindings' ``future`` is ready, woken (from the C callback,
-    through the running loop's pipe); false at once, having waited for nothing, where the
-    C part is missing, the loop cannot watch a pipe, or a bound is reached: then wait
-    another way. A cancelled wait lets go of its waiter (the slot stays until written)."""
+def register(future: Any) -> tuple[_Channel, int, asyncio.Future[None]] | None:
+    """The running loop's channel, the slot and the waiter set (from the C callback,
+    through the loop's pipe) once the bindings' ``future`` is ready; ``None`` where the C
+    part is missing, the loop cannot watch a pipe, or a bound is reached: then wait another
+    way. A wait cancelled must :meth:`_Channel.forget` its waiter (the slot stays until
+    written), so that a loop left unclosed is not kept alive by its pipe."""
     if _WAKE is None:
-        return False
+        return None
     loop = asyncio.get_running_loop()
     channel: _Channel | None = getattr(_current, "channel", None)
     if channel is None or channel.loop is not loop:
         channel = _channel(loop)
         if channel is None:
-            return False
+            return None
         _current.channel = channel
     registered = channel.register(loop, future)
     if registered is None:
-        return False
-    slot, waiter = registered
-    try:
-        await waiter
-    except BaseException:  # cancelled: the loop may be left unclosed; do not hold it
-        channel.forget(slot, waiter)
-        raise
-    return True
+        return None
+    return channel, registered[0], registered[1]
