@@ -25,7 +25,7 @@ from backends.kv.fdb import FdbEngine
 from persistence import kv
 from persistence.futures import drive_async
 from persistence.ids import UniverseId, WorldId
-from tests.fdb_cluster import FdbCluster
+from tests.fdb_cluster import FdbCluster, clear_keyspace
 
 KEYS = 200
 
@@ -316,6 +316,7 @@ def test_without_the_c_part_the_async_plane_is_woken_from_python(
 
     monkeypatch.setattr(fdb_wake, "_WAKE", None)
     python = _PythonWakes(monkeypatch)
+    clear_keyspace(cluster)  # a store: whatever earlier tests of the session left is gone
     door = Plane(cluster, MemoryObjectStore()).asyncio()
     universe, world = UniverseId.new(), WorldId.new()
 
