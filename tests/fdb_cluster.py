@@ -59,10 +59,21 @@ class FdbLocalError(RuntimeError):
     """``fdb-local`` exited with an error."""
 
 
+FDB_LOCAL_SECONDS: Final = 120
+"""How long one ``fdb-local`` command may take (a start whose database never becomes
+available would poll for up to six minutes)."""
+
+
 def _fdb_local(*args: object) -> str:
-    done = subprocess.run(
-        [str(FDB_LOCAL), *map(str, args)], capture_output=True, text=True, timeout=120
-    )
+    try:
+        done = subprocess.run(
+            [str(FDB_LOCAL), *map(str, args)],
+            capture_output=True,
+            text=True,
+            timeout=FDB_LOCAL_SECONDS,
+        )
+    except subprocess.TimeoutExpired:
+        raise FdbLocalError(f"fdb-local {args[0]} took over {FDB_LOCAL_SECONDS} s") from None
     if done.returncode != 0:
         raise FdbLocalError(f"fdb-local {args[0]} failed: {done.stderr.strip()}")
     return done.stdout.strip()
@@ -95,7 +106,7 @@ def start_cluster(directory: Path, processes: int = 1) -> FdbCluster:
         home = directory / f"attempt-{attempt}"
         try:
             cluster_file = Path(_fdb_local("start", home, _listening_port(processes), processes))
-        except FdbLocalError as exc:  # the coordinator's port was taken: never available
+        except FdbLocalError as exc:  # never available (a port taken): made again
             failure = str(exc)
             _fdb_local("stop", home)
             continue

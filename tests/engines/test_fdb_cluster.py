@@ -522,3 +522,31 @@ def _free_ports(pick: Callable[[int], int], count: int) -> int:
         finally:
             for sock in held:
                 sock.close()
+
+
+def test_a_start_that_takes_too_long_is_stopped_and_made_again(
+    fdb_cluster: FdbCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fdb-local start`` past its time (a database that never became available, polled
+    for minutes): the start is stopped and made again, as a failed one is."""
+    del fdb_cluster  # only for the skip on a machine without the binaries
+    run = subprocess.run
+    starts: list[str] = []
+
+    def first_start_times_out(command: list[str], **options: Any) -> Any:
+        if command[1] == "start":
+            starts.append(command[2])
+            if len(starts) == 1:
+                run(command, **options)  # servers started, then "too long"
+                raise subprocess.TimeoutExpired(command, options["timeout"])
+        return run(command, **options)
+
+    monkeypatch.setattr(subprocess, "run", first_start_times_out)
+    cluster = fdb_cluster_module.start_cluster(tmp_path)
+    try:
+        assert [Path(s).name for s in starts] == ["attempt-0", "attempt-1"]
+        assert cluster.directory.name == "attempt-1"
+        assert not (tmp_path / "attempt-0" / "fdbserver.pid").exists()  # stopped
+        kv.run_sync(cluster.engine(), lambda tr: tr.set(b"started", b"again"))
+    finally:
+        fdb_cluster_module.stop_cluster(cluster)
