@@ -801,3 +801,34 @@ def test_the_killer_spares_processes_that_have_not_opened_their_logs(tmp_path: P
         assert writer_1.incarnation == fleet.kills["writer"]
     finally:
         fleet.kill_all()
+
+
+class _UnusedServers:
+    """Servers for a killer that is only asked when its first server kill falls (no
+    cluster: nothing is killed)."""
+
+    def healthy(self) -> bool:
+        raise AssertionError("not asked")
+
+    def kill(self, rng: random.Random) -> str:
+        raise AssertionError("not asked")
+
+    def restart(self) -> None:
+        raise AssertionError("not asked")
+
+    def recoveries(self, since: float) -> list[float] | None:
+        raise AssertionError("not asked")
+
+
+def test_the_first_server_kill_falls_within_the_first_interval(tmp_path: Path) -> None:
+    """Whatever the seed, a run as long as ``server_kill_interval`` kills a server (an
+    exponential first draw left one run in 400 of six intervals without any, reported as
+    passed)."""
+    fleet = _SleepersFleet(tmp_path / "no-config.json", tmp_path)
+    size = TortureSize(1, 1, 0, 12.0, 0.5, server_kill_interval=2.0)
+    firsts = [
+        Killer(fleet, _UnusedServers(), size, random.Random(seed), now=100.0).next_server_event
+        for seed in range(500)
+    ]
+    assert all(100.0 <= first <= 102.0 for first in firsts)
+    assert Killer(fleet, None, size, random.Random(1), now=100.0).next_server_event == float("inf")
