@@ -23,10 +23,10 @@ class Killer:
     average, drawn among them all and skipped if it has not opened its log yet
     (``Fleet.started``: each process is then killed as often as before, or less); with
     ``servers``, also a server every ``server_kill_interval`` seconds on average, restarted
-    after a uniform fraction of that interval; the first within the first interval, so that
-    a run that long kills a server (an exponential first draw left one run in 400 of six
-    intervals without any). A server kill waits until the cluster has healed from the last
-    one (``ServerFaults.healthy``)."""
+    after a uniform fraction of that interval; the first is due within the first interval,
+    so that a run that long kills a server unless the cluster is not healthy (an exponential
+    first draw left one run in 400 of six intervals without any). A server kill waits until
+    the cluster has healed from the last one (``ServerFaults.healthy``)."""
 
     def __init__(
         self,
