@@ -148,31 +148,36 @@ def test_a_closed_loop_leaves_its_channel_to_the_next_and_threads_have_their_own
 
 @pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
 def test_loops_never_closed_hold_no_pipe_once_collected_and_past_the_bound_wake_from_python(
-    cluster: FdbEngine, prefix: bytes, monkeypatch: pytest.MonkeyPatch
+    cluster: FdbEngine, prefix: bytes
 ) -> None:
     """A loop made per call and never closed (``new_event_loop().run_until_complete``):
-    its channel goes to the next loop once it is collected; while more loops than
-    ``MAX_CHANNELS`` hold theirs, the next ones are woken from Python, and read the same."""
-    python = _PythonWakes(monkeypatch)
+    its channel goes to the next loop once it is collected; while ``MAX_CHANNELS`` loops
+    hold theirs, the next ones get none (they are woken from Python), and read the same."""
     held: list[asyncio.AbstractEventLoop] = []
+    channels: list[fdb_wake._Channel | None] = []
+
+    async def reads() -> list[bytes | None]:
+        channels.append(fdb_wake._channel(asyncio.get_running_loop()))  # as a first wait
+        return await _read_all(cluster, prefix)
 
     def call() -> list[bytes | None]:
         loop = asyncio.new_event_loop()
         held.append(loop)
-        return loop.run_until_complete(_read_all(cluster, prefix))
+        return loop.run_until_complete(reads())
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)  # the loops left unclosed
         for _ in range(fdb_wake.MAX_CHANNELS + 2):
             assert call() == _expected()
         assert len(fdb_wake._channels) == fdb_wake.MAX_CHANNELS
-        assert python.count > 0  # the last two loops: no pipe left for them
-        python.count = 0
-        del held[:]
+        assert channels[-2:] == [None, None]  # every pipe held by a loop still alive
+        ours = [channel for channel in channels if channel is not None]
+        assert len(set(map(id, ours))) == len(ours)  # a pipe each
+        del held[:], channels[:]
         gc.collect()  # the loops, never closed, are collected
-        assert all(channel.free for channel in fdb_wake._channels)
+        assert all(channel.free for channel in ours)
         assert call() == _expected()
-        assert python.count == 0  # a collected loop's pipe, taken over
+        assert channels[0] is not None  # a collected loop's pipe, taken over
         held[0].close()
 
 
