@@ -28,6 +28,15 @@ def _records(engine: kv.Engine, keys: WorldKeys) -> list[bytes]:
     return [k for k, _ in kv.run(engine, lambda tr: tr.get_range(*keys.calls()))]
 
 
+def _one_world() -> tuple[MemoryEngine, Plane, UniverseId, WorldId, WorldKeys]:
+    """A memory store holding one world: its engine, plane, ids and keys."""
+    engine = MemoryEngine()
+    plane = open_plane(engine, MemoryObjectStore())
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    return engine, plane, u, w, WorldKeys(u, w)
+
+
 def _old_call(age_seconds: float, window_seconds: float) -> Call:
     """A call started ``age_seconds`` ago."""
     call = Call.new(window_seconds)
@@ -36,11 +45,7 @@ def _old_call(age_seconds: float, window_seconds: float) -> Call:
 
 
 def test_a_retried_call_returns_its_record_and_writes_nothing() -> None:
-    engine = MemoryEngine()
-    plane = open_plane(engine, MemoryObjectStore())
-    u, w = UniverseId.new(), WorldId.new()
-    plane.create_world(u, w)
-    keys = WorldKeys(u, w)
+    engine, plane, u, w, keys = _one_world()
     call = Call.new()
     assert drive(journal.append_batch(engine, keys, 0, [b"a"], call, plane.checksummed)) == 1
     plane.append_batch(u, w, 1, [b"b"])  # another caller moves the head
@@ -55,11 +60,7 @@ def test_an_append_records_its_op_alone_and_a_retry_reads_older_records_the_same
     """An append's record holds only ``op``: the attempt that committed wrote from
     ``expected_head + 1``. A retry that finds a record in the form written before (with
     a first height and count) returns ``expected_head + 1`` too, and writes nothing."""
-    engine = MemoryEngine()
-    plane = open_plane(engine, MemoryObjectStore())
-    u, w = UniverseId.new(), WorldId.new()
-    plane.create_world(u, w)
-    keys = WorldKeys(u, w)
+    engine, plane, u, w, keys = _one_world()
     call = Call.new()
     assert drive(journal.append_batch(engine, keys, 0, [b"a"], call, plane.checksummed)) == 1
     stored = kv.run(engine, lambda tr: tr.get(keys.call(call.id)))
@@ -81,11 +82,7 @@ def test_an_append_records_its_op_alone_and_a_retry_reads_older_records_the_same
 
 
 def test_a_write_clears_the_expired_records_and_keeps_recent_ones() -> None:
-    engine = MemoryEngine()
-    plane = open_plane(engine, MemoryObjectStore())
-    u, w = UniverseId.new(), WorldId.new()
-    plane.create_world(u, w)
-    keys = WorldKeys(u, w)
+    engine, plane, _, _, keys = _one_world()
     head = 0
     for age in (700, 690, 680, 670, 660):  # each older than the window of the next ones
         head = drive(
@@ -109,11 +106,7 @@ def test_a_write_clears_the_expired_records_and_keeps_recent_ones() -> None:
 
 def test_a_world_keeps_its_write_rate_times_the_window() -> None:
     """With every record expired at once, a world holds only the record just written."""
-    engine = MemoryEngine()
-    plane = open_plane(engine, MemoryObjectStore())
-    u, w = UniverseId.new(), WorldId.new()
-    plane.create_world(u, w)
-    keys = WorldKeys(u, w)
+    engine, plane, _, _, keys = _one_world()
     counts = []
     for head in range(20):
         drive(
