@@ -12,7 +12,8 @@ The adapter does almost nothing of its own, on purpose. What it must get right:
   (:class:`_FdbFuture`): a protocol issues its reads, then awaits them, and the asyncio
   driver is woken by the future's callback -- no thread per call. ``tr.get`` returns a lazy
   ``Value``: its ``value`` is the bytes, or ``None`` when the key is absent. A blocking wait
-  off the main thread waits in libfdb_c itself (:func:`_block`).
+  off the main thread waits in libfdb_c itself; on the main thread it reads a pipe written
+  from C, where Ctrl-C still interrupts it (:func:`_block`).
 * Ranges are lazy and die with the transaction: every range is materialised inside the
   transaction into a list of ``(bytes, bytes)``, batch by batch (:class:`_FdbRange`: the
   bindings' ``FDBRange`` iterator would block between batches), all rows in one batch when
@@ -171,14 +172,15 @@ def _block(fdb: Any, future: Any, hint: str) -> None:
     the GIL released): nothing runs on the client's network thread when the future is
     ready. The bindings' ``block_until_ready`` instead has the network thread call back into
     Python (it must take the GIL, contended by every thread that is waiting its turn) to
-    release a semaphore (docs/engines.md has what that cost 16 threads). On the main thread
-    the bindings' wait is kept: a signal (Ctrl-C) interrupts it, and Python handles signals
-    only there."""
+    release a semaphore (docs/engines.md has what that cost 16 threads). On the main
+    thread a signal (Ctrl-C) must interrupt the wait, and Python handles signals only
+    there: it reads a pipe the C callback writes to (``fdb_wake.block``), or else waits as
+    the bindings do."""
     try:  # each wait returns at once if the future is ready
-        if threading.get_ident() == _main_thread[0]:
-            future.block_until_ready()
-        else:
+        if threading.get_ident() != _main_thread[0]:
             future.capi.fdb_future_block_until_ready(future.fpointer)
+        elif not future.is_ready() and not fdb_wake.block(future):
+            future.block_until_ready()
     except fdb.FDBError as exc:
         raise _engine_error(exc, hint) from None
 

@@ -19,6 +19,12 @@ holds, so the C callback never blocks on a full pipe. Past either bound, where a
 be made, and wherever the C part is missing, :func:`register` returns ``None`` and the
 engine wakes the loop from a Python callback instead (``fdb._notify``).
 
+The main thread's blocking waits (:func:`block`) go through a pipe of their own, read with
+the GIL released, for the same reason: Python handles signals on the main thread only, so
+its wait must be one that a signal (Ctrl-C) interrupts, which libfdb_c's own
+``fdb_future_block_until_ready`` is not; the bindings' wait is, but has the network thread
+run Python to release a semaphore.
+
 The C part is built when the package is installed where a C compiler is found
 (``pyproject.toml``: an optional extension, a plain shared library loaded with ctypes, not
 imported); :func:`available` says whether this process has it.
@@ -76,6 +82,32 @@ def available() -> bool:
     return _WAKE is not None
 
 
+def _slots_held(write: int) -> int:
+    """How many slots the pipe written to through ``write`` holds unread."""
+    size = _SMALLEST_PIPE
+    if hasattr(fcntl, "F_GETPIPE_SZ"):  # Linux: 64 KiB unless the user's quota is spent
+        size = fcntl.fcntl(write, fcntl.F_GETPIPE_SZ)
+    return size // 4
+
+
+def _slots_written(partial: bytes, data: bytes) -> tuple[array.array[int], bytes]:
+    """The slots in ``data`` read from a pipe (after ``partial``, what an earlier read left
+    of a slot), and what is left of one at its end."""
+    if partial:  # writes of 4 bytes are atomic: never, but never lose one
+        data = partial + data
+    whole = len(data) - len(data) % 4
+    return array.array(_SLOT, data[:whole]), data[whole:]
+
+
+def _free_slot(slots: dict[int, Any], start: int) -> int:
+    """The first slot from ``start`` on (the one after the slot taken last) not in
+    ``slots``."""
+    slot = start
+    while slot in slots:
+        slot = (slot + 1) & _SLOT_MASK
+    return slot
+
+
 class _Channel:
     """A pipe, and the registrations whose slots the C callback writes to it; read by one
     event loop at a time (only that loop's thread touches the slots)."""
@@ -83,10 +115,7 @@ class _Channel:
     def __init__(self) -> None:
         self._read, self._write = os.pipe()  # not inherited by child processes
         os.set_blocking(self._read, False)
-        size = _SMALLEST_PIPE
-        if hasattr(fcntl, "F_GETPIPE_SZ"):  # Linux: 64 KiB unless the user's quota is spent
-            size = fcntl.fcntl(self._write, fcntl.F_GETPIPE_SZ)
-        self.capacity = size // 4
+        self.capacity = _slots_held(self._write)
         """Slots registered at most: as many as the pipe holds, so a write never blocks."""
         self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
         self._slots: dict[int, tuple[Any, asyncio.Future[None] | None]] = {}
@@ -134,9 +163,7 @@ class _Channel:
         slots = self._slots
         if len(slots) >= self.capacity:
             return None
-        slot = self._next
-        while slot in slots:
-            slot = (slot + 1) & _SLOT_MASK
+        slot = _free_slot(slots, self._next)
         self._next = (slot + 1) & _SLOT_MASK
         waiter = loop.create_future()
         slots[slot] = (future, waiter)
@@ -158,12 +185,9 @@ class _Channel:
             data = os.read(self._read, _READ_BYTES)
         except BlockingIOError:
             return
-        if self._partial:  # writes of 4 bytes are atomic: never, but never lose one
-            data = self._partial + data
-        whole = len(data) - len(data) % 4
-        self._partial = data[whole:]
+        written, self._partial = _slots_written(self._partial, data)
         slots = self._slots
-        for slot in array.array(_SLOT, data[:whole]):
+        for slot in written:
             registered = slots.pop(slot, None)
             if registered is None:  # libfdb_c calls a callback at most once
                 _log.error("a FoundationDB future woke slot %d, which nothing waits on", slot)
@@ -223,3 +247,65 @@ def register(future: Any) -> tuple[_Channel, int, asyncio.Future[None]] | None:
     if registered is None:
         return None
     return channel, registered[0], registered[1]
+
+
+class _MainWait:
+    """The main thread's blocking waits: a pipe the C callback writes a wait's slot to, read
+    (blocking, the GIL released) until that slot comes. A signal's handler runs during the
+    read, and its error (Ctrl-C's ``KeyboardInterrupt``) ends the wait; the slot stays
+    registered, with its future, until a later wait reads its write."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        self.capacity = _slots_held(self._write)
+        """Slots registered at most (interrupted waits' stay until written and read)."""
+        self._slots: dict[int, Any] = {}
+        """Slots registered, or whose write is not read yet: the bindings' future."""
+        self._next = 0
+        self._partial = b""
+
+    def wait(self, future: Any) -> bool:
+        """Wait until ``future`` is ready; false at once if every slot is taken."""
+        slots = self._slots
+        if len(slots) >= self.capacity:
+            return False
+        slot = _free_slot(slots, self._next)
+        self._next = (slot + 1) & _SLOT_MASK
+        slots[slot] = future
+        try:
+            future.capi.fdb_future_set_callback(future.fpointer, _WAKE, (self._write << 32) | slot)
+        except Exception:  # refused: libfdb_c will not write it
+            del slots[slot]
+            raise
+        while slot in slots:
+            written, self._partial = _slots_written(self._partial, os.read(self._read, _READ_BYTES))
+            for done in written:
+                slots.pop(done, None)
+        return True
+
+
+_main_wait: _MainWait | None = None
+
+
+def _forget_main_wait() -> None:
+    global _main_wait
+    _main_wait = None
+
+
+os.register_at_fork(after_in_child=_forget_main_wait)  # the parent's slots are not the child's
+
+
+def block(future: Any) -> bool:
+    """Wait, on the main thread, until the bindings' ``future`` is ready, woken from C
+    through the main thread's pipe; false at once (nothing waited) where the C part is
+    missing, no pipe can be made, or as many waits were interrupted as the pipe holds."""
+    global _main_wait
+    if _WAKE is None:
+        return False
+    if _main_wait is None:
+        try:
+            _main_wait = _MainWait()
+        except OSError as exc:  # no file descriptor left, or the user's pipe quota
+            _log.warning("no pipe for the main thread's FoundationDB waits: %s", exc)
+            return False
+    return _main_wait.wait(future)

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import shutil
+import signal
+import sys
 import sysconfig
 import threading
 import time
@@ -395,3 +398,69 @@ def test_an_interrupt_once_registered_keeps_the_slot_until_its_future_fires(
         assert second.is_ready() and channel.registered == before
 
     asyncio.run(main())
+
+
+def _main_thread_reads_its_pipe() -> bool:
+    """Whether the main thread is at the read of its blocking wait's pipe (in it, or about
+    to be: its slot registered with libfdb_c)."""
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    code = fdb_wake._MainWait.wait.__code__
+    if frame is None or frame.f_code is not code:
+        return False
+    lines, first = inspect.getsourcelines(code)
+    read = first + next(n for n, line in enumerate(lines) if "os.read(" in line)
+    return frame.f_lineno in (read - 1, read)  # the call spans two lines (ruff's format)
+
+
+@pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
+def test_ctrl_c_ends_a_main_thread_wait_and_the_next_wait_ends_on_its_own_future(
+    cluster: FdbEngine, prefix: bytes
+) -> None:
+    """Ctrl-C while the main thread waits on a watch (ready only once its key changes)
+    raises ``KeyboardInterrupt`` there. The interrupted wait's slot keeps its future until
+    the watch fires; the next wait reads that write and goes on waiting for its own."""
+    assert threading.current_thread() is threading.main_thread()
+    first, second = _watch(cluster, prefix + b"000"), _watch(cluster, prefix + b"002")
+    interrupted = threading.Event()
+    handled: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if not handled:  # the first only: the signals sent after it are dropped
+            handled.append(signum)
+            raise KeyboardInterrupt
+
+    def press_ctrl_c() -> None:
+        # again and again: one sent just before the read begins does not end the read
+        while not interrupted.wait(0.05):
+            if _main_thread_reads_its_pipe():
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    presser = threading.Thread(target=press_ctrl_c, daemon=True)
+    try:
+        presser.start()
+        with pytest.raises(KeyboardInterrupt):
+            fdb_engine._block(cluster._fdb, first, "watch")
+        interrupted.set()
+        presser.join()
+    finally:
+        interrupted.set()
+        signal.signal(signal.SIGINT, previous)
+    main_wait = fdb_wake._main_wait
+    assert main_wait is not None and handled == [signal.SIGINT]
+    assert not first.is_ready() and list(main_wait._slots.values()) == [first]
+
+    def change_keys() -> None:
+        kv.run_sync(cluster, lambda t: t.set(prefix + b"000", b"x"))  # the first watch fires
+        deadline = time.monotonic() + 30
+        while first in main_wait._slots.values():  # until the main thread has read its write
+            assert time.monotonic() < deadline, "the first watch's write was never read"
+            time.sleep(0.01)
+        kv.run_sync(cluster, lambda t: t.set(prefix + b"002", b"y"))
+
+    changer = threading.Thread(target=change_keys)
+    changer.start()
+    fdb_engine._block(cluster._fdb, second, "watch")
+    ready_on_return = second.is_ready()
+    changer.join()
+    assert ready_on_return and first.is_ready() and main_wait._slots == {}
