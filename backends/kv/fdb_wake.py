@@ -19,11 +19,16 @@ holds, so the C callback never blocks on a full pipe. Past either bound, where a
 be made, and wherever the C part is missing, :func:`register` returns ``None`` and the
 engine wakes the loop from a Python callback instead (``fdb._notify``).
 
-The main thread's blocking waits (:func:`block`) go through a pipe of their own, read with
-the GIL released, for the same reason: Python handles signals on the main thread only, so
-its wait must be one that a signal (Ctrl-C) interrupts, which libfdb_c's own
+The main thread's blocking waits (:func:`block`) go through a pipe of their own
+(:class:`_MainWait`) for the same reason: Python handles signals on the main thread only,
+so its wait must be one that a signal (Ctrl-C) interrupts, which libfdb_c's own
 ``fdb_future_block_until_ready`` is not; the bindings' wait is, but has the network thread
 run Python to release a semaphore.
+
+Both read their pipe through the C part too (``aos_fdb_wake_read``, the GIL released): the
+slots it reads are stored, and counted, in memory of the pipe's before it returns, and they
+are let go of only once what they wake is done -- a signal's handler that raises in
+between (Ctrl-C's ``KeyboardInterrupt``) loses none, and the next read finishes the work.
 
 The C part is built when the package is installed where a C compiler is found
 (``pyproject.toml``: an optional extension, a plain shared library loaded with ctypes, not
@@ -32,7 +37,6 @@ imported); :func:`available` says whether this process has it.
 
 from __future__ import annotations
 
-import array
 import asyncio
 import ctypes
 import fcntl
@@ -46,35 +50,42 @@ from typing import Any, Final
 CALLBACK: Final = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 """libfdb_c's ``FDBCallback``: ``void (*)(FDBFuture* future, void* parameter)``."""
 
-_SLOT: Final = "I" if array.array("I").itemsize == 4 else "L"
-"""The array code of the C part's ``uint32_t`` (native byte order, as it writes them)."""
 _SMALLEST_PIPE: Final = 512
 """What a pipe holds where its size cannot be asked (POSIX's ``PIPE_BUF``, at least)."""
-_READ_BYTES: Final = 1 << 16
 _SLOT_MASK: Final = 0xFFFFFFFF
 MAX_CHANNELS: Final = 16
 """Pipes a process keeps for its event loops (each 64 KiB of the user's pipe quota on
 Linux); loops past them are woken from Python."""
+MAIN_POLL_MS: Final = 200
+"""How long the main thread's wait reads its pipe before it looks again whether its own
+slot came: a signal sent to another thread, or just before the read began, does not
+interrupt the read, and a signal's handler may have waited too (and read that slot)."""
 
 _log = logging.getLogger(__name__)
 
 
-def _load() -> Any | None:
-    """The C callback, or ``None`` if it was not built (or cannot be loaded here)."""
-    if array.array(_SLOT).itemsize != 4:
-        return None
+def _load() -> tuple[Any, Any] | None:
+    """The C callback and the C read of a pipe, or ``None`` if they were not built (or
+    cannot be loaded here)."""
     spec = importlib.util.find_spec(f"{__package__}._fdb_wake")
     if spec is None or spec.origin is None:
         return None
     try:
         library = ctypes.CDLL(spec.origin)
-        return ctypes.cast(library.aos_fdb_wake, CALLBACK)
+        read = library.aos_fdb_wake_read
+        wake = ctypes.cast(library.aos_fdb_wake, CALLBACK)
     except (OSError, AttributeError) as exc:
         _log.warning("the C wake-up of FoundationDB futures was not loaded: %s", exc)
         return None
+    slots = ctypes.POINTER(ctypes.c_uint32)
+    read.argtypes = [ctypes.c_int, slots, slots, ctypes.c_uint32, ctypes.c_int]
+    read.restype = ctypes.c_int
+    return wake, read
 
 
-_WAKE: Any | None = _load()
+_loaded = _load()
+_WAKE: Any | None = None if _loaded is None else _loaded[0]
+_READ: Any | None = None if _loaded is None else _loaded[1]
 
 
 def available() -> bool:
@@ -82,52 +93,82 @@ def available() -> bool:
     return _WAKE is not None
 
 
-def _slots_held(write: int) -> int:
-    """How many slots the pipe written to through ``write`` holds unread."""
-    size = _SMALLEST_PIPE
-    if hasattr(fcntl, "F_GETPIPE_SZ"):  # Linux: 64 KiB unless the user's quota is spent
-        size = fcntl.fcntl(write, fcntl.F_GETPIPE_SZ)
-    return size // 4
+class _Pipe:
+    """A pipe the C callback writes slots to, and the registrations whose slots it writes:
+    each holds what its wait keeps (the bindings' future, kept alive until its slot is
+    read). Read by one thread at a time.
 
-
-def _slots_written(partial: bytes, data: bytes) -> tuple[array.array[int], bytes]:
-    """The slots in ``data`` read from a pipe (after ``partial``, what an earlier read left
-    of a slot), and what is left of one at its end."""
-    if partial:  # writes of 4 bytes are atomic: never, but never lose one
-        data = partial + data
-    whole = len(data) - len(data) % 4
-    return array.array(_SLOT, data[:whole]), data[whole:]
-
-
-def _free_slot(slots: dict[int, Any], start: int) -> int:
-    """The first slot from ``start`` on (the one after the slot taken last) not in
-    ``slots``."""
-    slot = start
-    while slot in slots:
-        slot = (slot + 1) & _SLOT_MASK
-    return slot
-
-
-class _Channel:
-    """A pipe, and the registrations whose slots the C callback writes to it; read by one
-    event loop at a time (only that loop's thread touches the slots)."""
+    Slots are numbered by a counter that skips those in use, and one is let go of only
+    once its write is read and what it wakes is done: an interrupt (a signal handler's)
+    anywhere in between leaves at most a slot counted that is never written, never two
+    registrations on one slot, and the count never under the writes the pipe holds, so the
+    C callback's write never blocks."""
 
     def __init__(self) -> None:
-        self._read, self._write = os.pipe()  # not inherited by child processes
+        self._read, self._write = os.pipe()  # not inherited by programs a child executes
         os.set_blocking(self._read, False)
-        self.capacity = _slots_held(self._write)
-        """Slots registered at most: as many as the pipe holds, so a write never blocks."""
-        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
-        self._slots: dict[int, tuple[Any, asyncio.Future[None] | None]] = {}
-        """Slots registered, or whose write is not read yet: the bindings' future (kept
-        alive until then) and its waiter (``None`` once the wait was cancelled)."""
+        size = _SMALLEST_PIPE
+        if hasattr(fcntl, "F_GETPIPE_SZ"):  # Linux: 64 KiB unless the user's quota is spent
+            size = fcntl.fcntl(self._write, fcntl.F_GETPIPE_SZ)
+        self.capacity = size // 4
+        """Slots registered at most: as many as the pipe holds."""
+        self._slots: dict[int, Any] = {}
         self._next = 0
-        self._partial = b""
+        self._seen = (ctypes.c_uint32 * self.capacity)()
+        """The slots read and not yet let go of (``_count`` of them), in the C read's
+        memory: a read's result is never only in Python's hands."""
+        self._count = ctypes.c_uint32(0)
 
     @property
     def registered(self) -> int:
         """Slots whose future has not been seen ready yet."""
         return len(self._slots)
+
+    def _register(self, future: Any, held: Any) -> int | None:
+        """A slot the C callback writes once the bindings' ``future`` is ready, holding
+        ``held``; ``None`` if every slot is taken."""
+        slots = self._slots
+        if len(slots) >= self.capacity:
+            return None
+        slot = self._next
+        while slot in slots:
+            slot = (slot + 1) & _SLOT_MASK
+        self._next = (slot + 1) & _SLOT_MASK
+        slots[slot] = held
+        try:
+            future.capi.fdb_future_set_callback(future.fpointer, _WAKE, (self._write << 32) | slot)
+        except Exception:  # refused (the bindings' FDBError): libfdb_c will not write it
+            del slots[slot]
+            raise
+        return slot
+
+    def _take(self, timeout_ms: int) -> None:
+        """Read the slots written (waiting up to ``timeout_ms`` for the first), let
+        :meth:`_woken` have what each holds, then let go of them."""
+        assert _READ is not None
+        got = _READ(self._read, self._seen, ctypes.byref(self._count), self.capacity, timeout_ms)
+        if got < 0:
+            raise OSError(-got, os.strerror(-got))
+        slots = self._slots
+        written = self._seen[: self._count.value]
+        for slot in written:  # again after an interrupt: each step may be repeated
+            if slot in slots:
+                self._woken(slots[slot])
+        for slot in written:
+            slots.pop(slot, None)
+        self._count.value = 0
+
+    def _woken(self, held: Any) -> None:
+        """What a slot read does with what it holds (may run twice for one slot)."""
+
+
+class _Channel(_Pipe):
+    """The pipe of an event loop (one at a time): a slot holds the bindings' future and its
+    waiter, ``None`` once the wait was cancelled; only the loop's thread touches them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -144,7 +185,7 @@ class _Channel:
     def attach(self, loop: asyncio.AbstractEventLoop) -> bool:
         """Read this pipe from ``loop``; false if the loop cannot watch a file descriptor."""
         try:
-            loop.add_reader(self._read, self._drain)
+            loop.add_reader(self._read, self._take, 0)
         except NotImplementedError:  # a loop without add_reader
             return False
         self._loop = weakref.ref(loop)
@@ -154,25 +195,10 @@ class _Channel:
         self, loop: asyncio.AbstractEventLoop, future: Any
     ) -> tuple[int, asyncio.Future[None]] | None:
         """A slot and a waiter of ``loop`` (this channel's), set once the bindings'
-        ``future`` is ready; ``None`` if every slot is taken.
-
-        Slots are numbered by a counter that skips those in use, and one leaves
-        ``_slots`` only when its write is read: an interrupt (a signal handler's) anywhere
-        in between leaves at most a slot counted that is never written, never two
-        registrations on one slot, and the count never under the writes the pipe holds."""
-        slots = self._slots
-        if len(slots) >= self.capacity:
-            return None
-        slot = _free_slot(slots, self._next)
-        self._next = (slot + 1) & _SLOT_MASK
+        ``future`` is ready; ``None`` if every slot is taken."""
         waiter = loop.create_future()
-        slots[slot] = (future, waiter)
-        try:
-            future.capi.fdb_future_set_callback(future.fpointer, _WAKE, (self._write << 32) | slot)
-        except Exception:  # refused (the bindings' FDBError): libfdb_c will not write it
-            del slots[slot]
-            raise
-        return slot, waiter
+        slot = self._register(future, (future, waiter))
+        return None if slot is None else (slot, waiter)
 
     def forget(self, slot: int, waiter: asyncio.Future[None]) -> None:
         """Let go of ``waiter`` (its wait was cancelled); the slot stays until written."""
@@ -180,21 +206,10 @@ class _Channel:
         if registered is not None and registered[1] is waiter:
             self._slots[slot] = (registered[0], None)
 
-    def _drain(self) -> None:
-        try:
-            data = os.read(self._read, _READ_BYTES)
-        except BlockingIOError:
-            return
-        written, self._partial = _slots_written(self._partial, data)
-        slots = self._slots
-        for slot in written:
-            registered = slots.pop(slot, None)
-            if registered is None:  # libfdb_c calls a callback at most once
-                _log.error("a FoundationDB future woke slot %d, which nothing waits on", slot)
-                continue
-            waiter = registered[1]  # a closed loop's (a channel taken over) is left alone
-            if waiter is not None and not waiter.done() and not waiter.get_loop().is_closed():
-                waiter.set_result(None)
+    def _woken(self, held: Any) -> None:
+        waiter = held[1]  # a closed loop's (a channel taken over) is left alone
+        if waiter is not None and not waiter.done() and not waiter.get_loop().is_closed():
+            waiter.set_result(None)
 
 
 _channels: list[_Channel] = []
@@ -249,38 +264,22 @@ def register(future: Any) -> tuple[_Channel, int, asyncio.Future[None]] | None:
     return channel, registered[0], registered[1]
 
 
-class _MainWait:
-    """The main thread's blocking waits: a pipe the C callback writes a wait's slot to, read
-    (blocking, the GIL released) until that slot comes. A signal's handler runs during the
-    read, and its error (Ctrl-C's ``KeyboardInterrupt``) ends the wait; the slot stays
-    registered, with its future, until a later wait reads its write."""
-
-    def __init__(self) -> None:
-        self._read, self._write = os.pipe()
-        self.capacity = _slots_held(self._write)
-        """Slots registered at most (interrupted waits' stay until written and read)."""
-        self._slots: dict[int, Any] = {}
-        """Slots registered, or whose write is not read yet: the bindings' future."""
-        self._next = 0
-        self._partial = b""
+class _MainWait(_Pipe):
+    """The main thread's blocking waits: each registers a slot holding its future, then
+    reads the pipe (the GIL released) until that slot has been read -- by itself, or by a
+    wait that a signal's handler made meanwhile. A handler's error (Ctrl-C's
+    ``KeyboardInterrupt``) ends the wait; the slot stays registered, with its future,
+    until a later wait reads its write."""
 
     def wait(self, future: Any) -> bool:
-        """Wait until ``future`` is ready; false at once if every slot is taken."""
-        slots = self._slots
-        if len(slots) >= self.capacity:
+        """Wait until ``future`` is ready; false at once if every slot is still taken."""
+        if len(self._slots) >= self.capacity:
+            self._take(0)  # let go of the slots of interrupted waits written since
+        slot = self._register(future, future)
+        if slot is None:
             return False
-        slot = _free_slot(slots, self._next)
-        self._next = (slot + 1) & _SLOT_MASK
-        slots[slot] = future
-        try:
-            future.capi.fdb_future_set_callback(future.fpointer, _WAKE, (self._write << 32) | slot)
-        except Exception:  # refused: libfdb_c will not write it
-            del slots[slot]
-            raise
-        while slot in slots:
-            written, self._partial = _slots_written(self._partial, os.read(self._read, _READ_BYTES))
-            for done in written:
-                slots.pop(done, None)
+        while slot in self._slots:
+            self._take(MAIN_POLL_MS)
         return True
 
 
@@ -288,11 +287,15 @@ _main_wait: _MainWait | None = None
 
 
 def _forget_main_wait() -> None:
+    """In a forked child: the parent's slots are not the child's (nor is its client)."""
     global _main_wait
+    if _main_wait is not None:
+        os.close(_main_wait._read)
+        os.close(_main_wait._write)
     _main_wait = None
 
 
-os.register_at_fork(after_in_child=_forget_main_wait)  # the parent's slots are not the child's
+os.register_at_fork(after_in_child=_forget_main_wait)
 
 
 def block(future: Any) -> bool:

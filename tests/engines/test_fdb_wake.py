@@ -6,8 +6,9 @@ where the C part is missing or the pipe is full."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
-import inspect
+import os
 import shutil
 import signal
 import sys
@@ -401,15 +402,51 @@ def test_an_interrupt_once_registered_keeps_the_slot_until_its_future_fires(
 
 
 def _main_thread_reads_its_pipe() -> bool:
-    """Whether the main thread is at the read of its blocking wait's pipe (in it, or about
-    to be: its slot registered with libfdb_c)."""
+    """Whether the main thread is in its blocking wait's read of its pipe (its slot
+    registered with libfdb_c)."""
     frame = sys._current_frames().get(threading.main_thread().ident or 0)
-    code = fdb_wake._MainWait.wait.__code__
-    if frame is None or frame.f_code is not code:
-        return False
-    lines, first = inspect.getsourcelines(code)
-    read = first + next(n for n, line in enumerate(lines) if "os.read(" in line)
-    return frame.f_lineno in (read - 1, read)  # the call spans two lines (ruff's format)
+    return frame is not None and frame.f_code is fdb_wake._Pipe._take.__code__
+
+
+class _Stuck(Exception):
+    """Raised in the main thread by :func:`_unstuck` when a wait there never ends."""
+
+
+@contextlib.contextmanager
+def _unstuck(seconds: float, what: str) -> Iterator[None]:
+    """Fail, rather than hang, a main thread still inside the block after ``seconds``: a
+    helper thread then signals it (SIGUSR2) until a handler raises :class:`_Stuck`
+    there (a wait that never ends could not fail otherwise)."""
+    left = threading.Event()
+
+    def rescue() -> None:
+        if left.wait(seconds):
+            return
+        while not left.wait(0.1):  # again: a wait may be between two reads
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR2)
+
+    def stuck(signum: int, frame: Any) -> None:
+        raise _Stuck(f"still waiting after {seconds} s: {what}")
+
+    previous = signal.signal(signal.SIGUSR2, stuck)
+    rescuer = threading.Thread(target=rescue, daemon=True)
+    rescuer.start()
+    try:
+        yield
+    finally:
+        left.set()
+        rescuer.join()
+        signal.signal(signal.SIGUSR2, previous)
+
+
+def _ready(cluster: FdbEngine) -> Any:
+    """A bindings' future that is ready, no callback ever set on it (a read version)."""
+    future = cluster._db.create_transaction().get_read_version()
+    deadline = time.monotonic() + 30
+    while not future.is_ready():
+        assert time.monotonic() < deadline, "a read version never came"
+        time.sleep(0.001)
+    return future
 
 
 @pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
@@ -430,7 +467,6 @@ def test_ctrl_c_ends_a_main_thread_wait_and_the_next_wait_ends_on_its_own_future
             raise KeyboardInterrupt
 
     def press_ctrl_c() -> None:
-        # again and again: one sent just before the read begins does not end the read
         while not interrupted.wait(0.05):
             if _main_thread_reads_its_pipe():
                 signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
@@ -439,28 +475,149 @@ def test_ctrl_c_ends_a_main_thread_wait_and_the_next_wait_ends_on_its_own_future
     presser = threading.Thread(target=press_ctrl_c, daemon=True)
     try:
         presser.start()
-        with pytest.raises(KeyboardInterrupt):
+        with _unstuck(30, "a wait Ctrl-C was pressed in"), pytest.raises(KeyboardInterrupt):
             fdb_engine._block(cluster._fdb, first, "watch")
-        interrupted.set()
-        presser.join()
     finally:
         interrupted.set()
+        presser.join()
         signal.signal(signal.SIGINT, previous)
     main_wait = fdb_wake._main_wait
     assert main_wait is not None and handled == [signal.SIGINT]
-    assert not first.is_ready() and list(main_wait._slots.values()) == [first]
+    assert not first.is_ready() and [f for f in main_wait._slots.values() if f is first] == [first]
 
     def change_keys() -> None:
-        kv.run_sync(cluster, lambda t: t.set(prefix + b"000", b"x"))  # the first watch fires
-        deadline = time.monotonic() + 30
-        while first in main_wait._slots.values():  # until the main thread has read its write
-            assert time.monotonic() < deadline, "the first watch's write was never read"
-            time.sleep(0.01)
-        kv.run_sync(cluster, lambda t: t.set(prefix + b"002", b"y"))
+        try:
+            kv.run_sync(cluster, lambda t: t.set(prefix + b"000", b"x"))  # the first fires
+            deadline = time.monotonic() + 30
+            while any(f is first for f in main_wait._slots.values()):  # until read
+                assert time.monotonic() < deadline, "the first watch's write was never read"
+                time.sleep(0.01)
+        finally:  # the main thread's wait ends, whatever happened here
+            kv.run_sync(cluster, lambda t: t.set(prefix + b"002", b"y"))
 
     changer = threading.Thread(target=change_keys)
     changer.start()
-    fdb_engine._block(cluster._fdb, second, "watch")
+    with _unstuck(60, "the wait on the second watch"):
+        fdb_engine._block(cluster._fdb, second, "watch")
     ready_on_return = second.is_ready()
     changer.join()
-    assert ready_on_return and first.is_ready() and main_wait._slots == {}
+    assert ready_on_return and first.is_ready()
+    assert not any(f is first or f is second for f in main_wait._slots.values())
+
+
+@pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
+def test_a_signal_handler_that_waits_itself_does_not_strand_the_wait_it_interrupted(
+    cluster: FdbEngine, prefix: bytes
+) -> None:
+    """A handler that does not raise but runs transactions on the main thread, during its
+    wait on a watch: the handler changes the watched key and waits on the engine again,
+    so its own waits read the interrupted wait's slot. That wait ends when the handler
+    returns (it once read on for a write already read: for ever)."""
+    key = prefix + b"000"
+    watch = _watch(cluster, key)
+    handled: list[int] = []
+    done = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        if handled:
+            return
+        handled.append(signum)
+        kv.run_sync(cluster, lambda t: t.set(key, b"changed"))  # the watch fires
+        deadline = time.monotonic() + 30
+        while not watch.is_ready():
+            assert time.monotonic() < deadline, "the watch never fired"
+            time.sleep(0.01)
+        kv.run_sync(cluster, lambda t: t.get(prefix + b"002"))  # one more wait of its own
+
+    def signal_once_waiting() -> None:
+        while not done.wait(0.01):
+            if _main_thread_reads_its_pipe():
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+                return
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    sender = threading.Thread(target=signal_once_waiting, daemon=True)
+    try:
+        sender.start()
+        with _unstuck(60, "the wait the handler interrupted"):
+            fdb_engine._block(cluster._fdb, watch, "watch")
+    finally:
+        done.set()
+        sender.join()
+        signal.signal(signal.SIGUSR1, previous)
+    assert handled == [signal.SIGUSR1] and watch.is_ready()
+
+
+@pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
+@pytest.mark.parametrize("where", ["after the read", "while letting go"])
+def test_slots_read_by_an_interrupted_wait_are_let_go_of_by_the_next(
+    cluster: FdbEngine, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """An interrupt raised just after the read of the pipe returned, or while the slots it
+    read are let go of, loses none: they are kept where the read put them, and the next
+    wait lets go of them -- their futures are not kept for ever."""
+    main_wait = fdb_wake._MainWait()
+    interrupts = [KeyboardInterrupt()]
+    if where == "after the read":
+        read = fdb_wake._READ
+        assert read is not None
+
+        def read_then_interrupt(*args: Any) -> int:
+            got: int = read(*args)
+            if got > 0 and interrupts:
+                raise interrupts.pop()
+            return got
+
+        monkeypatch.setattr(fdb_wake, "_READ", read_then_interrupt)
+    else:
+
+        def interrupted(self: fdb_wake._Pipe, held: Any) -> None:
+            if interrupts:
+                raise interrupts.pop()
+
+        monkeypatch.setattr(fdb_wake._MainWait, "_woken", interrupted)
+    first, second = _ready(cluster), _ready(cluster)
+    with pytest.raises(KeyboardInterrupt):
+        main_wait.wait(first)  # a ready future's callback is called at once
+    assert list(main_wait._slots.values()) == [first] and main_wait._count.value == 1
+    assert main_wait.wait(second)
+    assert main_wait._slots == {} and main_wait._count.value == 0
+
+
+@pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
+def test_a_main_wait_whose_slots_are_all_held_first_lets_go_of_those_written(
+    cluster: FdbEngine,
+) -> None:
+    """Every slot held by waits that were interrupted: once their futures are ready, the
+    next wait lets go of them and waits through the pipe (it once gave up for good)."""
+    main_wait = fdb_wake._MainWait()
+    main_wait.capacity = 1  # as if the pipe held one slot
+    held = _ready(cluster)
+    main_wait._register(held, held)  # an interrupted wait's: written, never read
+    assert main_wait.registered == 1
+    assert main_wait.wait(_ready(cluster))
+    assert main_wait.registered == 0
+
+
+@pytest.mark.skipif(not fdb_wake.available(), reason="the C wake-up was not built here")
+def test_a_forked_child_closes_the_main_thread_s_pipe(cluster: FdbEngine) -> None:
+    """The parent's pipe and slots are not the child's: a forked child closes the pipe of
+    the main thread's waits (no descriptor of it left open there)."""
+    fdb_engine._block(cluster._fdb, cluster._db.create_transaction().get_read_version(), "")
+    main_wait = fdb_wake._main_wait
+    assert main_wait is not None
+    descriptors = (main_wait._read, main_wait._write)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() with threads running
+        child = os.fork()
+    if child == 0:  # the child: only system calls, then exit
+        still_open = 0
+        for fd in descriptors:
+            try:
+                os.fstat(fd)
+                still_open += 1
+            except OSError:
+                pass
+        os._exit(10 + still_open if fdb_wake._main_wait is None else 2)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 10
