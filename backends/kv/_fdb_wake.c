@@ -50,12 +50,13 @@ int aos_fdb_wake_read(int fd, uint32_t *slots, uint32_t *count, uint32_t capacit
     }
     size_t have = (size_t)got;
     while (have % sizeof *slots != 0) {
-        /* whole slots were asked for, and each was written at once: the rest is there */
+        /* whole slots were asked for, and each was written at once: the rest is there
+         * (if it is not, the pipe is broken: an error, never a spin) */
         ssize_t more = read(fd, into + have, sizeof *slots - have % sizeof *slots);
         if (more > 0) {
             have += (size_t)more;
-        } else if (more < 0 && errno != EINTR && errno != EAGAIN) {
-            return -errno;
+        } else if (more == 0 || errno != EINTR) {
+            return more == 0 ? -EIO : -errno;
         }
     }
     *count += (uint32_t)(have / sizeof *slots);
