@@ -27,7 +27,7 @@ from persistence.kv import Engine
 from persistence.objects import ObjectStore
 from persistence.plane.config import PlaneConfig
 from persistence.protocols import budget, drain, worlds
-from persistence.protocols.calls import Call
+from persistence.protocols.calls import Call, Sweeps
 from persistence.records import Record
 from persistence.segment_records import SegmentIndexRecord
 from persistence.sizes import MAX_ROW_LIMIT, check_bool, check_int
@@ -121,6 +121,8 @@ class Core:
         self.busy_worlds = drain.BusyWorlds()
         """Worlds the plane's group drains found busy lately (left out of groups' first
         attempts)."""
+        self.sweeps = Sweeps()
+        """When this plane's calls last cleared each scope's expired call records."""
         self.known_worlds = KnownWorlds()
         """Worlds the plane has seen exist: its enqueues to them read no meta."""
         self.layout = drive(worlds.ensure_layout(engine, check_bool(create, "create")))
@@ -158,6 +160,7 @@ class Core:
             self.config.call_record_seconds,
             self.now(),
             recorded=recorded and self.engine.commit_may_be_unknown,
+            sweeps=self.sweeps,
         )
 
     def now(self) -> int:

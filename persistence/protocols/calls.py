@@ -12,9 +12,11 @@ whose commits never end that way (``Engine.commit_may_be_unknown`` false: SQLite
 retries an applied commit, so its calls keep no record.
 
 Ids begin with the call's wall-clock start (big-endian nanoseconds), so a scope's records
-sort oldest first. Every record written also clears the records of its scope older than the
+sort oldest first. A record written also clears the records of its scope older than the
 call's window (:data:`DEFAULT_WINDOW_SECONDS`) -- one blind range clear up to the window's
-start, no read -- so a scope holds its write rate times the window. The window must
+start, no read --, at most once per :data:`SWEEP_FRACTION` of the window per scope and
+plane (:class:`Sweeps`), so a scope holds its write rate times a little more than the
+window. The window must
 outlast every call's retries: the FDB engine's timeout bounds them (10 s by default) and
 :func:`persistence.kv.run` gives up after ``Engine.max_retry_seconds`` (60 s); clocks of the
 hosts must agree to well within the window.
@@ -38,6 +40,13 @@ from persistence.records import CallRecord, decode_record
 DEFAULT_WINDOW_SECONDS: Final = 600.0
 """How long a call record is kept: ten minutes, against calls that retry for at most one or
 two."""
+
+SWEEP_FRACTION: Final = 8
+"""A plane clears a scope's expired records at most once per this fraction of the window
+(75 s of the default ten minutes)."""
+
+SWEPT_SCOPES: Final = 16_384
+"""Scopes whose last clear a plane remembers; past them it forgets all and starts over."""
 
 CALL_ID_BYTES: Final = 16
 """A call id: 8 bytes of start time, 8 random bytes."""
@@ -66,16 +75,46 @@ class CallScope(Protocol):
         ...
 
 
+class Sweeps:
+    """When a plane's calls last cleared each scope's expired records, so that they clear
+    them at most once per :data:`SWEEP_FRACTION` of the window, not with every record: the
+    range clear is a mutation, and a write conflict range the cluster resolves, in every
+    commit -- about a fifth of the server's time of a one-entry append on FoundationDB.
+
+    A scope is marked when an attempt issues its clear, whether or not it commits (a
+    refused append's does not): its records older than the window go with its first
+    committed call after that fraction. Shared by the plane's threads and event loops (a
+    race clears twice, harmlessly); past :data:`SWEPT_SCOPES` scopes it forgets them all."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[bytes, int] = {}
+
+    def due(self, scope: bytes, now_ns: int, window_ns: int) -> bool:
+        """Whether a call of ``scope`` (its records' first key) starting at ``now_ns``
+        clears the expired records; if so, it is marked cleared then."""
+        last = self._last.get(scope)
+        if last is not None and 0 <= now_ns - last < window_ns // SWEEP_FRACTION:
+            return False  # cleared lately (a clock gone back: clear again)
+        if last is None and len(self._last) >= SWEPT_SCOPES:
+            self._last.clear()
+        self._last[scope] = now_ns
+        return True
+
+
 @dataclass(slots=True)
 class Call:
-    """One plane call: its id, how many attempts of it have run (in this process), and
-    whether it keeps a record (only where a retry may follow an applied commit:
-    ``Engine.commit_may_be_unknown``)."""
+    """One plane call: its id, how many attempts of it have run (in this process), whether
+    it keeps a record (only where a retry may follow an applied commit:
+    ``Engine.commit_may_be_unknown``), and its plane's :class:`Sweeps` (``None``: every
+    record it writes clears the expired ones)."""
 
     id: bytes
     window_ns: int
     attempts: int = 0
     recorded: bool = True
+    sweeps: Sweeps | None = None
 
     @classmethod
     def new(
@@ -84,6 +123,7 @@ class Call:
         now_ns: int | None = None,
         *,
         recorded: bool = True,
+        sweeps: Sweeps | None = None,
     ) -> Call:
         """A call starting at ``now_ns`` (nanoseconds since the epoch; now by default)."""
         if not window_seconds > 0:
@@ -91,7 +131,7 @@ class Call:
         stamp = (time.time_ns() if now_ns is None else now_ns).to_bytes(8, "big")
         # Only a record's key uses the id: a call that keeps none draws no random bytes.
         tail = _draws.randbytes(CALL_ID_BYTES - 8) if recorded else _UNDRAWN
-        return cls(stamp + tail, int(window_seconds * 1e9), 0, recorded)
+        return cls(stamp + tail, int(window_seconds * 1e9), 0, recorded, sweeps)
 
     @property
     def started_ns(self) -> int:
@@ -162,18 +202,22 @@ async def _decoded(read: Future[bytes | None]) -> CallRecord | None:
 
 def record(opening: Opening, op: str, **outcome: Any) -> None:
     """Store ``CallRecord(op, **outcome)`` as what the call did (in the transaction that
-    does it), and clear the records of its scope older than the call's window: a blind
-    range clear up to the first id of the window (ids begin with their call's start), so
-    nothing is read. A call that keeps no record writes (and builds) nothing. A call whose
-    retry can tell its outcome from its own arguments records ``op`` alone (an append:
-    its first height is its expected head + 1), a value encoded once per ``op``."""
+    does it), and clear the records of its scope older than the call's window if its
+    :class:`Sweeps` says it is due: a blind range clear up to the first id of the window
+    (ids begin with their call's start), so nothing is read. A call that keeps no record
+    writes (and builds) nothing. A call whose retry can tell its outcome from its own
+    arguments records ``op`` alone (an append: its first height is its expected head + 1),
+    a value encoded once per ``op``."""
     call = opening.call
     if not call.recorded:
         return
     tr, scope = opening.tr, opening.scope
     horizon = call.started_ns - call.window_ns
     if horizon > 0:
-        tr.clear_range(scope.calls()[0], scope.call(horizon.to_bytes(8, "big")))
+        first = scope.calls()[0]
+        sweeps = call.sweeps
+        if sweeps is None or sweeps.due(first, call.started_ns, call.window_ns):
+            tr.clear_range(first, scope.call(horizon.to_bytes(8, "big")))
     if outcome:
         value = CallRecord(op, **outcome).to_cbor()
     else:

@@ -17,7 +17,7 @@ from persistence.inbox_records import DomainEventIngress, InboxEnvelope
 from persistence.keyspace import WorldKeys
 from persistence.plane import Plane
 from persistence.protocols import journal
-from persistence.protocols.calls import Call
+from persistence.protocols.calls import SWEPT_SCOPES, Call, Sweeps
 from persistence.records import CallRecord, decode_record
 from segments import open_plane
 
@@ -114,6 +114,46 @@ def test_a_world_keeps_its_write_rate_times_the_window() -> None:
         )
         counts.append(len(_records(engine, keys)))
     assert counts == [1] * 20
+
+
+def test_a_plane_clears_a_scopes_expired_records_at_most_once_per_eighth_of_the_window() -> None:
+    """A plane's calls clear the expired records of a scope only if none of its calls did
+    in the last 75 s (of a 600 s window); another plane clears them on its first call."""
+    engine = MemoryEngine()
+    now = [1_000 * SECOND]
+    plane = open_plane(engine, MemoryObjectStore(), clock=lambda: now[0])
+    u, w = UniverseId.new(), WorldId.new()
+    keys = WorldKeys(u, w)
+    plane.create_world(u, w)
+
+    def append_at(seconds: int, on: Plane = plane) -> int:
+        now[0] = (1_000 + seconds) * SECOND
+        head = on.head(u, w)
+        on.append_batch(u, w, head, [b"x"])
+        return len(_records(engine, keys))
+
+    assert append_at(0) == 1
+    assert append_at(590) == 2  # clears up to -10 s: nothing
+    assert append_at(620) == 3  # the 0 s one expired, but the last clear was 30 s ago
+    assert append_at(664) == 4  # 74 s
+    assert append_at(665) == 4  # 75 s: the 0 s one went
+    other = open_plane(engine, MemoryObjectStore(), clock=lambda: now[0])
+    assert append_at(1_200, other) == 4  # its first call: the 590 s one went
+    assert append_at(1_230, other) == 5  # the 620 s one stays: 30 s since its clear
+
+
+def test_sweeps_start_over_past_their_bound_and_when_the_clock_goes_back() -> None:
+    sweeps = Sweeps()
+    window = 600 * SECOND
+    assert sweeps.due(b"a", 1_000 * SECOND, window)
+    assert not sweeps.due(b"a", 1_074 * SECOND, window)
+    assert sweeps.due(b"a", 999 * SECOND, window)  # a clock gone back: clear again
+    assert not sweeps.due(b"a", 1_000 * SECOND, window)
+    for index in range(SWEPT_SCOPES - 1):  # the bound, with b"a"
+        assert sweeps.due(index.to_bytes(4, "big"), 1_000 * SECOND, window)
+    assert not sweeps.due(b"a", 1_001 * SECOND, window)  # all still remembered
+    assert sweeps.due(b"new", 1_001 * SECOND, window)  # past the bound: forgets them all
+    assert sweeps.due(b"a", 1_002 * SECOND, window)
 
 
 def test_records_are_kept_only_where_a_commit_may_end_unknown(tmp_path: Path) -> None:
