@@ -78,6 +78,16 @@ class Transaction(ABC):
     run inside :meth:`Engine.alone` (SQLite: after repeated read conflicts); :func:`run`
     honours it."""
 
+    _after_commit: list[Callable[[], object]] | None = None
+
+    def after_commit(self, fn: Callable[[], object]) -> None:
+        """Call ``fn`` once this attempt has committed (from :func:`transact`'s loop; an
+        attempt that fails forgets it): bookkeeping outside the store that must follow only
+        what committed (``calls.Sweeps``). ``fn`` must not raise."""
+        if self._after_commit is None:
+            self._after_commit = []
+        self._after_commit.append(fn)
+
     @abstractmethod
     def get(self, key: bytes, *, snapshot: bool = False) -> Future[bytes | None]:
         """The value of ``key`` or ``None``. Adds a read conflict unless ``snapshot``."""
@@ -363,12 +373,16 @@ async def _attempts(
     tr = engine.create_transaction()
     while True:
         try:
+            tr._after_commit = None  # an earlier attempt's are not this one's
             if alone and engine.writers_serialize:
                 # the engine's writers are held, on this (blocking) thread
                 result = engine.run_alone(tr, lambda t: drive(body(t)))
             else:
                 result = await body(tr)
                 await tr.commit()
+            if tr._after_commit is not None:
+                for fn in tr._after_commit:
+                    fn()
             return result
         except EngineError as exc:
             if conflicts is not None and conflicted >= 0:

@@ -14,9 +14,9 @@ retries an applied commit, so its calls keep no record.
 Ids begin with the call's wall-clock start (big-endian nanoseconds), so a scope's records
 sort oldest first. A record written also clears the records of its scope older than the
 call's window (:data:`DEFAULT_WINDOW_SECONDS`) -- one blind range clear up to the window's
-start, no read --, at most once per :data:`SWEEP_FRACTION` of the window per scope and
-plane (:class:`Sweeps`), so a scope holds its write rate times a little more than the
-window. The window must
+start, no read --, unless a clear of the scope committed by a call of the same plane
+started less than :data:`SWEEP_FRACTION` of the window before (:class:`Sweeps`), so a scope
+holds the records of its window and of at most that fraction more. The window must
 outlast every call's retries: the FDB engine's timeout bounds them (10 s by default) and
 :func:`persistence.kv.run` gives up after ``Engine.max_retry_seconds`` (60 s); clocks of the
 hosts must agree to well within the window.
@@ -24,6 +24,7 @@ hosts must agree to well within the window.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import time
@@ -46,7 +47,8 @@ SWEEP_FRACTION: Final = 8
 (75 s of the default ten minutes)."""
 
 SWEPT_SCOPES: Final = 16_384
-"""Scopes whose last clear a plane remembers; past them it forgets all and starts over."""
+"""Scopes whose last clear a plane remembers, twice over: past them, it starts a new
+generation and forgets the one before."""
 
 CALL_ID_BYTES: Final = 16
 """A call id: 8 bytes of start time, 8 random bytes."""
@@ -76,31 +78,39 @@ class CallScope(Protocol):
 
 
 class Sweeps:
-    """When a plane's calls last cleared each scope's expired records, so that they clear
-    them at most once per :data:`SWEEP_FRACTION` of the window, not with every record: the
-    range clear is a mutation, and a write conflict range the cluster resolves, in every
-    commit -- about a fifth of the server's time of a one-entry append on FoundationDB.
+    """When a committed call of a plane last cleared each scope's expired records, so that
+    its calls clear them at most about once per :data:`SWEEP_FRACTION` of the window, not
+    with every record: the range clear is a mutation, and a write conflict range the
+    cluster resolves, in every commit (on FoundationDB, leaving it out of most commits took
+    the server's CPU per append from about 1.45 to 1.25 times the raw transaction's:
+    docs/benchmarks.md).
 
-    A scope is marked when an attempt issues its clear, whether or not it commits (a
-    refused append's does not): its records older than the window go with its first
-    committed call after that fraction. Shared by the plane's threads and event loops (a
-    race clears twice, harmlessly); past :data:`SWEPT_SCOPES` scopes it forgets them all."""
+    A scope is marked only once a transaction that cleared it has committed
+    (``Transaction.after_commit``): an attempt that fails, a refused append, a call that
+    gives up leave it due, so the next call clears it. Until one commits, every call of
+    the scope clears. Shared by the plane's threads and event loops (a race clears twice,
+    harmlessly); it remembers the scopes of the last two runs of :data:`SWEPT_SCOPES`."""
 
-    __slots__ = ("_last",)
+    __slots__ = ("_last", "_older")
 
     def __init__(self) -> None:
         self._last: dict[bytes, int] = {}
+        self._older: dict[bytes, int] = {}
 
     def due(self, scope: bytes, now_ns: int, window_ns: int) -> bool:
         """Whether a call of ``scope`` (its records' first key) starting at ``now_ns``
-        clears the expired records; if so, it is marked cleared then."""
+        clears the expired records: no clear of it committed by a call that started less
+        than the fraction of ``window_ns`` before (a clock gone back: it is due)."""
         last = self._last.get(scope)
-        if last is not None and 0 <= now_ns - last < window_ns // SWEEP_FRACTION:
-            return False  # cleared lately (a clock gone back: clear again)
-        if last is None and len(self._last) >= SWEPT_SCOPES:
-            self._last.clear()
-        self._last[scope] = now_ns
-        return True
+        if last is None:
+            last = self._older.get(scope)
+        return last is None or not 0 <= now_ns - last < window_ns // SWEEP_FRACTION
+
+    def mark(self, scope: bytes, started_ns: int) -> None:
+        """A clear of ``scope`` by a call started at ``started_ns`` committed."""
+        if scope not in self._last and len(self._last) >= SWEPT_SCOPES:
+            self._older, self._last = self._last, {}
+        self._last[scope] = started_ns
 
 
 @dataclass(slots=True)
@@ -218,6 +228,8 @@ def record(opening: Opening, op: str, **outcome: Any) -> None:
         sweeps = call.sweeps
         if sweeps is None or sweeps.due(first, call.started_ns, call.window_ns):
             tr.clear_range(first, scope.call(horizon.to_bytes(8, "big")))
+            if sweeps is not None:
+                tr.after_commit(functools.partial(sweeps.mark, first, call.started_ns))
     if outcome:
         value = CallRecord(op, **outcome).to_cbor()
     else:

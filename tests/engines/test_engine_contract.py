@@ -433,6 +433,33 @@ def test_retry_runner_retries_conflicts_until_commit(engine: Engine) -> None:
     assert attempts == [0, 100]
 
 
+def test_after_commit_runs_only_what_the_committed_attempt_registered(engine: Engine) -> None:
+    commit_all(engine, {b"n": (0).to_bytes(8, "big")})
+    ran: list[int] = []
+
+    @kv.transactional
+    async def increment(tr: Transaction, attempt: list[int]) -> None:
+        attempt[0] += 1
+        n = int.from_bytes(await tr.get(b"n") or b"", "big")
+        tr.after_commit(functools.partial(ran.append, attempt[0]))
+        if attempt[0] == 1:
+            commit_all(engine, {b"n": (100).to_bytes(8, "big")})  # a concurrent writer
+        tr.set(b"n", (n + 1).to_bytes(8, "big"))
+
+    drive(increment(engine, [0]))
+    assert ran == [2]  # the first attempt failed on the conflict: its hook was dropped
+
+    @kv.transactional
+    async def refused(tr: Transaction) -> None:
+        tr.after_commit(functools.partial(ran.append, 3))
+        tr.set(b"n", b"")
+        raise RuntimeError("abort before commit")
+
+    with pytest.raises(RuntimeError):
+        drive(refused(engine))
+    assert ran == [2]
+
+
 def test_retry_runner_composes_inside_a_transaction(engine: Engine) -> None:
     @kv.transactional
     async def put(tr: Transaction, key: bytes) -> None:

@@ -6,15 +6,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, kv
-from persistence.fdb_errors import COMMIT_UNKNOWN_RESULT
+from persistence.errors import HeadAdvanced
+from persistence.fdb_errors import COMMIT_UNKNOWN_RESULT, NOT_COMMITTED
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.inbox_records import DomainEventIngress, InboxEnvelope
-from persistence.keyspace import WorldKeys
+from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.plane import Plane
 from persistence.protocols import journal
 from persistence.protocols.calls import SWEPT_SCOPES, Call, Sweeps
@@ -116,43 +119,109 @@ def test_a_world_keeps_its_write_rate_times_the_window() -> None:
     assert counts == [1] * 20
 
 
+def _clocked(engine: kv.Engine, now: list[int]) -> Plane:
+    """A plane on ``engine`` whose clock reads ``now[0]``."""
+    return open_plane(engine, MemoryObjectStore(), clock=lambda: now[0])
+
+
+def _append_at(plane: Plane, now: list[int], seconds: int, u: UniverseId, w: WorldId) -> None:
+    """Append one entry at the head, ``seconds`` after the tests' epoch (1,000 s)."""
+    now[0] = (1_000 + seconds) * SECOND
+    plane.append_batch(u, w, plane.head(u, w), [b"x"])
+
+
 def test_a_plane_clears_a_scopes_expired_records_at_most_once_per_eighth_of_the_window() -> None:
-    """A plane's calls clear the expired records of a scope only if none of its calls did
-    in the last 75 s (of a 600 s window); another plane clears them on its first call."""
-    engine = MemoryEngine()
-    now = [1_000 * SECOND]
-    plane = open_plane(engine, MemoryObjectStore(), clock=lambda: now[0])
-    u, w = UniverseId.new(), WorldId.new()
+    """A plane's calls clear the expired records of a scope only if none of its calls that
+    started in the last 75 s (of a 600 s window) committed a clear of that scope; another
+    plane, and another scope, keep their own."""
+    engine, now = MemoryEngine(), [0]
+    plane = _clocked(engine, now)
+    u, w, other_world = UniverseId.new(), WorldId.new(), WorldId.new()
     keys = WorldKeys(u, w)
     plane.create_world(u, w)
+    plane.create_world(u, other_world)
 
-    def append_at(seconds: int, on: Plane = plane) -> int:
-        now[0] = (1_000 + seconds) * SECOND
-        head = on.head(u, w)
-        on.append_batch(u, w, head, [b"x"])
+    def append_at(seconds: int, on: Plane = plane, world: WorldId = w) -> int:
+        _append_at(on, now, seconds, u, world)
         return len(_records(engine, keys))
 
     assert append_at(0) == 1
-    assert append_at(590) == 2  # clears up to -10 s: nothing
-    assert append_at(620) == 3  # the 0 s one expired, but the last clear was 30 s ago
-    assert append_at(664) == 4  # 74 s
-    assert append_at(665) == 4  # 75 s: the 0 s one went
-    other = open_plane(engine, MemoryObjectStore(), clock=lambda: now[0])
-    assert append_at(1_200, other) == 4  # its first call: the 590 s one went
-    assert append_at(1_230, other) == 5  # the 620 s one stays: 30 s since its clear
+    append_at(0, world=other_world)
+    assert append_at(80) == 2  # 80 s since the last clear: clears, nothing expired
+    assert append_at(590) == 3
+    append_at(610, world=other_world)  # another scope, its last clear 610 s ago
+    assert len(_records(engine, WorldKeys(u, other_world))) == 1  # its 0 s one went
+    assert append_at(620) == 4  # the 0 s one expired, but the last clear was 30 s ago
+    assert append_at(664) == 5  # 74 s
+    assert append_at(665) == 5  # 75 s: the 0 s one went
+    other = _clocked(engine, now)
+    assert append_at(700, other) == 5  # 35 s later, its first call: the 80 s one went
+    assert append_at(730) == 6  # the first plane's last clear was 65 s ago
 
 
-def test_sweeps_start_over_past_their_bound_and_when_the_clock_goes_back() -> None:
+def test_a_clear_counts_only_once_committed() -> None:
+    """A refused append, and an attempt that failed on a conflict, leave the scope due: the
+    next call that commits clears its expired records."""
+    engine, now = MemoryEngine(), [0]
+    plane = _clocked(engine, now)
+    u, w = UniverseId.new(), WorldId.new()
+    keys = WorldKeys(u, w)
+    plane.create_world(u, w)
+    _append_at(plane, now, 0, u, w)
+    _append_at(plane, now, 100, u, w)
+    now[0] = 1_700 * SECOND  # both expired; the last clear was 600 s ago
+    with pytest.raises(HeadAdvanced):
+        plane.append_batch(u, w, 1, [b"stale"])  # refused after it issued its clear
+    _append_at(plane, now, 701, u, w)
+    assert len(_records(engine, keys)) == 1  # the refused one's clear did not count
+
+    injector = FaultInjector(seed=1)
+    faulty = Plane(FaultyEngine(engine, injector), plane.objects, clock=lambda: now[0])
+    _append_at(faulty, now, 710, u, w)  # its first call on the scope: clears, marks
+    now[0] = 2_400 * SECOND  # 701 and 710 expired; 690 s since the faulty plane's clear
+    injector.fail_commit(1, NOT_COMMITTED)
+    head = faulty.head(u, w)
+    kv.RETRY_STATS.clear()
+    faulty.append_batch(u, w, head, [b"x"])  # the retry clears, and commits
+    assert kv.RETRY_STATS.snapshot()["retried"] == {NOT_COMMITTED: 1}
+    assert len(_records(engine, keys)) == 1
+
+
+def test_group_calls_clear_their_universes_records() -> None:
+    """The records of a universe's scope (group appends, group drains) are cleared too."""
+    engine, now = MemoryEngine(), [0]
+    plane = _clocked(engine, now)
+    u, worlds = UniverseId.new(), [WorldId.new(), WorldId.new()]
+    for world in worlds:
+        plane.create_world(u, world)
+    scope = UniverseKeys(u)
+
+    def group_at(seconds: int) -> int:
+        now[0] = (1_000 + seconds) * SECOND
+        plane.append_batches(u, [(w, plane.head(u, w), [b"x"]) for w in worlds])
+        return len([k for k, _ in kv.run(engine, lambda tr: tr.get_range(*scope.calls()))])
+
+    assert group_at(0) == 1
+    assert group_at(10) == 2
+    assert group_at(700) == 1  # both expired, 700 s since the last clear
+
+
+def test_sweeps_keep_two_generations_and_clear_when_the_clock_goes_back() -> None:
     sweeps = Sweeps()
     window = 600 * SECOND
-    assert sweeps.due(b"a", 1_000 * SECOND, window)
+    assert sweeps.due(b"a", 1_000 * SECOND, window)  # never cleared
+    sweeps.mark(b"a", 1_000 * SECOND)
     assert not sweeps.due(b"a", 1_074 * SECOND, window)
+    assert sweeps.due(b"a", 1_075 * SECOND, window)
     assert sweeps.due(b"a", 999 * SECOND, window)  # a clock gone back: clear again
-    assert not sweeps.due(b"a", 1_000 * SECOND, window)
     for index in range(SWEPT_SCOPES - 1):  # the bound, with b"a"
-        assert sweeps.due(index.to_bytes(4, "big"), 1_000 * SECOND, window)
-    assert not sweeps.due(b"a", 1_001 * SECOND, window)  # all still remembered
-    assert sweeps.due(b"new", 1_001 * SECOND, window)  # past the bound: forgets them all
+        sweeps.mark(index.to_bytes(4, "big"), 1_000 * SECOND)
+    assert not sweeps.due(b"a", 1_001 * SECOND, window)
+    sweeps.mark(b"new", 1_001 * SECOND)  # past the bound: a new generation
+    assert not sweeps.due(b"a", 1_001 * SECOND, window)  # the one before is still known
+    assert not sweeps.due(b"new", 1_002 * SECOND, window)
+    for index in range(SWEPT_SCOPES):  # fills the new generation: the first is forgotten
+        sweeps.mark(b"n" + index.to_bytes(4, "big"), 1_000 * SECOND)
     assert sweeps.due(b"a", 1_002 * SECOND, window)
 
 
