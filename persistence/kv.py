@@ -380,10 +380,6 @@ async def _attempts(
             else:
                 result = await body(tr)
                 await tr.commit()
-            if tr._after_commit is not None:
-                for fn in tr._after_commit:
-                    fn()
-            return result
         except EngineError as exc:
             if conflicts is not None and conflicted >= 0:
                 conflicted = conflicted + 1 if exc.code == fdb_errors.NOT_COMMITTED else -1
@@ -406,6 +402,20 @@ async def _attempts(
             alone = always_alone or tr.retry_alone
             RETRY_STATS.count(exc.code, retried=True)
             log.debug("retrying transaction after engine error %s (retry %d)", exc.code, retries)
+            continue
+        _after_commit(tr)
+        return result
+
+
+def _after_commit(tr: Transaction) -> None:
+    """Run what the committed attempt registered (``Transaction.after_commit``), outside
+    the retry loop's error handling: a hook that raises is logged, and neither makes the
+    committed attempt run again nor reports it failed, nor stops the others."""
+    for fn in tr._after_commit or ():
+        try:
+            fn()
+        except Exception:
+            log.exception("a transaction's after_commit hook failed")
 
 
 def run(

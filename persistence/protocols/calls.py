@@ -15,8 +15,8 @@ Ids begin with the call's wall-clock start (big-endian nanoseconds), so a scope'
 sort oldest first. A record written also clears the records of its scope older than the
 call's window (:data:`DEFAULT_WINDOW_SECONDS`) -- one blind range clear up to the window's
 start, no read --, unless a clear of the scope committed by a call of the same plane
-started less than :data:`SWEEP_FRACTION` of the window before (:class:`Sweeps`), so a scope
-holds the records of its window and of at most that fraction more. The window must
+that started within :data:`SWEEP_FRACTION` of the window of it (:class:`Sweeps`), so a
+scope holds the records of its window and of at most that fraction more. The window must
 outlast every call's retries: the FDB engine's timeout bounds them (10 s by default) and
 :func:`persistence.kv.run` gives up after ``Engine.max_retry_seconds`` (60 s); clocks of the
 hosts must agree to well within the window.
@@ -88,8 +88,10 @@ class Sweeps:
     A scope is marked only once a transaction that cleared it has committed
     (``Transaction.after_commit``): an attempt that fails, a refused append, a call that
     gives up leave it due, so the next call clears it. Until one commits, every call of
-    the scope clears. Shared by the plane's threads and event loops (a race clears twice,
-    harmlessly); it remembers the scopes of the last two runs of :data:`SWEPT_SCOPES`."""
+    the scope clears. The mark is the start of the latest call whose clear committed.
+    Shared by the plane's threads and event loops (a race clears twice or loses a mark,
+    harmlessly: the scope is due sooner); it remembers the scopes of the last two runs of
+    :data:`SWEPT_SCOPES`."""
 
     __slots__ = ("_last", "_older")
 
@@ -99,18 +101,24 @@ class Sweeps:
 
     def due(self, scope: bytes, now_ns: int, window_ns: int) -> bool:
         """Whether a call of ``scope`` (its records' first key) starting at ``now_ns``
-        clears the expired records: no clear of it committed by a call that started less
-        than the fraction of ``window_ns`` before (a clock gone back: it is due)."""
+        clears the expired records: no clear of it committed by a call that started within
+        the fraction of ``window_ns`` of it, before or after (calls in flight together; a
+        clock gone back by more than that: it is due)."""
         last = self._last.get(scope)
         if last is None:
             last = self._older.get(scope)
-        return last is None or not 0 <= now_ns - last < window_ns // SWEEP_FRACTION
+        return last is None or abs(now_ns - last) >= window_ns // SWEEP_FRACTION
 
     def mark(self, scope: bytes, started_ns: int) -> None:
-        """A clear of ``scope`` by a call started at ``started_ns`` committed."""
-        if scope not in self._last and len(self._last) >= SWEPT_SCOPES:
-            self._older, self._last = self._last, {}
-        self._last[scope] = started_ns
+        """A clear of ``scope`` by a call started at ``started_ns`` committed (one that
+        started before the latest marked leaves the mark as it is)."""
+        last = self._last.get(scope)
+        if last is None:
+            if len(self._last) >= SWEPT_SCOPES:
+                self._older, self._last = self._last, {}
+            last = self._older.get(scope)
+        if last is None or started_ns > last:
+            self._last[scope] = started_ns
 
 
 @dataclass(slots=True)

@@ -12,8 +12,8 @@ from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import cbor, kv
-from persistence.errors import HeadAdvanced
-from persistence.fdb_errors import COMMIT_UNKNOWN_RESULT, NOT_COMMITTED
+from persistence.errors import HeadAdvanced, PersistError
+from persistence.fdb_errors import COMMIT_UNKNOWN_RESULT, NOT_COMMITTED, TRANSACTION_TIMED_OUT
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.inbox_records import DomainEventIngress, InboxEnvelope
@@ -159,9 +159,21 @@ def test_a_plane_clears_a_scopes_expired_records_at_most_once_per_eighth_of_the_
     assert append_at(730) == 6  # the first plane's last clear was 65 s ago
 
 
-def test_a_clear_counts_only_once_committed() -> None:
-    """A refused append, and an attempt that failed on a conflict, leave the scope due: the
-    next call that commits clears its expired records."""
+@pytest.mark.parametrize(
+    ("failure", "kept"),
+    [
+        ("refused", 1),  # a stale expected head: HeadAdvanced after it issued its clear
+        ("1020", 2),  # the retry clears again, and commits
+        ("1021", 2),  # not applied: the retry finds no record, clears, commits
+        ("1021 applied", 2),  # the attempt that committed is not the one the loop saw
+        ("1031", 1),  # not retried: the call fails, nothing committed
+    ],
+)
+def test_a_clear_counts_only_once_committed(failure: str, kept: int) -> None:
+    """A call whose attempt issued the clear but failed -- refused, retried, or given up --
+    leaves the scope due unless a clear of it committed: 10 s later the next call of the
+    same plane finds no expired record left (``kept``: the records then, of those two
+    calls)."""
     engine, now = MemoryEngine(), [0]
     plane = _clocked(engine, now)
     u, w = UniverseId.new(), WorldId.new()
@@ -169,22 +181,26 @@ def test_a_clear_counts_only_once_committed() -> None:
     plane.create_world(u, w)
     _append_at(plane, now, 0, u, w)
     _append_at(plane, now, 100, u, w)
-    now[0] = 1_700 * SECOND  # both expired; the last clear was 600 s ago
-    with pytest.raises(HeadAdvanced):
-        plane.append_batch(u, w, 1, [b"stale"])  # refused after it issued its clear
-    _append_at(plane, now, 701, u, w)
-    assert len(_records(engine, keys)) == 1  # the refused one's clear did not count
-
     injector = FaultInjector(seed=1)
     faulty = Plane(FaultyEngine(engine, injector), plane.objects, clock=lambda: now[0])
-    _append_at(faulty, now, 710, u, w)  # its first call on the scope: clears, marks
-    now[0] = 2_400 * SECOND  # 701 and 710 expired; 690 s since the faulty plane's clear
-    injector.fail_commit(1, NOT_COMMITTED)
+    _append_at(faulty, now, 110, u, w)  # its first call on the scope: clears, marks
+    now[0] = 1_800 * SECOND  # the three expired; 690 s since the faulty plane's clear
     head = faulty.head(u, w)
     kv.RETRY_STATS.clear()
-    faulty.append_batch(u, w, head, [b"x"])  # the retry clears, and commits
-    assert kv.RETRY_STATS.snapshot()["retried"] == {NOT_COMMITTED: 1}
-    assert len(_records(engine, keys)) == 1
+    if failure == "refused":
+        with pytest.raises(HeadAdvanced):
+            faulty.append_batch(u, w, head - 1, [b"stale"])
+    elif failure == "1031":
+        injector.fail_commit(1, TRANSACTION_TIMED_OUT)
+        with pytest.raises(PersistError):
+            faulty.append_batch(u, w, head, [b"x"])
+    else:
+        code = NOT_COMMITTED if failure == "1020" else COMMIT_UNKNOWN_RESULT
+        injector.fail_commit(1, code, applied=failure == "1021 applied")
+        faulty.append_batch(u, w, head, [b"x"])
+        assert kv.RETRY_STATS.snapshot()["retried"] == {code: 1}
+    _append_at(faulty, now, 810, u, w)  # within 75 s of the failed call
+    assert len(_records(engine, keys)) == kept
 
 
 def test_group_calls_clear_their_universes_records() -> None:
@@ -213,7 +229,10 @@ def test_sweeps_keep_two_generations_and_clear_when_the_clock_goes_back() -> Non
     sweeps.mark(b"a", 1_000 * SECOND)
     assert not sweeps.due(b"a", 1_074 * SECOND, window)
     assert sweeps.due(b"a", 1_075 * SECOND, window)
-    assert sweeps.due(b"a", 999 * SECOND, window)  # a clock gone back: clear again
+    assert not sweeps.due(b"a", 999 * SECOND, window)  # in flight with the one marked
+    assert sweeps.due(b"a", 925 * SECOND, window)  # a clock gone back 75 s: clear again
+    sweeps.mark(b"a", 999 * SECOND)  # a call that started earlier committed later
+    assert sweeps.due(b"a", 1_075 * SECOND, window)  # the latest start stays the mark
     for index in range(SWEPT_SCOPES - 1):  # the bound, with b"a"
         sweeps.mark(index.to_bytes(4, "big"), 1_000 * SECOND)
     assert not sweeps.due(b"a", 1_001 * SECOND, window)
