@@ -83,7 +83,8 @@ class Transaction(ABC):
     def after_commit(self, fn: Callable[[], object]) -> None:
         """Call ``fn`` once this attempt has committed (from :func:`transact`'s loop; an
         attempt that fails forgets it): bookkeeping outside the store that must follow only
-        what committed (``calls.Sweeps``). ``fn`` must not raise."""
+        what committed (``calls.Sweeps``). A ``fn`` that raises is logged, and changes
+        nothing else."""
         if self._after_commit is None:
             self._after_commit = []
         self._after_commit.append(fn)
