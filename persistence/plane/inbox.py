@@ -270,7 +270,9 @@ class InboxOperations(JournalOperations):
         alone once the group has committed; a world an earlier call found busy
         (``BusyWorlds``) is left out from the first attempt and, on an engine whose
         transactions do not block, drained alone *beside* the group, its transaction in
-        flight with the group's (their round trips overlap). The group and the drains beside
+        flight with the group's (their round trips overlap); one whose drains alone kept
+        giving up is left undrained by the next few calls (it *rests*: at most
+        ``drain.MAX_REST_CALLS`` in a row). The group and the drains beside
         it commit only once all have built their transactions, so a failure in any of them
         before that leaves all uncommitted; a drain beside may commit while the group's
         commit fails, and stays committed if the group's retry fails. A world drained alone
@@ -301,9 +303,14 @@ class InboxOperations(JournalOperations):
         _check_normalizer(normalize)
         limits = drain.DrainLimits(max_items, max_bytes, self.config.max_entry_bytes, self.budget)
         known_busy = self.busy_worlds.among(parts)
+        resting = self.busy_worlds.resting(parts)  # busy, left undrained by this call
         # On an engine whose transactions block (SQLite: one writer at a time), a drain
         # beside the group would only wait its turn: busy worlds are drained after it.
-        beside = [] if self.engine.blocking else [p for p in parts if p.world in known_busy]
+        beside = (
+            []
+            if self.engine.blocking
+            else [p for p in parts if p.world in known_busy and p.world not in resting]
+        )
         group_built = futures.Latch()
         beside_built = [futures.Latch() for _ in beside]
         checksummed = await self.checksums(writing=True)
@@ -349,7 +356,8 @@ class InboxOperations(JournalOperations):
         for part, result in zip(parts, results, strict=True):
             if part.world in drained_beside:
                 done = drained_beside[part.world]
-            elif result.contended:  # left out: known busy, or found busy by the retries
+            elif result.contended and part.world not in resting:
+                # left out: known busy, or found busy by the retries
                 done = await self._drain_alone(
                     part, limits, normalize, found=part.world not in known_busy
                 )
@@ -397,7 +405,7 @@ class InboxOperations(JournalOperations):
             try:
                 done = await kv.transact(self.engine, attempt, conflicts=BUSY_ATTEMPTS)
             except Contended:
-                self.busy_worlds.note(keys, True)
+                self.busy_worlds.note(keys, True, gave_up=True)
                 return None
             except _GroupFailed:
                 return None

@@ -25,7 +25,7 @@ from persistence.keyspace import WorldKeys
 from persistence.kv import Engine
 from persistence.plane import AsyncPlane, Plane, default_normalizer
 from persistence.plane.inbox import BUSY_ATTEMPTS
-from persistence.protocols.drain import CALM_DRAINS, DrainResult
+from persistence.protocols.drain import CALM_DRAINS, MAX_REST_CALLS, DrainResult
 
 T = TypeVar("T")
 ITEM = DomainEventIngress("test/Event@1", b"\xa0")
@@ -189,7 +189,9 @@ def test_a_busy_world_that_keeps_conflicting_is_left_for_a_later_drain() -> None
     assert (results[calm].count, results[busy].count) == (2, 0)
     assert hits - engine.hits_left == BUSY_ATTEMPTS  # the group did not meet busy at all
 
-    engine.hits_left = 0  # the appends stop
+    engine.hits_left = 0  # the appends stop; busy rests for one call (two gave up in a row)
+    results = plane.drain_worlds(u, [calm, busy], max_items=10)
+    assert (results[busy].count, results[busy].contended, results[busy].more) == (0, True, True)
     results = plane.drain_worlds(u, [calm, busy], max_items=10)
     assert (results[busy].count, results[busy].contended, results[busy].more) == (3, True, False)
     assert ingress(plane, u, busy) == 3
@@ -202,6 +204,49 @@ def test_a_busy_world_that_keeps_conflicting_is_left_for_a_later_drain() -> None
     results = plane.drain_worlds(u, [calm, busy], max_items=10)
     assert (results[busy].count, results[busy].contended) == (1, False)  # in the group again
     assert ingress(plane, u, busy) == 3 + CALM_DRAINS
+
+
+def test_a_world_whose_drains_alone_keep_giving_up_rests_between_tries() -> None:
+    """Under an appender that never pauses, the ``n``-th drain alone of busy in a row that
+    gave up makes the next ``min(2 ** (n - 1) - 1, MAX_REST_CALLS)`` group drains leave it
+    undrained (no transaction of its own): of 64 calls, those that try it are the 1st, 2nd,
+    4th, 8th, 16th, 32nd, 48th and 64th. Once the appends stop, the next try commits, and
+    that ends the rest: every call drains busy again."""
+    u = UniverseId.new()
+    calm, busy = WorldId.new(), WorldId.new()
+    holder: list[Plane] = []
+
+    def append_to_busy() -> None:
+        plane = holder[0]
+        plane.append_batch(u, busy, plane.head(u, busy), [b"other writer"])
+
+    engine = ContendedEngine(WorldKeys(u, busy).inbox_cursor(), append_to_busy, hits=10_000)
+    plane = Plane(engine, MemoryObjectStore())
+    holder.append(plane)
+    for world in (calm, busy):
+        plane.create_world(u, world)
+    plane.enqueue_batch(u, busy, [ITEM] * 3)
+    tried = []
+    for call in range(1, 65):
+        hits = engine.hits_left
+        results = plane.drain_worlds(u, [calm, busy], max_items=10)
+        assert (results[busy].count, results[busy].contended, results[busy].more) == (0, True, True)
+        if hits != engine.hits_left:
+            tried.append(call)
+    assert MAX_REST_CALLS == 15
+    assert tried == [1, 2, 4, 8, 16, 32, 48, 64]
+    assert ingress(plane, u, busy) == 0
+
+    engine.hits_left = 0  # the appends stop: busy waits out its rest, then drains
+    waited = 0
+    while not plane.drain_worlds(u, [calm, busy], max_items=10)[busy].count:
+        waited += 1
+    assert waited == MAX_REST_CALLS
+    for count in range(2, 5):  # every call drains it now
+        plane.enqueue_batch(u, busy, [ITEM])
+        results = plane.drain_worlds(u, [calm, busy], max_items=10)
+        assert (results[busy].count, results[busy].contended) == (1, True)
+        assert ingress(plane, u, busy) == 2 + count
 
 
 class ScriptedEngine(MemoryEngine):
