@@ -28,7 +28,7 @@ from persistence.plane.facade import OPERATIONS, AsyncPlane, Operations, Plane
 from persistence.plane.journal import Batch, WorldAppend
 from persistence.protocols.app_data import AppTransaction
 from persistence.protocols.compaction import InboxCompaction
-from persistence.protocols.drain import DrainResult, Normalizer, default_normalizer
+from persistence.protocols.drain import Drained, DrainResult, Normalizer, default_normalizer
 from persistence.protocols.journal import GroupAppend
 from persistence.protocols.log import LogEntry
 from persistence.protocols.snapshots import SnapshotOutcome
@@ -49,6 +49,7 @@ __all__ = [
     "AsyncPlane",
     "Batch",
     "DrainResult",
+    "Drained",
     "GroupAppend",
     "InboxCompaction",
     "LogEntry",

@@ -18,7 +18,7 @@ from persistence.plane.core import operation, row_limit, universe_keys, world_ke
 from persistence.plane.journal import JournalOperations
 from persistence.protocols import budget, compaction, drain, inbox, journal
 from persistence.protocols.compaction import InboxCompaction
-from persistence.protocols.drain import DrainResult, Normalizer, default_normalizer
+from persistence.protocols.drain import Drained, DrainResult, Normalizer, default_normalizer
 from persistence.protocols.inbox import Enqueued
 from persistence.sizes import (
     MAX_IDEMPOTENCY_KEY_BYTES,
@@ -253,6 +253,7 @@ class InboxOperations(JournalOperations):
         max_items: int = 100,
         max_bytes: int = 256 * KiB,
         normalize: Normalizer = default_normalizer,
+        drained: Drained | None = None,
     ) -> dict[WorldId, DrainResult]:
         """Protocol D for several worlds of ``universe`` in one transaction: one durable
         commit for all. Each world of ``worlds`` (distinct, at most 1,000) is drained as by
@@ -278,7 +279,12 @@ class InboxOperations(JournalOperations):
         commit fails, and stays committed if the group's retry fails. A world drained alone
         after the group (SQLite, or found busy by the retries) is its own transaction: an
         item refused there fails the call after the group committed. Its result says so
-        (``contended``); docs/protocols.md has the whole story."""
+        (``contended``); docs/protocols.md has the whole story.
+
+        ``drained`` is told each of the call's transactions once it has committed: the
+        group's results of the worlds in it, then each drain alone's of its world -- before
+        the call returns, and also when it then raises, so a caller learns of every item
+        journaled (what the callback raises is the call's; what committed stays)."""
         keys = universe_keys(universe)
         check_sequence(worlds, "worlds", 1, drain.MAX_DRAIN_WORLDS)
         parts: list[WorldKeys] = []
@@ -326,7 +332,7 @@ class InboxOperations(JournalOperations):
 
         async def group() -> list[DrainResult] | None:
             try:
-                return await drain.drain_worlds(
+                results = await drain.drain_worlds(
                     self.engine,
                     keys,
                     parts,
@@ -340,11 +346,15 @@ class InboxOperations(JournalOperations):
                 return None
             finally:
                 group_built.open(False)  # the group failed before it built an attempt
+            in_group = {p.world: r for p, r in zip(parts, results, strict=True) if not r.contended}
+            if drained is not None and in_group:
+                drained(in_group)
+            return results
 
         results, *alone = await futures.concurrently(
             group(),
             *(
-                self._drain_alone(part, limits, normalize, found=False, with_group=latches)
+                self._drain_alone(part, limits, normalize, drained, found=False, with_group=latches)
                 for part, latches in zip(
                     beside, ((group_built, own) for own in beside_built), strict=True
                 )
@@ -359,7 +369,7 @@ class InboxOperations(JournalOperations):
             elif result.contended and part.world not in resting:
                 # left out: known busy, or found busy by the retries
                 done = await self._drain_alone(
-                    part, limits, normalize, found=part.world not in known_busy
+                    part, limits, normalize, drained, found=part.world not in known_busy
                 )
             else:
                 done = None
@@ -372,6 +382,7 @@ class InboxOperations(JournalOperations):
         keys: WorldKeys,
         limits: drain.DrainLimits,
         normalize: Normalizer,
+        drained: Drained | None,
         *,
         found: bool,
         with_group: tuple[futures.Latch, futures.Latch] | None = None,
@@ -382,7 +393,8 @@ class InboxOperations(JournalOperations):
         retries found the world busy (it is remembered as busy whatever this drain meets).
         Otherwise a drain that commits at its first attempt having taken items is a calm
         one (``BusyWorlds`` forgets a world after enough in a row); one that took nothing
-        proves nothing (it read nothing with a conflict).
+        proves nothing (it read nothing with a conflict). ``drained`` is told the result
+        once the drain has committed.
 
         ``with_group``: run beside the group, with the group's latch and this drain's. Each
         attempt opens this drain's once it has built its transaction (or, failing, shut),
@@ -416,7 +428,10 @@ class InboxOperations(JournalOperations):
             self.busy_worlds.note(keys, True)
         elif done.count:
             self.busy_worlds.note(keys, False)
-        return dataclasses.replace(done, contended=True)
+        done = dataclasses.replace(done, contended=True)
+        if drained is not None:
+            drained({keys.world: done})
+        return done
 
     @operation("inbox.compact")
     async def compact_inbox(

@@ -52,6 +52,11 @@ class DrainResult:
     contended: bool = False
 
 
+Drained = Callable[[dict[WorldId, DrainResult]], None]
+"""Told the results of one transaction of a multi-world drain call once it has committed
+(``Plane.drain_worlds``' ``drained``)."""
+
+
 FIRST_PAGE: Final = 128
 """Items a drain's first range read asks for at most (it asks for one more than it may
 take, so that it learns whether items remain without another read); the next reads, if

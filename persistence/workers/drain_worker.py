@@ -51,6 +51,7 @@ errors reach the caller: the worker's state survives, call :meth:`DrainWorker.ru
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -319,16 +320,22 @@ class DrainWorker:
     def _commit(
         self, universe: UniverseId, worlds: list[WorldId], max_items: int
     ) -> dict[WorldId, DrainResult]:
-        """One ``drain_worlds`` transaction; the worlds it found empty are noted (lag)."""
+        """One ``drain_worlds`` call; the worlds it found empty are noted (lag), and
+        ``drained`` is told each of its transactions as it commits (also those of a call
+        that then raises)."""
         began = self.clock()
+        told = self.drained
         results = self.plane.drain_worlds(
-            universe, worlds, max_items, self.max_bytes, self.normalize
+            universe,
+            worlds,
+            max_items,
+            self.max_bytes,
+            self.normalize,
+            None if told is None else functools.partial(told, universe),
         )
         for world, result in results.items():
             if result.more is False:
                 self._tracking.emptied[(universe, world)] = began
-        if self.drained is not None:
-            self.drained(universe, results)
         return results
 
     def backfill(self) -> int:

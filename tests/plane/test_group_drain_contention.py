@@ -26,6 +26,7 @@ from persistence.kv import Engine
 from persistence.plane import AsyncPlane, Plane, default_normalizer
 from persistence.plane.inbox import BUSY_ATTEMPTS
 from persistence.protocols.drain import CALM_DRAINS, MAX_REST_CALLS, DrainResult
+from persistence.workers.drain_worker import DrainWorker
 
 T = TypeVar("T")
 ITEM = DomainEventIngress("test/Event@1", b"\xa0")
@@ -586,9 +587,14 @@ def test_a_group_retry_that_fails_leaves_the_drain_beside_committed() -> None:
         other.enqueue_batch(u, calm2, [REFUSED])
 
     injector.fail_commit(1, fdb_errors.NOT_COMMITTED, interleave=competitor)  # the group's
+    told: list[dict[WorldId, DrainResult]] = []
     with pytest.raises(Validation):
-        plane.drain_worlds(u, [calm1, calm2, busy], max_items=10, normalize=refusing)
+        plane.drain_worlds(
+            u, [calm1, calm2, busy], max_items=10, normalize=refusing, drained=told.append
+        )
     assert [ingress(plane, u, w) for w in (calm1, calm2, busy)] == [0, 0, 3]
+    # the call raised, yet it told of the drain beside that committed
+    assert [{w: (r.count, r.contended) for w, r in t.items()} for t in told] == [{busy: (3, True)}]
     plane.enqueue_batch(u, busy, [ITEM])
     assert plane.drain_worlds(u, [busy], max_items=10)[busy].count == 1
     assert ingress(plane, u, busy) == 4
@@ -651,3 +657,81 @@ def test_drains_beside_under_random_faults_journal_each_item_once(seed: int, doo
             break
     assert {w: ingress(plane, u, w) for w in worlds} == dict.fromkeys(worlds, 30)
     assert reported == dict.fromkeys(worlds, 30)
+
+
+@pytest.mark.parametrize("door", ["sync", "asyncio"])
+def test_a_call_that_raises_after_its_group_committed_tells_what_committed(door: str) -> None:
+    """The group's first attempt meets an append to busy and an item the normalizer refuses
+    enqueued into it; the retry leaves busy out and commits calm's items; busy's drain
+    alone after it then fails with Validation. The call raises, and ``drained`` was told
+    of the group's transaction (calm's three items), each world once -- on both doors."""
+    u = UniverseId.new()
+    calm, busy = WorldId.new(), WorldId.new()
+    holder: list[Plane] = []
+
+    def competitor() -> None:
+        plane = holder[0]
+        plane.append_batch(u, busy, plane.head(u, busy), [b"other writer"])
+        plane.enqueue_batch(u, busy, [REFUSED])
+
+    engine = ContendedEngine(WorldKeys(u, calm).inbox_cursor(), competitor, hits=1)
+    plane = Plane(engine, MemoryObjectStore())
+    holder.append(plane)
+    for world in (calm, busy):
+        plane.create_world(u, world)
+        plane.enqueue_batch(u, world, [ITEM] * 3)
+    told: list[dict[WorldId, DrainResult]] = []
+    with pytest.raises(Validation):
+        if door == "sync":
+            plane.drain_worlds(u, [calm, busy], 10, normalize=refusing, drained=told.append)
+        else:
+            async_plane = AsyncPlane(engine, MemoryObjectStore())
+            asyncio.run(
+                async_plane.drain_worlds(
+                    u, [calm, busy], 10, normalize=refusing, drained=told.append
+                )
+            )
+    assert [{w: r.count for w, r in t.items()} for t in told] == [{calm: 3}]
+    assert [ingress(plane, u, w) for w in (calm, busy)] == [3, 0]
+    assert engine.hits_left == 0
+
+
+def test_a_drain_worker_is_told_of_every_item_its_calls_journaled() -> None:
+    """The case above under a ``DrainWorker``: its group's call raises after the group
+    committed calm's items, and the worker drains each world alone to find the one that
+    fails (busy, isolated after its three good items). Its ``drained`` callback is told
+    of every item journaled, once: calm's from the group that committed in the call that
+    raised, busy's from the drains alone."""
+    u = UniverseId.new()
+    calm, busy = WorldId.new(), WorldId.new()
+    holder: list[Plane] = []
+
+    def competitor() -> None:
+        plane = holder[0]
+        plane.append_batch(u, busy, plane.head(u, busy), [b"other writer"])
+        plane.enqueue_batch(u, busy, [REFUSED])
+
+    engine = ContendedEngine(WorldKeys(u, calm).inbox_cursor(), competitor, hits=1)
+    plane = Plane(engine, MemoryObjectStore())
+    holder.append(plane)
+    for world in (calm, busy):
+        plane.create_world(u, world)
+        plane.enqueue_batch(u, world, [ITEM] * 3)
+    told = {calm: 0, busy: 0}
+
+    def drained(universe: UniverseId, results: dict[WorldId, DrainResult]) -> None:
+        for world, result in results.items():
+            told[world] += result.count
+
+    worker = DrainWorker(plane, universes=[u], quantum=10, normalize=refusing, drained=drained)
+    worker.run_pass()
+    assert engine.hits_left == 0
+    assert set(dict(worker.failures)) == {(u, busy)}
+    assert (
+        told
+        == {calm: ingress(plane, u, calm), busy: ingress(plane, u, busy)}
+        == {
+            calm: 3,
+            busy: 3,
+        }
+    )
