@@ -228,23 +228,6 @@ CALM_DRAINS: Final = 8
 """Drains of a busy world in a row that commit at their first attempt before
 :class:`BusyWorlds` forgets it."""
 
-MAX_REST_CALLS: Final = 15
-"""The most group drains in a row that leave a busy world undrained because its drains
-alone kept giving up (:class:`BusyWorlds`): the longest its items wait once its appender
-stops, counted in group drains that list it."""
-
-
-@dataclass(slots=True)
-class _Busy:
-    """What :class:`BusyWorlds` knows of one busy world."""
-
-    calm_left: int
-    """Drains in a row that commit at their first attempt before it is forgotten."""
-    gave_up: int = 0
-    """Its latest drains alone in a row that gave up (every attempt met a conflict)."""
-    rest: int = 0
-    """Group drains left that leave it undrained."""
-
 
 class BusyWorlds:
     """The worlds multi-world drains found busy lately, for the drains that follow (a
@@ -253,24 +236,12 @@ class BusyWorlds:
     alone beside the group. It is forgotten once ``calm_drains`` drains of it in a row
     commit at their first attempt (one alone proves little: a drain alone is short, and
     its appender may be between appends), and the oldest is forgotten beyond ``capacity``
-    worlds.
+    worlds."""
 
-    A drain alone that gives up costs its transaction and holds the group's call until its
-    commit fails. So after the ``n``-th drain alone of a world in a row that gave up, the
-    next ``min(2 ** (n - 1) - 1, max_rest)`` group drains that list it leave it undrained
-    (*resting*: ``contended``, nothing drained): under an appender that never pauses, one
-    group drain in ``max_rest + 1`` tries it. A drain alone that commits ends the rest."""
-
-    def __init__(
-        self,
-        capacity: int = 1_024,
-        calm_drains: int = CALM_DRAINS,
-        max_rest: int = MAX_REST_CALLS,
-    ) -> None:
+    def __init__(self, capacity: int = 1_024, calm_drains: int = CALM_DRAINS) -> None:
         self._capacity = capacity
         self._calm_drains = calm_drains
-        self._max_rest = max_rest
-        self._worlds: dict[WorldKeys, _Busy] = {}
+        self._worlds: dict[WorldKeys, int] = {}  # calm drains left before it is forgotten
         self._lock = threading.Lock()
 
     def among(self, worlds: Sequence[WorldKeys]) -> set[WorldId]:
@@ -278,36 +249,21 @@ class BusyWorlds:
         with self._lock:
             return {keys.world for keys in worlds if keys in self._worlds}
 
-    def resting(self, worlds: Sequence[WorldKeys]) -> set[WorldId]:
-        """Which of the busy ``worlds`` a group drain starting now leaves undrained; the
-        drain counts against their rest."""
-        out = set()
-        with self._lock:
-            for keys in worlds:
-                busy = self._worlds.get(keys)
-                if busy is not None and busy.rest:
-                    busy.rest -= 1
-                    out.add(keys.world)
-        return out
-
-    def note(self, keys: WorldKeys, busy: bool, *, gave_up: bool = False) -> None:
+    def note(self, keys: WorldKeys, busy: bool) -> None:
         """Note how a drain of ``keys``'s world went: it met a conflict (``busy``: remember
-        the world, or keep it longer; ``gave_up``: a drain alone of it gave up, see the
-        class), or it committed at its first attempt (one calm drain closer to forgetting
-        it)."""
+        the world, or keep it longer), or it committed at its first attempt (one calm drain
+        closer to forgetting it)."""
         with self._lock:
             if busy:
-                known = self._worlds.pop(keys, None)
-                given_up = known.gave_up + 1 if known is not None and gave_up else int(gave_up)
-                rest = min((1 << min(given_up - 1, 30)) - 1, self._max_rest) if given_up else 0
-                self._worlds[keys] = _Busy(self._calm_drains, given_up, rest)
+                self._worlds.pop(keys, None)
+                self._worlds[keys] = self._calm_drains
                 if len(self._worlds) > self._capacity:
                     del self._worlds[next(iter(self._worlds))]
             elif keys in self._worlds:
-                known = self._worlds[keys]
-                known.gave_up = known.rest = 0
-                known.calm_left -= 1
-                if known.calm_left <= 0:
+                left = self._worlds[keys] - 1
+                if left > 0:
+                    self._worlds[keys] = left
+                else:
                     del self._worlds[keys]
 
 
