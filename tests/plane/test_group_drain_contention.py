@@ -666,12 +666,12 @@ def test_drains_beside_under_random_faults_journal_each_item_once(seed: int, doo
     assert reported == dict.fromkeys(worlds, 30)
 
 
-@pytest.mark.parametrize("door", ["sync", "asyncio"])
-def test_a_call_that_raises_after_its_group_committed_tells_what_committed(door: str) -> None:
-    """The group's first attempt meets an append to busy and an item the normalizer refuses
-    enqueued into it; the retry leaves busy out and commits calm's items; busy's drain
-    alone after it then fails with Validation. The call raises, and ``drained`` was told
-    of the group's transaction (calm's three items), each world once -- on both doors."""
+def _refused_after_the_group_commits() -> tuple[
+    Plane, ContendedEngine, UniverseId, WorldId, WorldId
+]:
+    """calm and busy, three items each; the first commit that moves calm's cursor meets an
+    append to busy and an item the normalizer refuses (``refusing``) enqueued into it:
+    the group's retry leaves busy out and commits calm, busy's drain alone then fails."""
     u = UniverseId.new()
     calm, busy = WorldId.new(), WorldId.new()
     holder: list[Plane] = []
@@ -687,6 +687,16 @@ def test_a_call_that_raises_after_its_group_committed_tells_what_committed(door:
     for world in (calm, busy):
         plane.create_world(u, world)
         plane.enqueue_batch(u, world, [ITEM] * 3)
+    return plane, engine, u, calm, busy
+
+
+@pytest.mark.parametrize("door", ["sync", "asyncio"])
+def test_a_call_that_raises_after_its_group_committed_tells_what_committed(door: str) -> None:
+    """The group's first attempt meets an append to busy and an item the normalizer refuses
+    enqueued into it; the retry leaves busy out and commits calm's items; busy's drain
+    alone after it then fails with Validation. The call raises, and ``drained`` was told
+    of the group's transaction (calm's three items), each world once -- on both doors."""
+    plane, engine, u, calm, busy = _refused_after_the_group_commits()
     told: list[dict[WorldId, DrainResult]] = []
     with pytest.raises(Validation):
         if door == "sync":
@@ -709,21 +719,7 @@ def test_a_drain_worker_is_told_of_every_item_its_calls_journaled() -> None:
     fails (busy, isolated after its three good items). Its ``drained`` callback is told
     of every item journaled, once: calm's from the group that committed in the call that
     raised, busy's from the drains alone."""
-    u = UniverseId.new()
-    calm, busy = WorldId.new(), WorldId.new()
-    holder: list[Plane] = []
-
-    def competitor() -> None:
-        plane = holder[0]
-        plane.append_batch(u, busy, plane.head(u, busy), [b"other writer"])
-        plane.enqueue_batch(u, busy, [REFUSED])
-
-    engine = ContendedEngine(WorldKeys(u, calm).inbox_cursor(), competitor, hits=1)
-    plane = Plane(engine, MemoryObjectStore())
-    holder.append(plane)
-    for world in (calm, busy):
-        plane.create_world(u, world)
-        plane.enqueue_batch(u, world, [ITEM] * 3)
+    plane, engine, u, calm, busy = _refused_after_the_group_commits()
     told = {calm: 0, busy: 0}
 
     def drained(universe: UniverseId, results: dict[WorldId, DrainResult]) -> None:
