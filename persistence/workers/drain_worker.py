@@ -51,7 +51,6 @@ errors reach the caller: the worker's state survives, call :meth:`DrainWorker.ru
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -114,8 +113,10 @@ class Shard:
 
 @dataclass(frozen=True, slots=True)
 class PassReport:
-    """One pass: the ready worlds its scan found, the turns it gave, the items and
-    transactions they took, how long it took, and the worlds that failed in it."""
+    """One pass: the ready worlds its scan found, the turns it gave, the items they
+    journaled (counted as each transaction commits, also one of a call that then raised),
+    the drain calls they made (``transactions``: one a group, one each world alone or item
+    tried after it, committed or not), how long it took, and the worlds that failed in it."""
 
     ready: int
     turns: int
@@ -242,20 +243,24 @@ class DrainWorker:
         if self._last is not None:
             pivot = next((i for i, w in enumerate(order) if _ready_key(w) > self._last), 0)
             order = order[pivot:] + order[:pivot]
-        items = transactions = 0
+        items = self.items  # counted as each transaction commits (_commit)
+        transactions = 0
         failures: list[tuple[UniverseId, WorldId, str]] = []
         for universe, worlds in self._batches(order):
-            drained, count, failed = self._drain(universe, worlds)
-            items += drained
+            count, failed = self._drain(universe, worlds)
             transactions += count
             failures.extend((universe, world, why) for world, why in failed)
         if order:
             self._last = _ready_key(order[-1])
         self.passes += 1
-        self.items += items
         self.transactions += transactions
         return PassReport(
-            len(ready), len(order), items, transactions, self.clock() - began, tuple(failures)
+            len(ready),
+            len(order),
+            self.items - items,
+            transactions,
+            self.clock() - began,
+            tuple(failures),
         )
 
     def _batches(self, order: list[World]) -> Iterable[tuple[UniverseId, list[WorldId]]]:
@@ -275,41 +280,41 @@ class DrainWorker:
 
     def _drain(
         self, universe: UniverseId, worlds: list[WorldId]
-    ) -> tuple[int, int, list[tuple[WorldId, str]]]:
+    ) -> tuple[int, list[tuple[WorldId, str]]]:
         """One transaction for ``worlds``; if it fails for a world (``Validation``,
         ``Corruption``: a retry would fail too), each world alone, to drain the others and
-        find that one. Returns the items drained, the transactions, and the worlds that
-        failed (now left out)."""
+        find that one. Returns the calls made and the worlds that failed (now left out)."""
         try:
-            done = self._commit(universe, worlds, self.quantum)
-            return sum(result.count for result in done.values()), 1, []
+            self._commit(universe, worlds, self.quantum)
+            return 1, []
         except (Validation, Corruption):
             pass
-        items, transactions = 0, 1
+        calls = 1
         failed: list[tuple[WorldId, str]] = []
         for world in worlds:
-            drained, count, why = self._alone(universe, world)
-            items, transactions = items + drained, transactions + count
+            count, why = self._alone(universe, world)
+            calls += count
             if why is not None:
                 failed.append((world, why))
-        return items, transactions, failed
+        return calls, failed
 
-    def _alone(self, universe: UniverseId, world: WorldId) -> tuple[int, int, str | None]:
+    def _alone(self, universe: UniverseId, world: WorldId) -> tuple[int, str | None]:
         """``world``'s turn alone; if it fails, its items one at a time up to the one that
-        fails (the world is then left out). Returns the items drained, the transactions and
-        why the world failed (``None``: it did not)."""
+        fails (the world is then left out). Returns the calls made and why the world
+        failed (``None``: it did not)."""
         try:
-            return self._commit(universe, [world], self.quantum)[world].count, 1, None
+            self._commit(universe, [world], self.quantum)
+            return 1, None
         except (Validation, Corruption):
             pass
-        for drained in range(self.quantum):
+        for tried in range(self.quantum):
             try:
                 result = self._commit(universe, [world], 1)[world]
             except (Validation, Corruption) as exc:
-                return drained, 2 + drained, self._failed(universe, world, exc)
+                return 2 + tried, self._failed(universe, world, exc)
             if not result.more:
-                return drained + result.count, 2 + drained, None
-        return self.quantum, 1 + self.quantum, None
+                return 2 + tried, None
+        return 1 + self.quantum, None
 
     def _failed(self, universe: UniverseId, world: WorldId, exc: Exception) -> str:
         """Leave ``world`` out of later passes, for the reason ``exc`` gives."""
@@ -320,18 +325,18 @@ class DrainWorker:
     def _commit(
         self, universe: UniverseId, worlds: list[WorldId], max_items: int
     ) -> dict[WorldId, DrainResult]:
-        """One ``drain_worlds`` call; the worlds it found empty are noted (lag), and
-        ``drained`` is told each of its transactions as it commits (also those of a call
-        that then raises)."""
+        """One ``drain_worlds`` call; the worlds it found empty are noted (lag). Each of its
+        transactions, as it commits -- also those of a call that then raises --, is counted
+        (:attr:`items`) and told to ``drained``."""
         began = self.clock()
-        told = self.drained
+
+        def committed(results: dict[WorldId, DrainResult]) -> None:
+            self.items += sum(result.count for result in results.values())
+            if self.drained is not None:
+                self.drained(universe, results)
+
         results = self.plane.drain_worlds(
-            universe,
-            worlds,
-            max_items,
-            self.max_bytes,
-            self.normalize,
-            None if told is None else functools.partial(told, universe),
+            universe, worlds, max_items, self.max_bytes, self.normalize, committed
         )
         for world, result in results.items():
             if result.more is False:

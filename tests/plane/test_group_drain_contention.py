@@ -718,7 +718,7 @@ def test_a_drain_worker_is_told_of_every_item_its_calls_journaled() -> None:
     committed calm's items, and the worker drains each world alone to find the one that
     fails (busy, isolated after its three good items). Its ``drained`` callback is told
     of every item journaled, once: calm's from the group that committed in the call that
-    raised, busy's from the drains alone."""
+    raised, busy's from the drains alone; the pass and the lag count them all."""
     plane, engine, u, calm, busy = _refused_after_the_group_commits()
     told = {calm: 0, busy: 0}
 
@@ -727,8 +727,10 @@ def test_a_drain_worker_is_told_of_every_item_its_calls_journaled() -> None:
             told[world] += result.count
 
     worker = DrainWorker(plane, universes=[u], quantum=10, normalize=refusing, drained=drained)
-    worker.run_pass()
+    report = worker.run_pass()
     assert engine.hits_left == 0
+    # and counted: calm's items committed in the call that raised are the pass's too
+    assert report.items == worker.lag().items == sum(told.values()) == 6
     assert set(dict(worker.failures)) == {(u, busy)}
     assert (
         told
