@@ -113,13 +113,9 @@ def journal_append_conflicts(ctx: Context) -> None:
     # GIL): both read head 5, both write; exactly one commit may succeed.
     keys = WorldKeys(u, w)
     first, second = ctx.plane.engine.create_transaction(), ctx.plane.engine.create_transaction()
+    drive(journal_protocol.append_batch(first, keys, 5, [b"first"], Call.new(), ctx.plane.sealing))
     drive(
-        journal_protocol.append_batch(first, keys, 5, [b"first"], Call.new(), ctx.plane.checksummed)
-    )
-    drive(
-        journal_protocol.append_batch(
-            second, keys, 5, [b"second"], Call.new(), ctx.plane.checksummed
-        )
+        journal_protocol.append_batch(second, keys, 5, [b"second"], Call.new(), ctx.plane.sealing)
     )
     first.commit().wait()
     try:
@@ -211,12 +207,12 @@ def cursor_and_drain_exactly_once(ctx: Context) -> None:
     )
     first = drive(
         drain_protocol.drain(
-            ctx.plane.engine, keys, limits, default_normalizer, call, ctx.plane.checksummed
+            ctx.plane.engine, keys, limits, default_normalizer, call, ctx.plane.sealing
         )
     )
     again = drive(
         drain_protocol.drain(
-            ctx.plane.engine, keys, limits, default_normalizer, call, ctx.plane.checksummed
+            ctx.plane.engine, keys, limits, default_normalizer, call, ctx.plane.sealing
         )
     )
     check(first == again, f"a retried drain returned {again}, first attempt {first}")
@@ -340,13 +336,13 @@ def determinism_retries_are_exactly_once(ctx: Context) -> None:
     call = Call.new()
     first = drive(
         journal_protocol.append_batch(
-            ctx.plane.engine, keys, 0, [b"a", b"b"], call, ctx.plane.checksummed
+            ctx.plane.engine, keys, 0, [b"a", b"b"], call, ctx.plane.sealing
         )
     )
     check(
         drive(
             journal_protocol.append_batch(
-                ctx.plane.engine, keys, 0, [b"a", b"b"], call, ctx.plane.checksummed
+                ctx.plane.engine, keys, 0, [b"a", b"b"], call, ctx.plane.sealing
             )
         )
         == first,

@@ -70,13 +70,13 @@ from persistence.fdbtuple import (
 )
 from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 
-LAYOUT_VERSION: Final = 3
+LAYOUT_VERSION: Final = 4
 """Version of the layout a new store is written in. Layout 2 keeps per-call records
 (``calls``) instead of layout 1's batch ids in the head, cursor and snapshot records; layout
-3 ends every stored value of a journal entry with its checksum
-(:func:`persistence.protocols.checksums.seal`). A store keeps the layout it was created in:
-layouts 2 and 3 are read and written, each in its own form; others are refused at open."""
-READABLE_LAYOUTS: Final = (2, 3)
+3 ends every stored value of a journal entry with its checksum, CRC-32, layout 4 with
+CRC-32C (:mod:`persistence.protocols.checksums`). A store keeps the layout it was created
+in: layouts 2 to 4 are read and written, each in its own form; others are refused at open."""
+READABLE_LAYOUTS: Final = (2, 3, 4)
 """The layouts this software opens."""
 CHECKSUM_LAYOUT: Final = 3
 """The first layout whose journal entries carry checksums."""

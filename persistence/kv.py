@@ -115,6 +115,11 @@ class Transaction(ABC):
 
         The read conflict range covers only what was read: when ``limit`` stops the scan
         it ends just past the last key returned (FoundationDB's behaviour).
+
+        The list is the caller's, and so is a row nothing else holds: an engine never reads
+        either again once returned (a journal read strips checksums off such values in
+        place, ``checksums.Sealing.opened_rows``); rows an engine keeps are rows something
+        else holds.
         """
 
     @abstractmethod

@@ -12,9 +12,11 @@ from backends.kv.fdb import FdbEngine
 from persistence.inbox_records import InboxCursor, InboxEnvelope
 from persistence.journal_records import JOURNAL_HEAD, ingress_bytes
 from persistence.keyspace import WorldKeys, height_keys, seq_in_key
-from persistence.protocols.checksums import seal
+from persistence.protocols.checksums import CRC32C
 from persistence.records import decode_record
 
+seal: Final = CRC32C.seal
+"""How a new store (layout 4) seals each entry."""
 NOTIFY: Final = (1).to_bytes(8, "little")
 READY: Final = bytes(10) + (0).to_bytes(4, "little")
 

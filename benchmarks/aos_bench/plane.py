@@ -84,7 +84,7 @@ from persistence import cbor, kv
 from persistence.ids import UniverseId, WorldId
 from persistence.inbox_records import DomainEventIngress, encode_inbox_item
 from persistence.journal_records import IngressJournalRecord
-from persistence.keyspace import LAYOUT_KEY, WorldKeys
+from persistence.keyspace import LAYOUT_KEY, LAYOUT_VERSION, WorldKeys
 from persistence.plane import Plane
 from persistence.records import LayoutRecord, decode_record
 from segments import open_plane
@@ -370,11 +370,17 @@ def _reads(tmp: Path, seconds: float, progress: Callable[[str], None]) -> list[F
 
 
 def _checksums(tmp: Path, seconds: float, progress: Callable[[str], None]) -> list[Figure]:
-    """Figure 6: appends and reads on a checksummed store against a layout-2 one."""
-    progress("plane: journal checksums (layout 3) vs entries without them (layout 2)")
-    sealed, plain = (_our_plane(str(tmp / f"sums-{n}.db"), n) for n in (3, 2))
-    if not sealed.checksummed or plain.checksummed:
-        raise AssertionError("the two stores are not of the layouts compared")
+    """Figure 6: appends and reads on a store of the current layout (entries sealed with
+    CRC-32C) against a layout-2 one (without checksums); the read on a layout-3 store
+    (CRC-32) too, reported."""
+    progress(
+        f"plane: journal checksums (layout {LAYOUT_VERSION}) vs entries without them (layout 2)"
+    )
+    sealed, plain, crc32 = (
+        _our_plane(str(tmp / f"sums-{n}.db"), n) for n in (LAYOUT_VERSION, 2, 3)
+    )
+    if not sealed.checksummed or plain.checksummed or not crc32.checksummed:
+        raise AssertionError("the stores are not of the layouts compared")
     name = "plane: journal checksums"
     baseline = "the same calls on a layout-2 store (entries without checksums)"
     figures = []
@@ -383,17 +389,20 @@ def _checksums(tmp: Path, seconds: float, progress: Callable[[str], None]) -> li
         compared = _alternate(ours.append, theirs.append, seconds, 10)
         what = f"{name}, {batch}-entry append_batch (1 KB entries, sqlite FULL)"
         figures.append(_figure(what, unit, baseline, compared, batch, 0.95))
-    readers = []
-    for plane in (sealed, plain):
+    readers = {}
+    for plane in (sealed, plain, crc32):
         journal = _Journal(plane, [ENTRY] * 1000)
         for _ in range(READ_ENTRIES // 1000):
             journal.append()
-        readers.append(functools.partial(_read_all, journal))
-    compared = _alternate(readers[0], readers[1], seconds, 3)
-    what = f"{name}, read_range of {READ_ENTRIES:,} entries (1 KB entries, sqlite)"
-    figures.append(_figure(what, "entries/s", baseline, compared, READ_ENTRIES, 0.95))
-    _close(sealed)
-    _close(plain)
+        readers[plane.layout] = functools.partial(_read_all, journal)
+    for layout, target in ((LAYOUT_VERSION, 0.95), (3, None)):
+        compared = _alternate(readers[layout], readers[2], seconds, 3)
+        what = f"{name}, read_range of {READ_ENTRIES:,} entries (1 KB entries, sqlite)"
+        if layout != LAYOUT_VERSION:
+            what += f", layout {layout} (CRC-32)"
+        figures.append(_figure(what, "entries/s", baseline, compared, READ_ENTRIES, target))
+    for plane in (sealed, plain, crc32):
+        _close(plane)
     return figures
 
 

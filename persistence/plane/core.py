@@ -22,12 +22,13 @@ from persistence.errors import StoreFormatError, Validation
 from persistence.futures import Blocking, drive
 from persistence.hooks import NO_HOOKS, StepHooks
 from persistence.ids import UniverseId, WorldId, check_id
-from persistence.keyspace import CHECKSUM_LAYOUT, LAYOUT_VERSION, UniverseKeys, WorldKeys
+from persistence.keyspace import LAYOUT_VERSION, UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.objects import ObjectStore
 from persistence.plane.config import PlaneConfig
 from persistence.protocols import budget, drain, worlds
 from persistence.protocols.calls import Call, Sweeps
+from persistence.protocols.checksums import Sealing, sealing_of
 from persistence.records import Record
 from persistence.segment_records import SegmentIndexRecord
 from persistence.sizes import MAX_ROW_LIMIT, check_bool, check_int
@@ -130,28 +131,31 @@ class Core:
         its own); ``None`` while a store opened without ``create`` is empty."""
 
     @property
-    def checksummed(self) -> bool:
-        """Whether the store's journal entries carry checksums (``protocols/checksums.py``),
-        as far as is known without reading: an empty store's first creator writes the
-        current layout. Operations ask :meth:`checksums`."""
-        return (self.layout or LAYOUT_VERSION) >= CHECKSUM_LAYOUT
+    def known_sealing(self) -> Sealing | None:
+        """How the store's journal entries are sealed (``protocols/checksums.py``; ``None``:
+        without checksums), as far as is known without reading: an empty store's first
+        creator writes the current layout. Operations ask :meth:`sealing`."""
+        return sealing_of(self.layout or LAYOUT_VERSION)
 
-    async def checksums(self, *, writing: bool) -> bool:
-        """Whether the store's journal entries carry checksums: every write seals them,
-        every read checks them. The layout never changes once recorded; a plane opened
-        without ``create`` on an empty store reads it on first use. Until a creator records
-        it, the store holds nothing to read, and a write is ``StoreFormatError`` (its
-        entries' form would be a guess)."""
+    @property
+    def checksummed(self) -> bool:
+        """Whether the store's journal entries carry checksums, as far as is known."""
+        return self.known_sealing is not None
+
+    async def sealing(self, *, writing: bool) -> Sealing | None:
+        """How the store's journal entries are sealed: every write seals them, every read
+        checks them. The layout never changes once recorded; a plane opened without
+        ``create`` on an empty store reads it on first use. Until a creator records it, the
+        store holds nothing to read, and a write is ``StoreFormatError`` (its entries' form
+        would be a guess)."""
         if self.layout is None:
             self.layout = await self.transact(worlds.read_layout)
-            if self.layout is None:
-                if writing:
-                    raise StoreFormatError(
-                        "the store has no layout record yet (nothing was created in it): "
-                        "a plane opened without create writes nothing into an empty store"
-                    )
-                return self.checksummed
-        return self.layout >= CHECKSUM_LAYOUT
+            if self.layout is None and writing:
+                raise StoreFormatError(
+                    "the store has no layout record yet (nothing was created in it): "
+                    "a plane opened without create writes nothing into an empty store"
+                )
+        return self.known_sealing
 
     def new_call(self, *, recorded: bool = True) -> Call:
         """A new write call: its id is drawn here, outside the retry loop. It keeps a

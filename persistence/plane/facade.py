@@ -33,6 +33,7 @@ from persistence.plane.log import LogOperations
 from persistence.plane.segments import SegmentOperations
 from persistence.plane.snapshots import SnapshotOperations
 from persistence.protocols.calls import Call
+from persistence.protocols.checksums import Sealing
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -88,6 +89,12 @@ class _Door:
         """Whether the store's journal entries carry checksums (``protocols/checksums.py``),
         as far as is known (an empty store's first creator writes the current layout)."""
         return self._operations.checksummed
+
+    @property
+    def sealing(self) -> Sealing | None:
+        """How the store's journal entries are sealed (their checksum: ``algorithm``;
+        ``None``: without checksums), as far as is known, as :attr:`checksummed`."""
+        return self._operations.known_sealing
 
 
 class _Blocking(Generic[P, T]):

@@ -240,7 +240,7 @@ class InboxOperations(JournalOperations):
             limits,
             normalize,
             self.new_call(),
-            await self.checksums(writing=True),
+            await self.sealing(writing=True),
         )
         self.hooks.reached("inbox.after_drain")
         return result
@@ -314,7 +314,7 @@ class InboxOperations(JournalOperations):
         group_built = futures.Latch()
         beside_built = [futures.Latch() for _ in beside]
         beside_committing = [futures.Latch() for _ in beside]
-        checksummed = await self.checksums(writing=True)
+        sealing = await self.sealing(writing=True)
 
         async def built() -> None:
             # Every drain beside has built its transaction before any may commit: each opens
@@ -339,7 +339,7 @@ class InboxOperations(JournalOperations):
                     limits,
                     normalize,
                     self.new_call(),
-                    checksummed,
+                    sealing,
                     drain.GroupMemo(busy=set(known_busy), built=built),
                 )
             except _Withdrawn:
@@ -411,10 +411,10 @@ class InboxOperations(JournalOperations):
             with_group if with_group is not None else (None, None, None)
         )
         try:
-            checksummed = await self.checksums(writing=True)
+            sealing = await self.sealing(writing=True)
 
             async def attempt(tr: kv.Transaction) -> DrainResult:
-                done = await drain.drain(tr, keys, limits, normalize, call, checksummed)
+                done = await drain.drain(tr, keys, limits, normalize, call, sealing)
                 if own_built is not None:
                     own_built.open(True)
                 if group_built is not None and not await group_built:

@@ -95,7 +95,7 @@ class JournalOperations(WorldOperations):
             expected_head,
             batch,
             self.new_call(),
-            await self.checksums(writing=True),
+            await self.sealing(writing=True),
         )
         self.hooks.reached("journal.after_append")
         return first
@@ -246,7 +246,7 @@ class JournalOperations(WorldOperations):
                 + (f" and writing {len(app):,} keys of application data" if app else ""),
             )
         call = self.new_call()
-        checksummed = await self.checksums(writing=True)
+        sealing = await self.sealing(writing=True)
         mode = self.config.log_sequencing
         busy = self.log_busy_until.get(universe) if mode == "adaptive" else None
         queue = mode == "queued" or (
@@ -262,7 +262,7 @@ class JournalOperations(WorldOperations):
             # retry could starve beside planes that queue)
             queues = queue or (attempts > 1 and mode == "adaptive")
             return journal.append_batches(
-                tr, keys, parts, create, call, checksummed, sequencing, app, queues
+                tr, keys, parts, create, call, sealing, sequencing, app, queues
             )
 
         # an inline sequenced append writes the log head: where writers serialize, alone
@@ -335,7 +335,7 @@ class JournalOperations(WorldOperations):
         check_height(from_inclusive, "from_inclusive", allow_zero=False)
         row_limit(limit)
         if limit == 0:  # NotFound if there is no such world
-            await journal.read_entries(self.engine, keys, from_inclusive, 0, False)
+            await journal.read_entries(self.engine, keys, from_inclusive, 0, None)
             return []
         out: list[tuple[int, bytes]] = []
         while len(out) < limit:
@@ -346,7 +346,7 @@ class JournalOperations(WorldOperations):
                 keys,
                 first,
                 want,
-                await self.checksums(writing=False),
+                await self.sealing(writing=False),
                 self.config.read_page_bytes,
             )
             if page.segment is not None:
@@ -398,7 +398,7 @@ class JournalOperations(WorldOperations):
             keys,
             from_inclusive,
             limit,
-            await self.checksums(writing=False),
+            await self.sealing(writing=False),
             self.config.read_page_bytes,
         )
         return page.rows
@@ -407,4 +407,4 @@ class JournalOperations(WorldOperations):
     async def head(self, universe: UniverseId, world: WorldId) -> int:
         """The journal head (0 when empty)."""
         keys = world_keys(universe, world)
-        return (await journal.read_entries(self.engine, keys, 1, 0, False)).head  # no entry read
+        return (await journal.read_entries(self.engine, keys, 1, 0, None)).head  # no entry read

@@ -168,7 +168,7 @@ class LogOperations(JournalOperations):
                 page_size,
                 last,
                 matches,
-                await self.checksums(writing=False),
+                await self.sealing(writing=False),
             )
             found.extend(item for item in page.records if matches(item[1]))
             entries.update(page.entries)

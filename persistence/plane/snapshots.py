@@ -68,7 +68,7 @@ class SnapshotOperations(JournalOperations):
             record,
             promote_baseline,
             self.new_call(),
-            await self.checksums(writing=True),
+            await self.sealing(writing=True),
         )
         self.hooks.reached("snapshot.after_commit")
         return record, outcome
@@ -81,7 +81,7 @@ class SnapshotOperations(JournalOperations):
         keys = world_keys(universe, world)
         encoded(record, (SnapshotRecord,), "record")
         await snapshots.commit_snapshot(
-            self.engine, keys, record, False, self.new_call(), await self.checksums(writing=True)
+            self.engine, keys, record, False, self.new_call(), await self.sealing(writing=True)
         )
 
     @operation("baseline.read")
@@ -102,7 +102,7 @@ class SnapshotOperations(JournalOperations):
         snapshots.check_fence(record)
         await self.check_root(keys.universe, record, None)
         await snapshots.promote_baseline(
-            self.engine, keys, record, self.new_call(), await self.checksums(writing=True)
+            self.engine, keys, record, self.new_call(), await self.sealing(writing=True)
         )
 
     @operation("snapshot.list")

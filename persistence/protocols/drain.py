@@ -19,6 +19,7 @@ from persistence.journal_records import JournalHead, ingress_bytes
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.protocols import budget, calls
 from persistence.protocols.calls import Call
+from persistence.protocols.checksums import Sealing
 from persistence.protocols.inbox import read_cursor_record, seq_of
 from persistence.protocols.journal import append_at, decode_head
 from persistence.records import CallRecord
@@ -158,10 +159,10 @@ async def drain(
     limits: DrainLimits,
     normalize: Normalizer,
     call: Call,
-    checksummed: bool,
+    sealing: Sealing | None,
 ) -> DrainResult:
     """Protocol D in one transaction: read cursor and head, read items after the cursor
-    (within ``limits``), normalize them, append at the head (sealed with ``checksummed``,
+    (within ``limits``), normalize them, append at the head (sealed with ``sealing``,
     as the store's layout says), advance the cursor to the last drained item, and clear the
     world's ready mark if no item follows (see the module). If
     the entries would make the transaction count more than the budget, fewer items are
@@ -190,7 +191,7 @@ async def drain(
     world.read_items(tr, None if cursor is None else cursor.seq, limits)
     await world.take(tr, limits)
     result, _, wrote = await _drain_world(
-        tr, world, cursor, head, limits, normalize, budget.call_cost(keys), True, checksummed
+        tr, world, cursor, head, limits, normalize, budget.call_cost(keys), True, sealing
     )
     if wrote:
         calls.record(
@@ -275,7 +276,7 @@ async def drain_worlds(
     limits: DrainLimits,
     normalize: Normalizer,
     call: Call,
-    checksummed: bool,
+    sealing: Sealing | None,
     memo: GroupMemo | None = None,
 ) -> list[DrainResult]:
     """Protocol D for each of ``worlds`` (distinct worlds of ``universe``), in order, in one
@@ -324,7 +325,7 @@ async def drain_worlds(
         await world.take(tr, limits)
         alone = not any(result.count for result in results)
         result, counted, changed = await _drain_world(
-            tr, world, cursor, head, limits, normalize, counted, alone, checksummed
+            tr, world, cursor, head, limits, normalize, counted, alone, sealing
         )
         results.append(result)
         wrote |= changed
@@ -347,7 +348,7 @@ async def _drain_world(
     normalize: Normalizer,
     counted: int,
     alone: bool,
-    checksummed: bool,
+    sealing: Sealing | None,
 ) -> tuple[DrainResult, int, bool]:
     """One world's drain inside ``tr`` once its items are taken, after ``counted`` bytes of
     the budget: its result, the bytes counted with it, and whether it wrote. It clears the
@@ -365,7 +366,7 @@ async def _drain_world(
         tr.add_read_conflict_key(keys.inbox_cursor())
         tr.add_read_conflict_key(keys.head())
         after = taken[len(entries) - 1][0]
-        append_at(tr, keys, head, entries, checksummed)
+        append_at(tr, keys, head, entries, sealing)
         tr.set(keys.inbox_cursor(), InboxCursor(after).to_cbor())
     more = len(entries) < len(taken) or world.more
     cleared = False

@@ -20,7 +20,7 @@ from persistence.journal_records import JOURNAL_HEAD, JournalHead
 from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys, height_keys, whole_run
 from persistence.protocols import app_data, calls, log, segment_index, worlds
 from persistence.protocols.calls import Call
-from persistence.protocols.checksums import SEAL_BYTES, opened, opened_run, seal
+from persistence.protocols.checksums import SEAL_BYTES, Sealing
 from persistence.records import CasMeta, SnapshotRecord, WorldMeta, decode_record
 from persistence.segment_records import SegmentIndexRecord
 
@@ -61,16 +61,20 @@ def _as_stored(key: bytes, payload: bytes) -> bytes:
 
 
 def write_entries(
-    tr: kv.Transaction, keys: WorldKeys, first: int, entries: Sequence[bytes], checksummed: bool
+    tr: kv.Transaction,
+    keys: WorldKeys,
+    first: int,
+    entries: Sequence[bytes],
+    sealing: Sealing | None,
 ) -> None:
     """Write ``entries`` at heights ``first..``, each split into value-sized chunks (an entry
-    that fits one value is stored whole); with ``checksummed`` each value is sealed
+    that fits one value is stored whole); with ``sealing`` each value is sealed
     (:func:`seal`)."""
     whole = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), first, len(entries))
-    stored: Callable[[bytes, bytes], bytes] = seal if checksummed else _as_stored
+    stored: Callable[[bytes, bytes], bytes] = sealing.seal if sealing else _as_stored
     if max(map(len, entries), default=0) <= CHUNK_SIZE:
-        if checksummed:
-            tr.set_many(zip(whole, map(seal, whole, entries), strict=True))
+        if sealing:
+            tr.set_many(zip(whole, map(sealing.seal, whole, entries), strict=True))
         else:
             tr.set_many(zip(whole, entries, strict=True))
         return
@@ -90,18 +94,22 @@ def append_at(
     keys: WorldKeys,
     head: JournalHead,
     entries: Sequence[bytes],
-    checksummed: bool,
+    sealing: Sealing | None,
 ) -> int:
     """Append after ``head`` (already read in ``tr``) and move the head; return the first
-    height. ``checksummed``: the store's layout seals entries (:func:`write_entries`)."""
-    return _append(tr, keys, head.height, entries, checksummed)
+    height. ``sealing``: the store's layout seals entries (:func:`write_entries`)."""
+    return _append(tr, keys, head.height, entries, sealing)
 
 
 def _append(
-    tr: kv.Transaction, keys: WorldKeys, height: int, entries: Sequence[bytes], checksummed: bool
+    tr: kv.Transaction,
+    keys: WorldKeys,
+    height: int,
+    entries: Sequence[bytes],
+    sealing: Sealing | None,
 ) -> int:
     """Write ``entries`` after the head ``height`` and move the head; return the first height."""
-    write_entries(tr, keys, height + 1, entries, checksummed)
+    write_entries(tr, keys, height + 1, entries, sealing)
     tr.set(keys.head(), JOURNAL_HEAD.encode(height + len(entries)))
     return height + 1
 
@@ -113,10 +121,10 @@ async def append_batch(
     expected_head: int,
     entries: Sequence[bytes],
     call: Call,
-    checksummed: bool,
+    sealing: Sealing | None,
 ) -> int:
     """Protocol B: append at ``expected_head`` or raise ``HeadAdvanced``; return the first
-    height (entries sealed with ``checksummed``, as the store's layout says). A retry whose
+    height (entries sealed with ``sealing``, as the store's layout says). A retry whose
     earlier attempt committed (its call record is there) returns that attempt's first
     height, ``expected_head + 1`` -- the commit checked the head --, however far the head
     has moved since; the record holds nothing else. One wave of reads: the head, and the call's own
@@ -128,22 +136,26 @@ async def append_batch(
     head = tr.get(keys.head())
     first = expected_head + 1
     if opening.fresh:
-        _write_batch(opening, keys, first, entries, checksummed)
+        _write_batch(opening, keys, first, entries, sealing)
     else:
         if await calls.replayed(opening) is not None:
             return first
     _check_head(keys, await head, expected_head)
     if not opening.fresh:
-        _write_batch(opening, keys, first, entries, checksummed)
+        _write_batch(opening, keys, first, entries, sealing)
     tr.set(keys.head(), JOURNAL_HEAD.encode(expected_head + len(entries)))
     return first
 
 
 def _write_batch(
-    opening: calls.Opening, keys: WorldKeys, first: int, entries: Sequence[bytes], checksummed: bool
+    opening: calls.Opening,
+    keys: WorldKeys,
+    first: int,
+    entries: Sequence[bytes],
+    sealing: Sealing | None,
 ) -> None:
     """An append's writes but its head: ``entries`` from ``first``, and its call record."""
-    write_entries(opening.tr, keys, first, entries, checksummed)
+    write_entries(opening.tr, keys, first, entries, sealing)
     calls.record(opening, "append")
 
 
@@ -199,13 +211,13 @@ async def append_batches(
     batches: Sequence[WorldAppend],
     create: Creation | None,
     call: Call,
-    checksummed: bool,
+    sealing: Sealing | None,
     sequencing: log.Sequencing | None = None,
     app: Sequence[app_data.AppWrite] = (),
     queue: bool = False,
 ) -> Appended:
     """Group commit: append every batch at its expected head, all or nothing (entries sealed
-    with ``checksummed``, as the store's layout says). ``HeadAdvanced``
+    with ``sealing``, as the store's layout says). ``HeadAdvanced``
     names the first world whose head moved. With ``create``, a world without a journal whose
     batch expects head 0 is created first, in the same transaction. With ``sequencing``, the
     entries also get the next positions of the universe log: its head and the queue's
@@ -244,7 +256,7 @@ async def append_batches(
     read = tr.get_many(wanted)
     head_seen = tr.get(universe.log_head(), snapshot=True) if logged and queue else None
     if opening.fresh:  # the entries depend on no read: sent while the reads are in flight
-        _write_entries_of(tr, batches, checksummed)
+        _write_entries_of(tr, batches, sealing)
     done = await calls.replayed(opening)
     if done is not None:
         if done.count != len(batches):
@@ -267,7 +279,7 @@ async def append_batches(
     metas = iter([next(values) for _ in creatable])
     shared = list(values)  # the universe's info, then the blobs' metadata
     if not opening.fresh:
-        _write_entries_of(tr, batches, checksummed)
+        _write_entries_of(tr, batches, sealing)
     firsts: list[int] = []
     for batch, raw in zip(batches, heads, strict=True):
         keys = batch.keys
@@ -304,11 +316,11 @@ async def append_batches(
 
 
 def _write_entries_of(
-    tr: kv.Transaction, batches: Sequence[WorldAppend], checksummed: bool
+    tr: kv.Transaction, batches: Sequence[WorldAppend], sealing: Sealing | None
 ) -> None:
     """The entries of every batch of a group append, each above its expected head."""
     for batch in batches:
-        write_entries(tr, batch.keys, batch.expected_head + 1, batch.entries, checksummed)
+        write_entries(tr, batch.keys, batch.expected_head + 1, batch.entries, sealing)
 
 
 _WRITTEN: Final = b""
@@ -381,7 +393,7 @@ def _stitch(
     parts: list[bytes],
     expected: int,
     size: int,
-    checksummed: bool,
+    sealing: Sealing | None,
     max_bytes: int,
 ) -> tuple[int, int, bool]:
     """One range read's ``rows`` taken key by key (a page's slow path: chunked entries, or
@@ -394,8 +406,8 @@ def _stitch(
     whole_key = keys.whole_entry_key()
     for key, value in rows:
         if not parts and key == whole_key(expected):
-            if checksummed:
-                value = opened(keys, expected, key, value)
+            if sealing:
+                value = sealing.opened(keys, expected, key, value)
             size += len(value)
             out.append((expected, value))  # the next entry, stored whole
             expected += 1
@@ -405,8 +417,8 @@ def _stitch(
                 raise MissingJournalEntry(str(keys.world), expected)
             if height != expected or index != len(parts):
                 raise MissingJournalEntry(str(keys.world), expected)
-            if checksummed:
-                value = opened(keys, expected, key, value)
+            if sealing:
+                value = sealing.opened(keys, expected, key, value)
             size += len(value)
             parts.append(value)
             if index + 1 < count:
@@ -425,12 +437,12 @@ async def read_entries(
     keys: WorldKeys,
     first: int,
     limit: int,
-    checksummed: bool,
+    sealing: Sealing | None,
     max_bytes: int = 0,
 ) -> JournalPage:
     """The head and up to ``limit`` entries from ``first`` (and, with ``max_bytes``, no more
     entries than reach that many bytes: at least one), checked to be contiguous and whole --
-    or the segment that covers ``first``. With ``checksummed`` (the store's layout seals
+    or the segment that covers ``first``. With ``sealing`` (the store's layout seals
     entries) every value is checked against its checksum: a changed one is
     ``DamagedJournalEntry`` naming its height. The segment index and the hot keys are read in the
     same transaction: an export indexes a segment before deleting its hot keys, so a reader
@@ -458,14 +470,14 @@ async def read_entries(
     size = 0
     begin, end = keys.entries_between(first, last)
     asked, read = ROWS_PER_READ, 0
-    sealed = SEAL_BYTES if checksummed else 0
+    sealed = SEAL_BYTES if sealing else 0
     while True:
         # A snapshot read: this transaction writes nothing, so its conflicts would never
         # be checked (an engine that validates reads at commit keeps no copy of the rows).
         rows = await tr.get_range(begin, end, limit=asked, snapshot=True)
         read += len(rows)
-        values = list(map(_value_of, rows))
-        run = sum(map(len, values)) - sealed * len(values)
+        # no list of the values is kept: a sealing may strip those nothing else holds
+        run = sum(map(len, map(_value_of, rows))) - sealed * len(rows)
         stored = list(map(_key_of, rows))
         if (
             not parts
@@ -473,14 +485,15 @@ async def read_entries(
             and whole_run(stored, whole_key, prefix, expected)
         ):
             # the usual page: the next entries, each stored whole, within the byte budget
-            if checksummed:
-                values = opened_run(keys, expected, stored, values)
+            values = (
+                sealing.opened_rows(keys, expected, rows) if sealing else list(map(_value_of, rows))
+            )
             out.extend(zip(range(expected, expected + len(rows)), values, strict=True))
             expected += len(rows)
             size += run
         else:
             expected, size, full = _stitch(
-                keys, rows, out, parts, expected, size, checksummed, max_bytes
+                keys, rows, out, parts, expected, size, sealing, max_bytes
             )
             if full:
                 return JournalPage(head, out)

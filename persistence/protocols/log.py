@@ -33,7 +33,7 @@ from persistence.errors import CorruptRecord, TrackingConflict
 from persistence.ids import WorldId
 from persistence.keyspace import UniverseKeys, WorldKeys, height_keys
 from persistence.log_records import LOG_HEAD, TRACKING, LogRecord, decode_log_record, log_records
-from persistence.protocols import checksums
+from persistence.protocols.checksums import Sealing
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,14 +99,14 @@ async def read_log(
     limit: int,
     last: int | None,
     wanted: Callable[[LogRecord], bool],
-    checksummed: bool,
+    sealing: Sealing | None,
 ) -> LogPage:
     """Up to ``limit`` log records from ``first`` to ``last`` (or the head), checked to be
     the positions ``first, first + 1, ...`` with none missing below the head; and, by
     position, the entries of the ``wanted`` ones that are stored whole in hot keys (entries
     never change, so a snapshot read of them is as good as any; cold or chunked ones are
-    left to the caller), checked against their checksums with ``checksummed`` (the store's
-    layout seals entries: ``checksums.opened``). Two waves of reads: the head with the
+    left to the caller), checked against their checksums with ``sealing`` (the store's
+    layout seals entries: ``Sealing.opened``). Two waves of reads: the head with the
     records, then the entries."""
     upto = first + limit - 1 if last is None else min(last, first + limit - 1)
     if first > upto:
@@ -148,8 +148,8 @@ async def read_log(
     entries: dict[int, bytes] = {}
     for (position, world, height, whole), entry in zip(asked, found, strict=True):
         if entry is not None:
-            if checksummed:
-                entry = checksums.opened(world, height, whole, entry)
+            if sealing:
+                entry = sealing.opened(world, height, whole, entry)
             entries[position] = entry
     return LogPage(records, entries, None if end >= stop else end + 1)
 

@@ -21,6 +21,7 @@ from persistence.journal_records import (
 from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.protocols import calls
 from persistence.protocols.calls import Call
+from persistence.protocols.checksums import Sealing
 from persistence.protocols.journal import append_at, decode_head, read_head
 from persistence.records import SnapshotRecord, decode_record
 
@@ -137,7 +138,7 @@ async def commit_snapshot(
     record: SnapshotRecord,
     promote: bool,
     call: Call,
-    checksummed: bool,
+    sealing: Sealing | None,
 ) -> SnapshotOutcome:
     """Protocol E steps 2-6 (the snapshot bytes are already in CAS).
 
@@ -145,7 +146,7 @@ async def commit_snapshot(
     append a ``snapshot`` journal record, and if ``promote``: check the receipt-horizon
     fence and non-regression, write the baseline and append ``baseline_snapshot``.
     All in one transaction, so index, baseline and journal never disagree (journal records
-    sealed with ``checksummed``, as the store's layout says). A retry whose earlier attempt
+    sealed with ``sealing``, as the store's layout says). A retry whose earlier attempt
     committed reports what that attempt did (its call record)."""
     if promote:
         check_fence(record)
@@ -162,7 +163,7 @@ async def commit_snapshot(
     if promoted:
         _promote(tr, keys, record, entries)
     if entries:
-        append_at(tr, keys, head, entries, checksummed)
+        append_at(tr, keys, head, entries, sealing)
         calls.record(opening, "snapshot", indexed=indexed, promoted=promoted)
     return SnapshotOutcome(indexed, promoted)
 
@@ -177,9 +178,9 @@ def _promote(
 
 @kv.transactional
 async def promote_baseline(
-    tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, call: Call, checksummed: bool
+    tr: kv.Transaction, keys: WorldKeys, record: SnapshotRecord, call: Call, sealing: Sealing | None
 ) -> bool:
-    """Promote an already indexed snapshot (its journal record sealed with ``checksummed``);
+    """Promote an already indexed snapshot (its journal record sealed with ``sealing``);
     ``False`` if it already was the baseline before this call. A retry whose earlier
     attempt committed reports that attempt's promotion, even if a newer baseline has been
     promoted since."""
@@ -196,7 +197,7 @@ async def promote_baseline(
     if promoted:
         entries: list[bytes] = []
         _promote(tr, keys, record, entries)
-        append_at(tr, keys, head, entries, checksummed)
+        append_at(tr, keys, head, entries, sealing)
         calls.record(opening, "promote", promoted=True)
     return promoted
 

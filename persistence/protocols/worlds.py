@@ -70,7 +70,8 @@ def _readable(raw: bytes) -> int:
         raise StoreFormatError(
             f"store keyspace layout {version} was written by a development version of "
             f"aos-persistence; this one reads layouts "
-            f"{' and '.join(map(str, READABLE_LAYOUTS))} only (no migration)"
+            f"{', '.join(map(str, READABLE_LAYOUTS[:-1]))} and {READABLE_LAYOUTS[-1]} only "
+            f"(no migration)"
         )
     return version
 

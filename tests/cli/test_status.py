@@ -25,7 +25,7 @@ from backends.objects.local import LocalObjectStore
 from persistence import cbor, kv
 from persistence.ids import Hash, UniverseId, WorldId
 from persistence.inbox_records import DomainEventIngress, InboxConsumedMark
-from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.keyspace import LAYOUT_VERSION, UniverseKeys, WorldKeys
 from persistence.plane import PlaneConfig
 from persistence.records import CasDoom
 from persistence.segment_records import ExportMarker
@@ -59,7 +59,7 @@ def test_status_shows_the_backlog_busiest_world_first(store: Store) -> None:
     world = WorldId.parse(store.world)
     _enqueue(store, world, 3)
     view = aosp("status", *store.args("--json")).json()
-    assert view["ok"] is True and view["layout"] == 3
+    assert view["ok"] is True and view["layout"] == LAYOUT_VERSION
     (universe,) = view["universes"]
     assert universe["universe"] == store.universe and universe["worlds"] == 3
     assert (universe["ready_worlds"], universe["pending"], universe["pending_more"]) == (

@@ -286,14 +286,14 @@ class NonAtomicAppendPlane(Plane):
         keys = WorldKeys(universe, world)
         drive(
             journal_protocol.append_batch(
-                self.engine, keys, expected_head, [entries[0]], Call.new(), self.checksummed
+                self.engine, keys, expected_head, [entries[0]], Call.new(), self.sealing
             )
         )
         for entry in entries[1:]:
             head = self.head(universe, world)
             drive(
                 journal_protocol.append_batch(
-                    self.engine, keys, head, [entry], Call.new(), self.checksummed
+                    self.engine, keys, head, [entry], Call.new(), self.sealing
                 )
             )
         return expected_head + 1
@@ -333,7 +333,7 @@ class ForgetfulAppendPlane(Plane):
         def attempt(tr: kv.Transaction) -> int:
             return drive(
                 journal_protocol.append_batch(
-                    tr, keys, expected_head, list(entries), Call.new(), self.checksummed
+                    tr, keys, expected_head, list(entries), Call.new(), self.sealing
                 )
             )
 

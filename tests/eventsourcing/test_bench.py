@@ -127,7 +127,8 @@ def test_the_replay_figures_compare_each_kind_of_insert_twice(
 
 @pytest.mark.slow
 def test_the_read_and_checksum_figures_run_and_report_their_fields(tmp_path: Path) -> None:
-    """Figures 3-4 and 6 of ``aosp bench plane`` on a very short clock: each checks the rows
+    """Figures 3-4 and 6 of ``aosp bench plane`` on a very short clock (6: the current
+    layout's checksums, and layout 3's read, against layout 2): each checks the rows
     it reads (the raw SELECT's rows carry their checksums) and reports both sides and its
     round ratios; what they measure is the benchmark's to say, not this test's."""
     figures = plane._reads(tmp_path, 0.05, lambda _: None)
@@ -138,8 +139,11 @@ def test_the_read_and_checksum_figures_run_and_report_their_fields(tmp_path: Pat
         "plane: journal checksums, 1-entry append_batch",
         "plane: journal checksums, 100-entry append_batch",
         "plane: journal checksums, read_range of 20,000 entries",
+        "plane: journal checksums, read_range of 20,000 entries",
     ]
     for figure in figures:
         assert figure.value > 0 and figure.baseline_value > 0, figure
-        assert len(figure.round_ratios) == plane.ROUNDS and figure.target is not None
+        assert len(figure.round_ratios) == plane.ROUNDS
+    assert [f.target is not None for f in figures] == [True] * 5 + [False]  # layout 3's: reported
+    assert figures[-1].name.endswith("layout 3 (CRC-32)")
     assert "layout-2 store" in figures[-1].baseline

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import sysconfig
 import tarfile
 import zipfile
@@ -25,6 +26,9 @@ PACKAGES = (
 )
 
 
+TAG = f"cp{sys.version_info.major}{sys.version_info.minor}"
+
+
 def _compiler() -> bool:
     """Whether the C compiler that builds extensions here is present."""
     return shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is not None
@@ -36,14 +40,18 @@ def test_the_wheel_and_sdist_hold_every_package_typed(dist: Dist) -> None:
         assert f"{package}/__init__.py" in names
         assert f"{package}/py.typed" in names
     assert not [n for n in names if n.startswith(("tests/", "aos_bench/", "aosp/benchmarks/"))]
-    # the C wake-up of FoundationDB futures, built where a C compiler is; the wheel is
-    # tagged for the stable ABI either way (any CPython from 3.11, on this platform)
-    assert "-cp311-abi3-" in dist.wheel.name
+    # the C wake-up of FoundationDB futures and the CRC-32C of journal entries, built
+    # where a C compiler is; the second uses CPython's own API, so the wheel is tagged for
+    # this CPython version (on this platform)
+    assert f"-{TAG}-{TAG}-" in dist.wheel.name
     assert ("backends/kv/_fdb_wake.abi3.so" in names) is _compiler()
+    checksums = f"persistence/protocols/_checksums{sysconfig.get_config_var('EXT_SUFFIX')}"
+    assert (checksums in names) is _compiler()
     with tarfile.open(dist.sdist) as sdist:
         members = sdist.getnames()
     assert any(m.endswith("/persistence/plane/__init__.py") for m in members)
     assert any(m.endswith("/backends/kv/_fdb_wake.c") for m in members)
+    assert any(m.endswith("/persistence/protocols/_checksums.c") for m in members)
     assert any(m.endswith("/pyproject.toml") for m in members)
 
 
@@ -52,6 +60,7 @@ import importlib.util, json, sys, tempfile
 from pathlib import Path
 import persistence, segments
 from backends.kv import fdb_wake
+from persistence.protocols import checksums
 from segments import open_plane
 from persistence.ids import UniverseId, WorldId
 d = Path(tempfile.mkdtemp())
@@ -64,6 +73,7 @@ print(json.dumps({
     "blob": plane.get(u, plane.put_verified(u, b"x" * 20000)).decode()[:3],
     "from": persistence.__file__,
     "wake": fdb_wake.available(),
+    "crc32c_in_c": checksums.IN_C,
     "optional": {m: importlib.util.find_spec(m) is not None
                  for m in ("boto3", "pyarrow", "pyspark", "fdb", "opentelemetry")},
 }))
@@ -76,6 +86,7 @@ def test_the_core_install_runs_the_plane_on_sqlite_and_local_objects(core_env: E
     out = json.loads(done.stdout)
     assert out["read"] == ["entry"] and out["blob"] == "xxx"
     assert out["wake"] is _compiler()  # the wheel's C wake-up loads without the fdb extra
+    assert out["crc32c_in_c"] is _compiler()
     assert Path(out["from"]).is_relative_to(core_env.path)  # the installed wheel, no checkout
     assert out["optional"] == {
         "boto3": False,

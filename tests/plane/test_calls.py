@@ -50,10 +50,10 @@ def _old_call(age_seconds: float, window_seconds: float) -> Call:
 def test_a_retried_call_returns_its_record_and_writes_nothing() -> None:
     engine, plane, u, w, keys = _one_world()
     call = Call.new()
-    assert drive(journal.append_batch(engine, keys, 0, [b"a"], call, plane.checksummed)) == 1
+    assert drive(journal.append_batch(engine, keys, 0, [b"a"], call, plane.sealing)) == 1
     plane.append_batch(u, w, 1, [b"b"])  # another caller moves the head
     assert (
-        drive(journal.append_batch(engine, keys, 0, [b"a"], call, plane.checksummed)) == 1
+        drive(journal.append_batch(engine, keys, 0, [b"a"], call, plane.sealing)) == 1
     )  # the retry: its own
     assert [e for _, e in plane.read_range(u, w, 1, 5)] == [b"a", b"b"]
     assert len(_records(engine, keys)) == 2
@@ -65,7 +65,7 @@ def test_an_append_records_its_op_alone_and_a_retry_reads_older_records_the_same
     a first height and count) returns ``expected_head + 1`` too, and writes nothing."""
     engine, plane, u, w, keys = _one_world()
     call = Call.new()
-    assert drive(journal.append_batch(engine, keys, 0, [b"a"], call, plane.checksummed)) == 1
+    assert drive(journal.append_batch(engine, keys, 0, [b"a"], call, plane.sealing)) == 1
     stored = kv.run(engine, lambda tr: tr.get(keys.call(call.id)))
     assert stored is not None
     assert decode_record(CallRecord, stored, "record") == CallRecord("append")
@@ -79,7 +79,7 @@ def test_an_append_records_its_op_alone_and_a_retry_reads_older_records_the_same
 
     kv.run_sync(engine, recorded)
     plane.append_batch(u, w, 3, [b"d"])  # another caller moves the head on
-    retried = journal.append_batch(engine, keys, 1, [b"x", b"y"], older, plane.checksummed)
+    retried = journal.append_batch(engine, keys, 1, [b"x", b"y"], older, plane.sealing)
     assert drive(retried) == 2
     assert [e for _, e in plane.read_range(u, w, 1, 10)] == [b"a", b"b", b"c", b"d"]
 
@@ -89,20 +89,20 @@ def test_a_write_clears_the_expired_records_and_keeps_recent_ones() -> None:
     head = 0
     for age in (700, 690, 680, 670, 660):  # each older than the window of the next ones
         head = drive(
-            journal.append_batch(engine, keys, head, [b"x"], _old_call(age, 600), plane.checksummed)
+            journal.append_batch(engine, keys, head, [b"x"], _old_call(age, 600), plane.sealing)
         )
     assert len(_records(engine, keys)) == 5  # none older than its writer's window
     head = drive(
-        journal.append_batch(engine, keys, head, [b"x"], _old_call(65, 600), plane.checksummed)
+        journal.append_batch(engine, keys, head, [b"x"], _old_call(65, 600), plane.sealing)
     )
     assert len(_records(engine, keys)) == 2  # the four older than 665 s went
     head = drive(
-        journal.append_batch(engine, keys, head, [b"x"], _old_call(10, 600), plane.checksummed)
+        journal.append_batch(engine, keys, head, [b"x"], _old_call(10, 600), plane.sealing)
     )
     assert len(_records(engine, keys)) == 2  # the 660 s old one went, the 65 s old stayss
     for _ in range(3):
         head = drive(
-            journal.append_batch(engine, keys, head, [b"x"], _old_call(0, 600), plane.checksummed)
+            journal.append_batch(engine, keys, head, [b"x"], _old_call(0, 600), plane.sealing)
         )
     assert len(_records(engine, keys)) == 5  # the two recent ones and the three new
 
@@ -112,9 +112,7 @@ def test_a_world_keeps_its_write_rate_times_the_window() -> None:
     engine, plane, _, _, keys = _one_world()
     counts = []
     for head in range(20):
-        drive(
-            journal.append_batch(engine, keys, head, [b"x"], _old_call(1, 1e-9), plane.checksummed)
-        )
+        drive(journal.append_batch(engine, keys, head, [b"x"], _old_call(1, 1e-9), plane.sealing))
         counts.append(len(_records(engine, keys)))
     assert counts == [1] * 20
 

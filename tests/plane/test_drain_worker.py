@@ -123,7 +123,7 @@ def _draining(engine: Engine, keys: WorldKeys, plane: Plane, call: Call) -> kv.T
     """A drain of ``keys`` run in an open transaction (not committed)."""
     tr = engine.create_transaction()
     limits = drain.DrainLimits(10, 1 << 20, plane.config.max_entry_bytes, plane.budget)
-    drive(drain.drain(tr, keys, limits, default_normalizer, call, plane.checksummed))
+    drive(drain.drain(tr, keys, limits, default_normalizer, call, plane.sealing))
     return tr
 
 
@@ -151,7 +151,7 @@ def test_a_drain_that_leaves_items_does_not_conflict_with_enqueues(
     limits = drain.DrainLimits(1, 1 << 20, plane.config.max_entry_bytes, plane.budget)
     drive(
         drain.drain(
-            tr, WorldKeys(universe, a), limits, default_normalizer, Call.new(), plane.checksummed
+            tr, WorldKeys(universe, a), limits, default_normalizer, Call.new(), plane.sealing
         )
     )
     plane.enqueue(universe, a, event(3))
@@ -211,11 +211,11 @@ def test_no_world_ever_has_pending_items_without_its_mark(
             envelope = InboxEnvelope(encode_inbox_item(event(step)), b"k%d" % step)
             drive(inbox.enqueue(tr, keys[which], [(envelope.idempotency_key, envelope.to_cbor())]))
         elif roll < 0.75:
-            drive(drain.drain(tr, keys[which], limits, default_normalizer, call, plane.checksummed))
+            drive(drain.drain(tr, keys[which], limits, default_normalizer, call, plane.sealing))
         elif roll < 0.9:
             drive(
                 drain.drain_worlds(
-                    tr, UniverseKeys(u), keys, limits, default_normalizer, call, plane.checksummed
+                    tr, UniverseKeys(u), keys, limits, default_normalizer, call, plane.sealing
                 )
             )
         else:
@@ -271,7 +271,7 @@ def test_a_world_that_drains_nothing_adds_no_conflict(plane: Plane, universe: Un
         worlds = [keys.world(a), keys.world(b)]
         drive(
             drain.drain_worlds(
-                tr, keys, worlds, limits, default_normalizer, Call.new(), plane.checksummed
+                tr, keys, worlds, limits, default_normalizer, Call.new(), plane.sealing
             )
         )
         return tr

@@ -1,6 +1,7 @@
-"""Journal entry checksums (layout 3, issue #35): a changed byte of a stored entry, a value
-copied under another key, a damaged chunk -- each is ``DamagedJournalEntry`` naming the
-height, on every engine and on every read path; a layout-2 store keeps its own form."""
+"""Journal entry checksums (layouts 3 and 4, issue #35): a changed byte of a stored entry, a
+value copied under another key, a damaged chunk -- each is ``DamagedJournalEntry`` naming
+the height, on every engine, on every read path and in both checksummed layouts; a layout-2
+store keeps its own form."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from persistence.errors import DamagedJournalEntry, MissingJournalEntry, StoreFo
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import CHUNK_SIZE, LAYOUT_KEY, LAYOUT_VERSION, WorldKeys
 from persistence.plane import Plane
-from persistence.protocols.checksums import SEAL_BYTES, seal
+from persistence.protocols.checksums import CRC32, CRC32C, SEAL_BYTES
 from persistence.records import LayoutRecord
 from segments import open_plane
 from segments.export import ExportConfig, Exporter
@@ -41,15 +42,29 @@ def _flip(value: bytes, at: int) -> bytes:
     return bytes(changed)
 
 
-def test_a_new_store_seals_every_value_with_its_key(
+@pytest.fixture(params=[3, 4], ids=["layout3", "layout4"])
+def plane(engine: kv.Engine, request: pytest.FixtureRequest) -> Plane:
+    """A plane on a store of each checksummed layout: 3 (CRC-32, as an earlier release
+    created it) and 4 (CRC-32C, a new store's)."""
+    return open_plane(_at_layout(engine, request.param), MemoryObjectStore())
+
+
+def test_a_new_store_is_of_layout_4_and_seals_with_crc32c(engine: kv.Engine) -> None:
+    plane = open_plane(engine, MemoryObjectStore())
+    assert plane.layout == LAYOUT_VERSION == 4 and plane.sealing is CRC32C
+    assert CRC32C.algorithm == "crc32c" and CRC32.algorithm == "crc32"
+
+
+def test_each_layout_seals_every_value_with_its_key(
     plane: Plane, universe: UniverseId, world: WorldId
 ) -> None:
-    assert plane.layout == LAYOUT_VERSION == 3 and plane.checksummed
+    sealing = {3: CRC32, 4: CRC32C}[plane.layout or 0]
+    assert plane.sealing is sealing and plane.checksummed
     plane.append_batch(universe, world, 0, [b"one", b"two"])
     keys = WorldKeys(universe, world)
     key = keys.entry_chunk(2, 0, 1)
-    assert _stored(plane, key) == seal(key, b"two")
-    assert len(seal(key, b"two")) == 3 + SEAL_BYTES
+    checksum = sealing.crc(b"two", sealing.crc(key)).to_bytes(SEAL_BYTES, "little")
+    assert _stored(plane, key) == sealing.seal(key, b"two") == b"two" + checksum
     assert plane.read_range(universe, world, 1, 2) == [(1, b"one"), (2, b"two")]
 
 
@@ -195,7 +210,7 @@ def test_a_layout_2_store_keeps_its_entries_as_they_were_written() -> None:
     assert report.checked["journal entries"] == 3
 
 
-@pytest.mark.parametrize("version", [1, 4])
+@pytest.mark.parametrize("version", [1, 5])
 def test_a_layout_this_release_does_not_read_is_refused(version: int) -> None:
     with pytest.raises(StoreFormatError, match=f"layout {version}"):
         open_plane(_at_layout(MemoryEngine(), version), MemoryObjectStore())

@@ -27,7 +27,6 @@ from persistence.log_records import LOG_HEAD, TRACKING, LogHead, TrackingRecord
 from persistence.plane import Plane, PlaneConfig
 from persistence.protocols import journal
 from persistence.protocols.calls import Call
-from persistence.protocols.checksums import seal
 from persistence.records import CounterCodec, Record, decode_record
 from segments import open_plane
 
@@ -174,12 +173,12 @@ def test_a_retry_that_finds_its_record_writes_nothing_of_its_own(
     attempt does, the commit that follows its replay would store its entries again."""
     keys = WorldKeys(universe, world)
     call = Call.new()
-    checksummed = plane.checksummed
-    assert drive(journal.append_batch(plane.engine, keys, 0, [b"a"], call, checksummed)) == 1
+    sealing = plane.sealing
+    assert drive(journal.append_batch(plane.engine, keys, 0, [b"a"], call, sealing)) == 1
     before = _universe_state(plane, universe)
     # the same call again, as a retry after commit_unknown_result (other entries, so that a
     # write of its own would show)
-    assert drive(journal.append_batch(plane.engine, keys, 0, [b"z"], call, checksummed)) == 1
+    assert drive(journal.append_batch(plane.engine, keys, 0, [b"z"], call, sealing)) == 1
     assert _universe_state(plane, universe) == before
     assert plane.read_range(universe, world, 1, 5) == [(1, b"a")]
 
@@ -285,7 +284,7 @@ def test_stored_sizes_are_the_bytes_held_per_height_without_reading_them_as_entr
     where the layout has one), only heights the engine holds, a height cut by the read's
     row limit left for the next read; a damaged entry is sized, not refused."""
     keys = WorldKeys(universe, world)
-    seal_bytes = 4 if plane.checksummed else 0
+    seal_bytes = 4 if plane.sealing else 0
     big = b"c" * (2 * CHUNK_SIZE + 1)  # three chunks
     entries = [big if i % 50 == 0 else b"x" * (i % 7) for i in range(1, 301)]
     plane.append_batch(universe, world, 0, entries)
@@ -362,13 +361,13 @@ def test_a_stray_chunk_among_whole_entries_is_missing(
 
     def swap(tr: kv.Transaction) -> None:
         tr.clear(keys.entry_chunk(5, 0, 1))
-        tr.set(stray, seal(stray, b"e") if plane.checksummed else b"e")  # as a writer would
+        tr.set(stray, plane.sealing.seal(stray, b"e") if plane.sealing else b"e")  # as a writer
 
     kv.run_sync(plane.engine, swap)
     with pytest.raises(MissingJournalEntry) as err:
         plane.read_range(universe, world, 1, 600)
     assert err.value.height == 5
-    if plane.checksummed:  # a stray value no writer sealed: damage, found at its height
+    if plane.sealing:  # a stray value no writer sealed: damage, found at its height
         kv.run_sync(plane.engine, lambda tr: tr.set(stray, b"e"))
         with pytest.raises(DamagedJournalEntry) as damaged:
             plane.read_range(universe, world, 1, 600)

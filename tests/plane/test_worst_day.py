@@ -270,7 +270,7 @@ def test_a_drain_commits_while_older_enqueues_are_in_flight() -> None:
     # it with compare_and_clear, which conflicts with nothing: tests/plane/test_drain_worker.py)
     limits = drain.DrainLimits(1, 1 << 20, plane.config.max_entry_bytes, plane.budget)
     result = drive(
-        drain.drain(draining, keys, limits, default_normalizer, Call.new(), plane.checksummed)
+        drain.drain(draining, keys, limits, default_normalizer, Call.new(), plane.sealing)
     )
     assert result.count == 1
     enqueuing.commit().wait()  # its versionstamped key may land anywhere after R

@@ -1,0 +1,127 @@
+"""CRC-32C of journal entries (layout 4): the C part against the Python one byte for byte,
+its hardware path against its tables, and the in-place strip of ``open_rows`` -- which must
+never change a value anything but its own row holds."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from persistence.errors import DamagedJournalEntry
+from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import WorldKeys
+from persistence.protocols import checksums
+from persistence.protocols.checksums import CRC32, CRC32C, SEAL_BYTES, crc32c_python
+
+if not checksums.IN_C:
+    pytest.skip(
+        "the C part of the checksums was not built here (no C compiler)", allow_module_level=True
+    )
+
+from persistence.protocols import _checksums
+
+IN_PYTHON = checksums.CRC32C_IN_PYTHON
+KEYS = WorldKeys(UniverseId.new(), WorldId.new())
+LENGTHS = [*range(40), 63, 64, 65, 1_000, 1_023, 1_024, 1_025, 4_096, 90_000]
+
+
+def test_crc32c_is_castagnoli_in_c_in_tables_and_in_python() -> None:
+    """The check value of the CRC catalogue ("123456789"), and random data of every length
+    around the 8-byte steps, continued from random values."""
+    assert _checksums.crc32c(b"123456789") == crc32c_python(b"123456789") == 0xE3069283
+    assert _checksums.crc32c(b"") == 0
+    rng = random.Random(4)
+    for length in LENGTHS:
+        data, value = rng.randbytes(length), rng.getrandbits(32)
+        expected = crc32c_python(data, value)
+        assert _checksums.crc32c(data, value) == expected, length
+        assert _checksums.crc32c_tables(data, value) == expected, length
+        assert _checksums.crc32c(memoryview(data)) == crc32c_python(data)
+
+
+def test_the_c_seal_is_the_python_seal() -> None:
+    rng = random.Random(5)
+    for length in LENGTHS:
+        key, payload = rng.randbytes(rng.randrange(1, 60)), rng.randbytes(length)
+        assert CRC32C.seal(key, payload) == IN_PYTHON.seal(key, payload)
+        assert CRC32C.crc(CRC32C.seal(key, payload), CRC32C.crc(key)) == CRC32C.residue
+
+
+def _rows(
+    rng: random.Random, count: int, lengths: tuple[int, ...] = (0, 1, 2, 7, 8, 9, 100, 1_024, 3_001)
+) -> tuple[list[tuple[bytes, bytes]], list[bytes]]:
+    """``count`` fresh rows of sealed values of the ``lengths`` drawn (so the three values
+    checked together differ in length), and their payloads."""
+    payloads = [rng.randbytes(rng.choice(lengths)) for _ in range(count)]
+    keys = [KEYS.entry_chunk(1 + i, 0, 1) for i in range(count)]
+    # bytes(bytearray(...)): a new object each, held by its row alone, as an engine's
+    return [
+        (bytes(bytearray(k)), bytes(bytearray(CRC32C.seal(k, p))))
+        for k, p in zip(keys, payloads, strict=True)
+    ], payloads
+
+
+@pytest.mark.parametrize("count", [0, 1, 2, 3, 4, 7, 100])
+def test_open_rows_gives_the_payloads_and_finds_every_damaged_byte(count: int) -> None:
+    rng = random.Random(count)
+    rows, payloads = _rows(rng, count)
+    assert IN_PYTHON.opened_rows(KEYS, 1, list(rows)) == payloads
+    for _ in range(20 if count else 0):
+        damaged = list(rows)
+        at = rng.randrange(count)
+        key, value = damaged[at]
+        flipped = bytearray(value)
+        flipped[rng.randrange(len(value))] ^= 1 << rng.randrange(8)
+        damaged[at] = (key, bytes(flipped))
+        assert _checksums.open_rows(damaged) is None
+        for sealing in (CRC32C, IN_PYTHON):
+            with pytest.raises(DamagedJournalEntry) as err:
+                sealing.opened_rows(KEYS, 1, damaged)
+            assert err.value.height == 1 + at
+    assert CRC32C.opened_rows(KEYS, 1, rows) == payloads
+
+
+def test_open_rows_strips_in_place_only_what_nothing_else_holds() -> None:
+    """A value its row alone holds is shrunk in place (its row then holds None); a value
+    held elsewhere too, or a row held elsewhere, is copied and left as it was."""
+    rows, payloads = _rows(random.Random(6), 6, (2, 9, 1_024))
+    kept_value = rows[1][1]
+    kept_row = rows[4]
+    before = (bytes(kept_value), tuple(kept_row))
+    assert _checksums.open_rows(rows) == payloads
+    assert kept_value == before[0] and len(kept_value) == len(payloads[1]) + SEAL_BYTES
+    assert kept_row == before[1] and rows[4] is kept_row
+    assert rows[1][1] is kept_value
+    for i in (0, 2, 3, 5):
+        assert rows[i][1] is None
+
+
+def test_open_rows_leaves_anything_but_bytes_pairs_to_python() -> None:
+    """A row that is not a (bytes, bytes) tuple, or a value too short to hold a checksum:
+    None, nothing changed; the Python path then checks (and names a short value)."""
+    key = KEYS.entry_chunk(1, 0, 1)
+    sealed = CRC32C.seal(key, b"payload")
+    for rows in (
+        [[key, sealed]],
+        [(key, bytearray(sealed))],
+        [(key, sealed, b"")],
+        [(key, b"abc")],
+    ):
+        assert _checksums.open_rows(rows) is None
+    with pytest.raises(DamagedJournalEntry):
+        CRC32C.opened_rows(KEYS, 1, [(key, b"abc")])
+    assert CRC32C.opened_rows(KEYS, 1, [(key, memoryview(sealed).tobytes())]) == [b"payload"]
+    with pytest.raises(TypeError):
+        _checksums.open_rows((key, sealed))  # type: ignore[arg-type]
+
+
+def test_layout_3_keeps_zlib_crc32() -> None:
+    """The seal layout-3 stores hold: CRC-32 (zlib's), never CRC-32C."""
+    key = KEYS.entry_chunk(1, 0, 1)
+    assert CRC32.seal(key, b"e") != CRC32C.seal(key, b"e")
+    assert CRC32.opened_rows(KEYS, 1, [(key, CRC32.seal(key, b"e"))]) == [b"e"]
+    with pytest.raises(DamagedJournalEntry):
+        CRC32.opened_rows(KEYS, 1, [(key, CRC32C.seal(key, b"e"))])
+    with pytest.raises(DamagedJournalEntry):
+        CRC32C.opened_rows(KEYS, 1, [(key, CRC32.seal(key, b"e"))])
