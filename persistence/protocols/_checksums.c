@@ -226,28 +226,33 @@ static PyObject *open_rows(PyObject *module, PyObject *rows) {
         PyErr_SetString(PyExc_TypeError, "open_rows: rows must be a list");
         return NULL;
     }
+    /* Everything that may run Python code (a collection run by allocating a list may call
+     * finalizers, which may change the rows) comes before the first borrowed reference is
+     * taken: from there to the end nothing allocates a tracked object. */
     Py_ssize_t count = PyList_GET_SIZE(rows);
+    PyObject *out = PyList_New(count);
+    if (out == NULL) {
+        return NULL;
+    }
     PyObject **keys = PyMem_New(PyObject *, count + 1);
     PyObject **values = PyMem_New(PyObject *, count + 1);
-    PyObject *out = NULL;
     if (keys == NULL || values == NULL) {
+        Py_CLEAR(out);
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         if (!pair_of(PyList_GET_ITEM(rows, i), &keys[i], &values[i])) {
-            out = Py_NewRef(Py_None);
+            Py_SETREF(out, Py_NewRef(Py_None));
             goto done;
         }
     }
     if (!sound(keys, values, count)) {
-        out = Py_NewRef(Py_None);
+        Py_SETREF(out, Py_NewRef(Py_None));
         goto done;
     }
-    out = PyList_New(count);
-    if (out == NULL) {
-        goto done;
-    }
+    /* A failure past here (no memory) leaves the rows before it holding None: the list is
+     * the caller's, and a read that fails is discarded. */
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *row = PyList_GET_ITEM(rows, i), *value = values[i], *payload;
         Py_ssize_t length = PyBytes_GET_SIZE(value) - SEAL;

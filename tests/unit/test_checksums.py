@@ -4,6 +4,7 @@ never change a value anything but its own row holds."""
 
 from __future__ import annotations
 
+import gc
 import random
 
 import pytest
@@ -88,11 +89,11 @@ def test_open_rows_strips_in_place_only_what_nothing_else_holds() -> None:
     rows, payloads = _rows(random.Random(6), 6, (2, 9, 1_024))
     kept_value = rows[1][1]
     kept_row = rows[4]
-    before = (bytes(kept_value), tuple(kept_row))
+    # copies (bytes(b) of a bytes is b itself, tuple(t) of a tuple is t)
+    value_before, row_value_before = bytearray(kept_value), bytearray(kept_row[1])
     assert _checksums.open_rows(rows) == payloads
-    assert kept_value == before[0] and len(kept_value) == len(payloads[1]) + SEAL_BYTES
-    assert kept_row == before[1] and rows[4] is kept_row
-    assert rows[1][1] is kept_value
+    assert rows[1][1] is kept_value and kept_value == value_before
+    assert rows[4] is kept_row and kept_row[1] is not None and kept_row[1] == row_value_before
     for i in (0, 2, 3, 5):
         assert rows[i][1] is None
 
@@ -125,3 +126,37 @@ def test_layout_3_keeps_zlib_crc32() -> None:
         CRC32.opened_rows(KEYS, 1, [(key, CRC32C.seal(key, b"e"))])
     with pytest.raises(DamagedJournalEntry):
         CRC32C.opened_rows(KEYS, 1, [(key, CRC32.seal(key, b"e"))])
+
+
+def test_a_finalizer_that_changes_the_rows_runs_before_they_are_checked() -> None:
+    """The list ``open_rows`` returns is allocated before it takes any row's value: a
+    collection that allocation runs may call a finalizer that replaces a row (here with a
+    value that fails its check), and the row checked is then the new one -- never a value
+    freed under the check (found by review: the payload of the freed value came back)."""
+    key = KEYS.entry_chunk(1, 0, 1)
+    rows = [(bytes(bytearray(key)), CRC32C.seal(key, b"A" * 64)) for _ in range(3)]
+    events: list[str] = []
+
+    class Cycle:
+        __slots__ = ("me",)
+        me: object
+
+        def __del__(self) -> None:
+            events.append("finalizer")
+            rows[0] = (key, b"X" * 64 + bytes(SEAL_BYTES))
+
+    gc.collect()
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        cycle = Cycle()
+        cycle.me = cycle
+        del cycle  # garbage in a cycle, with a finalizer
+        spare: list[object] = []  # one more tracked allocation: the next one collects
+        events.append("open_rows")
+        out = _checksums.open_rows(rows)
+    finally:
+        gc.set_threshold(*threshold)
+    assert events == ["open_rows", "finalizer"] and spare == []
+    assert out is None
+    assert rows[0] == (key, b"X" * 64 + bytes(SEAL_BYTES))
