@@ -19,6 +19,7 @@ from persistence.errors import DamagedJournalEntry, MissingJournalEntry, StoreFo
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import CHUNK_SIZE, LAYOUT_KEY, LAYOUT_VERSION, WorldKeys
 from persistence.plane import Plane
+from persistence.protocols import checksums
 from persistence.protocols.checksums import CRC32, CRC32C, SEAL_BYTES
 from persistence.records import LayoutRecord
 from segments import open_plane
@@ -177,6 +178,38 @@ def test_export_does_not_move_a_damaged_entry_into_a_segment(
     assert err.value.height == 12
     assert plane.list_segments(universe, world) == []
     assert len(plane.read_hot(universe, world, 1, 11)) == 11
+
+
+def test_without_its_c_part_layout_4_reads_the_same_and_fsck_says_so(
+    engine: kv.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An install without the C part (no compiler) seals and checks CRC-32C in Python: the
+    same bytes, read back by the C part and the other way round, damage found; fsck counts
+    the entries it checked that way."""
+    plane = open_plane(engine, MemoryObjectStore())
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    plane.append_batch(u, w, 0, [b"sealed in C", b"x" * (CHUNK_SIZE + 1)])
+    monkeypatch.setattr(checksums, "CRC32C", checksums.CRC32C_IN_PYTHON)
+    slow = open_plane(engine, MemoryObjectStore())
+    assert slow.sealing is checksums.CRC32C_IN_PYTHON
+    slow.append_batch(u, w, 2, [b"sealed in Python"])
+    expected = [(1, b"sealed in C"), (2, b"x" * (CHUNK_SIZE + 1)), (3, b"sealed in Python")]
+    assert slow.read_range(u, w, 1, 3) == expected
+    report = Fsck(slow).run()
+    assert report.ok and report.warnings == [], report.findings
+    assert (
+        report.checked["journal entries checked in Python (CRC-32C without its C part: slow)"] == 3
+    )
+    key = WorldKeys(u, w).entry_chunk(3, 0, 1)
+    _put(slow, key, _flip(_stored(slow, key), 2))
+    with pytest.raises(DamagedJournalEntry) as err:
+        slow.read_range(u, w, 1, 3)
+    assert err.value.height == 3
+    monkeypatch.undo()
+    _put(slow, key, checksums.CRC32C_IN_PYTHON.seal(key, b"sealed in Python"))
+    assert plane.read_range(u, w, 1, 3) == expected
+    assert "journal entries checked in Python" not in " ".join(Fsck(plane).run().checked)
 
 
 def _at_layout(engine: kv.Engine, version: int) -> kv.Engine:
