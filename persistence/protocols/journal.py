@@ -69,7 +69,7 @@ def write_entries(
 ) -> None:
     """Write ``entries`` at heights ``first..``, each split into value-sized chunks (an entry
     that fits one value is stored whole); with ``sealing`` each value is sealed
-    (:func:`seal`)."""
+    (:meth:`Sealing.seal`)."""
     whole = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), first, len(entries))
     stored: Callable[[bytes, bytes], bytes] = sealing.seal if sealing else _as_stored
     if max(map(len, entries), default=0) <= CHUNK_SIZE:
