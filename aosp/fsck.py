@@ -78,7 +78,7 @@ from persistence.inbox_records import (
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
 from persistence.log_records import decode_log_record
 from persistence.plane import Plane
-from persistence.protocols import checksums, compaction, journal, log, worlds
+from persistence.protocols import compaction, journal, log, worlds
 from persistence.protocols.cas_bodies import doom_is_stale, object_key
 from persistence.records import CasDoom, CasMeta, CasPin, SnapshotRecord, decode_record
 from persistence.segment_records import ExportMarker
@@ -625,7 +625,7 @@ class Fsck:
             self.report.count("journal entries", len(rows))
             if not self.plane.checksummed:
                 self.report.count(f"journal entries without checksums (layout {layout})", len(rows))
-            elif self.plane.sealing is checksums.CRC32C_IN_PYTHON:
+            elif self.plane.sealing is not None and self.plane.sealing.in_python:
                 self.report.count(
                     "journal entries checked in Python (CRC-32C without its C part: slow)",
                     len(rows),

@@ -47,6 +47,8 @@ class Sealing:
     open_rows: Callable[[Rows], list[bytes] | None] | None
     """The payloads of rows that all check, stripped in C; ``None`` where a row does not
     (then :meth:`opened_rows` finds which). ``None``: not built."""
+    in_python: bool = False
+    """Whether the CRC runs in Python, a byte at a time (slow: the C part was not built)."""
 
     def opened(self, keys: WorldKeys, height: int, key: bytes, value: bytes) -> bytes:
         """The payload of ``value``, read at ``key`` (of the entry at ``height``);
@@ -117,7 +119,7 @@ CRC32C_RESIDUE: Final = 0x48674BC7
 CRC32: Final = Sealing(3, "crc32", crc32, CRC32_RESIDUE, _crc32_seal, None)
 """Layout 3's seal: CRC-32, zlib's."""
 CRC32C_IN_PYTHON: Final = Sealing(
-    4, "crc32c", crc32c_python, CRC32C_RESIDUE, _crc32c_seal_python, None
+    4, "crc32c", crc32c_python, CRC32C_RESIDUE, _crc32c_seal_python, None, in_python=True
 )
 """Layout 4's seal computed in Python: the stand-in where the C part was not built."""
 
@@ -134,7 +136,7 @@ def _in_c() -> Sealing | None:
 
 CRC32C: Final = _in_c() or CRC32C_IN_PYTHON
 """Layout 4's seal: CRC-32C (Castagnoli), in C where it was built."""
-IN_C: Final = CRC32C.open_rows is not None
+IN_C: Final = not CRC32C.in_python
 """Whether CRC-32C runs in C here (the optional extension was built)."""
 
 
