@@ -388,8 +388,8 @@ class JournalOperations(WorldOperations):
         self, universe: UniverseId, world: WorldId, from_inclusive: int, limit: int
     ) -> list[tuple[int, bytes]]:
         """Entries still held in the engine, from ``from_inclusive`` (one transaction, at
-        most ``read_page_bytes`` of them but at least one; empty if a segment covers that
-        height). Used by segment export and fsck."""
+        most ``read_page_bytes`` of them but at least one; empty if that height's key is
+        gone and a segment covers it). Used by segment export and fsck."""
         keys = world_keys(universe, world)
         check_height(from_inclusive, "from_inclusive", allow_zero=False)
         row_limit(limit)

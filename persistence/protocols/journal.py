@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -444,37 +445,53 @@ async def read_entries(
     entries than reach that many bytes: at least one), checked to be contiguous and whole --
     or the segment that covers ``first``. With ``sealing`` (the store's layout seals
     entries) every value is checked against its checksum: a changed one is
-    ``DamagedJournalEntry`` naming its height. The segment index and the hot keys are read in the
-    same transaction: an export indexes a segment before deleting its hot keys, so a reader
-    that sees no segment sees every hot key. A missing height or chunk below the head is
-    ``MissingJournalEntry``. The first segment ending at or after ``first`` is checked to
-    continue the one before it (``segment_index.read_segments``): the index tiles from
-    height 1, so that segment holds ``first`` -- a record that does not (a gap, an overlap,
-    a key that is not its end) is ``SegmentIndexCorruption``, never a read of other heights.
-    The entries are read at snapshot isolation: a read-only call, never part of a
-    transaction that writes on what it read."""
-    head = (await read_head(tr, keys)).height
-    if first > head or limit <= 0:
+    ``DamagedJournalEntry`` naming its height. A missing height or chunk below the head is
+    ``MissingJournalEntry``.
+
+    One wave of reads: the head with the page's first range of hot keys. The segment index
+    is read, in the same transaction, only if the key of ``first`` is not among them: an
+    export indexes a segment before it deletes the segment's hot keys, and deletes them
+    from the lowest height up, so a hot ``first`` has every height above it hot too (the
+    bytes of a height are the same hot or cold), and a reader that finds no key of
+    ``first`` and no segment holding it has lost it. The first segment ending at or after
+    ``first`` is checked to continue the one before it (``segment_index.read_segments``):
+    the index tiles from height 1, so that segment holds ``first`` -- a record that does
+    not (a gap, an overlap, a key that is not its end) is ``SegmentIndexCorruption``, never
+    a read of other heights. The entries are read at snapshot isolation: a read-only call,
+    never part of a transaction that writes on what it read."""
+    head_read = tr.get(keys.head())
+    if limit <= 0:
+        return JournalPage(decode_head(keys, await head_read).height, [])
+    begin, end = keys.entries_between(first, first + limit - 1)
+    asked, read = ROWS_PER_READ, 0
+    # A snapshot read: this transaction writes nothing, so its conflicts would never be
+    # checked (an engine that validates reads at commit keeps no copy of the rows).
+    rows_read = tr.get_range(begin, end, limit=asked, snapshot=True)
+    head = decode_head(keys, await head_read).height
+    rows = await rows_read
+    if first > head:
         return JournalPage(head, [])
     last = min(head, first + limit - 1)
-    covering = await segment_index.read_segments(
-        tr, UniverseKeys(keys.universe), keys.world, first, limit=1
-    )
-    if covering:
-        return JournalPage(head, [], _holding(keys, first, covering[0]))
+    if last < first + limit - 1:
+        end = keys.entries_between(first, last)[1]  # no entry is stored above the head
+        cut = bisect.bisect_left(rows, end, key=_key_of)
+        if cut < len(rows):
+            del rows[cut:]
+            asked = len(rows) + 1  # the range is read to its end
+    if not rows or not rows[0][0].startswith(begin):  # the key of ``first`` has gone cold
+        covering = await segment_index.read_segments(
+            tr, UniverseKeys(keys.universe), keys.world, first, limit=1
+        )
+        if covering:
+            return JournalPage(head, [], _holding(keys, first, covering[0]))
     prefix = keys.entry_prefix_len()
     whole_key = keys.whole_entry_key()
     out: list[tuple[int, bytes]] = []
     expected = first
     parts: list[bytes] = []
     size = 0
-    begin, end = keys.entries_between(first, last)
-    asked, read = ROWS_PER_READ, 0
     sealed = SEAL_BYTES if sealing else 0
     while True:
-        # A snapshot read: this transaction writes nothing, so its conflicts would never
-        # be checked (an engine that validates reads at commit keeps no copy of the rows).
-        rows = await tr.get_range(begin, end, limit=asked, snapshot=True)
         read += len(rows)
         # no list of the values is kept: a sealing may strip those nothing else holds
         run = sum(map(len, map(_value_of, rows))) - sealed * len(rows)
@@ -499,8 +516,8 @@ async def read_entries(
                 return JournalPage(head, out)
         if len(rows) < asked:
             break
-        begin = rows[-1][0] + b"\x00"
         asked = _rows_next(read, size, max_bytes, last - expected + 1)
+        rows = await tr.get_range(rows[-1][0] + b"\x00", end, limit=asked, snapshot=True)
     if parts or expected != last + 1:
         raise MissingJournalEntry(str(keys.world), expected)
     return JournalPage(head, out)

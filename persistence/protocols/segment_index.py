@@ -146,15 +146,16 @@ async def read_segments(
 ) -> list[SegmentIndexRecord]:
     """Segments of ``world`` ending at or after ``from_height``, in height order (at most
     ``limit``; 0: all). Each is checked alone and to continue the one before it (the
-    record just below ``from_height`` is read for the first), so the result tiles."""
+    record just below ``from_height`` is read for the first, in the same wave), so the
+    result tiles."""
     begin, end = keys.segment_range(world)
     start = keys.segment(world, from_height) if from_height > 1 else begin
-    rows = await tr.get_range(start, end, limit=limit)
-    covered = 0
-    if rows and from_height > 1:  # the first record must continue the one below it
-        below = await tr.get_range(begin, start, limit=1, reverse=True)
-        if below:
-            covered = decode(keys, world, *below[0]).end
+    rows_read = tr.get_range(start, end, limit=limit)
+    # the first record must continue the one below it
+    below_read = tr.get_range(begin, start, limit=1, reverse=True) if from_height > 1 else None
+    rows = await rows_read
+    below = [] if below_read is None else await below_read
+    covered = decode(keys, world, *below[0]).end if rows and below else 0
     out = []
     for key, value in rows:
         record = decode(keys, world, key, value)

@@ -4,18 +4,25 @@ kind, a real FoundationDB cluster included. A protocol that gains a round trip f
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from backends.kv.roundtrips import CountingEngine
+from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
 from persistence import kv
+from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.inbox_records import DomainEventIngress
-from persistence.keyspace import UniverseKeys
+from persistence.keyspace import UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.log_records import log_records
 from persistence.plane import Plane, PlaneConfig
-from persistence.protocols import log
+from persistence.protocols import journal, log
+from segments import open_plane
+from segments.export import ExportConfig, Exporter
+from tests.segments.workload import snapshot_now
 
 ITEM = DomainEventIngress("test/Event@1", b"\xa0")
 
@@ -134,6 +141,34 @@ def test_a_page_of_the_universe_log_takes_three_round_trips(
     assert [e.entry for e in page[:2]] == [b"e0", b"e1"] and len(page) == 60
     assert rounds(counting) == 3
     assert plane.read_log(u, 61, 10) == [] and rounds(counting) == 2  # past the head
+
+
+def test_a_hot_read_takes_two_round_trips_and_a_cold_one_three(
+    counted: tuple[Plane, CountingEngine], tmp_path: Path
+) -> None:
+    """Read version; the head with the page's first range of hot keys -- the segment index
+    is read only when the first height asked for is no longer hot (a third round trip)."""
+    plane, counting = counted
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    plane.append_batch(u, w, 0, [b"e%d" % n for n in range(1, 51)])
+    snapshot_now(plane, u, w, promote=True)  # a baseline at 50: below it may go cold
+    plane.append_batch(u, w, plane.head(u, w), [b"e%d" % n for n in range(51, 101)])
+    head = plane.head(u, w)
+    counting.tally.take()
+    assert plane.read_range(u, w, 1, 1) == [(1, b"e1")] and rounds(counting) == 2
+    assert len(plane.read_range(u, w, 1, 1_000)) == head and rounds(counting) == 2
+    assert plane.read_range(u, w, head + 1, 10) == [] and rounds(counting) == 2  # past it
+    cold = open_plane(counting, LocalObjectStore(tmp_path))
+    Exporter(cold, ExportConfig(enabled=True, target_entries=25)).export_all(u, w)
+    assert [s.start for s in plane.list_segments(u, w)] == [1, 26]
+    keys = WorldKeys(u, w)
+    counting.tally.take()
+    page = drive(journal.read_entries(counting, keys, 10, 100, None))
+    assert page.segment is not None and page.segment.start == 1 and page.rows == []
+    assert rounds(counting) == 3
+    page = drive(journal.read_entries(counting, keys, 51, 100, None))
+    assert page.segment is None and len(page.rows) == head - 50 and rounds(counting) == 2
 
 
 def test_a_queued_sequenced_append_takes_three_round_trips_and_a_settle_three(
