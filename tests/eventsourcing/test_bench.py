@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from aos_bench import eventsourcing as suite
-from aos_bench import plane
+from aos_bench import eventsourcing_app, plane
 
 
 def test_an_insert_is_one_durable_commit_as_in_eventsourcing(tmp_path: Path) -> None:
@@ -147,3 +147,20 @@ def test_the_read_and_checksum_figures_run_and_report_their_fields(tmp_path: Pat
     assert [f.target is not None for f in figures] == [True] * 5 + [False]  # layout 3's: reported
     assert figures[-1].name.endswith("layout 3 (CRC-32)")
     assert "layout-2 store" in figures[-1].baseline
+
+
+@pytest.mark.parametrize("side", ["ours", "theirs"])
+def test_the_application_workload_saves_gets_and_reads_every_aggregate(side: str) -> None:
+    """Figures 13-16: each side, in a fresh interpreter, saves the aggregates, gets each back
+    with its tricks and reads every notification (the process checks all three)."""
+    times = eventsourcing_app.run_side(side, aggregates=20)
+    assert set(times) == {"save", "get", "read"} and all(t > 0 for t in times.values())
+
+
+def test_the_application_workload_refuses_a_store_less_durable_than_full(
+    tmp_path: Path,
+) -> None:
+    env = eventsourcing_app.environ("ours", tmp_path)
+    env["AOSP_KV_URL"] += "?synchronous=NORMAL"
+    with pytest.raises(RuntimeError, match="synchronous=NORMAL"):
+        eventsourcing_app._workload(env, 1)
