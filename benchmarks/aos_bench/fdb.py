@@ -12,7 +12,9 @@ with their lowest and highest.
   the ready mark, and the commit's versionstamp, which the plane's call returns as the
   item's sequence), a drain of 1 and of 100 items (raw: cursor and head read together, the
   items after the cursor, the journal entries the plane writes -- an ingress record of each
-  item -- head, cursor, the ready mark cleared when empty), and a 20,000-entry read. Each
+  item -- head, cursor, the ready mark cleared when empty), a read of a whole 5-entry journal
+  (what eventsourcing's ``repository.get`` reads; raw: the head and the entries in one wave,
+  their seals checked), and a 20,000-entry read. Each
   figure's name gives the plane's round trips per call, counted from the shape of the call
   (``backends/kv/roundtrips.py``) beside the raw transaction's, and the client CPU per call
   of both sides (the process's CPU time, the client's network thread included);
@@ -65,6 +67,7 @@ ROUNDS: Final = 5
 ENTRY: Final = b"x" * 1_000
 ITEM: Final = DomainEventIngress("bench/Item@1", b"\x59\x03\x84" + b"x" * 900)
 READ_ENTRIES: Final = 20_000
+SHORT_READ: Final = 5
 GROUP_WORLDS: Final = 32
 GROUP_ITEMS: Final = 20
 """Items per world of one group drain (``max_items``)."""
@@ -224,8 +227,47 @@ class Bench:
         return counting.tally.take().round_trips
 
     def singles(self) -> list[Figure]:
-        """The single-call figures: appends, an enqueue, drains, a long read."""
-        return [*self._writes(), *self._drains(), self._read()]
+        """The single-call figures: appends, an enqueue, drains, a short and a long read."""
+        return [*self._writes(), *self._drains(), self._short_read(), self._read()]
+
+    def _short_read(self) -> Figure:
+        """A read of a whole 5-entry journal (what eventsourcing's ``repository.get`` reads
+        of an aggregate)."""
+        u, plane, raw = self.universe, self.plane, self.raw
+
+        def written(world: WorldId) -> WorldId:
+            plane.append_batch(u, world, 0, [ENTRY] * SHORT_READ)
+            return world
+
+        def round_trips() -> int:
+            counting = CountingEngine(self.engine)
+            counted = Plane(counting, MemoryObjectStore())
+            world = WorldId.new()
+            counted.create_world(u, world)
+            counted.append_batch(u, world, 0, [ENTRY] * SHORT_READ)
+            counting.tally.take()
+            if len(counted.read_range(u, world, 1, 1_000)) != SHORT_READ:
+                raise AssertionError("the short read read the wrong entries")
+            return counting.tally.take().round_trips
+
+        def reading(world: WorldId) -> Callable[[], object]:
+            world = written(world)
+            return lambda: plane.read_range(u, world, 1, 1_000)
+
+        def raw_reading(keys: WorldKeys) -> Callable[[], object]:
+            written(keys.world)
+            return lambda: raw.read_world(keys, 1_000)
+
+        return self.single(
+            f"read of a {SHORT_READ}-entry journal",
+            "reads/s",
+            reading,
+            raw_reading,
+            self.calls_per_round(500),
+            1,
+            (round_trips(), 2),
+            None,
+        )
 
     def _writes(self) -> list[Figure]:
         """A 1-entry and a 100-entry append, a 1-item enqueue."""

@@ -12,13 +12,21 @@ from backends.kv.fdb import FdbEngine
 from persistence.inbox_records import InboxCursor, InboxEnvelope
 from persistence.journal_records import JOURNAL_HEAD, ingress_bytes
 from persistence.keyspace import WorldKeys, height_keys, seq_in_key
-from persistence.protocols.checksums import CRC32C
+from persistence.protocols.checksums import CRC32C, SEAL_BYTES
 from persistence.records import decode_record
 
 seal: Final = CRC32C.seal
 """How a new store (layout 4) seals each entry."""
 NOTIFY: Final = (1).to_bytes(8, "little")
 READY: Final = bytes(10) + (0).to_bytes(4, "little")
+
+
+def opened_entry(key: bytes, value: bytes) -> bytes:
+    """An entry as stored under ``key``, its seal checked (one CRC over key and value gives
+    the residue) and taken off."""
+    if CRC32C.crc(value, CRC32C.crc(key)) != CRC32C.residue:
+        raise ValueError(f"entry {key.hex()}: its checksum does not match")
+    return value[:-SEAL_BYTES]
 
 
 def _raw_key(keys: WorldKeys, index: int) -> bytes:
@@ -129,6 +137,18 @@ class Raw:
             *keys.entries_between(1, count), streaming_mode=self.fdb.StreamingMode.want_all
         )
         return sum(1 for _ in rows)
+
+    def read_world(self, keys: WorldKeys, limit: int) -> int:
+        """A world's head and its first ``limit`` entries, read together (one wave), the
+        entries' seals checked: what a page of the plane's read needs. The entries read."""
+        tr = self.db.create_transaction()
+        head = tr.snapshot[keys.head()]  # issued now, waited for after the range
+        rows = tr.snapshot.get_range(
+            *keys.entries_between(1, limit), streaming_mode=self.fdb.StreamingMode.want_all
+        )
+        opened = [opened_entry(bytes(key), bytes(value)) for key, value in rows]
+        top = JOURNAL_HEAD.decode(bytes(self._ready(head)), "head")
+        return min(top, len(opened))
 
     async def append_async(self, keys: WorldKeys, entry: bytes) -> None:
         """The raw append, its futures awaited from the event loop."""
