@@ -193,8 +193,10 @@ class InboxOperations(JournalOperations):
         keys = world_keys(universe, world)
 
         async def read(tr: kv.Transaction) -> InboxCursor | None:
-            await journal.read_head(tr, keys)
-            return await inbox.read_cursor(tr, keys)
+            head = tr.get(keys.head())  # one wave: the head (is there a world?) and the cursor
+            cursor = tr.get(keys.inbox_cursor())
+            journal.decode_head(keys, await head)
+            return inbox.read_cursor_record(await cursor)
 
         record = await self.transact(read)
         return None if record is None else record.seq

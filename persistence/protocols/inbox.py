@@ -40,7 +40,7 @@ from persistence.inbox_records import (
 from persistence.keyspace import UniverseKeys, WorldKeys, seq_in_key
 from persistence.protocols import calls
 from persistence.protocols.calls import Call
-from persistence.protocols.journal import read_head
+from persistence.protocols.journal import decode_head, read_head
 from persistence.records import decode_record
 
 NOTIFY_INCREMENT = (1).to_bytes(8, "little")
@@ -202,12 +202,14 @@ def seq_of(key: bytes, keys: WorldKeys) -> InboxSeq:
 async def read_after(
     tr: kv.Transaction, keys: WorldKeys, after: InboxSeq | None, limit: int
 ) -> list[tuple[InboxSeq, InboxItem]]:
-    """Up to ``limit`` items strictly after ``after``, in sequence order."""
-    await read_head(tr, keys)
-    if limit == 0:
+    """Up to ``limit`` items strictly after ``after``, in sequence order (``WorldNotFound``
+    if the world does not exist). One wave: the head with the items."""
+    head = tr.get(keys.head())
+    rows_read = tr.get_range(*keys.inbox_after(after), limit=limit) if limit else None
+    decode_head(keys, await head)
+    if rows_read is None:
         return []
-    rows = await tr.get_range(*keys.inbox_after(after), limit=limit)
-    return [(seq_of(k, keys), envelope_item(v, "inbox entry")) for k, v in rows]
+    return [(seq_of(k, keys), envelope_item(v, "inbox entry")) for k, v in await rows_read]
 
 
 async def read_cursor(

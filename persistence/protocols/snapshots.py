@@ -204,9 +204,9 @@ async def promote_baseline(
 
 @kv.transactional
 async def list_snapshots(tr: kv.Transaction, keys: WorldKeys) -> list[SnapshotRecord]:
-    """Every indexed snapshot of the world, by height."""
-    await read_head(tr, keys)
-    return [
-        decode_record(SnapshotRecord, value, "snapshot record")
-        for _, value in await tr.get_range(*keys.snapshots())
-    ]
+    """Every indexed snapshot of the world, by height (``WorldNotFound`` if the world does
+    not exist). One wave: the head with the index."""
+    head = tr.get(keys.head())
+    rows = tr.get_range(*keys.snapshots())
+    decode_head(keys, await head)
+    return [decode_record(SnapshotRecord, value, "snapshot record") for _, value in await rows]

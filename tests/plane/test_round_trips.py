@@ -4,6 +4,7 @@ kind, a real FoundationDB cluster included. A protocol that gains a round trip f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from backends.kv.roundtrips import CountingEngine
 from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
 from persistence import kv
+from persistence.errors import WorldNotFound
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.inbox_records import DomainEventIngress
@@ -169,6 +171,39 @@ def test_a_hot_read_takes_two_round_trips_and_a_cold_one_three(
     assert rounds(counting) == 3
     page = drive(journal.read_entries(counting, keys, 51, 100, None))
     assert page.segment is None and len(page.rows) == head - 50 and rounds(counting) == 2
+
+
+def test_a_read_of_one_world_record_or_range_takes_two_round_trips(
+    counted: tuple[Plane, CountingEngine],
+) -> None:
+    """Read version, one wave: the world's head (``WorldNotFound`` without it) is read with
+    the record or range asked for, not before it."""
+    plane, counting = counted
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    plane.append_batch(u, w, 0, [b"e"] * 3)
+    plane.enqueue_batch(u, w, [ITEM] * 3)
+    reads: dict[str, Callable[[], object]] = {
+        "head": lambda: plane.head(u, w),
+        "world_meta": lambda: plane.world_meta(u, w),
+        "read_after": lambda: plane.read_after(u, w, None, 10),
+        "inbox_cursor": lambda: plane.inbox_cursor(u, w),
+        "list_snapshots": lambda: plane.list_snapshots(u, w),
+        "active_baseline": lambda: plane.active_baseline(u, w),
+        "list_segments": lambda: plane.list_segments(u, w),
+        "log_head": lambda: plane.log_head(u),
+        "tracking_position": lambda: plane.tracking_position(u, "consumer"),
+    }
+    counting.tally.take()
+    for name, read in reads.items():
+        read()
+        assert (name, rounds(counting)) == (name, 2)
+    with pytest.raises(WorldNotFound):
+        plane.read_after(u, WorldId.new(), None, 10)
+    with pytest.raises(WorldNotFound):
+        plane.inbox_cursor(u, WorldId.new())
+    with pytest.raises(WorldNotFound):
+        plane.list_snapshots(u, WorldId.new())
 
 
 def test_a_queued_sequenced_append_takes_three_round_trips_and_a_settle_three(
