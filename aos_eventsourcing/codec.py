@@ -104,8 +104,9 @@ def encode(
         raise DataError(f"stored event not encodable: {exc}") from None
 
 
-def decode(entry: bytes, where: str) -> Entry:
-    """The stored event of a journal entry (``InternalError`` if it is not one of ours)."""
+def decode(entry: bytes, *where: object) -> Entry:
+    """The stored event of a journal entry (``InternalError`` if it is not one of ours,
+    saying where it is: ``where``'s parts, joined only then)."""
     try:
         item = cbor2.loads(entry)
     except (ValueError, cbor2.CBORDecodeError):
@@ -120,7 +121,7 @@ def decode(entry: bytes, where: str) -> Entry:
         and (len(item) < 5 or item[4] is True)
     ):
         return Entry(item[0], item[1], item[2], item[3] if len(item) > 3 else None, len(item) == 5)
-    raise InternalError(f"{where} is not a stored event of this module")
+    raise InternalError(f"{' '.join(map(str, where))} is not a stored event of this module")
 
 
 def mark_unsorted(entry: bytes) -> bytes:

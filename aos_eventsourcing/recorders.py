@@ -540,7 +540,7 @@ class _Journals(PlaneRecorder):
         ``_Unsorted`` if one is marked out of order (then the last is), unless
         ``any_order``."""
         rows = [
-            (height, codec.decode(entry, f"entry {height} of world {world}"))
+            (height, codec.decode(entry, "entry", height, "of world", world))
             for height, entry in self.plane.read_range(self.universe, world, first, limit)
         ]
         if rows:
@@ -655,7 +655,7 @@ class PlaneApplicationRecorder(_Journals, ApplicationRecorder):
             raise codec.translate(exc) from exc
         out = []
         for found in entries:
-            entry = codec.decode(found.entry, f"log position {found.position}")
+            entry = codec.decode(found.entry, "log position", found.position)
             out.append(
                 Notification(
                     id=found.position,

@@ -24,6 +24,7 @@ from eventsourcing.persistence import (
     ConnectionPoolClosedError,
     DataError,
     IntegrityError,
+    InternalError,
     Notification,
     OperationalError,
     StoredEvent,
@@ -471,6 +472,23 @@ def test_text_ids_come_back_as_text(store: Counted) -> None:
     recorder.insert_events([event(twin, 1), event(str(twin), 1)])
     assert recorder.select_events(twin) == [event(twin, 1)]
     assert recorder.select_events(str(twin)) == [event(str(twin), 1)]
+
+
+def test_an_entry_that_is_not_a_stored_event_is_internal_error_saying_where(
+    store: Counted,
+) -> None:
+    """A journal entry another writer put in an aggregate's world (not one this module
+    encoded) fails the read naming its height and world, or its log position."""
+    universe = UniverseId.new()
+    recorder = PlaneApplicationRecorder(store.plane, universe)
+    aggregate = uuid.uuid4()
+    recorder.insert_events([event(aggregate, 1)])
+    world = WorldId(aggregate)
+    store.plane.append_sequenced(universe, [(world, 1, [b"\xa0"])], [["other"]])
+    with pytest.raises(InternalError, match=f"^entry 2 of world {world} is not a stored event"):
+        recorder.select_events(aggregate)
+    with pytest.raises(InternalError, match=r"^log position 2 is not a stored event"):
+        recorder.select_notifications(1, 10)
 
 
 def test_each_event_keeps_its_own_id_within_one_insert(store: Counted) -> None:
