@@ -81,8 +81,13 @@ class Sealing:
         return list(map(_payload_of, values))
 
 
-def _crc32_seal(key: bytes, payload: bytes) -> bytes:
-    return payload + crc32(payload, crc32(key)).to_bytes(SEAL_BYTES, "little")
+def _sealer(crc: Callable[..., int]) -> Callable[[bytes, bytes], bytes]:
+    """``Sealing.seal`` for ``crc`` (``crc(data, value=0)``), computed in Python."""
+
+    def seal(key: bytes, payload: bytes) -> bytes:
+        return payload + crc(payload, crc(key)).to_bytes(SEAL_BYTES, "little")
+
+    return seal
 
 
 def _crc32c_table() -> tuple[int, ...]:
@@ -108,18 +113,14 @@ def crc32c_python(data: bytes, value: int = 0) -> int:
     return state ^ 0xFFFFFFFF
 
 
-def _crc32c_seal_python(key: bytes, payload: bytes) -> bytes:
-    return payload + crc32c_python(payload, crc32c_python(key)).to_bytes(SEAL_BYTES, "little")
-
-
 CRC32_RESIDUE: Final = 0x2144DF1C
 """CRC-32 of any bytes followed by their own CRC-32, little-endian."""
 CRC32C_RESIDUE: Final = 0x48674BC7
 """CRC-32C of any bytes followed by their own CRC-32C, little-endian."""
-CRC32: Final = Sealing(3, "crc32", crc32, CRC32_RESIDUE, _crc32_seal, None)
+CRC32: Final = Sealing(3, "crc32", crc32, CRC32_RESIDUE, _sealer(crc32), None)
 """Layout 3's seal: CRC-32, zlib's."""
 CRC32C_IN_PYTHON: Final = Sealing(
-    4, "crc32c", crc32c_python, CRC32C_RESIDUE, _crc32c_seal_python, None, in_python=True
+    4, "crc32c", crc32c_python, CRC32C_RESIDUE, _sealer(crc32c_python), None, in_python=True
 )
 """Layout 4's seal computed in Python: the stand-in where the C part was not built."""
 
