@@ -134,14 +134,25 @@ def test_a_damaged_chunk_of_a_large_entry_is_damage(
 def test_a_damaged_entry_read_through_the_universe_log_is_damage(
     plane: Plane, universe: UniverseId
 ) -> None:
-    world = WorldId.new()
-    plane.create_world(universe, world)
-    plane.append_sequenced(universe, [(world, 0, [b"a", b"b"])], [["t", "t"]])
+    world, other = WorldId.new(), WorldId.new()
+    for each in (world, other):
+        plane.create_world(universe, each)
+    batches = [(other, 0, [b"x", b"y"]), (world, 0, [b"a", b"b"])]
+    plane.append_sequenced(universe, batches, [["t", "t"]] * 2)
+    assert [e.entry for e in plane.read_log(universe, 1, 10)] == [b"x", b"y", b"a", b"b"]
     key = WorldKeys(universe, world).entry_chunk(2, 0, 1)
-    _put(plane, key, _flip(_stored(plane, key), 0))
+    sound = _stored(plane, key)
+    _put(plane, key, _flip(sound, 0))
     with pytest.raises(DamagedJournalEntry) as err:
         plane.read_log(universe, 1, 10)
-    assert err.value.height == 2
+    assert (err.value.world, err.value.height) == (str(world), 2)
+    # a sound value of another world's entry, copied under this one's key, is damage too
+    _put(plane, key, _stored(plane, WorldKeys(universe, other).entry_chunk(2, 0, 1)))
+    with pytest.raises(DamagedJournalEntry) as err:
+        plane.read_log(universe, 1, 10)
+    assert (err.value.world, err.value.height) == (str(world), 2)
+    _put(plane, key, sound)
+    assert [e.entry for e in plane.read_log(universe, 1, 10)] == [b"x", b"y", b"a", b"b"]
 
 
 def test_fsck_reports_a_run_of_damaged_entries_once_and_reads_on(
