@@ -118,8 +118,14 @@ class SqliteTransaction(BufferedTransaction):
             for start in range(0, len(unique), _PAGE):
                 part = unique[start : start + _PAGE]
                 marks = ",".join("?" * len(part))
-                rows = conn.execute(f"SELECT key, value FROM kv WHERE key IN ({marks})", part)
-                found.update((bytes(k), _blob(k, v)) for k, v in rows)
+                rows = conn.execute(
+                    f"SELECT key, value FROM kv WHERE key IN ({marks})", part
+                ).fetchall()
+                # keys are BLOBs (bytes): equal to a parameter, which is; values are checked
+                if not all(type(value) is bytes for _, value in rows):
+                    for key, value in rows:
+                        _blob(key, value)
+                found.update(rows)
         except sqlite3.Error as exc:
             raise sqlite_error(exc, "get") from None
         return found
