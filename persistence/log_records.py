@@ -73,14 +73,17 @@ _TEXT_WIDTHS: Final = {0x78: 1, 0x79: 2}
 of their length."""
 
 
-def decode_log_record(raw: bytes, what: str) -> LogRecord:
+def decode_log_record(raw: bytes, *what: object) -> LogRecord:
     """A stored :class:`LogRecord`, read at its fields' places where ``raw`` is exactly
     what :func:`log_records` writes -- checked by encoding the record again from the fields
     read and comparing, so that nothing else passes -- else by the strict decoder (whose
-    ``CorruptRecord`` names what is wrong). The universe log is read a record per
-    notification: the strict decoder's generic checks were most of its cost."""
+    ``CorruptRecord`` names what is wrong, and where: ``what``'s parts, joined only then).
+    The universe log is read a record per notification: the strict decoder's generic
+    checks were most of its cost."""
     record = _log_record_at_places(raw)
-    return record if record is not None else decode_record(LogRecord, raw, what)
+    if record is not None:
+        return record
+    return decode_record(LogRecord, raw, " ".join(map(str, what)))
 
 
 def _log_record_at_places(raw: bytes) -> LogRecord | None:

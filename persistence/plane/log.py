@@ -170,7 +170,9 @@ class LogOperations(JournalOperations):
                 matches,
                 await self.sealing(writing=False),
             )
-            found.extend(item for item in page.records if matches(item[1]))
+            found.extend(
+                page.records if wanted is None else (r for r in page.records if matches(r[1]))
+            )
             entries.update(page.entries)
             if page.next is None:
                 break

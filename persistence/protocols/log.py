@@ -132,7 +132,7 @@ async def read_log(
     ):
         if key != key_expected:
             break
-        record = decode_log_record(value, f"universe log at {expected}")
+        record = decode_log_record(value, "universe log at", expected)
         records.append((expected, record))
         if wanted(record):
             known = worlds.get(record.world)

@@ -13,9 +13,9 @@ from backends.kv.faults import FaultInjector, FaultyEngine
 from backends.kv.memory import MemoryEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import fdb_errors, kv
-from persistence.errors import HeadAdvanced, TrackingConflict, Validation
+from persistence.errors import CorruptRecord, HeadAdvanced, TrackingConflict, Validation
 from persistence.ids import UniverseId, WorldId
-from persistence.keyspace import CHUNK_SIZE
+from persistence.keyspace import CHUNK_SIZE, UniverseKeys
 from persistence.kv import Engine
 from persistence.plane import Plane, PlaneConfig
 from segments import open_plane
@@ -72,6 +72,20 @@ def test_reads_by_position_range_and_tag(engine: Engine) -> None:
     assert [e.position for e in plane.read_log(u, 2, 100, tags={"odd"})] == [3, 5, 7, 9]
     assert plane.read_log(u, 1, 100, tags=["none"]) == []  # pages through all, then ends
     assert plane.read_log(u, 11, 5) == [] and plane.read_log(u, 1, 0) == []
+
+
+def test_a_damaged_log_record_is_corrupt_record_naming_its_position(engine: Engine) -> None:
+    plane = open_plane(engine, MemoryObjectStore())
+    u, w = UniverseId.new(), WorldId.new()
+    plane.append_sequenced(u, [(w, 0, [b"a", b"b", b"c"])], [["t"] * 3], create_missing=True)
+
+    async def damage(tr: kv.Transaction) -> None:
+        tr.set(UniverseKeys(u).log_entry(2), b"\xa1\x63tag\x01")
+
+    kv.run(engine, damage)
+    with pytest.raises(CorruptRecord, match=r"^corrupt universe log at 2: "):
+        plane.read_log(u, 1, 10)
+    assert [e.entry for e in plane.read_log(u, 3, 10)] == [b"c"]
 
 
 def test_tracking_is_stored_with_the_appends_and_never_goes_back(
