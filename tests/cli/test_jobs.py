@@ -101,7 +101,7 @@ def test_bench_fdb_on_a_real_cluster(fdb_cluster: FdbCluster) -> None:
         clear_keyspace(engine)
     finally:
         engine.close()
-    # 17 figures of 6 rounds, each side set up afresh: 2.5 min beside one test suite,
+    # 18 figures of 6 rounds, each side set up afresh: 2.5 min beside one test suite,
     # more than 5 beside two (a hang guard, not a speed floor).
     result = aosp(
         "bench",
@@ -128,8 +128,9 @@ def test_bench_fdb_on_a_real_cluster(fdb_cluster: FdbCluster) -> None:
     ]
     for (name, plane, raw), figure in zip(singles, names, strict=False):
         assert figure.startswith(f"fdb: {name} ({plane} round trips per call, raw {raw}; ")
-    assert names[5].startswith("fdb: read_range 20k")
-    assert [n.split(" (")[0] for n in names[6:]] == [
+    assert names[5].startswith("fdb: read of a 5-entry journal (2 round trips per call, raw 2; ")
+    assert names[6].startswith("fdb: read_range 20k")
+    assert [n.split(" (")[0] for n in names[7:]] == [
         *(f"fdb: appends from {n} threads, one world each" for n in (1, 4, 16)),
         "fdb: appends from 16 threads, against raw bindings that wait as the plane does",
         *(f"fdb: appends with {n} in flight on one event loop" for n in (1, 16, 64, 256)),
