@@ -47,7 +47,7 @@ from aos_eventsourcing.cache import Known, WorldCache
 from persistence.errors import HeadAdvanced, PersistError, SequencingIncomplete, WorldNotFound
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
-from persistence.sizes import MAX_ROW_LIMIT
+from persistence.sizes import MAX_READ_LAST, MAX_ROW_LIMIT
 
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS: Final = 100
@@ -383,7 +383,7 @@ class _Journals(PlaneRecorder):
                     self.STORES_LOWER_VERSIONS
                     and not (desc and lte is None)  # reads the head entry first
                     and not (gt is None and lte is None and limit is None)  # reads to it
-                    and self._refresh(world, self._head(world)).unsorted
+                    and self._refresh_last(world).unsorted
                 ):
                     raise _Unsorted
                 if desc:
@@ -491,7 +491,7 @@ class _Journals(PlaneRecorder):
         known = self._cache.get(world)
         if known is not None and guess - 1 <= known.contiguous:
             return guess
-        known = self._refresh(world, self._head(world))
+        known = self._refresh_last(world)
         if known.unsorted:
             raise _Unsorted
         if known.last_version is None or known.last_version <= gt:
@@ -502,6 +502,12 @@ class _Journals(PlaneRecorder):
     def _descending(
         self, world: WorldId, gt: int | None, lte: int | None, limit: int | None
     ) -> list[tuple[int, codec.Entry]]:
+        if lte is None and limit is not None and limit <= MAX_READ_LAST:
+            # the newest ``limit`` (a snapshot lookup reads one): the head with them
+            newest = self._read_last(world, limit)[::-1]
+            if gt is not None:
+                newest = list(itertools.takewhile(lambda row: row[1].version > gt, newest))
+            return newest
         top = self._head(world)
         if lte is not None and top:
             first = self._first_version(world)
@@ -524,6 +530,32 @@ class _Journals(PlaneRecorder):
 
     def _head(self, world: WorldId) -> int:
         return self.plane.head(self.universe, world)
+
+    def _refresh_last(self, world: WorldId) -> Known:
+        """Learn the head and the version there, read together (``WorldNotFound`` raised as
+        the plane raises it)."""
+        head, rows = self.plane.read_last(self.universe, world, 1)
+        if head == 0:
+            return self._cache.refreshed(world, 0, None, None)
+        entry = codec.decode(rows[0][1], "entry", head, "of world", world)
+        return self._cache.refreshed(world, head, entry.version, entry.text_id, entry.unsorted)
+
+    def _read_last(self, world: WorldId, limit: int) -> list[tuple[int, codec.Entry]]:
+        """The newest ``limit`` entries and the head, read together, decoded; learned.
+        ``_Unsorted`` if the journal is marked out of order (its last entry is)."""
+        _, raw = self.plane.read_last(self.universe, world, limit)
+        rows = [
+            (height, codec.decode(entry, "entry", height, "of world", world))
+            for height, entry in raw
+        ]
+        if rows:
+            self._cache.seen(
+                world, rows[0][0], [entry.version for _, entry in rows], rows[0][1].text_id,
+                rows[-1][1].unsorted,
+            )  # fmt: skip
+            if rows[-1][1].unsorted:
+                raise _Unsorted
+        return rows
 
     def _first_version(self, world: WorldId) -> int | None:
         """The version at height 1 (``None`` if the journal is empty)."""

@@ -27,7 +27,14 @@ from persistence.plane.core import operation, row_limit, universe_keys, world_ke
 from persistence.plane.worlds import WorldOperations
 from persistence.protocols import budget, journal, log
 from persistence.segment_records import SegmentIndexRecord
-from persistence.sizes import check_bool, check_bytes, check_int, check_sequence, check_text
+from persistence.sizes import (
+    MAX_READ_LAST,
+    check_bool,
+    check_bytes,
+    check_int,
+    check_sequence,
+    check_text,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +375,25 @@ class JournalOperations(WorldOperations):
             if not page.rows or page.rows[-1][0] >= page.head:
                 break
         return out
+
+    @operation("journal.read_last")
+    async def read_last(
+        self, universe: UniverseId, world: WorldId, limit: int
+    ) -> tuple[int, list[tuple[int, bytes]]]:
+        """The journal head and its last ``limit`` entries (at most
+        :data:`~persistence.sizes.MAX_READ_LAST`), oldest first: what a reader
+        of a world's newest entries needs without reading its head first. One transaction
+        of one wave when they are hot and stored whole; else the head, then a stitched
+        :meth:`read_range` of them."""
+        keys = world_keys(universe, world)
+        row_limit(limit)
+        if limit > MAX_READ_LAST:
+            raise Validation("limit", f"at most {MAX_READ_LAST}, not {limit}")
+        page = await journal.read_last(self.engine, keys, limit, await self.sealing(writing=False))
+        first = max(1, page.head - limit + 1)
+        if page.rows or page.head < first:
+            return page.head, page.rows
+        return page.head, await self.read_range(universe, world, first, page.head - first + 1)
 
     async def read_cold(
         self, keys: WorldKeys, segment: SegmentIndexRecord, first: int, last: int

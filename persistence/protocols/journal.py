@@ -24,6 +24,7 @@ from persistence.protocols.calls import Call
 from persistence.protocols.checksums import SEAL_BYTES, Sealing
 from persistence.records import CasMeta, SnapshotRecord, WorldMeta, decode_record
 from persistence.segment_records import SegmentIndexRecord
+from persistence.sizes import MAX_READ_LAST
 
 
 async def read_head(tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = False) -> JournalHead:
@@ -351,8 +352,7 @@ async def _create(
 @dataclass(frozen=True, slots=True)
 class JournalPage:
     """One transaction's view of a stretch of journal: the head, and either hot entries or
-    the cold segment that holds ``first`` (hot keys of an indexed range may already be gone,
-    so the index is authoritative)."""
+    the cold segment that holds ``first`` (read when ``first``'s hot key is gone)."""
 
     head: int
     rows: list[tuple[int, bytes]]
@@ -521,6 +521,40 @@ async def read_entries(
     if parts or expected != last + 1:
         raise MissingJournalEntry(str(keys.world), expected)
     return JournalPage(head, out)
+
+
+@kv.transactional
+async def read_last(
+    tr: kv.Transaction, keys: WorldKeys, limit: int, sealing: Sealing | None
+) -> JournalPage:
+    """The head and the last ``limit`` entries below it (heights ``head - limit + 1`` to
+    ``head``, or from 1), in one wave: the head with a reverse range read of the journal's
+    last ``limit`` keys. ``rows`` is empty, short of them, where that read does not give
+    them all, each stored whole and hot (a chunked entry, a height gone cold): the caller
+    reads them as a range (entries never change, so a later transaction reads the same).
+    ``limit`` is at most :data:`~persistence.sizes.MAX_READ_LAST`. Snapshot reads: a
+    read-only call."""
+    if not 0 <= limit <= MAX_READ_LAST:
+        raise ValueError(f"read_last reads 0 to {MAX_READ_LAST} entries, not {limit}")
+    head_read = tr.get(keys.head())
+    rows_read = (
+        tr.get_range(*keys.entries_from(1), limit=limit, reverse=True, snapshot=True)
+        if limit
+        else None
+    )
+    head = decode_head(keys, await head_read).height
+    if rows_read is None:
+        return JournalPage(head, [])
+    rows = await rows_read
+    first = max(1, head - limit + 1)
+    rows.reverse()
+    prefix = keys.entry_prefix_len()
+    if len(rows) != head - first + 1 or not whole_run(
+        list(map(_key_of, rows)), keys.whole_entry_key(), prefix, first
+    ):
+        return JournalPage(head, [])
+    values = sealing.opened_rows(keys, first, rows) if sealing else list(map(_value_of, rows))
+    return JournalPage(head, list(zip(range(first, head + 1), values, strict=True)))
 
 
 @kv.transactional

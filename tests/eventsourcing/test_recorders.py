@@ -48,6 +48,7 @@ from aos_eventsourcing.codec import NAMESPACE, TEXT_IDS
 from aos_eventsourcing.dcb import PlaneDCBRecorder
 from backends.kv.faults import FaultInjector, FaultyEngine, SimulatedCrash
 from backends.kv.memory import MemoryEngine
+from backends.kv.roundtrips import CountingEngine
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.memory import MemoryObjectStore
 from persistence import fdb_errors
@@ -489,6 +490,29 @@ def test_an_entry_that_is_not_a_stored_event_is_internal_error_saying_where(
         recorder.select_events(aggregate)
     with pytest.raises(InternalError, match=r"^log position 2 is not a stored event"):
         recorder.select_notifications(1, 10)
+
+
+def test_a_reader_of_the_newest_events_reads_them_with_the_head_in_one_wave() -> None:
+    """A snapshot lookup (``desc=True, limit=1``) and any newest-first read of at most
+    ``MAX_READ_LAST`` events is one transaction of two round trips, in a recorder that has
+    seen the aggregate or not; and it reads what the recorder's paged reads read."""
+    counting = CountingEngine(MemoryEngine())
+    plane = Plane(counting, MemoryObjectStore())
+    universe, aggregate = UniverseId.new(), uuid.uuid4()
+    writer = PlaneAggregateRecorder(plane, universe)
+    writer.insert_events([event(aggregate, v) for v in range(1, 21)])
+    for recorder in (writer, PlaneAggregateRecorder(plane, universe)):  # warm, then cold
+        for gt, limit in ((None, 1), (None, 5), (17, 5), (None, 25), (25, 3)):
+            counting.tally.take()
+            got = recorder.select_events(aggregate, desc=True, gt=gt, limit=limit)
+            tally = counting.tally.take()
+            assert (tally.transactions, tally.round_trips) == (1, 2), (gt, limit)
+            versions = [v for v in range(20, 0, -1) if gt is None or v > gt][:limit]
+            assert got == [event(aggregate, v) for v in versions]
+    assert (
+        PlaneAggregateRecorder(plane, universe).select_events(uuid.uuid4(), desc=True, limit=1)
+        == []
+    )
 
 
 def test_each_event_keeps_its_own_id_within_one_insert(store: Counted) -> None:

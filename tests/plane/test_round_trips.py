@@ -185,6 +185,7 @@ def test_a_read_of_one_world_record_or_range_takes_two_round_trips(
     plane.enqueue_batch(u, w, [ITEM] * 3)
     reads: dict[str, Callable[[], object]] = {
         "head": lambda: plane.head(u, w),
+        "read_last": lambda: plane.read_last(u, w, 2),
         "world_meta": lambda: plane.world_meta(u, w),
         "read_after": lambda: plane.read_after(u, w, None, 10),
         "inbox_cursor": lambda: plane.inbox_cursor(u, w),
