@@ -586,7 +586,8 @@ class Fsck:
                     world,
                     f"heights 1-{covered}",
                     "hot keys remain below segment coverage (an export did not finish "
-                    "deleting them)",
+                    "deleting them; reads take them while they are there and sound, and "
+                    "they are not checked here: export the world again to delete them)",
                 )
         height = covered + 1
         layout = self.plane.layout

@@ -6,7 +6,10 @@ Safety rules (source specification section 7):
   (``end < baseline.height - margin``) -- or at or below the world's cold horizon, which its
   owner sets when it needs no baseline (``Plane.set_cold_horizon``) --, never past the head;
 * a segment is uploaded (create-only) and indexed **before** any hot key of its range is
-  deleted; reads switch to the segment as soon as the index record commits;
+  deleted, and the hot keys are deleted from the lowest height up: a read finds each height
+  hot, or cold in an indexed segment, at every moment (reads take a hot key while it is
+  there and sound, the segment once it is gone: ``protocols/journal.py``'s
+  ``read_entries``);
 * every step is recorded in a durable marker, so a crash anywhere resumes and converges.
 
 Marker states, as Kafka tiered storage's segment states::

@@ -11,6 +11,7 @@ from typing import Final
 from persistence import fdbtuple, kv
 from persistence.errors import (
     CorruptRecord,
+    DamagedJournalEntry,
     HeadAdvanced,
     MissingJournalEntry,
     SegmentIndexCorruption,
@@ -359,9 +360,11 @@ class JournalPage:
     segment: SegmentIndexRecord | None = None
 
 
-ROWS_PER_READ: Final = 256
-"""Rows of a page's first range read of the journal; the next ones are sized by the bytes
-read so far (:func:`_rows_next`), so that a page stops near its byte budget."""
+ROWS_PER_READ: Final = 64
+"""Rows of a page's first range read of the journal, issued with the head before it is known
+whether the page's first height is still hot: most aggregates' whole journals, while a cold
+page discards no more than this many. The next reads are sized by the bytes read so far
+(:func:`_rows_next`), so that a page stops near its byte budget."""
 MAX_ROWS_PER_READ: Final = 4_096
 """The most rows one range read of a page asks for."""
 
@@ -413,7 +416,10 @@ def _stitch(
             out.append((expected, value))  # the next entry, stored whole
             expected += 1
         else:
-            height, index, count = fdbtuple.unpack(key, prefix)
+            try:
+                height, index, count = fdbtuple.unpack(key, prefix)
+            except (ValueError, TypeError):  # not a key of an entry's chunk
+                raise MissingJournalEntry(str(keys.world), expected) from None
             if not (isinstance(height, int) and isinstance(index, int) and isinstance(count, int)):
                 raise MissingJournalEntry(str(keys.world), expected)
             if height != expected or index != len(parts):
@@ -449,47 +455,85 @@ async def read_entries(
     ``MissingJournalEntry``.
 
     One wave of reads: the head with the page's first range of hot keys. The segment index
-    is read, in the same transaction, only if the key of ``first`` is not among them: an
-    export indexes a segment before it deletes the segment's hot keys, and deletes them
-    from the lowest height up, so a hot ``first`` has every height above it hot too (the
-    bytes of a height are the same hot or cold), and a reader that finds no key of
-    ``first`` and no segment holding it has lost it. The first segment ending at or after
-    ``first`` is checked to continue the one before it (``segment_index.read_segments``):
-    the index tiles from height 1, so that segment holds ``first`` -- a record that does
-    not (a gap, an overlap, a key that is not its end) is ``SegmentIndexCorruption``, never
-    a read of other heights. The entries are read at snapshot isolation: a read-only call,
-    never part of a transaction that writes on what it read."""
+    is read, in the same transaction, only if the key of ``first`` is not among them, or if
+    a hot height of the page is damaged or missing: an export indexes a segment before it
+    deletes the segment's hot keys, and deletes them from the lowest height up, so a hot
+    ``first`` has every height above it hot too, and a height's bytes are the same hot or
+    cold (export copies them; fsck compares hot keys left below coverage with their
+    segment). A hot page that fails -- a height damaged or missing, as a hot key left below
+    coverage may be -- is read from the segment holding ``first`` if one does; a reader that
+    finds neither a sound key of a height nor a segment holding ``first`` has lost it. The
+    first segment ending at
+    or after ``first`` is checked to continue the one before it
+    (``segment_index.read_segments``): the index tiles from height 1, so that segment holds
+    ``first`` -- a record that does not (a gap, an overlap, a key that is not its end) is
+    ``SegmentIndexCorruption``, never a read of other heights. The entries are read at
+    snapshot isolation: a read-only call, never part of a transaction that writes on what it
+    read."""
     head_read = tr.get(keys.head())
     if limit <= 0:
         return JournalPage(decode_head(keys, await head_read).height, [])
     begin, end = keys.entries_between(first, first + limit - 1)
-    asked, read = ROWS_PER_READ, 0
     # A snapshot read: this transaction writes nothing, so its conflicts would never be
     # checked (an engine that validates reads at commit keeps no copy of the rows).
-    rows_read = tr.get_range(begin, end, limit=asked, snapshot=True)
+    rows_read = tr.get_range(begin, end, limit=ROWS_PER_READ, snapshot=True)
     head = decode_head(keys, await head_read).height
     rows = await rows_read
     if first > head:
         return JournalPage(head, [])
     last = min(head, first + limit - 1)
+    asked = ROWS_PER_READ
     if last < first + limit - 1:
         end = keys.entries_between(first, last)[1]  # no entry is stored above the head
         cut = bisect.bisect_left(rows, end, key=_key_of)
         if cut < len(rows):
             del rows[cut:]
             asked = len(rows) + 1  # the range is read to its end
-    if not rows or not rows[0][0].startswith(begin):  # the key of ``first`` has gone cold
-        covering = await segment_index.read_segments(
-            tr, UniverseKeys(keys.universe), keys.world, first, limit=1
-        )
-        if covering:
-            return JournalPage(head, [], _holding(keys, first, covering[0]))
+    hot = bool(rows) and rows[0][0].startswith(begin)
+    if not hot:  # the key of ``first`` has gone cold
+        covering = await _covering(tr, keys, first)
+        if covering is not None:
+            return JournalPage(head, [], covering)
+    try:
+        out = await _hot_rows(tr, keys, first, last, rows, asked, end, sealing, max_bytes)
+    except (MissingJournalEntry, DamagedJournalEntry):
+        covering = await _covering(tr, keys, first) if hot else None
+        if covering is None:
+            raise
+        return JournalPage(head, [], covering)
+    return JournalPage(head, out)
+
+
+async def _covering(tr: kv.Transaction, keys: WorldKeys, first: int) -> SegmentIndexRecord | None:
+    """The segment holding ``first``, if one is indexed (checked to tile)."""
+    covering = await segment_index.read_segments(
+        tr, UniverseKeys(keys.universe), keys.world, first, limit=1
+    )
+    return _holding(keys, first, covering[0]) if covering else None
+
+
+async def _hot_rows(
+    tr: kv.Transaction,
+    keys: WorldKeys,
+    first: int,
+    last: int,
+    rows: list[tuple[bytes, bytes]],
+    asked: int,
+    end: bytes,
+    sealing: Sealing | None,
+    max_bytes: int,
+) -> list[tuple[int, bytes]]:
+    """The hot entries ``first..last`` (fewer where ``max_bytes`` is reached), from ``rows``
+    (the first range read, of ``asked`` rows) and the range reads after it up to ``end``,
+    checked to be contiguous and whole: ``MissingJournalEntry`` or ``DamagedJournalEntry``
+    naming the first height that is not."""
     prefix = keys.entry_prefix_len()
     whole_key = keys.whole_entry_key()
     out: list[tuple[int, bytes]] = []
     expected = first
     parts: list[bytes] = []
     size = 0
+    read = 0
     sealed = SEAL_BYTES if sealing else 0
     while True:
         read += len(rows)
@@ -513,14 +557,14 @@ async def read_entries(
                 keys, rows, out, parts, expected, size, sealing, max_bytes
             )
             if full:
-                return JournalPage(head, out)
-        if len(rows) < asked:
+                return out
+        if len(rows) < asked or (expected > last and not parts):  # the range's end
             break
         asked = _rows_next(read, size, max_bytes, last - expected + 1)
         rows = await tr.get_range(rows[-1][0] + b"\x00", end, limit=asked, snapshot=True)
     if parts or expected != last + 1:
         raise MissingJournalEntry(str(keys.world), expected)
-    return JournalPage(head, out)
+    return out
 
 
 @kv.transactional

@@ -148,8 +148,9 @@ def test_a_page_of_the_universe_log_takes_three_round_trips(
 def test_a_hot_read_takes_two_round_trips_and_a_cold_one_three(
     counted: tuple[Plane, CountingEngine], tmp_path: Path
 ) -> None:
-    """Read version; the head with the page's first range of hot keys -- the segment index
-    is read only when the first height asked for is no longer hot (a third round trip)."""
+    """Read version; the head with the page's first range of hot keys (``ROWS_PER_READ``
+    rows: a longer page reads on) -- the segment index is read only when the first height
+    asked for is no longer hot (a third round trip)."""
     plane, counting = counted
     u, w = UniverseId.new(), WorldId.new()
     plane.create_world(u, w)
@@ -159,7 +160,10 @@ def test_a_hot_read_takes_two_round_trips_and_a_cold_one_three(
     head = plane.head(u, w)
     counting.tally.take()
     assert plane.read_range(u, w, 1, 1) == [(1, b"e1")] and rounds(counting) == 2
-    assert len(plane.read_range(u, w, 1, 1_000)) == head and rounds(counting) == 2
+    first_read = journal.ROWS_PER_READ
+    assert len(plane.read_range(u, w, 1, first_read)) == first_read and rounds(counting) == 2
+    # past the first range read's rows, one more read for the rest of the page
+    assert len(plane.read_range(u, w, 1, 1_000)) == head > first_read and rounds(counting) == 3
     assert plane.read_range(u, w, head + 1, 10) == [] and rounds(counting) == 2  # past it
     cold = open_plane(counting, LocalObjectStore(tmp_path))
     Exporter(cold, ExportConfig(enabled=True, target_entries=25)).export_all(u, w)

@@ -13,7 +13,13 @@ from backends.kv.memory import MemoryEngine
 from backends.kv.sqlite import SqliteEngine
 from backends.objects.local import LocalObjectStore
 from persistence import kv
-from persistence.errors import SegmentChecksumMismatch, SegmentCorruption, SegmentMissing
+from persistence.errors import (
+    DamagedJournalEntry,
+    MissingJournalEntry,
+    SegmentChecksumMismatch,
+    SegmentCorruption,
+    SegmentMissing,
+)
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.kernel import ReferenceKernel
@@ -100,6 +106,65 @@ def test_a_crash_at_every_export_step_resumes_and_converges(tmp_path: Path) -> N
             assert drive(read_marker(plane.engine, WorldKeys(cu, cw))) is None
             runs += 1
     assert runs >= 15
+
+
+@pytest.mark.parametrize("point", ["export.after_index", "export.after_delete_chunk"])
+def test_a_damaged_hot_key_left_below_coverage_is_read_from_its_segment(
+    tmp_path: Path, point: str
+) -> None:
+    """Between indexing a segment and deleting its hot keys, both hold its heights: a hot
+    key that is damaged there (or undecodable) does not fail a read -- the segment holding
+    the page's first height is read instead. Above coverage, the damage is still found."""
+    injector = FaultInjector()
+    plane = open_plane(
+        FaultyEngine(MemoryEngine(), injector), LocalObjectStore(tmp_path), hooks=injector
+    )
+    u, w = prepared(plane)
+    injector.crash_at(point, 1)  # the first segment (1-6) indexed, its keys not all gone
+    with pytest.raises(SimulatedCrash):
+        Exporter(plane, CONFIG).export_all(u, w)
+    keys = WorldKeys(u, w)
+
+    async def damage(tr: kv.Transaction) -> None:
+        key = keys.entry_chunk(6, 0, 1)
+        value = await tr.get(key)
+        assert value is not None
+        tr.set(key, value[:-1] + bytes([value[-1] ^ 1]))
+        tr.set(keys.entry_chunk(5, 0, 1) + b"\xff", b"junk")  # not an entry's key
+
+    kv.run(plane.engine, damage)
+    for first in range(1, 31):
+        read = plane.read_range(u, w, first, 31 - first)
+        assert [e for _, e in read] == ENTRIES[first - 1 :], first
+    # above coverage nothing holds the heights: damage there is still an error
+    kv.run(plane.engine, lambda tr: _flip_entry(tr, keys, 20))
+    with pytest.raises(DamagedJournalEntry) as err:
+        plane.read_range(u, w, 1, 30)
+    assert err.value.height == 20
+
+
+async def _flip_entry(tr: kv.Transaction, keys: WorldKeys, height: int) -> None:
+    key = keys.entry_chunk(height, 0, 1)
+    value = await tr.get(key)
+    assert value is not None
+    tr.set(key, bytes([value[0] ^ 1]) + value[1:])
+
+
+def test_an_undecodable_key_among_a_worlds_entries_is_a_missing_entry(
+    tmp_path: Path,
+) -> None:
+    """Not a ``ValueError`` of the key's decoding: the height whose key is out of place."""
+    plane = open_plane(MemoryEngine(), LocalObjectStore(tmp_path))
+    u, w = prepared(plane)
+    keys = WorldKeys(u, w)
+    kv.run(plane.engine, lambda tr: _set(tr, keys.entry_chunk(5, 0, 1) + b"\xff", b"junk"))
+    with pytest.raises(MissingJournalEntry) as err:  # where height 6's key should be
+        plane.read_range(u, w, 5, 3)
+    assert err.value.height == 6
+
+
+async def _set(tr: kv.Transaction, key: bytes, value: bytes) -> None:
+    tr.set(key, value)
 
 
 def test_commit_faults_during_export_converge(tmp_path: Path) -> None:
