@@ -47,7 +47,7 @@ from aos_eventsourcing.cache import Known, WorldCache
 from persistence.errors import HeadAdvanced, PersistError, SequencingIncomplete, WorldNotFound
 from persistence.ids import UniverseId, WorldId
 from persistence.plane import Plane
-from persistence.sizes import MAX_READ_LAST, MAX_ROW_LIMIT
+from persistence.sizes import MAX_ROW_LIMIT
 
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS: Final = 100
@@ -502,7 +502,7 @@ class _Journals(PlaneRecorder):
     def _descending(
         self, world: WorldId, gt: int | None, lte: int | None, limit: int | None
     ) -> list[tuple[int, codec.Entry]]:
-        if lte is None and limit is not None and limit <= MAX_READ_LAST:
+        if lte is None and limit is not None:
             # the newest ``limit`` (a snapshot lookup reads one): the head with them
             newest = self._read_last(world, limit)[::-1]
             if gt is not None:

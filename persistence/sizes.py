@@ -22,9 +22,6 @@ GiB: Final = 1024 * MiB
 MAX_ROW_LIMIT: Final = 2**31 - 1
 """The largest ``limit`` of a listing call: FoundationDB's range-read row limit is a C
 ``int``, and SQLite's is a 64-bit integer; a larger limit is no use to anyone."""
-MAX_READ_LAST: Final = 256
-"""The most entries ``Plane.read_last`` returns: the journal's last keys in one range read
-issued with its head."""
 MAX_IDEMPOTENCY_KEY_BYTES: Final = 256
 """An inbox idempotency key: 1 to 256 bytes (it is part of a key)."""
 MAX_NAME_CHARS: Final = 1024

@@ -28,7 +28,6 @@ from persistence.plane.worlds import WorldOperations
 from persistence.protocols import budget, journal, log
 from persistence.segment_records import SegmentIndexRecord
 from persistence.sizes import (
-    MAX_READ_LAST,
     check_bool,
     check_bytes,
     check_int,
@@ -380,15 +379,18 @@ class JournalOperations(WorldOperations):
     async def read_last(
         self, universe: UniverseId, world: WorldId, limit: int
     ) -> tuple[int, list[tuple[int, bytes]]]:
-        """The journal head and its last ``limit`` entries (at most
-        :data:`~persistence.sizes.MAX_READ_LAST`), oldest first: what a reader
-        of a world's newest entries needs without reading its head first. One transaction
-        of one wave when they are hot and stored whole; else the head, then a stitched
-        :meth:`read_range` of them."""
+        """The journal head and its last ``limit`` entries, oldest first: what a reader of
+        a world's newest entries needs without reading its head first. Up to
+        ``ROWS_PER_READ`` (64) entries hot, whole and sound: one transaction of one wave;
+        else the head, then a stitched :meth:`read_range` of them (paged by
+        ``read_page_bytes``)."""
         keys = world_keys(universe, world)
         row_limit(limit)
-        if limit > MAX_READ_LAST:
-            raise Validation("limit", f"at most {MAX_READ_LAST}, not {limit}")
+        if limit > journal.ROWS_PER_READ:  # pages sized by their bytes
+            head = (await journal.read_entries(self.engine, keys, 1, 0, None)).head
+            first = max(1, head - limit + 1)
+            rows = await self.read_range(universe, world, first, head - first + 1)
+            return head, rows if head >= first else []
         page = await journal.read_last(self.engine, keys, limit, await self.sealing(writing=False))
         first = max(1, page.head - limit + 1)
         if page.rows or page.head < first:
@@ -414,8 +416,9 @@ class JournalOperations(WorldOperations):
         self, universe: UniverseId, world: WorldId, from_inclusive: int, limit: int
     ) -> list[tuple[int, bytes]]:
         """Entries still held in the engine, from ``from_inclusive`` (one transaction, at
-        most ``read_page_bytes`` of them but at least one; empty if that height's key is
-        gone and a segment covers it). Used by segment export and fsck."""
+        most ``read_page_bytes`` of them but at least one; empty where a segment holds that
+        height and the page is not read hot: its key is gone, or a height of the page fails
+        its check). Used by segment export and fsck."""
         keys = world_keys(universe, world)
         check_height(from_inclusive, "from_inclusive", allow_zero=False)
         row_limit(limit)

@@ -25,7 +25,6 @@ from persistence.protocols.calls import Call
 from persistence.protocols.checksums import SEAL_BYTES, Sealing
 from persistence.records import CasMeta, SnapshotRecord, WorldMeta, decode_record
 from persistence.segment_records import SegmentIndexRecord
-from persistence.sizes import MAX_READ_LAST
 
 
 async def read_head(tr: kv.Transaction, keys: WorldKeys, *, snapshot: bool = False) -> JournalHead:
@@ -459,8 +458,8 @@ async def read_entries(
     a hot height of the page is damaged or missing: an export indexes a segment before it
     deletes the segment's hot keys, and deletes them from the lowest height up, so a hot
     ``first`` has every height above it hot too, and a height's bytes are the same hot or
-    cold (export copies them; fsck compares hot keys left below coverage with their
-    segment). A hot page that fails -- a height damaged or missing, as a hot key left below
+    cold (export copies them; fsck warns of hot keys left below coverage). A hot page that
+    fails -- a height damaged or missing, as a hot key left below
     coverage may be -- is read from the segment holding ``first`` if one does; a reader that
     finds neither a sound key of a height nor a segment holding ``first`` has lost it. The
     first segment ending at
@@ -561,6 +560,10 @@ async def _hot_rows(
         if len(rows) < asked or (expected > last and not parts):  # the range's end
             break
         asked = _rows_next(read, size, max_bytes, last - expected + 1)
+        if parts:  # an entry's chunks go on: ask for the rest of them at once
+            _, index, count = fdbtuple.unpack(rows[-1][0], prefix)  # _stitch took it
+            if isinstance(index, int) and isinstance(count, int):  # as _stitch checked
+                asked = max(asked, min(count - index - 1, MAX_ROWS_PER_READ))
         rows = await tr.get_range(rows[-1][0] + b"\x00", end, limit=asked, snapshot=True)
     if parts or expected != last + 1:
         raise MissingJournalEntry(str(keys.world), expected)
@@ -574,12 +577,12 @@ async def read_last(
     """The head and the last ``limit`` entries below it (heights ``head - limit + 1`` to
     ``head``, or from 1), in one wave: the head with a reverse range read of the journal's
     last ``limit`` keys. ``rows`` is empty, short of them, where that read does not give
-    them all, each stored whole and hot (a chunked entry, a height gone cold): the caller
-    reads them as a range (entries never change, so a later transaction reads the same).
-    ``limit`` is at most :data:`~persistence.sizes.MAX_READ_LAST`. Snapshot reads: a
-    read-only call."""
-    if not 0 <= limit <= MAX_READ_LAST:
-        raise ValueError(f"read_last reads 0 to {MAX_READ_LAST} entries, not {limit}")
+    them all, each stored whole, hot and sound (a chunked entry, a height gone cold, a
+    damaged one): the caller reads them as a range, which stitches segments and names
+    damage (entries never change, so a later transaction reads the same). ``limit`` is at
+    most :data:`ROWS_PER_READ`, a page's first read. Snapshot reads: a read-only call."""
+    if not 0 <= limit <= ROWS_PER_READ:
+        raise ValueError(f"read_last reads 0 to {ROWS_PER_READ} entries, not {limit}")
     head_read = tr.get(keys.head())
     rows_read = (
         tr.get_range(*keys.entries_from(1), limit=limit, reverse=True, snapshot=True)
@@ -597,7 +600,13 @@ async def read_last(
         list(map(_key_of, rows)), keys.whole_entry_key(), prefix, first
     ):
         return JournalPage(head, [])
-    values = sealing.opened_rows(keys, first, rows) if sealing else list(map(_value_of, rows))
+    if sealing:
+        try:
+            values = sealing.opened_rows(keys, first, rows)
+        except DamagedJournalEntry:  # a range read names it, or reads its segment
+            return JournalPage(head, [])
+    else:
+        values = list(map(_value_of, rows))
     return JournalPage(head, list(zip(range(first, head + 1), values, strict=True)))
 
 

@@ -494,7 +494,7 @@ def test_an_entry_that_is_not_a_stored_event_is_internal_error_saying_where(
 
 def test_a_reader_of_the_newest_events_reads_them_with_the_head_in_one_wave() -> None:
     """A snapshot lookup (``desc=True, limit=1``) and any newest-first read of at most
-    ``MAX_READ_LAST`` events is one transaction of two round trips, in a recorder that has
+    ``ROWS_PER_READ`` (64) events is one transaction of two round trips, in a recorder that has
     seen the aggregate or not; and it reads what the recorder's paged reads read."""
     counting = CountingEngine(MemoryEngine())
     plane = Plane(counting, MemoryObjectStore())

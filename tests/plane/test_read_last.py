@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from backends.kv.faults import FaultInjector, FaultyEngine, SimulatedCrash
 from backends.objects.local import LocalObjectStore
 from backends.objects.memory import MemoryObjectStore
 from persistence import kv
@@ -17,7 +18,7 @@ from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import CHUNK_SIZE, WorldKeys
 from persistence.kv import Engine
 from persistence.plane import Plane
-from persistence.sizes import MAX_READ_LAST
+from persistence.protocols.journal import ROWS_PER_READ
 from segments import open_plane
 from segments.export import ExportConfig, Exporter
 from tests.segments.workload import snapshot_now
@@ -37,7 +38,7 @@ def test_the_last_entries_are_what_read_range_reads(plane: Plane, universe: Univ
         entries = [rng.randbytes(rng.randrange(0, 64)) for _ in range(length)]
         for start in range(0, length, 100):
             plane.append_batch(universe, world, start, entries[start : start + 100])
-        for limit in (0, 1, 2, 5, 100, MAX_READ_LAST):
+        for limit in (0, 1, 2, 5, ROWS_PER_READ, ROWS_PER_READ + 1, 256, 400):
             head, rows = plane.read_last(universe, world, limit)
             assert head == length
             assert rows == last_by_range(plane, universe, world, limit), (length, limit)
@@ -68,6 +69,35 @@ def test_a_tail_gone_cold_is_read_from_its_segments(engine: Engine, tmp_path: Pa
         assert plane.read_last(u, w, limit) == (head, last_by_range(plane, u, w, limit))
 
 
+def test_a_damaged_hot_key_left_in_a_segment_is_read_from_the_segment(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """An export that indexed a segment of the whole journal (a cold horizon at the head) and
+    crashed before deleting its hot keys: a damaged one of them is read from the segment,
+    as read_range reads it."""
+    injector = FaultInjector()
+    plane = open_plane(FaultyEngine(engine, injector), LocalObjectStore(tmp_path), hooks=injector)
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    plane.append_batch(u, w, 0, [b"e%d" % n for n in range(1, 21)])
+    plane.set_cold_horizon(u, w, 20)
+    injector.crash_at("export.after_index", 1)
+    with pytest.raises(SimulatedCrash):
+        Exporter(plane, ExportConfig(enabled=True, target_entries=100)).export_all(u, w)
+    assert [(s.start, s.end) for s in plane.list_segments(u, w)] == [(1, 20)]
+    key = WorldKeys(u, w).entry_chunk(20, 0, 1)
+
+    async def flip(tr: kv.Transaction) -> None:
+        value = await tr.get(key)
+        assert value is not None
+        tr.set(key, bytes([value[0] ^ 1]) + value[1:])
+
+    kv.run(plane.engine, flip)
+    assert plane.read_range(u, w, 20, 1) == [(20, b"e20")]
+    assert plane.read_last(u, w, 1) == (20, [(20, b"e20")])
+    assert plane.read_last(u, w, 3) == (20, [(18, b"e18"), (19, b"e19"), (20, b"e20")])
+
+
 def test_a_damaged_entry_in_the_tail_is_damage(plane: Plane, universe: UniverseId) -> None:
     world = WorldId.new()
     plane.create_world(universe, world)
@@ -91,7 +121,7 @@ def test_bad_calls_name_the_field(plane: Plane, universe: UniverseId, world: Wor
         plane.read_last(universe, WorldId.new(), 1)
     with pytest.raises(WorldNotFound):
         plane.read_last(universe, WorldId.new(), 0)
-    for limit in (-1, MAX_READ_LAST + 1, "1", True, 1.0, None):
+    for limit in (-1, 2**31, "1", True, 1.0, None):
         with pytest.raises(Validation) as err:
             plane.read_last(universe, world, limit)  # type: ignore[arg-type]
         assert err.value.field == "limit"

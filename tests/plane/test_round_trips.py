@@ -17,7 +17,7 @@ from persistence.errors import WorldNotFound
 from persistence.futures import drive
 from persistence.ids import UniverseId, WorldId
 from persistence.inbox_records import DomainEventIngress
-from persistence.keyspace import UniverseKeys, WorldKeys
+from persistence.keyspace import CHUNK_SIZE, UniverseKeys, WorldKeys
 from persistence.kv import Engine
 from persistence.log_records import log_records
 from persistence.plane import Plane, PlaneConfig
@@ -175,6 +175,21 @@ def test_a_hot_read_takes_two_round_trips_and_a_cold_one_three(
     assert rounds(counting) == 3
     page = drive(journal.read_entries(counting, keys, 51, 100, None))
     assert page.segment is None and len(page.rows) == head - 50 and rounds(counting) == 2
+
+
+def test_an_entry_in_chunks_past_a_pages_first_read_takes_one_more_read(
+    counted: tuple[Plane, CountingEngine],
+) -> None:
+    """Its chunks are asked for together, not one range read (a round trip) each."""
+    plane, counting = counted
+    u, w = UniverseId.new(), WorldId.new()
+    plane.create_world(u, w)
+    big = bytes(range(256)) * (20 * CHUNK_SIZE // 256)  # 20 chunks
+    small = [b"s"] * (journal.ROWS_PER_READ - 1)
+    plane.append_batch(u, w, 0, [*small, big])
+    counting.tally.take()
+    assert plane.read_range(u, w, 1, 1_000)[-1] == (len(small) + 1, big)
+    assert rounds(counting) == 3  # read version, the first wave, the rest of the chunks
 
 
 def test_a_read_of_one_world_record_or_range_takes_two_round_trips(
