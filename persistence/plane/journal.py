@@ -27,13 +27,7 @@ from persistence.plane.core import operation, row_limit, universe_keys, world_ke
 from persistence.plane.worlds import WorldOperations
 from persistence.protocols import budget, journal, log
 from persistence.segment_records import SegmentIndexRecord
-from persistence.sizes import (
-    check_bool,
-    check_bytes,
-    check_int,
-    check_sequence,
-    check_text,
-)
+from persistence.sizes import check_bool, check_bytes, check_int, check_sequence, check_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,16 +380,18 @@ class JournalOperations(WorldOperations):
         ``read_page_bytes``)."""
         keys = world_keys(universe, world)
         row_limit(limit)
-        if limit > journal.ROWS_PER_READ:  # pages sized by their bytes
+        if limit <= journal.ROWS_PER_READ:
+            sealing = await self.sealing(writing=False)
+            page = await journal.read_last(self.engine, keys, limit, sealing)
+            if page.rows:
+                return page.head, page.rows
+            head = page.head
+        else:  # more than a first read: pages sized by their bytes
             head = (await journal.read_entries(self.engine, keys, 1, 0, None)).head
-            first = max(1, head - limit + 1)
-            rows = await self.read_range(universe, world, first, head - first + 1)
-            return head, rows if head >= first else []
-        page = await journal.read_last(self.engine, keys, limit, await self.sealing(writing=False))
-        first = max(1, page.head - limit + 1)
-        if page.rows or page.head < first:
-            return page.head, page.rows
-        return page.head, await self.read_range(universe, world, first, page.head - first + 1)
+        first = max(1, head - limit + 1)
+        if head < first:
+            return head, []
+        return head, await self.read_range(universe, world, first, head - first + 1)
 
     async def read_cold(
         self, keys: WorldKeys, segment: SegmentIndexRecord, first: int, last: int

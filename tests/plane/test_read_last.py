@@ -30,6 +30,18 @@ def last_by_range(plane: Plane, u: UniverseId, w: WorldId, limit: int) -> list[t
     return plane.read_range(u, w, first, head - first + 1) if head >= first else []
 
 
+def flip_entry(plane: Plane, u: UniverseId, w: WorldId, height: int) -> None:
+    """Flip a bit of the stored value of entry ``height`` (stored whole)."""
+    key = WorldKeys(u, w).entry_chunk(height, 0, 1)
+
+    async def flip(tr: kv.Transaction) -> None:
+        value = await tr.get(key)
+        assert value is not None
+        tr.set(key, bytes([value[0] ^ 1]) + value[1:])
+
+    kv.run(plane.engine, flip)
+
+
 def test_the_last_entries_are_what_read_range_reads(plane: Plane, universe: UniverseId) -> None:
     rng = random.Random(5)
     for length in (0, 1, 2, 5, 255, 256, 257, 300):
@@ -85,14 +97,7 @@ def test_a_damaged_hot_key_left_in_a_segment_is_read_from_the_segment(
     with pytest.raises(SimulatedCrash):
         Exporter(plane, ExportConfig(enabled=True, target_entries=100)).export_all(u, w)
     assert [(s.start, s.end) for s in plane.list_segments(u, w)] == [(1, 20)]
-    key = WorldKeys(u, w).entry_chunk(20, 0, 1)
-
-    async def flip(tr: kv.Transaction) -> None:
-        value = await tr.get(key)
-        assert value is not None
-        tr.set(key, bytes([value[0] ^ 1]) + value[1:])
-
-    kv.run(plane.engine, flip)
+    flip_entry(plane, u, w, 20)
     assert plane.read_range(u, w, 20, 1) == [(20, b"e20")]
     assert plane.read_last(u, w, 1) == (20, [(20, b"e20")])
     assert plane.read_last(u, w, 3) == (20, [(18, b"e18"), (19, b"e19"), (20, b"e20")])
@@ -102,14 +107,7 @@ def test_a_damaged_entry_in_the_tail_is_damage(plane: Plane, universe: UniverseI
     world = WorldId.new()
     plane.create_world(universe, world)
     plane.append_batch(universe, world, 0, [b"one", b"two", b"three"])
-    key = WorldKeys(universe, world).entry_chunk(2, 0, 1)
-
-    async def flip(tr: kv.Transaction) -> None:
-        value = await tr.get(key)
-        assert value is not None
-        tr.set(key, bytes([value[0] ^ 1]) + value[1:])
-
-    kv.run(plane.engine, flip)
+    flip_entry(plane, universe, world, 2)
     with pytest.raises(DamagedJournalEntry) as err:
         plane.read_last(universe, world, 2)
     assert (err.value.world, err.value.height) == (str(world), 2)
