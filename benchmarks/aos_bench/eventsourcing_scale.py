@@ -18,6 +18,14 @@ aggregates of its own:
    boundary of its own (tags disjoint between processes), conditioned on no event of its
    boundary after what it read (target 1.0 at 8 writers).
 
+In the same rounds as the saves, two floors (:func:`_floor_saves`): the same saves with the
+``fdb`` bindings alone, on the plane's keys -- each a new aggregate and its stored event
+made by eventsourcing's mapper, then one transaction: with a gapless notification id (the
+aggregate's head and the universe log's head read with conflicts, the entry, its log record,
+both heads), and without one (the head and the entry only). They say what the cluster on
+this machine allows at best for each way, against ``eventsourcing.postgres``; ours is also
+put against the first.
+
 Rounds alternate the sides (theirs, ours) after a warm-up round of each, ``ROUNDS`` rounds
 per figure; every process waits at a barrier, then saves for ``seconds``. A figure is the
 median of the per-round ratios, with the lowest and highest.
@@ -33,15 +41,22 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any, Final
 
 from aos_bench import Figure, require
+from persistence.ids import UniverseId
 
 WRITERS: Final = (1, 4, 8)
 ROUNDS: Final = 3
 STATE: Final = b"s" * 100
+FLOOR: Final = "AOSP_BENCH_FLOOR"
+"""The variable telling a floor writer (:func:`_floor_saves`) whether its saves take
+notification ids: ``logged`` or ``unlogged``."""
+FLOOR_UNIVERSE: Final = UniverseId(uuid.uuid5(uuid.NAMESPACE_URL, "aosp:bench:scale-floor"))
+"""The universe the floor writes in (the plane's keys, its own universe)."""
 
 
 def _application(env: dict[str, str]) -> Any:
@@ -63,22 +78,63 @@ def _dcb(env: dict[str, str]) -> Any:
     return ScaleBenchDCB(env=env)
 
 
+def _timed(operation: Callable[[], object], seconds: float, barrier: Barrier, out: Any) -> None:
+    """Warm ``operation`` up (connections, caches, imports), wait at ``barrier`` for the
+    other writers, then run it until ``seconds`` pass; put each run's latency on ``out``."""
+    for _ in range(10):
+        operation()
+    latencies: list[float] = []
+    barrier.wait(timeout=120)
+    deadline = time.perf_counter() + seconds
+    while (start := time.perf_counter()) < deadline:
+        operation()
+        latencies.append(time.perf_counter() - start)
+    out.put(latencies)
+
+
 def _saves(env: dict[str, str], seconds: float, barrier: Barrier, out: Any) -> None:
     """One writer process: save new one-event aggregates until ``seconds`` pass."""
     from eventsourcing.domain import Aggregate
 
     os.environ.update(env)
     app = _application(env)
-    for _ in range(10):  # warm: connections, caches, imports
-        app.save(Aggregate())
-    latencies: list[float] = []
-    barrier.wait(timeout=120)
-    deadline = time.perf_counter() + seconds
-    while (start := time.perf_counter()) < deadline:
-        app.save(Aggregate())
-        latencies.append(time.perf_counter() - start)
-    out.put(latencies)
+    _timed(lambda: app.save(Aggregate()), seconds, barrier, out)
     app.close()
+
+
+def _floor_saves(env: dict[str, str], seconds: float, barrier: Barrier, out: Any) -> None:
+    """One writer process of the raw bindings' floor: each save makes a new one-event
+    aggregate and its stored event as an application does (eventsourcing's mapper), then
+    appends the module's entry for it with the ``fdb`` bindings alone, on the plane's keys
+    (``fdb_raw.Raw.append_logged``): with a gapless notification id where ``env``'s
+    :data:`FLOOR` is ``logged``, without one where it is ``unlogged``."""
+    from eventsourcing.application import Application
+    from eventsourcing.domain import Aggregate
+
+    from aos_bench.fdb_raw import Raw
+    from aos_eventsourcing import codec
+    from backends.kv import open_engine
+    from backends.kv.fdb import FdbEngine
+    from persistence.ids import WorldId
+    from persistence.keyspace import UniverseKeys
+
+    engine = open_engine(env["AOSP_KV_URL"])
+    if not isinstance(engine, FdbEngine):
+        raise TypeError(f"the floor needs a FoundationDB engine, not {type(engine).__name__}")
+    raw = Raw(engine)
+    mapper = Application[uuid.UUID](env={"PERSISTENCE_MODULE": "eventsourcing.popo"}).mapper
+    universe = UniverseKeys(FLOOR_UNIVERSE)
+    logged = env[FLOOR] == "logged"
+
+    def save() -> None:
+        aggregate = Aggregate()
+        stored = [mapper.to_stored_event(event) for event in aggregate.collect_events()]
+        entries = [codec.encode(e.originator_version, e.topic, e.state, None) for e in stored]
+        keys = universe.world(WorldId(aggregate.id))
+        raw.append_logged(universe, keys, entries, [e.topic for e in stored] if logged else None)
+
+    _timed(save, seconds, barrier, out)
+    engine.close()
 
 
 def _appends(env: dict[str, str], seconds: float, barrier: Barrier, out: Any) -> None:
@@ -96,15 +152,7 @@ def _appends(env: dict[str, str], seconds: float, barrier: Barrier, out: Any) ->
         seen = recorder.read(query).head
         recorder.append([DCBEvent("Booked", STATE, [tag])], DCBAppendCondition(query, seen))
 
-    for _ in range(5):
-        append()
-    latencies: list[float] = []
-    barrier.wait(timeout=120)
-    deadline = time.perf_counter() + seconds
-    while (start := time.perf_counter()) < deadline:
-        append()
-        latencies.append(time.perf_counter() - start)
-    out.put(latencies)
+    _timed(append, seconds, barrier, out)
 
 
 def _round(
@@ -145,6 +193,17 @@ def _round(
     return rate, p99
 
 
+@dataclass(frozen=True)
+class Floor:
+    """A side measured in the same rounds as ours and theirs, against theirs: what the
+    ``fdb`` bindings alone do for the same saves (``label`` says how); ``overhead`` also
+    puts ours against it."""
+
+    label: str
+    env: dict[str, str]
+    overhead: bool
+
+
 def _compare(
     name: str,
     unit: str,
@@ -154,44 +213,60 @@ def _compare(
     peer: str,
     seconds: float,
     progress: Callable[[str], None],
+    floors: tuple[Floor, ...] = (),
 ) -> list[Figure]:
     figures = []
     for writers in WRITERS:
         progress(f"eventsourcing-scale: {name}, {writers} writer processes")
         _round(work, theirs, writers, min(seconds, 1.0))  # warm-up of each side
         _round(work, ours, writers, min(seconds, 1.0))
-        rates, latencies = [], []
+        for floor in floors:
+            _round(_floor_saves, floor.env, writers, min(seconds, 1.0))
+        rounds: list[tuple[tuple[float, float], ...]] = []  # (rate, p99): theirs, ours, floors
         for _ in range(ROUNDS):
-            theirs_rate, theirs_p99 = _round(work, theirs, writers, seconds)
-            ours_rate, ours_p99 = _round(work, ours, writers, seconds)
-            rates.append((ours_rate, theirs_rate))
-            latencies.append((ours_p99, theirs_p99))
+            sides = [_round(work, theirs, writers, seconds), _round(work, ours, writers, seconds)]
+            sides += [_round(_floor_saves, f.env, writers, seconds) for f in floors]
+            rounds.append(tuple(sides))
         last = writers == WRITERS[-1]
-        figures.append(
-            Figure(
-                name=f"eventsourcing-scale: {name}, {writers} writer processes",
-                value=round(statistics.median(r[0] for r in rates), 1),
-                unit=unit,
-                baseline=peer,
-                baseline_value=round(statistics.median(r[1] for r in rates), 1),
-                target=1.0 if last else None,
-                better="higher",
-                round_ratios=tuple(o / t for o, t in rates),
-            )
-        )
-        figures.append(
-            Figure(
-                name=f"eventsourcing-scale: {name}, {writers} writer processes, p99 latency",
-                value=round(statistics.median(p[0] for p in latencies) * 1e3, 2),
-                unit="ms",
-                baseline=peer,
-                baseline_value=round(statistics.median(p[1] for p in latencies) * 1e3, 2),
-                target=1.0 if last and work is _saves else None,
-                better="lower",
-                round_ratios=tuple(o / t for o, t in latencies),
-            )
-        )
+        title = f"eventsourcing-scale: {name}, {writers} writer processes"
+        figures.append(_figure(title, unit, rounds, 1, 0, peer, 1.0 if last else None))
+        p99_target = 1.0 if last and work is _saves else None
+        figures.append(_figure(title + ", p99 latency", "ms", rounds, 1, 0, peer, p99_target))
+        for index, floor in enumerate(floors, start=2):
+            raw = f"raw bindings, {floor.label}"
+            figures.append(_figure(f"{title}: {raw}", unit, rounds, index, 0, peer, None))
+            if floor.overhead:
+                p99_title = f"{title}, p99 latency: {raw}"
+                figures.append(_figure(p99_title, "ms", rounds, index, 0, peer, None))
+                alone = f"the fdb bindings alone, {floor.label}"
+                overhead_title = f"{title}: ours against the {raw}"
+                figures.append(_figure(overhead_title, unit, rounds, 1, index, alone, None))
     return figures
+
+
+def _figure(
+    name: str,
+    unit: str,
+    rounds: list[tuple[tuple[float, float], ...]],
+    side: int,
+    base: int,
+    baseline: str,
+    target: float | None,
+) -> Figure:
+    """Side ``side`` of each round (its rate, or with ``unit`` ``ms`` its p99 latency)
+    against side ``base``."""
+    p99 = unit == "ms"
+    metric, scale = (1, 1e3) if p99 else (0, 1.0)
+    return Figure(
+        name=name,
+        value=round(statistics.median(r[side][metric] for r in rounds) * scale, 2),
+        unit=unit,
+        baseline=baseline,
+        baseline_value=round(statistics.median(r[base][metric] for r in rounds) * scale, 2),
+        target=target,
+        better="lower" if p99 else "higher",
+        round_ratios=tuple(r[side][metric] / r[base][metric] for r in rounds),
+    )
 
 
 def run(
@@ -223,8 +298,13 @@ def run(
             _application(env).close()
         for env in (theirs_dcb, ours):
             _dcb(env).close()
+        floors = (
+            Floor("gapless notification ids", {"AOSP_KV_URL": fdb_url, FLOOR: "logged"}, True),
+            Floor("no notification ids", {"AOSP_KV_URL": fdb_url, FLOOR: "unlogged"}, False),
+        )
         return _compare(
-            "saves of new aggregates", "saves/s", _saves, ours, theirs, peer, seconds, progress
+            "saves of new aggregates", "saves/s", _saves, ours, theirs, peer, seconds, progress,
+            floors,
         ) + _compare(
             "DCB appends, a boundary per process", "appends/s", _appends, ours, theirs_dcb,
             peer.replace("eventsourcing.postgres", "eventsourcing.dcb.postgres_tt"), seconds,

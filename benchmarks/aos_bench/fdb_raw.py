@@ -11,7 +11,8 @@ from typing import Any, Final
 from backends.kv.fdb import FdbEngine
 from persistence.inbox_records import InboxCursor, InboxEnvelope
 from persistence.journal_records import JOURNAL_HEAD, ingress_bytes
-from persistence.keyspace import WorldKeys, height_keys, seq_in_key
+from persistence.keyspace import UniverseKeys, WorldKeys, height_keys, seq_in_key
+from persistence.log_records import LOG_HEAD, log_records
 from persistence.protocols.checksums import CRC32C, SEAL_BYTES
 from persistence.records import decode_record
 
@@ -80,6 +81,41 @@ class Raw:
             _journal(tr, keys, self.head(tr, keys), entries)
 
         self._run(body)
+
+    def append_logged(
+        self,
+        universe: UniverseKeys,
+        keys: WorldKeys,
+        entries: list[bytes],
+        tags: list[str] | None,
+    ) -> int:
+        """The minimal append of a world that may not exist yet (head 0) and, with ``tags``,
+        gives its entries the next positions of the universe log, gapless in commit order:
+        the world's head and the log head read together with conflicts, the entries and the
+        new head, a log record per entry and the new log head -- one transaction, what a
+        save with notification ids needs at least. The first position (0 without
+        ``tags``)."""
+        first = [0]
+
+        def body(tr: Any) -> None:
+            head_read = tr[keys.head()]
+            log_read = tr[universe.log_head()] if tags is not None else None
+            head = JOURNAL_HEAD.decode(bytes(head_read), "head") if head_read.present() else 0
+            _journal(tr, keys, head, entries)
+            if log_read is None or tags is None:
+                return
+            after = LOG_HEAD.decode(bytes(log_read), "log head") if log_read.present() else 0
+            records = log_records(keys.world, head + 1, tags)
+            positions = height_keys(
+                universe.log_entry, universe.log_prefix_len(), after + 1, len(records)
+            )
+            for key, record in zip(positions, records, strict=True):
+                tr[key] = record
+            tr[universe.log_head()] = LOG_HEAD.encode(after + len(records))
+            first[0] = after + 1
+
+        self._run(body)
+        return first[0]
 
     def enqueue(self, keys: WorldKeys, envelope: bytes) -> bytes:
         """Enqueue ``envelope``; return its commit's versionstamp, which the item's sequence
