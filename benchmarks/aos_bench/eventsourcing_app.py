@@ -14,7 +14,11 @@ by default, and a local object directory; theirs: ``SQLITE_DBNAME``), both WAL w
    follower's pull does).
 
 Figures: the three phases together, aggregates/s (target 0.8); each phase alone -- saves/s,
-gets/s, notifications/s (target 1.0 for the notification reads). Rounds alternate the sides
+gets/s, notifications/s (target 1.0 for the notification reads). Then, after each side has read
+its notifications again (warm: their pages cached), the floor of the notification reads
+(:func:`floor_read`: ``sqlite3`` alone on the module's keys, in our process after that
+second read, checked to give the same notifications) against their second read, and our
+second read against the floor. Rounds alternate the sides
 (theirs first in even rounds, ours in odd ones) after a warm-up run of each, ``ROUNDS``
 rounds; a figure is the median of the per-round ratios, with the lowest and highest.
 """
@@ -27,12 +31,20 @@ import sqlite3
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+import cbor2
+
 from aos_bench import Figure
+from aos_eventsourcing.recorders import PlaneApplicationRecorder
+from persistence.ids import UniverseId, WorldId
+from persistence.keyspace import UniverseKeys
+from persistence.log_records import LOG_HEAD
+from persistence.protocols.checksums import CRC32C
 
 AGGREGATES: Final = 2_000
 EVENTS: Final = 5
@@ -112,8 +124,99 @@ def _workload(env: dict[str, str], aggregates: int) -> dict[str, float]:
     done = time.perf_counter()
     if read != aggregates * EVENTS:
         raise AssertionError(f"read {read} notifications of {aggregates * EVENTS}")
+    times = {"save": saved - start, "get": got - saved, "read": done - got}
+    # the reads again, warm (the pages they read are cached now); in our process, then the
+    # floor, checked to give the same notifications
+    start = time.perf_counter()
+    again = _all(app)
+    times["reread"] = time.perf_counter() - start
+    if len(again) != aggregates * EVENTS:
+        raise AssertionError(f"read {len(again)} notifications of {aggregates * EVENTS} again")
+    if isinstance(app.recorder, PlaneApplicationRecorder):
+        start = time.perf_counter()
+        floor = floor_read(database, app.recorder.universe, SECTION)
+        times["floor"] = time.perf_counter() - start
+        if floor != again:
+            raise AssertionError("the floor's notifications are not the application's")
     app.close()
-    return {"save": saved - start, "get": got - saved, "read": done - got}
+    return times
+
+
+def _all(app: Any) -> list[Any]:
+    """Every notification of ``app``, read :data:`SECTION` at a time."""
+    found: list[Any] = []
+    while section := app.recorder.select_notifications(start=len(found) + 1, limit=SECTION):
+        found.extend(section)
+    return found
+
+
+def floor_read(database: Path, universe: UniverseId, section: int) -> list[Any]:
+    """The floor of the notification reads: every notification of ``universe`` in the
+    module's SQLite file ``database``, ``section`` a page, with ``sqlite3`` alone on the
+    plane's keys -- per page, in one read transaction, the log head, the page's log records
+    (one range) and their entries (one ``IN`` query); each entry's checksum checked in one
+    call in C, its stored event decoded, an eventsourcing ``Notification`` made -- and none
+    of the plane's checks of the records. The notifications."""
+    from eventsourcing.persistence import Notification
+
+    if CRC32C.open_rows is None:
+        raise RuntimeError("the floor checks checksums in C: the extension is not built")
+
+    keys = UniverseKeys(universe)
+    entry_key: dict[bytes, Callable[[int], bytes]] = {}  # a world's entry keys, by its id
+    found: list[Any] = []
+    conn = sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True, isolation_level=None)
+    try:
+        first = 1
+        while True:
+            conn.execute("BEGIN")
+            (raw_head,) = conn.execute(
+                "SELECT value FROM kv WHERE key = ?", (keys.log_head(),)
+            ).fetchone()
+            last = min(LOG_HEAD.decode(raw_head, "log head"), first + section - 1)
+            records = conn.execute(
+                "SELECT value FROM kv WHERE key >= ? AND key < ? ORDER BY key",
+                keys.log_range(first, last),
+            ).fetchall()
+            if not records:
+                conn.execute("COMMIT")
+                return found
+            places = []
+            for (value,) in records:
+                record = cbor2.loads(value)
+                world = record["world"]
+                make = entry_key.get(world)
+                if make is None:
+                    world_keys = keys.world(WorldId(uuid.UUID(bytes=world)))
+                    make = entry_key[world] = world_keys.whole_entry_key()
+                places.append((world, make(record["height"])))
+            wanted = [key for _, key in places]
+            stored = dict(
+                conn.execute(
+                    f"SELECT key, value FROM kv WHERE key IN ({','.join('?' * len(wanted))})",
+                    wanted,
+                ).fetchall()
+            )
+            conn.execute("COMMIT")
+            opened = CRC32C.open_rows([(key, stored[key]) for key in wanted])
+            if opened is None:
+                raise AssertionError("an entry's checksum does not match")
+            for position, (world, _), entry in zip(
+                range(first, first + len(records)), places, opened, strict=True
+            ):
+                version, topic, state = cbor2.loads(entry)[:3]
+                found.append(
+                    Notification(
+                        id=position,
+                        originator_id=uuid.UUID(bytes=world),
+                        originator_version=version,
+                        topic=topic,
+                        state=state,
+                    )
+                )
+            first += len(records)
+    finally:
+        conn.close()
 
 
 def _child(env: dict[str, str], aggregates: int, out: Any) -> None:
@@ -149,7 +252,7 @@ def run(
     aggregates: int = AGGREGATES,
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[Figure]:
-    """Measure and return the four figures."""
+    """Measure and return the six figures."""
     progress(f"eventsourcing: an application end to end, {aggregates} aggregates x {EVENTS}")
     run_side("theirs", aggregates)  # warm-up of each side: imports, page cache
     run_side("ours", aggregates)
@@ -185,15 +288,40 @@ def run(
                 target,
             )
         )
+    floor = f"notifications read {SECTION} a call: sqlite3 alone on the module's keys"
+    figures.append(
+        _figure(
+            f"eventsourcing: {floor}, warm ({what})",
+            "notifications/s",
+            [(notifications / o["floor"], notifications / t["reread"]) for o, t in pairs],
+            None,
+        )
+    )
+    figures.append(
+        _figure(
+            f"eventsourcing: notifications read {SECTION} a call, warm, ours against the floor "
+            f"({what})",
+            "notifications/s",
+            [(notifications / o["reread"], notifications / o["floor"]) for o, _ in pairs],
+            None,
+            baseline=f"{floor} (the floor, in the same process)",
+        )
+    )
     return figures
 
 
-def _figure(name: str, unit: str, rates: list[tuple[float, float]], target: float | None) -> Figure:
+def _figure(
+    name: str,
+    unit: str,
+    rates: list[tuple[float, float]],
+    target: float | None,
+    baseline: str = PEER,
+) -> Figure:
     return Figure(
         name=name,
         value=round(statistics.median(o for o, _ in rates), 1),
         unit=unit,
-        baseline=PEER,
+        baseline=baseline,
         baseline_value=round(statistics.median(t for _, t in rates), 1),
         target=target,
         better="higher",

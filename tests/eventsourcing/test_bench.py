@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from uuid import UUID
 
 import pytest
+from eventsourcing.application import Application
+from eventsourcing.domain import Aggregate
 
 from aos_bench import eventsourcing as suite
 from aos_bench import eventsourcing_app, plane
+from aos_eventsourcing.recorders import PlaneApplicationRecorder
+from persistence.ids import WorldId
+from persistence.keyspace import UniverseKeys
 
 
 def test_an_insert_is_one_durable_commit_as_in_eventsourcing(tmp_path: Path) -> None:
@@ -154,7 +160,41 @@ def test_the_application_workload_saves_gets_and_reads_every_aggregate(side: str
     """Figures 13-16: each side, in a fresh interpreter, saves the aggregates, gets each back
     with its tricks and reads every notification (the process checks all three)."""
     times = eventsourcing_app.run_side(side, aggregates=20)
-    assert set(times) == {"save", "get", "read"} and all(t > 0 for t in times.values())
+    floor = {"floor"} if side == "ours" else set()  # our process also times the floor
+    phases = {"save", "get", "read", "reread"} | floor
+    assert set(times) == phases and all(t > 0 for t in times.values())
+
+
+def test_the_floor_of_the_reads_gives_the_applications_notifications(tmp_path: Path) -> None:
+    """Figures 17-18: ``sqlite3`` alone on the module's keys reads what the recorder reads,
+    page by page, and refuses an entry whose checksum does not match."""
+    env = eventsourcing_app.environ("ours", tmp_path)
+    app = Application[UUID](env=env)
+    saved = []
+    for _ in range(6):
+        item = Aggregate()
+        for _ in range(2):
+            item.trigger_event(Aggregate.Event)
+        app.save(item)
+        saved.append(item.id)
+    assert isinstance(app.recorder, PlaneApplicationRecorder)
+    universe = app.recorder.universe
+    database = tmp_path / "ours.db"
+    expected = app.recorder.select_notifications(1, 100)
+    app.close()
+    for section in (1, 7, 18, 100):  # pages of one, partial last pages, one page
+        assert eventsourcing_app.floor_read(database, universe, section) == expected
+    assert len(expected) == 18
+    key = UniverseKeys(universe).world(WorldId(saved[2])).whole_entry_key()(2)
+    conn = sqlite3.connect(database)
+    (value,) = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+    conn.execute(
+        "UPDATE kv SET value = ? WHERE key = ?", (value[:-1] + bytes([value[-1] ^ 1]), key)
+    )
+    conn.commit()
+    conn.close()
+    with pytest.raises(AssertionError, match="checksum does not match"):
+        eventsourcing_app.floor_read(database, universe, 100)
 
 
 def test_the_application_workload_refuses_a_store_less_durable_than_full(
