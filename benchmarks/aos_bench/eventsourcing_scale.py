@@ -20,15 +20,18 @@ aggregates of its own:
 
 In the same rounds as the saves, two floors (:func:`_floor_saves`): the same saves with the
 ``fdb`` bindings alone, on the plane's keys -- each a new aggregate and its stored event
-made by eventsourcing's mapper, then one transaction: with a gapless notification id (the
-aggregate's head and the universe log's head read with conflicts, the entry, its log record,
-both heads), and without one (the head and the entry only). They say what the cluster on
-this machine allows at best for each way, against ``eventsourcing.postgres``; ours is also
-put against the first.
+made by eventsourcing's mapper, then one transaction (``fdb_raw.Raw.append_new``): with a
+gapless notification id taken in that transaction (the aggregate's head and the universe
+log's head read with conflicts, the entry, its log record, both heads; conflicting saves
+retry through ``on_error``'s backoff), and without one (the head and the entry only). No
+world record, genesis or call record. They show what the bindings do on this machine
+taking the id inline and without an id, against ``eventsourcing.postgres``; ours (which
+queues its ids and settles them in batches) is also put against the first.
 
-Rounds alternate the sides (theirs, ours) after a warm-up round of each, ``ROUNDS`` rounds
-per figure; every process waits at a barrier, then saves for ``seconds``. A figure is the
-median of the per-round ratios, with the lowest and highest.
+Rounds run the sides (theirs, ours, then the floors for the saves) after a warm-up round
+of each, ``ROUNDS`` rounds per figure, each round starting with the next side; every
+process waits at a barrier, then saves for ``seconds``. A figure is the median of the
+per-round ratios, with the lowest and highest.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ def _floor_saves(env: dict[str, str], seconds: float, barrier: Barrier, out: Any
     """One writer process of the raw bindings' floor: each save makes a new one-event
     aggregate and its stored event as an application does (eventsourcing's mapper), then
     appends the module's entry for it with the ``fdb`` bindings alone, on the plane's keys
-    (``fdb_raw.Raw.append_logged``): with a gapless notification id where ``env``'s
+    (``fdb_raw.Raw.append_new``): with a gapless notification id where ``env``'s
     :data:`FLOOR` is ``logged``, without one where it is ``unlogged``."""
     from eventsourcing.application import Application
     from eventsourcing.domain import Aggregate
@@ -131,7 +134,7 @@ def _floor_saves(env: dict[str, str], seconds: float, barrier: Barrier, out: Any
         stored = [mapper.to_stored_event(event) for event in aggregate.collect_events()]
         entries = [codec.encode(e.originator_version, e.topic, e.state, None) for e in stored]
         keys = universe.world(WorldId(aggregate.id))
-        raw.append_logged(universe, keys, entries, [e.topic for e in stored] if logged else None)
+        raw.append_new(universe, keys, entries, [e.topic for e in stored] if logged else None)
 
     _timed(save, seconds, barrier, out)
     engine.close()
@@ -193,7 +196,7 @@ def _round(
     return rate, p99
 
 
-@dataclass(frozen=True)
+@dataclass
 class Floor:
     """A side measured in the same rounds as ours and theirs, against theirs: what the
     ``fdb`` bindings alone do for the same saves (``label`` says how); ``overhead`` also
@@ -222,22 +225,28 @@ def _compare(
         _round(work, ours, writers, min(seconds, 1.0))
         for floor in floors:
             _round(_floor_saves, floor.env, writers, min(seconds, 1.0))
+        sides = [(work, theirs), (work, ours)] + [(_floor_saves, f.env) for f in floors]
         rounds: list[tuple[tuple[float, float], ...]] = []  # (rate, p99): theirs, ours, floors
-        for _ in range(ROUNDS):
-            sides = [_round(work, theirs, writers, seconds), _round(work, ours, writers, seconds)]
-            sides += [_round(_floor_saves, f.env, writers, seconds) for f in floors]
-            rounds.append(tuple(sides))
+        for number in range(ROUNDS):
+            # each round starts with the next side: none always follows the same one
+            measured: dict[int, tuple[float, float]] = {}
+            for step in range(len(sides)):
+                index = (number + step) % len(sides)
+                measured[index] = _round(*sides[index], writers, seconds)
+            rounds.append(tuple(measured[index] for index in range(len(sides))))
         last = writers == WRITERS[-1]
         title = f"eventsourcing-scale: {name}, {writers} writer processes"
         figures.append(_figure(title, unit, rounds, 1, 0, peer, 1.0 if last else None))
         p99_target = 1.0 if last and work is _saves else None
-        figures.append(_figure(title + ", p99 latency", "ms", rounds, 1, 0, peer, p99_target))
+        p99_title = f"{title}, p99 latency"
+        figures.append(_figure(p99_title, "ms", rounds, 1, 0, peer, p99_target, p99=True))
         for index, floor in enumerate(floors, start=2):
             raw = f"raw bindings, {floor.label}"
             figures.append(_figure(f"{title}: {raw}", unit, rounds, index, 0, peer, None))
             if floor.overhead:
-                p99_title = f"{title}, p99 latency: {raw}"
-                figures.append(_figure(p99_title, "ms", rounds, index, 0, peer, None))
+                figures.append(
+                    _figure(f"{p99_title}: {raw}", "ms", rounds, index, 0, peer, None, p99=True)
+                )
                 alone = f"the fdb bindings alone, {floor.label}"
                 overhead_title = f"{title}: ours against the {raw}"
                 figures.append(_figure(overhead_title, unit, rounds, 1, index, alone, None))
@@ -252,10 +261,11 @@ def _figure(
     base: int,
     baseline: str,
     target: float | None,
+    *,
+    p99: bool = False,
 ) -> Figure:
-    """Side ``side`` of each round (its rate, or with ``unit`` ``ms`` its p99 latency)
-    against side ``base``."""
-    p99 = unit == "ms"
+    """Side ``side`` of each round (its rate, or with ``p99`` its 99th percentile latency
+    in ms) against side ``base``."""
     metric, scale = (1, 1e3) if p99 else (0, 1.0)
     return Figure(
         name=name,
@@ -299,7 +309,7 @@ def run(
         for env in (theirs_dcb, ours):
             _dcb(env).close()
         floors = (
-            Floor("gapless notification ids", {"AOSP_KV_URL": fdb_url, FLOOR: "logged"}, True),
+            Floor("gapless ids taken inline", {"AOSP_KV_URL": fdb_url, FLOOR: "logged"}, True),
             Floor("no notification ids", {"AOSP_KV_URL": fdb_url, FLOOR: "unlogged"}, False),
         )
         return _compare(

@@ -82,40 +82,49 @@ class Raw:
 
         self._run(body)
 
-    def append_logged(
+    def append_new(
         self,
         universe: UniverseKeys,
         keys: WorldKeys,
         entries: list[bytes],
         tags: list[str] | None,
     ) -> int:
-        """The minimal append of a world that may not exist yet (head 0) and, with ``tags``,
-        gives its entries the next positions of the universe log, gapless in commit order:
-        the world's head and the log head read together with conflicts, the entries and the
-        new head, a log record per entry and the new log head -- one transaction, what a
-        save with notification ids needs at least. The first position (0 without
-        ``tags``)."""
-        first = [0]
+        """The least a save of a new aggregate does, taking its notification ids in its
+        own transaction: the world's head (absent: 0) and, with ``tags``, the universe log's
+        head read together with conflicts; the entries and the new head; with ``tags`` a
+        log record per entry at the next positions (gapless, in commit order) and the new
+        log head. No world record, genesis, call record or queue: a world of the plane
+        has those, this one not. A retry that finds the entries in place (an attempt whose
+        commit's outcome was unknown committed) does nothing; a head found elsewhere is
+        ``RuntimeError``. The first position (0 without ``tags``)."""
+        first = 0
+        top = len(entries)
 
         def body(tr: Any) -> None:
+            nonlocal first
             head_read = tr[keys.head()]
             log_read = tr[universe.log_head()] if tags is not None else None
             head = JOURNAL_HEAD.decode(bytes(head_read), "head") if head_read.present() else 0
+            if head == top:  # this call's earlier attempt committed: its position stands
+                key = height_keys(keys.whole_entry_key(), keys.entry_prefix_len(), 1, 1)[0]
+                stored = tr[key]
+                if stored.present() and bytes(stored) == seal(key, entries[0]):
+                    return
+            if head != 0:
+                raise RuntimeError(f"world {keys.world}: head {head}, expected a new world")
             _journal(tr, keys, head, entries)
             if log_read is None or tags is None:
                 return
             after = LOG_HEAD.decode(bytes(log_read), "log head") if log_read.present() else 0
-            records = log_records(keys.world, head + 1, tags)
-            positions = height_keys(
-                universe.log_entry, universe.log_prefix_len(), after + 1, len(records)
-            )
+            records = log_records(keys.world, 1, tags)
+            positions = height_keys(universe.log_entry, universe.log_prefix_len(), after + 1, top)
             for key, record in zip(positions, records, strict=True):
                 tr[key] = record
-            tr[universe.log_head()] = LOG_HEAD.encode(after + len(records))
-            first[0] = after + 1
+            tr[universe.log_head()] = LOG_HEAD.encode(after + top)
+            first = after + 1
 
         self._run(body)
-        return first[0]
+        return first
 
     def enqueue(self, keys: WorldKeys, envelope: bytes) -> bytes:
         """Enqueue ``envelope``; return its commit's versionstamp, which the item's sequence

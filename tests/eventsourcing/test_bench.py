@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 from uuid import UUID
 
 import pytest
@@ -17,7 +18,7 @@ from eventsourcing.domain import Aggregate
 from aos_bench import eventsourcing as suite
 from aos_bench import eventsourcing_app, plane
 from aos_eventsourcing.recorders import PlaneApplicationRecorder
-from persistence.ids import WorldId
+from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys
 
 
@@ -158,20 +159,39 @@ def test_the_read_and_checksum_figures_run_and_report_their_fields(tmp_path: Pat
 @pytest.mark.parametrize("side", ["ours", "theirs"])
 def test_the_application_workload_saves_gets_and_reads_every_aggregate(side: str) -> None:
     """Figures 13-16: each side, in a fresh interpreter, saves the aggregates, gets each back
-    with its tricks and reads every notification (the process checks all three)."""
+    with its tricks and reads every notification, twice (the process checks them all); our
+    process also times the floor and its statements (figures 17-19)."""
     times = eventsourcing_app.run_side(side, aggregates=20)
-    floor = {"floor"} if side == "ours" else set()  # our process also times the floor
+    floor = {"floor", "statements"} if side == "ours" else set()
     phases = {"save", "get", "read", "reread"} | floor
     assert set(times) == phases and all(t > 0 for t in times.values())
 
 
-def test_the_floor_of_the_reads_gives_the_applications_notifications(tmp_path: Path) -> None:
-    """Figures 17-18: ``sqlite3`` alone on the module's keys reads what the recorder reads,
-    page by page, and refuses an entry whose checksum does not match."""
-    env = eventsourcing_app.environ("ours", tmp_path)
-    app = Application[UUID](env=env)
+def test_end_to_end_is_timed_by_its_three_phases_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second reads and the floor are figures of their own, not part of the whole."""
+    ours = {"save": 1.0, "get": 0.5, "read": 0.5, "reread": 0.4, "floor": 0.2, "statements": 0.1}
+    theirs = {"save": 0.5, "get": 0.25, "read": 0.25, "reread": 0.1}
+    monkeypatch.setattr(
+        eventsourcing_app, "run_side", lambda side, _: dict(ours if side == "ours" else theirs)
+    )
+    figures = eventsourcing_app.run(rounds=2, aggregates=10)
+    assert [(f.value, f.baseline_value, f.ratio) for f in figures] == [
+        (5.0, 10.0, 0.5),  # 10 aggregates in 2 s against 1 s
+        (10.0, 20.0, 0.5),
+        (20.0, 40.0, 0.5),
+        (100.0, 200.0, 0.5),  # 50 notifications in 0.5 s against 0.25 s
+        (250.0, 500.0, 0.5),  # the floor against their second read
+        (500.0, 500.0, 1.0),  # its statements alone, likewise
+        (125.0, 250.0, 0.5),  # our second read against the floor
+    ]
+
+
+def _saved(tmp_path: Path, aggregates: int) -> tuple[UniverseId, list[UUID], list[Any]]:
+    """A store of ``aggregates`` aggregates of 3 events: its universe, their ids and every
+    notification as the recorder reads them."""
+    app = Application[UUID](env=eventsourcing_app.environ("ours", tmp_path))
     saved = []
-    for _ in range(6):
+    for _ in range(aggregates):
         item = Aggregate()
         for _ in range(2):
             item.trigger_event(Aggregate.Event)
@@ -179,22 +199,52 @@ def test_the_floor_of_the_reads_gives_the_applications_notifications(tmp_path: P
         saved.append(item.id)
     assert isinstance(app.recorder, PlaneApplicationRecorder)
     universe = app.recorder.universe
-    database = tmp_path / "ours.db"
     expected = app.recorder.select_notifications(1, 100)
     app.close()
-    for section in (1, 7, 18, 100):  # pages of one, partial last pages, one page
-        assert eventsourcing_app.floor_read(database, universe, section) == expected
+    return universe, saved, expected
+
+
+def _floor(tmp_path: Path, universe: UniverseId, section: int) -> eventsourcing_app.ReadFloor:
+    return eventsourcing_app.ReadFloor(tmp_path / "ours.db", universe, section, 16)
+
+
+def test_the_floor_of_the_reads_gives_the_applications_notifications(tmp_path: Path) -> None:
+    """Figures 17-19: ``sqlite3`` alone on the module's keys reads what the recorder reads,
+    page by page, and its statements alone fetch each page's records and entries."""
+    universe, _, expected = _saved(tmp_path, 6)
     assert len(expected) == 18
-    key = UniverseKeys(universe).world(WorldId(saved[2])).whole_entry_key()(2)
-    conn = sqlite3.connect(database)
-    (value,) = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
-    conn.execute(
-        "UPDATE kv SET value = ? WHERE key = ?", (value[:-1] + bytes([value[-1] ^ 1]), key)
-    )
+    for section in (1, 7, 18, 100):  # pages of one, partial last pages, one page
+        floor = _floor(tmp_path, universe, section)
+        try:
+            assert floor.notifications() == expected
+            pages = floor.pages()
+            assert len(pages) == -(-18 // section)
+            assert floor.statements(pages) == 2 * 18
+        finally:
+            floor.close()
+
+
+def test_the_floor_refuses_a_damaged_entry_and_a_missing_log_record(tmp_path: Path) -> None:
+    universe, saved, _ = _saved(tmp_path, 3)
+    keys = UniverseKeys(universe)
+    entry = keys.world(WorldId(saved[1])).whole_entry_key()(2)
+    conn = sqlite3.connect(tmp_path / "ours.db")
+    (value,) = conn.execute("SELECT value FROM kv WHERE key = ?", (entry,)).fetchone()
+    damaged = value[:-1] + bytes([value[-1] ^ 1])
+    conn.execute("UPDATE kv SET value = ? WHERE key = ?", (damaged, entry))
     conn.commit()
-    conn.close()
-    with pytest.raises(AssertionError, match="checksum does not match"):
-        eventsourcing_app.floor_read(database, universe, 100)
+    floor = _floor(tmp_path, universe, 100)
+    try:
+        with pytest.raises(ValueError, match="checksum does not match"):
+            floor.notifications()
+        conn.execute("UPDATE kv SET value = ? WHERE key = ?", (value, entry))
+        conn.execute("DELETE FROM kv WHERE key = ?", (keys.log_entry(4),))
+        conn.commit()
+        with pytest.raises(ValueError, match="misses a position from 1 to 9"):
+            floor.notifications()
+    finally:
+        floor.close()
+        conn.close()
 
 
 def test_the_application_workload_refuses_a_store_less_durable_than_full(
