@@ -11,8 +11,7 @@ stored out of order on carries the mark)."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 import cbor2
 from eventsourcing.persistence import (
@@ -39,9 +38,9 @@ TEXT_IDS: Final = uuid.uuid5(NAMESPACE, "originator_id")
 """The namespace that hashes text aggregate ids into world ids."""
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One stored event as its journal entry holds it."""
+class Entry(NamedTuple):
+    """One stored event as its journal entry holds it (a named tuple: one is made for every
+    event a read returns)."""
 
     version: int
     topic: str
@@ -111,16 +110,21 @@ def decode(entry: bytes, *where: object) -> Entry:
         item = cbor2.loads(entry)
     except (ValueError, cbor2.CBORDecodeError):
         item = None
-    if (
-        type(item) is list
-        and len(item) in (3, 4, 5)
-        and type(item[0]) is int
-        and type(item[1]) is str
-        and type(item[2]) is bytes
-        and (len(item) == 3 or type(item[3]) is str or (len(item) == 5 and item[3] is None))
-        and (len(item) < 5 or item[4] is True)
-    ):
-        return Entry(item[0], item[1], item[2], item[3] if len(item) > 3 else None, len(item) == 5)
+    if type(item) is list:
+        size = len(item)
+        if size == 3:  # most entries
+            version, topic, state = item
+            if type(version) is int and type(topic) is str and type(state) is bytes:
+                return Entry(version, topic, state, None)
+        elif (
+            (size == 4 or size == 5)
+            and type(item[0]) is int
+            and type(item[1]) is str
+            and type(item[2]) is bytes
+            and (type(item[3]) is str or (size == 5 and item[3] is None))
+            and (size == 4 or item[4] is True)
+        ):
+            return Entry(item[0], item[1], item[2], item[3], size == 5)
     raise InternalError(f"{' '.join(map(str, where))} is not a stored event of this module")
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import cbor2
 import pytest
 from eventsourcing.application import Application
 from eventsourcing.dcb.api import DCBAppendCondition, DCBEvent, DCBQuery, DCBQueryItem
@@ -43,6 +44,7 @@ from aos_eventsourcing import (
     PlaneFactory,
     PlaneProcessRecorder,
     PlaneSnapshotRecorder,
+    codec,
 )
 from aos_eventsourcing.codec import NAMESPACE, TEXT_IDS
 from aos_eventsourcing.dcb import PlaneDCBRecorder
@@ -490,6 +492,50 @@ def test_an_entry_that_is_not_a_stored_event_is_internal_error_saying_where(
         recorder.select_events(aggregate)
     with pytest.raises(InternalError, match=r"^log position 2 is not a stored event"):
         recorder.select_notifications(1, 10)
+
+
+@pytest.mark.parametrize(
+    ("item", "entry"),
+    [
+        ([3, "t", b"s"], codec.Entry(3, "t", b"s", None)),
+        ([3, "t", b"s", "id"], codec.Entry(3, "t", b"s", "id")),
+        ([3, "t", b"s", "id", True], codec.Entry(3, "t", b"s", "id", True)),
+        ([3, "t", b"s", None, True], codec.Entry(3, "t", b"s", None, True)),
+    ],
+)
+def test_an_entry_of_each_shape_decodes_to_its_stored_event(
+    item: list[object], entry: codec.Entry
+) -> None:
+    assert codec.decode(cbor2.dumps(item), "x") == entry
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        [3, "t"],
+        [3, "t", b"s", "id", True, 1],
+        [True, "t", b"s"],
+        [3.0, "t", b"s"],
+        [3, b"t", b"s"],
+        [3, "t", "s"],
+        [3, "t", b"s", None],  # no mark: a UUID id's entry has three fields
+        [3, "t", b"s", 7],
+        [3, "t", b"s", "id", False],
+        [3, "t", b"s", "id", 1],
+        {"version": 3},
+        "entry",
+    ],
+)
+def test_anything_else_is_not_a_stored_event(item: object) -> None:
+    raw = cbor2.dumps(item)
+    with pytest.raises(InternalError, match=r"^entry 9 is not a stored event of this module$"):
+        codec.decode(raw, "entry", 9)
+
+
+def test_bytes_that_are_not_cbor_are_not_a_stored_event() -> None:
+    for raw in (b"", b"\xff", b"\x83\x03"):  # empty, a break, an array cut short
+        with pytest.raises(InternalError, match="is not a stored event"):
+            codec.decode(raw, "x")
 
 
 def test_a_reader_of_the_newest_events_reads_them_with_the_head_in_one_wave() -> None:
