@@ -5,6 +5,7 @@ tracking position."""
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -56,11 +57,26 @@ def log_records(world: WorldId, first_height: int, tags: Sequence[str]) -> list[
     return out
 
 
-@functools.lru_cache(maxsize=4096)
 def _log_record_head(world: WorldId, tag: str) -> bytes:
-    """The bytes of ``LogRecord(world, height, tag)`` before the height's, kept for recent
-    worlds and tags (an aggregate's events mostly share a few)."""
-    return LogRecord(world, 0, tag).to_cbor()[:-1]  # less height 0
+    """The bytes of ``LogRecord(world, height, tag)`` before the height's: the tag's part
+    (kept per tag), then the world's, in canonical CBOR's order of the keys (by length:
+    ``tag``, ``world``, ``height``). Built for every new world an append or a read meets,
+    so without constructing and encoding a record each time."""
+    return _tag_part(tag) + _LOG_WORLD + world.uuid.bytes + _LOG_HEIGHT
+
+
+@functools.lru_cache(maxsize=4096)
+def _tag_part(tag: str) -> bytes:
+    """The bytes of a log record tagged ``tag`` before its world's, kept for recent tags
+    (an application's few event topics): cut from a record's own encoding, which checks
+    the tag (``Validation`` for one the record refuses), after checking that the world's
+    and the height's bytes end it as :func:`_log_record_head` writes them."""
+    world = WorldId(uuid.UUID(int=0))
+    encoded = LogRecord(world, 0, tag).to_cbor()
+    rest = _LOG_WORLD + world.uuid.bytes + _LOG_HEIGHT + cbor.unsigned(0)
+    if not encoded.endswith(rest):
+        raise RuntimeError(f"a log record is not encoded in the order expected: {encoded.hex()}")
+    return encoded[: -len(rest)]
 
 
 _LOG_TAG: Final = b"\xa3\x63tag"

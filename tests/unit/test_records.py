@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import sys
+import uuid
 
 import cbor2
 import pytest
@@ -35,7 +36,7 @@ from persistence.journal_records import (
     decode_journal_record,
     ingress_bytes,
 )
-from persistence.log_records import LogRecord, decode_log_record, log_records
+from persistence.log_records import LogRecord, _log_record_head, decode_log_record, log_records
 from persistence.records import CasMeta, Record, SnapshotRecord, WorldMeta, decode_record
 from persistence.segment_records import EXPORT_STATES, SegmentIndexRecord
 
@@ -195,6 +196,22 @@ def test_log_records_are_the_records_encoded_one_by_one(first: int) -> None:
     ]
     with pytest.raises(Validation, match=r"LogRecord\.tag"):  # validated as the record is
         log_records(world, first, ["t", ""])
+
+
+@pytest.mark.parametrize("tag", ["t", "x" * 23, "x" * 24, "é" * 127 + "x", "x" * 256, "é" * 600])
+def test_a_log_records_bytes_before_its_height_are_built_as_the_record_encodes_them(
+    tag: str,
+) -> None:
+    """Text heads of every width (the length in the head, in one byte, in two), multibyte
+    text; built without a record for each world, equal to the record's encoding."""
+    for world in (WorldId.new(), WorldId(uuid.UUID(int=0)), WorldId(uuid.UUID(int=2**128 - 1))):
+        head = _log_record_head(world, tag)
+        assert head + cbor.unsigned(7) == LogRecord(world, 7, tag).to_cbor()
+
+
+def test_a_log_record_head_for_a_tag_the_record_refuses_is_refused() -> None:
+    with pytest.raises(Validation, match=r"LogRecord\.tag"):
+        _log_record_head(WorldId.new(), "")
 
 
 @pytest.mark.parametrize("first", EDGES)
