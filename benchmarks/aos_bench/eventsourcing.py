@@ -36,8 +36,9 @@ and on the memory engine against eventsourcing's in-memory ``POPOApplicationReco
 (figures 10-12: 1-3 again; no targets, reported); and an application end to end, each side
 in fresh processes (figures 13-16, :mod:`aos_bench.eventsourcing_app`: 2,000 aggregates of 5
 events saved, got back and their notifications read; target 0.8 for the whole, 1.0 for the
-notification reads; figures 17-18: the floor of those reads, ``sqlite3`` alone on the
-module's keys, against theirs, and ours against it).
+notification reads; figures 17-19: the floor of those reads, ``sqlite3`` alone on the
+module's keys, against their second read, its statements alone against theirs, and ours
+against it).
 
 Figures 1-4 and 8-12 alternate the two sides **operation by operation** after a warm-up, in
 ``ROUNDS`` rounds (the plane suite's ``_alternate``); each reports the median and range of

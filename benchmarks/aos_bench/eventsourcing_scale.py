@@ -29,8 +29,9 @@ taking the id inline and without an id, against ``eventsourcing.postgres``; ours
 queues its ids and settles them in batches) is also put against the first.
 
 Rounds run the sides (theirs, ours, then the floors for the saves) after a warm-up round
-of each, ``ROUNDS`` rounds per figure, each round starting with the next side; every
-process waits at a barrier, then saves for ``seconds``. A figure is the median of the
+of each, ``ROUNDS`` rounds per figure or one per side if there are more sides (4 for the
+saves), each round starting with the next side; every process waits at a barrier, then
+saves for ``seconds``. A figure is the median of the
 per-round ratios, with the lowest and highest.
 """
 
@@ -227,8 +228,8 @@ def _compare(
             _round(_floor_saves, floor.env, writers, min(seconds, 1.0))
         sides = [(work, theirs), (work, ours)] + [(_floor_saves, f.env) for f in floors]
         rounds: list[tuple[tuple[float, float], ...]] = []  # (rate, p99): theirs, ours, floors
-        for number in range(ROUNDS):
-            # each round starts with the next side: none always follows the same one
+        for number in range(max(ROUNDS, len(sides))):
+            # each round starts with the next side, each side first in one round at least
             measured: dict[int, tuple[float, float]] = {}
             for step in range(len(sides)):
                 index = (number + step) % len(sides)

@@ -506,7 +506,8 @@ def test_an_entry_that_is_not_a_stored_event_is_internal_error_saying_where(
 def test_an_entry_of_each_shape_decodes_to_its_stored_event(
     item: list[object], entry: codec.Entry
 ) -> None:
-    assert codec.decode(cbor2.dumps(item), "x") == entry
+    decoded = codec.decode(cbor2.dumps(item), "x")
+    assert decoded == entry and type(decoded) is codec.Entry
 
 
 @pytest.mark.parametrize(
@@ -522,6 +523,11 @@ def test_an_entry_of_each_shape_decodes_to_its_stored_event(
         [3, "t", b"s", 7],
         [3, "t", b"s", "id", False],
         [3, "t", b"s", "id", 1],
+        [True, "t", b"s", "id"],  # each field's type, in the shapes with an id too
+        [3, b"t", b"s", "id"],
+        [3, "t", "s", "id"],
+        [3.0, "t", b"s", None, True],
+        [3, "t", b"s", 7, True],
         {"version": 3},
         "entry",
     ],

@@ -6,6 +6,8 @@ leave a log with every position in place."""
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,15 @@ from persistence.ids import WorldId
 from persistence.keyspace import UniverseKeys
 from persistence.plane import Plane
 from tests.fdb_cluster import FdbCluster, clear_keyspace
+
+
+class _RunTwice(Raw):
+    """Runs each transaction's body again after it committed, in a new transaction: what
+    ``on_error`` does after a commit whose outcome was unknown (1021) but that landed."""
+
+    def _run(self, body: Callable[[Any], None]) -> None:
+        super()._run(body)
+        super()._run(body)
 
 
 def test_a_raw_save_is_the_modules_entry_at_the_next_log_position(
@@ -46,13 +57,18 @@ def test_a_raw_save_is_the_modules_entry_at_the_next_log_position(
         # the unlogged world's entry is stored, and has no position
         assert unlogged not in {e.world for e in log}
         assert plane.head(scale.FLOOR_UNIVERSE, unlogged) == 1
-        # a retry that finds its entries in place (its earlier attempt committed) writes
-        # nothing; a world whose head is elsewhere is not a new one
-        assert raw.append_new(universe, universe.world(worlds[0]), entries, ["Topic"] * 2) == 0
-        assert plane.log_head(scale.FLOOR_UNIVERSE) == 6
+        # an attempt run again after its commit (as after an unknown commit result)
+        # finds its entries in place: it writes nothing and the call gives the position
+        # the committed attempt took
+        again = _RunTwice(engine)
+        retried = WorldId.new()
+        assert again.append_new(universe, universe.world(retried), entries, ["Topic"] * 2) == 7
+        assert plane.log_head(scale.FLOOR_UNIVERSE) == 8
+        assert [e.world for e in plane.read_log(scale.FLOOR_UNIVERSE, 7, 10)] == [retried] * 2
+        # a world whose head is elsewhere is not a new one
         with pytest.raises(RuntimeError, match="head 2, expected a new world"):
             raw.append_new(universe, universe.world(worlds[1]), entries[:1], ["Topic"])
-        assert plane.log_head(scale.FLOOR_UNIVERSE) == 6
+        assert plane.log_head(scale.FLOOR_UNIVERSE) == 8
     finally:
         engine.close()
 
