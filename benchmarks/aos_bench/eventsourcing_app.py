@@ -83,7 +83,8 @@ def _checked_durable(app: Any, database: Path) -> None:
 
 
 def _workload(env: dict[str, str], aggregates: int) -> dict[str, float]:
-    """The three phases in this process on the store ``env`` names: seconds each."""
+    """The three phases in this process on the store ``env`` names, then the second read
+    and the statements alone (in ours, also the floor): seconds each."""
     from eventsourcing.application import Application
     from eventsourcing.domain import Aggregate, event
 
