@@ -62,6 +62,8 @@ def _log_record_head(world: WorldId, tag: str) -> bytes:
     (kept per tag), then the world's, in canonical CBOR's order of the keys (by length:
     ``tag``, ``world``, ``height``). Built for every new world an append or a read meets,
     so without constructing and encoding a record each time."""
+    if type(world) is not WorldId:  # refused (Validation) as a record refuses it
+        return LogRecord(world, 0, tag).to_cbor()[:-1]
     return _tag_part(tag) + _LOG_WORLD + world.uuid.bytes + _LOG_HEIGHT
 
 
@@ -159,8 +161,9 @@ def _head_at_places(head: bytes, at: int, size: int) -> tuple[WorldId, str] | No
     try:
         tag = head[at : at + size].decode("utf-8")
         world = _world_of(head[world_at : world_at + 16])
-        # the expected head is built from a LogRecord, which checks both; bytes equal to a
-        # valid record's encoding are that record: nothing to check again
+        # the world is one (any 16 bytes are), the tag is checked by the record its part of
+        # the expected head is cut from; bytes equal to a valid record's encoding are that
+        # record: nothing to check again
         expected = _log_record_head(world, tag)
     except (UnicodeDecodeError, Validation, cbor.NotCanonical):
         return None

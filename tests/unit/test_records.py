@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from persistence import cbor
 from persistence.errors import CorruptRecord, Validation
-from persistence.ids import Hash, InboxSeq, WorldId
+from persistence.ids import Hash, InboxSeq, UniverseId, WorldId
 from persistence.inbox_records import (
     ControlIngress,
     DomainEventIngress,
@@ -198,7 +198,9 @@ def test_log_records_are_the_records_encoded_one_by_one(first: int) -> None:
         log_records(world, first, ["t", ""])
 
 
-@pytest.mark.parametrize("tag", ["t", "x" * 23, "x" * 24, "é" * 127 + "x", "x" * 256, "é" * 600])
+@pytest.mark.parametrize(
+    "tag", ["t", "x" * 23, "x" * 24, "é" * 127 + "x", "x" * 256, "é" * 600, "x" * 65_536]
+)
 def test_a_log_records_bytes_before_its_height_are_built_as_the_record_encodes_them(
     tag: str,
 ) -> None:
@@ -209,9 +211,12 @@ def test_a_log_records_bytes_before_its_height_are_built_as_the_record_encodes_t
         assert head + cbor.unsigned(7) == LogRecord(world, 7, tag).to_cbor()
 
 
-def test_a_log_record_head_for_a_tag_the_record_refuses_is_refused() -> None:
+def test_a_log_record_head_for_a_tag_or_world_the_record_refuses_is_refused() -> None:
     with pytest.raises(Validation, match=r"LogRecord\.tag"):
         _log_record_head(WorldId.new(), "")
+    for world in (UniverseId.new(), uuid.uuid4(), None):  # not a world: as the record says
+        with pytest.raises(Validation, match=r"LogRecord\.world"):
+            log_records(world, 1, ["t"])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("first", EDGES)
