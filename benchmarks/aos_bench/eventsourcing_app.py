@@ -40,10 +40,11 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from aos_bench import Figure
+from aos_bench.fdb_raw import opened_entry
 from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import UniverseKeys, height_keys
 from persistence.log_records import LOG_HEAD
-from persistence.protocols.checksums import CRC32C, SEAL_BYTES
+from persistence.protocols.checksums import CRC32C
 
 AGGREGATES: Final = 2_000
 EVENTS: Final = 5
@@ -351,17 +352,13 @@ class ReadFloor:
 
 def _opened(rows: list[tuple[bytes, bytes]]) -> list[bytes]:
     """The payloads of sealed entries (``(key, stored)`` rows), each seal checked: in one
-    call in C where the extension is built, else one by one."""
-    if CRC32C.open_rows is not None:
-        opened = CRC32C.open_rows(rows)
-        if opened is not None:
-            return opened
-    elif all(
-        len(value) >= SEAL_BYTES and CRC32C.crc(value, CRC32C.crc(key)) == CRC32C.residue
-        for key, value in rows
-    ):
-        return [value[:-SEAL_BYTES] for _, value in rows]
-    raise ValueError("an entry's checksum does not match")
+    call in C where the extension is built, else one by one (``fdb_raw.opened_entry``)."""
+    if CRC32C.open_rows is None:
+        return [opened_entry(key, value) for key, value in rows]
+    opened = CRC32C.open_rows(rows)
+    if opened is None:
+        raise ValueError("an entry's checksum does not match")
+    return opened
 
 
 def _child(env: dict[str, str], aggregates: int, out: Any) -> None:
@@ -434,24 +431,19 @@ def run(
             )
         )
     floor = f"notifications read {SECTION} a call: sqlite3 alone on the module's keys"
-    figures.append(
-        _figure(
-            f"eventsourcing: {floor}, warm ({what})",
-            "notifications/s",
-            [(notifications / o["floor"], notifications / t["reread"]) for o, t in pairs],
-            None,
-            baseline=f"{PEER}, its second read (warm)",
+    for name, our_phase, their_phase, baseline in (
+        (floor, "floor", "reread", "its second read"),
+        (f"{floor}, its statements alone", "statements", "statements", "its statement alone"),
+    ):
+        figures.append(
+            _figure(
+                f"eventsourcing: {name}, warm ({what})",
+                "notifications/s",
+                [(notifications / o[our_phase], notifications / t[their_phase]) for o, t in pairs],
+                None,
+                baseline=f"{PEER}, {baseline} (warm)",
+            )
         )
-    )
-    figures.append(
-        _figure(
-            f"eventsourcing: {floor}, its statements alone, warm ({what})",
-            "notifications/s",
-            [(notifications / o["statements"], notifications / t["statements"]) for o, t in pairs],
-            None,
-            baseline=f"{PEER}, its statement alone (warm)",
-        )
-    )
     figures.append(
         _figure(
             f"eventsourcing: notifications read {SECTION} a call, ours' second read (warm) against "

@@ -24,8 +24,9 @@ READY: Final = bytes(10) + (0).to_bytes(4, "little")
 
 def opened_entry(key: bytes, value: bytes) -> bytes:
     """An entry as stored under ``key``, its seal checked (one CRC over key and value gives
-    the residue) and taken off."""
-    if CRC32C.crc(value, CRC32C.crc(key)) != CRC32C.residue:
+    the residue) and taken off; ``ValueError`` if it does not check (or is shorter than a
+    seal)."""
+    if len(value) < SEAL_BYTES or CRC32C.crc(value, CRC32C.crc(key)) != CRC32C.residue:
         raise ValueError(f"entry {key.hex()}: its checksum does not match")
     return value[:-SEAL_BYTES]
 
