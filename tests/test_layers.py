@@ -84,6 +84,7 @@ OUTSIDE_PROTOCOLS: Final[dict[str, dict[str, str]]] = {
     "aos_bench.cas": {"cas_bodies": "the body's object key, to plant an orphan"},
     "aos_bench.fdb_raw": {"checksums": "the raw baseline stores entries as the plane does"},
     "aos_bench.eventsourcing_app": {"checksums": "the read floor opens entries as the plane does"},
+    "aos_bench.spark_floor": {"checksums": "the sqlite3 floor cuts the seal the plane appends"},
     "aos_bench.steady": {
         "hot_state": "hot keys by family, the figure it plots",
         "compaction": "the mark spacing its window is derived from",

@@ -16,6 +16,10 @@ alternating the sides; a figure is the median per-round ratio with the lowest an
 * stream: the same rows consumed by a streaming query (``Trigger.AvailableNow``,
   ``max_entries_per_batch`` of ``STREAM_BATCH``, the ``noop`` sink, a new checkpoint each
   round), from ``start()`` to its end, against the batch scan of the same rows (target 0.7x);
+* floors (:mod:`aos_bench.spark_floor`), in the same rounds: the same scan with the hot tail
+  read by ``sqlite3`` alone (``aos_bench_sqlite``), and with prebuilt rows and no store
+  (``aos_bench_prebuilt``), against Parquet; the prebuilt rows as a stream like the one
+  above, against their batch scan; and the journal source against the ``sqlite3`` floor;
 * latency: a writer appends ``RATE`` entries a second (in eight worlds, every 50 ms), each
   carrying its append time; a streaming query with a 1 s trigger collects each micro-batch
   on the driver; a row's latency is the time from just before its append call to its batch
@@ -114,11 +118,17 @@ def _batch(spark: Any, frame: Callable[[], Any], per_world: int) -> float:
     return elapsed
 
 
-def _stream(spark: Any, options: dict[str, str], checkpoint: Path, per_world: int) -> float:
+def _stream(
+    spark: Any,
+    options: dict[str, str],
+    checkpoint: Path,
+    per_world: int,
+    source: str = "aos_journal",
+) -> float:
     """Seconds for a streaming query to consume every row (checked by its progress)."""
     start = time.perf_counter()
     query = (
-        spark.readStream.format("aos_journal")
+        spark.readStream.format(source)
         .schema(COLUMNS)
         .options(**options, max_entries_per_batch=str(STREAM_BATCH))
         .load()
@@ -139,16 +149,25 @@ def _throughput(
     spark: Any, root: Path, kv: str, objects: str, per_world: int, progress: Callable[[str], None]
 ) -> dict[str, list[float]]:
     options = {"kv": kv, "objects": objects}
+
+    def scan(source: str) -> Callable[[int], float]:
+        return lambda _: _batch(
+            spark,
+            lambda: spark.read.format(source).schema(COLUMNS).options(**options).load(),
+            per_world,
+        )
+
     sides: dict[str, Callable[[int], float]] = {
         "parquet": lambda _: _batch(
             spark, lambda: spark.read.parquet(str(root / "parquet")), per_world
         ),
-        "journal": lambda _: _batch(
-            spark,
-            lambda: spark.read.format("aos_journal").schema(COLUMNS).options(**options).load(),
-            per_world,
-        ),
+        "journal": scan("aos_journal"),
         "stream": lambda n: _stream(spark, options, root / f"checkpoint-{n}", per_world),
+        "sqlite floor": scan("aos_bench_sqlite"),
+        "prebuilt": scan("aos_bench_prebuilt"),
+        "prebuilt stream": lambda n: _stream(
+            spark, options, root / f"prebuilt-{n}", per_world, "aos_bench_prebuilt"
+        ),
     }
     for side in sides.values():  # warm-up
         side(-1)
@@ -235,6 +254,7 @@ def run(
     """Measure the journal source's figures (``seconds`` is unused: rounds scan all rows)."""
     del seconds
     require("the spark-journal suite", "spark", "pyarrow", "pyspark")
+    from aos_bench.spark_floor import Prebuilt, SqliteFloor
     from spark_connectors.session import spark_session
 
     with tempfile.TemporaryDirectory(prefix="aosp-spark-journal-bench-") as tmp:
@@ -243,6 +263,8 @@ def run(
         per_world = entries // WORLDS
         spark = spark_session("local[2]", "aosp-bench", **{"spark.ui.showConsoleProgress": "false"})
         spark.sparkContext.setLogLevel("ERROR")
+        spark.dataSource.register(SqliteFloor)
+        spark.dataSource.register(Prebuilt)
         try:
             times = _throughput(spark, root, kv, objects, per_world, progress)
             latencies = _latency(spark, root, latency_seconds, progress)
@@ -277,6 +299,40 @@ def run(
                 j / s for j, s in zip(times["journal"], times["stream"], strict=True)
             ),
         ),
+        _against(
+            times,
+            total,
+            "sqlite floor",
+            "parquet",
+            f"spark local[2]: floor: the same scan, the hot tail read by sqlite3 alone "
+            f"(aos_bench_sqlite: no checksum, no check of the heights), {total:,} rows",
+            "Spark's native Parquet reader, same rows and query",
+        ),
+        _against(
+            times,
+            total,
+            "journal",
+            "sqlite floor",
+            "spark local[2]: the batch scan through aos_journal",
+            "the sqlite3 floor, same rows and query",
+        ),
+        _against(
+            times,
+            total,
+            "prebuilt",
+            "parquet",
+            f"spark local[2]: floor: {total:,} prebuilt rows, no store (aos_bench_prebuilt)",
+            "Spark's native Parquet reader, same rows and query",
+        ),
+        _against(
+            times,
+            total,
+            "prebuilt stream",
+            "prebuilt",
+            f"spark local[2]: floor: the prebuilt rows as a stream (AvailableNow, "
+            f"{STREAM_BATCH:,} rows a micro-batch, noop sink)",
+            "the batch scan of the prebuilt rows",
+        ),
         Figure(
             name=f"spark local[2]: p99 latency, append to row in the driver, {RATE:,} "
             "entries/s, trigger 1 s",
@@ -288,3 +344,19 @@ def run(
             better="lower",
         ),
     ]
+
+
+def _against(
+    times: dict[str, list[float]], total: int, side: str, peer: str, name: str, baseline: str
+) -> Figure:
+    """``side``'s rows/s against ``peer``'s, the ratio per round (a floor: no target)."""
+    return Figure(
+        name=name,
+        value=total / statistics.median(times[side]),
+        unit="rows/s",
+        baseline=baseline,
+        baseline_value=total / statistics.median(times[peer]),
+        target=None,
+        better="higher",
+        round_ratios=tuple(p / s for p, s in zip(times[peer], times[side], strict=True)),
+    )
