@@ -637,7 +637,8 @@ async def stored_sizes(
     entry's chunks together; with its checksums, where the layout has them). Nothing is
     checked -- what is read later checks itself; this sizes reads before they are made. A
     height whose chunks the read cut off is left out (the caller reads on from it), unless
-    it is the only one: then all its chunks are read. Snapshot reads."""
+    it is the only one: then all its chunks are read (the height found, which is above
+    ``first`` where ``first`` is missing). Snapshot reads."""
     if first > last:
         return []
     begin, end = keys.entries_between(first, last)
@@ -658,6 +659,7 @@ async def stored_sizes(
         if len(out) > 1:
             out.pop()
         else:  # the only one: read all its chunks
-            whole = await tr.get_range(*keys.entries_between(first, first), snapshot=True)
-            out = [(first, sum(len(value) for _, value in whole))] if whole else []
+            height = out[0][0]
+            whole = await tr.get_range(*keys.entries_between(height, height), snapshot=True)
+            out = [(height, sum(len(value) for _, value in whole))]
     return out

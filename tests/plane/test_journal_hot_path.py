@@ -311,9 +311,13 @@ def test_stored_sizes_are_the_bytes_held_per_height_without_reading_them_as_entr
         plane.engine, lambda tr: journal.stored_sizes(tr, other_keys, len(filler) + 1, 10**6)
     )
     assert rest == [(len(filler) + 1, chunked)]
+    kv.run_sync(plane.engine, lambda tr: tr.clear(keys.whole_entry_key()(49)))  # before big
     for limit in (1, 2):  # a read cut inside the only height reads all its chunks
         alone = drive(journal.stored_sizes(plane.engine, other_keys, len(filler) + 1, 10**6, limit))
         assert alone == [(len(filler) + 1, chunked)]
+        # ... the height found, also where the first height asked for is missing
+        after_hole = drive(journal.stored_sizes(plane.engine, keys, 49, 60, limit))
+        assert after_hole == [(50, chunked)]
 
 
 @pytest.mark.parametrize(

@@ -202,6 +202,30 @@ def test_world_sizes_follow_an_export_and_size_a_hole(tmp_path: Path) -> None:
     )
 
 
+def test_a_chunked_entry_after_a_hole_costs_what_it_holds(tmp_path: Path) -> None:
+    """A missing hot height followed by an entry of more chunks than a size read asks for:
+    the entry costs its chunks, not a hole's estimate (it was once priced as part of the
+    hole, and a micro-batch capped at 10,000 bytes admitted 400,000)."""
+    plane, kv_url, objects = _store(tmp_path)
+    universe = UniverseId.new()
+    world = _world(plane, universe, [], [b"a", b"b", b"X" * 400_000, b"d", b"e", b"f"])
+    keys = WorldKeys(universe, world)
+    kv.run_sync(plane.engine, lambda tr: tr.clear(keys.whole_entry_key()(2)))
+    big = sum(
+        len(value)
+        for _, value in kv.run(plane.engine, lambda tr: tr.get_range(*keys.entries_between(3, 3)))
+    )
+    assert big > 400_000
+    sizes = WorldSizes(plane, universe, world, 1)
+    assert sizes.next_cost(0) == HOT_ENTRY_ESTIMATE and sizes.next_cost(1) == big
+    reader = JournalStream(
+        {"kv": kv_url, "objects": objects, "on_corrupt": "skip", "max_bytes_per_batch": "10000"}
+    )
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadMaxBytes(10_000))
+    assert heights_of(end) == {f"{universe}/{world}": 2}  # the entry waits to go alone
+
+
 def test_the_driver_reads_about_what_it_admits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
