@@ -19,7 +19,7 @@ import importlib
 from typing import Any, Protocol, runtime_checkable
 
 from persistence import cbor
-from persistence.errors import Corruption, Validation
+from persistence.errors import Corruption, CorruptRecord, Validation
 from persistence.journal_records import IngressJournalRecord, decode_journal_record
 
 
@@ -43,13 +43,18 @@ class Kernel(Protocol):
 
 def entry_kind(entry: bytes) -> str:
     """The record kind of a journal entry: the plane's own kinds, ``ingress:<item kind>``
-    for drained items, ``opaque`` for a caller's own format."""
+    for drained items, ``opaque`` for a caller's own format. ``CorruptRecord`` for a
+    record of the plane's that does not decode, an ingress record's item included (a
+    canonical CBOR map with a text ``kind``)."""
     record = decode_journal_record(entry)
     if record is None:
         return "opaque"
     if isinstance(record, IngressJournalRecord):
-        item = cbor.decode(record.item)
-        return f"ingress:{item['kind']}"
+        item = cbor.decode(record.item)  # canonical CBOR: the record's decoding checked it
+        kind = item.get("kind") if isinstance(item, dict) else None
+        if type(kind) is not str:
+            raise CorruptRecord("ingress journal entry", "its item is not a map with a text kind")
+        return f"ingress:{kind}"
     assert record.KIND is not None
     return record.KIND
 

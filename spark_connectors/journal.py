@@ -164,11 +164,19 @@ class JournalPartition(InputPartition):
 
 def partitions_of(refs: Sequence[JournalRef], options: ScanOptions) -> list[JournalPartition]:
     """``refs`` grouped up to ``partition_bytes``, or less so that there are at least
-    ``min_partitions`` groups (one empty partition if there are no refs)."""
+    ``min_partitions`` groups, or one per ref if there are fewer refs (one empty partition
+    if there are none). Refs keep their order."""
     total = sum(ref.byte_size for ref in refs)
     share = -(-total // options.min_partitions)  # rounded up
     limit = max(1, min(options.partition_bytes, share))
-    return [JournalPartition(group) for group in group_refs(refs, limit)]
+    groups = group_refs(refs, limit)
+    while len(groups) < min(options.min_partitions, len(refs)):
+        # refs of uneven sizes: small ones packed together beside a large one alone; the
+        # group of most refs (two at least, as there are fewer groups than refs) is halved
+        at = max(range(len(groups)), key=lambda i: len(groups[i]))
+        group = groups[at]
+        groups[at : at + 1] = [group[: len(group) // 2], group[len(group) // 2 :]]
+    return [JournalPartition(group) for group in groups]
 
 
 def parse(options: Mapping[str, str], schema: StructType | None = None) -> ScanOptions:

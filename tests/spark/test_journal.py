@@ -11,12 +11,19 @@ from typing import Any
 
 import pytest
 
-from persistence import kv
+from persistence import cbor, kv
 from persistence.errors import DamagedJournalEntry, MissingJournalEntry, Validation
-from persistence.ids import WorldId
+from persistence.ids import UniverseId, WorldId
 from persistence.keyspace import WorldKeys
 from segments.export import ExportConfig, Exporter
-from spark_connectors.journal import ColdRange, HotRange, JournalScan, parse, plan_journal
+from spark_connectors.journal import (
+    ColdRange,
+    HotRange,
+    JournalScan,
+    parse,
+    partitions_of,
+    plan_journal,
+)
 from spark_connectors.listing import Selection
 from tests.fdb_cluster import FdbCluster, clear_keyspace
 from tests.spark.conftest import SegmentStore, build_store
@@ -171,6 +178,27 @@ def test_a_damaged_hot_entry_fails_or_is_one_error_row(tmp_path: Path) -> None:
     assert heights == [h for h in range(1, head + 11) if h != head + 5]
 
 
+def test_an_ingress_record_without_an_item_is_of_kind_corrupt_record(tmp_path: Path) -> None:
+    """An entry shaped as the plane's ingress record whose item is not an item map (a
+    host's append can write one): the ``kind`` column says ``corrupt record`` and the
+    scan goes on (it failed with ``TypeError``, skip mode or not)."""
+    store = build_store(tmp_path / "store", seed=7, worlds=1)
+    u, w = store.universe, store.worlds[0]
+    head = store.plane.head(u, w)
+    odd = cbor.encode({"item": cbor.encode(5), "kind": "ingress", "seq": bytes(12)})
+    store.plane.append_batch(u, w, head, [b"before", odd, b"after"])
+    scan = JournalScan(parse({"objects": store.objects, "kv": store.kv}))
+    rows = [r for p in scan.partitions() for b in scan.read(p) for r in b.to_pylist()]
+    kinds = {r["height"]: r["kind"] for r in rows if r["height"] > head}
+    assert kinds == {head + 1: "opaque", head + 2: "corrupt record", head + 3: "opaque"}
+    picked = JournalScan(
+        parse({"objects": store.objects, "kv": store.kv, "kind": "corrupt record"})
+    )
+    assert [
+        r["height"] for p in picked.partitions() for b in picked.read(p) for r in b.to_pylist()
+    ] == [head + 2]
+
+
 def test_plans_pickle_small_and_name_every_height(store: SegmentStore) -> None:
     refs = plan_journal(store.plane, Selection(), hot_entries=2)
     for w in store.worlds:
@@ -187,6 +215,21 @@ def test_a_scan_of_several_ranges_has_at_least_min_partitions(store: SegmentStor
     for wanted in (2, 3, 5):
         scan = JournalScan(parse({**options, "min_partitions": str(wanted)}))
         assert len(scan.partitions()) >= wanted
+
+
+def test_refs_of_uneven_sizes_still_make_min_partitions() -> None:
+    """A large range alone and small ones packed together made fewer partitions than
+    ``min_partitions`` asks for; the order of the refs is kept."""
+    u, w = str(UniverseId.new()), str(WorldId.new())
+    refs = [HotRange(u, w, 1, 100), HotRange(u, w, 101, 101), HotRange(u, w, 102, 102)]
+    options = {"objects": "file:///unused", "kv": "sqlite:///unused"}
+    for wanted, count in ((2, 2), (3, 3), (5, 3)):
+        parts = partitions_of(refs, parse({**options, "min_partitions": str(wanted)}))
+        assert len(parts) == count
+        assert [ref for part in parts for ref in part.refs] == refs
+    many = [HotRange(u, w, 1, 1000)] + [HotRange(u, w, h, h) for h in range(1001, 1011)]
+    parts = partitions_of(many, parse({**options, "min_partitions": "6"}))
+    assert len(parts) == 6 and [ref for part in parts for ref in part.refs] == many
 
 
 def test_bad_options_are_named(store: SegmentStore) -> None:
