@@ -196,8 +196,9 @@ def test_the_scan_benchmark_checks_and_reports_both_readers(tmp_path: Path) -> N
         assert figure["value"] > 0 and figure["baseline_value"] > 0
 
 
-def test_the_journal_benchmark_checks_and_reports_its_three_figures() -> None:
-    """``aosp bench spark-journal`` at a tiny size, in its own process."""
+def test_the_journal_benchmark_checks_and_reports_its_figures() -> None:
+    """``aosp bench spark-journal`` at a tiny size, in its own process: its three figures
+    with targets, and the four floors beside them (no target)."""
     import subprocess
     import sys
 
@@ -212,10 +213,17 @@ def test_the_journal_benchmark_checks_and_reports_its_three_figures() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=900
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    batch, stream, latency = json.loads(done.stdout.strip().splitlines()[-1])
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    batch, stream, sqlite, against_floor, prebuilt, prebuilt_stream, latency = figures
     assert (batch["target"], stream["target"], latency["target"]) == (0.8, 0.7, 1.0)
-    for figure in (batch, stream):
-        assert figure["unit"] == "rows/s" and "16,000" in figure["name"]
+    floors = (sqlite, against_floor, prebuilt, prebuilt_stream)
+    assert [f["target"] for f in floors] == [None] * 4
+    assert "sqlite3 alone" in sqlite["name"] and "prebuilt" in prebuilt["name"]
+    assert "stream" in prebuilt_stream["name"] and "floor" in against_floor["baseline"]
+    for figure in (batch, stream, *floors):
+        assert figure["unit"] == "rows/s"
         assert len(figure["round_ratios"]) == ROUNDS and figure["value"] > 0
         assert figure["ratio_min"] <= figure["ratio"] <= figure["ratio_max"]
+    assert "16,000" in batch["name"] and "16,000" in stream["name"]
+    assert batch["baseline_value"] == sqlite["baseline_value"] == prebuilt["baseline_value"]
     assert latency["unit"] == "s" and latency["value"] > 0 and latency["baseline_value"] == 3.0
